@@ -1,0 +1,96 @@
+import { Command, CommanderError, Option } from "commander";
+import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
+import { DEMO_MANIFEST } from "../util/paths.ts";
+import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "./options.ts";
+
+/** Writes to stderr; the one place the CLI reports problems to a person. */
+function report(lines: string | readonly string[]): void {
+  for (const line of typeof lines === "string" ? [lines] : lines) process.stderr.write(`study-runner: ${line}\n`);
+}
+
+const manifestOption = () => new Option("--manifest <path>", "study manifest (JSON)").default(DEMO_MANIFEST, "the bundled demo study, study/demo/manifest.json");
+
+const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+export function buildProgram(setExit: (code: number) => void): Command {
+  const program = new Command("study-runner")
+    .description(
+      "Run paired studies of the Claude Code CLI: the same questions over the same pinned repositories, answered " +
+        "once with repository tools alone and once with the doc-bridge MCP server, each attempt in a fresh container.",
+    )
+    .showHelpAfterError("(run `study-runner --help` for usage)")
+    .configureOutput({ writeErr: (s) => process.stderr.write(s) })
+    .exitOverride();
+
+  program
+    .command("run", { isDefault: true })
+    .description("validate (--dry-run) or execute (--pilot / --run) a study; the default command")
+    .addOption(manifestOption())
+    .option("--dry-run", "validate the matrix (and checkouts given with --root) without network, credentials or Claude processes")
+    .option("--pilot", "the pilot: the first task, both scenarios, one repetition (2 attempts)")
+    .option("--run", "the full study: every task x repetition x scenario")
+    .option("--approve-budget", "required to spend: confirms STUDY_BUDGET_USD is the approved cumulative cap")
+    .addOption(new Option("--transport <name>", "provider path: 'cli' (Claude Code in a container, the pilot transport) or 'http' (Messages API)").choices(["cli", "http"]).default("http"))
+    .option("--root <name=path>", "checkout of a pinned repository (repeatable); checked clean and at its pin", collect)
+    .option("--output <path>", "the private ledger: a new file outside every checkout and outside this project")
+    .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
+    .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
+    .option("--input-price-usd-per-mtok <usd>", "http transport: upper input price per million tokens (or STUDY_INPUT_PRICE_USD_PER_MTOK)")
+    .option("--output-price-usd-per-mtok <usd>", "http transport: upper output price per million tokens (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)")
+    .addHelpText(
+      "after",
+      `
+Environment:
+  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute
+  STUDY_BUDGET_USD     the approved cumulative cap in USD (e.g. 1 for the pilot); required to execute
+  ANTHROPIC_API_KEY    http transport only, read from the environment only; the cli transport never reads it
+
+Exit codes: 0 awaiting adjudication (or a dry run that passed), 1 an attempt did not complete (run blocked),
+            2 bad input or a refused start (nothing spent), 3 the runner's own fault.
+
+Examples:
+  study-runner --dry-run --pilot
+  study-runner --dry-run --run --root ledgerlite=../ledgerlite --root queuekit=../queuekit --root routekit=../routekit
+  STUDY_MODEL=claude-haiku-5-5 STUDY_BUDGET_USD=1 study-runner --pilot --approve-budget --transport cli \\
+    --root ledgerlite=../ledgerlite --output ~/study-ledgers/pilot.json`,
+    )
+    .action(async (opts) => setExit(await (await import("./run.ts")).runCommand(opts)));
+
+  program
+    .command("plan")
+    .description("print the fixed, counterbalanced plan (task, scenario, repetition in run order)")
+    .addOption(manifestOption())
+    .option("--pilot", "the pilot plan instead of the full study")
+    .option("--json", "one JSON array instead of a table")
+    .action(async (opts) => setExit(await (await import("./plan.ts")).planCommand(opts)));
+
+  program
+    .command("demo")
+    .description("make the bundled demo corpus in a work folder and run the demo study on it")
+    .option("--workdir <dir>", "where the demo corpus and ledger go (default: a folder under the system temp dir)")
+    .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));
+
+  return program;
+}
+
+/** Runs the CLI; returns the process exit code. Errors are caught once, here. */
+export async function main(argv: readonly string[]): Promise<number> {
+  let code: number = ExitCode.ok;
+  const program = buildProgram((c) => (code = c));
+  try {
+    await program.parseAsync(argv as string[]);
+    return code;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      // --help and --version exit through here with code 0.
+      return err.exitCode === 0 ? ExitCode.ok : ExitCode.usage;
+    }
+    if (err instanceof UsageError || err instanceof RefusalError) {
+      report(err.problems.length > 1 ? [err.problems.length + " problems:", ...err.problems.map((p) => "  - " + p)] : err.message);
+      return ExitCode.usage;
+    }
+    report(`internal error: ${errorMessage(err)}`);
+    if (process.env.STUDY_RUNNER_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
+    return ExitCode.fault;
+  }
+}

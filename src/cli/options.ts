@@ -1,0 +1,119 @@
+import { z } from "zod";
+import { resolve } from "node:path";
+import { UsageError } from "../util/errors.ts";
+
+/**
+ * The `run` command's flags and environment, validated by one zod schema so that every
+ * problem is reported at once, with the flag or variable it concerns and the fix.
+ */
+
+export const DEFAULT_CLI_VERSION = "2.1.296";
+export const DEFAULT_ATTEMPT_BUDGET_USD = 0.1;
+
+export interface RawRunFlags {
+  manifest?: string;
+  dryRun?: boolean;
+  pilot?: boolean;
+  run?: boolean;
+  approveBudget?: boolean;
+  transport?: string;
+  root?: string[];
+  output?: string;
+  attemptBudgetUsd?: string;
+  cliVersion?: string;
+  image?: string;
+  inputPriceUsdPerMtok?: string;
+  outputPriceUsdPerMtok?: string;
+}
+
+const Positive = (what: string) =>
+  z
+    .string()
+    .trim()
+    .regex(/^\d+(\.\d+)?$/, `${what} must be a positive decimal number such as 0.10`)
+    .transform(Number)
+    .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0`);
+
+export const TransportSchema = z.enum(["cli", "http"], { error: "--transport must be 'cli' or 'http'" });
+
+export function parseRoots(values: readonly string[] = []): Map<string, string> {
+  const roots = new Map<string, string>();
+  const problems: string[] = [];
+  for (const value of values) {
+    const eq = value.indexOf("=");
+    if (eq <= 0 || eq === value.length - 1) {
+      problems.push(`--root '${value}': expected name=path, e.g. --root ledgerlite=../ledgerlite`);
+      continue;
+    }
+    const name = value.slice(0, eq);
+    if (roots.has(name)) problems.push(`--root '${name}' is given twice; give each repository once`);
+    roots.set(name, resolve(value.slice(eq + 1)));
+  }
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  return roots;
+}
+
+export interface ExecutionSettings {
+  model: string;
+  capUsd: number;
+  attemptBudgetUsd: number;
+  output: string;
+  apiKey?: string;
+  inputPriceUsdPerMtok?: number;
+  outputPriceUsdPerMtok?: number;
+}
+
+/**
+ * What execution (not a dry run) needs before anything happens. Returns every problem,
+ * each naming the missing flag or variable.
+ */
+export function checkExecution(
+  flags: RawRunFlags,
+  env: NodeJS.ProcessEnv,
+  transport: "cli" | "http",
+  plannedRepositories: readonly string[],
+  roots: ReadonlyMap<string, string>,
+): { settings?: ExecutionSettings; problems: string[] } {
+  const problems: string[] = [];
+  if (!flags.pilot && !flags.run) problems.push("choose what to run: --pilot (the first task, both scenarios, one repetition) or --run (the full study)");
+  if (!flags.approveBudget) problems.push("--approve-budget is required to spend money; pass it once the budget (STUDY_BUDGET_USD) is approved");
+  const model = env.STUDY_MODEL?.trim();
+  if (!model) problems.push("STUDY_MODEL is not set; export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5");
+  const cap = Positive("STUDY_BUDGET_USD").safeParse(env.STUDY_BUDGET_USD ?? "");
+  if (env.STUDY_BUDGET_USD === undefined) problems.push("STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
+  else if (!cap.success) problems.push(cap.error.issues[0]!.message);
+  const attempt = Positive("--attempt-budget-usd").safeParse(flags.attemptBudgetUsd ?? String(DEFAULT_ATTEMPT_BUDGET_USD));
+  if (!attempt.success) problems.push(attempt.error.issues[0]!.message);
+  for (const repo of plannedRepositories) {
+    if (!roots.has(repo)) problems.push(`--root ${repo}=<path> is missing; every planned repository needs its checkout`);
+  }
+  if (!flags.output) problems.push("--output PATH is required: a new file outside every checkout and outside this project, for the private ledger");
+
+  let apiKey: string | undefined;
+  let inputPrice: number | undefined;
+  let outputPrice: number | undefined;
+  if (transport === "http") {
+    apiKey = env.ANTHROPIC_API_KEY;
+    if (!apiKey) problems.push("ANTHROPIC_API_KEY is not set; the http transport reads the key from the environment only (or pass --transport cli to use the CLI's own login)");
+    else if (/[\r\n]/.test(apiKey)) problems.push("ANTHROPIC_API_KEY contains a line break; export the key alone");
+    const inP = Positive("--input-price-usd-per-mtok (or STUDY_INPUT_PRICE_USD_PER_MTOK)").safeParse(flags.inputPriceUsdPerMtok ?? env.STUDY_INPUT_PRICE_USD_PER_MTOK ?? "");
+    const outP = Positive("--output-price-usd-per-mtok (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)").safeParse(flags.outputPriceUsdPerMtok ?? env.STUDY_OUTPUT_PRICE_USD_PER_MTOK ?? "");
+    if (!inP.success) problems.push(`${inP.error.issues[0]!.message}: the upper input price in USD per million tokens`);
+    else inputPrice = inP.data;
+    if (!outP.success) problems.push(`${outP.error.issues[0]!.message}: the upper output price in USD per million tokens`);
+    else outputPrice = outP.data;
+  }
+  if (problems.length || !model || !cap.success || !attempt.success || !flags.output) return { problems };
+  return {
+    problems,
+    settings: {
+      model,
+      capUsd: cap.data,
+      attemptBudgetUsd: attempt.data,
+      output: resolve(flags.output),
+      apiKey,
+      inputPriceUsdPerMtok: inputPrice,
+      outputPriceUsdPerMtok: outputPrice,
+    },
+  };
+}

@@ -1,0 +1,40 @@
+/**
+ * The runner's own error types. Attempt outcomes (timeouts, non-zero exits, bad
+ * transcripts) are results, not exceptions; these are for what stops the runner itself.
+ */
+
+/** Exit codes of the `study-runner` command. */
+export const ExitCode = {
+  /** The run reached `awaiting-adjudication`, or a command that only reads succeeded. */
+  ok: 0,
+  /** An attempt ended with a status other than `completed`; the run is `blocked`. */
+  blocked: 1,
+  /** Bad input or a refused start: nothing was spent. */
+  usage: 2,
+  /** The runner's own fault (Docker unreachable, disk full, a bug). */
+  fault: 3,
+  /** Interrupted by SIGINT (128 + 2). */
+  sigint: 130,
+  /** Interrupted by SIGTERM (128 + 15). */
+  sigterm: 143,
+} as const;
+
+/** Input that cannot be used as given; the message names the field and the fix. */
+export class UsageError extends Error {
+  override readonly name = "UsageError";
+  constructor(message: string, readonly problems: readonly string[] = [message]) {
+    super(message);
+  }
+}
+
+/** A check before anything is spent failed (preflight); nothing was charged. */
+export class RefusalError extends Error {
+  override readonly name = "RefusalError";
+  constructor(message: string, readonly problems: readonly string[] = [message]) {
+    super(message);
+  }
+}
+
+export function errorMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,135 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { execFileSync } from "node:child_process";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { makeDemoCorpus } from "../../study/demo/corpus.ts";
+import { runCli } from "../support/cli.ts";
+
+let work: string;
+let corpus: Record<string, { dir: string; commit: string }>;
+const rootArgs = (names = Object.keys(corpus)) => names.flatMap((n) => ["--root", `${n}=${corpus[n]!.dir}`]);
+const gitIn = (dir: string, ...args: string[]) =>
+  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t.invalid", "-c", "commit.gpgsign=false", ...args], { cwd: dir });
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), "sr-cli-"));
+  corpus = await makeDemoCorpus(join(work, "corpus"));
+});
+afterAll(() => rm(work, { recursive: true, force: true }));
+
+describe("study-runner --dry-run", () => {
+  it("the demo corpus reproduces the pins of the bundled manifest", async () => {
+    const r = await runCli(["--dry-run", "--run", ...rootArgs()]);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout);
+    expect(out).toMatchObject({ attempts: 36, mode: "full", networkCalls: 0, claudeProcesses: 0, scenarios: ["repository-only", "doc-bridge"] });
+    expect(out.protocolHash).toMatch(/^[0-9a-f]{64}$/);
+    expect(out.repositories.every((r: any) => r.checked && r.sourcesChecked > 0)).toBe(true);
+  });
+
+  it("--pilot reports 2 attempts, and the transport defaults to http", async () => {
+    const out = JSON.parse((await runCli(["--dry-run", "--pilot"])).stdout);
+    expect(out).toMatchObject({ attempts: 2, mode: "pilot", transport: "http" });
+  });
+
+  it("refuses a dirty checkout, naming the repository and the change", async () => {
+    const dir = corpus.queuekit!.dir;
+    await writeFile(join(dir, "docs", "retries.md"), "changed\n");
+    try {
+      const r = await runCli(["--dry-run", "--run", ...rootArgs()]);
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe("");
+      expect(r.stderr).toMatch(/root 'queuekit' .*checkout is not clean \(1 change: M docs\/retries\.md\)/);
+    } finally {
+      gitIn(dir, "checkout", "--", "docs/retries.md");
+    }
+  });
+
+  it("refuses an untracked file too", async () => {
+    const dir = corpus.routekit!.dir;
+    await writeFile(join(dir, "notes.txt"), "scratch\n");
+    try {
+      const r = await runCli(["--dry-run", "--run", ...rootArgs()]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(/root 'routekit' .*not clean .*notes\.txt/);
+    } finally {
+      await rm(join(dir, "notes.txt"));
+    }
+  });
+
+  it("refuses a HEAD off the pin, naming both commits", async () => {
+    const dir = corpus.ledgerlite!.dir;
+    gitIn(dir, "commit", "-q", "--allow-empty", "-m", "later");
+    try {
+      const r = await runCli(["--dry-run", "--pilot", ...rootArgs(["ledgerlite"])]);
+      expect(r.code).toBe(2);
+      expect(r.stderr).toMatch(new RegExp(`root 'ledgerlite' .*HEAD is [0-9a-f]{40}, not the pin ${corpus.ledgerlite!.commit}`));
+    } finally {
+      gitIn(dir, "reset", "-q", "--hard", corpus.ledgerlite!.commit);
+    }
+  });
+
+  it("refuses a task source missing at the pin, and one that is not public", async () => {
+    const manifest = JSON.parse(execFileSync("cat", ["study/demo/manifest.json"]).toString());
+    manifest.tasks[0].sources = ["docs/nope.md", "docs/latest.md", "data/fixtures.csv"];
+    const path = join(work, "m.json");
+    await writeFile(path, JSON.stringify(manifest));
+    const r = await runCli(["--dry-run", "--pilot", "--manifest", path, ...rootArgs(["ledgerlite"])]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/tasks\[0\]\.sources\[0\] 'docs\/nope\.md' does not exist at the pin/);
+    expect(r.stderr).toMatch(/tasks\[0\]\.sources\[1\] 'docs\/latest\.md' is not a public file at the pin \(not-a-regular-file\)/);
+    expect(r.stderr).toMatch(/tasks\[0\]\.sources\[2\] 'data\/fixtures\.csv' is not a public file at the pin \(too-large\)/);
+  });
+
+  it("refuses a root for a repository the manifest does not know", async () => {
+    const r = await runCli(["--dry-run", "--root", `elsewhere=${work}`]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/'elsewhere' is not a repository of the manifest/);
+  });
+
+  it("refuses an invalid manifest with exit code 2, naming the field", async () => {
+    const path = join(work, "bad.json");
+    const manifest = JSON.parse(execFileSync("cat", ["study/demo/manifest.json"]).toString());
+    manifest.repetitions = 0;
+    await writeFile(path, JSON.stringify(manifest));
+    const r = await runCli(["--dry-run", "--manifest", path]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/repetitions: must be at least 1/);
+  });
+});
+
+describe("study-runner execution refusals", () => {
+  it("lists everything missing at once, with exit code 2 and nothing on stdout", async () => {
+    const r = await runCli(["--transport", "cli"], { env: { STUDY_MODEL: undefined, STUDY_BUDGET_USD: undefined } });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    for (const missing of [/--pilot .* or --run/, /--approve-budget is required/, /STUDY_MODEL is not set/, /STUDY_BUDGET_USD is not set/, /--root ledgerlite=<path> is missing/, /--output PATH is required/]) {
+      expect(r.stderr).toMatch(missing);
+    }
+  });
+
+  it("refuses a cap that is not positive and an http run without a key or prices", async () => {
+    const r = await runCli(["--pilot", "--approve-budget", ...rootArgs(["ledgerlite"]), "--output", join(work, "l.json")], {
+      env: { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "0", ANTHROPIC_API_KEY: undefined },
+    });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/STUDY_BUDGET_USD must be greater than 0/);
+    expect(r.stderr).toMatch(/ANTHROPIC_API_KEY is not set/);
+    expect(r.stderr).toMatch(/upper input price/);
+  });
+
+  it("refuses an output path inside a checkout and one that exists", async () => {
+    const env = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" };
+    const base = ["--pilot", "--approve-budget", "--transport", "cli", ...rootArgs(["ledgerlite"])];
+    const inside = await runCli([...base, "--output", join(corpus.ledgerlite!.dir, "ledger.json")], { env });
+    expect(inside.code).toBe(2);
+    expect(inside.stderr).toMatch(/inside the checkout/);
+    const existing = join(work, "exists.json");
+    await writeFile(existing, "{}");
+    const exists = await runCli([...base, "--output", existing], { env });
+    expect(exists.code).toBe(2);
+    expect(exists.stderr).toMatch(/exists/);
+  });
+});
