@@ -1,0 +1,186 @@
+import type { Arm } from "../plan/plan.ts";
+import type { Task } from "../manifest/schema.ts";
+import { UsageError } from "../util/errors.ts";
+
+/**
+ * The `claude` argument array (seed 000, "The arguments are built by `cliArguments`"). Every flag
+ * here appears in `claude --help` of 2.1.296 (facts/claude-2.1.296-help.txt); a test parses that
+ * text. The two arms differ only in the `--mcp-config` value and the three doc-bridge names
+ * appended to `--allowedTools`.
+ */
+
+/** Measured on 2.1.288: `--tools Read,Grep,Glob` loads tools named exactly so. */
+export const BUILTIN_READ_TOOLS = ["Read", "Grep", "Glob"] as const;
+
+/**
+ * Built-in tools refused outright, beside `--tools` (which already limits the built-in set):
+ * anything that writes, runs code, reaches the network or starts a sub-agent. Denying a name the
+ * CLI does not have is harmless; the init event's exact tool set is the live check.
+ */
+export const BUILTIN_DENIED_TOOLS = [
+  "Bash",
+  "BashOutput",
+  "KillShell",
+  "Edit",
+  "MultiEdit",
+  "Write",
+  "NotebookEdit",
+  "WebFetch",
+  "WebSearch",
+  "Task",
+  "Agent",
+  "TodoWrite",
+  "Skill",
+  "SlashCommand",
+  "ExitPlanMode",
+] as const;
+
+export const DOC_BRIDGE_SERVER = "doc-bridge";
+export const DOC_BRIDGE_ALLOWED = ["doc.search", "doc.get", "handoff.resolve"] as const;
+
+/** 8 KiB of UTF-8 (seed 000: "The prompt is limited to 8 KiB"). */
+export const PROMPT_LIMIT_BYTES = 8192;
+
+/** The repository-only arm's `--mcp-config`: no server, so both arms carry the same flags. */
+export const EMPTY_MCP_CONFIG = { mcpServers: {} } as const;
+
+/** A server tool name that is safe inside a comma-separated flag value. */
+const SERVER_TOOL_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
+
+/** Measured on 2.1.296: the init event names MCP tools `mcp__<server>__<tool>` with dots replaced by underscores, case kept. */
+export function mcpToolName(server: string, tool: string): string {
+  return `mcp__${server}__${tool.replaceAll(".", "_")}`;
+}
+
+const ALLOWED_MCP_NAMES = DOC_BRIDGE_ALLOWED.map((t) => mcpToolName(DOC_BRIDGE_SERVER, t));
+
+/** The exact tool set the init event must list for an arm, sorted. */
+export function expectedInitTools(arm: Arm): string[] {
+  return [...BUILTIN_READ_TOOLS, ...(arm === "mcp" ? ALLOWED_MCP_NAMES : [])].sort();
+}
+
+/**
+ * The CLI names of every tool the doc-bridge server lists except the three allowed ones
+ * (facts: a listed tool not in --disallowedTools stays in the init list). Throws when the server
+ * lacks an allowed tool (the treatment would be lost) or when two listed names map to one CLI
+ * name (denying one would deny the other).
+ */
+export function denyList(serverTools: readonly string[]): string[] {
+  const problems: string[] = [];
+  const byCliName = new Map<string, string>();
+  for (const tool of serverTools) {
+    if (!SERVER_TOOL_RE.test(tool)) {
+      problems.push(`the doc-bridge server lists a tool named ${JSON.stringify(tool)}, which cannot be passed in --disallowedTools`);
+      continue;
+    }
+    const cli = mcpToolName(DOC_BRIDGE_SERVER, tool);
+    const other = byCliName.get(cli);
+    if (other !== undefined && other !== tool) {
+      problems.push(`the doc-bridge tools '${other}' and '${tool}' both become ${cli}; they cannot be told apart in --allowedTools/--disallowedTools`);
+    }
+    byCliName.set(cli, tool);
+  }
+  for (const tool of DOC_BRIDGE_ALLOWED) {
+    if (!serverTools.includes(tool)) problems.push(`the doc-bridge server does not list '${tool}'; the doc-bridge arm would lose its treatment`);
+  }
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  return [...byCliName.keys()].filter((name) => !ALLOWED_MCP_NAMES.includes(name)).sort();
+}
+
+/**
+ * The prompt: the task's question only, never its expected propositions, after a fixed
+ * instruction. The same text in both arms.
+ */
+export function buildPrompt(task: Pick<Task, "question">): string {
+  return [
+    "Answer the question below about the repository in the current working directory.",
+    "Base the answer on the repository's files, and cite the file paths that support it.",
+    "",
+    "Question:",
+    task.question,
+  ].join("\n");
+}
+
+export interface CliArgumentOptions {
+  arm: Arm;
+  model: string;
+  /** The attempt's reservation; passed rounded down to whole micro-dollars. */
+  maxBudgetUsd: number;
+  prompt: string;
+  /** `denyList()` of the live doc-bridge tools/list, probed once per run; the same in both arms. */
+  deniedMcpTools: readonly string[];
+  /** The doc-bridge arm's MCP config (object or JSON text); the repository arm always gets `EMPTY_MCP_CONFIG`. */
+  mcpConfig?: object | string;
+}
+
+/** A USD amount as a plain decimal with at most 6 places, never above `usd`. */
+export function formatBudgetUsd(usd: number): string {
+  if (!Number.isFinite(usd) || usd <= 0) throw new UsageError(`the attempt budget must be a positive number of USD, got ${usd}`);
+  let micros = Math.round(usd * 1e6);
+  if (micros / 1e6 > usd) micros -= 1;
+  if (micros <= 0) throw new UsageError(`the attempt budget ${usd} USD is below 0.000001 USD, the smallest amount passed to --max-budget-usd`);
+  const whole = Math.floor(micros / 1e6);
+  const fraction = String(micros % 1e6).padStart(6, "0").replace(/0+$/, "");
+  return fraction ? `${whole}.${fraction}` : String(whole);
+}
+
+export function checkPrompt(prompt: string): void {
+  const bytes = Buffer.byteLength(prompt, "utf8");
+  if (prompt.trim() === "") throw new UsageError("the prompt is empty; the task needs a question");
+  if (prompt.includes("\0")) throw new UsageError("the prompt contains a NUL byte, which cannot be passed as an argument; remove it from the question");
+  if (bytes > PROMPT_LIMIT_BYTES) {
+    throw new UsageError(`the prompt is ${bytes} bytes of UTF-8, above the ${PROMPT_LIMIT_BYTES}-byte (8 KiB) limit; shorten the task's question`);
+  }
+}
+
+export function cliArguments(opts: CliArgumentOptions): string[] {
+  checkPrompt(opts.prompt);
+  // A value starting with '-' would be read as a flag.
+  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(opts.model)) {
+    throw new UsageError(`the model '${opts.model}' is not a model name such as claude-haiku-5-5`);
+  }
+  const prefix = `mcp__${DOC_BRIDGE_SERVER}__`;
+  for (const name of opts.deniedMcpTools) {
+    if (!name.startsWith(prefix) || !SERVER_TOOL_RE.test(name.slice(prefix.length)) || ALLOWED_MCP_NAMES.includes(name)) {
+      throw new UsageError(`'${name}' cannot be denied: the deny list holds ${prefix}* names other than the three allowed doc-bridge tools (build it with denyList())`);
+    }
+  }
+  let mcpConfig: string;
+  if (opts.arm === "mcp") {
+    if (opts.mcpConfig === undefined) throw new UsageError("the doc-bridge arm needs its --mcp-config");
+    mcpConfig = typeof opts.mcpConfig === "string" ? opts.mcpConfig : JSON.stringify(opts.mcpConfig);
+  } else {
+    mcpConfig = JSON.stringify(EMPTY_MCP_CONFIG);
+  }
+  const allowed = [...BUILTIN_READ_TOOLS, ...(opts.arm === "mcp" ? ALLOWED_MCP_NAMES : [])];
+  const denied = [...BUILTIN_DENIED_TOOLS, ...opts.deniedMcpTools];
+  // Variadic flags (`<tools...>`, `<configs...>`) take one comma-joined value each and are
+  // followed by another flag; the prompt comes last after `--`, because a variadic flag
+  // swallows a following prompt (facts: "Variadic flags swallow the prompt").
+  return [
+    "-p",
+    "--output-format",
+    "stream-json",
+    "--verbose",
+    "--model",
+    opts.model,
+    "--max-budget-usd",
+    formatBudgetUsd(opts.maxBudgetUsd),
+    "--tools",
+    BUILTIN_READ_TOOLS.join(","),
+    "--allowedTools",
+    allowed.join(","),
+    "--disallowedTools",
+    denied.join(","),
+    "--permission-mode",
+    "dontAsk",
+    "--permission-prompts",
+    "none",
+    "--strict-mcp-config",
+    "--mcp-config",
+    mcpConfig,
+    "--no-session-persistence",
+    "--",
+    opts.prompt,
+  ];
+}

@@ -1,0 +1,249 @@
+import { isAbsolute } from "node:path";
+import { z } from "zod";
+import { COMMIT_RE } from "../manifest/schema.ts";
+
+/**
+ * The private ledger of one run (seed 000, "The private JSON ledger records ..."). It is written
+ * before every spend and after every outcome, so a crash leaves a file that parses and whose
+ * spend is never below the truth. The object shapes are strict and the cross-field rules below
+ * restate seed rules, so that a runner bug fails before the write instead of producing a ledger
+ * that silently misstates money or status.
+ */
+
+const SHA256_RE = /^[0-9a-f]{64}$/;
+/** Float sums of the same charges in a different order may differ by far less than this. */
+const USD_EPSILON = 1e-9;
+
+const Sha256 = z.string().regex(SHA256_RE, "must be a lowercase hex sha256");
+const Usd = z.number().finite().nonnegative();
+const Count = z.number().int().nonnegative();
+/** A usage figure the transcript did not report is null, never zero (architecture: fail closed). */
+const TokenCount = Count.nullable();
+
+export const LEDGER_SCHEMA_VERSION = 1;
+
+export const TransportSchema = z.enum(["cli", "http"]);
+export const ArmSchema = z.enum(["repository", "mcp"]);
+export const PhaseSchema = z.enum(["reserved", "running", "settled"]).meta({
+  description: "reserved: budget held, nothing started; running: the child may be spending; settled: charged and final",
+});
+export const AttemptStatusSchema = z.enum(["completed", "failed", "timed-out", "budget-exceeded", "invalid-setup", "invalid-cost"]);
+export const RunStatusSchema = z.enum(["running", "blocked", "awaiting-adjudication"]).meta({
+  description: "none of these is an approval of a result",
+});
+
+/** USD per million tokens, per model, per tier (e.g. "base", "above-100k"), per rate name. */
+export const PriceTableSchema = z.record(z.string().min(1), z.record(z.string().min(1), z.record(z.string().min(1), Usd)));
+
+export const McpServerStatusSchema = z.looseObject({ name: z.string(), status: z.string() });
+
+export const PermissionDenialSchema = z.strictObject({
+  toolName: z.string(),
+  toolUseId: z.string().nullable(),
+});
+
+export const ObservationSchema = z
+  .strictObject({
+    index: Count.meta({ description: "0-based position in run order; equals the position in `observations`" }),
+    task: z.string().min(1),
+    scenario: z.string().min(1),
+    arm: ArmSchema,
+    repository: z.string().min(1),
+    pin: z.string().regex(COMMIT_RE),
+    repetition: z.number().int().min(1),
+    transport: TransportSchema,
+    cliVersion: z.string().nullable(),
+    expectedCliVersion: z.string().nullable(),
+    attemptBudgetUsd: Usd,
+    reservationUsd: Usd.meta({ description: "the reservation, also passed as --max-budget-usd" }),
+    phase: PhaseSchema,
+    startedAt: z.iso.datetime().nullable(),
+    model: z.string().nullable().meta({ description: "the init event's model" }),
+    tools: z.array(z.string()).nullable().meta({ description: "the init event's tools" }),
+    mcpServers: z.array(McpServerStatusSchema).nullable().meta({ description: "the init event's mcp_servers" }),
+    toolCallsByName: z.record(z.string(), Count),
+    toolCalls: Count.meta({ description: "every tool_use counted once by id, refused calls included" }),
+    permissionDenials: z.array(PermissionDenialSchema),
+    inputTokens: TokenCount,
+    outputTokens: TokenCount,
+    cacheCreationInputTokens: TokenCount,
+    cacheReadInputTokens: TokenCount,
+    numTurns: Count.nullable(),
+    cliSubtype: z.string().nullable(),
+    isError: z.boolean().nullable(),
+    usageComplete: z.boolean(),
+    toolErrorsByName: z.record(z.string(), Count),
+    cliReportedCostUsd: Usd.nullable().meta({ description: "the CLI's total_cost_usd, or null" }),
+    computedCostUsd: Usd.nullable().meta({ description: "list-price cost from modelUsage and the price table" }),
+    costBasis: z.record(z.string(), z.unknown()).nullable().meta({ description: "how computedCostUsd was priced (tier and its source)" }),
+    setupProblems: z.array(z.string()),
+    costProblem: z.string().nullable(),
+    chargedUsd: Usd.nullable().meta({ description: "null until settled; then the final charge" }),
+    wallTimeMs: Count.nullable(),
+    status: AttemptStatusSchema.nullable().meta({ description: "null until settled" }),
+    answer: z.string().nullable().meta({ description: "private: never printed" }),
+    correctness: z.null(),
+    adjudication: z.literal("pending"),
+    exportHash: Sha256.nullable(),
+    containerId: z.string().min(1).nullable(),
+    // Extension fields for later issues; absent until the stage that records them exists.
+    mcp: z.record(z.string(), z.unknown()).optional().meta({ description: "the doc-bridge server's own record of the attempt" }),
+    egress: z.record(z.string(), z.unknown()).optional(),
+    exitCode: z.number().int().nullable().optional(),
+    timedOut: z.boolean().optional(),
+    truncated: z.boolean().optional(),
+    oomKilled: z.boolean().optional(),
+  })
+  .superRefine((o, ctx) => {
+    const settled = o.phase === "settled";
+    if (settled !== (o.status !== null)) {
+      ctx.addIssue({ code: "custom", path: ["status"], message: settled ? "a settled attempt must have a status" : "must be null until the attempt is settled" });
+    }
+    if (settled !== (o.chargedUsd !== null)) {
+      ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: settled ? "a settled attempt must have a charge" : "must be null until the attempt is settled" });
+    }
+    if (o.reservationUsd > o.attemptBudgetUsd + USD_EPSILON) {
+      ctx.addIssue({ code: "custom", path: ["reservationUsd"], message: "exceeds attemptBudgetUsd" });
+    }
+    if (o.status === null || o.chargedUsd === null) return;
+    if (o.status === "completed") {
+      // Seed 000: a completed attempt settles to the larger of total_cost_usd and the computed cost.
+      for (const key of ["cliReportedCostUsd", "computedCostUsd"] as const) {
+        const cost = o[key];
+        if (cost !== null && o.chargedUsd < cost - USD_EPSILON) {
+          ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below ${key}; a completed attempt is charged the larger valid cost` });
+        }
+      }
+      if (o.setupProblems.length) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite setup problems; any setup problem makes the attempt invalid-setup" });
+      if (o.costProblem !== null) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite a cost problem; that is invalid-cost" });
+      if (o.answer === null) ctx.addIssue({ code: "custom", path: ["answer"], message: "is null; completed means an answer was returned" });
+    } else if (o.chargedUsd < o.reservationUsd - USD_EPSILON) {
+      // Seed 000: any other outcome is charged max(reservation, every valid cost).
+      ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below the reservation; a ${o.status} attempt keeps its reservation charged` });
+    }
+    if (o.status === "invalid-setup" && o.setupProblems.length === 0) {
+      ctx.addIssue({ code: "custom", path: ["setupProblems"], message: "is empty; invalid-setup must say which setup check failed" });
+    }
+    if (o.status === "invalid-cost" && o.costProblem === null) {
+      ctx.addIssue({ code: "custom", path: ["costProblem"], message: "is null; invalid-cost must say why the cost could not be trusted" });
+    }
+  });
+
+export const BudgetSchema = z.strictObject({
+  capUsd: z.number().finite().positive(),
+  attemptBudgetUsd: z.number().finite().positive(),
+  reservedUsd: Usd.meta({ description: "sum of open (unsettled) reservations" }),
+  spentUsd: Usd.meta({
+    description: "sum of settled charges plus open reservations, so that a crash never under-counts the spend",
+  }),
+  cumulativeCapExceeded: z.boolean(),
+});
+
+export const LedgerSchema = z
+  .strictObject({
+    $schema: z.string().optional(),
+    schemaVersion: z.literal(LEDGER_SCHEMA_VERSION),
+    runId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, "must be 1-128 letters, digits, '.', '_' or '-'"),
+    createdAt: z.iso.datetime(),
+    protocol: z.strictObject({
+      manifestPath: z.string().min(1),
+      protocolHash: Sha256.meta({ description: "sha256 of the manifest file's bytes" }),
+    }),
+    runnerHash: Sha256.meta({ description: "sha256 over the runner's shipped files (computeRunnerHash)" }),
+    corpus: z.array(
+      z.strictObject({
+        repository: z.string().min(1),
+        pin: z.string().regex(COMMIT_RE),
+        root: z.string().refine(isAbsolute, "must be an absolute path").optional(),
+      }),
+    ),
+    docBridge: z
+      .strictObject({
+        engineRevision: z.string().nullable(),
+        bundleHash: Sha256.nullable(),
+        denyList: z.array(z.string()).meta({ description: "the mcp__doc-bridge__* names passed to --disallowedTools in both arms" }),
+      })
+      .nullable(),
+    image: z
+      .strictObject({
+        ref: z.string().min(1),
+        id: z.string().min(1),
+        binarySha256: Sha256.nullable(),
+      })
+      .nullable(),
+    cliVersion: z.string().nullable().meta({ description: "the probed `claude --version`" }),
+    expectedCliVersion: z.string().nullable(),
+    transport: TransportSchema,
+    isolation: z.string().min(1),
+    model: z.string().min(1),
+    prices: PriceTableSchema,
+    mode: z.enum(["pilot", "full"]),
+    budget: BudgetSchema,
+    adjudication: z.strictObject({ method: z.literal("agent"), humanReview: z.literal(false) }),
+    status: RunStatusSchema,
+    statusReason: z.string().min(1).optional(),
+    observations: z.array(ObservationSchema),
+  })
+  .superRefine((l, ctx) => {
+    if (l.transport === "cli") {
+      // Seed 000: the probed version must equal the expected one before any attempt.
+      if (l.cliVersion === null || l.expectedCliVersion === null) {
+        ctx.addIssue({ code: "custom", path: ["cliVersion"], message: "the cli transport records the probed and the expected CLI version" });
+      } else if (l.cliVersion !== l.expectedCliVersion) {
+        ctx.addIssue({ code: "custom", path: ["cliVersion"], message: `'${l.cliVersion}' differs from expectedCliVersion '${l.expectedCliVersion}'; no attempt may run` });
+      }
+      if (l.image === null) ctx.addIssue({ code: "custom", path: ["image"], message: "the cli transport records the image it ran" });
+    }
+    l.observations.forEach((o, i) => {
+      if (o.index !== i) ctx.addIssue({ code: "custom", path: ["observations", i, "index"], message: `is ${o.index}, expected ${i}; observations are appended in run order` });
+      if (o.transport !== l.transport) ctx.addIssue({ code: "custom", path: ["observations", i, "transport"], message: `differs from the run's transport '${l.transport}'` });
+      // Attempts run one at a time: only the newest may still hold an open reservation.
+      if (o.phase !== "settled" && i !== l.observations.length - 1) {
+        ctx.addIssue({ code: "custom", path: ["observations", i, "phase"], message: "only the last observation may be unsettled" });
+      }
+      if (o.status !== null && o.status !== "completed" && l.status !== "blocked") {
+        ctx.addIssue({ code: "custom", path: ["status"], message: `is '${l.status}' but observations[${i}] is ${o.status}; any status but completed stops the run (blocked)` });
+      }
+    });
+    const totals = budgetTotals(l.observations);
+    if (Math.abs(l.budget.reservedUsd - totals.reservedUsd) > USD_EPSILON) {
+      ctx.addIssue({ code: "custom", path: ["budget", "reservedUsd"], message: `is ${l.budget.reservedUsd}, but the open reservations sum to ${totals.reservedUsd}` });
+    }
+    if (Math.abs(l.budget.spentUsd - totals.spentUsd) > USD_EPSILON) {
+      ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${l.budget.spentUsd}, but settled charges plus open reservations sum to ${totals.spentUsd}` });
+    }
+    if (l.budget.spentUsd > l.budget.capUsd + USD_EPSILON && !l.budget.cumulativeCapExceeded) {
+      ctx.addIssue({ code: "custom", path: ["budget", "cumulativeCapExceeded"], message: "is false although spentUsd passed capUsd" });
+    }
+    if (l.status === "awaiting-adjudication" && l.observations.some((o) => o.status !== "completed")) {
+      ctx.addIssue({ code: "custom", path: ["status"], message: "awaiting-adjudication needs every observation settled and completed" });
+    }
+    if (l.status === "blocked" && !l.statusReason) {
+      ctx.addIssue({ code: "custom", path: ["statusReason"], message: "a blocked run must say why" });
+    }
+  });
+
+/**
+ * The budget figures the observations imply: open reservations, and settled charges plus open
+ * reservations. The ledger schema requires `budget` to agree with these.
+ */
+export function budgetTotals(observations: readonly Pick<Observation, "phase" | "reservationUsd" | "chargedUsd">[]): {
+  reservedUsd: number;
+  spentUsd: number;
+} {
+  let reservedUsd = 0;
+  let chargedUsd = 0;
+  for (const o of observations) {
+    if (o.phase === "settled") chargedUsd += o.chargedUsd ?? 0;
+    else reservedUsd += o.reservationUsd;
+  }
+  return { reservedUsd, spentUsd: chargedUsd + reservedUsd };
+}
+
+export type Ledger = z.infer<typeof LedgerSchema>;
+export type Observation = z.infer<typeof ObservationSchema>;
+export type Budget = z.infer<typeof BudgetSchema>;
+export type PriceTable = z.infer<typeof PriceTableSchema>;
+export type AttemptStatus = z.infer<typeof AttemptStatusSchema>;
+export type RunStatus = z.infer<typeof RunStatusSchema>;
+export type Phase = z.infer<typeof PhaseSchema>;

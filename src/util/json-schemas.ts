@@ -1,0 +1,53 @@
+import { mkdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { z } from "zod";
+import { LedgerSchema } from "../ledger/schema.ts";
+import { ManifestSchema } from "../manifest/schema.ts";
+
+/**
+ * JSON Schema files in docs/schemas are generated from the zod schemas that validate the files,
+ * never kept by hand (architecture: "the same zod schema validates, types and documents"). A test
+ * compares the committed files with this output. Cross-field rules (superRefine) cannot be
+ * expressed in JSON Schema and are only enforced by the runner.
+ */
+function document(schema: z.ZodType, io: "input" | "output", title: string, description: string): object {
+  const { $schema, ...rest } = z.toJSONSchema(schema, { io }) as Record<string, unknown>;
+  return { $schema, title, description, ...rest };
+}
+
+/** file name -> JSON Schema document. */
+export function generateSchemas(): Record<string, object> {
+  return {
+    // The manifest is what people write, so it documents the accepted input.
+    "manifest.schema.json": document(
+      ManifestSchema,
+      "input",
+      "study-runner manifest",
+      "A paired study: pinned repositories, tasks with their questions and expected propositions, two scenarios.",
+    ),
+    // The ledger is what the runner writes.
+    "ledger.schema.json": document(
+      LedgerSchema,
+      "output",
+      "study-runner ledger",
+      "The private ledger of one run: provenance, prices, budget, one observation per attempt. Holds private answers; never publish it as is.",
+    ),
+  };
+}
+
+/** The exact bytes of a generated schema file. */
+export function schemaFileText(schema: object): string {
+  return `${JSON.stringify(schema, null, 2)}\n`;
+}
+
+/** Write every generated schema into `dir`; returns the paths written. */
+export async function writeSchemas(dir: string): Promise<string[]> {
+  await mkdir(dir, { recursive: true });
+  const written: string[] = [];
+  for (const [name, schema] of Object.entries(generateSchemas())) {
+    const path = join(dir, name);
+    await writeFile(path, schemaFileText(schema));
+    written.push(path);
+  }
+  return written;
+}
