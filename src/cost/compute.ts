@@ -1,0 +1,199 @@
+import { picoToUsd, usdToPico } from "./money.ts";
+import { pricesFor, TIER_THRESHOLD_TOKENS, type TierPrices } from "./prices.ts";
+
+/**
+ * The list-price cross-check of seed 000 ("Cost") and the 001 amendment ("Cost cross-check"):
+ * price the `modelUsage` totals with `CLI_PRICES`, pick the tier from the largest single
+ * prompt, price cache writes by TTL, and require the CLI's `total_cost_usd` to agree within a
+ * factor of two. Any problem makes the attempt `invalid-cost`.
+ */
+
+/** The token fields of one `modelUsage` entry (names as the CLI writes them). */
+export interface ModelUsageTokens {
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadInputTokens: number;
+  cacheCreationInputTokens: number;
+  costBasis?: string | undefined;
+}
+
+/** The result's `usage.cache_creation` split. */
+export interface CacheCreationSplit {
+  ephemeral5mInputTokens: number;
+  ephemeral1hInputTokens: number;
+}
+
+/** The prompt side of one API message (deduplicated by message id). */
+export interface MessagePromptUsage {
+  messageId: string;
+  inputTokens: number;
+  cacheReadInputTokens: number;
+  cacheCreationInputTokens: number;
+}
+
+export interface CostInput {
+  /** The requested model; the only one allowed in `modelUsage`. */
+  model: string;
+  /** The result's `modelUsage`, or `null` when missing or malformed. */
+  modelUsage: Readonly<Record<string, ModelUsageTokens>> | null;
+  /** The result's `usage.cache_creation`, or `null` when absent (all writes unattributed). */
+  cacheCreation: CacheCreationSplit | null;
+  /** Per-message usage from the stream; empty when the stream had none. */
+  perMessageUsage: readonly MessagePromptUsage[];
+  /** The CLI's `total_cost_usd`, or `null` when missing or not a finite number. */
+  reportedCostUsd: number | null;
+}
+
+export interface CostBasis {
+  model: string;
+  tier: 1 | 2;
+  tierSource: "per-message" | "aggregate";
+  /** The prompt size that chose the tier: the largest single prompt, or the aggregate. */
+  tierPromptTokens: number;
+  pricesUsdPerMillion: TierPrices;
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadInputTokens: number;
+  cacheWrite5mTokens: number;
+  cacheWrite1hTokens: number;
+  /** Writes with no TTL split, priced at the 1-hour rate (the CLI uses 5-minute: ours is above). */
+  cacheWriteUnattributedTokens: number;
+}
+
+export interface CostResult {
+  /** The list-price cost, or `null` when it cannot be computed for the requested model alone. */
+  computedCostUsd: number | null;
+  /** The CLI's `total_cost_usd` when it is a valid amount (finite, non-negative), else `null`. */
+  reportedCostUsd: number | null;
+  costBasis: CostBasis | null;
+  /** Human-readable; any entry makes the attempt `invalid-cost`. */
+  problems: string[];
+}
+
+export function computeCost(input: CostInput): CostResult {
+  const problems: string[] = [];
+  const { model, modelUsage } = input;
+
+  let reportedCostUsd: number | null = null;
+  if (input.reportedCostUsd === null || !Number.isFinite(input.reportedCostUsd)) {
+    problems.push("total_cost_usd is missing or not a finite number");
+  } else if (input.reportedCostUsd < 0) {
+    problems.push(`total_cost_usd is negative (${input.reportedCostUsd})`);
+  } else {
+    reportedCostUsd = input.reportedCostUsd;
+  }
+
+  if (modelUsage === null) {
+    problems.push("modelUsage is missing or malformed");
+    return { computedCostUsd: null, reportedCostUsd, costBasis: null, problems };
+  }
+
+  const models = Object.keys(modelUsage);
+  // 2.1.288 once billed an auxiliary claude-haiku-4-5 next to the study model at ~60x the
+  // estimate (001 amendment): any other model in modelUsage is an invalid cost.
+  for (const other of models.filter((m) => m !== model).slice(0, 10)) {
+    problems.push(`modelUsage has model ${quote(other)} besides the requested ${quote(model)}`);
+  }
+  for (const m of models.slice(0, 10)) {
+    const basis = modelUsage[m]!.costBasis;
+    if (basis !== "list") problems.push(`modelUsage ${quote(m)} has costBasis ${basis === undefined ? "missing" : quote(basis)}, not "list"`);
+  }
+  const usage = Object.hasOwn(modelUsage, model) ? modelUsage[model]! : undefined;
+  if (usage === undefined) problems.push(`modelUsage has no entry for the requested model ${quote(model)}`);
+  const prices = pricesFor(model);
+  if (prices === undefined) problems.push(`CLI_PRICES has no row for ${quote(model)}`);
+  if (usage === undefined || prices === undefined || models.length !== 1) {
+    return { computedCostUsd: null, reportedCostUsd, costBasis: null, problems };
+  }
+
+  // Cache writes by TTL; writes without a split are priced at the 1-hour rate on purpose
+  // (seed 000), above the CLI's own 5-minute choice (facts), so the estimate stays an upper one.
+  const writes = usage.cacheCreationInputTokens;
+  let write5m = 0;
+  let write1h = 0;
+  let unattributed = writes;
+  if (input.cacheCreation !== null) {
+    write5m = input.cacheCreation.ephemeral5mInputTokens;
+    write1h = input.cacheCreation.ephemeral1hInputTokens;
+    if (write5m + write1h > writes) {
+      problems.push(`usage.cache_creation splits ${write5m + write1h} cache-write tokens, but modelUsage has ${writes}`);
+      unattributed = 0;
+    } else {
+      unattributed = writes - write5m - write1h;
+    }
+  }
+
+  const aggregatePrompt = usage.inputTokens + usage.cacheReadInputTokens + writes;
+  let tier: 1 | 2;
+  let tierSource: CostBasis["tierSource"] = "aggregate";
+  let tierPromptTokens = aggregatePrompt;
+  if (input.perMessageUsage.length === 0) {
+    tier = aggregatePrompt > TIER_THRESHOLD_TOKENS ? 2 : 1;
+  } else {
+    let largest = 0;
+    const sums = { input: 0, cacheRead: 0, cacheWrite: 0 };
+    for (const m of input.perMessageUsage) {
+      largest = Math.max(largest, m.inputTokens + m.cacheReadInputTokens + m.cacheCreationInputTokens);
+      sums.input += m.inputTokens;
+      sums.cacheRead += m.cacheReadInputTokens;
+      sums.cacheWrite += m.cacheCreationInputTokens;
+    }
+    // Measured: summed over distinct message ids, the prompt side equals modelUsage exactly;
+    // per-message output_tokens is a placeholder, so output is not compared.
+    const mismatches: string[] = [];
+    if (sums.input !== usage.inputTokens) mismatches.push(`input ${sums.input} vs ${usage.inputTokens}`);
+    if (sums.cacheRead !== usage.cacheReadInputTokens) mismatches.push(`cache read ${sums.cacheRead} vs ${usage.cacheReadInputTokens}`);
+    if (sums.cacheWrite !== writes) mismatches.push(`cache write ${sums.cacheWrite} vs ${writes}`);
+    if (mismatches.length === 0) {
+      tier = largest > TIER_THRESHOLD_TOKENS ? 2 : 1;
+      tierSource = "per-message";
+      tierPromptTokens = largest;
+    } else {
+      problems.push(`per-message usage does not sum to modelUsage (${mismatches.join("; ")})`);
+      // Neither source is trusted: take the dearer tier either one points to.
+      tier = largest > TIER_THRESHOLD_TOKENS || aggregatePrompt > TIER_THRESHOLD_TOKENS ? 2 : 1;
+      tierPromptTokens = Math.max(largest, aggregatePrompt);
+    }
+  }
+
+  const row = tier === 1 ? prices.tier1 : prices.tier2;
+  // Each term is tokens x (pico-USD per million tokens); one division at the end, rounded up.
+  const perMillion =
+    BigInt(usage.inputTokens) * usdToPico(row.input, "ceil") +
+    BigInt(usage.outputTokens) * usdToPico(row.output, "ceil") +
+    BigInt(usage.cacheReadInputTokens) * usdToPico(row.cacheRead, "ceil") +
+    BigInt(write5m) * usdToPico(row.cacheWrite5m, "ceil") +
+    BigInt(write1h + unattributed) * usdToPico(row.cacheWrite1h, "ceil");
+  const million = 1_000_000n;
+  const pico = (perMillion + million - 1n) / million;
+  const computedCostUsd = picoToUsd(pico);
+
+  // Within a factor of two both ways. With a computed cost of 0 (no tokens) there is no ratio:
+  // only a reported 0 agrees, since a positive charge for nothing is unexplained.
+  if (reportedCostUsd !== null && !(reportedCostUsd <= 2 * computedCostUsd && 2 * reportedCostUsd >= computedCostUsd)) {
+    problems.push(`total_cost_usd ${reportedCostUsd} is not within a factor of two of the list-price cost ${computedCostUsd}`);
+  }
+
+  return {
+    computedCostUsd,
+    reportedCostUsd,
+    costBasis: {
+      model,
+      tier,
+      tierSource,
+      tierPromptTokens,
+      pricesUsdPerMillion: { ...row },
+      inputTokens: usage.inputTokens,
+      outputTokens: usage.outputTokens,
+      cacheReadInputTokens: usage.cacheReadInputTokens,
+      cacheWrite5mTokens: write5m,
+      cacheWrite1hTokens: write1h,
+      cacheWriteUnattributedTokens: unattributed,
+    },
+    problems,
+  };
+}
+
+function quote(name: string): string {
+  return JSON.stringify(name.length > 100 ? `${name.slice(0, 100)}…` : name);
+}
