@@ -29,6 +29,8 @@ export interface TranscriptExpectation {
   expectedTools: readonly string[];
   /** Default `doc-bridge`. */
   mcpServerName?: string;
+  /** When set, the init event's `claude_code_version` must equal it (the pinned CLI). */
+  cliVersion?: string;
 }
 
 export type SetupProblemCode =
@@ -51,7 +53,11 @@ export type SetupProblemCode =
   | "unknown-tool-result"
   | "permission-denial"
   | "doc-bridge-all-errors"
-  | "inconsistent-usage";
+  | "inconsistent-usage"
+  /** init `apiKeySource` is not "none": the CLI used a key, not its own login (seed 001). */
+  | "api-key-source"
+  /** init `claude_code_version` is not the pinned version. */
+  | "cli-version";
 
 export interface McpServerFact {
   name: string;
@@ -348,6 +354,13 @@ export class TranscriptReader {
       claudeCodeVersion: init.claude_code_version === undefined ? null : cap(init.claude_code_version),
     };
 
+    // The study runs on the CLI's own login; a key reaching the child is a broken setup (seed 001).
+    if (init.apiKeySource !== undefined && init.apiKeySource !== "none") {
+      this.problem("api-key-source", `init apiKeySource is ${quote(init.apiKeySource)}; the CLI must authenticate with its own login ("none")`);
+    }
+    if (this.exp.cliVersion !== undefined && init.claude_code_version !== this.exp.cliVersion) {
+      this.problem("cli-version", `init claude_code_version ${quote(init.claude_code_version ?? "(missing)")} is not the pinned ${quote(this.exp.cliVersion)}`);
+    }
     if (init.model !== this.exp.model) {
       this.problem("init-model", `init model ${quote(init.model)} is not the requested ${quote(this.exp.model)}`);
     }

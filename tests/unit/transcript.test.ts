@@ -93,9 +93,10 @@ describe("a valid transcript", () => {
     expect(evaluate(text, "repository").classification.status).toBe("completed");
   });
 
-  it("reads the stream the real 2.1.296 wrote: setup holds, and its scripted usage fails the per-message sum", () => {
+  it("reads the stream the real 2.1.296 wrote: only its API-key login breaks setup, and its scripted usage fails the per-message sum", () => {
     const ev = evaluate(REAL_SAMPLE_LINES.join("\n") + "\n", "repository");
-    expect(ev.facts.setupProblems).toEqual([]);
+    // The sample was recorded with ANTHROPIC_API_KEY set; a study attempt must use the CLI's login.
+    expect(ev.facts.setupProblemCodes).toEqual(["api-key-source"]);
     expect(ev.facts.apiKeySource).toBe("ANTHROPIC_API_KEY");
     expect(ev.facts.toolCallsByName).toEqual({ Read: 2 });
     expect(ev.facts.answer).toBe("ok");
@@ -103,7 +104,7 @@ describe("a valid transcript", () => {
     // The scripted server's message_start said 100 input per message, its final usage 10.
     expect(ev.cost.computedCostUsd).toBe(2.5e-6);
     expect(ev.cost.problems).toEqual(["per-message usage does not sum to modelUsage (input 200 vs 10)"]);
-    expect(ev.classification.status).toBe("invalid-cost");
+    expect(ev.classification.status).toBe("invalid-setup");
   });
 });
 
@@ -423,5 +424,20 @@ describe("usage completeness", () => {
   it("computeCost takes the facts as they are", () => {
     const facts = readTranscript(toText(baseEvents("repository")), expectation("repository"));
     expect(computeCost({ ...facts, model: MODEL }).computedCostUsd).toBe(0.000602);
+  });
+});
+
+describe("the CLI's identity in the init event", () => {
+  it.each(ARMS)("%s arm: an apiKeySource other than none is invalid-setup (the study runs on the CLI's own login)", (arm) => {
+    const ev = evaluate(withEvents(arm, (events) => void ((events[0] as any).apiKeySource = "ANTHROPIC_API_KEY")), arm);
+    expectOnly(ev, "api-key-source");
+  });
+
+  it("a claude_code_version other than the pinned one is invalid-setup when the pin is expected", () => {
+    const text = withEvents("repository", (events) => void ((events[0] as any).claude_code_version = "2.1.297"));
+    const facts = readTranscript(text, { ...expectation("repository"), cliVersion: "2.1.296" });
+    expect(facts.setupProblemCodes).toEqual(["cli-version"]);
+    expect(facts.setupProblems[0]).toMatch(/"2\.1\.297" is not the pinned "2\.1\.296"/);
+    expect(readTranscript(toText(baseEvents("repository")), { ...expectation("repository"), cliVersion: "2.1.296" }).setupProblemCodes).toEqual([]);
   });
 });
