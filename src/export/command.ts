@@ -1,0 +1,87 @@
+import { mkdir, realpath } from "node:fs/promises";
+import { isAbsolute, relative, resolve, sep } from "node:path";
+import type { ExclusionReason } from "../corpus/filter.ts";
+import { gitTopLevel } from "../corpus/git.ts";
+import { loadManifest } from "../manifest/load.ts";
+import { UsageError } from "../util/errors.ts";
+import { planExport, removeTree, writeExport } from "./export.ts";
+
+export interface ExportCommandOptions {
+  /** The study manifest: it pins the repository and lists its answer keys. */
+  manifest: string;
+  /** Checkout path per repository name (`--root name=path`). */
+  roots: Readonly<Record<string, string>>;
+  repository: string;
+  /** A folder that does not exist yet; its parent must. */
+  out: string;
+}
+
+/** What `study-runner export` prints: counts and hashes only, never file contents. */
+export interface ExportSummary {
+  repository: string;
+  pin: string;
+  out: string;
+  files: number;
+  bytes: number;
+  excluded: Record<ExclusionReason, number>;
+  exportHash: string;
+}
+
+/**
+ * The manifest's repository-relative path when the manifest file lives inside the checkout
+ * whose top is `checkoutTop` (pass the result as `manifestPaths`: it is never exported).
+ */
+export async function manifestPathsInCheckout(checkoutTop: string, manifestPath: string): Promise<string[]> {
+  const rel = relative(await realpath(checkoutTop), await realpath(manifestPath));
+  if (rel === "" || rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel)) return [];
+  return [rel.split(sep).join("/")];
+}
+
+/**
+ * `study-runner export`: writes exactly what an attempt on `repository` would see (same
+ * filter, same code, same modes) into `out`, so a person can inspect it.
+ */
+export async function exportCommand(opts: ExportCommandOptions): Promise<ExportSummary> {
+  const { manifest } = await loadManifest(opts.manifest);
+  const pinned = Object.keys(manifest.repositories);
+  const pin = manifest.repositories[opts.repository];
+  if (pin === undefined) {
+    throw new UsageError(`--repository '${opts.repository}' is not pinned in ${opts.manifest}; use one of: ${pinned.join(", ")}`);
+  }
+  const root = opts.roots[opts.repository];
+  if (root === undefined) throw new UsageError(`no checkout for '${opts.repository}'; pass --root ${opts.repository}=PATH`);
+  const top = await gitTopLevel(resolve(root));
+  if (top === undefined) throw new UsageError(`--root ${opts.repository}=${root} is not inside a git checkout`);
+
+  const plan = await planExport({
+    repoDir: top,
+    pin,
+    answerKeys: manifest.answerKeys?.[opts.repository] ?? [],
+    manifestPaths: await manifestPathsInCheckout(top, opts.manifest),
+  });
+
+  const out = resolve(opts.out);
+  try {
+    await mkdir(out, { mode: 0o700 });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") throw new UsageError(`--out ${opts.out} already exists; name a folder that does not exist yet`);
+    if (code === "ENOENT") throw new UsageError(`--out ${opts.out}: its parent folder does not exist`);
+    throw err;
+  }
+  try {
+    await writeExport(out, top, plan.files);
+  } catch (err) {
+    await removeTree(out);
+    throw err;
+  }
+  return {
+    repository: opts.repository,
+    pin,
+    out,
+    files: plan.files.length,
+    bytes: plan.files.reduce((n, f) => n + f.size, 0),
+    excluded: plan.excluded,
+    exportHash: plan.exportHash,
+  };
+}

@@ -1,0 +1,88 @@
+import { describe, expect, it } from "vitest";
+import fc from "fast-check";
+import { exclusionReason, LOCKFILES, MAX_PUBLIC_BYTES, publicEntries } from "../../src/corpus/filter.ts";
+import type { TreeEntry } from "../../src/corpus/git.ts";
+
+const OID = "0123456789abcdef0123456789abcdef01234567";
+
+function blob(path: string, size = 10, mode = "100644"): TreeEntry {
+  return { mode, type: "blob", oid: OID, size, path, rawPath: Buffer.from(path, "utf8") };
+}
+
+describe("public-path filter", () => {
+  it("passes ordinary files, executables, CLAUDE.md, AGENTS.md and non-ASCII names", () => {
+    for (const path of ["README.md", "src/a/b/c.ts", "CLAUDE.md", "AGENTS.md", "pkg/CLAUDE.md", "docs/guía rápida.md", "has space.txt"]) {
+      expect(exclusionReason(blob(path)), path).toBeUndefined();
+    }
+    expect(exclusionReason(blob("bin/run.sh", 10, "100755"))).toBeUndefined();
+  });
+
+  it("keeps out symlinks, submodules and anything that is not a regular blob", () => {
+    expect(exclusionReason(blob("link", 4, "120000"))).toBe("not-a-regular-file");
+    expect(exclusionReason({ mode: "160000", type: "commit", oid: OID, size: undefined, path: "vendor/sub", rawPath: Buffer.from("vendor/sub") })).toBe(
+      "not-a-regular-file",
+    );
+    // A legacy group-writable mode is not one of the two regular-file modes.
+    expect(exclusionReason(blob("old.txt", 4, "100664"))).toBe("not-a-regular-file");
+  });
+
+  it("keeps out a path whose bytes are not UTF-8", () => {
+    const rawPath = Buffer.from([0x66, 0xff, 0x2e, 0x74, 0x78, 0x74]);
+    expect(exclusionReason({ ...blob(rawPath.toString("utf8")), rawPath })).toBe("not-utf8-path");
+  });
+
+  it("keeps out every path with a dot-component, at any depth", () => {
+    for (const path of [".env", ".github/workflows/ci.yml", "src/.secret/key.txt", "a/b/.eslintrc", ".doc-bridge/index.json"]) {
+      expect(exclusionReason(blob(path)), path).toBe("hidden");
+    }
+    fc.assert(
+      fc.property(
+        fc.array(fc.stringMatching(/^[a-z0-9 _-]{1,8}$/), { maxLength: 3 }),
+        fc.stringMatching(/^\.[a-z0-9._-]{0,8}$/),
+        fc.array(fc.stringMatching(/^[a-z0-9 _-]{1,8}$/), { maxLength: 3 }),
+        (before, dot, after) => exclusionReason(blob([...before, dot, ...after].join("/"))) === "hidden",
+      ),
+    );
+  });
+
+  it("keeps out dependency and build folders at any depth, but not names that merely contain them", () => {
+    for (const path of ["node_modules/x/index.js", "dist/bundle.js", "build/out.o", "coverage/lcov.info", "packages/a/node_modules/y.js", "web/dist/app.js"]) {
+      expect(exclusionReason(blob(path)), path).toBe("build-or-dependency-dir");
+    }
+    for (const path of ["distribution/x.md", "src/builder.ts", "dist.md", "coverage.md", "my_node_modules/a.js"]) {
+      expect(exclusionReason(blob(path)), path).toBeUndefined();
+    }
+  });
+
+  it("keeps out every lockfile by name at any depth, but not the manifests beside them", () => {
+    for (const name of LOCKFILES) {
+      expect(exclusionReason(blob(name)), name).toBe("lockfile");
+      expect(exclusionReason(blob(`sub/dir/${name}`)), name).toBe("lockfile");
+    }
+    for (const path of ["package.json", "go.mod", "Cargo.toml", "yarn.lock.md"]) expect(exclusionReason(blob(path)), path).toBeUndefined();
+  });
+
+  it("keeps out answer keys (a file or a whole folder) and the manifest, and only those", () => {
+    const opts = { answerKeys: ["answers", "notes/key.md"], manifestPaths: ["study/manifest.json"] };
+    expect(exclusionReason(blob("answers/q1.md"), opts)).toBe("answer-key");
+    expect(exclusionReason(blob("answers"), opts)).toBe("answer-key");
+    expect(exclusionReason(blob("notes/key.md"), opts)).toBe("answer-key");
+    expect(exclusionReason(blob("answers-public/q1.md"), opts)).toBeUndefined();
+    expect(exclusionReason(blob("notes/key.md.txt"), opts)).toBeUndefined();
+    expect(exclusionReason(blob("study/manifest.json"), opts)).toBe("manifest");
+    expect(exclusionReason(blob("study/manifest.json"))).toBeUndefined();
+    expect(exclusionReason(blob("study/other.json"), opts)).toBeUndefined();
+  });
+
+  it(`keeps out blobs over ${MAX_PUBLIC_BYTES} bytes and keeps one of exactly that size`, () => {
+    expect(MAX_PUBLIC_BYTES).toBe(200_000);
+    expect(exclusionReason(blob("big.bin", 200_000))).toBeUndefined();
+    expect(exclusionReason(blob("big.bin", 200_001))).toBe("too-large");
+    expect(exclusionReason({ ...blob("nosize.bin"), size: undefined })).toBe("too-large");
+  });
+
+  it("publicEntries keeps exactly the entries without an exclusion reason", () => {
+    const entries = [blob("a.md"), blob(".env"), blob("dist/x.js"), blob("b.md", 200_001), blob("CLAUDE.md")];
+    expect(publicEntries(entries).map((e) => e.path)).toEqual(["a.md", "CLAUDE.md"]);
+  });
+});
