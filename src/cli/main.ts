@@ -35,6 +35,14 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--output <path>", "the private ledger: a new file outside every checkout and outside this project")
     .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
     .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
+    .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", "study-runner/claude-code:2.1.296")
+    .addOption(new Option("--isolation <profile>", "network of attempt containers: 'standard' (the engine's default bridge, for a real pilot) or 'offline' (no network: fake or scripted model)").choices(["standard", "offline"]).default("standard"))
+    .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array, run with each checkout as cwd, e.g. '[\"node\",\"/opt/ak/bin/ak-docs.js\",\"mcp\"]' (default: the bundled reference server)")
+    .option("--quiet", "no progress lines on stderr")
+    .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
+    .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())
+    .addOption(new Option("--test-attempt-timeout-ms <ms>", "tests: a shorter attempt timeout than the contract's five minutes").hideHelp())
     .option("--input-price-usd-per-mtok <usd>", "http transport: upper input price per million tokens (or STUDY_INPUT_PRICE_USD_PER_MTOK)")
     .option("--output-price-usd-per-mtok <usd>", "http transport: upper output price per million tokens (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)")
     .addHelpText(
@@ -63,6 +71,20 @@ Examples:
     .option("--pilot", "the pilot plan instead of the full study")
     .option("--json", "one JSON array instead of a table")
     .action(async (opts) => setExit(await (await import("./plan.ts")).planCommand(opts)));
+
+  program
+    .command("export")
+    .description("write the export an attempt would see (one repository at its pin, public files only, read-only) into a new folder")
+    .addOption(manifestOption())
+    .requiredOption("--root <name=path>", "checkout of the repository (repeatable)", collect)
+    .requiredOption("--repository <name>", "which repository of the manifest to export")
+    .requiredOption("--out <dir>", "a folder that does not exist yet; its files end up 0444, folders 0555")
+    .action(async (opts) => {
+      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("../export/command.ts"), import("./options.ts")]);
+      const summary = await exportCommand({ manifest: opts.manifest, roots: Object.fromEntries(parseRoots(opts.root)), repository: opts.repository, out: opts.out });
+      process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
+      setExit(ExitCode.ok);
+    });
 
   program
     .command("demo")

@@ -4,10 +4,33 @@ import { checkRoot, type RootCheck } from "../corpus/check.ts";
 import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
 import { checkExecution, parseRoots, type RawRunFlags } from "./options.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
+import { resolve } from "node:path";
 
 export interface RunFlags extends RawRunFlags {
   manifest: string;
   transport: "cli" | "http";
+  image?: string;
+  isolation?: "standard" | "offline";
+  claudeConfigDir?: string;
+  docBridgeCommand?: string;
+  quiet?: boolean;
+  fakeBehaviour?: string;
+  fakeRecords?: string;
+  testAttemptTimeoutMs?: string;
+}
+
+function parseEngineCommand(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    throw new UsageError(`--doc-bridge-command must be a JSON array of strings, e.g. '["node","/opt/ak/bin/ak-docs.js","mcp"]'`);
+  }
+  if (!Array.isArray(parsed) || parsed.length === 0 || !parsed.every((p) => typeof p === "string" && p.length > 0)) {
+    throw new UsageError(`--doc-bridge-command must be a non-empty JSON array of non-empty strings`);
+  }
+  return parsed as string[];
 }
 
 async function checkRoots(
@@ -69,6 +92,55 @@ export async function runCommand(flags: RunFlags): Promise<number> {
     problems.push(...(await checkOutputPath(flags.output, { checkouts: [...roots.values()], projectRoot: PROJECT_ROOT })));
   }
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
+  const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
   await checkRoots(manifest, roots);
-  throw new RefusalError("execution is not available yet in this build: only --dry-run runs");
+  if (flags.transport === "http") {
+    // The Messages API transport (issue 7) is not built yet; refuse before anything is spent.
+    throw new RefusalError("--transport http is not available in this version; pass --transport cli (the pilot transport)");
+  }
+
+  const [{ runStudy }, { DockerRuntime }, { referenceEngineCommand }] = await Promise.all([
+    import("../study/run.ts"),
+    import("../runtime/docker.ts"),
+    import("../mcp/preflight.ts"),
+  ]);
+  const controller = new AbortController();
+  // First signal: stop the current container, keep its reservation charged, end blocked.
+  // A second one exits at once; the ledger on disk is always a complete atomic write.
+  let signals = 0;
+  const onSignal = (sig: NodeJS.Signals) => {
+    signals++;
+    if (signals > 1) process.exit(sig === "SIGTERM" ? ExitCode.sigterm : ExitCode.sigint);
+    process.stderr.write(`study-runner: ${sig} received; stopping the current attempt (send it again to exit at once)\n`);
+    controller.abort(sig);
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  try {
+    return await runStudy(
+      {
+        loaded,
+        mode,
+        plan,
+        fullPlanSize: planStudy(manifest, "full").length,
+        roots,
+        model: settings.model,
+        capUsd: settings.capUsd,
+        attemptBudgetUsd: settings.attemptBudgetUsd,
+        output: settings.output,
+        image: flags.image ?? "study-runner/claude-code:2.1.296",
+        expectedCliVersion: flags.cliVersion ?? "2.1.296",
+        isolation: flags.isolation ?? "standard",
+        docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
+        claudeConfigDir: flags.claudeConfigDir,
+        fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
+        timeoutMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
+        quiet: flags.quiet,
+      },
+      { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal },
+    );
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
 }

@@ -1,0 +1,79 @@
+import type { Observation } from "../ledger/schema.ts";
+import type { PlannedAttempt } from "../plan/plan.ts";
+import type { TranscriptFacts } from "../transcript/reader.ts";
+import type { CostResult } from "../cost/compute.ts";
+
+/** A fresh observation for a planned attempt whose budget is reserved and nothing has started. */
+export function reservedObservation(a: PlannedAttempt, o: { transport: "cli" | "http"; cliVersion: string | null; expectedCliVersion: string | null; attemptBudgetUsd: number; reservationUsd: number }): Observation {
+  return {
+    index: a.index,
+    task: a.taskId,
+    scenario: a.scenario,
+    arm: a.arm,
+    repository: a.repository,
+    pin: a.pin,
+    repetition: a.repetition,
+    transport: o.transport,
+    cliVersion: o.cliVersion,
+    expectedCliVersion: o.expectedCliVersion,
+    attemptBudgetUsd: o.attemptBudgetUsd,
+    reservationUsd: o.reservationUsd,
+    phase: "reserved",
+    startedAt: null,
+    model: null,
+    tools: null,
+    mcpServers: null,
+    toolCallsByName: {},
+    toolCalls: 0,
+    permissionDenials: [],
+    inputTokens: null,
+    outputTokens: null,
+    cacheCreationInputTokens: null,
+    cacheReadInputTokens: null,
+    numTurns: null,
+    cliSubtype: null,
+    isError: null,
+    usageComplete: false,
+    toolErrorsByName: {},
+    cliReportedCostUsd: null,
+    computedCostUsd: null,
+    costBasis: null,
+    setupProblems: [],
+    costProblem: null,
+    chargedUsd: null,
+    wallTimeMs: null,
+    status: null,
+    answer: null,
+    correctness: null,
+    adjudication: "pending",
+    exportHash: null,
+    containerId: null,
+  };
+}
+
+/** The transcript's facts and the cost check, in the ledger's field names. */
+export function factsToObservation(facts: TranscriptFacts, cost: CostResult): Partial<Observation> {
+  return {
+    model: facts.initModel,
+    tools: facts.initTools,
+    mcpServers: facts.initMcpServers?.map((s) => ({ ...s })) ?? null,
+    toolCallsByName: facts.toolCallsByName,
+    toolCalls: facts.toolCalls,
+    permissionDenials: facts.permissionDenials.map((d) => ({ toolName: d.toolName, toolUseId: d.toolUseId ?? null })),
+    inputTokens: facts.inputTokens,
+    outputTokens: facts.outputTokens,
+    cacheCreationInputTokens: facts.cacheCreationInputTokens,
+    cacheReadInputTokens: facts.cacheReadInputTokens,
+    numTurns: facts.numTurns,
+    cliSubtype: facts.cliSubtype,
+    isError: facts.isError,
+    usageComplete: facts.usageComplete,
+    toolErrorsByName: facts.toolErrorsByName,
+    cliReportedCostUsd: cost.reportedCostUsd,
+    computedCostUsd: cost.computedCostUsd,
+    costBasis: cost.costBasis ? { ...cost.costBasis } : null,
+    setupProblems: facts.setupProblems,
+    costProblem: cost.problems.length ? cost.problems.join("; ") : null,
+    answer: facts.answer,
+  };
+}

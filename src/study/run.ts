@@ -1,0 +1,363 @@
+import { randomBytes } from "node:crypto";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { LoadedManifest } from "../manifest/load.ts";
+import type { Mode, PlannedAttempt } from "../plan/plan.ts";
+import type { ContainerRuntime } from "../runtime/port.ts";
+import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
+import { probeVersion } from "../image/build.ts";
+import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
+import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
+import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
+import { runBounded, type RawOutcome } from "../attempt/run.ts";
+import { buildPrompt, cliArguments, denyList, expectedInitTools, EMPTY_MCP_CONFIG } from "../claude/args.ts";
+import { TranscriptReader } from "../transcript/reader.ts";
+import { classifyAttempt } from "../transcript/classify.ts";
+import { computeCost } from "../cost/compute.ts";
+import { CLI_PRICES } from "../cost/prices.ts";
+import { initialBudget, reserve, settle, type BudgetState } from "../budget/budget.ts";
+import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
+import type { Ledger, Observation } from "../ledger/schema.ts";
+import { computeRunnerHash } from "../ledger/runner-hash.ts";
+import { preflightDocBridge } from "../mcp/preflight.ts";
+import { compareMcpRecord, containerMcpConfig, startMcpBridge, type McpBridge } from "../mcp/bridge.ts";
+import { RefusalError, ExitCode, errorMessage } from "../util/errors.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+import { factsToObservation, reservedObservation } from "./observation.ts";
+import { Progress } from "./progress.ts";
+
+export interface StudyConfig {
+  loaded: LoadedManifest;
+  mode: Mode;
+  plan: PlannedAttempt[];
+  /** Attempts of the full study, for the pilot's extrapolation. */
+  fullPlanSize: number;
+  roots: ReadonlyMap<string, string>;
+  model: string;
+  capUsd: number;
+  attemptBudgetUsd: number;
+  output: string;
+  image: string;
+  expectedCliVersion: string;
+  isolation: "standard" | "offline";
+  /** The doc-bridge engine command (never a shell string); run with a checkout as cwd. */
+  docBridgeCommand: string[];
+  /** Overrides where the CLI login is read from (the folder holding .credentials.json). */
+  claudeConfigDir?: string;
+  loginLockTimeoutMs?: number;
+  /** Test/CI only: the fake claude image's behaviour file and records folder. */
+  fake?: { behaviourFile?: string; recordsDir?: string };
+  timeoutMs?: number;
+  stdoutLimitBytes?: number;
+  quiet?: boolean;
+}
+
+export interface StudyDeps {
+  runtime: ContainerRuntime;
+  stdout: (text: string) => void;
+  stderr: NodeJS.WritableStream;
+  /** Aborted on SIGINT/SIGTERM: the current container is stopped and the run ends blocked. */
+  signal?: AbortSignal;
+}
+
+export interface StudySummary {
+  status: Ledger["status"];
+  statusReason: string | null;
+  mode: Mode;
+  transport: "cli";
+  model: string;
+  ledger: string;
+  attempts: { planned: number; run: number; byStatus: Record<string, number> };
+  usage: { inputTokens: number; outputTokens: number; cacheCreationInputTokens: number; cacheReadInputTokens: number; toolCalls: number };
+  usageComplete: boolean;
+  spentUsd: number;
+  capUsd: number;
+  cumulativeCapExceeded: boolean;
+  extrapolatedFullRunUsd: number | null;
+  extrapolationNote: string;
+  networkCalls?: never;
+}
+
+const networkFor = (isolation: StudyConfig["isolation"]): NetworkSetting => (isolation === "offline" ? { mode: "none" } : { mode: "bridge" });
+
+/** Preflight: everything that must hold before anything is reserved. Throws RefusalError. */
+async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
+  const { runtime } = deps;
+  try {
+    await runtime.ping();
+  } catch (err) {
+    throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
+  }
+  await reapOrphans(runtime);
+  await reapOrphanExports();
+  const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
+  if (probed.version !== config.expectedCliVersion) {
+    throw new RefusalError(
+      `image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`,
+    );
+  }
+  const login = resolveLogin({ configDir: config.claudeConfigDir });
+  const facts = await inspectLogin(login);
+  if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
+
+  let docBridge: { denyList: string[]; engineRevision: string | null } | null = null;
+  if (config.plan.some((a) => a.arm === "mcp")) {
+    const checkouts = [...new Set(config.plan.map((a) => a.repository))].map((repository) => ({
+      repository,
+      dir: config.roots.get(repository)!,
+      pin: config.loaded.manifest.repositories[repository]!,
+    }));
+    const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
+    docBridge = { denyList: denyList(result.tools), engineRevision: result.checkouts[0]?.engineRevision ?? null };
+  }
+  return { probed, login, docBridge };
+}
+
+export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
+  const runId = `run-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
+  const { probed, login, docBridge } = await preflight(config, deps, runId);
+  const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
+
+  let budget: BudgetState = initialBudget(config.capUsd);
+  const ledger: Ledger = {
+    schemaVersion: 1,
+    runId,
+    createdAt: new Date().toISOString(),
+    protocol: { manifestPath: config.loaded.path, protocolHash: config.loaded.protocolHash },
+    runnerHash: await computeRunnerHash(PROJECT_ROOT),
+    corpus: Object.entries(config.loaded.manifest.repositories).map(([repository, pin]) => ({
+      repository,
+      pin,
+      ...(config.roots.has(repository) ? { root: config.roots.get(repository)! } : {}),
+    })),
+    docBridge: docBridge ? { engineRevision: docBridge.engineRevision, bundleHash: null, denyList: docBridge.denyList } : null,
+    image: { ref: config.image, id: probed.imageId, binarySha256: probed.binarySha256 },
+    cliVersion: probed.version,
+    expectedCliVersion: config.expectedCliVersion,
+    transport: "cli",
+    isolation: config.isolation,
+    model: config.model,
+    prices: pricesForLedger(),
+    mode: config.mode,
+    budget: { capUsd: config.capUsd, attemptBudgetUsd: config.attemptBudgetUsd, reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false },
+    adjudication: { method: "agent", humanReview: false },
+    status: "running",
+    observations: [],
+  };
+  const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
+  const syncBudget = (capExceeded = ledger.budget.cumulativeCapExceeded) => {
+    ledger.budget = {
+      ...ledger.budget,
+      reservedUsd: budget.reservedUsd,
+      spentUsd: budget.spentUsd + budget.reservedUsd,
+      cumulativeCapExceeded: capExceeded,
+    };
+  };
+
+  for (const attempt of config.plan) {
+    if (deps.signal?.aborted) {
+      ledger.status = "blocked";
+      ledger.statusReason = `interrupted by ${String(deps.signal.reason ?? "a signal")} before attempt ${attempt.index + 1}`;
+      break;
+    }
+    const reserved = reserve(budget, config.attemptBudgetUsd);
+    if (!reserved.ok) {
+      ledger.status = "blocked";
+      ledger.statusReason = `attempt ${attempt.index + 1} refused: ${reserved.reason}`;
+      break;
+    }
+    budget = reserved.state;
+    const obs = reservedObservation(attempt, {
+      transport: "cli",
+      cliVersion: probed.version,
+      expectedCliVersion: config.expectedCliVersion,
+      attemptBudgetUsd: config.attemptBudgetUsd,
+      reservationUsd: reserved.reservation.reservedUsd,
+    });
+    ledger.observations.push(obs);
+    syncBudget();
+    await writeLedger(handle, ledger); // before anything is spent
+    progress.start(attempt);
+
+    const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger });
+
+    const settled = settle(budget, reserved.reservation, {
+      status: outcome.status,
+      reportedCostUsd: obs.cliReportedCostUsd,
+      computedCostUsd: obs.computedCostUsd,
+    });
+    budget = settled.state;
+    Object.assign(obs, { phase: "settled", status: settled.status, chargedUsd: settled.chargedUsd });
+    syncBudget(ledger.budget.cumulativeCapExceeded || settled.cumulativeCapExceeded);
+    if (settled.status !== "completed") {
+      ledger.status = "blocked";
+      ledger.statusReason = `attempt ${attempt.index + 1} (${attempt.taskId}, ${attempt.scenario}, repetition ${attempt.repetition}) ended ${settled.status}: ${outcome.reason}`;
+    } else if (settled.cumulativeCapExceeded) {
+      ledger.status = "blocked";
+      ledger.statusReason = `the cumulative cap of ${config.capUsd} USD was passed after attempt ${attempt.index + 1}`;
+    }
+    await writeLedger(handle, ledger); // after the outcome is known
+    progress.end(attempt, obs, ledger.budget.spentUsd);
+    if (ledger.status === "blocked") break;
+  }
+  if (ledger.status === "running") {
+    ledger.status = "awaiting-adjudication";
+    await writeLedger(handle, ledger);
+  }
+
+  deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
+  if (ledger.status === "awaiting-adjudication") return ExitCode.ok;
+  if (deps.signal?.aborted) return deps.signal.reason === "SIGTERM" ? ExitCode.sigterm : ExitCode.sigint;
+  return ExitCode.blocked;
+}
+
+interface AttemptContext {
+  runId: string;
+  attempt: PlannedAttempt;
+  obs: Observation;
+  login: LoginLocation;
+  denied: string[];
+  maxBudgetUsd: number;
+  handle: LedgerHandle;
+  ledger: Ledger;
+}
+
+/**
+ * One attempt: export, login copy under the lock, the doc-bridge bridge in the MCP arm,
+ * the container, the transcript, the cost. Fills `obs`; returns the classification. Every
+ * resource is released whatever happens; a fault of the runner itself propagates.
+ */
+async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptContext): Promise<{ status: Observation["status"] & string; reason: string }> {
+  const { attempt, obs } = ctx;
+  const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
+  const repoDir = config.roots.get(attempt.repository)!;
+  const attemptLabel = String(attempt.index);
+  const cleanups: Array<() => Promise<unknown>> = [];
+  let bridge: McpBridge | undefined;
+  try {
+    const exported = await exportAtPin({
+      repoDir,
+      pin: attempt.pin,
+      answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [],
+      labels: { run: ctx.runId, attempt: attemptLabel },
+    });
+    cleanups.push(() => removeExport(exported.dir));
+    obs.exportHash = exported.exportHash;
+
+    const lock = await acquireLoginLock(ctx.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ctx.runId });
+    cleanups.push(() => lock.release());
+    const homeParent = await mkdtemp(join(tmpdir(), `study-runner-home-${process.pid}-`));
+    cleanups.push(() => removeTree(homeParent));
+    const staged = await stageLogin(ctx.login, join(homeParent, "home"));
+
+    if (attempt.arm === "mcp") {
+      bridge = await startMcpBridge({ command: config.docBridgeCommand, cwd: repoDir });
+      const b = bridge;
+      cleanups.push(() => b.stop());
+    }
+    const argv = cliArguments({
+      arm: attempt.arm,
+      model: config.model,
+      maxBudgetUsd: ctx.maxBudgetUsd,
+      prompt: buildPrompt(task),
+      deniedMcpTools: ctx.denied,
+      mcpConfig: attempt.arm === "mcp" ? containerMcpConfig() : EMPTY_MCP_CONFIG,
+    });
+    const spec = attemptContainerSpec({
+      image: config.image,
+      argv,
+      exportDir: exported.dir,
+      homeDir: staged.homeDir,
+      mcpSocketDir: bridge?.socketDir,
+      network: networkFor(config.isolation),
+      labels: runnerLabels(ctx.runId, attemptLabel),
+      attemptIndex: attempt.index,
+      fake: config.fake,
+    });
+
+    const reader = new TranscriptReader({ arm: attempt.arm, model: config.model, expectedTools: expectedInitTools(attempt.arm), cliVersion: config.expectedCliVersion });
+    obs.phase = "running";
+    obs.startedAt = new Date().toISOString();
+    await writeLedger(ctx.handle, ctx.ledger); // the child may spend from here on
+    let raw: RawOutcome;
+    raw = await runBounded(deps.runtime, spec, (line) => reader.pushLine(line), {
+      timeoutMs: config.timeoutMs,
+      stdoutLimitBytes: config.stdoutLimitBytes,
+      signal: deps.signal,
+    });
+    Object.assign(obs, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated, oomKilled: raw.oomKilled });
+
+    const facts = reader.finish();
+    if (bridge) {
+      const record = await bridge.stop();
+      bridge = undefined;
+      obs.mcp = { toolCalls: record.toolCalls, connections: record.connections, messages: record.messages };
+      const mismatch = compareMcpRecord(record, facts.docBridgeCalls.map((c) => c.name));
+      facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
+    }
+    await writeBackLogin(ctx.login, staged, { lock });
+
+    const cost = computeCost({
+      model: config.model,
+      modelUsage: facts.modelUsage,
+      cacheCreation: facts.cacheCreation,
+      perMessageUsage: facts.perMessageUsage,
+      reportedCostUsd: facts.reportedCostUsd,
+    });
+    Object.assign(obs, factsToObservation(facts, cost));
+    if (deps.signal?.aborted) {
+      const reason = `interrupted by ${String(deps.signal.reason ?? "a signal")}`;
+      return { status: "failed", reason };
+    }
+    // A kill after the result event and its grace period is the runner's doing, not a CLI failure.
+    const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
+    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
+    if (verdict.status === "invalid-setup" && obs.setupProblems.length === 0) obs.setupProblems = [verdict.reason];
+    if (verdict.status === "invalid-cost" && obs.costProblem === null) obs.costProblem = verdict.reason;
+    if (verdict.status !== "completed" && raw.oomKilled) return { status: verdict.status, reason: `${verdict.reason} (the container was killed by its memory limit)` };
+    return verdict;
+  } finally {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  }
+}
+
+function pricesForLedger(): Ledger["prices"] {
+  return JSON.parse(JSON.stringify(CLI_PRICES)) as Ledger["prices"];
+}
+
+export function summarize(config: Pick<StudyConfig, "mode" | "plan" | "fullPlanSize" | "model" | "capUsd">, ledger: Ledger, handle: { path: string }): StudySummary {
+  const byStatus: Record<string, number> = {};
+  const usage = { inputTokens: 0, outputTokens: 0, cacheCreationInputTokens: 0, cacheReadInputTokens: 0, toolCalls: 0 };
+  let usageComplete = ledger.observations.length > 0;
+  for (const o of ledger.observations) {
+    const key = o.status ?? "unsettled";
+    byStatus[key] = (byStatus[key] ?? 0) + 1;
+    usage.inputTokens += o.inputTokens ?? 0;
+    usage.outputTokens += o.outputTokens ?? 0;
+    usage.cacheCreationInputTokens += o.cacheCreationInputTokens ?? 0;
+    usage.cacheReadInputTokens += o.cacheReadInputTokens ?? 0;
+    usage.toolCalls += o.toolCalls;
+    if (!o.usageComplete) usageComplete = false;
+  }
+  const pilotDone = config.mode === "pilot" && ledger.status === "awaiting-adjudication" && usageComplete;
+  const factor = config.fullPlanSize / config.plan.length;
+  return {
+    status: ledger.status,
+    statusReason: ledger.statusReason ?? null,
+    mode: config.mode,
+    transport: "cli",
+    model: config.model,
+    ledger: handle.path,
+    attempts: { planned: config.plan.length, run: ledger.observations.length, byStatus },
+    usage,
+    usageComplete,
+    spentUsd: ledger.budget.spentUsd,
+    capUsd: config.capUsd,
+    cumulativeCapExceeded: ledger.budget.cumulativeCapExceeded,
+    extrapolatedFullRunUsd: pilotDone ? Number((ledger.budget.spentUsd * factor).toFixed(6)) : null,
+    extrapolationNote: pilotDone
+      ? `pilot spend x ${factor} (${config.fullPlanSize} full-run attempts / ${config.plan.length} pilot attempts); not an upper bound: other tasks may cost more`
+      : "no extrapolation: only a pilot that completed with complete usage is extrapolated",
+  };
+}
