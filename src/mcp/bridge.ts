@@ -1,0 +1,369 @@
+/**
+ * Per-attempt delivery of the doc-bridge server. The container never runs the server and
+ * never sees the checkout's .git or index: Claude Code inside it starts `mcp-relay.mjs`,
+ * which joins its stdio to a unix socket bind-mounted from the host; here, on the host, each
+ * connection gets a fresh server process (cwd = the checkout) and every JSON-RPC message is
+ * recorded, so the transcript's doc-bridge calls can be checked against what the server
+ * actually answered.
+ */
+import { spawn, type ChildProcess } from "node:child_process";
+import { chmod, chown, mkdir, mkdtemp, rm } from "node:fs/promises";
+import { createServer, type Server, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { fileURLToPath } from "node:url";
+import { cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER, serverEnvironment } from "./names.ts";
+
+export const SOCKET_NAME = "mcp.sock";
+export const CONTAINER_SOCKET_DIR = "/run/study-runner";
+export const CONTAINER_RELAY_PATH = "/opt/study-runner/mcp-relay.mjs";
+export const CONTAINER_NODE = "/usr/local/bin/node";
+/** The relay on the host; the image build copies it to CONTAINER_RELAY_PATH. */
+export const RELAY_SCRIPT_PATH = fileURLToPath(new URL("../../docker/helpers/mcp-relay.mjs", import.meta.url));
+/** The uid and gid Claude Code runs as in the study image. */
+export const CONTAINER_UID = 1000;
+export const CONTAINER_GID = 1000;
+
+/** The `--mcp-config` value of the doc-bridge arm: one stdio server, the relay, inside the container. */
+export function containerMcpConfig(socketPath = `${CONTAINER_SOCKET_DIR}/${SOCKET_NAME}`): string {
+  return JSON.stringify({
+    mcpServers: {
+      [DOC_BRIDGE_SERVER]: { type: "stdio", command: CONTAINER_NODE, args: [CONTAINER_RELAY_PATH, socketPath] },
+    },
+  });
+}
+
+export type Direction = "to-server" | "to-client";
+
+export interface McpMessageRecord {
+  direction: Direction;
+  /** Milliseconds since the bridge started. */
+  at: number;
+  bytes: number;
+  kind: "request" | "notification" | "response" | "unparsed" | "oversized";
+  method?: string;
+  id?: string | number;
+  /** The tool name of a tools/call request, or of the request a response answers. */
+  tool?: string;
+  /** A response that is a JSON-RPC error or a tool result with isError true. */
+  isError?: boolean;
+}
+
+export interface McpToolCallRecord {
+  name: string;
+  id: string | number;
+  isError: boolean;
+  /** Milliseconds from the request to the server's answer. */
+  ms: number;
+}
+
+export interface McpBridgeRecord {
+  /** Connections served (each with its own server process). */
+  connections: number;
+  /** Connections refused because one had already been served. */
+  refusedConnections: number;
+  /** JSON-RPC messages seen in both directions (and lines that did not parse). */
+  messages: number;
+  /** The first MAX_LOGGED_MESSAGES messages, metadata only; never payloads. */
+  messageLog: McpMessageRecord[];
+  messageLogTruncated: boolean;
+  /** tools/call requests the server answered, in answer order. */
+  toolCalls: McpToolCallRecord[];
+  /** tools/call requests that never got an answer. */
+  unansweredToolCalls: Array<{ name: string; id: string | number }>;
+  serverExits: Array<{ code: number | null; signal: string | null }>;
+  spawnErrors: string[];
+  /** The last bytes of the server's stderr, for diagnosis. */
+  serverStderrTail: string;
+}
+
+/** Longest line the tap parses; longer ones are still relayed, recorded as "oversized". */
+export const MAX_PARSED_LINE_BYTES = 4 * 1024 * 1024;
+export const MAX_LOGGED_MESSAGES = 2000;
+const STDERR_TAIL = 4096;
+
+type Json = Record<string, unknown>;
+
+/**
+ * Records newline-delimited JSON-RPC (the MCP stdio framing) flowing both ways, keeping only
+ * metadata. Pure: it sees copies of the bytes, the relay forwards the originals untouched.
+ */
+export class JsonRpcRecorder {
+  private readonly start = performance.now();
+  private readonly buffers: Record<Direction, { chunks: Buffer[]; size: number; oversized: boolean }> = {
+    "to-server": { chunks: [], size: 0, oversized: false },
+    "to-client": { chunks: [], size: 0, oversized: false },
+  };
+  private readonly pending = new Map<string, { name: string; id: string | number; at: number }>();
+  readonly record: Omit<McpBridgeRecord, "connections" | "refusedConnections" | "serverExits" | "spawnErrors" | "serverStderrTail"> = {
+    messages: 0,
+    messageLog: [],
+    messageLogTruncated: false,
+    toolCalls: [],
+    unansweredToolCalls: [],
+  };
+
+  constructor(private readonly now: () => number = () => performance.now() - this.start) {}
+
+  push(direction: Direction, chunk: Buffer): void {
+    const buf = this.buffers[direction];
+    let from = 0;
+    for (let nl = chunk.indexOf(0x0a, from); nl >= 0; nl = chunk.indexOf(0x0a, from)) {
+      this.add(buf, chunk.subarray(from, nl));
+      const line = buf.oversized ? undefined : Buffer.concat(buf.chunks);
+      this.line(direction, line, buf.size);
+      buf.chunks = [];
+      buf.size = 0;
+      buf.oversized = false;
+      from = nl + 1;
+    }
+    if (from < chunk.length) this.add(buf, chunk.subarray(from));
+  }
+
+  /** The pending tools/call requests become unanswered; call once the connection is over. */
+  finish(): void {
+    for (const p of this.pending.values()) this.record.unansweredToolCalls.push({ name: p.name, id: p.id });
+    this.pending.clear();
+  }
+
+  private add(buf: { chunks: Buffer[]; size: number; oversized: boolean }, part: Buffer): void {
+    buf.size += part.length;
+    if (buf.size > MAX_PARSED_LINE_BYTES) {
+      buf.oversized = true;
+      buf.chunks = [];
+    } else if (part.length) buf.chunks.push(Buffer.from(part));
+  }
+
+  private log(entry: McpMessageRecord): void {
+    this.record.messages++;
+    if (this.record.messageLog.length < MAX_LOGGED_MESSAGES) this.record.messageLog.push(entry);
+    else this.record.messageLogTruncated = true;
+  }
+
+  private line(direction: Direction, line: Buffer | undefined, bytes: number): void {
+    const at = Math.round(this.now());
+    if (line === undefined) return this.log({ direction, at, bytes, kind: "oversized" });
+    const text = line.toString("utf8").replace(/\r$/, "");
+    if (text.trim() === "") return;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return this.log({ direction, at, bytes, kind: "unparsed" });
+    }
+    const messages = Array.isArray(parsed) ? parsed : [parsed];
+    for (const m of messages) this.message(direction, at, messages.length === 1 ? bytes : 0, m);
+  }
+
+  private message(direction: Direction, at: number, bytes: number, m: unknown): void {
+    if (!m || typeof m !== "object") return this.log({ direction, at, bytes, kind: "unparsed" });
+    const msg = m as Json;
+    const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : undefined;
+    if (typeof msg.method === "string") {
+      const entry: McpMessageRecord = { direction, at, bytes, kind: id === undefined ? "notification" : "request", method: msg.method, id };
+      const params = msg.params as Json | undefined;
+      if (msg.method === "tools/call" && id !== undefined && direction === "to-server") {
+        const name = typeof params?.name === "string" ? params.name.slice(0, 200) : "(unnamed)";
+        entry.tool = name;
+        this.pending.set(`${direction}:${JSON.stringify(id)}`, { name, id, at });
+      }
+      return this.log(entry);
+    }
+    if (id === undefined) return this.log({ direction, at, bytes, kind: "unparsed" });
+    const result = msg.result as Json | undefined;
+    const isError = msg.error !== undefined || result?.isError === true;
+    const entry: McpMessageRecord = { direction, at, bytes, kind: "response", id, isError };
+    // A response travels the other way from its request.
+    const requestDirection: Direction = direction === "to-client" ? "to-server" : "to-client";
+    const key = `${requestDirection}:${JSON.stringify(id)}`;
+    const call = this.pending.get(key);
+    if (call) {
+      this.pending.delete(key);
+      entry.tool = call.name;
+      this.record.toolCalls.push({ name: call.name, id, isError, ms: at - call.at });
+    }
+    this.log(entry);
+  }
+}
+
+export interface McpBridgeOptions {
+  /** Executable and arguments of the doc-bridge engine (never a shell string). */
+  command: readonly string[];
+  /** The checkout at the pin; the server runs with it as cwd. */
+  cwd: string;
+  /** A directory to create for the socket (must not exist); default: a fresh one under the temp dir. */
+  socketDir?: string;
+  /** Owner of the socket when the runner is root (default 1000:1000, the container user). */
+  containerUid?: number;
+  containerGid?: number;
+}
+
+export interface McpBridge {
+  /** Host directory holding the socket; bind-mount it at CONTAINER_SOCKET_DIR. */
+  socketDir: string;
+  socketPath: string;
+  /** The bind mount for the attempt's container. Read-only is enough to connect to a socket. */
+  mount: { source: string; target: string; readOnly: boolean };
+  /** The record so far (a copy). */
+  snapshot(): McpBridgeRecord;
+  /** Kills the server, closes the socket, removes the socket dir and returns the record. */
+  stop(): Promise<McpBridgeRecord>;
+}
+
+function waitForExit(child: ChildProcess, ms: number): Promise<boolean> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve(false), ms);
+    child.once("exit", () => {
+      clearTimeout(timer);
+      resolve(true);
+    });
+  });
+}
+
+export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge> {
+  const [command, ...args] = opts.command;
+  if (!command) throw new Error("MCP bridge: the engine command is empty");
+  const containerUid = opts.containerUid ?? CONTAINER_UID;
+  const containerGid = opts.containerGid ?? CONTAINER_GID;
+  const uid = process.getuid?.();
+  // The socket must be reachable by the container user and by nobody else: root can hand it
+  // over with chown; a runner that is the container uid already owns it. Anything else
+  // would need a world-accessible socket, so refuse.
+  if (uid !== 0 && uid !== containerUid) {
+    throw new Error(`MCP bridge: the runner must run as root or as uid ${containerUid} (the container user) to share the socket; it runs as uid ${uid}`);
+  }
+
+  let socketDir: string;
+  if (opts.socketDir) {
+    await mkdir(opts.socketDir, { mode: 0o700 }); // fails if it exists: a fresh folder per attempt
+    socketDir = opts.socketDir;
+  } else {
+    socketDir = await mkdtemp(join(tmpdir(), "study-runner-mcp-"));
+  }
+  await chmod(socketDir, 0o700);
+  const socketPath = join(socketDir, SOCKET_NAME);
+
+  const recorder = new JsonRpcRecorder();
+  const state = { connections: 0, refusedConnections: 0, serverExits: [] as McpBridgeRecord["serverExits"], spawnErrors: [] as string[], serverStderrTail: "" };
+  let child: ChildProcess | undefined;
+  let active: Socket | undefined;
+
+  const server: Server = createServer({ allowHalfOpen: true }, (socket) => {
+    // One attempt, one connection, one fresh server: a second connection could share or
+    // replay state between what should be independent sessions.
+    if (state.connections > 0) {
+      state.refusedConnections++;
+      socket.destroy();
+      return;
+    }
+    state.connections++;
+    active = socket;
+    socket.on("error", () => {});
+    const proc = spawn(command, args, { cwd: opts.cwd, env: serverEnvironment(), stdio: ["pipe", "pipe", "pipe"] });
+    child = proc;
+    proc.on("error", (err) => {
+      state.spawnErrors.push(err.message);
+      socket.destroy();
+    });
+    proc.on("exit", (code, signal) => {
+      state.serverExits.push({ code, signal });
+    });
+    proc.on("close", () => {
+      recorder.finish();
+      socket.end();
+    });
+    proc.stdin.on("error", () => {});
+    proc.stderr.on("data", (d: Buffer) => {
+      state.serverStderrTail = (state.serverStderrTail + d.toString("utf8")).slice(-STDERR_TAIL);
+    });
+    socket.on("data", (d: Buffer) => recorder.push("to-server", d));
+    proc.stdout.on("data", (d: Buffer) => recorder.push("to-client", d));
+    socket.pipe(proc.stdin);
+    proc.stdout.pipe(socket, { end: false });
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(socketPath, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  await chmod(socketPath, 0o600);
+  if (uid === 0) {
+    await chown(socketPath, containerUid, containerGid);
+    await chown(socketDir, containerUid, containerGid);
+  }
+
+  const snapshot = (): McpBridgeRecord => structuredClone({
+    connections: state.connections,
+    refusedConnections: state.refusedConnections,
+    ...recorder.record,
+    serverExits: state.serverExits,
+    spawnErrors: state.spawnErrors,
+    serverStderrTail: state.serverStderrTail,
+  });
+
+  let stopped: Promise<McpBridgeRecord> | undefined;
+  const stop = () =>
+    (stopped ??= (async () => {
+      // close() stops new connections now but calls back only once the open one is gone.
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      if (child && child.exitCode === null && child.signalCode === null) {
+        child.stdin?.end();
+        if (!(await waitForExit(child, 500))) {
+          child.kill("SIGTERM");
+          if (!(await waitForExit(child, 2000))) {
+            child.kill("SIGKILL");
+            await waitForExit(child, 2000);
+          }
+        }
+      }
+      active?.destroy();
+      await closed;
+      recorder.finish();
+      await rm(socketDir, { recursive: true, force: true });
+      return snapshot();
+    })());
+
+  return {
+    socketDir,
+    socketPath,
+    mount: { source: socketDir, target: CONTAINER_SOCKET_DIR, readOnly: true },
+    snapshot,
+    stop,
+  };
+}
+
+/**
+ * Problems when the transcript and the server disagree: a doc-bridge call the transcript
+ * shows that never reached the server (or the reverse), per tool, in Claude Code's names.
+ * `transcriptCalls` is either the tool_use names or a `toolCallsByName` count map; names
+ * outside `mcp__doc-bridge__*` are ignored.
+ */
+export function compareMcpRecord(
+  record: Pick<McpBridgeRecord, "toolCalls" | "unansweredToolCalls" | "refusedConnections">,
+  transcriptCalls: readonly string[] | Readonly<Record<string, number>>,
+): string[] {
+  const claimed = new Map<string, number>();
+  const entries: Array<[string, number]> = Array.isArray(transcriptCalls)
+    ? (transcriptCalls as readonly string[]).map((n) => [n, 1])
+    : Object.entries(transcriptCalls as Readonly<Record<string, number>>);
+  for (const [name, n] of entries) if (isDocBridgeCliName(name)) claimed.set(name, (claimed.get(name) ?? 0) + n);
+
+  const answered = new Map<string, number>();
+  for (const call of record.toolCalls) answered.set(cliToolName(call.name), (answered.get(cliToolName(call.name)) ?? 0) + 1);
+
+  const problems: string[] = [];
+  for (const name of [...new Set([...claimed.keys(), ...answered.keys()])].sort()) {
+    const c = claimed.get(name) ?? 0;
+    const a = answered.get(name) ?? 0;
+    if (c > a) problems.push(`the transcript shows ${c} call(s) of ${name} but the doc-bridge server answered ${a}`);
+    else if (a > c) problems.push(`the doc-bridge server answered ${a} call(s) of ${name} but the transcript shows ${c}`);
+  }
+  for (const u of record.unansweredToolCalls) problems.push(`the doc-bridge server never answered ${cliToolName(u.name)} (request id ${String(u.id)})`);
+  if (record.refusedConnections > 0) problems.push(`${record.refusedConnections} extra connection(s) to the doc-bridge socket were refused`);
+  return problems;
+}

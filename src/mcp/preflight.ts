@@ -1,0 +1,210 @@
+import { createRequire } from "node:module";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { RefusalError, errorMessage } from "../util/errors.ts";
+import { resolveConfigPath } from "./config.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, serverEnvironment } from "./names.ts";
+
+export { resolveConfigPath, type ConfigResolution } from "./config.ts";
+
+/**
+ * The bundled reference engine as a command: this Node, tsx's ESM loader resolved from this
+ * file (not from the cwd, which is a checkout without tsx), and the reference server.
+ */
+export function referenceEngineCommand(): string[] {
+  const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+  return [process.execPath, "--import", tsxLoader, fileURLToPath(new URL("./reference-server.ts", import.meta.url))];
+}
+
+export interface ProbeOptions {
+  /** Executable and arguments of the doc-bridge engine (never a shell string). */
+  command: readonly string[];
+  /** The checkout; the engine runs with it as cwd, as the real server expects. */
+  cwd: string;
+  /** The commit the index must have been built at. */
+  pin: string;
+  timeoutMs?: number;
+}
+
+export interface ServerInfo {
+  name: string;
+  version: string;
+}
+
+export interface ProbeResult {
+  /** Tool names in the server's `tools/list`, in its order. */
+  tools: string[];
+  serverInfo: ServerInfo | undefined;
+  /** `engineRevision` from the doc.search result, when the engine reports one. */
+  engineRevision: string | undefined;
+}
+
+const PROBE_QUERY = "documentation";
+const STDERR_TAIL = 800;
+
+/** Reads a field from a tool result: `structuredContent`, else the first text block as JSON. */
+function resultField(res: Record<string, unknown>, key: string): unknown {
+  const sc = res.structuredContent;
+  if (sc && typeof sc === "object" && key in sc) return (sc as Record<string, unknown>)[key];
+  const first = Array.isArray(res.content) ? (res.content[0] as { type?: string; text?: unknown } | undefined) : undefined;
+  if (first?.type === "text" && typeof first.text === "string") {
+    try {
+      const parsed: unknown = JSON.parse(first.text);
+      if (parsed && typeof parsed === "object") return (parsed as Record<string, unknown>)[key];
+    } catch {
+      return undefined;
+    }
+  }
+  return undefined;
+}
+
+function resultText(res: Record<string, unknown>): string {
+  const blocks = Array.isArray(res.content) ? (res.content as { type?: string; text?: unknown }[]) : [];
+  return blocks.map((b) => (b.type === "text" && typeof b.text === "string" ? b.text : "")).join(" ").slice(0, 500);
+}
+
+/**
+ * Starts the engine in the checkout over MCP stdio, lists its tools and calls doc.search once.
+ * Refuses (RefusalError naming the checkout) when the engine does not start, doc.search errors,
+ * or the index is not fresh at `pin` (seed 000: "the index must be fresh at that pin").
+ */
+export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
+  const timeoutMs = opts.timeoutMs ?? 20_000;
+  const [command, ...args] = opts.command;
+  if (!command) throw new RefusalError(`doc-bridge probe in ${opts.cwd}: the engine command is empty`);
+
+  const transport = new StdioClientTransport({ command, args, cwd: opts.cwd, env: serverEnvironment(), stderr: "pipe" });
+  let stderr = "";
+  transport.stderr?.on("data", (d: Buffer) => {
+    stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);
+  });
+  const client = new Client({ name: "study-runner-preflight", version: "1.0.0" });
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs);
+  });
+  const bounded = <T>(p: Promise<T>) => Promise.race([p, deadline]);
+
+  try {
+    await bounded(client.connect(transport, { timeout: timeoutMs }));
+    const tools: string[] = [];
+    let cursor: string | undefined;
+    do {
+      const page = await bounded(client.listTools(cursor ? { cursor } : undefined, { timeout: timeoutMs }));
+      tools.push(...page.tools.map((t) => t.name));
+      cursor = page.nextCursor;
+    } while (cursor);
+    if (!tools.includes("doc.search")) throw new Error(`the server does not list doc.search (tools: ${tools.join(", ") || "none"})`);
+
+    const res: Record<string, unknown> = await bounded(
+      client.callTool({ name: "doc.search", arguments: { query: PROBE_QUERY, limit: 1 } }, undefined, { timeout: timeoutMs }),
+    );
+    if (res.isError) throw new Error(`doc.search returned an error: ${resultText(res)}`);
+    const indexPin = resultField(res, "pin");
+    if (typeof indexPin !== "string") throw new Error("doc.search does not report the pin its index was built at, so freshness cannot be checked");
+    if (indexPin !== opts.pin) throw new Error(`the index is not fresh at the pin: built at ${indexPin}, the pin is ${opts.pin}`);
+    const revision = resultField(res, "engineRevision");
+    const info = client.getServerVersion();
+    return {
+      tools,
+      serverInfo: info ? { name: info.name, version: info.version } : undefined,
+      engineRevision: typeof revision === "string" ? revision : undefined,
+    };
+  } catch (err) {
+    const tail = stderr.trim().replace(/\s+/g, " ");
+    throw new RefusalError(`doc-bridge probe in ${opts.cwd}: ${errorMessage(err)}${tail ? ` (server stderr: ${tail})` : ""}`);
+  } finally {
+    clearTimeout(timer);
+    // close() ends stdin, then SIGTERM, then SIGKILL: the engine never outlives the probe.
+    await client.close().catch(() => {});
+  }
+}
+
+export interface CheckoutToProbe {
+  repository: string;
+  dir: string;
+  pin: string;
+}
+
+export interface DocBridgePreflight {
+  /** The server's tool names (sorted), the same for every checkout. */
+  tools: string[];
+  /** Server names of the allowed tools (doc.search, doc.get, handoff.resolve). */
+  allowedTools: string[];
+  /** Server names of every other listed tool. */
+  deniedTools: string[];
+  /** The same two lists as Claude Code names them, for --allowedTools and --disallowedTools. */
+  allowedCliTools: string[];
+  deniedCliTools: string[];
+  checkouts: Array<CheckoutToProbe & { configFile: string; serverInfo: ServerInfo | undefined; engineRevision: string | undefined }>;
+}
+
+function sorted(names: Iterable<string>): string[] {
+  return [...names].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+}
+
+/**
+ * The doc-bridge preflight of seed 000: for every checkout the config resolves in the
+ * server's order and the engine answers doc.search from an index fresh at the pin; all
+ * checkouts list the same tools; the deny list is every listed tool but the allowed three.
+ */
+export async function preflightDocBridge(opts: {
+  command: readonly string[];
+  checkouts: readonly CheckoutToProbe[];
+  timeoutMs?: number;
+}): Promise<DocBridgePreflight> {
+  if (opts.checkouts.length === 0) throw new RefusalError("doc-bridge preflight: no checkout to probe");
+  const results: DocBridgePreflight["checkouts"] = [];
+  const toolSets: Array<{ checkout: CheckoutToProbe; tools: string[] }> = [];
+  for (const checkout of opts.checkouts) {
+    const name = `checkout ${checkout.repository} (${checkout.dir})`;
+    const config = await resolveConfigPath(checkout.dir);
+    if (!config.ok) throw new RefusalError(`doc-bridge preflight refused for ${name}: ${config.reason}`);
+    let probe: ProbeResult;
+    try {
+      probe = await probeServer({ command: opts.command, cwd: checkout.dir, pin: checkout.pin, timeoutMs: opts.timeoutMs });
+    } catch (err) {
+      throw new RefusalError(`doc-bridge preflight refused for ${name}: ${errorMessage(err)}`);
+    }
+    const dupes = probe.tools.filter((t, i) => probe.tools.indexOf(t) !== i);
+    if (dupes.length) throw new RefusalError(`doc-bridge preflight refused for ${name}: tools/list repeats ${sorted(new Set(dupes)).join(", ")}`);
+    // Two server names that Claude Code maps to one name (a.b and a_b) would make the init tool set ambiguous.
+    const byCli = new Map<string, string>();
+    for (const t of probe.tools) {
+      const other = byCli.get(cliToolName(t));
+      if (other) throw new RefusalError(`doc-bridge preflight refused for ${name}: tools ${other} and ${t} both become ${cliToolName(t)}`);
+      byCli.set(cliToolName(t), t);
+    }
+    const missing = ALLOWED_DOC_BRIDGE_TOOLS.filter((t) => !probe.tools.includes(t));
+    if (missing.length) throw new RefusalError(`doc-bridge preflight refused for ${name}: the server does not list ${missing.join(", ")}`);
+    toolSets.push({ checkout, tools: probe.tools });
+    results.push({ ...checkout, configFile: config.file, serverInfo: probe.serverInfo, engineRevision: probe.engineRevision });
+  }
+
+  const first = toolSets[0]!;
+  for (const other of toolSets.slice(1)) {
+    const onlyFirst = first.tools.filter((t) => !other.tools.includes(t));
+    const onlyOther = other.tools.filter((t) => !first.tools.includes(t));
+    if (onlyFirst.length || onlyOther.length) {
+      const a = first.checkout;
+      const b = other.checkout;
+      throw new RefusalError(
+        `doc-bridge preflight refused: checkouts ${a.repository} (${a.dir}) and ${b.repository} (${b.dir}) list different tools; ` +
+          `only in ${a.repository}: ${sorted(onlyFirst).join(", ") || "none"}; only in ${b.repository}: ${sorted(onlyOther).join(", ") || "none"}`,
+      );
+    }
+  }
+
+  const tools = sorted(first.tools);
+  const allowedTools = [...ALLOWED_DOC_BRIDGE_TOOLS] as string[];
+  const deniedTools = tools.filter((t) => !allowedTools.includes(t));
+  return {
+    tools,
+    allowedTools,
+    deniedTools,
+    allowedCliTools: allowedTools.map(cliToolName),
+    deniedCliTools: deniedTools.map(cliToolName),
+    checkouts: results,
+  };
+}
