@@ -1,0 +1,663 @@
+#!/usr/local/bin/node
+// A scripted stand-in for the Claude Code CLI 2.1.296, for tests only. Plain Node ESM,
+// no dependencies: it runs in the `FROM scratch` fake image (Node at /usr/local/bin/node)
+// and, for quick tests, directly on the host.
+//
+// What it does, in order:
+// 1. Writes a record of what it was given and what it can see to $FAKE_DIR/records/
+//    (when that directory exists): argv, env variable NAMES (never values), uid/gid, cwd,
+//    what is writable, network interfaces, listings of probe paths. Never a secret's value.
+// 2. Reads the behaviour file $FAKE_DIR/behaviour.json (absent: behaviour "ok"):
+//      { "version"?: "...", "default"?: <behaviour>, "attempts"?: { "<index>": <behaviour> } }
+//    with the attempt index from $STUDY_RUNNER_ATTEMPT.
+// 3. Parses argv like the real CLI's commander program (variadic flags swallow following
+//    words; unknown options fail) and acts out the behaviour.
+// $FAKE_DIR defaults to /fake (mounted read-only; /fake/records writable).
+//
+// Behaviours ({ "kind": ..., ...params }):
+//   ok       a stream-json transcript generated from argv (see okTranscript); params:
+//            answer, twoResults, foreignModelUsage, subtype, isError, callTool, mcpCalls,
+//            turnUsage, reportedCostFactor, exitCode, version
+//   events   print `events` verbatim (strings raw, objects as JSON); malformedFirst; exitCode
+//   exit     print `events`, then exit with `code`
+//   sleep    print `events`, sleep `seconds`, exit `exitCode`
+//   flood    write stream lines endlessly, or until `bytes` have been written
+//   garbage  print `lines` malformed lines (default 3), exit `exitCode`
+
+import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+const DEFAULT_VERSION = "2.1.296";
+const FAKE_DIR = process.env.FAKE_CLAUDE_DIR ?? "/fake";
+const DEFAULT_MODEL = "claude-sonnet-5";
+const DEFAULT_ANSWER = "The fake Claude Code looked at the workspace and answers with this fixed text.";
+const PROBE_PATHS = ["/", "/workspace", "/run/study-runner", "/home", "/tmp"];
+
+// USD per million tokens; claude-haiku-5-5 as measured on 2.1.296 (facts file), the
+// others as the same measurement reports them (haiku-4-5 output: its list price).
+const PRICES = {
+  "claude-haiku-5-5": [
+    { input: 0.1, output: 0.5, cacheRead: 0.01, cacheWrite5m: 0.125, cacheWrite1h: 0.2 },
+    { input: 0.5, output: 2.5, cacheRead: 0.05, cacheWrite5m: 0.625, cacheWrite1h: 1.0 },
+  ],
+  "claude-haiku-4-5": [{ input: 1.0, output: 5.0, cacheRead: 0.1, cacheWrite5m: 1.25, cacheWrite1h: 2.0 }],
+};
+const TIER_THRESHOLD = 100_000;
+
+// ---------------------------------------------------------------------------------------
+// argv, as commander parses the real CLI's options (arity from `claude --help` of 2.1.296)
+
+const ALIASES = {
+  "-p": "--print", "-v": "--version", "-h": "--help", "-c": "--continue", "-d": "--debug",
+  "-r": "--resume", "-n": "--name", "-w": "--worktree", "--bg": "--background",
+  "--allowed-tools": "--allowedTools", "--disallowed-tools": "--disallowedTools",
+};
+const FLAGS = new Set([
+  "--allow-dangerously-skip-permissions", "--ax-screen-reader", "--background", "--bare", "--brief",
+  "--chrome", "--continue", "--dangerously-skip-permissions", "--desktop", "--disable-slash-commands",
+  "--exclude-dynamic-system-prompt-sections", "--fork-session", "--forward-subagent-text", "--help",
+  "--ide", "--include-hook-events", "--include-partial-messages", "--no-chrome",
+  "--no-session-persistence", "--print", "--replay-user-messages", "--restricted", "--safe-mode",
+  "--strict-mcp-config", "--verbose", "--version",
+]);
+const SINGLE = new Set([
+  "--agent", "--agents", "--append-system-prompt", "--autocompact", "--debug-file", "--effort",
+  "--environment", "--fallback-model", "--input-format", "--json-schema", "--max-budget-usd", "--model",
+  "--name", "--output-format", "--permission-mode", "--permission-prompts", "--plugin-dir", "--plugin-url",
+  "--remote-control-session-name-prefix", "--session-id", "--setting-sources", "--settings",
+  "--system-prompt", "--system-prompt-snapshot",
+]);
+const VARIADIC = new Set(["--add-dir", "--allowedTools", "--betas", "--disallowedTools", "--file", "--mcp-config", "--tools"]);
+const OPTIONAL = new Set(["--cloud", "--debug", "--from-pr", "--prompt-suggestions", "--remote-control", "--resume", "--teleport", "--tmux", "--worktree"]);
+
+class UsageFailure extends Error {}
+
+/** Returns { options: {name: true | string | string[]}, operands: string[] }. */
+export function parseArgv(argv) {
+  const options = {};
+  const operands = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i];
+    if (arg === "--") {
+      operands.push(...argv.slice(i + 1));
+      break;
+    }
+    if (!arg.startsWith("-") || arg === "-") {
+      operands.push(arg);
+      continue;
+    }
+    const eq = arg.startsWith("--") ? arg.indexOf("=") : -1;
+    const given = eq > 0 ? arg.slice(0, eq) : arg;
+    const inline = eq > 0 ? arg.slice(eq + 1) : undefined;
+    const name = ALIASES[given] ?? given;
+    if (FLAGS.has(name)) {
+      options[name] = true;
+    } else if (SINGLE.has(name)) {
+      // A required option-argument takes the next word whatever it looks like.
+      const value = inline ?? argv[++i];
+      if (value === undefined) throw new UsageFailure(`error: option '${name}' argument missing`);
+      options[name] = value;
+    } else if (VARIADIC.has(name)) {
+      // Variadic: every following word up to the next one starting with "-" (this is how a
+      // prompt placed after --tools becomes a tool name).
+      const values = inline !== undefined ? [inline] : [];
+      while (i + 1 < argv.length && !argv[i + 1].startsWith("-")) values.push(argv[++i]);
+      if (values.length === 0) throw new UsageFailure(`error: option '${name}' argument missing`);
+      options[name] = [...(options[name] ?? []), ...values];
+    } else if (OPTIONAL.has(name)) {
+      if (inline !== undefined) options[name] = inline;
+      else if (i + 1 < argv.length && !argv[i + 1].startsWith("-")) options[name] = argv[++i];
+      else options[name] = true;
+    } else {
+      throw new UsageFailure(`error: unknown option '${given}'`);
+    }
+  }
+  return { options, operands };
+}
+
+/** Tool names from a comma- or space-separated variadic list. */
+function toolList(values) {
+  return (values ?? []).flatMap((v) => v.split(/[\s,]+/)).filter(Boolean);
+}
+
+// ---------------------------------------------------------------------------------------
+// record: what this process was given and can see
+
+function canWrite(dir) {
+  const probe = path.join(dir, `.fake-claude-write-probe-${process.pid}-${randomUUID()}`);
+  try {
+    fs.writeFileSync(probe, "");
+    fs.unlinkSync(probe);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function listing(dir) {
+  try {
+    return { entries: fs.readdirSync(dir).sort() };
+  } catch (err) {
+    return { error: err.code ?? String(err) };
+  }
+}
+
+function writeRecord(label, extraProbePaths) {
+  const dir = path.join(FAKE_DIR, "records");
+  if (!fs.existsSync(dir)) return;
+  const home = process.env.HOME ?? null;
+  const cwd = process.cwd();
+  const record = {
+    argv: process.argv.slice(2),
+    envNames: Object.keys(process.env).sort(),
+    anthropicApiKeyPresent: "ANTHROPIC_API_KEY" in process.env,
+    attempt: process.env.STUDY_RUNNER_ATTEMPT ?? null,
+    uid: process.getuid(),
+    gid: process.getgid(),
+    cwd,
+    cwdWritable: canWrite(cwd),
+    rootWritable: canWrite("/"),
+    home,
+    homeWritable: home ? canWrite(home) : false,
+    credentialsPresent: home ? fs.existsSync(path.join(home, ".claude", ".credentials.json")) : false,
+    networkInterfaces: Object.keys(os.networkInterfaces()).sort(),
+    listings: Object.fromEntries([...new Set([...PROBE_PATHS, cwd, ...(home ? [home] : []), ...extraProbePaths])].map((p) => [p, listing(p)])),
+  };
+  // pid is 1 in every container, so a random suffix keeps two probes from overwriting each other.
+  const file = path.join(dir, `${label}-${process.pid}-${randomUUID().slice(0, 8)}.json`);
+  fs.writeFileSync(file, `${JSON.stringify(record, null, 2)}\n`);
+}
+
+// ---------------------------------------------------------------------------------------
+// behaviour file
+
+function readBehaviourFile() {
+  let text;
+  try {
+    text = fs.readFileSync(path.join(FAKE_DIR, "behaviour.json"), "utf8");
+  } catch (err) {
+    if (err.code === "ENOENT") return {};
+    throw err;
+  }
+  return JSON.parse(text);
+}
+
+function selectBehaviour(file, attempt) {
+  const chosen = (attempt !== undefined ? file.attempts?.[attempt] : undefined) ?? file.default ?? { kind: "ok" };
+  return { version: file.version, ...chosen };
+}
+
+// ---------------------------------------------------------------------------------------
+// output
+
+function emit(event) {
+  process.stdout.write(`${typeof event === "string" ? event : JSON.stringify(event)}\n`);
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// ---------------------------------------------------------------------------------------
+// MCP: a minimal stdio JSON-RPC client, enough to act as the CLI towards a real server
+// (initialize, notifications/initialized, tools/list, tools/call). Issue 5 builds on this.
+
+class McpClient {
+  constructor(name, config) {
+    this.name = name;
+    this.nextId = 1;
+    this.pending = new Map();
+    this.buffer = "";
+    this.child = spawn(config.command, config.args ?? [], {
+      env: { ...process.env, ...(config.env ?? {}) },
+      stdio: ["pipe", "pipe", "ignore"],
+    });
+    this.closed = new Promise((resolve) => this.child.on("close", resolve));
+    this.child.on("error", (err) => this.failAll(err));
+    this.child.on("close", () => this.failAll(new Error(`MCP server ${name} exited`)));
+    this.child.stdout.setEncoding("utf8");
+    this.child.stdout.on("data", (chunk) => this.onData(chunk));
+  }
+
+  failAll(err) {
+    for (const { reject } of this.pending.values()) reject(err);
+    this.pending.clear();
+  }
+
+  onData(chunk) {
+    this.buffer += chunk;
+    let nl;
+    while ((nl = this.buffer.indexOf("\n")) >= 0) {
+      const line = this.buffer.slice(0, nl).trim();
+      this.buffer = this.buffer.slice(nl + 1);
+      if (!line) continue;
+      let msg;
+      try {
+        msg = JSON.parse(line);
+      } catch {
+        continue;
+      }
+      if (msg.id !== undefined && msg.method !== undefined) {
+        // A request from the server (e.g. roots/list): this client offers no capabilities.
+        this.send({ jsonrpc: "2.0", id: msg.id, error: { code: -32601, message: "not supported by fake-claude" } });
+      } else if (msg.id !== undefined && this.pending.has(msg.id)) {
+        const { resolve, reject } = this.pending.get(msg.id);
+        this.pending.delete(msg.id);
+        if (msg.error) reject(new Error(msg.error.message ?? JSON.stringify(msg.error)));
+        else resolve(msg.result);
+      }
+    }
+  }
+
+  send(msg) {
+    this.child.stdin.write(`${JSON.stringify(msg)}\n`);
+  }
+
+  request(method, params, timeoutMs = 30_000) {
+    const id = this.nextId++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.pending.delete(id);
+        reject(new Error(`MCP ${method} timed out`));
+      }, timeoutMs);
+      this.pending.set(id, {
+        resolve: (v) => (clearTimeout(timer), resolve(v)),
+        reject: (e) => (clearTimeout(timer), reject(e)),
+      });
+      this.send({ jsonrpc: "2.0", id, method, params });
+    });
+  }
+
+  async connect(version) {
+    await this.request("initialize", {
+      protocolVersion: "2025-06-18",
+      capabilities: {},
+      clientInfo: { name: "fake-claude", version },
+    });
+    this.send({ jsonrpc: "2.0", method: "notifications/initialized" });
+    const listed = await this.request("tools/list", {});
+    this.tools = (listed.tools ?? []).map((t) => t.name);
+  }
+
+  async close() {
+    this.child.stdin.end();
+    const timer = setTimeout(() => this.child.kill("SIGKILL"), 2_000);
+    await this.closed;
+    clearTimeout(timer);
+  }
+}
+
+/** Measured: the CLI lists MCP tools as mcp__<server>__<tool>, dots replaced by underscores. */
+const mcpToolName = (server, tool) => `mcp__${server}__${tool.replace(/\./g, "_")}`;
+
+function readMcpConfigs(values) {
+  const servers = {};
+  for (const value of values ?? []) {
+    const text = value.trim().startsWith("{") ? value : fs.readFileSync(value, "utf8");
+    Object.assign(servers, JSON.parse(text).mcpServers ?? {});
+  }
+  return servers;
+}
+
+// ---------------------------------------------------------------------------------------
+// the "ok" transcript
+
+/** Regular files under the cwd (relative paths, sorted), as far as they are readable. */
+function workspaceFiles(root, limit = 200) {
+  const out = [];
+  const walk = (dir) => {
+    let names;
+    try {
+      names = fs.readdirSync(dir).sort();
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      if (out.length >= limit) return;
+      const full = path.join(dir, name);
+      let st;
+      try {
+        st = fs.lstatSync(full);
+      } catch {
+        continue;
+      }
+      if (st.isDirectory()) walk(full);
+      else if (st.isFile()) out.push(full);
+    }
+  };
+  walk(root);
+  return out;
+}
+
+function readTool(file) {
+  const text = fs.readFileSync(file, "utf8");
+  return text.split("\n").map((line, i) => `${i + 1}\t${line}`).join("\n");
+}
+
+function grepTool(files, pattern) {
+  const hits = files.filter((f) => {
+    try {
+      return fs.readFileSync(f, "utf8").includes(pattern);
+    } catch {
+      return false;
+    }
+  });
+  return hits.length === 0 ? "No files found" : `Found ${hits.length} file${hits.length === 1 ? "" : "s"}\n${hits.join("\n")}`;
+}
+
+function priceOf(model, usage) {
+  const tiers = PRICES[model];
+  if (!tiers) return { cost: 0, basis: "unknown" };
+  const prompt = usage.input + usage.cacheRead + usage.cacheWrite5m + usage.cacheWrite1h;
+  const p = prompt > TIER_THRESHOLD && tiers[1] ? tiers[1] : tiers[0];
+  const cost =
+    (usage.input * p.input + usage.output * p.output + usage.cacheRead * p.cacheRead +
+      usage.cacheWrite5m * p.cacheWrite5m + usage.cacheWrite1h * p.cacheWrite1h) / 1e6;
+  return { cost, basis: "list" };
+}
+
+/** Deterministic per-turn usage: turn 0 writes the cache, later turns read it. */
+function defaultTurnUsage(i) {
+  return { input: 2000 + 150 * i, output: 30 + 5 * i, cacheRead: i === 0 ? 0 : 800, cacheWrite5m: i === 0 ? 800 : 0, cacheWrite1h: 0 };
+}
+
+async function okTranscript(options, b, version) {
+  const cwd = process.cwd();
+  const sessionId = randomUUID();
+  const model = options["--model"] ?? DEFAULT_MODEL;
+  const denied = new Set(toolList(options["--disallowedTools"]));
+  const allowed = toolList(options["--allowedTools"]);
+  const requested = toolList(options["--tools"]);
+  const builtins = [...new Set(requested)].filter((t) => t !== "default" && !denied.has(t)).sort();
+
+  // MCP servers: live when the behaviour asks for MCP calls, otherwise simulated as connected
+  // with the mcp__<server>__ names that --allowedTools grants.
+  const servers = readMcpConfigs(options["--mcp-config"]);
+  const clients = new Map();
+  const mcpServers = [];
+  const mcpTools = [];
+  for (const [name, config] of Object.entries(servers)) {
+    if (b.mcpCalls !== undefined) {
+      const client = (config.type ?? "stdio") === "stdio" && config.command ? new McpClient(name, config) : undefined;
+      try {
+        if (!client) throw new Error("only stdio servers are scripted");
+        await client.connect(version);
+        clients.set(name, client);
+        mcpServers.push({ name, status: "connected", source: "dynamic" });
+        mcpTools.push(...client.tools.map((t) => mcpToolName(name, t)).filter((t) => !denied.has(t)));
+      } catch {
+        // Measured: a server that fails shows "failed" and its tools are simply absent.
+        client?.child.kill("SIGKILL");
+        mcpServers.push({ name, status: "failed", source: "dynamic" });
+      }
+    } else {
+      mcpServers.push({ name, status: "connected", source: "dynamic" });
+      mcpTools.push(...allowed.filter((t) => t.startsWith(`mcp__${name}__`) && !denied.has(t)));
+    }
+  }
+  const tools = [...builtins, ...new Set(mcpTools)];
+
+  emit({
+    type: "system",
+    subtype: "init",
+    cwd,
+    session_id: sessionId,
+    tools,
+    mcp_servers: mcpServers,
+    model,
+    permissionMode: options["--permission-mode"] ?? "default",
+    slash_commands: [],
+    // Measured: "none" with a login file, the variable's name when a key is in the environment.
+    apiKeySource: process.env.ANTHROPIC_API_KEY !== undefined ? "ANTHROPIC_API_KEY" : "none",
+    claude_code_version: version,
+    output_style: "default",
+    agents: [],
+    skills: [],
+    plugins: [],
+    uuid: randomUUID(),
+  });
+
+  // Plan the tool calls a model offered these tools could make, on real workspace files.
+  const files = workspaceFiles(cwd);
+  const first = files.find((f) => /readme/i.test(path.basename(f))) ?? files[0];
+  const steps = [];
+  if (tools.includes("Glob")) steps.push({ name: "Glob", input: { pattern: "**/*" }, run: () => files.join("\n") || "No files found" });
+  if (tools.includes("Grep")) steps.push({ name: "Grep", input: { pattern: "the", path: cwd }, run: () => grepTool(files, "the") });
+  if (tools.includes("Read") && first) steps.push({ name: "Read", input: { file_path: first }, run: () => readTool(first) });
+  for (const call of [b.callTool ?? []].flat()) {
+    steps.push({
+      name: call.name,
+      input: call.input ?? {},
+      denied: call.denied === true,
+      run: () => `fake-claude: ${call.name} ran`,
+    });
+  }
+  for (const call of b.mcpCalls ?? []) {
+    const server = call.server ?? Object.keys(servers)[0] ?? "doc-bridge";
+    steps.push({
+      name: mcpToolName(server, call.tool),
+      input: call.arguments ?? {},
+      run: async () => {
+        const client = clients.get(server);
+        if (!client) return { content: `MCP server ${server} is not connected`, isError: true };
+        try {
+          const result = await client.request("tools/call", { name: call.tool, arguments: call.arguments ?? {} });
+          return { content: result.content ?? [], isError: result.isError === true };
+        } catch (err) {
+          return { content: `MCP error: ${err.message}`, isError: true };
+        }
+      },
+    });
+  }
+
+  const turns = [];
+  const permissionDenials = [];
+  const assistant = (messageId, usage, block) =>
+    emit({
+      type: "assistant",
+      message: {
+        id: messageId, type: "message", role: "assistant", model, content: [block],
+        stop_reason: null, stop_sequence: null, usage, context_management: null,
+      },
+      parent_tool_use_id: null, session_id: sessionId, uuid: randomUUID(), timestamp: new Date().toISOString(),
+    });
+  // Measured: every content block is its own assistant event; blocks of one API message repeat
+  // its id and its message_start usage, whose output_tokens is the placeholder 1.
+  const startTurn = () => {
+    const i = turns.length;
+    const u = { ...defaultTurnUsage(i), ...(b.turnUsage?.[i] ?? {}) };
+    turns.push(u);
+    return {
+      id: `msg_fake_${sessionId.slice(0, 8)}_${i + 1}`,
+      usage: {
+        input_tokens: u.input, output_tokens: 1,
+        cache_creation_input_tokens: u.cacheWrite5m + u.cacheWrite1h, cache_read_input_tokens: u.cacheRead,
+        cache_creation: { ephemeral_5m_input_tokens: u.cacheWrite5m, ephemeral_1h_input_tokens: u.cacheWrite1h },
+        service_tier: "standard",
+      },
+    };
+  };
+  for (const [n, step] of steps.entries()) {
+    const turn = startTurn();
+    if (n === 0) assistant(turn.id, turn.usage, { type: "text", text: "I'll look at the workspace first." });
+    const toolUseId = `toolu_fake_${n + 1}_${randomUUID().slice(0, 8)}`;
+    assistant(turn.id, turn.usage, { type: "tool_use", id: toolUseId, name: step.name, input: step.input });
+    let content;
+    let isError = false;
+    if (step.denied) {
+      content = `Permission to use ${step.name} has been denied.`;
+      isError = true;
+      permissionDenials.push({ tool_name: step.name, tool_use_id: toolUseId, tool_input: step.input });
+    } else {
+      try {
+        const r = await step.run();
+        if (typeof r === "string") content = r;
+        else ({ content, isError } = r);
+      } catch (err) {
+        content = `Error: ${err.message}`;
+        isError = true;
+      }
+    }
+    emit({
+      type: "user",
+      message: { role: "user", content: [{ tool_use_id: toolUseId, type: "tool_result", content, ...(isError ? { is_error: true } : {}) }] },
+      parent_tool_use_id: null, session_id: sessionId, uuid: randomUUID(), timestamp: new Date().toISOString(),
+    });
+    // Measured: other event types appear between turns.
+    if (n === 0) emit({ type: "rate_limit_event", session_id: sessionId, uuid: randomUUID() });
+  }
+  const subtype = b.subtype ?? "success";
+  const answer = b.answer ?? DEFAULT_ANSWER;
+  const last = startTurn();
+  assistant(last.id, last.usage, { type: "text", text: answer });
+  await Promise.all([...clients.values()].map((c) => c.close()));
+
+  const sum = (key) => turns.reduce((s, t) => s + t[key], 0);
+  const totals = { input: sum("input"), output: sum("output"), cacheRead: sum("cacheRead"), cacheWrite5m: sum("cacheWrite5m"), cacheWrite1h: sum("cacheWrite1h") };
+  let cost = 0;
+  let basis = "list";
+  for (const t of turns) {
+    const p = priceOf(model, t);
+    cost += p.cost;
+    basis = p.basis;
+  }
+  const modelUsage = { [model]: modelUsageEntry(model, totals, cost, basis) };
+  if (b.foreignModelUsage) {
+    // Measured on 2.1.288: an auxiliary claude-haiku-4-5 entry next to the study model.
+    const aux = { input: 350, output: 20, cacheRead: 0, cacheWrite5m: 0, cacheWrite1h: 0 };
+    const p = priceOf("claude-haiku-4-5", aux);
+    modelUsage["claude-haiku-4-5"] = modelUsageEntry("claude-haiku-4-5", aux, p.cost, p.basis);
+    cost += p.cost;
+  }
+  const result = {
+    type: "result",
+    subtype,
+    is_error: b.isError ?? subtype !== "success",
+    duration_ms: 1234,
+    duration_api_ms: 1000,
+    num_turns: turns.length,
+    ...(subtype === "success" || b.answer !== undefined ? { result: answer } : {}),
+    stop_reason: "end_turn",
+    session_id: sessionId,
+    total_cost_usd: cost * (b.reportedCostFactor ?? 1),
+    usage: {
+      input_tokens: totals.input,
+      cache_creation_input_tokens: totals.cacheWrite5m + totals.cacheWrite1h,
+      cache_read_input_tokens: totals.cacheRead,
+      output_tokens: totals.output,
+      server_tool_use: { web_search_requests: 0, web_fetch_requests: 0 },
+      service_tier: "standard",
+      cache_creation: { ephemeral_1h_input_tokens: totals.cacheWrite1h, ephemeral_5m_input_tokens: totals.cacheWrite5m },
+    },
+    modelUsage,
+    permission_denials: permissionDenials,
+    terminal_reason: subtype === "success" ? "completed" : subtype,
+    api_error_status: null,
+    uuid: randomUUID(),
+  };
+  emit(result);
+  if (b.twoResults) emit({ ...result, uuid: randomUUID() });
+  return b.exitCode ?? 0;
+}
+
+function modelUsageEntry(model, t, cost, basis) {
+  return {
+    inputTokens: t.input, outputTokens: t.output, cacheReadInputTokens: t.cacheRead,
+    cacheCreationInputTokens: t.cacheWrite5m + t.cacheWrite1h, webSearchRequests: 0, costUSD: cost,
+    contextWindow: 1000000, maxOutputTokens: 128000, canonicalModel: model, provider: "firstParty", costBasis: basis,
+  };
+}
+
+// ---------------------------------------------------------------------------------------
+// main
+
+async function main() {
+  const attempt = process.env.STUDY_RUNNER_ATTEMPT;
+  let file;
+  try {
+    file = readBehaviourFile();
+    writeRecord(attempt ?? "probe", [...(file.probePaths ?? [])]);
+  } catch (err) {
+    // A broken behaviour file is a broken test: fail loudly rather than act "ok".
+    process.stderr.write(`fake-claude: cannot use ${FAKE_DIR}: ${err.message}\n`);
+    return 70;
+  }
+  const b = selectBehaviour(file, attempt);
+  const version = b.version ?? DEFAULT_VERSION;
+
+  let options;
+  let operands;
+  try {
+    ({ options, operands } = parseArgv(process.argv.slice(2)));
+  } catch (err) {
+    if (!(err instanceof UsageFailure)) throw err;
+    process.stderr.write(`${err.message}\n`);
+    return 1;
+  }
+  if (options["--version"]) {
+    emit(`${version} (Claude Code)`);
+    return 0;
+  }
+  if (!options["--print"]) {
+    process.stderr.write("fake-claude: only --print is scripted\n");
+    return 2;
+  }
+  if (options["--output-format"] !== "stream-json") {
+    process.stderr.write("fake-claude: only --output-format stream-json is scripted\n");
+    return 2;
+  }
+  if (!options["--verbose"]) {
+    process.stderr.write("Error: When using --print, --output-format=stream-json requires --verbose\n");
+    return 1;
+  }
+  if (operands.length > 1) {
+    process.stderr.write(`error: too many arguments. Expected 1 argument but got ${operands.length}.\n`);
+    return 1;
+  }
+  const prompt = operands[0];
+  if (prompt === undefined || prompt.trim() === "") {
+    process.stderr.write("Error: Input must be provided either through stdin or as a prompt argument when using --print\n");
+    return 1;
+  }
+
+  switch (b.kind ?? "ok") {
+    case "ok":
+      return okTranscript(options, b, version);
+    case "events":
+    case "exit":
+      if (b.malformedFirst) emit("this line is not JSON {");
+      for (const event of b.events ?? []) emit(event);
+      return b.kind === "exit" ? b.code ?? 1 : b.exitCode ?? 0;
+    case "sleep":
+      for (const event of b.events ?? []) emit(event);
+      await sleep((b.seconds ?? 3600) * 1000);
+      return b.exitCode ?? 0;
+    case "flood": {
+      const line = `${JSON.stringify({ type: "assistant", message: { id: "msg_flood", type: "message", role: "assistant", model: options["--model"] ?? DEFAULT_MODEL, content: [{ type: "text", text: "x".repeat(900) }] } })}\n`;
+      for (let written = 0; b.bytes === undefined || written < b.bytes; written += line.length) {
+        if (!process.stdout.write(line)) await new Promise((resolve) => process.stdout.once("drain", resolve));
+      }
+      return b.exitCode ?? 0;
+    }
+    case "garbage":
+      for (let i = 0; i < (b.lines ?? 3); i++) emit(`garbage ${i} <<<\u0000>>> {"type":`);
+      return b.exitCode ?? 0;
+    default:
+      process.stderr.write(`fake-claude: unknown behaviour kind ${JSON.stringify(b.kind)}\n`);
+      return 70;
+  }
+}
+
+// Exported parseArgv lets a test import this file; only run main when executed.
+if (import.meta.url === `file://${process.argv[1]}` || process.argv[1] === "/usr/local/bin/claude") {
+  main().then(
+    (code) => {
+      process.exitCode = code;
+    },
+    (err) => {
+      process.stderr.write(`fake-claude: ${err.stack ?? err}\n`);
+      process.exitCode = 70;
+    },
+  );
+}

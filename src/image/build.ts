@@ -1,0 +1,119 @@
+import { RefusalError } from "../util/errors.ts";
+import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../runtime/port.ts";
+import { contextDigest, packContext, type ImageSpec } from "./context.ts";
+import { IMAGE_LABELS, IMAGE_LAYOUT } from "./specs.ts";
+
+export interface BuiltImage {
+  tag: string;
+  id: string;
+  /** `sha256:<hex>` of the build context. */
+  contextDigest: string;
+  labels: Record<string, string>;
+  /** false when an image with the same context digest was already there. */
+  built: boolean;
+}
+
+/**
+ * Builds `spec` unless the tag already names an image built from the same context bytes
+ * (the context-digest label), so repeated runs and test files reuse one image.
+ */
+export async function buildImage(runtime: ContainerRuntime, spec: ImageSpec): Promise<BuiltImage> {
+  const context = await packContext(spec);
+  const digest = await contextDigest(context);
+  const existing = await runtime.inspectImage(spec.tag);
+  if (existing?.labels[IMAGE_LABELS.contextDigest] === digest) {
+    return { tag: spec.tag, id: existing.id, contextDigest: digest, labels: existing.labels, built: false };
+  }
+  const image = await runtime.buildImage(context, { tag: spec.tag, labels: { [IMAGE_LABELS.contextDigest]: digest } });
+  if (image.labels[IMAGE_LABELS.contextDigest] !== digest) {
+    throw new ContainerRuntimeError(`build ${spec.tag}: the image does not carry the context digest ${digest}`, "build-failed");
+  }
+  return { tag: spec.tag, id: image.id, contextDigest: digest, labels: image.labels, built: true };
+}
+
+export interface ProbedVersion {
+  /** e.g. "2.1.296", parsed from "2.1.296 (Claude Code)". */
+  version: string;
+  imageId: string;
+  /** sha256 hex of the image's claude binary, from its label. */
+  binarySha256: string;
+}
+
+export interface ProbeOptions {
+  /** Labels for the throwaway container (e.g. `runnerLabels(run, "probe")`) so a reaper finds it. */
+  labels?: Record<string, string>;
+  timeoutMs?: number;
+}
+
+const PROBE_OUTPUT_LIMIT = 64 * 1024;
+const VERSION_LINE = /^(\d+\.\d+\.\d+) \(Claude Code\)$/;
+
+/** The hardening every container of ours gets; the probe uses it as-is. */
+export function probeSpec(image: string, labels: Record<string, string>): ContainerSpec {
+  return {
+    image,
+    cmd: ["--version"],
+    env: {},
+    user: IMAGE_LAYOUT.user,
+    mounts: [],
+    tmpfs: {
+      "/tmp": "rw,nosuid,nodev,size=16m",
+      [IMAGE_LAYOUT.home]: `rw,nosuid,nodev,size=16m,uid=${IMAGE_LAYOUT.uid},gid=${IMAGE_LAYOUT.gid}`,
+    },
+    readOnlyRootfs: true,
+    networkMode: "none",
+    capDrop: ["ALL"],
+    securityOpt: ["no-new-privileges"],
+    pidsLimit: 64,
+    labels,
+  };
+}
+
+/**
+ * Runs `claude --version` in a throwaway hardened container and returns what it printed,
+ * with the image's id and binary hash. Any doubt (no binary label, non-zero exit, extra
+ * output, a timeout) is a `RefusalError`: preflight refuses before anything is spent.
+ */
+export async function probeVersion(runtime: ContainerRuntime, image: string, opts: ProbeOptions = {}): Promise<ProbedVersion> {
+  const info = await runtime.inspectImage(image);
+  if (!info) throw new RefusalError(`image ${image} does not exist; build it first`);
+  const binarySha256 = info.labels[IMAGE_LABELS.claudeSha256];
+  if (!binarySha256 || !/^[0-9a-f]{64}$/.test(binarySha256)) {
+    throw new RefusalError(`image ${image} has no ${IMAGE_LABELS.claudeSha256} label: its binary cannot be identified`);
+  }
+  const id = await runtime.create(probeSpec(info.id, opts.labels ?? {}));
+  try {
+    const { stdout, stderr } = await runtime.attach(id);
+    const output = Promise.all([collect(stdout, PROBE_OUTPUT_LIMIT), collect(stderr, PROBE_OUTPUT_LIMIT)]);
+    output.catch(() => undefined); // awaited below, or abandoned on a timeout
+    await runtime.start(id);
+    let timer: NodeJS.Timeout | undefined;
+    const timedOut = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), opts.timeoutMs ?? 30_000)));
+    const exit = await Promise.race([runtime.wait(id), timedOut]).finally(() => clearTimeout(timer));
+    if (exit === "timeout") {
+      await runtime.kill(id);
+      throw new RefusalError(`claude --version in ${image} did not finish in time`);
+    }
+    const [text, errText] = await output;
+    if (exit.exitCode !== 0) {
+      throw new RefusalError(`claude --version in ${image} exited ${exit.exitCode}: ${errText.trim().slice(0, 500)}`);
+    }
+    const match = VERSION_LINE.exec(text.trim());
+    if (!match?.[1]) throw new RefusalError(`claude --version in ${image} printed ${JSON.stringify(text.slice(0, 200))}, not "<version> (Claude Code)"`);
+    return { version: match[1], imageId: info.id, binarySha256 };
+  } finally {
+    await runtime.remove(id);
+  }
+}
+
+/** Reads a stream as UTF-8 text, keeping at most `limit` bytes and draining the rest. */
+async function collect(stream: NodeJS.ReadableStream, limit: number): Promise<string> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of stream) {
+    const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
+    if (size < limit) chunks.push(buf.subarray(0, limit - size));
+    size += buf.length;
+  }
+  return Buffer.concat(chunks).toString("utf8");
+}

@@ -1,0 +1,212 @@
+import { open, readdir, readFile, realpath } from "node:fs/promises";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { RefusalError } from "../util/errors.ts";
+import { fileSha256, type ImageDir, type ImageFile, type ImageSpec } from "./context.ts";
+import { collectLibraries } from "./libraries.ts";
+
+/** The pinned Claude Code version (seed 001 amendment: `claude --version` must report it). */
+export const CLAUDE_CODE_VERSION = "2.1.296";
+
+/** Where things live inside both images; the attempt stage mounts and runs against these. */
+export const IMAGE_LAYOUT = {
+  claude: "/usr/local/bin/claude",
+  node: "/usr/local/bin/node",
+  helpers: "/opt/study-runner",
+  workspace: "/workspace",
+  home: "/home/agent",
+  uid: 1000,
+  gid: 1000,
+  user: "1000:1000",
+} as const;
+
+export const IMAGE_LABELS = {
+  /** Set at build time (not in the Dockerfile): the sha256 of the build context. */
+  contextDigest: "study-runner.context-digest",
+  kind: "study-runner.image-kind",
+  claudeVersion: "study-runner.claude-version",
+  /** sha256 hex of what /usr/local/bin/claude is in the image. */
+  claudeSha256: "study-runner.claude-sha256",
+} as const;
+
+const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
+export const DEFAULT_HELPERS_DIR = join(REPO_ROOT, "docker", "helpers");
+export const FAKE_CLAUDE_SCRIPT = join(REPO_ROOT, "docker", "fake-claude", "claude.mjs");
+
+/** The native package the `@anthropic-ai/claude-code` wrapper installs on linux-x64 glibc. */
+const NATIVE_PACKAGE = "@anthropic-ai/claude-code-linux-x64";
+
+export interface FoundClaudeBinary {
+  path: string;
+  version: string;
+  packageDir: string;
+}
+
+export interface FindClaudeOptions {
+  version?: string;
+  /** Directories whose node_modules are searched; default: the current directory and the repository. */
+  roots?: string[];
+  /** Default: `$STUDY_RUNNER_CACHE`, else `$XDG_CACHE_HOME/study-runner`, else `~/.cache/study-runner`. */
+  cacheDir?: string;
+}
+
+export function defaultCacheDir(): string {
+  return process.env.STUDY_RUNNER_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "study-runner");
+}
+
+/**
+ * Finds the native Claude Code binary of the pinned version without downloading:
+ * `node_modules/@anthropic-ai/claude-code-linux-x64/claude` under each root (also nested
+ * under the wrapper package), then `<cache>/claude-code-<version>/node_modules/…`, which
+ * `npm install --prefix <cache>/claude-code-<version> @anthropic-ai/claude-code-linux-x64@<version>`
+ * creates. Returns undefined when there is no candidate at all; throws `RefusalError`
+ * when candidates exist but none is an ELF binary of the pinned version (fail closed:
+ * a wrong version must never be built into the pinned image).
+ */
+export async function findClaudeBinary(opts: FindClaudeOptions = {}): Promise<FoundClaudeBinary | undefined> {
+  const version = opts.version ?? CLAUDE_CODE_VERSION;
+  const roots = opts.roots ?? [process.cwd(), REPO_ROOT];
+  const packageDirs = [
+    ...roots.flatMap((r) => [
+      join(r, "node_modules", NATIVE_PACKAGE),
+      join(r, "node_modules", "@anthropic-ai", "claude-code", "node_modules", NATIVE_PACKAGE),
+    ]),
+    join(opts.cacheDir ?? defaultCacheDir(), `claude-code-${version}`, "node_modules", NATIVE_PACKAGE),
+  ];
+  const problems: string[] = [];
+  for (const packageDir of [...new Set(packageDirs)]) {
+    let pkg: { name?: unknown; version?: unknown };
+    try {
+      pkg = JSON.parse(await readFile(join(packageDir, "package.json"), "utf8")) as typeof pkg;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code === "ENOENT") continue;
+      problems.push(`${packageDir}: unreadable package.json (${String(err)})`);
+      continue;
+    }
+    const path = join(packageDir, "claude");
+    if (pkg.name !== NATIVE_PACKAGE || pkg.version !== version) {
+      problems.push(`${packageDir}: is ${String(pkg.name)}@${String(pkg.version)}, not ${NATIVE_PACKAGE}@${version}`);
+    } else if (!(await isElf(path))) {
+      problems.push(`${path}: missing or not an ELF executable`);
+    } else {
+      return { path: await realpath(path), version, packageDir };
+    }
+  }
+  if (problems.length > 0) throw new RefusalError(`no usable Claude Code ${version} binary: ${problems.join("; ")}`, problems);
+  return undefined;
+}
+
+async function isElf(path: string): Promise<boolean> {
+  try {
+    const fh = await open(path, "r");
+    try {
+      const { buffer, bytesRead } = await fh.read(Buffer.alloc(4), 0, 4, 0);
+      return bytesRead === 4 && buffer.equals(Buffer.from([0x7f, 0x45, 0x4c, 0x46]));
+    } finally {
+      await fh.close();
+    }
+  } catch {
+    return false;
+  }
+}
+
+export interface BaseImageInput {
+  /** Default: the Node running the runner, for the helpers in /opt/study-runner. */
+  nodeBinary?: string;
+  /** Default: docker/helpers of this repository; every `*.mjs` in it is copied. */
+  helpersDir?: string;
+}
+
+const PASSWD = `root:x:0:0:root:/root:/nonexistent\nagent:x:${IMAGE_LAYOUT.uid}:${IMAGE_LAYOUT.gid}:agent:${IMAGE_LAYOUT.home}:/nonexistent\n`;
+const GROUP = `root:x:0:\nagent:x:${IMAGE_LAYOUT.gid}:\n`;
+
+/** Files shared by both images: Node and its libraries, users, helpers, and the empty dirs. */
+async function baseLayout(input: BaseImageInput, extraBinaries: string[]): Promise<{ files: ImageFile[]; dirs: ImageDir[] }> {
+  const nodeBinary = input.nodeBinary ?? process.execPath;
+  const helpersDir = input.helpersDir ?? DEFAULT_HELPERS_DIR;
+  const libraries = new Set<string>();
+  for (const binary of [nodeBinary, ...extraBinaries]) for (const lib of await collectLibraries(binary)) libraries.add(lib);
+  const files: ImageFile[] = [
+    { path: IMAGE_LAYOUT.node, mode: 0o755, source: { hostPath: nodeBinary } },
+    { path: "/etc/passwd", mode: 0o644, source: { content: PASSWD } },
+    { path: "/etc/group", mode: 0o644, source: { content: GROUP } },
+    ...[...libraries].sort().map((lib): ImageFile => ({ path: lib, mode: 0o755, source: { hostPath: lib } })),
+  ];
+  let helperNames: string[] = [];
+  try {
+    helperNames = (await readdir(helpersDir)).filter((n) => n.endsWith(".mjs")).sort();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
+  }
+  for (const name of helperNames) {
+    files.push({ path: `${IMAGE_LAYOUT.helpers}/${name}`, mode: 0o644, source: { hostPath: join(helpersDir, name) } });
+  }
+  const dirs: ImageDir[] = [
+    { path: "/tmp", mode: 0o1777 },
+    { path: IMAGE_LAYOUT.workspace, mode: 0o755 },
+    { path: IMAGE_LAYOUT.home, mode: 0o755, userOwned: true },
+    { path: IMAGE_LAYOUT.helpers, mode: 0o755 },
+  ];
+  return { files, dirs };
+}
+
+function imageSpec(tag: string, layout: { files: ImageFile[]; dirs: ImageDir[] }, labels: Record<string, string>): ImageSpec {
+  return {
+    tag,
+    ...layout,
+    user: IMAGE_LAYOUT.user,
+    env: {
+      // Seed 000/001: the pinned version must not update itself, and nothing but the
+      // model API should be contacted.
+      DISABLE_AUTOUPDATER: "1",
+      CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",
+      HOME: IMAGE_LAYOUT.home,
+      PATH: "/usr/local/bin:/usr/bin:/bin",
+    },
+    entrypoint: [IMAGE_LAYOUT.claude],
+    workdir: IMAGE_LAYOUT.workspace,
+    labels,
+  };
+}
+
+export interface ClaudeImageInput extends BaseImageInput {
+  /** The native binary, e.g. from `findClaudeBinary()`. */
+  claudeBinary: string;
+  version?: string;
+}
+
+/**
+ * `study-runner/claude-code:<version>`: the native Claude Code binary with the glibc files
+ * it loads (measured: it needs nothing else), Node for the helpers, user 1000.
+ */
+export async function claudeCodeImageSpec(input: ClaudeImageInput): Promise<ImageSpec> {
+  const version = input.version ?? CLAUDE_CODE_VERSION;
+  const layout = await baseLayout(input, [input.claudeBinary]);
+  layout.files.push({ path: IMAGE_LAYOUT.claude, mode: 0o755, source: { hostPath: input.claudeBinary } });
+  return imageSpec(`study-runner/claude-code:${version}`, layout, {
+    [IMAGE_LABELS.kind]: "claude-code",
+    [IMAGE_LABELS.claudeVersion]: version,
+    [IMAGE_LABELS.claudeSha256]: await fileSha256(input.claudeBinary),
+  });
+}
+
+export interface FakeImageInput extends BaseImageInput {
+  /** The version the fake reports by default; also the tag. */
+  version?: string;
+  /** Default: docker/fake-claude/claude.mjs of this repository. */
+  script?: string;
+}
+
+/** `study-runner/fake-claude:<version>`: the same layout with the scripted fake as `claude`. */
+export async function fakeClaudeImageSpec(input: FakeImageInput = {}): Promise<ImageSpec> {
+  const version = input.version ?? CLAUDE_CODE_VERSION;
+  const script = input.script ?? FAKE_CLAUDE_SCRIPT;
+  const layout = await baseLayout(input, []);
+  layout.files.push({ path: IMAGE_LAYOUT.claude, mode: 0o755, source: { hostPath: script } });
+  return imageSpec(`study-runner/fake-claude:${version}`, layout, {
+    [IMAGE_LABELS.kind]: "fake-claude",
+    [IMAGE_LABELS.claudeVersion]: version,
+    [IMAGE_LABELS.claudeSha256]: await fileSha256(script),
+  });
+}

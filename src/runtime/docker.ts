@@ -1,0 +1,286 @@
+import { PassThrough } from "node:stream";
+import Docker from "dockerode";
+import {
+  ContainerRuntimeError,
+  validateLabelFilter,
+  validateSpec,
+  type ContainerExit,
+  type ContainerOutput,
+  type ContainerRuntime,
+  type ContainerSpec,
+  type ContainerState,
+  type ContainerSummary,
+  type EngineInfo,
+  type ImageInfo,
+} from "./port.ts";
+
+/**
+ * How to reach the engine. Every field is optional: without any, dockerode (docker-modem)
+ * reads the environment the way the docker CLI does:
+ * - `DOCKER_HOST` unset: the unix socket `$HOME/.docker/run/docker.sock` if it exists,
+ *   else `/var/run/docker.sock`;
+ * - `DOCKER_HOST=unix:///path`: that socket;
+ * - `DOCKER_HOST=tcp://host:port`: plain HTTP, or HTTPS when `DOCKER_TLS_VERIFY=1` or the
+ *   port is 2376, with `ca.pem`, `cert.pem`, `key.pem` from `DOCKER_CERT_PATH`;
+ * - `DOCKER_HOST=ssh://user@host`: the engine's socket over SSH, authenticated by the
+ *   agent at `SSH_AUTH_SOCK`.
+ * Fields given here override what the environment says.
+ */
+export interface DockerConnectionOptions {
+  socketPath?: string;
+  host?: string;
+  port?: number | string;
+  protocol?: "http" | "https" | "ssh";
+  username?: string;
+  ca?: string | Buffer;
+  cert?: string | Buffer;
+  key?: string | Buffer;
+  /** Milliseconds for a single request; unset means no client timeout (a build can take a while). */
+  timeout?: number;
+}
+
+interface ModemLike {
+  socketPath?: string | (() => Promise<string>);
+  host?: string;
+  port?: string | number;
+  protocol?: string;
+  username?: string;
+  demuxStream(stream: NodeJS.ReadableStream, stdout: NodeJS.WritableStream, stderr: NodeJS.WritableStream): void;
+  followProgress(stream: NodeJS.ReadableStream, onFinished: (err: Error | null, output: unknown[]) => void): void;
+}
+
+function statusOf(err: unknown): number | undefined {
+  const code = (err as { statusCode?: unknown } | null)?.statusCode;
+  return typeof code === "number" ? code : undefined;
+}
+
+/** Socket and connection errors mean the engine is unreachable, a runner fault of its own kind. */
+function wrap(err: unknown, what: string): ContainerRuntimeError {
+  if (err instanceof ContainerRuntimeError) return err;
+  const status = statusOf(err);
+  const sysCode = (err as { code?: unknown } | null)?.code;
+  const message = err instanceof Error ? err.message : String(err);
+  if (status === 404) return new ContainerRuntimeError(`${what}: not found (${message})`, "not-found", { cause: err });
+  if (status === 409) return new ContainerRuntimeError(`${what}: conflict (${message})`, "conflict", { cause: err });
+  if (status === 400) return new ContainerRuntimeError(`${what}: rejected by the engine (${message})`, "invalid-spec", { cause: err });
+  if (typeof sysCode === "string" && ["ECONNREFUSED", "ENOENT", "EACCES", "ECONNRESET", "EHOSTUNREACH", "ETIMEDOUT"].includes(sysCode)) {
+    return new ContainerRuntimeError(`${what}: Docker engine unreachable (${sysCode})`, "unavailable", { cause: err });
+  }
+  return new ContainerRuntimeError(`${what}: ${message}`, "engine", { cause: err });
+}
+
+/** The dockerode adapter; the only module that imports dockerode. */
+export class DockerRuntime implements ContainerRuntime {
+  private readonly docker: Docker;
+
+  constructor(options: DockerConnectionOptions = {}) {
+    this.docker = new Docker(options);
+  }
+
+  private get modem(): ModemLike {
+    return this.docker.modem as unknown as ModemLike;
+  }
+
+  async ping(): Promise<EngineInfo> {
+    try {
+      const [version, info] = await Promise.all([this.docker.version(), this.docker.info() as Promise<{ Runtimes?: Record<string, unknown> }>]);
+      return {
+        serverVersion: version.Version,
+        apiVersion: version.ApiVersion,
+        endpoint: await this.endpoint(),
+        runtimes: Object.keys(info.Runtimes ?? {}).sort(),
+      };
+    } catch (err) {
+      throw wrap(err, "ping");
+    }
+  }
+
+  private async endpoint(): Promise<string> {
+    const m = this.modem;
+    if (m.socketPath !== undefined) {
+      const path = typeof m.socketPath === "function" ? await m.socketPath() : m.socketPath;
+      return `unix://${path}`;
+    }
+    const scheme = m.protocol === "https" ? "tcp+tls" : m.protocol === "ssh" ? "ssh" : "tcp";
+    const user = m.protocol === "ssh" && m.username ? `${m.username}@` : "";
+    return `${scheme}://${user}${m.host ?? ""}${m.port ? `:${m.port}` : ""}`;
+  }
+
+  async buildImage(context: NodeJS.ReadableStream | Buffer, opts: { tag: string; labels?: Record<string, string> }): Promise<ImageInfo> {
+    let output: unknown[];
+    try {
+      // The legacy builder (API 1.41 default) needs no registry for `FROM scratch`;
+      // `networkmode: none` keeps any RUN step (there are none in our contexts) offline too.
+      const stream = await this.docker.buildImage(context as NodeJS.ReadableStream, {
+        t: opts.tag,
+        labels: opts.labels ?? {},
+        rm: true,
+        forcerm: true,
+        networkmode: "none",
+      });
+      output = await new Promise<unknown[]>((resolve, reject) =>
+        this.modem.followProgress(stream, (err, out) => (err ? reject(err) : resolve(out))),
+      );
+    } catch (err) {
+      const wrapped = wrap(err, `build ${opts.tag}`);
+      // An HTTP error from /build (no Dockerfile, a bad instruction) is the context's fault.
+      if (statusOf(err) !== undefined) throw new ContainerRuntimeError(wrapped.message, "build-failed", { cause: err });
+      throw wrapped;
+    }
+    // A failed build still answers 200; the failure is an `error` message in the stream.
+    const failure = output.find((o): o is { error: string } => typeof (o as { error?: unknown }).error === "string");
+    if (failure) throw new ContainerRuntimeError(`build ${opts.tag} failed: ${failure.error.trim()}`, "build-failed");
+    const image = await this.inspectImage(opts.tag);
+    if (!image) throw new ContainerRuntimeError(`build ${opts.tag} reported success but the tag is absent`, "build-failed");
+    return image;
+  }
+
+  async inspectImage(ref: string): Promise<ImageInfo | undefined> {
+    try {
+      const info = await this.docker.getImage(ref).inspect();
+      return { id: info.Id, labels: { ...(info.Config?.Labels ?? {}) } };
+    } catch (err) {
+      if (statusOf(err) === 404) return undefined;
+      throw wrap(err, `inspect image ${ref}`);
+    }
+  }
+
+  async create(spec: ContainerSpec): Promise<string> {
+    validateSpec(spec);
+    try {
+      const container = await this.docker.createContainer({
+        ...(spec.name !== undefined ? { name: spec.name } : {}),
+        Image: spec.image,
+        ...(spec.entrypoint !== undefined ? { Entrypoint: spec.entrypoint } : {}),
+        Cmd: spec.cmd,
+        Env: Object.entries(spec.env).map(([k, v]) => `${k}=${v}`),
+        ...(spec.user !== undefined ? { User: spec.user } : {}),
+        ...(spec.workingDir !== undefined ? { WorkingDir: spec.workingDir } : {}),
+        Labels: spec.labels,
+        // stdin stays closed (seed: "stdin is closed"); output is attached, never a TTY,
+        // so stdout and stderr arrive multiplexed and separable.
+        AttachStdin: false,
+        OpenStdin: false,
+        StdinOnce: false,
+        Tty: false,
+        AttachStdout: true,
+        AttachStderr: true,
+        HostConfig: {
+          Mounts: spec.mounts.map((m) => ({ Type: "bind" as const, Source: m.source, Target: m.target, ReadOnly: m.readOnly })),
+          Tmpfs: spec.tmpfs,
+          ReadonlyRootfs: spec.readOnlyRootfs,
+          NetworkMode: spec.networkMode,
+          CapDrop: spec.capDrop,
+          SecurityOpt: spec.securityOpt,
+          ...(spec.pidsLimit !== undefined ? { PidsLimit: spec.pidsLimit } : {}),
+          ...(spec.memoryBytes !== undefined ? { Memory: spec.memoryBytes, MemorySwap: spec.memoryBytes } : {}),
+          ...(spec.runtime !== undefined ? { Runtime: spec.runtime } : {}),
+          ...(spec.init !== undefined ? { Init: spec.init } : {}),
+        },
+      });
+      return container.id;
+    } catch (err) {
+      throw wrap(err, `create container from ${spec.image}`);
+    }
+  }
+
+  async attach(id: string): Promise<ContainerOutput> {
+    let stream: NodeJS.ReadWriteStream;
+    try {
+      stream = await this.docker.getContainer(id).attach({ stream: true, stdout: true, stderr: true, logs: false });
+    } catch (err) {
+      throw wrap(err, `attach ${id}`);
+    }
+    const stdout = new PassThrough();
+    const stderr = new PassThrough();
+    this.modem.demuxStream(stream, stdout, stderr);
+    let ended = false;
+    const end = (): void => {
+      if (ended) return;
+      ended = true;
+      stdout.end();
+      stderr.end();
+    };
+    stream.on("end", end);
+    stream.on("close", end);
+    stream.on("error", (err: Error) => {
+      ended = true;
+      stdout.destroy(err);
+      stderr.destroy(err);
+    });
+    return { stdout, stderr };
+  }
+
+  async start(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).start();
+    } catch (err) {
+      throw wrap(err, `start ${id}`);
+    }
+  }
+
+  async wait(id: string): Promise<ContainerExit> {
+    try {
+      const container = this.docker.getContainer(id);
+      const result = (await container.wait()) as { StatusCode: number };
+      const info = await container.inspect();
+      return { exitCode: result.StatusCode, oomKilled: info.State.OOMKilled === true };
+    } catch (err) {
+      throw wrap(err, `wait ${id}`);
+    }
+  }
+
+  async kill(id: string, signal = "SIGKILL"): Promise<void> {
+    try {
+      await this.docker.getContainer(id).kill({ signal });
+    } catch (err) {
+      // 409: not running; 404: already removed. Both mean there is nothing left to stop.
+      const status = statusOf(err);
+      if (status === 409 || status === 404) return;
+      throw wrap(err, `kill ${id}`);
+    }
+  }
+
+  async inspect(id: string): Promise<ContainerState | undefined> {
+    try {
+      const info = await this.docker.getContainer(id).inspect();
+      const running = info.State.Running === true;
+      const exited = !running && info.State.Status !== "created";
+      return {
+        running,
+        exitCode: exited ? info.State.ExitCode : null,
+        oomKilled: info.State.OOMKilled === true,
+        labels: { ...(info.Config.Labels ?? {}) },
+        env: [...(info.Config.Env ?? [])],
+      };
+    } catch (err) {
+      if (statusOf(err) === 404) return undefined;
+      throw wrap(err, `inspect ${id}`);
+    }
+  }
+
+  async remove(id: string): Promise<void> {
+    try {
+      await this.docker.getContainer(id).remove({ force: true, v: true });
+    } catch (err) {
+      const status = statusOf(err);
+      if (status === 404) return;
+      // 409 "removal already in progress": another remover owns it now.
+      if (status === 409 && /already in progress/i.test(err instanceof Error ? err.message : "")) return;
+      throw wrap(err, `remove ${id}`);
+    }
+  }
+
+  async listByLabel(labels: Record<string, string>): Promise<ContainerSummary[]> {
+    validateLabelFilter(labels);
+    try {
+      const list = await this.docker.listContainers({
+        all: true,
+        filters: { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) },
+      });
+      return list.map((c) => ({ id: c.Id, labels: { ...(c.Labels ?? {}) }, running: c.State === "running" }));
+    } catch (err) {
+      throw wrap(err, "list containers");
+    }
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * The container-runtime port: what the runner needs from a container engine, in the
+ * project's own types. Only `docker.ts` beside this file knows dockerode; everything
+ * else is written against `ContainerRuntime`, so a test can hand in `FakeRuntime`.
+ */
+
+export interface Mount {
+  /** Absolute host path (a bind mount; the source must exist). */
+  source: string;
+  /** Absolute path inside the container. */
+  target: string;
+  readOnly: boolean;
+}
+
+/** `none`, `bridge` (only the documented default of a real pilot), or `container:<id>` (a sidecar's namespace). */
+export type NetworkMode = "none" | "bridge" | `container:${string}`;
+
+export interface ContainerSpec {
+  name?: string;
+  image: string;
+  /** Replaces the image's ENTRYPOINT when given; `cmd` are its arguments. */
+  entrypoint?: string[];
+  cmd: string[];
+  /** The complete environment besides the image's ENV: an allowlist built by the caller. */
+  env: Record<string, string>;
+  /** `uid:gid` or a name from the image's /etc/passwd. */
+  user?: string;
+  workingDir?: string;
+  mounts: Mount[];
+  /** Path inside the container -> tmpfs mount options, e.g. `{ "/tmp": "rw,nosuid,size=64m" }`. */
+  tmpfs: Record<string, string>;
+  readOnlyRootfs: boolean;
+  networkMode: NetworkMode;
+  capDrop: string[];
+  securityOpt: string[];
+  pidsLimit?: number;
+  /** Hard memory limit; swap is set to the same value so the limit cannot be spilled to swap. */
+  memoryBytes?: number;
+  labels: Record<string, string>;
+  /** OCI runtime name (e.g. `runsc`); the engine's default when absent. */
+  runtime?: string;
+  /** Run a minimal init as PID 1 that forwards signals and reaps orphans (e.g. lingering MCP children). */
+  init?: boolean;
+}
+
+export interface EngineInfo {
+  serverVersion: string;
+  apiVersion: string;
+  /** Where the engine was reached (`unix:///var/run/docker.sock`, `tcp://host:2376`, `ssh://host`). */
+  endpoint: string;
+  /** OCI runtimes the engine offers. */
+  runtimes: string[];
+}
+
+export interface ContainerOutput {
+  /** Demultiplexed byte streams; both end when the container's output ends. */
+  stdout: NodeJS.ReadableStream;
+  stderr: NodeJS.ReadableStream;
+}
+
+export interface ContainerExit {
+  exitCode: number;
+  oomKilled: boolean;
+}
+
+export interface ContainerState {
+  running: boolean;
+  /** null while the container has not exited. */
+  exitCode: number | null;
+  oomKilled: boolean;
+  labels: Record<string, string>;
+  /** `NAME=value` entries as the engine reports them (image ENV included). */
+  env: string[];
+}
+
+export interface ImageInfo {
+  id: string;
+  labels: Record<string, string>;
+}
+
+export interface ContainerSummary {
+  id: string;
+  labels: Record<string, string>;
+  running: boolean;
+}
+
+export interface ContainerRuntime {
+  ping(): Promise<EngineInfo>;
+  /** Builds an image from a tar build context; `labels` are added to those the Dockerfile sets. */
+  buildImage(context: NodeJS.ReadableStream | Buffer, opts: { tag: string; labels?: Record<string, string> }): Promise<ImageInfo>;
+  /** undefined when no such image exists. */
+  inspectImage(ref: string): Promise<ImageInfo | undefined>;
+  /** Creates (does not start) a container; returns its id. */
+  create(spec: ContainerSpec): Promise<string>;
+  /** Attach BEFORE `start`, so no output is lost. */
+  attach(id: string): Promise<ContainerOutput>;
+  start(id: string): Promise<void>;
+  /** Resolves when the container has exited. A non-zero exit or an OOM kill is a result, not an error. */
+  wait(id: string): Promise<ContainerExit>;
+  /** Sends a signal (default SIGKILL); no error when the container is already stopped or gone. */
+  kill(id: string, signal?: string): Promise<void>;
+  /** undefined when no such container exists. */
+  inspect(id: string): Promise<ContainerState | undefined>;
+  /** Removes the container, killing it if needed; no error when it is already gone. */
+  remove(id: string): Promise<void>;
+  /** Containers (running or not) carrying every given label with the given value. */
+  listByLabel(labels: Record<string, string>): Promise<ContainerSummary[]>;
+}
+
+/** The runner's own fault talking to the engine; attempt outcomes are never thrown as this. */
+export class ContainerRuntimeError extends Error {
+  override readonly name = "ContainerRuntimeError";
+  constructor(
+    message: string,
+    readonly code: "not-found" | "conflict" | "invalid-spec" | "build-failed" | "unavailable" | "engine",
+    options?: { cause?: unknown },
+  ) {
+    super(message, options);
+  }
+}
+
+const ABSOLUTE = /^\//;
+
+/**
+ * Checks a spec before it reaches any engine, the same way for the fake and for Docker,
+ * so a policy mistake (a host network, a relative bind) fails in unit tests too.
+ * Throws `ContainerRuntimeError("invalid-spec")` listing every problem.
+ */
+export function validateSpec(spec: ContainerSpec): void {
+  const problems: string[] = [];
+  if (!spec.image) problems.push("image is empty");
+  const mode: string = spec.networkMode;
+  if (!(mode === "none" || mode === "bridge" || /^container:[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(mode))) {
+    problems.push(`networkMode ${JSON.stringify(mode)} is not none, bridge or container:<id>`);
+  }
+  for (const m of spec.mounts) {
+    if (!ABSOLUTE.test(m.source)) problems.push(`mount source ${JSON.stringify(m.source)} is not absolute`);
+    if (!ABSOLUTE.test(m.target)) problems.push(`mount target ${JSON.stringify(m.target)} is not absolute`);
+  }
+  for (const path of Object.keys(spec.tmpfs)) {
+    if (!ABSOLUTE.test(path)) problems.push(`tmpfs path ${JSON.stringify(path)} is not absolute`);
+  }
+  for (const name of Object.keys(spec.env)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) problems.push(`env name ${JSON.stringify(name)} is not a variable name`);
+  }
+  if (problems.length > 0) throw new ContainerRuntimeError(`invalid container spec: ${problems.join("; ")}`, "invalid-spec");
+}
+
+/** An empty filter would match every container on the engine, the runner's own or not. */
+export function validateLabelFilter(labels: Record<string, string>): void {
+  if (Object.keys(labels).length === 0) throw new ContainerRuntimeError("listByLabel needs at least one label", "invalid-spec");
+}

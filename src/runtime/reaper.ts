@@ -1,0 +1,69 @@
+import { hostname } from "node:os";
+import type { ContainerRuntime } from "./port.ts";
+
+/** Labels every runner container carries, so a later run can find what a killed run left behind. */
+export const LABELS = {
+  run: "study-runner.run",
+  attempt: "study-runner.attempt",
+  /** The runner process that owns the container. */
+  pid: "study-runner.pid",
+  /** The host that runner process lives on: a pid means nothing on another host sharing the engine. */
+  host: "study-runner.host",
+} as const;
+
+/** The four ownership labels for a container of this runner process. */
+export function runnerLabels(run: string, attempt: string): Record<string, string> {
+  return {
+    [LABELS.run]: run,
+    [LABELS.attempt]: attempt,
+    [LABELS.pid]: String(process.pid),
+    [LABELS.host]: hostname(),
+  };
+}
+
+/** Signal 0 tests for existence; EPERM means the pid exists but belongs to someone else. */
+export function isProcessAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === "EPERM";
+  }
+}
+
+export interface ReapOptions {
+  /** Defaults to this machine's hostname. */
+  host?: string;
+  /** Defaults to `isProcessAlive`. */
+  isAlive?: (pid: number) => boolean;
+}
+
+export interface ReapResult {
+  removed: string[];
+  /** Labelled containers left alone because their owner is alive (or its pid label is unreadable). */
+  kept: string[];
+}
+
+/**
+ * Removes this host's labelled containers whose runner process is gone. A container with
+ * a pid label that is not a positive integer is kept: fail closed, never remove what we
+ * cannot prove is ours and orphaned. A recycled pid keeps an orphan alive until the pid
+ * dies too, which errs on the side of not touching another process's container.
+ * Export folders are reaped by the export stage, not here.
+ */
+export async function reapOrphans(runtime: ContainerRuntime, opts: ReapOptions = {}): Promise<ReapResult> {
+  const host = opts.host ?? hostname();
+  const isAlive = opts.isAlive ?? isProcessAlive;
+  const result: ReapResult = { removed: [], kept: [] };
+  for (const c of await runtime.listByLabel({ [LABELS.host]: host })) {
+    const raw = c.labels[LABELS.pid] ?? "";
+    const pid = /^[1-9][0-9]*$/.test(raw) ? Number(raw) : undefined;
+    if (pid === undefined || isAlive(pid)) {
+      result.kept.push(c.id);
+      continue;
+    }
+    await runtime.remove(c.id);
+    result.removed.push(c.id);
+  }
+  return result;
+}

@@ -1,0 +1,21 @@
+import { describe, expect, it } from "vitest";
+import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { buildImage } from "../../src/image/build.ts";
+import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { PROGRAM_SCRIPTS, runtimeBehaviourSuite } from "../support/runtime-behaviour.ts";
+
+// The programs run under the Node of the fake-claude image (built once, cached by digest).
+runtimeBehaviourSuite("DockerRuntime", async () => {
+  const runtime = new DockerRuntime();
+  const image = await buildImage(runtime, await fakeClaudeImageSpec());
+  return { runtime, image: image.id, program: (name) => ({ entrypoint: [IMAGE_LAYOUT.node, "-e", PROGRAM_SCRIPTS[name]], cmd: [] }) };
+});
+
+describe("DockerRuntime connection", () => {
+  it("reports the unix socket it reached by default and fails as unavailable on a dead socket", async () => {
+    const info = await new DockerRuntime().ping();
+    expect(info.endpoint).toMatch(/^unix:\/\/.*docker\.sock$/);
+    expect(info.runtimes).toContain("runc");
+    await expect(new DockerRuntime({ socketPath: "/nonexistent/docker.sock" }).ping()).rejects.toMatchObject({ code: "unavailable" });
+  });
+});

@@ -1,0 +1,53 @@
+import { spawnSync } from "node:child_process";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { LABELS, reapOrphans, runnerLabels } from "../../src/runtime/reaper.ts";
+import { buildImage } from "../../src/image/build.ts";
+import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import type { ContainerSpec } from "../../src/runtime/port.ts";
+
+const runtime = new DockerRuntime();
+let image = "";
+const made: string[] = [];
+
+beforeAll(async () => {
+  image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
+});
+afterAll(async () => {
+  for (const id of made) await runtime.remove(id);
+});
+
+const sleeper = (labels: Record<string, string>): ContainerSpec => ({
+  image,
+  entrypoint: [IMAGE_LAYOUT.node, "-e", "setTimeout(() => {}, 3600e3)"],
+  cmd: [],
+  env: {},
+  user: IMAGE_LAYOUT.user,
+  mounts: [],
+  tmpfs: {},
+  readOnlyRootfs: true,
+  networkMode: "none",
+  capDrop: ["ALL"],
+  securityOpt: ["no-new-privileges"],
+  labels,
+});
+
+describe("reapOrphans on the real engine", () => {
+  it("removes a running container whose runner pid is dead and keeps this process's container", async () => {
+    const dead = Number(spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout);
+    const run = `reaper-${process.pid}-${Date.now()}`;
+    const orphan = await runtime.create(sleeper({ ...runnerLabels(run, "1"), [LABELS.pid]: String(dead) }));
+    const ours = await runtime.create(sleeper(runnerLabels(run, "2")));
+    made.push(orphan, ours);
+    await runtime.start(orphan);
+    await runtime.start(ours);
+
+    const result = await reapOrphans(runtime);
+    expect(result.removed).toContain(orphan);
+    expect(result.removed).not.toContain(ours);
+    expect(result.kept).toContain(ours);
+    expect(await runtime.inspect(orphan)).toBeUndefined();
+    expect((await runtime.inspect(ours))?.running).toBe(true);
+    expect((await runtime.listByLabel({ [LABELS.run]: run })).map((c) => c.id)).toEqual([ours]);
+  });
+});
