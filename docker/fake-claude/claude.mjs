@@ -362,7 +362,7 @@ function defaultTurnUsage(i) {
   return { input: 2000 + 150 * i, output: 30 + 5 * i, cacheRead: i === 0 ? 0 : 800, cacheWrite5m: i === 0 ? 800 : 0, cacheWrite1h: 0 };
 }
 
-async function okTranscript(options, b, version) {
+async function okTranscript(options, b, version, prompt) {
   const cwd = process.cwd();
   const sessionId = randomUUID();
   const model = options["--model"] ?? DEFAULT_MODEL;
@@ -371,14 +371,15 @@ async function okTranscript(options, b, version) {
   const requested = toolList(options["--tools"]);
   const builtins = [...new Set(requested)].filter((t) => t !== "default" && !denied.has(t)).sort();
 
-  // MCP servers: live when the behaviour asks for MCP calls, otherwise simulated as connected
-  // with the mcp__<server>__ names that --allowedTools grants.
+  // MCP servers: live, like the real CLI, which connects to every configured server before
+  // its init event. `simulateMcp: true` only pretends (listing the mcp__<server>__ names that
+  // --allowedTools grants without connecting), for tests of a transcript the server never saw.
   const servers = readMcpConfigs(options["--mcp-config"]);
   const clients = new Map();
   const mcpServers = [];
   const mcpTools = [];
   for (const [name, config] of Object.entries(servers)) {
-    if (b.mcpCalls !== undefined) {
+    if (b.simulateMcp !== true) {
       const client = (config.type ?? "stdio") === "stdio" && config.command ? new McpClient(name, config) : undefined;
       try {
         if (!client) throw new Error("only stdio servers are scripted");
@@ -433,7 +434,10 @@ async function okTranscript(options, b, version) {
       run: () => `fake-claude: ${call.name} ran`,
     });
   }
-  for (const call of b.mcpCalls ?? []) {
+  // Without scripted calls, a model offered doc.search would use it once, on the question's longest word.
+  const searchName = mcpTools.find((t) => /__doc_search$/.test(t));
+  const defaultCalls = searchName ? [{ tool: "doc.search", arguments: { query: longestWord(prompt) } }] : [];
+  for (const call of b.mcpCalls ?? (b.simulateMcp ? [] : defaultCalls)) {
     const server = call.server ?? Object.keys(servers)[0] ?? "doc-bridge";
     steps.push({
       name: mcpToolName(server, call.tool),
@@ -623,7 +627,7 @@ async function main() {
 
   switch (b.kind ?? "ok") {
     case "ok":
-      return okTranscript(options, b, version);
+      return okTranscript(options, b, version, prompt);
     case "events":
     case "exit":
       if (b.malformedFirst) emit("this line is not JSON {");
@@ -660,4 +664,8 @@ if (import.meta.url === `file://${process.argv[1]}` || process.argv[1] === "/usr
       process.exitCode = 70;
     },
   );
+}
+
+function longestWord(text) {
+  return String(text).split(/[^A-Za-z]+/).reduce((a, w) => (w.length > a.length ? w : a), "") || "docs";
 }

@@ -88,8 +88,10 @@ Examples:
 
   program
     .command("demo")
-    .description("make the bundled demo corpus in a work folder and run the demo study on it")
-    .option("--workdir <dir>", "where the demo corpus and ledger go (default: a folder under the system temp dir)")
+    .description("run the bundled demo study end to end: demo corpus, doc-bridge indexes, the fake claude image (no network, no cost), ledger")
+    .option("--workdir <dir>", "where the demo corpus, test login and ledgers go (default: study-runner-demo under the system temp dir)")
+    .option("--pilot", "run the pilot (2 attempts) instead of the full study (36)")
+    .option("--quiet", "no progress lines on stderr")
     .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));
 
   return program;

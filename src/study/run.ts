@@ -294,6 +294,9 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       bridge = undefined;
       obs.mcp = { toolCalls: record.toolCalls, connections: record.connections, messages: record.messages };
       const mismatch = compareMcpRecord(record, facts.docBridgeCalls.map((c) => c.name));
+      // The CLI lists the server's tools before its init event, so a "connected" server that
+      // never connected through the runner is a treatment that did not come from the runner.
+      if (record.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
     await writeBackLogin(ctx.login, staged, { lock });

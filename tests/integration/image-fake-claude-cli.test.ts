@@ -130,12 +130,20 @@ describe("fake claude: the generated ok transcript", () => {
     expect(uses.map((u: any) => u.name)).toEqual(["Read"]);
   });
 
-  it("simulates a connected doc-bridge with the MCP names --allowedTools grants", async () => {
+  it("on request, simulates a connected doc-bridge with the MCP names --allowedTools grants", async () => {
     const config = JSON.stringify({ mcpServers: { "doc-bridge": { command: "/absent/server" } } });
-    const r = await run(streamJsonArgs({ allowed: ["Read", "Grep", "Glob", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get"], mcpConfig: config }));
+    const r = await run(streamJsonArgs({ allowed: ["Read", "Grep", "Glob", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get"], mcpConfig: config }), { default: { kind: "ok", simulateMcp: true } });
     const init = parseEvents(r.stdout)[0]!;
     expect(init.tools).toEqual(["Glob", "Grep", "Read", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get"]);
     expect(init.mcp_servers).toEqual([{ name: "doc-bridge", status: "connected", source: "dynamic" }]);
+  });
+
+  it("by default connects to a configured server like the real CLI: one that cannot start shows failed", async () => {
+    const config = JSON.stringify({ mcpServers: { "doc-bridge": { command: "/absent/server" } } });
+    const r = await run(streamJsonArgs({ allowed: ["Read", "mcp__doc-bridge__doc_search"], mcpConfig: config }));
+    const init = parseEvents(r.stdout)[0]!;
+    expect(init.mcp_servers).toEqual([{ name: "doc-bridge", status: "failed", source: "dynamic" }]);
+    expect(init.tools.filter((t: string) => t.startsWith("mcp__"))).toEqual([]);
   });
 
   it("reports an API key in the environment as the key source", async () => {

@@ -33,6 +33,8 @@ export type FakeBehaviour =
       isError?: boolean;
       callTool?: ToolCall | ToolCall[];
       mcpCalls?: Array<{ tool: string; arguments?: Record<string, unknown>; server?: string }>;
+      /** Pretend the MCP servers are connected without connecting (default: connect like the real CLI). */
+      simulateMcp?: boolean;
       turnUsage?: TurnUsage[];
       reportedCostFactor?: number;
       exitCode?: number;
