@@ -86,6 +86,42 @@ Examples:
       setExit(ExitCode.ok);
     });
 
+  const image = program.command("image").description("build or probe the Claude Code image attempts run in");
+  image
+    .command("build")
+    .description("build the pinned image offline (FROM scratch: the native binary, its glibc files, Node for the helpers) and probe its version")
+    .option("--install", "first install @anthropic-ai/claude-code-linux-x64 at the pinned version from the npm registry into the cache")
+    .option("--claude-binary <path>", "use this native claude binary instead of searching node_modules and the cache")
+    .option("--fake", "build the fake claude image used by the demo and CI instead")
+    .option("--version <version>", "the Claude Code version", "2.1.296")
+    .action(async (opts) => setExit(await (await import("./image.ts")).imageBuildCommand(opts)));
+  image
+    .command("probe <ref>")
+    .description("run `claude --version` in a throwaway hardened container of the image")
+    .action(async (ref) => setExit(await (await import("./image.ts")).imageProbeCommand(ref)));
+
+  program
+    .command("classify <transcript>")
+    .description("re-check a saved stream-json transcript offline with the runner's own rules; prints facts and status (never the answer)")
+    .addOption(new Option("--arm <arm>", "which arm the attempt belonged to").choices(["repository", "mcp"]).makeOptionMandatory())
+    .requiredOption("--model <model>", "the model the attempt requested, e.g. claude-haiku-5-5")
+    .option("--tools <names>", "comma-separated exact init tool set (default: the arm's tools)")
+    .option("--cli-version <version>", "require this claude_code_version in the init event")
+    .option("--exit-code <n>", "the process's exit code", "0")
+    .option("--timed-out", "the attempt was killed by the timeout")
+    .option("--truncated", "stdout was cut at the 4 MiB bound")
+    .action(async (file, opts) => setExit(await (await import("./classify.ts")).classifyCommand(file, opts)));
+
+  program
+    .command("schemas")
+    .description("write the JSON Schemas of the manifest and the ledger (generated from the zod schemas)")
+    .option("--write <dir>", "folder to write them into", "docs/schemas")
+    .action(async (opts) => {
+      const written = await (await import("../util/json-schemas.ts")).writeSchemas(opts.write);
+      process.stdout.write(written.join("\n") + "\n");
+      setExit(ExitCode.ok);
+    });
+
   program
     .command("demo")
     .description("run the bundled demo study end to end: demo corpus, doc-bridge indexes, the fake claude image (no network, no cost), ledger")

@@ -1,4 +1,4 @@
-import { open, readdir, readFile, realpath } from "node:fs/promises";
+import { access, open, readdir, readFile, realpath } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -174,6 +174,8 @@ export interface ClaudeImageInput extends BaseImageInput {
   /** The native binary, e.g. from `findClaudeBinary()`. */
   claudeBinary: string;
   version?: string;
+  /** CA bundle to ship (default: the host's Debian bundle when present; null: none). */
+  caBundle?: string | null;
 }
 
 /**
@@ -184,6 +186,13 @@ export async function claudeCodeImageSpec(input: ClaudeImageInput): Promise<Imag
   const version = input.version ?? CLAUDE_CODE_VERSION;
   const layout = await baseLayout(input, [input.claudeBinary]);
   layout.files.push({ path: IMAGE_LAYOUT.claude, mode: 0o755, source: { hostPath: input.claudeBinary } });
+  // A real pilot talks TLS to the model's API; the scratch image has no CA store of its own.
+  // Whether the binary uses a bundled store or this file was not measured (only http to a
+  // scripted API was), so the host's bundle is shipped at the Debian path when present.
+  const caBundle = input.caBundle === undefined ? "/etc/ssl/certs/ca-certificates.crt" : input.caBundle;
+  if (caBundle && (await exists(caBundle))) {
+    layout.files.push({ path: "/etc/ssl/certs/ca-certificates.crt", mode: 0o644, source: { hostPath: caBundle } });
+  }
   return imageSpec(`study-runner/claude-code:${version}`, layout, {
     [IMAGE_LABELS.kind]: "claude-code",
     [IMAGE_LABELS.claudeVersion]: version,
@@ -209,4 +218,13 @@ export async function fakeClaudeImageSpec(input: FakeImageInput = {}): Promise<I
     [IMAGE_LABELS.claudeVersion]: version,
     [IMAGE_LABELS.claudeSha256]: await fileSha256(script),
   });
+}
+
+async function exists(path: string): Promise<boolean> {
+  try {
+    await access(path);
+    return true;
+  } catch {
+    return false;
+  }
 }

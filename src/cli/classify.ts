@@ -1,0 +1,52 @@
+import { createReadStream } from "node:fs";
+import { createInterface } from "node:readline";
+import { TranscriptReader } from "../transcript/reader.ts";
+import { classifyAttempt } from "../transcript/classify.ts";
+import { computeCost } from "../cost/compute.ts";
+import { expectedInitTools } from "../claude/args.ts";
+import { ExitCode, UsageError } from "../util/errors.ts";
+
+export interface ClassifyFlags {
+  arm: "repository" | "mcp";
+  model: string;
+  tools?: string;
+  cliVersion?: string;
+  exitCode?: string;
+  timedOut?: boolean;
+  truncated?: boolean;
+}
+
+/**
+ * Re-checks a saved stream-json transcript with the runner's own reader, cost check and
+ * classifier, and prints the facts and the status. The answer is withheld (its length only).
+ */
+export async function classifyCommand(file: string, flags: ClassifyFlags): Promise<number> {
+  const exitCode = flags.exitCode === undefined ? 0 : Number(flags.exitCode);
+  if (!Number.isInteger(exitCode)) throw new UsageError(`--exit-code must be a whole number, got '${flags.exitCode}'`);
+  const expectedTools = flags.tools ? flags.tools.split(",").map((t) => t.trim()).filter(Boolean) : expectedInitTools(flags.arm);
+  const reader = new TranscriptReader({ arm: flags.arm, model: flags.model, expectedTools, cliVersion: flags.cliVersion });
+  try {
+    const lines = createInterface({ input: createReadStream(file), crlfDelay: Infinity });
+    for await (const line of lines) reader.pushLine(line);
+  } catch (err) {
+    throw new UsageError(`cannot read transcript ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  const facts = reader.finish();
+  const cost = computeCost({
+    model: flags.model,
+    modelUsage: facts.modelUsage,
+    cacheCreation: facts.cacheCreation,
+    perMessageUsage: facts.perMessageUsage,
+    reportedCostUsd: facts.reportedCostUsd,
+  });
+  const verdict = classifyAttempt({ facts, exitCode, timedOut: flags.timedOut ?? false, truncated: flags.truncated ?? false, cost });
+  const { answer, ...shown } = facts;
+  const out = {
+    status: verdict.status,
+    reason: verdict.reason,
+    facts: { ...shown, answer: answer === null ? null : `(withheld: ${answer.length} characters)` },
+    cost,
+  };
+  process.stdout.write(JSON.stringify(out, null, 2) + "\n");
+  return ExitCode.ok;
+}

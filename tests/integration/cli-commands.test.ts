@@ -1,0 +1,53 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { runCli } from "../support/cli.ts";
+import { ANSWER, baseEvents, toText } from "../unit/transcript-fixtures.ts";
+
+let work: string;
+beforeAll(async () => (work = await mkdtemp(join(tmpdir(), "sr-cmd-"))));
+afterAll(() => rm(work, { recursive: true, force: true }));
+
+describe("study-runner classify", () => {
+  it("re-checks a saved transcript with the runner's rules and withholds the answer", async () => {
+    const file = join(work, "mcp.jsonl");
+    await writeFile(file, toText(baseEvents("mcp")));
+    const r = await runCli(["classify", file, "--arm", "mcp", "--model", "claude-haiku-5-5", "--cli-version", "2.1.296"]);
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout);
+    expect(out.status).toBe("completed");
+    expect(out.facts.toolCallsByName).toEqual({ "mcp__doc-bridge__doc_search": 1, "mcp__doc-bridge__doc_get": 1 });
+    expect(out.facts.answer).toBe(`(withheld: ${ANSWER.length} characters)`);
+    expect(r.stdout + r.stderr).not.toContain("SECRET-ANSWER");
+  });
+
+  it("gives the same verdict the runner would for a broken rule and a non-zero exit", async () => {
+    const file = join(work, "repo.jsonl");
+    await writeFile(file, toText(baseEvents("repository")));
+    const wrongArm = JSON.parse((await runCli(["classify", file, "--arm", "mcp", "--model", "claude-haiku-5-5"])).stdout);
+    expect(wrongArm.status).toBe("invalid-setup");
+    const exited = JSON.parse((await runCli(["classify", file, "--arm", "repository", "--model", "claude-haiku-5-5", "--exit-code", "1"])).stdout);
+    expect(exited.status).toBe("failed");
+  });
+
+  it("requires the arm and the model", async () => {
+    const r = await runCli(["classify", join(work, "x.jsonl"), "--model", "m"]);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/--arm/);
+  });
+});
+
+describe("study-runner plan", () => {
+  it("prints the run order for a person, and as JSON", async () => {
+    const table = await runCli(["plan", "--pilot"]);
+    expect(table.stdout.split("\n").filter(Boolean)).toEqual([
+      expect.stringMatching(/^#\s+task\s+scenario\s+rep\s+repository\s+pin$/),
+      expect.stringMatching(/^1\s+ledgerlite-rounding\s+repository-only\s+1\s+ledgerlite\s+e2ff563dc35b$/),
+      expect.stringMatching(/^2\s+ledgerlite-rounding\s+doc-bridge\s+1\s+ledgerlite\s+e2ff563dc35b$/),
+    ]);
+    const json = JSON.parse((await runCli(["plan", "--json"])).stdout);
+    expect(json).toHaveLength(36);
+    expect(json[2]).toMatchObject({ taskId: "ledgerlite-rounding", scenario: "doc-bridge", repetition: 2 });
+  });
+});
