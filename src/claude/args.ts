@@ -35,6 +35,15 @@ export const BUILTIN_DENIED_TOOLS = [
   "ExitPlanMode",
 ] as const;
 
+/**
+ * Read rules that keep the agent out of its own HOME. Measured on 2.1.296
+ * (docs/claude-cli-observations.md): without them a Read or Grep of
+ * ~/.claude/.credentials.json returns the login token; with them those reads are denied
+ * (listed in permission_denials, which the contract accepts for built-in reads) and the init
+ * tool set is unchanged. `//` marks an absolute path in a permission rule.
+ */
+export const HOME_READ_DENIALS = ["Read(//home/agent/**)", "Grep(//home/agent/**)", "Glob(//home/agent/**)"] as const;
+
 export const DOC_BRIDGE_SERVER = "doc-bridge";
 export const DOC_BRIDGE_ALLOWED = ["doc.search", "doc.get", "handoff.resolve"] as const;
 
@@ -153,7 +162,7 @@ export function cliArguments(opts: CliArgumentOptions): string[] {
     mcpConfig = JSON.stringify(EMPTY_MCP_CONFIG);
   }
   const allowed = [...BUILTIN_READ_TOOLS, ...(opts.arm === "mcp" ? ALLOWED_MCP_NAMES : [])];
-  const denied = [...BUILTIN_DENIED_TOOLS, ...opts.deniedMcpTools];
+  const denied = [...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...opts.deniedMcpTools];
   // Variadic flags (`<tools...>`, `<configs...>`) take one comma-joined value each and are
   // followed by another flag; the prompt comes last after `--`, because a variadic flag
   // swallows a following prompt (facts: "Variadic flags swallow the prompt").

@@ -51,19 +51,30 @@ export function reservedObservation(a: PlannedAttempt, o: { transport: "cli" | "
   };
 }
 
+/**
+ * Token counts: the sums over `modelUsage` when it is present, else the result's `usage`.
+ * Measured on 2.1.296: on `error_max_budget_usd` the result's `usage` is all zeros while
+ * `modelUsage` holds the real counts, and a zero would understate the attempt.
+ */
+function tokenCounts(facts: TranscriptFacts) {
+  if (!facts.modelUsage) {
+    return { inputTokens: facts.inputTokens, outputTokens: facts.outputTokens, cacheCreationInputTokens: facts.cacheCreationInputTokens, cacheReadInputTokens: facts.cacheReadInputTokens };
+  }
+  const sum = (key: "inputTokens" | "outputTokens" | "cacheCreationInputTokens" | "cacheReadInputTokens") =>
+    Object.values(facts.modelUsage!).reduce((n, m) => n + m[key], 0);
+  return { inputTokens: sum("inputTokens"), outputTokens: sum("outputTokens"), cacheCreationInputTokens: sum("cacheCreationInputTokens"), cacheReadInputTokens: sum("cacheReadInputTokens") };
+}
+
 /** The transcript's facts and the cost check, in the ledger's field names. */
 export function factsToObservation(facts: TranscriptFacts, cost: CostResult): Partial<Observation> {
   return {
+    ...tokenCounts(facts),
     model: facts.initModel,
     tools: facts.initTools,
     mcpServers: facts.initMcpServers?.map((s) => ({ ...s })) ?? null,
     toolCallsByName: facts.toolCallsByName,
     toolCalls: facts.toolCalls,
     permissionDenials: facts.permissionDenials.map((d) => ({ toolName: d.toolName, toolUseId: d.toolUseId ?? null })),
-    inputTokens: facts.inputTokens,
-    outputTokens: facts.outputTokens,
-    cacheCreationInputTokens: facts.cacheCreationInputTokens,
-    cacheReadInputTokens: facts.cacheReadInputTokens,
     numTurns: facts.numTurns,
     cliSubtype: facts.cliSubtype,
     isError: facts.isError,

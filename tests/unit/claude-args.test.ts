@@ -8,6 +8,7 @@ import {
   cliArguments,
   denyList,
   DOC_BRIDGE_ALLOWED,
+  HOME_READ_DENIALS,
   expectedInitTools,
   formatBudgetUsd,
   mcpToolName,
@@ -121,7 +122,9 @@ describe("cliArguments", () => {
       expect(denied).toContain("mcp__doc-bridge__gate_status");
       expect(denied).toContain("mcp__doc-bridge__memory_promoteDraft");
       for (const tool of ["Read", "Grep", "Glob", ...DOC_BRIDGE_ALLOWED.map((t) => mcpToolName("doc-bridge", t))]) expect(denied).not.toContain(tool);
-      expect(denied).toEqual([...BUILTIN_DENIED_TOOLS, "mcp__doc-bridge__gate_status", "mcp__doc-bridge__memory_promoteDraft"]);
+      // The agent's HOME holds the login token: reads there are denied by rule (measured on 2.1.296).
+      for (const rule of ["Read(//home/agent/**)", "Grep(//home/agent/**)", "Glob(//home/agent/**)"]) expect(denied).toContain(rule);
+      expect(denied).toEqual([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, "mcp__doc-bridge__gate_status", "mcp__doc-bridge__memory_promoteDraft"]);
     }
   });
 
