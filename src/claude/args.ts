@@ -1,6 +1,7 @@
 import type { Arm } from "../plan/plan.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../mcp/names.ts";
 
 /**
  * The `claude` argument array (seed 000, "The arguments are built by `cliArguments`"). Every flag
@@ -44,8 +45,8 @@ export const BUILTIN_DENIED_TOOLS = [
  */
 export const HOME_READ_DENIALS = ["Read(//home/agent/**)", "Grep(//home/agent/**)", "Glob(//home/agent/**)"] as const;
 
-export const DOC_BRIDGE_SERVER = "doc-bridge";
-export const DOC_BRIDGE_ALLOWED = ["doc.search", "doc.get", "handoff.resolve"] as const;
+export { DOC_BRIDGE_SERVER, mcpToolName };
+export const DOC_BRIDGE_ALLOWED = ALLOWED_DOC_BRIDGE_TOOLS;
 
 /** 8 KiB of UTF-8 (seed 000: "The prompt is limited to 8 KiB"). */
 export const PROMPT_LIMIT_BYTES = 8192;
@@ -55,11 +56,6 @@ export const EMPTY_MCP_CONFIG = { mcpServers: {} } as const;
 
 /** A server tool name that is safe inside a comma-separated flag value. */
 const SERVER_TOOL_RE = /^[A-Za-z0-9][A-Za-z0-9._-]*$/;
-
-/** Measured on 2.1.296: the init event names MCP tools `mcp__<server>__<tool>` with dots replaced by underscores, case kept. */
-export function mcpToolName(server: string, tool: string): string {
-  return `mcp__${server}__${tool.replaceAll(".", "_")}`;
-}
 
 const ALLOWED_MCP_NAMES = DOC_BRIDGE_ALLOWED.map((t) => mcpToolName(DOC_BRIDGE_SERVER, t));
 

@@ -7,11 +7,17 @@ export const ALLOWED_DOC_BRIDGE_TOOLS = ["doc.search", "doc.get", "handoff.resol
 const CLI_PREFIX = `mcp__${DOC_BRIDGE_SERVER}__`;
 
 /**
- * The name Claude Code gives a doc-bridge tool: dots become underscores, case is kept
- * (measured on 2.1.296: `memory.promoteDraft` -> `mcp__doc-bridge__memory_promoteDraft`).
+ * The name Claude Code gives an MCP tool: `mcp__<server>__<tool>` with dots replaced by
+ * underscores, case kept (measured on 2.1.296: `memory.promoteDraft` ->
+ * `mcp__doc-bridge__memory_promoteDraft`).
  */
+export function mcpToolName(server: string, tool: string): string {
+  return `mcp__${server}__${tool.replaceAll(".", "_")}`;
+}
+
+/** The name Claude Code gives a doc-bridge tool. */
 export function cliToolName(serverToolName: string): string {
-  return CLI_PREFIX + serverToolName.replaceAll(".", "_");
+  return mcpToolName(DOC_BRIDGE_SERVER, serverToolName);
 }
 
 export function isDocBridgeCliName(name: string): boolean {

@@ -1,4 +1,5 @@
 import type { Ledger, Observation } from "../../src/ledger/schema.ts";
+import { reservedObservation as makeReservedObservation } from "../../src/study/observation.ts";
 
 const HASH = "a".repeat(64);
 const PIN = "b".repeat(40);
@@ -29,53 +30,11 @@ export function sampleLedger(overrides: Partial<Ledger> = {}): Ledger {
   };
 }
 
-/** An observation just reserved (nothing known yet). */
+/** An observation just reserved (nothing known yet): the runner's own constructor. */
 export function reservedObservation(index: number, overrides: Partial<Observation> = {}): Observation {
-  return {
-    index,
-    task: "t1",
-    scenario: "repository-only",
-    arm: "repository",
-    repository: "ledgerlite",
-    pin: PIN,
-    repetition: 1,
-    transport: "cli",
-    cliVersion: "2.1.296",
-    expectedCliVersion: "2.1.296",
-    attemptBudgetUsd: 0.1,
-    reservationUsd: 0.1,
-    phase: "reserved",
-    startedAt: null,
-    model: null,
-    tools: null,
-    mcpServers: null,
-    toolCallsByName: {},
-    toolCalls: 0,
-    permissionDenials: [],
-    inputTokens: null,
-    outputTokens: null,
-    cacheCreationInputTokens: null,
-    cacheReadInputTokens: null,
-    numTurns: null,
-    cliSubtype: null,
-    isError: null,
-    usageComplete: false,
-    toolErrorsByName: {},
-    cliReportedCostUsd: null,
-    computedCostUsd: null,
-    costBasis: null,
-    setupProblems: [],
-    costProblem: null,
-    chargedUsd: null,
-    wallTimeMs: null,
-    status: null,
-    answer: null,
-    correctness: null,
-    adjudication: "pending",
-    exportHash: null,
-    containerId: null,
-    ...overrides,
-  };
+  const planned = { index, taskId: "t1", taskIndex: 0, repository: "ledgerlite", pin: PIN, scenario: "repository-only", arm: "repository" as const, repetition: 1 };
+  const base = makeReservedObservation(planned, { transport: "cli", cliVersion: "2.1.296", expectedCliVersion: "2.1.296", attemptBudgetUsd: 0.1, reservationUsd: 0.1 });
+  return { ...base, ...overrides };
 }
 
 /** A completed, settled observation charged `charged` USD. */
