@@ -1,0 +1,236 @@
+import { isAbsolute } from "node:path";
+import { z } from "zod";
+import { AttemptStatusSchema, budgetTotals, PhaseSchema, RunStatusSchema } from "../ledger/schema.ts";
+
+/**
+ * The adjudication record: a private companion of one ledger (issue 8). It never changes the
+ * ledger; it is bound to it by run id, protocol hash and the ledger's bytes, and each item to
+ * one observation by index, task, scenario and repetition. Written like the ledger: before
+ * every spend and after every outcome, so a crash leaves a file that parses and whose spend is
+ * never below the truth.
+ */
+
+const SHA256_RE = /^[0-9a-f]{64}$/;
+const USD_EPSILON = 1e-9;
+const Sha256 = z.string().regex(SHA256_RE, "must be a lowercase hex sha256");
+const Usd = z.number().finite().nonnegative();
+const Count = z.number().int().nonnegative();
+const TokenCount = Count.nullable();
+
+export const ADJUDICATION_SCHEMA_VERSION = 1;
+
+/**
+ * The five-outcome rubric (decision record 001: "applies the existing five-outcome rubric").
+ * `blocked` is the missing outcome: the observation could not be graded, and it has no score.
+ */
+export const OutcomeSchema = z.enum(["correct", "partial", "incorrect", "incomplete", "blocked"]);
+export type Outcome = z.infer<typeof OutcomeSchema>;
+
+/** The score of each outcome; `blocked` is missing, never a zero. */
+export const OUTCOME_SCORES: Readonly<Record<Outcome, number | null>> = Object.freeze({
+  correct: 1,
+  partial: 0.5,
+  incorrect: 0,
+  incomplete: 0,
+  blocked: null,
+});
+
+export const PropositionVerdictSchema = z.enum(["supported", "partial", "contradicted", "missing"]);
+
+/**
+ * What the adjudicator returns through `--json-schema` (the CLI's `structured_output`). It has
+ * no `blocked`: only the runner decides that an item could not be graded.
+ */
+export const VerdictSchema = z.strictObject({
+  outcome: z.enum(["correct", "partial", "incorrect", "incomplete"]).meta({
+    description:
+      "correct: every expected proposition supported and nothing contradicted; partial: some but not all; incorrect: none, or the answer is wrong; incomplete: the answer is cut off or does not attempt the question",
+  }),
+  propositions: z
+    .array(
+      z.strictObject({
+        id: z.string().regex(/^P[1-9][0-9]*$/, "must be P1, P2, ... as numbered in the prompt"),
+        verdict: PropositionVerdictSchema,
+        citation: z.enum(["valid", "invalid"]).meta({
+          description: "valid: the answer cites a file that exists in the working directory and supports this proposition; invalid otherwise (no citation included)",
+        }),
+        reason: z.string().max(2000),
+      }),
+    )
+    .meta({ description: "one entry per expected proposition, each id once" }),
+  contradictions: z.array(z.string().max(2000)).max(50).meta({ description: "statements of the answer that contradict an expected proposition or the files" }),
+  reasons: z.string().max(4000),
+});
+export type Verdict = z.infer<typeof VerdictSchema>;
+
+/** The adjudicator's own container run: the facts an attempt records, for money and audit. */
+export const AdjudicatorRunSchema = z
+  .strictObject({
+    phase: PhaseSchema,
+    reservationUsd: Usd.meta({ description: "the reservation, also passed as --max-budget-usd" }),
+    startedAt: z.iso.datetime().nullable(),
+    containerId: z.string().min(1).nullable(),
+    exportHash: Sha256.nullable(),
+    model: z.string().nullable().meta({ description: "the init event's model" }),
+    tools: z.array(z.string()).nullable(),
+    toolCalls: Count,
+    toolCallsByName: z.record(z.string(), Count),
+    inputTokens: TokenCount,
+    outputTokens: TokenCount,
+    cacheCreationInputTokens: TokenCount,
+    cacheReadInputTokens: TokenCount,
+    numTurns: Count.nullable(),
+    cliSubtype: z.string().nullable(),
+    isError: z.boolean().nullable(),
+    usageComplete: z.boolean(),
+    cliReportedCostUsd: Usd.nullable(),
+    computedCostUsd: Usd.nullable(),
+    costBasis: z.record(z.string(), z.unknown()).nullable(),
+    setupProblems: z.array(z.string()),
+    costProblem: z.string().nullable(),
+    exitCode: z.number().int().nullable(),
+    timedOut: z.boolean(),
+    truncated: z.boolean(),
+    wallTimeMs: Count.nullable(),
+    status: AttemptStatusSchema.nullable().meta({ description: "the run's own status, by the attempt rules; null until settled" }),
+    chargedUsd: Usd.nullable(),
+  })
+  .superRefine((r, ctx) => {
+    const settled = r.phase === "settled";
+    if (settled !== (r.status !== null)) ctx.addIssue({ code: "custom", path: ["status"], message: settled ? "a settled run must have a status" : "must be null until the run is settled" });
+    if (settled !== (r.chargedUsd !== null)) ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: settled ? "a settled run must have a charge" : "must be null until the run is settled" });
+    if (r.status === null || r.chargedUsd === null) return;
+    if (r.status === "completed") {
+      for (const key of ["cliReportedCostUsd", "computedCostUsd"] as const) {
+        const cost = r[key];
+        if (cost !== null && r.chargedUsd < cost - USD_EPSILON) ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below ${key}; a completed run is charged the larger valid cost` });
+      }
+    } else if (r.chargedUsd < r.reservationUsd - USD_EPSILON) {
+      ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below the reservation; a ${r.status} run keeps its reservation charged` });
+    }
+  });
+export type AdjudicatorRun = z.infer<typeof AdjudicatorRunSchema>;
+
+export const ItemSchema = z
+  .strictObject({
+    observationIndex: Count.meta({ description: "the observation's index in the ledger" }),
+    task: z.string().min(1),
+    scenario: z.string().min(1),
+    repetition: z.number().int().min(1),
+    itemId: z.string().regex(/^item-[0-9a-f]{12}$/).meta({ description: "the opaque id the prompt carries; it does not depend on the scenario or the order" }),
+    position: Count.meta({ description: "0-based place in the shuffled order" }),
+    outcome: OutcomeSchema.nullable().meta({ description: "null only while the adjudicator run of this item is open" }),
+    score: z.union([z.literal(1), z.literal(0.5), z.literal(0)]).nullable().meta({ description: "1, 0.5 or 0; null for blocked (missing)" }),
+    decidedBy: z.enum(["runner", "adjudicator"]).nullable().meta({ description: "runner: blocked or incomplete without a model run; adjudicator: the structured verdict" }),
+    reason: z.string().nullable().meta({ description: "why this outcome (runner reasons name the rule); private" }),
+    verdict: VerdictSchema.nullable(),
+    maskedTerms: z.record(z.string(), Count).meta({ description: "how many times each masked term was replaced in the answer shown to the adjudicator" }),
+    run: AdjudicatorRunSchema.nullable(),
+  })
+  .superRefine((item, ctx) => {
+    if (item.outcome === null) {
+      if (item.run === null || item.run.phase === "settled") ctx.addIssue({ code: "custom", path: ["outcome"], message: "only an item whose adjudicator run is still open may lack an outcome" });
+      return;
+    }
+    if (item.score !== OUTCOME_SCORES[item.outcome]) ctx.addIssue({ code: "custom", path: ["score"], message: `must be ${OUTCOME_SCORES[item.outcome]} for ${item.outcome}` });
+    if (!item.reason) ctx.addIssue({ code: "custom", path: ["reason"], message: "every outcome says why" });
+    if (item.decidedBy === "adjudicator") {
+      if (item.verdict === null || item.run?.status !== "completed") ctx.addIssue({ code: "custom", path: ["verdict"], message: "an adjudicator outcome needs a completed run and its verdict" });
+      else if (item.verdict.outcome !== item.outcome) ctx.addIssue({ code: "custom", path: ["outcome"], message: "differs from the verdict's outcome" });
+    }
+    if (item.decidedBy === "runner" && item.outcome !== "blocked" && item.outcome !== "incomplete") {
+      ctx.addIssue({ code: "custom", path: ["decidedBy"], message: "the runner only decides blocked or incomplete" });
+    }
+    if (item.run !== null && item.run.phase !== "settled") ctx.addIssue({ code: "custom", path: ["run", "phase"], message: "an item with an outcome has a settled run" });
+  });
+export type Item = z.infer<typeof ItemSchema>;
+
+export const AdjudicationBudgetSchema = z.strictObject({
+  capUsd: z.number().finite().positive().meta({ description: "STUDY_ADJUDICATION_BUDGET_USD: the approved cumulative cap of this adjudication" }),
+  itemBudgetUsd: z.number().finite().positive().meta({ description: "the per-item limit, reserved and passed as --max-budget-usd" }),
+  reservedUsd: Usd,
+  spentUsd: Usd.meta({ description: "settled charges plus open reservations" }),
+  cumulativeCapExceeded: z.boolean(),
+});
+
+export const AdjudicationRecordSchema = z
+  .strictObject({
+    $schema: z.string().optional(),
+    schemaVersion: z.literal(ADJUDICATION_SCHEMA_VERSION),
+    kind: z.literal("adjudication"),
+    adjudicationId: z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/),
+    createdAt: z.iso.datetime(),
+    method: z.literal("agent"),
+    humanReview: z.literal(false),
+    ledger: z.strictObject({
+      path: z.string().refine(isAbsolute, "must be an absolute path"),
+      runId: z.string().min(1),
+      protocolHash: Sha256,
+      sha256: Sha256.meta({ description: "sha256 of the ledger file's bytes as read" }),
+      status: RunStatusSchema,
+      mode: z.enum(["pilot", "full"]),
+      observations: Count,
+    }),
+    adjudicator: z.strictObject({
+      model: z.string().min(1),
+      answeringModel: z.string().min(1),
+      sameModel: z.boolean().meta({ description: "the adjudicator used the answering run's model id" }),
+      forcedSameModel: z.boolean().meta({ description: "--force-same-model was given" }),
+      transport: z.literal("cli"),
+      image: z.strictObject({ ref: z.string().min(1), id: z.string().min(1), binarySha256: Sha256.nullable() }),
+      cliVersion: z.string().min(1),
+      expectedCliVersion: z.string().min(1),
+      isolation: z.string().min(1),
+    }),
+    order: z.strictObject({
+      seed: z.number().int().nonnegative().max(0xffffffff),
+      observationIndices: z.array(Count).meta({ description: "the observations in the shuffled order the items were decided in" }),
+    }),
+    masking: z.strictObject({
+      replacement: z.string().min(1),
+      terms: z.array(z.string()).meta({ description: "labels of the terms removed from answers before the adjudicator sees them" }),
+    }),
+    budget: AdjudicationBudgetSchema,
+    status: z.enum(["running", "blocked", "complete"]).meta({ description: "complete: every observation has an outcome; none of these approves a result" }),
+    statusReason: z.string().min(1).optional(),
+    items: z.array(ItemSchema).meta({ description: "in decision order (the shuffled order)" }),
+  })
+  .superRefine((r, ctx) => {
+    const n = r.ledger.observations;
+    const order = r.order.observationIndices;
+    if (order.length !== n || new Set(order).size !== n || order.some((i) => i >= n)) {
+      ctx.addIssue({ code: "custom", path: ["order", "observationIndices"], message: `must be a permutation of the ${n} observation indices` });
+    }
+    const seen = new Set<number>();
+    r.items.forEach((item, i) => {
+      if (seen.has(item.observationIndex)) ctx.addIssue({ code: "custom", path: ["items", i, "observationIndex"], message: "appears twice; one item per observation" });
+      seen.add(item.observationIndex);
+      if (item.position !== i || order[i] !== item.observationIndex) {
+        ctx.addIssue({ code: "custom", path: ["items", i, "position"], message: "items follow order.observationIndices" });
+      }
+      if (item.outcome === null && i !== r.items.length - 1) ctx.addIssue({ code: "custom", path: ["items", i, "outcome"], message: "only the last item may be undecided" });
+    });
+    const runs = r.items.flatMap((it) => (it.run ? [{ phase: it.run.phase, reservationUsd: it.run.reservationUsd, chargedUsd: it.run.chargedUsd }] : []));
+    const totals = budgetTotals(runs);
+    if (Math.abs(r.budget.reservedUsd - totals.reservedUsd) > USD_EPSILON) {
+      ctx.addIssue({ code: "custom", path: ["budget", "reservedUsd"], message: `is ${r.budget.reservedUsd}, but the open reservations sum to ${totals.reservedUsd}` });
+    }
+    if (Math.abs(r.budget.spentUsd - totals.spentUsd) > USD_EPSILON) {
+      ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${r.budget.spentUsd}, but settled charges plus open reservations sum to ${totals.spentUsd}` });
+    }
+    if (r.budget.spentUsd > r.budget.capUsd + USD_EPSILON && !r.budget.cumulativeCapExceeded) {
+      ctx.addIssue({ code: "custom", path: ["budget", "cumulativeCapExceeded"], message: "is false although spentUsd passed capUsd" });
+    }
+    if (r.status === "complete" && (r.items.length !== n || r.items.some((it) => it.outcome === null))) {
+      ctx.addIssue({ code: "custom", path: ["status"], message: "complete needs one decided item per observation" });
+    }
+    if (r.status === "blocked" && !r.statusReason) ctx.addIssue({ code: "custom", path: ["statusReason"], message: "a blocked adjudication must say why" });
+    if (r.adjudicator.sameModel !== (r.adjudicator.model === r.adjudicator.answeringModel)) {
+      ctx.addIssue({ code: "custom", path: ["adjudicator", "sameModel"], message: "must say whether model equals answeringModel" });
+    }
+    if (r.adjudicator.sameModel && !r.adjudicator.forcedSameModel) {
+      ctx.addIssue({ code: "custom", path: ["adjudicator", "forcedSameModel"], message: "the answering model may adjudicate only with --force-same-model" });
+    }
+  });
+
+export type AdjudicationRecord = z.infer<typeof AdjudicationRecordSchema>;

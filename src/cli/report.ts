@@ -1,0 +1,29 @@
+import { ExitCode, UsageError } from "../util/errors.ts";
+
+/**
+ * `study-runner report`: reads a ledger and, when given, its adjudication record (neither is
+ * modified) and prints Markdown, JSON or a self-contained HTML page, or writes all three.
+ * Reports carry no answer and no verdict text: they are meant to be published.
+ */
+export interface ReportFlags {
+  ledger?: string;
+  adjudication?: string;
+  manifest?: string;
+  format?: "markdown" | "json" | "html";
+  outDir?: string;
+}
+
+export async function reportCommand(flags: ReportFlags): Promise<number> {
+  if (!flags.ledger) throw new UsageError("--ledger PATH is required: the ledger of the run to report");
+  const { loadReport, renderJson, writeReportFiles } = await import("../report/write.ts");
+  const report = await loadReport({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest });
+  if (flags.outDir) {
+    const files = await writeReportFiles(flags.outDir, report);
+    process.stdout.write(`${JSON.stringify(files, null, 2)}\n`);
+    return ExitCode.ok;
+  }
+  if (flags.format === "json") process.stdout.write(renderJson(report));
+  else if (flags.format === "html") process.stdout.write((await import("../report/html.ts")).renderHtml(report));
+  else process.stdout.write((await import("../report/markdown.ts")).renderMarkdown(report));
+  return ExitCode.ok;
+}

@@ -1,0 +1,397 @@
+import type { AdjudicationRecord, Item, Outcome } from "../adjudicate/schema.ts";
+import type { Ledger, Observation } from "../ledger/schema.ts";
+import type { Manifest } from "../manifest/schema.ts";
+import { planStudy, type Arm } from "../plan/plan.ts";
+import { UsageError } from "../util/errors.ts";
+import { INTERVAL_METHOD, meanInterval } from "./stats.ts";
+
+/**
+ * The report's data (pure): every attempt of the plan with its status (none dropped, the ones
+ * never run included), the outcome distribution per arm, paired differences per task and
+ * repetition, priced totals, the pilot extrapolation and every gap, each said in words.
+ * Never an answer, a verdict's text or a credential: the report is meant to be published.
+ */
+
+export const AGENT_ADJUDICATION_STATEMENT =
+  "Correctness is agent-adjudicated: a separate Claude Code run, blind to the scenario, graded each answer against the expected propositions. There is no human review.";
+
+export const REPORT_OUTCOMES = ["correct", "partial", "incorrect", "incomplete", "blocked", "missing"] as const;
+export type ReportOutcome = (typeof REPORT_OUTCOMES)[number];
+
+export interface AttemptRow {
+  /** The ledger's index; null for a planned attempt that never ran. */
+  index: number | null;
+  task: string;
+  scenario: string;
+  arm: Arm;
+  repetition: number;
+  /** The ledger status, `unsettled` (reserved or running when the ledger was last written) or `not run`. */
+  status: string;
+  statusReason: string | null;
+  outcome: ReportOutcome;
+  outcomeReason: string;
+  score: number | null;
+  inputTokens: number | null;
+  outputTokens: number | null;
+  cacheCreationInputTokens: number | null;
+  cacheReadInputTokens: number | null;
+  toolCalls: number | null;
+  wallTimeMs: number | null;
+  chargedUsd: number | null;
+  usageComplete: boolean;
+}
+
+export const PAIRED_METRICS = [
+  { key: "inputTokens", label: "input tokens", unit: "tokens" },
+  { key: "outputTokens", label: "output tokens", unit: "tokens" },
+  { key: "cacheCreationInputTokens", label: "cache-write tokens", unit: "tokens" },
+  { key: "cacheReadInputTokens", label: "cache-read tokens", unit: "tokens" },
+  { key: "toolCalls", label: "tool calls", unit: "calls" },
+  { key: "wallTimeMs", label: "wall time", unit: "ms" },
+  { key: "chargedUsd", label: "charged cost", unit: "USD" },
+  { key: "score", label: "score", unit: "points" },
+] as const;
+export type PairedMetricKey = (typeof PAIRED_METRICS)[number]["key"];
+
+export interface Pair {
+  task: string;
+  repetition: number;
+  repository: number;
+  mcp: number;
+  /** mcp − repository. */
+  diff: number;
+}
+
+export interface PairedMetric {
+  metric: PairedMetricKey;
+  label: string;
+  unit: string;
+  pairs: Pair[];
+  n: number;
+  meanDiff: number | null;
+  lower: number | null;
+  upper: number | null;
+  /** Pairs left out, with why. */
+  missing: Array<{ task: string; repetition: number; why: string }>;
+}
+
+export interface OutcomeDistribution {
+  counts: Record<ReportOutcome, number>;
+  scored: number;
+  meanScore: number | null;
+}
+
+export interface ReportData {
+  schemaVersion: 1;
+  kind: "study-report";
+  statement: string;
+  run: {
+    runId: string;
+    createdAt: string;
+    mode: Ledger["mode"];
+    model: string;
+    transport: string;
+    cliVersion: string | null;
+    isolation: string;
+    status: Ledger["status"];
+    statusReason: string | null;
+    protocolHash: string;
+  };
+  scenarios: Record<Arm, string>;
+  adjudication: null | {
+    method: "agent";
+    humanReview: false;
+    status: AdjudicationRecord["status"];
+    statusReason: string | null;
+    model: string;
+    answeringModel: string;
+    sameModel: boolean;
+    forcedSameModel: boolean;
+    seed: number;
+    maskedTerms: string[];
+    spentUsd: number;
+    capUsd: number;
+  };
+  attempts: AttemptRow[];
+  statusCounts: Record<string, Record<string, number>>;
+  outcomes: Record<string, OutcomeDistribution>;
+  paired: { direction: string; method: string; metrics: PairedMetric[] };
+  totals: {
+    planned: number | null;
+    run: number;
+    notRun: number | null;
+    inputTokens: number;
+    outputTokens: number;
+    cacheCreationInputTokens: number;
+    cacheReadInputTokens: number;
+    toolCalls: number;
+    wallTimeMs: number;
+    usageComplete: boolean;
+    answeringChargedUsd: number;
+    adjudicationChargedUsd: number | null;
+    totalChargedUsd: number;
+    capUsd: number;
+  };
+  extrapolation: { applies: boolean; fullRunUsd: number | null; note: string };
+  gaps: string[];
+}
+
+export interface ReportInput {
+  ledger: Ledger;
+  ledgerSha256: string;
+  record: AdjudicationRecord | null;
+  /** The run's manifest (hash already checked), or null when it could not be read. */
+  manifest: Manifest | null;
+  manifestNote?: string;
+}
+
+/** The record must be this ledger's, observation by observation; anything else is refused. */
+export function checkBinding(ledger: Ledger, ledgerSha256: string, record: AdjudicationRecord): string[] {
+  const problems: string[] = [];
+  if (record.ledger.runId !== ledger.runId) problems.push(`the adjudication record is of run ${record.ledger.runId}, not of this ledger's run ${ledger.runId}`);
+  if (record.ledger.protocolHash !== ledger.protocol.protocolHash) problems.push("the adjudication record's protocol hash differs from the ledger's");
+  if (record.ledger.sha256 !== ledgerSha256) problems.push("the ledger changed after it was adjudicated (its sha256 differs from the one the record binds to); adjudicate it again");
+  for (const item of record.items) {
+    const o = ledger.observations[item.observationIndex];
+    if (!o || o.task !== item.task || o.scenario !== item.scenario || o.repetition !== item.repetition) {
+      problems.push(`adjudication item ${item.itemId} is bound to observation ${item.observationIndex} (${item.task}, ${item.scenario}, repetition ${item.repetition}), which the ledger does not hold`);
+    }
+  }
+  return problems;
+}
+
+const usd6 = (n: number) => Number(n.toFixed(6));
+
+function attemptReason(o: Observation, ledger: Ledger): string | null {
+  if (o.status === "completed") return null;
+  if (o.status === null) return `never settled (phase ${o.phase})`;
+  const own = o.setupProblems[0] ?? o.costProblem ?? null;
+  if (own) return own;
+  const prefix = `attempt ${o.index + 1} (`;
+  return ledger.statusReason?.startsWith(prefix) ? ledger.statusReason : null;
+}
+
+function outcomeOf(o: Observation, record: AdjudicationRecord | null, items: Map<number, Item>): { outcome: ReportOutcome; reason: string; score: number | null } {
+  if (record === null) return { outcome: "missing", reason: "not adjudicated: no adjudication record was given", score: null };
+  const item = items.get(o.index);
+  if (!item) return { outcome: "missing", reason: "missing: the adjudication record has no item for this observation (it stopped before reaching it)", score: null };
+  if (item.outcome === null) return { outcome: "missing", reason: "missing: its adjudicator run never settled", score: null };
+  return { outcome: item.outcome as Outcome, reason: item.decidedBy === "adjudicator" ? "adjudicator verdict" : (item.reason ?? ""), score: item.score };
+}
+
+export function buildReport(input: ReportInput): ReportData {
+  const { ledger, record } = input;
+  if (record) {
+    const problems = checkBinding(ledger, input.ledgerSha256, record);
+    if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  }
+  const items = new Map((record?.items ?? []).map((i) => [i.observationIndex, i]));
+  const gaps: string[] = [];
+
+  const scenarioOf: Record<Arm, string> = {
+    repository: input.manifest?.scenarios[0] ?? ledger.observations.find((o) => o.arm === "repository")?.scenario ?? "repository",
+    mcp: input.manifest?.scenarios[1] ?? ledger.observations.find((o) => o.arm === "mcp")?.scenario ?? "mcp",
+  };
+
+  const attempts: AttemptRow[] = ledger.observations.map((o) => {
+    const out = outcomeOf(o, record, items);
+    return {
+      index: o.index,
+      task: o.task,
+      scenario: o.scenario,
+      arm: o.arm,
+      repetition: o.repetition,
+      status: o.status ?? "unsettled",
+      statusReason: attemptReason(o, ledger),
+      outcome: out.outcome,
+      outcomeReason: out.reason,
+      score: out.score,
+      inputTokens: o.inputTokens,
+      outputTokens: o.outputTokens,
+      cacheCreationInputTokens: o.cacheCreationInputTokens,
+      cacheReadInputTokens: o.cacheReadInputTokens,
+      toolCalls: o.status === null ? null : o.toolCalls,
+      wallTimeMs: o.wallTimeMs,
+      chargedUsd: o.chargedUsd,
+      usageComplete: o.usageComplete,
+    };
+  });
+
+  let planned: number | null = null;
+  let fullPlanSize: number | null = null;
+  if (input.manifest) {
+    const plan = planStudy(input.manifest, ledger.mode);
+    planned = plan.length;
+    fullPlanSize = planStudy(input.manifest, "full").length;
+    for (const a of plan.slice(ledger.observations.length)) {
+      attempts.push({
+        index: null,
+        task: a.taskId,
+        scenario: a.scenario,
+        arm: a.arm,
+        repetition: a.repetition,
+        status: "not run",
+        statusReason: ledger.status === "blocked" ? `the run stopped before it: ${ledger.statusReason ?? "blocked"}` : "the run has not reached it",
+        outcome: "missing",
+        outcomeReason: "missing: the attempt never ran",
+        score: null,
+        inputTokens: null,
+        outputTokens: null,
+        cacheCreationInputTokens: null,
+        cacheReadInputTokens: null,
+        toolCalls: null,
+        wallTimeMs: null,
+        chargedUsd: null,
+        usageComplete: false,
+      });
+    }
+  } else {
+    gaps.push(`the manifest could not be read (${input.manifestNote ?? "unknown reason"}): planned attempts that never ran are not listed, and there is no extrapolation`);
+  }
+
+  // Gaps, each in words: nothing is hidden by an average.
+  for (const a of attempts) {
+    const who = `${a.task} / ${a.scenario} / repetition ${a.repetition}`;
+    if (a.status === "not run") gaps.push(`${who}: not run (${a.statusReason})`);
+    else if (a.status !== "completed") gaps.push(`${who}: attempt ${a.status}${a.statusReason ? ` (${a.statusReason})` : ""}`);
+    if (a.status !== "not run" && (a.outcome === "blocked" || a.outcome === "missing")) gaps.push(`${who}: correctness ${a.outcome} (${a.outcomeReason})`);
+    if (a.status !== "not run" && !a.usageComplete) gaps.push(`${who}: usage incomplete; its token counts are known prior turns only or unknown`);
+  }
+  if (ledger.status !== "awaiting-adjudication") gaps.push(`the run is ${ledger.status}${ledger.statusReason ? `: ${ledger.statusReason}` : ""}`);
+  if (record === null) gaps.push("no adjudication record: correctness is unknown for every attempt");
+  else {
+    if (record.status !== "complete") gaps.push(`the adjudication is ${record.status}${record.statusReason ? `: ${record.statusReason}` : ""}`);
+    if (record.adjudicator.sameModel) gaps.push(`the adjudicator used the answering model ${record.adjudicator.model} (forced with --force-same-model): a different run of the same model, not a different model`);
+  }
+
+  const scenarios = [scenarioOf.repository, scenarioOf.mcp];
+  const statusCounts: ReportData["statusCounts"] = {};
+  const outcomes: ReportData["outcomes"] = {};
+  for (const s of scenarios) {
+    statusCounts[s] = {};
+    outcomes[s] = { counts: Object.fromEntries(REPORT_OUTCOMES.map((k) => [k, 0])) as Record<ReportOutcome, number>, scored: 0, meanScore: null };
+  }
+  for (const a of attempts) {
+    const sc = (statusCounts[a.scenario] ??= {});
+    sc[a.status] = (sc[a.status] ?? 0) + 1;
+    const dist = (outcomes[a.scenario] ??= { counts: Object.fromEntries(REPORT_OUTCOMES.map((k) => [k, 0])) as Record<ReportOutcome, number>, scored: 0, meanScore: null });
+    dist.counts[a.outcome]++;
+  }
+  for (const s of Object.keys(outcomes)) {
+    const scores = attempts.filter((a) => a.scenario === s && a.score !== null).map((a) => a.score!);
+    outcomes[s]!.scored = scores.length;
+    outcomes[s]!.meanScore = scores.length ? scores.reduce((x, y) => x + y, 0) / scores.length : null;
+  }
+
+  // Pairs: the same task and repetition in both arms.
+  const keyOf = (a: AttemptRow) => `${a.task}\0${a.repetition}`;
+  const byKey = new Map<string, { task: string; repetition: number; repository?: AttemptRow; mcp?: AttemptRow }>();
+  for (const a of attempts) {
+    const entry = byKey.get(keyOf(a)) ?? { task: a.task, repetition: a.repetition };
+    entry[a.arm] = a;
+    byKey.set(keyOf(a), entry);
+  }
+  const metrics: PairedMetric[] = PAIRED_METRICS.map(({ key, label, unit }) => {
+    const pairs: Pair[] = [];
+    const missing: PairedMetric["missing"] = [];
+    for (const e of byKey.values()) {
+      const r = e.repository;
+      const m = e.mcp;
+      const why =
+        !r || !m
+          ? "one arm has no attempt"
+          : key === "score"
+            ? r.score === null || m.score === null
+              ? `no score in ${[r.score === null ? scenarioOf.repository : null, m.score === null ? scenarioOf.mcp : null].filter(Boolean).join(" and ")}`
+              : null
+            : r.status !== "completed" || m.status !== "completed"
+              ? [r.status !== "completed" ? `${scenarioOf.repository} ${r.status}` : null, m.status !== "completed" ? `${scenarioOf.mcp} ${m.status}` : null].filter(Boolean).join(", ")
+              : r[key] === null || m[key] === null
+                ? "value unknown"
+                : null;
+      if (why !== null) {
+        missing.push({ task: e.task, repetition: e.repetition, why });
+        continue;
+      }
+      const rv = r![key] as number;
+      const mv = m![key] as number;
+      pairs.push({ task: e.task, repetition: e.repetition, repository: rv, mcp: mv, diff: mv - rv });
+    }
+    const s = meanInterval(pairs.map((p) => p.diff));
+    return { metric: key, label, unit, pairs, n: s.n, meanDiff: s.mean, lower: s.lower, upper: s.upper, missing };
+  });
+
+  const run = ledger.observations;
+  const sum = (f: (o: Observation) => number | null) => run.reduce((s, o) => s + (f(o) ?? 0), 0);
+  const answeringChargedUsd = usd6(ledger.budget.spentUsd);
+  const adjudicationChargedUsd = record ? usd6(record.budget.spentUsd) : null;
+  const usageComplete = run.length > 0 && run.every((o) => o.usageComplete);
+  const pilotDone = ledger.mode === "pilot" && ledger.status === "awaiting-adjudication" && usageComplete;
+  let extrapolation: ReportData["extrapolation"];
+  if (ledger.mode !== "pilot") extrapolation = { applies: false, fullRunUsd: null, note: "a full run: no extrapolation" };
+  else if (!pilotDone) extrapolation = { applies: false, fullRunUsd: null, note: "no extrapolation: only a pilot that completed with complete usage is extrapolated" };
+  else if (planned === null || fullPlanSize === null) extrapolation = { applies: false, fullRunUsd: null, note: "no extrapolation: the manifest could not be read" };
+  else {
+    const factor = fullPlanSize / planned;
+    extrapolation = {
+      applies: true,
+      fullRunUsd: usd6(ledger.budget.spentUsd * factor),
+      note: `answering spend of the pilot x ${factor} (${fullPlanSize} full-run attempts / ${planned} pilot attempts); not an upper bound: other tasks may cost more; adjudication not included`,
+    };
+  }
+
+  return {
+    schemaVersion: 1,
+    kind: "study-report",
+    statement: AGENT_ADJUDICATION_STATEMENT,
+    run: {
+      runId: ledger.runId,
+      createdAt: ledger.createdAt,
+      mode: ledger.mode,
+      model: ledger.model,
+      transport: ledger.transport,
+      cliVersion: ledger.cliVersion,
+      isolation: ledger.isolation,
+      status: ledger.status,
+      statusReason: ledger.statusReason ?? null,
+      protocolHash: ledger.protocol.protocolHash,
+    },
+    scenarios: scenarioOf,
+    adjudication: record && {
+      method: "agent",
+      humanReview: false,
+      status: record.status,
+      statusReason: record.statusReason ?? null,
+      model: record.adjudicator.model,
+      answeringModel: record.adjudicator.answeringModel,
+      sameModel: record.adjudicator.sameModel,
+      forcedSameModel: record.adjudicator.forcedSameModel,
+      seed: record.order.seed,
+      maskedTerms: record.masking.terms,
+      spentUsd: usd6(record.budget.spentUsd),
+      capUsd: record.budget.capUsd,
+    },
+    attempts,
+    statusCounts,
+    outcomes,
+    paired: { direction: `${scenarioOf.mcp} minus ${scenarioOf.repository}`, method: INTERVAL_METHOD, metrics },
+    totals: {
+      planned,
+      run: run.length,
+      notRun: planned === null ? null : Math.max(0, planned - run.length),
+      inputTokens: sum((o) => o.inputTokens),
+      outputTokens: sum((o) => o.outputTokens),
+      cacheCreationInputTokens: sum((o) => o.cacheCreationInputTokens),
+      cacheReadInputTokens: sum((o) => o.cacheReadInputTokens),
+      toolCalls: sum((o) => (o.status === null ? null : o.toolCalls)),
+      wallTimeMs: sum((o) => o.wallTimeMs),
+      usageComplete,
+      answeringChargedUsd,
+      adjudicationChargedUsd,
+      totalChargedUsd: usd6(answeringChargedUsd + (adjudicationChargedUsd ?? 0)),
+      capUsd: ledger.budget.capUsd,
+    },
+    extrapolation,
+    gaps,
+  };
+}

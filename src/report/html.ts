@@ -1,0 +1,201 @@
+import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
+import { fmt, intervalText } from "./markdown.ts";
+
+/**
+ * One self-contained HTML page: inline CSS and inline SVG, no script, no external resource,
+ * so it opens offline and in a pull request artifact. Colours are the Okabe-Ito palette
+ * (distinguishable with the common colour-vision deficiencies).
+ */
+
+export const ARM_COLOURS = { repository: "#0072B2", mcp: "#E69F00" } as const;
+export const OUTCOME_COLOURS: Record<ReportOutcome, string> = {
+  correct: "#009E73",
+  partial: "#56B4E9",
+  incorrect: "#D55E00",
+  incomplete: "#CC79A7",
+  blocked: "#555555",
+  missing: "#BBBBBB",
+};
+
+const esc = (s: string) => s.replaceAll("&", "&amp;").replaceAll("<", "&lt;").replaceAll(">", "&gt;").replaceAll('"', "&quot;");
+
+function niceMax(v: number): number {
+  if (v <= 0) return 1;
+  const p = 10 ** Math.floor(Math.log10(v));
+  // Multiples whose quarters are round numbers, for the four tick intervals.
+  for (const m of [1, 2, 4, 8, 10]) if (m * p >= v) return m * p;
+  return 10 * p;
+}
+
+/** A paired dot plot: one row per task, one line per repetition from the repository-only to the doc-bridge value. */
+export function dotPlot(m: PairedMetric, r: ReportData, tasks: readonly string[]): string {
+  const left = 190;
+  const right = 30;
+  const width = 760;
+  const plotW = width - left - right;
+  const repsOf = (task: string) => [...new Set([...m.pairs, ...m.missing].filter((p) => p.task === task).map((p) => p.repetition))].sort((a, b) => a - b);
+  const rowH = (task: string) => Math.max(1, repsOf(task).length) * 16 + 10;
+  const top = 34;
+  const height = top + tasks.reduce((s, t) => s + rowH(t), 0) + 34;
+  const max = niceMax(Math.max(0, ...m.pairs.flatMap((p) => [p.repository, p.mcp])));
+  const x = (v: number) => left + (v / max) * plotW;
+  const parts: string[] = [];
+  parts.push(`<svg class="chart dotplot" role="img" aria-label="${esc(`${m.label}: paired values per task`)}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`);
+  parts.push(`<title>${esc(`${m.label} per task and repetition, ${r.scenarios.repository} and ${r.scenarios.mcp}`)}</title>`);
+  parts.push(`<text x="${left}" y="16" class="ct">${esc(`${m.label} (${m.unit})`)}</text>`);
+  parts.push(`<circle cx="${width - 250}" cy="12" r="5" fill="${ARM_COLOURS.repository}"/><text x="${width - 240}" y="16" class="lg">${esc(r.scenarios.repository)}</text>`);
+  parts.push(`<circle cx="${width - 120}" cy="12" r="5" fill="${ARM_COLOURS.mcp}"/><text x="${width - 110}" y="16" class="lg">${esc(r.scenarios.mcp)}</text>`);
+  let y = top;
+  for (const task of tasks) {
+    const h = rowH(task);
+    parts.push(`<rect x="${left}" y="${y}" width="${plotW}" height="${h - 4}" fill="#F4F4F4"/>`);
+    parts.push(`<text x="${left - 8}" y="${y + h / 2 + 2}" text-anchor="end" class="lb">${esc(task)}</text>`);
+    repsOf(task).forEach((rep, i) => {
+      const cy = y + 11 + i * 16;
+      const pair = m.pairs.find((p) => p.task === task && p.repetition === rep);
+      if (pair) {
+        parts.push(`<line x1="${x(pair.repository).toFixed(1)}" y1="${cy}" x2="${x(pair.mcp).toFixed(1)}" y2="${cy}" stroke="#777777" stroke-width="1.5"/>`);
+        parts.push(`<circle cx="${x(pair.repository).toFixed(1)}" cy="${cy}" r="5" fill="${ARM_COLOURS.repository}"><title>${esc(`${task} rep ${rep} ${r.scenarios.repository}: ${fmt(pair.repository, m.unit)}`)}</title></circle>`);
+        parts.push(`<circle cx="${x(pair.mcp).toFixed(1)}" cy="${cy}" r="5" fill="${ARM_COLOURS.mcp}"><title>${esc(`${task} rep ${rep} ${r.scenarios.mcp}: ${fmt(pair.mcp, m.unit)}`)}</title></circle>`);
+      } else {
+        const why = m.missing.find((p) => p.task === task && p.repetition === rep)?.why ?? "no pair";
+        parts.push(`<text x="${left + 6}" y="${cy + 4}" class="gap">${esc(`rep ${rep}: no pair (${why})`)}</text>`);
+      }
+    });
+    y += h;
+  }
+  for (let i = 0; i <= 4; i++) {
+    const v = (max * i) / 4;
+    parts.push(`<line x1="${x(v)}" y1="${top}" x2="${x(v)}" y2="${y}" stroke="#CCCCCC" stroke-dasharray="2,3"/>`);
+    parts.push(`<text x="${x(v)}" y="${y + 14}" text-anchor="middle" class="tk">${esc(fmt(v, m.unit === "USD" ? "USD" : undefined))}</text>`);
+  }
+  parts.push("</svg>");
+  return parts.join("");
+}
+
+/** The outcome distribution per arm: one stacked bar per scenario. */
+export function outcomeChart(r: ReportData): string {
+  const left = 190;
+  const width = 760;
+  const plotW = width - left - 30;
+  const scenarios = [r.scenarios.repository, r.scenarios.mcp];
+  const height = 40 + scenarios.length * 40 + 40;
+  const parts: string[] = [];
+  parts.push(`<svg class="chart outcomes" role="img" aria-label="outcome distribution per arm" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`);
+  parts.push(`<title>Outcome distribution per arm</title>`);
+  parts.push(`<text x="${left}" y="16" class="ct">outcomes per arm (attempts)</text>`);
+  scenarios.forEach((s, i) => {
+    const y = 30 + i * 40;
+    const d = r.outcomes[s]!;
+    const total = REPORT_OUTCOMES.reduce((n, k) => n + d.counts[k], 0);
+    parts.push(`<text x="${left - 8}" y="${y + 18}" text-anchor="end" class="lb">${esc(s)}</text>`);
+    let x = left;
+    for (const k of REPORT_OUTCOMES) {
+      const n = d.counts[k];
+      if (n === 0 || total === 0) continue;
+      const w = (n / total) * plotW;
+      parts.push(`<rect x="${x.toFixed(1)}" y="${y}" width="${w.toFixed(1)}" height="26" fill="${OUTCOME_COLOURS[k]}" stroke="#FFFFFF"><title>${esc(`${s}: ${n} ${k}`)}</title></rect>`);
+      if (w > 22) parts.push(`<text x="${(x + w / 2).toFixed(1)}" y="${y + 17}" text-anchor="middle" class="bar">${n}</text>`);
+      x += w;
+    }
+    if (total === 0) parts.push(`<text x="${left + 6}" y="${y + 17}" class="gap">no attempt</text>`);
+  });
+  const ly = 30 + scenarios.length * 40 + 14;
+  REPORT_OUTCOMES.forEach((k, i) => {
+    const lx = left + i * 92;
+    parts.push(`<rect x="${lx}" y="${ly}" width="12" height="12" fill="${OUTCOME_COLOURS[k]}"/><text x="${lx + 16}" y="${ly + 11}" class="lg">${k}</text>`);
+  });
+  parts.push("</svg>");
+  return parts.join("");
+}
+
+function table(head: string[], rows: string[][]): string {
+  return `<table><thead><tr>${head.map((h) => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
+}
+
+const PLOTTED = ["inputTokens", "outputTokens", "toolCalls", "wallTimeMs"] as const;
+
+export function renderHtml(r: ReportData): string {
+  const sc = [r.scenarios.repository, r.scenarios.mcp];
+  const tasks = [...new Set(r.attempts.map((a) => a.task))];
+  const t = r.totals;
+  const body: string[] = [];
+  body.push(`<h1>Study report: ${esc(r.run.runId)}</h1>`);
+  body.push(`<p class="statement">${esc(r.statement)}</p>`);
+  if (r.adjudication?.sameModel) body.push(`<p class="warn">${esc(`The adjudicator used the answering model (${r.adjudication.model}), forced with --force-same-model.`)}</p>`);
+  body.push(table(["run", "mode", "model", "status", "CLI", "isolation"], [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation]]));
+  if (r.adjudication) {
+    const a = r.adjudication;
+    body.push(table(["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"], [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]]));
+  } else body.push(`<p class="warn">No adjudication record: correctness is unknown (every outcome is missing).</p>`);
+
+  body.push(`<h2>Totals</h2>`);
+  body.push(
+    `<table id="totals"><tbody>${(
+      [
+        ["planned attempts", fmt(t.planned)],
+        ["attempts run", fmt(t.run)],
+        ["attempts not run", fmt(t.notRun)],
+        ["input tokens", fmt(t.inputTokens)],
+        ["output tokens", fmt(t.outputTokens)],
+        ["cache-write tokens", fmt(t.cacheCreationInputTokens)],
+        ["cache-read tokens", fmt(t.cacheReadInputTokens)],
+        ["tool calls", fmt(t.toolCalls)],
+        ["wall time ms", fmt(t.wallTimeMs)],
+        ["usage complete", t.usageComplete ? "yes" : "no"],
+        ["answering charged USD", fmt(t.answeringChargedUsd, "USD")],
+        ["adjudication charged USD", fmt(t.adjudicationChargedUsd, "USD")],
+        ["total charged USD", fmt(t.totalChargedUsd, "USD")],
+        ["pilot extrapolation", r.extrapolation.applies ? `${fmt(r.extrapolation.fullRunUsd, "USD")} USD (${r.extrapolation.note})` : r.extrapolation.note],
+      ] as Array<[string, string]>
+    )
+      .map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`)
+      .join("")}</tbody></table>`,
+  );
+
+  body.push(`<h2>Correctness per arm</h2>`, outcomeChart(r));
+  body.push(
+    table(
+      ["scenario", ...REPORT_OUTCOMES, "scored", "mean score"],
+      sc.map((s) => {
+        const d = r.outcomes[s]!;
+        return [s, ...REPORT_OUTCOMES.map((k) => String(d.counts[k])), String(d.scored), fmt(d.meanScore, "points")];
+      }),
+    ),
+  );
+  body.push(`<p>Scores: correct 1, partial 0.5, incorrect 0, incomplete 0; blocked and missing have no score.</p>`);
+
+  body.push(`<h2>Paired per task (${esc(r.paired.direction)})</h2>`);
+  for (const key of PLOTTED) body.push(dotPlot(r.paired.metrics.find((m) => m.metric === key)!, r, tasks));
+  body.push(`<p>Interval: ${esc(r.paired.method)}.</p>`);
+  body.push(table(["metric", "pairs", "mean difference", "95% interval", "pairs left out"], r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), intervalText(m), String(m.missing.length)])));
+
+  body.push(`<h2>Attempt statuses</h2>`);
+  const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
+  body.push(table(["scenario", ...statuses], sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))])));
+  body.push(
+    table(
+      ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD"],
+      r.attempts.map((a) => [a.index === null ? "—" : String(a.index + 1), a.task, a.scenario, String(a.repetition), a.status, a.outcome, fmt(a.inputTokens), fmt(a.outputTokens), fmt(a.toolCalls), fmt(a.wallTimeMs), fmt(a.chargedUsd, "USD")]),
+    ),
+  );
+
+  body.push(`<h2>Gaps</h2>`);
+  body.push(r.gaps.length ? `<ul class="gaps">${r.gaps.map((g) => `<li>${esc(g)}</li>`).join("")}</ul>` : `<p>None: every planned attempt completed, was adjudicated, and has complete usage.</p>`);
+  body.push(`<p class="statement">${esc(r.statement)}</p>`);
+
+  return `<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${esc(`Study report ${r.run.runId}`)}</title>
+<style>
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1000px}
+table{border-collapse:collapse;margin:8px 0 16px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
+th{background:#f0f0f0}.statement{font-weight:600}.warn{color:#8a4b00;font-weight:600}.gaps li{margin:2px 0}
+svg.chart{display:block;margin:8px 0 16px}svg .ct{font-size:13px;font-weight:600}svg .lb,svg .lg{font-size:12px}
+svg .tk{font-size:10px;fill:#555}svg .gap{font-size:11px;fill:#8a4b00}svg .bar{font-size:12px;fill:#fff;font-weight:600}
+</style></head>
+<body>
+${body.join("\n")}
+</body></html>
+`;
+}

@@ -1,0 +1,128 @@
+import { REPORT_OUTCOMES, type PairedMetric, type ReportData } from "./build.ts";
+
+/** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
+export function fmt(n: number | null | undefined, unit?: string): string {
+  if (n === null || n === undefined) return "—";
+  if (unit === "USD") return n.toFixed(6);
+  if (Number.isInteger(n)) return String(n);
+  return n.toFixed(unit === "points" ? 3 : 1);
+}
+
+const cell = (s: string) => s.replaceAll("|", "\\|").replaceAll("\n", " ");
+
+function table(head: string[], rows: string[][]): string[] {
+  return [`| ${head.map(cell).join(" | ")} |`, `| ${head.map(() => "---").join(" | ")} |`, ...rows.map((r) => `| ${r.map(cell).join(" | ")} |`)];
+}
+
+export function intervalText(m: PairedMetric): string {
+  if (m.n === 0) return "no complete pair";
+  if (m.lower === null || m.upper === null) return "n < 2: no interval";
+  return `${fmt(m.lower, m.unit)} to ${fmt(m.upper, m.unit)}`;
+}
+
+export function renderMarkdown(r: ReportData): string {
+  const out: string[] = [];
+  const sc = [r.scenarios.repository, r.scenarios.mcp];
+  out.push(`# Study report: ${r.run.runId}`, "");
+  out.push(`> ${r.statement}`, "");
+  if (r.adjudication?.sameModel) out.push(`> The adjudicator used the answering model (${r.adjudication.model}), forced with --force-same-model.`, "");
+  out.push(
+    ...table(
+      ["run", "mode", "model", "status", "CLI", "isolation"],
+      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation]],
+    ),
+    "",
+  );
+  if (r.adjudication) {
+    const a = r.adjudication;
+    out.push(
+      ...table(
+        ["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"],
+        [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]],
+      ),
+      "",
+    );
+  } else out.push("No adjudication record: correctness is unknown (every outcome is missing).", "");
+
+  out.push("## Totals", "");
+  const t = r.totals;
+  out.push(
+    ...table(
+      ["planned", "run", "not run", "input tokens", "output tokens", "cache-write tokens", "cache-read tokens", "tool calls", "wall time ms", "usage complete", "answering USD", "adjudication USD", "total USD"],
+      [
+        [
+          fmt(t.planned),
+          fmt(t.run),
+          fmt(t.notRun),
+          fmt(t.inputTokens),
+          fmt(t.outputTokens),
+          fmt(t.cacheCreationInputTokens),
+          fmt(t.cacheReadInputTokens),
+          fmt(t.toolCalls),
+          fmt(t.wallTimeMs),
+          t.usageComplete ? "yes" : "no",
+          fmt(t.answeringChargedUsd, "USD"),
+          fmt(t.adjudicationChargedUsd, "USD"),
+          fmt(t.totalChargedUsd, "USD"),
+        ],
+      ],
+    ),
+    "",
+    `Pilot extrapolation: ${r.extrapolation.applies ? `${fmt(r.extrapolation.fullRunUsd, "USD")} USD (${r.extrapolation.note})` : r.extrapolation.note}.`,
+    "",
+  );
+
+  out.push("## Correctness per arm", "");
+  out.push(
+    ...table(
+      ["scenario", ...REPORT_OUTCOMES, "scored", "mean score"],
+      sc.map((s) => {
+        const d = r.outcomes[s]!;
+        return [s, ...REPORT_OUTCOMES.map((k) => String(d.counts[k])), String(d.scored), fmt(d.meanScore, "points")];
+      }),
+    ),
+    "",
+    "Scores: correct 1, partial 0.5, incorrect 0, incomplete 0; blocked and missing have no score.",
+    "",
+  );
+
+  out.push("## Attempt statuses", "");
+  const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
+  out.push(...table(["scenario", ...statuses], sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))])), "");
+
+  out.push(`## Paired differences (${r.paired.direction})`, "", `Interval: ${r.paired.method}.`, "");
+  out.push(
+    ...table(
+      ["metric", "pairs", "mean difference", "95% interval", "pairs left out"],
+      r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), intervalText(m), String(m.missing.length)]),
+    ),
+    "",
+  );
+
+  out.push("## Attempts", "");
+  out.push(
+    ...table(
+      ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD"],
+      r.attempts.map((a) => [
+        a.index === null ? "—" : String(a.index + 1),
+        a.task,
+        a.scenario,
+        String(a.repetition),
+        a.status,
+        a.outcome,
+        fmt(a.inputTokens),
+        fmt(a.outputTokens),
+        fmt(a.toolCalls),
+        fmt(a.wallTimeMs),
+        fmt(a.chargedUsd, "USD"),
+      ]),
+    ),
+    "",
+  );
+
+  out.push("## Gaps", "");
+  if (r.gaps.length === 0) out.push("None: every planned attempt completed, was adjudicated, and has complete usage.");
+  else out.push(...r.gaps.map((g) => `- ${g}`));
+  out.push("", `_${r.statement}_`, "");
+  return out.join("\n");
+}

@@ -1,0 +1,261 @@
+import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Ajv2020 } from "ajv/dist/2020.js";
+import addFormats from "ajv-formats";
+import { prepareDemo, type DemoSetup } from "../../study/demo/setup.ts";
+import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { readLedger } from "../../src/ledger/store.ts";
+import { readRecord } from "../../src/adjudicate/store.ts";
+import { itemIdFor } from "../../src/adjudicate/prompt.ts";
+import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
+import { generateSchemas } from "../../src/util/json-schemas.ts";
+import { runCli } from "../support/cli.ts";
+import { makeFakeDir, parseEvents, runFakeOnHost, type FakeDir, type FakeRecord } from "../support/fake-claude.ts";
+import { adjudicatorArguments, buildAdjudicatorPrompt } from "../../src/adjudicate/prompt.ts";
+import { readVerdict } from "../../src/adjudicate/plan.ts";
+import { DEMO } from "../support/adjudication-fixtures.ts";
+
+// Real Docker, the fake claude image, the demo corpus: runs of the shipped command, then their
+// blind adjudication with the fake's scripted verdicts (--json-schema).
+
+const MODEL = "claude-haiku-5-5";
+let work = "";
+let demo: DemoSetup;
+const fakes: FakeDir[] = [];
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), "sr-adjudicate-"));
+  demo = await prepareDemo(join(work, "demo"), new DockerRuntime());
+}, 300_000);
+afterAll(async () => {
+  for (const f of fakes) await f.cleanup();
+  await rm(work, { recursive: true, force: true });
+});
+
+const roots = () => Object.entries(demo.roots).flatMap(([name, dir]) => ["--root", `${name}=${dir}`]);
+
+async function fake(file: object): Promise<FakeDir> {
+  const f = await makeFakeDir(file as never);
+  fakes.push(f);
+  return f;
+}
+
+/** A run of the demo study with the fake model; returns the ledger's path. */
+async function runStudy(name: string, mode: "--pilot" | "--run", behaviour: object = {}): Promise<string> {
+  const f = await fake(behaviour);
+  const output = join(work, `${name}.ledger.json`);
+  const r = await runCli(
+    [mode, "--approve-budget", "--transport", "cli", ...roots(), "--output", output, "--image", demo.image, "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--quiet", "--fake-behaviour", join(f.dir, "behaviour.json")],
+    { env: { STUDY_MODEL: MODEL, STUDY_BUDGET_USD: "5" }, timeoutMs: 600_000 },
+  );
+  expect(r.stderr).not.toMatch(/internal error/);
+  return output;
+}
+
+interface Adjudicated {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  record: AdjudicationRecord;
+  records: Array<{ file: string; record: FakeRecord }>;
+  path: string;
+}
+
+async function adjudicate(name: string, ledger: string, behaviour: object, extra: string[] = [], env: Record<string, string> = {}): Promise<Adjudicated> {
+  const f = await fake(behaviour);
+  const path = join(work, `${name}.adjudication.json`);
+  const r = await runCli(
+    ["adjudicate", "--ledger", ledger, "--output", path, "--approve-budget", "--seed", "11", "--force-same-model", "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--fake-behaviour", join(f.dir, "behaviour.json"), "--fake-records", join(f.dir, "records"), ...extra],
+    { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "5", ...env }, timeoutMs: 600_000 },
+  );
+  expect(r.stderr).not.toMatch(/internal error/);
+  return { ...r, record: await readRecord(path), records: await f.records(), path };
+}
+
+function validateAgainstGeneratedSchema(record: unknown): string[] {
+  const ajv = new Ajv2020({ allErrors: true, strict: false });
+  addFormats.default(ajv);
+  const validate = ajv.compile(generateSchemas()["adjudication.schema.json"] as object);
+  return validate(record) ? [] : (validate.errors ?? []).map((e) => `${e.instancePath} ${e.message}`);
+}
+
+describe("adjudicate a pilot of the demo", () => {
+  let ledgerPath = "";
+  let result: Adjudicated;
+  beforeAll(async () => {
+    ledgerPath = await runStudy("pilot", "--pilot");
+    const ledger = await readLedger(ledgerPath);
+    // Observation 0: the scripted verdict comes only as the JSON text of `result`.
+    result = await adjudicate("pilot", ledgerPath, {
+      default: { kind: "ok", verdicts: { [itemIdFor(ledger.runId, 1)]: { outcome: "partial" } } },
+      attempts: {},
+    });
+  }, 600_000);
+
+  it("gives one outcome per observation, from the adjudicator, and validates against the generated schema", async () => {
+    const ledger = await readLedger(ledgerPath);
+    expect(result.code).toBe(0);
+    const { record } = result;
+    expect(record.status).toBe("complete");
+    expect(record.items.map((i) => i.observationIndex).sort()).toEqual(ledger.observations.map((o) => o.index));
+    for (const item of record.items) {
+      const o = ledger.observations[item.observationIndex]!;
+      expect([item.task, item.scenario, item.repetition]).toEqual([o.task, o.scenario, o.repetition]);
+      expect(item.decidedBy).toBe("adjudicator");
+      expect(item.run?.status).toBe("completed");
+      expect(item.verdict?.propositions.map((p) => p.id)).toEqual(["P1", "P2"]);
+    }
+    expect(record.items.find((i) => i.observationIndex === 1)).toMatchObject({ outcome: "partial", score: 0.5 });
+    expect(record.items.find((i) => i.observationIndex === 0)).toMatchObject({ outcome: "correct", score: 1 });
+    expect(record).toMatchObject({ method: "agent", humanReview: false, ledger: { runId: ledger.runId, protocolHash: ledger.protocol.protocolHash }, order: { seed: 11 } });
+    expect(record.adjudicator).toMatchObject({ model: MODEL, answeringModel: MODEL, sameModel: true, forcedSameModel: true });
+    expect(record.budget.spentUsd).toBeGreaterThan(0);
+    expect(validateAgainstGeneratedSchema(record)).toEqual([]);
+    expect((await stat(result.path)).mode & 0o777).toBe(0o600);
+    // The ledger is only read.
+    expect(await readLedger(ledgerPath)).toEqual(ledger);
+  });
+
+  it("ran each adjudicator in its own hardened container: read-only export, read tools, --json-schema, no scenario named", async () => {
+    const runs = result.records.filter((r) => r.file.match(/^\d+-/));
+    expect(runs).toHaveLength(2);
+    for (const { record: rec } of runs) {
+      expect(rec.cwd).toBe("/workspace");
+      expect(rec.cwdWritable).toBe(false);
+      expect(rec.rootWritable).toBe(false);
+      expect(rec.anthropicApiKeyPresent).toBe(false);
+      expect(rec.networkInterfaces).toEqual(["lo"]);
+      const argv = rec.argv;
+      expect(argv[argv.indexOf("--tools") + 1]).toBe("Read,Grep,Glob");
+      expect(argv[argv.indexOf("--mcp-config") + 1]).toBe('{"mcpServers":{}}');
+      expect(JSON.parse(argv[argv.indexOf("--json-schema") + 1]!).required).toEqual(["outcome", "propositions", "contradictions", "reasons"]);
+      const prompt = argv.at(-1)!;
+      expect(argv.at(-2)).toBe("--");
+      expect(prompt.toLowerCase()).not.toMatch(/repository-only|doc-bridge|mcp/);
+      expect(prompt).toContain("How does ledgerlite round an amount");
+    }
+  });
+
+  it("records the result-text fallback and an unusable verdict as what they are", async () => {
+    const ledger = await readLedger(ledgerPath);
+    const r = await adjudicate("pilot-fallback", ledgerPath, {
+      default: {
+        kind: "ok",
+        structuredOutput: false,
+        verdicts: { [itemIdFor(ledger.runId, 0)]: { outcome: "correct", propositions: [] } },
+      },
+    });
+    // Observation 0's verdict grades no proposition: its item is blocked, the other goes on.
+    expect(r.code).toBe(0);
+    expect(r.record.items.find((i) => i.observationIndex === 0)).toMatchObject({ outcome: "blocked", score: null, decidedBy: "runner" });
+    expect(r.record.items.find((i) => i.observationIndex === 0)!.reason).toMatch(/unusable: the verdict must grade P1, P2 once each: missing P1, P2/);
+    expect(r.record.items.find((i) => i.observationIndex === 1)).toMatchObject({ outcome: "correct", reason: "adjudicator verdict (from result)" });
+  });
+
+  it("stops at the cap like a run: the first item fits, the second is refused and recorded blocked", async () => {
+    const r = await adjudicate("pilot-cap", ledgerPath, {}, ["--item-budget-usd", "0.1"], { STUDY_ADJUDICATION_BUDGET_USD: "0.1" });
+    expect(r.code).toBe(1);
+    expect(r.record.status).toBe("blocked");
+    expect(r.record.items).toHaveLength(2);
+    expect(r.record.items[0]!.run?.status).toBe("completed");
+    expect(r.record.items[1]).toMatchObject({ outcome: "blocked", run: null });
+    expect(r.record.items[1]!.reason).toMatch(/not adjudicated: item 2 refused: the per-attempt limit 0.1 USD does not fit under the remaining budget/);
+    expect(r.record.budget.spentUsd).toBeLessThanOrEqual(0.1);
+  });
+
+  it("stops at an adjudicator run that fails, charging its reservation, and does not retry", async () => {
+    const r = await adjudicate("pilot-fail", ledgerPath, { attempts: { "0": { kind: "exit", code: 1 } } });
+    expect(r.code).toBe(1);
+    // No init and no result: by the attempts' rules that is invalid-setup, charged its reservation.
+    expect(r.record.items[0]).toMatchObject({ outcome: "blocked", run: { status: "invalid-setup", chargedUsd: 0.1 } });
+    expect(r.record.items[0]!.reason).toMatch(/^the adjudicator run of item 1 ended invalid-setup: no init event/);
+    expect(r.record.items[1]!.reason).toMatch(/^not adjudicated: the adjudicator run of item 1 ended invalid-setup/);
+    expect(r.records.filter((x) => /^\d+-/.test(x.file))).toHaveLength(1);
+  });
+});
+
+describe("adjudicate a full run of the demo that was blocked", () => {
+  it("gives every observation an outcome, the blocked attempt included, and the report shows the gaps", async () => {
+    const ledgerPath = await runStudy("full", "--run", { attempts: { "7": { kind: "ok", subtype: "error_during_execution" } } });
+    const ledger = await readLedger(ledgerPath);
+    expect(ledger.status).toBe("blocked");
+    expect(ledger.observations).toHaveLength(8);
+    const r = await adjudicate("full", ledgerPath, {});
+    expect(r.code).toBe(0);
+    expect(r.record.items).toHaveLength(8);
+    const blocked = r.record.items.find((i) => i.observationIndex === 7)!;
+    expect(blocked).toMatchObject({ outcome: "blocked", score: null, decidedBy: "runner", run: null });
+    expect(blocked.reason).toMatch(/^the attempt ended failed.*there is no answer to grade$/);
+    expect(r.record.items.filter((i) => i.outcome === "correct")).toHaveLength(7);
+    // The items were decided in the recorded shuffled order, not the run order.
+    expect(r.record.items.map((i) => i.observationIndex)).toEqual(r.record.order.observationIndices);
+    expect(r.record.order.observationIndices).not.toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+    expect(validateAgainstGeneratedSchema(r.record)).toEqual([]);
+
+    const report = await runCli(["report", "--ledger", ledgerPath, "--adjudication", r.path, "--format", "json"]);
+    expect(report.code).toBe(0);
+    const data = JSON.parse(report.stdout);
+    expect(data.attempts).toHaveLength(36);
+    expect(data.attempts.filter((a: { status: string }) => a.status === "not run")).toHaveLength(28);
+    expect(data.gaps).toEqual(expect.arrayContaining([expect.stringMatching(/attempt failed/), expect.stringMatching(/correctness blocked \(the attempt ended failed/)]));
+    const md = await runCli(["report", "--ledger", ledgerPath, "--adjudication", r.path]);
+    expect(md.stdout).toContain("There is no human review.");
+    expect(md.stdout).toMatch(/\| blocked \| missing \|/);
+    // Nothing private reaches a report.
+    for (const o of ledger.observations) if (o.answer) expect(report.stdout + md.stdout).not.toContain(o.answer);
+  }, 900_000);
+});
+
+describe("the fake claude as adjudicator (--json-schema)", () => {
+  const prompt = buildAdjudicatorPrompt({ itemId: "item-0123456789ab", task: DEMO.tasks[2]!, maskedAnswer: "P9: not a proposition line of the prompt" });
+  const args = adjudicatorArguments({ model: MODEL, maxBudgetUsd: 0.1, prompt });
+
+  it("answers with structured_output and the same JSON in result, over the prompt's propositions", async () => {
+    const f = await fake({});
+    const r = await runFakeOnHost(args, { cwd: demo.roots.queuekit!, fakeDir: f.dir });
+    expect(r.exitCode).toBe(0);
+    const result = parseEvents(r.stdout).at(-1)!;
+    expect(result.type).toBe("result");
+    expect(JSON.parse(result.result)).toEqual(result.structured_output);
+    expect(result.structured_output.propositions.map((p: { id: string }) => p.id)).toEqual(["P1", "P2"]);
+    expect(readVerdict(result.structured_output, result.result, 2)).toMatchObject({ ok: true, verdict: { outcome: "correct" } });
+  });
+
+  it("takes a scripted verdict by the prompt's item id, and can leave structured_output out", async () => {
+    const f = await fake({ default: { kind: "ok", structuredOutput: false, verdicts: { "item-0123456789ab": { outcome: "incorrect" } }, verdict: { outcome: "partial" } } });
+    const r = await runFakeOnHost(args, { cwd: demo.roots.queuekit!, fakeDir: f.dir });
+    const result = parseEvents(r.stdout).at(-1)!;
+    expect(result.structured_output).toBeUndefined();
+    expect(readVerdict(undefined, result.result, 2)).toMatchObject({ ok: true, verdict: { outcome: "incorrect" } });
+  });
+});
+
+describe("the adjudicate command refuses before anything starts", () => {
+  it("lists every missing flag and variable at once (exit 2)", async () => {
+    const r = await runCli(["adjudicate"], { env: { STUDY_ADJUDICATOR_MODEL: undefined, STUDY_ADJUDICATION_BUDGET_USD: undefined } });
+    expect(r.code).toBe(2);
+    for (const needed of ["--ledger PATH is required", "--output PATH is required", "--approve-budget is required", "STUDY_ADJUDICATOR_MODEL is not set", "STUDY_ADJUDICATION_BUDGET_USD is not set"]) {
+      expect(r.stderr).toContain(needed);
+    }
+  });
+
+  it("refuses the answering model without --force-same-model, and a ledger that is still running", async () => {
+    const ledgerPath = join(work, "pilot.ledger.json");
+    const out = join(work, "refused.json");
+    const r = await runCli(["adjudicate", "--ledger", ledgerPath, "--output", out, "--approve-budget", "--seed", "x"], { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "1" } });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/is the answering run's model; .* or pass --force-same-model/);
+    expect(r.stderr).toMatch(/--seed must be a whole number/);
+    await expect(stat(out)).rejects.toThrow(/ENOENT/);
+    const running = JSON.parse(await readFile(ledgerPath, "utf8"));
+    running.status = "running";
+    const { writeFile } = await import("node:fs/promises");
+    const runningPath = join(work, "running.ledger.json");
+    await writeFile(runningPath, JSON.stringify(running));
+    const s = await runCli(["adjudicate", "--ledger", runningPath, "--output", out, "--approve-budget", "--force-same-model"], { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "1" } });
+    expect(s.code).toBe(2);
+    expect(s.stderr).toMatch(/is still running/);
+  });
+});

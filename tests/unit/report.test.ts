@@ -1,0 +1,139 @@
+import { describe, expect, it } from "vitest";
+import { AGENT_ADJUDICATION_STATEMENT, buildReport } from "../../src/report/build.ts";
+import { renderHtml } from "../../src/report/html.ts";
+import { renderMarkdown } from "../../src/report/markdown.ts";
+import { meanInterval, tQuantile975 } from "../../src/report/stats.ts";
+import { DEMO, syntheticLedger, syntheticRecord } from "../support/adjudication-fixtures.ts";
+
+const SHA = "b".repeat(64);
+
+describe("paired intervals", () => {
+  it("is the Student t interval of the mean difference", () => {
+    const s = meanInterval([1, 2, 3]);
+    expect(s.mean).toBe(2);
+    expect(s.sd).toBe(1);
+    expect(s.lower).toBeCloseTo(2 - 4.303 / Math.sqrt(3), 10);
+    expect(s.upper).toBeCloseTo(2 + 4.303 / Math.sqrt(3), 10);
+  });
+
+  it("gives no interval below two pairs, and uses the t quantile of n-1 degrees of freedom", () => {
+    expect(meanInterval([5])).toEqual({ n: 1, mean: 5, sd: null, lower: null, upper: null });
+    expect(meanInterval([])).toEqual({ n: 0, mean: null, sd: null, lower: null, upper: null });
+    expect(tQuantile975(17)).toBe(2.11);
+    expect(tQuantile975(60)).toBeCloseTo(2.0003, 3);
+  });
+});
+
+describe("the report of a blocked run with an adjudication that misses an item", () => {
+  const ledger = syntheticLedger({ mode: "full", failAt: 7 });
+  // The adjudication stopped before observation 5: items 5.. are absent.
+  const record = syntheticRecord(ledger, SHA, { outcomes: { 1: "partial", 2: "incorrect", 3: "incomplete" }, omit: [5] });
+  const report = buildReport({ ledger, ledgerSha256: SHA, record, manifest: DEMO });
+
+  it("lists every planned attempt: run ones with their status, the rest as not run", () => {
+    expect(report.attempts).toHaveLength(36);
+    expect(report.attempts.filter((a) => a.status === "completed")).toHaveLength(7);
+    expect(report.attempts.filter((a) => a.status === "failed")).toHaveLength(1);
+    expect(report.attempts.filter((a) => a.status === "not run")).toHaveLength(28);
+    expect(report.totals).toMatchObject({ planned: 36, run: 8, notRun: 28 });
+    const failed = report.attempts.find((a) => a.status === "failed")!;
+    expect(failed.statusReason).toMatch(/^attempt 8 .* ended failed: exit code 1$/);
+  });
+
+  it("shows the missing adjudication items and the blocked attempt as gaps, not as zeros", () => {
+    const a = report.attempts;
+    expect(a.find((x) => x.index === 5)).toMatchObject({ outcome: "missing", score: null });
+    expect(a.find((x) => x.index === 5)!.outcomeReason).toMatch(/has no item for this observation/);
+    expect(a.find((x) => x.index === 7)).toMatchObject({ outcome: "missing", score: null });
+    expect(a.find((x) => x.index === 3)).toMatchObject({ outcome: "incomplete", score: 0 });
+    const total = (s: string) => Object.values(report.outcomes[s]!.counts).reduce((x, y) => x + y, 0);
+    expect(total("repository-only") + total("doc-bridge")).toBe(36);
+    expect(report.gaps).toEqual(
+      expect.arrayContaining([
+        expect.stringMatching(/repetition \d: attempt failed/),
+        expect.stringMatching(/correctness missing \(missing: the adjudication record has no item/),
+        expect.stringMatching(/not run \(the run stopped before it: attempt 8/),
+        expect.stringMatching(/^the run is blocked: attempt 8/),
+        expect.stringMatching(/^the adjudication is running/),
+      ]),
+    );
+    const md = renderMarkdown(report);
+    const html = renderHtml(report);
+    for (const text of [md, html]) {
+      expect(text).toContain("not run");
+      expect(text).toContain("no item for this observation");
+      expect(text).toContain(AGENT_ADJUDICATION_STATEMENT);
+    }
+  });
+
+  it("pairs only what both arms completed, and says which pairs were left out and why", () => {
+    const input = report.paired.metrics.find((m) => m.metric === "inputTokens")!;
+    // Attempts 0-6 completed: (task 0: reps 1-3 and task 1 rep 1 complete pairs except where 7 failed).
+    expect(input.pairs.every((p) => p.diff === p.mcp - p.repository)).toBe(true);
+    expect(input.n).toBe(3);
+    expect(input.missing.map((m) => m.why)).toEqual(expect.arrayContaining(["repository-only failed", "repository-only not run, doc-bridge not run"]));
+    expect(input.missing.length + input.n).toBe(18);
+    const score = report.paired.metrics.find((m) => m.metric === "score")!;
+    expect(score.missing.some((m) => /no score in/.test(m.why))).toBe(true);
+    expect(report.paired.method).toMatch(/Student t 95%/);
+  });
+
+  it("never carries an answer or a verdict's text", () => {
+    const text = JSON.stringify(report) + renderMarkdown(report) + renderHtml(report);
+    expect(text).not.toContain("answer 0: see docs/x.md");
+    expect(text).not.toContain("VERDICT-TEXT");
+  });
+});
+
+describe("binding the record to the ledger", () => {
+  const ledger = syntheticLedger({ mode: "pilot" });
+  const record = syntheticRecord(ledger, SHA);
+
+  it("refuses a record of other ledger bytes, another run, or items bound to other observations", () => {
+    expect(() => buildReport({ ledger, ledgerSha256: "c".repeat(64), record, manifest: DEMO })).toThrow(/the ledger changed after it was adjudicated/);
+    expect(() => buildReport({ ledger: { ...ledger, runId: "other" }, ledgerSha256: SHA, record, manifest: DEMO })).toThrow(/is of run run-synthetic-pilot/);
+    const swapped = structuredClone(record);
+    swapped.items[0]!.scenario = "doc-bridge";
+    expect(() => buildReport({ ledger, ledgerSha256: SHA, record: swapped, manifest: DEMO })).toThrow(/bound to observation 0 \(ledgerlite-rounding, doc-bridge, repetition 1\), which the ledger does not hold/);
+  });
+
+  it("extrapolates a completed pilot, and says why not otherwise", () => {
+    const r = buildReport({ ledger, ledgerSha256: SHA, record, manifest: DEMO });
+    expect(r.extrapolation.applies).toBe(true);
+    expect(r.extrapolation.fullRunUsd).toBeCloseTo(ledger.budget.spentUsd * 18, 6);
+    const noManifest = buildReport({ ledger, ledgerSha256: SHA, record, manifest: null, manifestNote: "ENOENT" });
+    expect(noManifest.extrapolation).toMatchObject({ applies: false, note: "no extrapolation: the manifest could not be read" });
+    expect(noManifest.gaps[0]).toMatch(/the manifest could not be read \(ENOENT\)/);
+  });
+
+  it("without a record, reports every outcome missing and says correctness is unknown", () => {
+    const r = buildReport({ ledger, ledgerSha256: SHA, record: null, manifest: DEMO });
+    expect(r.attempts.every((a) => a.outcome === "missing")).toBe(true);
+    expect(r.gaps).toContain("no adjudication record: correctness is unknown for every attempt");
+    expect(r.adjudication).toBeNull();
+  });
+});
+
+describe("the HTML page", () => {
+  const ledger = syntheticLedger({ mode: "full" });
+  const html = renderHtml(buildReport({ ledger, ledgerSha256: SHA, record: syntheticRecord(ledger, SHA), manifest: DEMO }));
+
+  it("is self-contained: no script, no external resource", () => {
+    expect(html).not.toMatch(/<script|<link|<img|<iframe|src=|href=|url\(|@import|https?:/i);
+  });
+
+  it("has the outcome chart and one paired dot plot per plotted metric, a dot per arm and pair", () => {
+    expect(html.match(/<svg class="chart outcomes"/g)).toHaveLength(1);
+    expect(html.match(/<svg class="chart dotplot"/g)).toHaveLength(4);
+    // 18 pairs x 2 arms per plot, plus 2 legend dots per plot.
+    expect(html.match(/<circle /g)).toHaveLength(4 * (18 * 2 + 2));
+  });
+
+  it("escapes what it shows", () => {
+    const l = syntheticLedger({ mode: "pilot" });
+    l.statusReason = undefined;
+    const r = buildReport({ ledger: { ...l, runId: "run-<b>" }, ledgerSha256: SHA, record: null, manifest: DEMO });
+    expect(renderHtml(r)).toContain("run-&lt;b&gt;");
+    expect(renderHtml(r)).not.toContain("run-<b>");
+  });
+});
