@@ -17,12 +17,19 @@
 // Behaviours ({ "kind": ..., ...params }):
 //   ok       a stream-json transcript generated from argv (see okTranscript); params:
 //            answer, twoResults, foreignModelUsage, subtype, isError, callTool, mcpCalls,
-//            turnUsage, reportedCostFactor, exitCode, version
+//            turnUsage, reportedCostFactor, exitCode, version, malformedFirst (a non-JSON
+//            line before init), delayMs (a pause before the answer), refreshLogin (rewrite
+//            $HOME/.claude/.credentials.json with new tokens and a later expiresAt, by a new
+//            file renamed into place, as the real CLI does on a refresh)
 //   events   print `events` verbatim (strings raw, objects as JSON); malformedFirst; exitCode
 //   exit     print `events`, then exit with `code`
 //   sleep    print `events`, sleep `seconds`, exit `exitCode`
-//   flood    write stream lines endlessly, or until `bytes` have been written
+//   flood    print `events`, then write stream lines endlessly, or until `bytes` have been written
 //   garbage  print `lines` malformed lines (default 3), exit `exitCode`
+// With --json-schema (the adjudicator), the ok transcript's answer is a verdict: `verdicts`
+// (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
+// correct verdict over the prompt's P1..Pn; it goes into the result's `structured_output`
+// (unless `structuredOutput: false`) and, as JSON text, into `result` (unless `answer` is given).
 
 import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
@@ -163,12 +170,37 @@ function writeRecord(label, extraProbePaths) {
     home,
     homeWritable: home ? canWrite(home) : false,
     credentialsPresent: home ? fs.existsSync(path.join(home, ".claude", ".credentials.json")) : false,
+    // Only the expiry, never a token: enough to tell which login copy the attempt was given.
+    credentialsExpiresAt: home ? credentialsExpiresAt(path.join(home, ".claude", ".credentials.json")) : null,
+    at: new Date().toISOString(),
     networkInterfaces: Object.keys(os.networkInterfaces()).sort(),
     listings: Object.fromEntries([...new Set([...PROBE_PATHS, cwd, ...(home ? [home] : []), ...extraProbePaths])].map((p) => [p, listing(p)])),
   };
   // pid is 1 in every container, so a random suffix keeps two probes from overwriting each other.
   const file = path.join(dir, `${label}-${process.pid}-${randomUUID().slice(0, 8)}.json`);
   fs.writeFileSync(file, `${JSON.stringify(record, null, 2)}\n`);
+}
+
+function credentialsExpiresAt(file) {
+  try {
+    const expiresAt = JSON.parse(fs.readFileSync(file, "utf8"))?.claudeAiOauth?.expiresAt;
+    return typeof expiresAt === "number" ? expiresAt : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Facts: a refresh spends the single-use refresh token and replaces the file (a new inode). */
+function refreshLogin() {
+  const file = path.join(process.env.HOME ?? "/nonexistent", ".claude", ".credentials.json");
+  const login = JSON.parse(fs.readFileSync(file, "utf8"));
+  const oauth = login.claudeAiOauth;
+  oauth.accessToken = `refreshed-access-${randomUUID()}`;
+  oauth.refreshToken = `refreshed-refresh-${randomUUID()}`;
+  oauth.expiresAt = Math.max(oauth.expiresAt ?? 0, Date.now()) + 8 * 3600_000;
+  const tmp = `${file}.tmp-${process.pid}-${randomUUID().slice(0, 8)}`;
+  fs.writeFileSync(tmp, JSON.stringify(login), { mode: 0o600 });
+  fs.renameSync(tmp, file);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -363,6 +395,8 @@ function defaultTurnUsage(i) {
 }
 
 async function okTranscript(options, b, version, prompt) {
+  if (b.refreshLogin) refreshLogin();
+  if (b.malformedFirst) emit("this line is not JSON {");
   const cwd = process.cwd();
   const sessionId = randomUUID();
   const model = options["--model"] ?? DEFAULT_MODEL;
@@ -512,7 +546,9 @@ async function okTranscript(options, b, version, prompt) {
     if (n === 0) emit({ type: "rate_limit_event", session_id: sessionId, uuid: randomUUID() });
   }
   const subtype = b.subtype ?? "success";
-  const answer = b.answer ?? DEFAULT_ANSWER;
+  const structured = options["--json-schema"] !== undefined ? structuredVerdict(b, prompt) : undefined;
+  const answer = b.answer ?? (structured !== undefined ? JSON.stringify(structured) : DEFAULT_ANSWER);
+  if (b.delayMs) await sleep(b.delayMs);
   const last = startTurn();
   assistant(last.id, last.usage, { type: "text", text: answer });
   await Promise.all([...clients.values()].map((c) => c.close()));
@@ -542,6 +578,7 @@ async function okTranscript(options, b, version, prompt) {
     duration_api_ms: 1000,
     num_turns: turns.length,
     ...(subtype === "success" || b.answer !== undefined ? { result: answer } : {}),
+    ...(structured !== undefined && b.structuredOutput !== false ? { structured_output: structured } : {}),
     stop_reason: "end_turn",
     session_id: sessionId,
     total_cost_usd: cost * (b.reportedCostFactor ?? 1),
@@ -638,6 +675,7 @@ async function main() {
       await sleep((b.seconds ?? 3600) * 1000);
       return b.exitCode ?? 0;
     case "flood": {
+      for (const event of b.events ?? []) emit(event);
       const line = `${JSON.stringify({ type: "assistant", message: { id: "msg_flood", type: "message", role: "assistant", model: options["--model"] ?? DEFAULT_MODEL, content: [{ type: "text", text: "x".repeat(900) }] } })}\n`;
       for (let written = 0; b.bytes === undefined || written < b.bytes; written += line.length) {
         if (!process.stdout.write(line)) await new Promise((resolve) => process.stdout.once("drain", resolve));
@@ -668,4 +706,21 @@ if (import.meta.url === `file://${process.argv[1]}` || process.argv[1] === "/usr
 
 function longestWord(text) {
   return String(text).split(/[^A-Za-z]+/).reduce((a, w) => (w.length > a.length ? w : a), "") || "docs";
+}
+
+/** The adjudicator's scripted verdict (see the header), consistent with the prompt's propositions. */
+function structuredVerdict(b, prompt) {
+  const head = String(prompt).split("<<<ANSWER")[0];
+  const itemId = /^Item: (\S+)$/m.exec(head)?.[1];
+  const ids = [...head.matchAll(/^(P[1-9][0-9]*): /gm)].map((m) => m[1]);
+  const given = (itemId !== undefined ? b.verdicts?.[itemId] : undefined) ?? b.verdict ?? {};
+  const outcome = given.outcome ?? "correct";
+  const verdictOf = (i) => (outcome === "correct" || (outcome === "partial" && i === 0) ? "supported" : "missing");
+  return {
+    outcome,
+    propositions: ids.map((id, i) => ({ id, verdict: verdictOf(i), citation: verdictOf(i) === "supported" ? "valid" : "invalid", reason: `fake-claude: scripted ${outcome}` })),
+    contradictions: outcome === "incorrect" ? ["fake-claude: a scripted contradiction"] : [],
+    reasons: `fake-claude: scripted ${outcome} verdict for ${itemId ?? "an item without an id"}`,
+    ...given,
+  };
 }

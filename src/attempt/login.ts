@@ -109,7 +109,8 @@ function parseCredentials(bytes: Buffer): ParsedCredentials {
   };
 }
 
-const RELOGIN = "run `claude` on this machine and log in, or point the runner at the folder that holds the login";
+/** The fix for a missing, unreadable or expired login (doctor prints it apart from the problem). */
+export const RELOGIN = "run `claude` on this machine and log in, or point the runner at the folder that holds the login";
 
 function factsOf(path: string, parsed: ParsedCredentials, now: number): LoginFacts {
   const problems: string[] = [];

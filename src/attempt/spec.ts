@@ -1,4 +1,6 @@
+import { basename, dirname } from "node:path";
 import type { ContainerSpec, Mount } from "../runtime/port.ts";
+import { IMAGE_LAYOUT } from "../image/specs.ts";
 
 /** Where things live inside the attempt container (the image's layout, see src/image). */
 export const CONTAINER = {
@@ -6,9 +8,18 @@ export const CONTAINER = {
   home: "/home/agent",
   user: "1000:1000",
   mcpDir: "/run/study-runner",
+  /** The folder of the model API's unix socket (`modelApiSocket`), mounted read-only. */
+  modelApiDir: "/run/study-runner-api",
+  withRelay: `${IMAGE_LAYOUT.helpers}/with-relay.mjs`,
   fakeBehaviour: "/fake/behaviour.json",
   fakeRecords: "/fake/records",
 } as const;
+
+/**
+ * The in-container port of the model API relay (docker/helpers/with-relay.mjs). Fixed: the
+ * container has its own network namespace with nothing else listening on loopback.
+ */
+export const MODEL_API_RELAY_PORT = 8080;
 
 export type NetworkSetting = { mode: "none" } | { mode: "bridge" } | { mode: "container"; id: string };
 
@@ -24,7 +35,15 @@ export interface AttemptContainerInput {
   network: NetworkSetting;
   labels: Record<string, string>;
   attemptIndex: number;
-  /** Extra variables the runner itself decided on (e.g. ANTHROPIC_BASE_URL for a scripted API); never the host's. */
+  /**
+   * Host path of a unix socket where a Messages API listens (the scripted API of the
+   * conformance tests and the demo). Its folder is bind-mounted read-only, the entrypoint
+   * becomes with-relay.mjs, which relays 127.0.0.1:MODEL_API_RELAY_PORT in the container to the
+   * socket, and ANTHROPIC_BASE_URL names that port. Only with network "none": the route stays on
+   * loopback and unix sockets. The folder should hold nothing but the socket (the agent can read it).
+   */
+  modelApiSocket?: string;
+  /** Extra variables the runner itself decided on; never the host's, never ANTHROPIC_BASE_URL (see modelApiSocket). */
   extraEnv?: Record<string, string>;
   /** Test-only: behaviour file and records folder of the fake claude image. */
   fake?: { behaviourFile?: string; recordsDir?: string };
@@ -58,15 +77,26 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   for (const name of Object.keys(env)) {
     if (FORBIDDEN_ENV.test(name)) throw new Error(`refusing to pass ${name} into an attempt container`);
   }
+  // Where the CLI sends its login token is the runner's decision alone (modelApiSocket), never a passed-in variable.
+  if (input.extraEnv && Object.hasOwn(input.extraEnv, "ANTHROPIC_BASE_URL")) throw new Error("refusing ANTHROPIC_BASE_URL in extraEnv; use modelApiSocket");
+  if (input.modelApiSocket !== undefined) {
+    if (input.network.mode !== "none") throw new Error(`a model API on a unix socket needs network "none", not "${input.network.mode}"`);
+    env.ANTHROPIC_BASE_URL = `http://127.0.0.1:${MODEL_API_RELAY_PORT}`;
+  }
   const mounts: Mount[] = [
     { source: input.exportDir, target: CONTAINER.workspace, readOnly: true },
     { source: input.homeDir, target: CONTAINER.home, readOnly: false },
   ];
   if (input.mcpSocketDir) mounts.push({ source: input.mcpSocketDir, target: CONTAINER.mcpDir, readOnly: false });
+  if (input.modelApiSocket !== undefined) mounts.push({ source: dirname(input.modelApiSocket), target: CONTAINER.modelApiDir, readOnly: true });
   if (input.fake?.behaviourFile) mounts.push({ source: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true });
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });
   return {
     image: input.image,
+    // with-relay.mjs starts the relay before the CLI and exits with the CLI's code (docs/claude-cli-observations.md).
+    ...(input.modelApiSocket !== undefined
+      ? { entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`, "--", IMAGE_LAYOUT.claude] }
+      : {}),
     cmd: [...input.argv],
     env,
     user: CONTAINER.user,

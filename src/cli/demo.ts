@@ -1,37 +1,104 @@
-import { mkdir } from "node:fs/promises";
+import { access, mkdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo } from "../../study/demo/setup.ts";
 import { DockerRuntime } from "../runtime/docker.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
+import { ExitCode } from "../util/errors.ts";
 import { runCommand } from "./run.ts";
 
 /**
  * The bundled demo, end to end: the demo corpus at its pins, a doc-bridge index per checkout,
  * the fake claude image (built offline), a test login, then the study through the real
- * runner, containers and ledger. Only the model is fake: no network, no credential, no cost.
+ * runner, containers and ledger, then the blind adjudication and the report. Only the model is
+ * fake: no network, no credential, no cost.
+ *
+ * The adjudicator: CLI_PRICES prices only claude-haiku-5-5 (the facts give claude-sonnet-5's
+ * 1M in + 1M out total but no split), and an unpriced model's cost is invalid, so the demo
+ * adjudicates with the answering model under --force-same-model; the record and every report
+ * say so. Its verdicts are the fake's scripted ones (a fixed mix, so the charts have more than
+ * one colour), not a grading of the answers.
  */
-export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean }): Promise<number> {
+export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean }): Promise<number> {
   const workdir = resolve(flags.workdir ?? join(tmpdir(), "study-runner-demo"));
   const setup = await prepareDemo(workdir, new DockerRuntime());
+  // --real-cli: the real pinned binary in the real image, the model scripted behind a unix socket.
+  const real = flags.realCli ? await startRealDemo(workdir, flags.pilot === true) : undefined;
   const ledgers = join(workdir, "ledgers");
   await mkdir(ledgers, { recursive: true, mode: 0o700 });
   const mode = flags.pilot ? "pilot" : "run";
-  const output = join(ledgers, `${mode}-${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
+  const stamp = new Date().toISOString().replace(/[:.]/g, "-");
+  const output = join(ledgers, `${mode}-${stamp}.json`);
   process.stderr.write(`study-runner demo: corpus and test login in ${workdir}; ledger ${output}\n`);
   process.env.STUDY_MODEL ??= "claude-haiku-5-5";
   process.env.STUDY_BUDGET_USD ??= "1";
-  return runCommand({
+  const runCode = await runCommand({
     manifest: DEMO_MANIFEST,
+    ...(real ? { modelApiSocket: real.socketPath } : {}),
     transport: "cli",
     pilot: flags.pilot,
     run: !flags.pilot,
     approveBudget: true,
     root: Object.entries(setup.roots).map(([name, dir]) => `${name}=${dir}`),
     output,
-    image: setup.image,
+    image: real?.image ?? setup.image,
     isolation: "offline",
     claudeConfigDir: setup.loginDir,
     quiet: flags.quiet,
-  });
+  }).finally(() => real?.close());
+  // A run refused before its ledger existed has nothing to adjudicate or report.
+  if (!(await access(output).then(() => true, () => false))) return runCode;
+
+  const [{ readLedgerInput }, { itemIdFor }, { adjudicateCommand }, { loadReport, writeReportFiles }] = await Promise.all([
+    import("../adjudicate/input.ts"),
+    import("../adjudicate/prompt.ts"),
+    import("./adjudicate.ts"),
+    import("../report/write.ts"),
+  ]);
+  const { ledger } = await readLedgerInput(output);
+  const behaviourFile = join(workdir, `adjudicator-behaviour-${stamp}.json`);
+  await writeFile(behaviourFile, JSON.stringify(demoVerdicts(ledger.runId, ledger.observations.length, itemIdFor)), { mode: 0o644 });
+  const adjudication = join(ledgers, `${mode}-${stamp}.adjudication.json`);
+  const model = process.env.STUDY_ADJUDICATOR_MODEL ?? process.env.STUDY_MODEL;
+  const adjudicateCode = await adjudicateCommand(
+    {
+      ledger: output,
+      output: adjudication,
+      approveBudget: true,
+      seed: "20261130",
+      forceSameModel: model === ledger.model,
+      isolation: "offline",
+      claudeConfigDir: setup.loginDir,
+      quiet: flags.quiet,
+      fakeBehaviour: behaviourFile,
+      // The scripted verdicts are the fake image's behaviour, also after a --real-cli study.
+      image: setup.image,
+    },
+    { ...process.env, STUDY_ADJUDICATOR_MODEL: model, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "1" },
+  );
+  const recordExists = await access(adjudication).then(() => true, () => false);
+  const report = await loadReport({ ledger: output, adjudication: recordExists ? adjudication : undefined, manifest: DEMO_MANIFEST });
+  const files = await writeReportFiles(join(workdir, "reports", `${mode}-${stamp}`), report);
+  process.stdout.write(`${JSON.stringify({ demo: { ledger: output, adjudication: recordExists ? adjudication : null, report: files } }, null, 2)}\n`);
+  return runCode !== ExitCode.ok ? runCode : adjudicateCode;
+}
+
+/** The fake adjudicator's scripted verdicts: mostly correct, some partial, some incorrect, by observation index. */
+export function demoVerdicts(runId: string, observations: number, itemIdFor: (runId: string, index: number) => string): object {
+  const verdicts: Record<string, { outcome: string }> = {};
+  for (let i = 0; i < observations; i++) {
+    const outcome = i % 5 === 3 ? "partial" : i % 7 === 5 ? "incorrect" : "correct";
+    verdicts[itemIdFor(runId, i)] = { outcome };
+  }
+  return { default: { kind: "ok", verdicts } };
+}
+
+async function startRealDemo(workdir: string, pilot: boolean) {
+  const [{ startRealCliDemo }, { loadManifest }, { planStudy }] = await Promise.all([
+    import("../../study/demo/real-cli.ts"),
+    import("../manifest/load.ts"),
+    import("../plan/plan.ts"),
+  ]);
+  const { manifest } = await loadManifest(DEMO_MANIFEST);
+  return startRealCliDemo(workdir, new DockerRuntime(), manifest, planStudy(manifest, pilot ? "pilot" : "full"));
 }

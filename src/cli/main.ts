@@ -43,6 +43,8 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
     .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())
     .addOption(new Option("--test-attempt-timeout-ms <ms>", "tests: a shorter attempt timeout than the contract's five minutes").hideHelp())
+    .addOption(new Option("--model-api-socket <path>", "conformance/demo: a Messages API (e.g. the scripted one) on this unix socket, reached through the in-container relay with no network").hideHelp())
+    .addOption(new Option("--api-base-url <url>", "tests: the http transport's Messages API base (http://127.0.0.1:<port>, http://localhost:<port> or https://api.anthropic.com)").hideHelp())
     .option("--input-price-usd-per-mtok <usd>", "http transport: upper input price per million tokens (or STUDY_INPUT_PRICE_USD_PER_MTOK)")
     .option("--output-price-usd-per-mtok <usd>", "http transport: upper output price per million tokens (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)")
     .addHelpText(
@@ -63,6 +65,35 @@ Examples:
     --root ledgerlite=../ledgerlite --output ~/study-ledgers/pilot.json`,
     )
     .action(async (opts) => setExit(await (await import("./run.ts")).runCommand(opts)));
+
+  program
+    .command("doctor")
+    .description("check, without spending anything or starting an attempt, everything a run with the same flags needs; exit 0 only when it could start")
+    .addOption(manifestOption())
+    .option("--pilot", "check for the pilot (the default)")
+    .option("--run", "check for the full study")
+    .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(["cli", "http"]).default("http"))
+    .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
+    .option("--output <path>", "the ledger path the run would be given")
+    .option("--attempt-budget-usd <usd>", "per-attempt limit", String(DEFAULT_ATTEMPT_BUDGET_USD))
+    .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
+    .option("--image <ref>", "the Claude Code image attempts run in", "study-runner/claude-code:2.1.296")
+    .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array (default: the bundled reference server)")
+    .option("--json", "one JSON object instead of lines")
+    .addHelpText(
+      "after",
+      `
+One line per check: node, git, docker (and which engine), image, claude-version, login (never the token),
+manifest, root:<name> for every planned or given checkout, doc-bridge (the run's own preflight), output,
+transport, model (STUDY_MODEL), budget (STUDY_BUDGET_USD), attempts (the per-attempt limit and how many
+attempts the cap holds). A failed check names its fix. Exit 0 when a run could start, 2 otherwise.
+
+Example:
+  STUDY_MODEL=claude-haiku-5-5 STUDY_BUDGET_USD=1 study-runner doctor --pilot --transport cli \\
+    --root ledgerlite=../ledgerlite --output ~/study-ledgers/pilot.json`,
+    )
+    .action(async (opts) => setExit(await (await import("./doctor.ts")).doctorCommand(opts)));
 
   program
     .command("plan")
@@ -123,10 +154,53 @@ Examples:
     });
 
   program
+    .command("adjudicate")
+    .description("blind agent adjudication of a ledger: one read-only Claude Code run per answer, scenario never named, structured verdicts into a separate private record")
+    .option("--ledger <path>", "the private ledger to adjudicate (only read, never modified)")
+    .option("--output <path>", "the private adjudication record: a new file outside every checkout and outside this project")
+    .option("--approve-budget", "required to spend: confirms STUDY_ADJUDICATION_BUDGET_USD is the approved cumulative cap")
+    .option("--seed <n>", "seed of the shuffled item order, 0-4294967295 (default: drawn at random); recorded")
+    .option("--manifest <path>", "the manifest the run used (default: the path the ledger records); its hash must equal the ledger's protocol hash")
+    .option("--root <name=path>", "checkout holding a repository's pinned commit (repeatable; default: the checkouts the ledger records)", collect)
+    .option("--item-budget-usd <usd>", "per-item limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
+    .option("--force-same-model", "allow STUDY_ADJUDICATOR_MODEL to equal the answering model (recorded in the record and shown in reports)")
+    .option("--image <ref>", "the Claude Code image (default: the image the ledger records)")
+    .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)")
+    .addOption(new Option("--isolation <profile>", "network of adjudicator containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)").choices(["standard", "offline"]).default("standard"))
+    .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .option("--quiet", "no progress lines on stderr")
+    .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
+    .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())
+    .addOption(new Option("--test-item-timeout-ms <ms>", "tests: a shorter timeout than five minutes").hideHelp())
+    .addHelpText(
+      "after",
+      `
+Environment:
+  STUDY_ADJUDICATOR_MODEL         the adjudicator's model; it must differ from the answering model unless --force-same-model
+  STUDY_ADJUDICATION_BUDGET_USD   the approved cumulative cap of this adjudication in USD
+
+Exit codes: 0 every observation has an outcome, 1 an adjudicator run did not complete (adjudication blocked; the rest is
+            recorded blocked), 2 bad input or a refused start (nothing spent), 3 the runner's own fault.
+Correctness is agent-adjudicated: there is no human review.`,
+    )
+    .action(async (opts) => setExit(await (await import("./adjudicate.ts")).adjudicateCommand(opts)));
+
+  program
+    .command("report")
+    .description("report a run from its ledger and, when given, its adjudication record: statuses, outcomes per arm, paired differences, totals")
+    .option("--ledger <path>", "the private ledger (only read)")
+    .option("--adjudication <path>", "the adjudication record of that ledger (only read)")
+    .option("--manifest <path>", "the manifest the run used, for the plan and the pilot extrapolation (default: the path the ledger records)")
+    .addOption(new Option("--format <format>", "what to print on stdout").choices(["markdown", "json", "html"]).default("markdown"))
+    .option("--out-dir <dir>", "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing")
+    .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));
+
+  program
     .command("demo")
     .description("run the bundled demo study end to end: demo corpus, doc-bridge indexes, the fake claude image (no network, no cost), ledger")
     .option("--workdir <dir>", "where the demo corpus, test login and ledgers go (default: study-runner-demo under the system temp dir)")
     .option("--pilot", "run the pilot (2 attempts) instead of the full study (36)")
+    .option("--real-cli", "the real pinned Claude Code binary (installed from npm once, image built offline) with a scripted model on a unix socket, instead of the fake image")
     .option("--quiet", "no progress lines on stderr")
     .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));
 

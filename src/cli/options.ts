@@ -53,6 +53,12 @@ export function parseRoots(values: readonly string[] = []): Map<string, string> 
   return roots;
 }
 
+/** One problem of `checkExecution`, tagged with what it concerns (doctor shows each on its own line). */
+export interface ExecutionIssue {
+  about: "mode" | "approval" | "model" | "cap" | "attempt-limit" | "root" | "output" | "http";
+  message: string;
+}
+
 export interface ExecutionSettings {
   model: string;
   capUsd: number;
@@ -73,39 +79,47 @@ export function checkExecution(
   transport: "cli" | "http",
   plannedRepositories: readonly string[],
   roots: ReadonlyMap<string, string>,
-): { settings?: ExecutionSettings; problems: string[] } {
+): { settings?: ExecutionSettings; problems: string[]; issues: ExecutionIssue[]; parsed: Partial<Pick<ExecutionSettings, "model" | "capUsd" | "attemptBudgetUsd">> } {
   const problems: string[] = [];
-  if (!flags.pilot && !flags.run) problems.push("choose what to run: --pilot (the first task, both scenarios, one repetition) or --run (the full study)");
-  if (!flags.approveBudget) problems.push("--approve-budget is required to spend money; pass it once the budget (STUDY_BUDGET_USD) is approved");
+  const issues: ExecutionIssue[] = [];
+  const add = (about: ExecutionIssue["about"], message: string) => {
+    problems.push(message);
+    issues.push({ about, message });
+  };
+  if (!flags.pilot && !flags.run) add("mode", "choose what to run: --pilot (the first task, both scenarios, one repetition) or --run (the full study)");
+  if (!flags.approveBudget) add("approval", "--approve-budget is required to spend money; pass it once the budget (STUDY_BUDGET_USD) is approved");
   const model = env.STUDY_MODEL?.trim();
-  if (!model) problems.push("STUDY_MODEL is not set; export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5");
+  if (!model) add("model", "STUDY_MODEL is not set; export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5");
   const cap = Positive("STUDY_BUDGET_USD").safeParse(env.STUDY_BUDGET_USD ?? "");
-  if (env.STUDY_BUDGET_USD === undefined) problems.push("STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
-  else if (!cap.success) problems.push(cap.error.issues[0]!.message);
+  if (env.STUDY_BUDGET_USD === undefined) add("cap", "STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
+  else if (!cap.success) add("cap", cap.error.issues[0]!.message);
   const attempt = Positive("--attempt-budget-usd").safeParse(flags.attemptBudgetUsd ?? String(DEFAULT_ATTEMPT_BUDGET_USD));
-  if (!attempt.success) problems.push(attempt.error.issues[0]!.message);
+  if (!attempt.success) add("attempt-limit", attempt.error.issues[0]!.message);
   for (const repo of plannedRepositories) {
-    if (!roots.has(repo)) problems.push(`--root ${repo}=<path> is missing; every planned repository needs its checkout`);
+    if (!roots.has(repo)) add("root", `--root ${repo}=<path> is missing; every planned repository needs its checkout`);
   }
-  if (!flags.output) problems.push("--output PATH is required: a new file outside every checkout and outside this project, for the private ledger");
+  if (!flags.output) add("output", "--output PATH is required: a new file outside every checkout and outside this project, for the private ledger");
 
   let apiKey: string | undefined;
   let inputPrice: number | undefined;
   let outputPrice: number | undefined;
   if (transport === "http") {
     apiKey = env.ANTHROPIC_API_KEY;
-    if (!apiKey) problems.push("ANTHROPIC_API_KEY is not set; the http transport reads the key from the environment only (or pass --transport cli to use the CLI's own login)");
-    else if (/[\r\n]/.test(apiKey)) problems.push("ANTHROPIC_API_KEY contains a line break; export the key alone");
+    if (!apiKey) add("http", "ANTHROPIC_API_KEY is not set; the http transport reads the key from the environment only (or pass --transport cli to use the CLI's own login)");
+    else if (/[\r\n]/.test(apiKey)) add("http", "ANTHROPIC_API_KEY contains a line break; export the key alone");
     const inP = Positive("--input-price-usd-per-mtok (or STUDY_INPUT_PRICE_USD_PER_MTOK)").safeParse(flags.inputPriceUsdPerMtok ?? env.STUDY_INPUT_PRICE_USD_PER_MTOK ?? "");
     const outP = Positive("--output-price-usd-per-mtok (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)").safeParse(flags.outputPriceUsdPerMtok ?? env.STUDY_OUTPUT_PRICE_USD_PER_MTOK ?? "");
-    if (!inP.success) problems.push(`${inP.error.issues[0]!.message}: the upper input price in USD per million tokens`);
+    if (!inP.success) add("http", `${inP.error.issues[0]!.message}: the upper input price in USD per million tokens`);
     else inputPrice = inP.data;
-    if (!outP.success) problems.push(`${outP.error.issues[0]!.message}: the upper output price in USD per million tokens`);
+    if (!outP.success) add("http", `${outP.error.issues[0]!.message}: the upper output price in USD per million tokens`);
     else outputPrice = outP.data;
   }
-  if (problems.length || !model || !cap.success || !attempt.success || !flags.output) return { problems };
+  const parsed = { model: model || undefined, capUsd: cap.success ? cap.data : undefined, attemptBudgetUsd: attempt.success ? attempt.data : undefined };
+  if (problems.length || !model || !cap.success || !attempt.success || !flags.output) return { problems, issues, parsed };
   return {
     problems,
+    issues,
+    parsed,
     settings: {
       model,
       capUsd: cap.data,

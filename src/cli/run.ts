@@ -17,9 +17,12 @@ export interface RunFlags extends RawRunFlags {
   fakeBehaviour?: string;
   fakeRecords?: string;
   testAttemptTimeoutMs?: string;
+  modelApiSocket?: string;
+  /** Tests only: the Messages API base of the http transport (loopback or the real API). */
+  apiBaseUrl?: string;
 }
 
-function parseEngineCommand(value: string | undefined): string[] | undefined {
+export function parseEngineCommand(value: string | undefined): string[] | undefined {
   if (value === undefined) return undefined;
   let parsed: unknown;
   try {
@@ -44,6 +47,10 @@ async function checkRoots(
 }
 
 export async function runCommand(flags: RunFlags): Promise<number> {
+  // ANTHROPIC_API_KEY is read once, here, and removed from this process's environment before
+  // any child starts (git inherits it), so no child ever receives it (seed 000, issue 7).
+  const env = { ...process.env };
+  delete process.env.ANTHROPIC_API_KEY;
   if (flags.pilot && flags.run) throw new UsageError("--pilot and --run exclude each other; choose one");
   const loaded = await loadManifest(flags.manifest);
   const { manifest } = loaded;
@@ -86,24 +93,18 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
 
   const planned = plannedRepositories(plan);
-  const { settings, problems } = checkExecution(flags, process.env, flags.transport, planned, roots);
+  const { settings, problems } = checkExecution(flags, env, flags.transport, planned, roots);
+  if (flags.apiBaseUrl !== undefined && flags.transport !== "http") problems.push("--api-base-url applies to --transport http only");
   if (flags.output) {
     const { checkOutputPath } = await import("../ledger/store.ts");
     problems.push(...(await checkOutputPath(flags.output, { checkouts: [...roots.values()], projectRoot: PROJECT_ROOT })));
   }
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
   const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
+  if (flags.transport === "http") (await import("../http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
   await checkRoots(manifest, roots);
-  if (flags.transport === "http") {
-    // The Messages API transport (issue 7) is not built yet; refuse before anything is spent.
-    throw new RefusalError("--transport http is not available in this version; pass --transport cli (the pilot transport)");
-  }
 
-  const [{ runStudy }, { DockerRuntime }, { referenceEngineCommand }] = await Promise.all([
-    import("../study/run.ts"),
-    import("../runtime/docker.ts"),
-    import("../mcp/preflight.ts"),
-  ]);
+  const { referenceEngineCommand } = await import("../mcp/preflight.ts");
   const controller = new AbortController();
   // First signal: stop the current container, keep its reservation charged, end blocked.
   // A second one exits at once; the ledger on disk is always a complete atomic write.
@@ -117,6 +118,29 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
   try {
+    if (flags.transport === "http") {
+      const { runHttpStudy } = await import("../http/run.ts");
+      return await runHttpStudy(
+        {
+          loaded,
+          mode,
+          plan,
+          fullPlanSize: planStudy(manifest, "full").length,
+          roots,
+          model: settings.model,
+          capUsd: settings.capUsd,
+          output: settings.output,
+          apiKey: settings.apiKey!,
+          apiBaseUrl: flags.apiBaseUrl,
+          prices: { inputUsdPerMtok: settings.inputPriceUsdPerMtok!, outputUsdPerMtok: settings.outputPriceUsdPerMtok! },
+          docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
+          deadlineMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
+          quiet: flags.quiet,
+        },
+        { stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal },
+      );
+    }
+    const [{ runStudy }, { DockerRuntime }] = await Promise.all([import("../study/run.ts"), import("../runtime/docker.ts")]);
     return await runStudy(
       {
         loaded,
@@ -130,9 +154,11 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         output: settings.output,
         image: flags.image ?? "study-runner/claude-code:2.1.296",
         expectedCliVersion: flags.cliVersion ?? "2.1.296",
-        isolation: flags.isolation ?? "standard",
+        // A model API on a unix socket is reached through the in-container relay, with no network.
+        isolation: flags.modelApiSocket ? "offline" : (flags.isolation ?? "standard"),
         docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
         claudeConfigDir: flags.claudeConfigDir,
+        modelApi: flags.modelApiSocket ? { socketPath: resolve(flags.modelApiSocket) } : undefined,
         fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
         timeoutMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
         quiet: flags.quiet,

@@ -42,6 +42,25 @@ export const PermissionDenialSchema = z.strictObject({
   toolUseId: z.string().nullable(),
 });
 
+/**
+ * One paid call of the http transport (issue 7): its conservative reservation, persisted before
+ * the call, and what it was charged once its outcome was known.
+ */
+export const HttpCallSchema = z.strictObject({
+  turn: z.number().int().min(1),
+  requestBytes: Count.meta({ description: "UTF-8 bytes of the request body" }),
+  inputCeilingTokens: Count.meta({ description: "2 x requestBytes + 8192" }),
+  outputCeilingTokens: Count.meta({ description: "max_tokens of the request" }),
+  reservationUsd: Usd.meta({ description: "the ceiling at the upper prices, rounded up to 1e-6 USD" }),
+  chargedUsd: Usd.nullable().meta({ description: "null while the call is open; the measured cost, or the reservation when usage is unknown" }),
+  inputTokens: TokenCount,
+  outputTokens: TokenCount,
+  usageComplete: z.boolean(),
+  outcome: z.enum(["message", "bad-message", "invalid-usage", "api-error", "lost"]).nullable().meta({ description: "null while the call is open" }),
+  httpStatus: z.number().int().nullable(),
+  problem: z.string().nullable(),
+});
+
 export const ObservationSchema = z
   .strictObject({
     index: Count.meta({ description: "0-based position in run order; equals the position in `observations`" }),
@@ -54,8 +73,10 @@ export const ObservationSchema = z
     transport: TransportSchema,
     cliVersion: z.string().nullable(),
     expectedCliVersion: z.string().nullable(),
-    attemptBudgetUsd: Usd,
-    reservationUsd: Usd.meta({ description: "the reservation, also passed as --max-budget-usd" }),
+    attemptBudgetUsd: Usd.nullable().meta({ description: "cli: the per-attempt limit; http: null (it reserves per call)" }),
+    reservationUsd: Usd.meta({
+      description: "cli: the reservation, also passed as --max-budget-usd; http: the attempt's hold, settled call charges plus the open call's reservation",
+    }),
     phase: PhaseSchema,
     startedAt: z.iso.datetime().nullable(),
     model: z.string().nullable().meta({ description: "the init event's model" }),
@@ -93,6 +114,7 @@ export const ObservationSchema = z
     timedOut: z.boolean().optional(),
     truncated: z.boolean().optional(),
     oomKilled: z.boolean().optional(),
+    calls: z.array(HttpCallSchema).optional().meta({ description: "http transport: every paid call in order" }),
   })
   .superRefine((o, ctx) => {
     const settled = o.phase === "settled";
@@ -102,8 +124,14 @@ export const ObservationSchema = z
     if (settled !== (o.chargedUsd !== null)) {
       ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: settled ? "a settled attempt must have a charge" : "must be null until the attempt is settled" });
     }
-    if (o.reservationUsd > o.attemptBudgetUsd + USD_EPSILON) {
+    if (o.attemptBudgetUsd !== null && o.reservationUsd > o.attemptBudgetUsd + USD_EPSILON) {
       ctx.addIssue({ code: "custom", path: ["reservationUsd"], message: "exceeds attemptBudgetUsd" });
+    }
+    if (o.transport === "cli") {
+      if (o.attemptBudgetUsd === null) ctx.addIssue({ code: "custom", path: ["attemptBudgetUsd"], message: "the cli transport reserves a per-attempt limit" });
+      if (o.calls !== undefined) ctx.addIssue({ code: "custom", path: ["calls"], message: "only the http transport records calls" });
+    } else {
+      checkHttpCalls(o, ctx);
     }
     if (o.status === null || o.chargedUsd === null) return;
     if (o.status === "completed") {
@@ -129,10 +157,36 @@ export const ObservationSchema = z
     }
   });
 
+/**
+ * The http transport's per-call arithmetic: the observation's hold is what its calls hold (a
+ * settled call its charge, the open one its reservation), only the last call may be open, and
+ * a settled attempt is charged exactly its calls' charges.
+ */
+function checkHttpCalls(o: { attemptBudgetUsd: number | null; reservationUsd: number; chargedUsd: number | null; phase: string; calls?: Array<{ reservationUsd: number; chargedUsd: number | null }> }, ctx: z.core.$RefinementCtx) {
+  if (o.attemptBudgetUsd !== null) ctx.addIssue({ code: "custom", path: ["attemptBudgetUsd"], message: "must be null for the http transport, which reserves per call" });
+  if (o.calls === undefined) {
+    ctx.addIssue({ code: "custom", path: ["calls"], message: "the http transport records every call" });
+    return;
+  }
+  let hold = 0;
+  o.calls.forEach((c, i) => {
+    hold += c.chargedUsd ?? c.reservationUsd;
+    if (c.chargedUsd === null && (i !== o.calls!.length - 1 || o.phase === "settled")) {
+      ctx.addIssue({ code: "custom", path: ["calls", i, "chargedUsd"], message: "only the last call of an unsettled attempt may be open" });
+    }
+  });
+  if (Math.abs(o.reservationUsd - hold) > USD_EPSILON) {
+    ctx.addIssue({ code: "custom", path: ["reservationUsd"], message: `is ${o.reservationUsd}, but the calls hold ${hold}` });
+  }
+  if (o.chargedUsd !== null && Math.abs(o.chargedUsd - hold) > USD_EPSILON) {
+    ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is ${o.chargedUsd}, but the calls were charged ${hold}` });
+  }
+}
+
 export const BudgetSchema = z.strictObject({
   capUsd: z.number().finite().positive(),
-  attemptBudgetUsd: z.number().finite().positive(),
-  reservedUsd: Usd.meta({ description: "sum of open (unsettled) reservations" }),
+  attemptBudgetUsd: z.number().finite().positive().nullable().meta({ description: "cli: the per-attempt limit; http: null" }),
+  reservedUsd: Usd.meta({ description: "sum of the reservationUsd of unsettled observations" }),
   spentUsd: Usd.meta({
     description: "sum of settled charges plus open reservations, so that a crash never under-counts the spend",
   }),
@@ -193,6 +247,9 @@ export const LedgerSchema = z
         ctx.addIssue({ code: "custom", path: ["cliVersion"], message: `'${l.cliVersion}' differs from expectedCliVersion '${l.expectedCliVersion}'; no attempt may run` });
       }
       if (l.image === null) ctx.addIssue({ code: "custom", path: ["image"], message: "the cli transport records the image it ran" });
+      if (l.budget.attemptBudgetUsd === null) ctx.addIssue({ code: "custom", path: ["budget", "attemptBudgetUsd"], message: "the cli transport reserves a per-attempt limit" });
+    } else if (l.budget.attemptBudgetUsd !== null) {
+      ctx.addIssue({ code: "custom", path: ["budget", "attemptBudgetUsd"], message: "must be null for the http transport, which reserves per call" });
     }
     l.observations.forEach((o, i) => {
       if (o.index !== i) ctx.addIssue({ code: "custom", path: ["observations", i, "index"], message: `is ${o.index}, expected ${i}; observations are appended in run order` });
@@ -242,6 +299,7 @@ export function budgetTotals(observations: readonly Pick<Observation, "phase" | 
 
 export type Ledger = z.infer<typeof LedgerSchema>;
 export type Observation = z.infer<typeof ObservationSchema>;
+export type HttpCall = z.infer<typeof HttpCallSchema>;
 export type Budget = z.infer<typeof BudgetSchema>;
 export type PriceTable = z.infer<typeof PriceTableSchema>;
 export type AttemptStatus = z.infer<typeof AttemptStatusSchema>;

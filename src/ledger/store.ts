@@ -30,6 +30,8 @@ export class InvalidLedgerError extends Error {
   }
 }
 
+const article = (noun: string) => (/^[aeiou]/i.test(noun) ? "an" : "a");
+
 function isInside(child: string, root: string): boolean {
   const rel = relative(root, child);
   return rel === "" || (rel !== ".." && !rel.startsWith(`..${sep}`) && !isAbsolute(rel));
@@ -53,7 +55,7 @@ interface ResolvedTarget {
   problems: string[];
 }
 
-async function resolveTarget(path: string, context: OutputPathContext): Promise<ResolvedTarget> {
+async function resolveTarget(path: string, context: OutputPathContext, noun = "ledger"): Promise<ResolvedTarget> {
   const fix = "choose a path outside every checkout and outside the project";
   if (path.trim() === "") return { real: "", problems: ["--output is empty; give a new file path, e.g. --output ~/study-ledgers/pilot.json"] };
   const lexical = resolve(path);
@@ -64,7 +66,7 @@ async function resolveTarget(path: string, context: OutputPathContext): Promise<
   const problems: string[] = [];
   try {
     await lstat(lexical);
-    problems.push(`--output ${path} already exists; a ledger is never overwritten or reused: choose a new file name`);
+    problems.push(`--output ${path} already exists; ${article(noun)} ${noun} is never overwritten or reused: choose a new file name`);
   } catch (err) {
     if (errnoCode(err) !== "ENOENT") problems.push(`--output ${path} cannot be checked (${errnoCode(err)}); choose a new file in an existing folder`);
   }
@@ -103,8 +105,8 @@ async function resolveTarget(path: string, context: OutputPathContext): Promise<
  * Problems with `path` as the ledger location, empty when it is usable: it must not exist, its
  * folder must exist, and its real location must be outside every checkout and the project.
  */
-export async function checkOutputPath(path: string, context: OutputPathContext): Promise<string[]> {
-  return (await resolveTarget(path, context)).problems;
+export async function checkOutputPath(path: string, context: OutputPathContext, noun = "ledger"): Promise<string[]> {
+  return (await resolveTarget(path, context, noun)).problems;
 }
 
 function serialize(ledger: unknown, path: string): { text: string; ledger: Ledger } {
@@ -124,19 +126,37 @@ export async function createLedger(path: string, initial: Ledger, context: Outpu
   const { real, problems } = await resolveTarget(path, context);
   if (problems.length) throw new UsageError(problems.join("\n"), problems);
   const { text, ledger } = serialize(initial, real);
+  await createExclusive(path, real, text, "ledger");
+  return { path: real, runId: ledger.runId };
+}
+
+/**
+ * The ledger's rules for any other private file of the runner (e.g. the adjudication record):
+ * a new path outside every checkout and the project, created exclusively, mode 0600, fsync'd
+ * with its folder. `text` must already be validated. Returns the real path later atomic
+ * writes (`writeFileAtomic(real, ..., { mode: LEDGER_MODE })`) must go to.
+ */
+export async function createPrivateFile(path: string, text: string, context: OutputPathContext, noun: string): Promise<string> {
+  const { real, problems } = await resolveTarget(path, context, noun);
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  await createExclusive(path, real, text, noun);
+  return real;
+}
+
+async function createExclusive(path: string, real: string, text: string, noun: string): Promise<void> {
   let handle;
   try {
     handle = await open(real, "wx", LEDGER_MODE);
   } catch (err) {
     if (errnoCode(err) === "EEXIST") {
-      throw new UsageError(`--output ${path} already exists; a ledger is never overwritten or reused: choose a new file name`);
+      throw new UsageError(`--output ${path} already exists; ${article(noun)} ${noun} is never overwritten or reused: choose a new file name`);
     }
     throw err;
   }
   try {
     await handle.chmod(LEDGER_MODE);
     const mode = (await handle.stat()).mode & 0o777;
-    if (mode !== LEDGER_MODE) throw new Error(`ledger ${real} has mode ${mode.toString(8)} after chmod 600; refusing to write private answers to it`);
+    if (mode !== LEDGER_MODE) throw new Error(`${noun} ${real} has mode ${mode.toString(8)} after chmod 600; refusing to write private answers to it`);
     await handle.writeFile(text);
     await handle.sync();
   } catch (err) {
@@ -151,7 +171,6 @@ export async function createLedger(path: string, initial: Ledger, context: Outpu
     await unlink(real).catch(() => undefined);
     throw new UsageError(`--output ${path} moved while it was being created (its folder changed); choose a path in a folder nobody else modifies`);
   }
-  return { path: real, runId: ledger.runId };
 }
 
 /** Replace the ledger atomically (temp file, fsync, rename, fsync folder), after validating it. */

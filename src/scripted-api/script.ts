@@ -57,9 +57,22 @@ export const ErrorTurnSchema = z.strictObject({
     message: z.string().min(1),
   }),
   times: z.int().min(1).optional(),
+  /** Append the x-api-key the request carried to the message, as a careless proxy would. */
+  echoApiKey: z.boolean().optional(),
 });
 
-export const TurnSchema = z.union([ToolTurnSchema, AnswerTurnSchema, ErrorTurnSchema]);
+/**
+ * A failure of the exchange itself, served like an error turn (first `times` requests, never
+ * an assistant turn): `connection-reset` reads the request and destroys the connection without
+ * a reply; `hang` reads it and never replies; `missing-usage` replies with an answer message
+ * that has no `usage` field.
+ */
+export const FaultTurnSchema = z.strictObject({
+  fault: z.enum(["connection-reset", "hang", "missing-usage"]),
+  times: z.int().min(1).optional(),
+});
+
+export const TurnSchema = z.union([ToolTurnSchema, AnswerTurnSchema, ErrorTurnSchema, FaultTurnSchema]);
 
 export const ScriptSchema = z
   .strictObject({
@@ -71,6 +84,11 @@ export const ScriptSchema = z
      * first conversation no marker matched, and kept for all its later requests.
      */
     marker: z.string().min(1).optional(),
+    /**
+     * Selects this script for a request that offers a tool of this name (with `marker`, both must
+     * match), e.g. to tell apart two arms that send the same first message.
+     */
+    tool: z.string().min(1).optional(),
     turns: z.array(TurnSchema).min(1),
     /**
      * After the last turn, answer every further request with the last tool turn again, so the
@@ -87,6 +105,7 @@ export type ToolCall = z.output<typeof ToolCallSchema>;
 export type ToolTurn = z.output<typeof ToolTurnSchema>;
 export type AnswerTurn = z.output<typeof AnswerTurnSchema>;
 export type ErrorTurn = z.output<typeof ErrorTurnSchema>;
+export type FaultTurn = z.output<typeof FaultTurnSchema>;
 export type Turn = z.output<typeof TurnSchema>;
 export type Script = z.output<typeof ScriptSchema>;
 /** What callers write: defaults (zero cache tokens, neverEnd false) may be left out. */
@@ -115,7 +134,7 @@ export function scriptedTotals(script: Script): Required<Omit<ScriptedUsage, "ca
     cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 0 },
   };
   for (const turn of script.turns) {
-    if ("error" in turn) continue;
+    if ("error" in turn || "fault" in turn) continue;
     const u = turn.usage;
     total.input_tokens += u.input_tokens;
     total.output_tokens += u.output_tokens;

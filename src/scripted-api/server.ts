@@ -33,6 +33,7 @@ export type Answer =
   | { kind: "tool-calls"; script: string; turn: number; toolUseIds: string[]; messageId: string }
   | { kind: "answer"; script: string; turn: number; messageId: string }
   | { kind: "error"; status: number; errorType: string; script?: string; turn?: number; reason: string }
+  | { kind: "fault"; fault: "connection-reset" | "hang" | "missing-usage"; script: string; turn: number }
   | { kind: "count-tokens"; inputTokens: number }
   | { kind: "not-found" };
 
@@ -210,7 +211,7 @@ function writeMessage(
   messageId: string,
   content: ContentBlock[],
   stopReason: "tool_use" | "end_turn",
-  usage: ScriptedUsage,
+  usage: ScriptedUsage | undefined,
 ): void {
   const headers = { "request-id": id("req") };
   if (!stream) {
@@ -224,7 +225,7 @@ function writeMessage(
         content,
         stop_reason: stopReason,
         stop_sequence: null,
-        usage: { ...startUsage(usage), output_tokens: usage.output_tokens },
+        ...(usage ? { usage: { ...startUsage(usage), output_tokens: usage.output_tokens } } : {}),
       }),
     );
     return;
@@ -232,7 +233,7 @@ function writeMessage(
   res.writeHead(200, { ...headers, "content-type": "text/event-stream", "cache-control": "no-cache" });
   sse(res, "message_start", {
     type: "message_start",
-    message: { id: messageId, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, usage: startUsage(usage) },
+    message: { id: messageId, type: "message", role: "assistant", model, content: [], stop_reason: null, stop_sequence: null, ...(usage ? { usage: startUsage(usage) } : {}) },
   });
   content.forEach((block, index) => {
     if (block.type === "text") {
@@ -252,7 +253,7 @@ function writeMessage(
     }
     sse(res, "content_block_stop", { type: "content_block_stop", index });
   });
-  sse(res, "message_delta", { type: "message_delta", delta: { stop_reason: stopReason, stop_sequence: null }, usage: { output_tokens: usage.output_tokens } });
+  sse(res, "message_delta", { type: "message_delta", delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { output_tokens: usage.output_tokens } } : {}) });
   sse(res, "message_stop", { type: "message_stop" });
   res.end();
 }
@@ -282,7 +283,7 @@ function pickTurn(script: Script, assistantTurns: number, served: number[]): { t
   let answered = 0;
   for (let i = 0; i < script.turns.length; i++) {
     const turn = script.turns[i]!;
-    if ("error" in turn) {
+    if ("error" in turn || "fault" in turn) {
       if (answered === assistantTurns && served[i]! < (turn.times ?? Infinity)) {
         served[i]!++;
         return { turn, index: i };
@@ -307,14 +308,17 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
   const claims = new Map<string, string>();
   const requests: RecordedRequest[] = [];
 
-  function scriptFor(firstText: string, conversation: string): Script | undefined {
-    const marked = scripts.find((s) => s.marker !== undefined && firstText.includes(s.marker));
+  function scriptFor(firstText: string, conversation: string, toolNames: readonly string[]): Script | undefined {
+    const selects = (s: Script) => s.marker !== undefined || s.tool !== undefined;
+    const marked = scripts.find(
+      (s) => selects(s) && (s.marker === undefined || firstText.includes(s.marker)) && (s.tool === undefined || toolNames.includes(s.tool)),
+    );
     if (marked) return marked;
     const key = conversation;
     const claimed = claims.get(key);
     if (claimed !== undefined) return scripts.find((s) => s.name === claimed);
     const taken = new Set(claims.values());
-    const next = scripts.find((s) => s.marker === undefined && !taken.has(s.name));
+    const next = scripts.find((s) => !selects(s) && !taken.has(s.name));
     if (next) claims.set(key, next.name);
     return next;
   }
@@ -397,7 +401,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
       writeError(res, 400, "invalid_request_error", `scripted API: ${reason}`);
       return;
     }
-    const script = scriptFor(first, record.conversation);
+    const script = scriptFor(first, record.conversation, record.body.toolNames);
     if (!script) {
       const reason = "no script matches this conversation";
       record.answer = { kind: "error", status: 400, errorType: "invalid_request_error", reason };
@@ -417,7 +421,16 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     const stream = body.stream === true;
     if ("error" in turn) {
       record.answer = { kind: "error", status: turn.error.status, errorType: turn.error.type, script: script.name, turn: index, reason: "scripted" };
-      writeError(res, turn.error.status, turn.error.type, turn.error.message);
+      const echoed = turn.echoApiKey ? ` (x-api-key: ${String(req.headers["x-api-key"] ?? "")})` : "";
+      writeError(res, turn.error.status, turn.error.type, turn.error.message + echoed);
+      return;
+    }
+    if ("fault" in turn) {
+      record.answer = { kind: "fault", fault: turn.fault, script: script.name, turn: index };
+      // A TCP RST where there is TCP (the client sees ECONNRESET); a unix socket can only be closed.
+      if (turn.fault === "connection-reset") req.socket.remoteFamily ? req.socket.resetAndDestroy() : req.socket.destroy();
+      else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
+      // "hang": no reply; close() ends the connection.
       return;
     }
     const messageId = id("msg");

@@ -4,7 +4,7 @@ import type { TranscriptFacts } from "../transcript/reader.ts";
 import type { CostResult } from "../cost/compute.ts";
 
 /** A fresh observation for a planned attempt whose budget is reserved and nothing has started. */
-export function reservedObservation(a: PlannedAttempt, o: { transport: "cli" | "http"; cliVersion: string | null; expectedCliVersion: string | null; attemptBudgetUsd: number; reservationUsd: number }): Observation {
+export function reservedObservation(a: PlannedAttempt, o: { transport: "cli" | "http"; cliVersion: string | null; expectedCliVersion: string | null; attemptBudgetUsd: number | null; reservationUsd: number }): Observation {
   return {
     index: a.index,
     task: a.taskId,

@@ -1,37 +1,79 @@
 import type { Observation } from "../ledger/schema.ts";
 import type { PlannedAttempt } from "../plan/plan.ts";
 
+export interface ProgressOptions {
+  /** Rewrite a live line while an attempt runs; default: when the stream is a terminal. */
+  live?: boolean;
+  /** How often the live line is rewritten. */
+  tickMs?: number;
+}
+
+/** Carriage return, then "erase the whole line" (ECMA-48 EL 2): the live line is redrawn in place. */
+const CLEAR_LINE = "\r\x1b[2K";
+
 /**
  * Progress on stderr: one line as each attempt starts and one as it ends; nothing private
- * (no answer, no credential). Silent with --quiet.
+ * (no answer, no credential). On a terminal a live line under the start line is rewritten
+ * every second while the attempt runs and erased before its end line, so a log or a pipe
+ * only ever holds the plain lines. Silent with --quiet.
  */
 export class Progress {
   private startedAt = 0;
   private readonly runStarted = Date.now();
+  private spentUsd = 0;
+  private readonly live: boolean;
+  private readonly tickMs: number;
+  private ticker: NodeJS.Timeout | undefined;
+  private drawn = false;
 
   constructor(
     private readonly out: NodeJS.WritableStream,
     private readonly total: number,
     private readonly capUsd: number,
     private readonly quiet: boolean,
-  ) {}
+    options: ProgressOptions = {},
+  ) {
+    this.live = !quiet && (options.live ?? (out as { isTTY?: boolean }).isTTY === true);
+    this.tickMs = options.tickMs ?? 1000;
+  }
 
   private tag(a: PlannedAttempt): string {
     return `[${a.index + 1}/${this.total}] ${a.taskId} ${a.scenario} rep ${a.repetition}`;
   }
 
   start(a: PlannedAttempt): void {
+    this.stopLive();
     this.startedAt = Date.now();
     this.write(`${this.tag(a)}: started`);
+    if (!this.live) return;
+    const tag = this.tag(a);
+    this.ticker = setInterval(() => {
+      const secs = Math.round((Date.now() - this.startedAt) / 1000);
+      const total = Math.round((Date.now() - this.runStarted) / 1000);
+      this.out.write(`${CLEAR_LINE}study-runner: ${tag}: running ${secs}s, spent ${usd(this.spentUsd)} of ${usd(this.capUsd)}, run ${total}s`);
+      this.drawn = true;
+    }, this.tickMs);
+    // Never what keeps the process alive: a runner fault must still end it.
+    this.ticker.unref();
   }
 
   end(a: PlannedAttempt, o: Observation, spentUsd: number): void {
+    this.stopLive();
+    this.spentUsd = spentUsd;
     const tokens = o.inputTokens === null || o.outputTokens === null ? "tokens unknown" : `${o.inputTokens} in / ${o.outputTokens} out`;
     const secs = ((Date.now() - this.startedAt) / 1000).toFixed(1);
     const total = ((Date.now() - this.runStarted) / 1000).toFixed(1);
     this.write(
       `${this.tag(a)}: ${o.status}, ${tokens}, ${o.toolCalls} tool calls, charged ${usd(o.chargedUsd ?? 0)}, spent ${usd(spentUsd)} of ${usd(this.capUsd)}, ${secs}s (run ${total}s)`,
     );
+  }
+
+  /** Stops and erases the live line (also when an attempt ends by a runner fault). */
+  stopLive(): void {
+    clearInterval(this.ticker);
+    this.ticker = undefined;
+    if (this.drawn) this.out.write(CLEAR_LINE);
+    this.drawn = false;
   }
 
   private write(line: string): void {

@@ -1,15 +1,16 @@
 import { randomBytes } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
+import { lstat, mkdtemp, readdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
-import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
+import { isProcessAlive, reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
 import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
+import { checkModelApiSocket } from "../attempt/model-api.ts";
 import { runBounded, type RawOutcome } from "../attempt/run.ts";
 import { buildPrompt, cliArguments, denyList, expectedInitTools, EMPTY_MCP_CONFIG } from "../claude/args.ts";
 import { TranscriptReader } from "../transcript/reader.ts";
@@ -46,6 +47,11 @@ export interface StudyConfig {
   /** Overrides where the CLI login is read from (the folder holding .credentials.json). */
   claudeConfigDir?: string;
   loginLockTimeoutMs?: number;
+  /**
+   * Conformance tests and the demo: the Messages API listens on this unix socket on the host
+   * (e.g. the scripted API); attempts reach it through the in-container relay, network none.
+   */
+  modelApi?: { socketPath: string };
   /** Test/CI only: the fake claude image's behaviour file and records folder. */
   fake?: { behaviourFile?: string; recordsDir?: string };
   timeoutMs?: number;
@@ -59,13 +65,15 @@ export interface StudyDeps {
   stderr: NodeJS.WritableStream;
   /** Aborted on SIGINT/SIGTERM: the current container is stopped and the run ends blocked. */
   signal?: AbortSignal;
+  /** Sees every stdout line of every attempt (tests read the init event with it). */
+  onTranscriptLine?: (attempt: PlannedAttempt, line: string) => void;
 }
 
 export interface StudySummary {
   status: Ledger["status"];
   statusReason: string | null;
   mode: Mode;
-  transport: "cli";
+  transport: Ledger["transport"];
   model: string;
   ledger: string;
   attempts: { planned: number; run: number; byStatus: Record<string, number> };
@@ -77,6 +85,28 @@ export interface StudySummary {
   extrapolatedFullRunUsd: number | null;
   extrapolationNote: string;
   networkCalls?: never;
+}
+
+/** Name prefix of an attempt's HOME parent; `<prefix><pid>-XXXXXX` lets a later run find orphans. */
+const HOME_PREFIX = "study-runner-home-";
+const HOME_NAME_RE = /^study-runner-home-(\d+)-[^/]+$/;
+
+/**
+ * A runner killed outright (SIGKILL, power loss) cannot remove its attempt HOME, which holds a
+ * copy of the CLI login: a later run removes those whose runner pid is gone, as it does with
+ * export folders. Only folders owned by this user, as in reapOrphanExports.
+ */
+async function reapOrphanHomes(parentDir: string = tmpdir()): Promise<void> {
+  const names = await readdir(parentDir).catch(() => [] as string[]);
+  const uid = process.getuid?.();
+  for (const name of names) {
+    const m = HOME_NAME_RE.exec(name);
+    if (!m || isProcessAlive(Number(m[1]))) continue;
+    const full = join(parentDir, name);
+    const st = await lstat(full).catch(() => undefined);
+    if (!st?.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
+    await removeTree(full);
+  }
 }
 
 const networkFor = (isolation: StudyConfig["isolation"]): NetworkSetting => (isolation === "offline" ? { mode: "none" } : { mode: "bridge" });
@@ -91,6 +121,8 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   }
   await reapOrphans(runtime);
   await reapOrphanExports();
+  await reapOrphanHomes();
+  if (config.modelApi) await checkModelApiSocket(config.modelApi.socketPath);
   const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
   if (probed.version !== config.expectedCliVersion) {
     throw new RefusalError(
@@ -180,7 +212,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     await writeLedger(handle, ledger); // before anything is spent
     progress.start(attempt);
 
-    const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger });
+    const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger }).finally(() => progress.stopLive());
 
     const settled = settle(budget, reserved.reservation, {
       status: outcome.status,
@@ -247,7 +279,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
 
     const lock = await acquireLoginLock(ctx.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ctx.runId });
     cleanups.push(() => lock.release());
-    const homeParent = await mkdtemp(join(tmpdir(), `study-runner-home-${process.pid}-`));
+    const homeParent = await mkdtemp(join(tmpdir(), `${HOME_PREFIX}${process.pid}-`));
     cleanups.push(() => removeTree(homeParent));
     const staged = await stageLogin(ctx.login, join(homeParent, "home"));
 
@@ -270,7 +302,8 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       exportDir: exported.dir,
       homeDir: staged.homeDir,
       mcpSocketDir: bridge?.socketDir,
-      network: networkFor(config.isolation),
+      network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
+      modelApiSocket: config.modelApi?.socketPath,
       labels: runnerLabels(ctx.runId, attemptLabel),
       attemptIndex: attempt.index,
       fake: config.fake,
@@ -281,7 +314,10 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     obs.startedAt = new Date().toISOString();
     await writeLedger(ctx.handle, ctx.ledger); // the child may spend from here on
     let raw: RawOutcome;
-    raw = await runBounded(deps.runtime, spec, (line) => reader.pushLine(line), {
+    raw = await runBounded(deps.runtime, spec, (line) => {
+      reader.pushLine(line);
+      deps.onTranscriptLine?.(attempt, line);
+    }, {
       timeoutMs: config.timeoutMs,
       stdoutLimitBytes: config.stdoutLimitBytes,
       signal: deps.signal,
@@ -349,7 +385,7 @@ export function summarize(config: Pick<StudyConfig, "mode" | "plan" | "fullPlanS
     status: ledger.status,
     statusReason: ledger.statusReason ?? null,
     mode: config.mode,
-    transport: "cli",
+    transport: ledger.transport,
     model: config.model,
     ledger: handle.path,
     attempts: { planned: config.plan.length, run: ledger.observations.length, byStatus },

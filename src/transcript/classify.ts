@@ -46,6 +46,13 @@ export function classifyAttempt(input: AttemptClassificationInput): AttemptClass
   }
   if (timedOut) return { status: "timed-out", reason: "the attempt reached its time limit and was killed" };
   if (truncated) return { status: "failed", reason: "stdout reached the 4 MiB bound and was cut" };
+  // Measured on 2.1.296 (docs/claude-cli-observations.md, "Errors from the API"): an API error
+  // before any answer ends with is_error, total_cost_usd 0 and an empty modelUsage. Seed 000
+  // calls such an error failed, with usage incomplete and the reservation still charged; it is
+  // not a cost the CLI got wrong. Any usage or non-zero cost keeps the cost check below.
+  if (facts.resultSeen && facts.isError === true && facts.reportedCostUsd === 0 && facts.modelUsage !== null && Object.keys(facts.modelUsage).length === 0) {
+    return { status: "failed", reason: "the CLI ended with an error before any usage was reported (is_error, empty modelUsage)" };
+  }
   if (cost.problems.length > 0) return { status: "invalid-cost", reason: cost.problems[0]! };
   // The ledger's token counts come from the result's usage; a missing count is never a zero.
   if (facts.resultSeen && !facts.usageComplete) return { status: "invalid-cost", reason: "the result's usage or modelUsage is missing or malformed" };

@@ -1,6 +1,7 @@
 import { mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { z } from "zod";
+import { AdjudicationRecordSchema } from "../adjudicate/schema.ts";
 import { LedgerSchema } from "../ledger/schema.ts";
 import { ManifestSchema } from "../manifest/schema.ts";
 
@@ -31,6 +32,13 @@ export function generateSchemas(): Record<string, object> {
       "output",
       "study-runner ledger",
       "The private ledger of one run: provenance, prices, budget, one observation per attempt. Holds private answers; never publish it as is.",
+    ),
+    // The adjudication record is what `study-runner adjudicate` writes beside a ledger.
+    "adjudication.schema.json": document(
+      AdjudicationRecordSchema,
+      "output",
+      "study-runner adjudication record",
+      "The private agent adjudication of one ledger (method agent, no human review): one item per observation, bound to the ledger's run, protocol hash and bytes, with the adjudicator runs' budget. Holds verdicts that quote answers; never publish it as is.",
     ),
   };
 }

@@ -4,11 +4,11 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
-import { buildImage } from "../../src/image/build.ts";
-import { claudeCodeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { realClaudeImage } from "../support/real-claude-image.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import { parseScripts, scriptedTotals, type ScriptInput } from "../../src/scripted-api/script.ts";
-import { CLAUDE_BINARY, runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
+import { runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
 
 // The REAL Claude Code 2.1.296 binary in the real image, NetworkMode none, driven by the scripted
 // API through with-relay.mjs. Proves the scripted server is a Messages API the CLI accepts.
@@ -20,7 +20,7 @@ let api: ScriptedApi | undefined;
 const dirs: string[] = [];
 
 beforeAll(async () => {
-  image = (await buildImage(runtime, await claudeCodeImageSpec({ claudeBinary: CLAUDE_BINARY }))).id;
+  image = (await realClaudeImage(runtime)).id;
 }, 600_000);
 
 afterEach(async () => {

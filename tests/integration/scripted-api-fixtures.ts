@@ -4,14 +4,6 @@ import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 /** Where the tests bind-mount the host folder that holds the scripted API's socket. */
 export const SOCKET_DIR_IN_CONTAINER = "/run/study-runner-api";
 
-/**
- * The real Claude Code binary the conformance-style tests run. The project installs it in CI
- * via npm; until then it comes from this cache (override with CLAUDE_CODE_BINARY). A missing
- * binary fails the test: nothing is skipped.
- */
-export const CLAUDE_BINARY =
-  process.env.CLAUDE_CODE_BINARY ?? "/work/claude-cache/node_modules/@anthropic-ai/claude-code-linux-x64/claude";
-
 export interface HardenedRun {
   exitCode: number;
   stdout: Buffer;

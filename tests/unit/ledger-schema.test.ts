@@ -152,7 +152,8 @@ describe("ledger schema", () => {
     expect(problems(sampleLedger({ cliVersion: "2.1.297" })).join()).toMatch(/cliVersion: '2\.1\.297' differs from expectedCliVersion '2\.1\.296'/);
     expect(problems(sampleLedger({ cliVersion: null })).join()).toMatch(/cli transport records the probed and the expected CLI version/);
     expect(problems(sampleLedger({ image: null })).join()).toMatch(/image: the cli transport records the image/);
-    expect(problems(sampleLedger({ transport: "http", cliVersion: null, expectedCliVersion: null, image: null }))).toEqual([]);
+    const httpBudget = { capUsd: 1, attemptBudgetUsd: null, reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false };
+    expect(problems(sampleLedger({ transport: "http", cliVersion: null, expectedCliVersion: null, image: null, budget: httpBudget }))).toEqual([]);
   });
 
   it("refuses an observation whose transport differs from the run's", () => {

@@ -1,0 +1,42 @@
+import { DockerRuntime } from "../runtime/docker.ts";
+import { runDoctor, formatReport } from "../doctor/doctor.ts";
+import { ExitCode, UsageError } from "../util/errors.ts";
+import { parseRoots } from "./options.ts";
+import { parseEngineCommand } from "./run.ts";
+
+export interface DoctorFlags {
+  manifest: string;
+  root?: string[];
+  transport: "cli" | "http";
+  image: string;
+  claudeConfigDir?: string;
+  docBridgeCommand?: string;
+  output?: string;
+  attemptBudgetUsd?: string;
+  cliVersion: string;
+  pilot?: boolean;
+  run?: boolean;
+  json?: boolean;
+}
+
+/** `study-runner doctor`: exit 0 only when a run with the same flags could start. */
+export async function doctorCommand(flags: DoctorFlags): Promise<number> {
+  if (flags.pilot && flags.run) throw new UsageError("--pilot and --run exclude each other; choose one");
+  const report = await runDoctor(
+    {
+      manifest: flags.manifest,
+      mode: flags.run ? "full" : "pilot",
+      transport: flags.transport,
+      roots: parseRoots(flags.root),
+      image: flags.image,
+      expectedCliVersion: flags.cliVersion,
+      claudeConfigDir: flags.claudeConfigDir,
+      docBridgeCommand: parseEngineCommand(flags.docBridgeCommand),
+      output: flags.output,
+      attemptBudgetUsd: flags.attemptBudgetUsd,
+    },
+    { connect: () => new DockerRuntime(), env: process.env },
+  );
+  process.stdout.write(flags.json ? JSON.stringify(report, null, 2) + "\n" : formatReport(report));
+  return report.ok ? ExitCode.ok : ExitCode.usage;
+}

@@ -1,0 +1,333 @@
+import { execFile } from "node:child_process";
+import { resolve } from "node:path";
+import { promisify } from "node:util";
+import type { Manifest } from "../manifest/schema.ts";
+import type { ContainerRuntime } from "../runtime/port.ts";
+import { probeVersion } from "../image/build.ts";
+import { CLAUDE_CODE_VERSION, defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
+import { NATIVE_PACKAGE } from "../image/install.ts";
+import { inspectLogin, resolveLogin, RELOGIN } from "../attempt/login.ts";
+import { checkRoot } from "../corpus/check.ts";
+import { preflightDocBridge, referenceEngineCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
+import { checkOutputPath } from "../ledger/store.ts";
+import { checkExecution, type RawRunFlags } from "../cli/options.ts";
+import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
+import type { Mode } from "../plan/plan.ts";
+import { errorMessage } from "../util/errors.ts";
+
+/**
+ * The doctor's checks: each answers one question a run's preflight would ask, through the
+ * same code the run uses (checkRoot, inspectLogin, probeVersion, preflightDocBridge,
+ * checkOutputPath, checkExecution), and says how to fix it when the answer is no. None
+ * spends anything, reserves budget or starts an attempt; none prints a credential.
+ */
+
+export interface Check {
+  /** Stable short name: node, git, docker, image, claude-version, login, manifest, root:<name>, doc-bridge, output, transport, model, budget, attempts. */
+  name: string;
+  ok: boolean;
+  /** The check could not run because one it depends on failed (then `ok` is false too). */
+  skipped: boolean;
+  detail: string;
+  /** How to make it pass; null when it passes or was skipped. */
+  fix: string | null;
+}
+
+export const pass = (name: string, detail: string): Check => ({ name, ok: true, skipped: false, detail, fix: null });
+export const fail = (name: string, detail: string, fix: string): Check => ({ name, ok: false, skipped: false, detail, fix });
+export const skip = (name: string, detail: string): Check => ({ name, ok: false, skipped: true, detail, fix: null });
+
+const execFileP = promisify(execFile);
+
+export const MIN_NODE_MAJOR = 20;
+
+export function checkNode(version: string = process.versions.node): Check {
+  const major = Number(version.split(".")[0]);
+  if (Number.isInteger(major) && major >= MIN_NODE_MAJOR) return pass("node", `Node ${version}`);
+  return fail("node", `Node ${version} is older than ${MIN_NODE_MAJOR}`, `install Node ${MIN_NODE_MAJOR} or newer (package.json "engines")`);
+}
+
+/** The checkouts are read with git at their pins (ls-tree, cat-file); without git no root can be checked. */
+export async function checkGit(command = "git"): Promise<Check> {
+  try {
+    const { stdout } = await execFileP(command, ["--version"], { timeout: 10_000 });
+    return pass("git", stdout.trim());
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return fail("git", `\`${command} --version\` failed (${code ?? errorMessage(err)})`, "install git and put it on PATH: the checkouts are read with git at their pins");
+  }
+}
+
+/**
+ * Reaches the engine the way every runner command does (dockerode reads DOCKER_HOST, else
+ * the default socket). A bound on the ping: an unreachable tcp:// host can hang a while.
+ */
+export async function checkDocker(
+  connect: () => ContainerRuntime,
+  env: NodeJS.ProcessEnv,
+  timeoutMs = 15_000,
+): Promise<{ check: Check; runtime?: ContainerRuntime }> {
+  const from = env.DOCKER_HOST ? `DOCKER_HOST=${env.DOCKER_HOST}` : "the default socket (DOCKER_HOST is not set)";
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    const runtime = connect();
+    const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs)));
+    const info = await Promise.race([runtime.ping(), timeout]);
+    const via = env.DOCKER_HOST ? "from DOCKER_HOST" : "the default socket";
+    return { check: pass("docker", `Docker ${info.serverVersion} (API ${info.apiVersion}) at ${info.endpoint}, ${via}`), runtime };
+  } catch (err) {
+    const fix = env.DOCKER_HOST
+      ? "start the engine DOCKER_HOST names, or correct DOCKER_HOST (unix:///path/docker.sock, tcp://host:2376 with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, ssh://user@host)"
+      : "start the Docker engine and let this user use its socket (e.g. the docker group), or set DOCKER_HOST to the engine's address";
+    return { check: fail("docker", `no Docker engine answers at ${from}: ${errorMessage(err)}`, fix) };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export type FindBinary = typeof findClaudeBinary;
+
+/** How to get `image` into the engine: the fake's build, or the real one offline when a binary is at hand. */
+export async function imageFix(image: string, version: string, findBinary: FindBinary = findClaudeBinary): Promise<string> {
+  const versionFlag = version === CLAUDE_CODE_VERSION ? "" : ` --version ${version}`;
+  if (image.startsWith("study-runner/fake-claude:")) {
+    return `study-runner image build --fake${versionFlag} (the demo's scripted stand-in; it never calls a model)`;
+  }
+  const built = `study-runner/claude-code:${version}`;
+  const then = image === built ? "" : `; then pass --image ${built}`;
+  let found;
+  try {
+    found = await findBinary({ version });
+  } catch (err) {
+    return `${errorMessage(err)}; remove what is there, then run study-runner image build --install${versionFlag}${then}`;
+  }
+  if (found) return `study-runner image build${versionFlag} (offline: it uses the binary at ${found.path})${then}`;
+  return (
+    `study-runner image build --install${versionFlag} (downloads ${NATIVE_PACKAGE}@${version}, about 257 MB, from the npm registry into ` +
+    `${defaultCacheDir()}), or study-runner image build --claude-binary PATH; a host without registry access loads the image ` +
+    `(docker save on a machine that built it, docker load here), or builds docker/claude-code/Dockerfile (docker/README.md)${then}`
+  );
+}
+
+export async function checkImage(runtime: ContainerRuntime, image: string, version: string, findBinary?: FindBinary): Promise<Check> {
+  let info;
+  try {
+    info = await runtime.inspectImage(image);
+  } catch (err) {
+    return fail("image", `cannot inspect ${image}: ${errorMessage(err)}`, "check the Docker engine (see the docker line)");
+  }
+  if (!info) return fail("image", `${image} is not in the Docker engine`, await imageFix(image, version, findBinary));
+  const kind = info.labels[IMAGE_LABELS.kind] ?? "unlabelled";
+  return pass("image", `${image} is present (${info.id.slice(0, 19)}, ${kind})`);
+}
+
+/** The run's own probe: `claude --version` in a throwaway hardened container, then the pin comparison. */
+export async function checkClaudeVersion(
+  runtime: ContainerRuntime,
+  image: string,
+  expected: string,
+  labels: Record<string, string>,
+): Promise<Check> {
+  const rebuild = `rebuild the image (study-runner image build${expected === CLAUDE_CODE_VERSION ? "" : ` --version ${expected}`})`;
+  let probed;
+  try {
+    probed = await probeVersion(runtime, image, { labels });
+  } catch (err) {
+    return fail("claude-version", errorMessage(err), rebuild);
+  }
+  if (probed.version !== expected) {
+    return fail(
+      "claude-version",
+      `claude --version in ${image} prints ${probed.version}; the run expects ${expected} (--cli-version)`,
+      `${rebuild} and pass it with --image; change --cli-version only when the protocol moves the pin`,
+    );
+  }
+  return pass("claude-version", `claude --version in ${image} prints ${probed.version} (Claude Code), the pinned version; binary sha256 ${probed.binarySha256.slice(0, 12)}…`);
+}
+
+const LOGIN_SOURCE = { flag: "--claude-config-dir", CLAUDE_CONFIG_DIR: "CLAUDE_CONFIG_DIR", home: "~/.claude" } as const;
+
+/** Facts about the host login (never the token): it exists, parses, has an access token, expires in the future. */
+export async function checkLogin(opts: { configDir?: string; env?: NodeJS.ProcessEnv; homeDir?: string; now?: number } = {}): Promise<Check> {
+  const location = resolveLogin({ configDir: opts.configDir, env: opts.env, homeDir: opts.homeDir });
+  const facts = await inspectLogin(location, { now: opts.now });
+  const from = LOGIN_SOURCE[location.source];
+  if (facts.problems.length) {
+    return fail(
+      "login",
+      `${facts.problems.map((p) => p.replace(`; ${RELOGIN}`, "")).join("; ")} (the folder comes from ${from})`,
+      `${RELOGIN} (--claude-config-dir DIR or CLAUDE_CONFIG_DIR=DIR, the folder holding .credentials.json)`,
+    );
+  }
+  const left = facts.expiresAt! - (opts.now ?? Date.now());
+  const refresh = facts.hasRefreshToken ? "with a refresh token" : "without a refresh token (it cannot be renewed during the run)";
+  const plan = facts.subscriptionType ? `, ${facts.subscriptionType} subscription` : "";
+  return pass("login", `${facts.credentialsPath} (from ${from}): OAuth login valid until ${new Date(facts.expiresAt!).toISOString()} (${duration(left)} from now), ${refresh}${plan}`);
+}
+
+function duration(ms: number): string {
+  const minutes = Math.floor(ms / 60_000);
+  if (minutes < 120) return `${minutes} min`;
+  const hours = Math.floor(minutes / 60);
+  return hours < 48 ? `${hours} h` : `${Math.floor(hours / 24)} days`;
+}
+
+/** One checkout: the run's checkRoot (top of a clean work tree, HEAD at the pin, every task source public at the pin). */
+export async function checkRootOf(manifest: Manifest, repository: string, dir: string | undefined, neededBy: string): Promise<Check> {
+  const name = `root:${repository}`;
+  const pin = manifest.repositories[repository];
+  if (pin === undefined) {
+    const known = Object.keys(manifest.repositories).join(", ");
+    return fail(name, `--root ${repository}=…: '${repository}' is not a repository of the manifest`, `give checkouts of the manifest's repositories only: ${known}`);
+  }
+  if (dir === undefined) {
+    return fail(
+      name,
+      `no --root ${repository}=… given; ${neededBy} needs a checkout of ${repository} at ${pin}`,
+      `git clone <${repository}'s repository> DIR && git -C DIR checkout --detach ${pin}, then pass --root ${repository}=DIR`,
+    );
+  }
+  const result = await checkRoot(manifest, repository, dir);
+  if (result.problems.length) {
+    const prefix = `root '${repository}' (${dir}): `;
+    return fail(
+      name,
+      `${dir}: ${result.problems.map((p) => (p.startsWith(prefix) ? p.slice(prefix.length) : p)).join("; ")}`,
+      `make ${dir} a clean checkout of ${pin} (each problem names its own fix); a fresh clone checked out at the pin is one`,
+    );
+  }
+  return pass(name, `${dir}: clean, HEAD at the pin ${pin.slice(0, 12)}, ${result.sources} task source${result.sources === 1 ? "" : "s"} public at the pin`);
+}
+
+const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
+
+/** The run's doc-bridge preflight: config in the server's order, doc.search fresh at the pin, one tool list, the deny list. */
+export async function checkDocBridge(command: readonly string[], checkouts: readonly CheckoutToProbe[], timeoutMs?: number): Promise<Check> {
+  const reference = referenceEngineCommand();
+  const isReference = command.length === reference.length && command.every((c, i) => c === reference[i]);
+  const engine = isReference ? "the bundled reference engine" : JSON.stringify(command);
+  try {
+    const result = await preflightDocBridge({ command, checkouts, timeoutMs });
+    const revision = result.checkouts[0]?.engineRevision;
+    return pass(
+      "doc-bridge",
+      `${engine} answers doc.search from an index fresh at the pin in ${checkouts.map((c) => c.repository).join(", ")}; ` +
+        `tools ${result.tools.join(", ")}; denied to the agent: ${result.deniedTools.join(", ") || "none"}${revision ? `; engine revision ${revision}` : ""}`,
+    );
+  } catch (err) {
+    const indexCommand = isReference ? [...reference, "index"].map(shellWord).join(" ") : "your engine's index command (e.g. ak-docs index)";
+    return fail(
+      "doc-bridge",
+      errorMessage(err),
+      `in each checkout, build the index at the pin with ${indexCommand} (run in the checkout), keep the index git-ignored so the checkout stays clean, and check --doc-bridge-command`,
+    );
+  }
+}
+
+/** The ledger path: a new file in an existing folder, outside every checkout and the project (checkOutputPath). */
+export async function checkOutput(output: string | undefined, roots: ReadonlyMap<string, string>, projectRoot: string): Promise<Check> {
+  if (!output) {
+    return fail(
+      "output",
+      "no --output given; a run writes its private ledger (answers included) to a new file",
+      "pass --output with a new file in an existing folder outside every checkout and outside this project, e.g. --output ~/study-ledgers/pilot.json",
+    );
+  }
+  const problems = await checkOutputPath(output, { checkouts: roots, projectRoot });
+  if (problems.length) return fail("output", problems.join("; "), "choose a new file name in an existing folder outside every checkout and outside this project");
+  return pass("output", `${resolve(output)} is a new file outside every checkout and the project; the run creates it mode 0600`);
+}
+
+export function checkTransport(transport: "cli" | "http", env: NodeJS.ProcessEnv = process.env, flags: RawRunFlags = {}): Check {
+  if (transport === "cli") return pass("transport", "cli: Claude Code in a container with the CLI's own login; ANTHROPIC_API_KEY is never read");
+  // The http transport's own requirements, by the run's rules; the key itself is never shown.
+  const { issues } = checkExecution({ ...flags, approveBudget: true, pilot: true }, env, "http", [], new Map());
+  const http = issues.filter((i) => i.about === "http").map((i) => i.message);
+  if (http.length) {
+    return fail(
+      "transport",
+      `http (the Messages API): ${http.join("; ")}`,
+      "export ANTHROPIC_API_KEY and the upper prices (STUDY_INPUT_PRICE_USD_PER_MTOK, STUDY_OUTPUT_PRICE_USD_PER_MTOK), or pass --transport cli to use the CLI's own login",
+    );
+  }
+  return pass("transport", "http: the Messages API over fetch; ANTHROPIC_API_KEY is read from the environment only and never printed");
+}
+
+/** Splits one of checkExecution's "problem; fix" messages. */
+function split(message: string, fallbackFix: string): [string, string] {
+  const at = message.indexOf("; ");
+  return at < 0 ? [message, fallbackFix] : [message.slice(0, at), message.slice(at + 2)];
+}
+
+/** Beyond this many attempts the count is not refined: no plan is that long. */
+const ATTEMPT_COUNT_LIMIT = 10_000;
+
+/**
+ * How many attempts the cap holds if every one were charged its full reservation (the budget's
+ * own `reserve`, never settled): a completed attempt is charged its cost, so more may run.
+ */
+export function attemptsWithinCap(capUsd: number, attemptLimitUsd: number): number {
+  let state: BudgetState = initialBudget(capUsd);
+  let n = 0;
+  while (n < ATTEMPT_COUNT_LIMIT) {
+    const r = reserve(state, attemptLimitUsd);
+    if (!r.ok) break;
+    state = r.state;
+    n++;
+  }
+  return n;
+}
+
+/**
+ * STUDY_MODEL, STUDY_BUDGET_USD, the per-attempt limit and what the cap allows, by the run's
+ * own rules (checkExecution); the approval flag is the run's to give, never the doctor's.
+ */
+export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number }): Check[] {
+  const { issues, parsed } = checkExecution(
+    { ...input.flags, approveBudget: true, pilot: input.mode === "pilot", run: input.mode === "full" },
+    input.env,
+    "cli",
+    [],
+    new Map(),
+  );
+  const issue = (about: string) => issues.find((i) => i.about === about)?.message;
+  const checks: Check[] = [];
+
+  const model = issue("model");
+  checks.push(model ? fail("model", ...split(model, "export STUDY_MODEL")) : pass("model", `STUDY_MODEL=${parsed.model}: every attempt passes it as --model and its transcript must report it`));
+
+  const cap = issue("cap");
+  checks.push(
+    cap
+      ? fail("budget", ...split(cap, "export STUDY_BUDGET_USD=<the approved cap in USD>, e.g. STUDY_BUDGET_USD=1 for the pilot"))
+      : pass("budget", `STUDY_BUDGET_USD=${parsed.capUsd}: the approved cumulative cap of this run (the run also needs --approve-budget)`),
+  );
+
+  const limit = issue("attempt-limit");
+  if (limit) {
+    checks.push(fail("attempts", limit, "pass --attempt-budget-usd with a positive amount, e.g. 0.10 (the default)"));
+  } else if (parsed.capUsd === undefined || parsed.attemptBudgetUsd === undefined) {
+    checks.push(skip("attempts", "needs STUDY_BUDGET_USD to count the attempts the cap allows"));
+  } else {
+    const fits = attemptsWithinCap(parsed.capUsd, parsed.attemptBudgetUsd);
+    const each = `--attempt-budget-usd ${parsed.attemptBudgetUsd} (reserved per attempt, passed as --max-budget-usd)`;
+    if (fits === 0) {
+      checks.push(
+        fail(
+          "attempts",
+          `${each} does not fit under the cap of ${parsed.capUsd} USD: the first attempt would be refused`,
+          "lower --attempt-budget-usd, or have a larger cap approved",
+        ),
+      );
+    } else {
+      const count = fits >= ATTEMPT_COUNT_LIMIT ? `${ATTEMPT_COUNT_LIMIT} or more` : String(fits);
+      const planned = `the ${input.mode === "pilot" ? "pilot" : "full study"} plans ${input.planned}`;
+      const note =
+        fits >= input.planned
+          ? ""
+          : `; the run ends blocked when the next limit no longer fits, though a completed attempt is charged its cost, not its limit`;
+      checks.push(pass("attempts", `${each}: the cap holds ${count} attempts even if each is charged its full limit; ${planned}${note}`));
+    }
+  }
+  return checks;
+}

@@ -1,0 +1,141 @@
+import { randomBytes } from "node:crypto";
+import type { ContainerRuntime } from "../runtime/port.ts";
+import { runnerLabels } from "../runtime/reaper.ts";
+import { loadManifest, type LoadedManifest } from "../manifest/load.ts";
+import { planStudy, plannedRepositories, type Mode, type PlannedAttempt } from "../plan/plan.ts";
+import { referenceEngineCommand } from "../mcp/preflight.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+import { errorMessage } from "../util/errors.ts";
+import {
+  checkClaudeVersion,
+  checkDocBridge,
+  checkDocker,
+  checkGit,
+  checkImage,
+  checkLogin,
+  checkNode,
+  checkOutput,
+  checkRootOf,
+  checkSettings,
+  checkTransport,
+  fail,
+  pass,
+  skip,
+  type Check,
+  type FindBinary,
+} from "./checks.ts";
+
+/** What `run` would be given: the doctor checks that a run with these flags could start. */
+export interface DoctorInput {
+  manifest: string;
+  mode: Mode;
+  transport: "cli" | "http";
+  roots: ReadonlyMap<string, string>;
+  image: string;
+  expectedCliVersion: string;
+  claudeConfigDir?: string;
+  /** Default: the bundled reference engine, as for `run`. */
+  docBridgeCommand?: readonly string[];
+  output?: string;
+  attemptBudgetUsd?: string;
+}
+
+export interface DoctorDeps {
+  /** Builds the engine client; called once, inside the docker check, so a bad DOCKER_HOST is a failed check. */
+  connect: () => ContainerRuntime;
+  env: NodeJS.ProcessEnv;
+  now?: number;
+  homeDir?: string;
+  findBinary?: FindBinary;
+  projectRoot?: string;
+  docBridgeTimeoutMs?: number;
+}
+
+export interface DoctorReport {
+  /** Every check passed: a run with these flags could start. */
+  ok: boolean;
+  mode: Mode;
+  transport: "cli" | "http";
+  manifest: string;
+  attempts: number | null;
+  checks: Check[];
+}
+
+export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<DoctorReport> {
+  const projectRoot = deps.projectRoot ?? PROJECT_ROOT;
+  // Independent chains run side by side; the lines keep one fixed order.
+  const [git, engine, login, corpus] = await Promise.all([
+    checkGit(),
+    engineChecks(input, deps),
+    checkLogin({ configDir: input.claudeConfigDir, env: deps.env, homeDir: deps.homeDir, now: deps.now }),
+    corpusChecks(input),
+  ]);
+  const checks: Check[] = [checkNode(), git, ...engine, login, ...corpus.checks];
+
+  if (corpus.plan && corpus.loaded) {
+    const { plan, loaded } = corpus;
+    if (plan.some((a) => a.arm === "mcp")) {
+      const planned = plannedRepositories(plan);
+      const unready = corpus.checks.filter((c) => c.name.startsWith("root:") && !c.ok && planned.includes(c.name.slice("root:".length)));
+      if (!git.ok || unready.length) {
+        checks.push(skip("doc-bridge", `needs clean checkouts at their pins (${unready.map((r) => r.name).join(", ") || "git"})`));
+      } else {
+        const checkouts = planned.map((repository) => ({ repository, dir: input.roots.get(repository)!, pin: loaded.manifest.repositories[repository]! }));
+        checks.push(await checkDocBridge(input.docBridgeCommand ?? referenceEngineCommand(), checkouts, deps.docBridgeTimeoutMs));
+      }
+    }
+  } else {
+    checks.push(skip("roots", "needs the manifest"), skip("doc-bridge", "needs the manifest"));
+  }
+  checks.push(await checkOutput(input.output, input.roots, projectRoot));
+  checks.push(checkTransport(input.transport, deps.env));
+  const planned = corpus.plan?.length ?? 0;
+  checks.push(...checkSettings({ flags: { attemptBudgetUsd: input.attemptBudgetUsd, output: input.output }, env: deps.env, mode: input.mode, planned }));
+
+  return { ok: checks.every((c) => c.ok), mode: input.mode, transport: input.transport, manifest: corpus.loaded?.path ?? input.manifest, attempts: corpus.plan?.length ?? null, checks };
+}
+
+/** docker, then the image, then its claude --version: each needs the one before. */
+async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<Check[]> {
+  const docker = await checkDocker(deps.connect, deps.env);
+  if (!docker.runtime) return [docker.check, skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine")];
+  const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
+  if (!image.ok) return [docker.check, image, skip("claude-version", "needs the image")];
+  // Labelled like a run's containers, so a reaper removes it if the doctor is killed mid-probe.
+  const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
+  return [docker.check, image, await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels)];
+}
+
+/** The manifest, its plan, and every planned or given checkout. */
+async function corpusChecks(input: DoctorInput): Promise<{ checks: Check[]; loaded?: LoadedManifest; plan?: PlannedAttempt[] }> {
+  let loaded: LoadedManifest;
+  try {
+    loaded = await loadManifest(input.manifest);
+  } catch (err) {
+    return { checks: [fail("manifest", errorMessage(err), "pass --manifest with the study manifest (docs/schemas/manifest.schema.json)")] };
+  }
+  const plan = planStudy(loaded.manifest, input.mode);
+  const planned = plannedRepositories(plan);
+  const what = input.mode === "pilot" ? "the pilot" : "the full study";
+  const manifest = pass("manifest", `${loaded.path} (protocol hash ${loaded.protocolHash.slice(0, 12)}): ${what} is ${plan.length} attempts over ${planned.join(", ")}`);
+  const names = [...new Set([...planned, ...input.roots.keys()])];
+  const roots = await Promise.all(names.map((name) => checkRootOf(loaded.manifest, name, input.roots.get(name), what)));
+  return { checks: [manifest, ...roots], loaded, plan };
+}
+
+const STATE = (c: Check) => (c.ok ? "ok" : c.skipped ? "skip" : "FAIL");
+
+/** One line per check: state, name, what was found and, when it failed, the fix; then the verdict. */
+export function formatReport(report: DoctorReport): string {
+  const width = Math.max(...report.checks.map((c) => c.name.length));
+  const lines = report.checks.map((c) => `${STATE(c).padEnd(4)}  ${c.name.padEnd(width)}  ${c.detail}${c.fix ? `  -> fix: ${c.fix}` : ""}`);
+  const failed = report.checks.filter((c) => !c.ok && !c.skipped).length;
+  const skipped = report.checks.filter((c) => c.skipped).length;
+  const what = `${report.mode === "pilot" ? "the pilot" : "the full run"} (--transport ${report.transport})`;
+  lines.push(
+    report.ok
+      ? `${what} could start with these flags and this environment`
+      : `${failed} check${failed === 1 ? "" : "s"} failed${skipped ? `, ${skipped} skipped` : ""}: ${what} would be refused`,
+  );
+  return lines.join("\n") + "\n";
+}

@@ -1,0 +1,347 @@
+import { randomBytes } from "node:crypto";
+import type { LoadedManifest } from "../manifest/load.ts";
+import type { Mode, PlannedAttempt } from "../plan/plan.ts";
+import { buildPrompt, checkPrompt } from "../claude/args.ts";
+import { initialBudget, reserve, settle, type BudgetState, type Reservation } from "../budget/budget.ts";
+import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
+import { budgetTotals, type HttpCall, type Ledger, type Observation } from "../ledger/schema.ts";
+import { computeRunnerHash } from "../ledger/runner-hash.ts";
+import { preflightDocBridge } from "../mcp/preflight.ts";
+import { DOC_BRIDGE_SERVER } from "../mcp/names.ts";
+import { ExitCode, RefusalError, errorMessage } from "../util/errors.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+import { reservedObservation } from "../study/observation.ts";
+import { Progress } from "../study/progress.ts";
+import { summarize } from "../study/run.ts";
+import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome } from "./client.ts";
+import { callCeiling, usageCostUsd, type UpperPrices } from "./pricing.ts";
+import { picoToUsd, usdToPico } from "../cost/money.ts";
+import { openRepositoryTools } from "./tools.ts";
+import { combineTools, openDocBridgeTools, type DocBridgeTools } from "./doc-bridge.ts";
+import { PROTOCOL_LIMITS, runAgentLoop, type CallAccount, type LoopResult } from "./loop.ts";
+
+/**
+ * `--transport http` (seed 000 "`http` (option, kept and tested)"; issue 7): the runner is the
+ * agent. The same ledger, observation fields where they apply, summary and exit codes as the
+ * CLI transport; per-call reservations instead of a per-attempt limit.
+ */
+
+/** Ledger `isolation` of this transport: no container; the tools read git blobs on the host. */
+export const HTTP_ISOLATION = "client-side-tools";
+
+export interface HttpStudyConfig {
+  loaded: LoadedManifest;
+  mode: Mode;
+  plan: PlannedAttempt[];
+  /** Attempts of the full study, for the pilot's extrapolation. */
+  fullPlanSize: number;
+  roots: ReadonlyMap<string, string>;
+  model: string;
+  capUsd: number;
+  output: string;
+  /** From ANTHROPIC_API_KEY only; never written, printed or passed to a child. */
+  apiKey: string;
+  /** `parseApiBaseUrl` input: undefined for the real API. */
+  apiBaseUrl?: string;
+  prices: UpperPrices;
+  /** The doc-bridge engine command (never a shell string); run with a checkout as cwd. */
+  docBridgeCommand: string[];
+  /** Tests only: a shorter deadline than the protocol's five minutes. */
+  deadlineMs?: number;
+  quiet?: boolean;
+}
+
+export interface HttpStudyDeps {
+  stdout: (text: string) => void;
+  stderr: NodeJS.WritableStream;
+  /** Aborted on SIGINT/SIGTERM: the current request is abandoned (and stays charged), the run ends blocked. */
+  signal?: AbortSignal;
+  /** Milliseconds for the deadline; tests inject a clock that runs faster. */
+  now?: () => number;
+}
+
+interface AttemptOutcome {
+  status: NonNullable<Observation["status"]>;
+  reason: string;
+}
+
+async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; docBridge: Ledger["docBridge"] }> {
+  const keyProblem = checkApiKey(config.apiKey);
+  if (keyProblem) throw new RefusalError(`${keyProblem}; nothing was charged`);
+  const baseUrl = parseApiBaseUrl(config.apiBaseUrl);
+  try {
+    callCeiling(0, config.prices);
+  } catch (err) {
+    throw new RefusalError(errorMessage(err));
+  }
+  for (const taskIndex of new Set(config.plan.map((a) => a.taskIndex))) checkPrompt(buildPrompt(config.loaded.manifest.tasks[taskIndex]!));
+  if (!config.plan.some((a) => a.arm === "mcp")) return { baseUrl, docBridge: null };
+  const checkouts = [...new Set(config.plan.map((a) => a.repository))].map((repository) => ({
+    repository,
+    dir: config.roots.get(repository)!,
+    pin: config.loaded.manifest.repositories[repository]!,
+  }));
+  const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
+  // The http transport offers only the three allowed tools; the rest is recorded as the CLI's deny list would be.
+  return { baseUrl, docBridge: { engineRevision: result.checkouts[0]?.engineRevision ?? null, bundleHash: null, denyList: result.deniedCliTools } };
+}
+
+export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps): Promise<number> {
+  const key = config.apiKey;
+  // Git children inherit the environment (src/corpus/git.ts); the key must reach none of them.
+  if (process.env.ANTHROPIC_API_KEY !== undefined) delete process.env.ANTHROPIC_API_KEY;
+  const redact = (text: string) => redactSecret(text, key);
+  const now = deps.now ?? (() => performance.now());
+  const { baseUrl, docBridge } = await preflight(config);
+  const runId = `run-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
+  const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
+
+  let budget: BudgetState = initialBudget(config.capUsd);
+  const ledger: Ledger = {
+    schemaVersion: 1,
+    runId,
+    createdAt: new Date().toISOString(),
+    protocol: { manifestPath: config.loaded.path, protocolHash: config.loaded.protocolHash },
+    runnerHash: await computeRunnerHash(PROJECT_ROOT),
+    corpus: Object.entries(config.loaded.manifest.repositories).map(([repository, pin]) => ({
+      repository,
+      pin,
+      ...(config.roots.has(repository) ? { root: config.roots.get(repository)! } : {}),
+    })),
+    docBridge,
+    image: null,
+    cliVersion: null,
+    expectedCliVersion: null,
+    transport: "http",
+    isolation: HTTP_ISOLATION,
+    model: config.model,
+    prices: { [config.model]: { upper: { input: config.prices.inputUsdPerMtok, output: config.prices.outputUsdPerMtok } } },
+    mode: config.mode,
+    budget: { capUsd: config.capUsd, attemptBudgetUsd: null, reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false },
+    adjudication: { method: "agent", humanReview: false },
+    status: "running",
+    observations: [],
+  };
+  // Everything the runner writes goes through the redaction, whatever the API echoed back.
+  const handle = await createLedger(config.output, redactDeep(ledger, key), { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
+  const write = () => {
+    const totals = budgetTotals(ledger.observations);
+    ledger.budget = { ...ledger.budget, reservedUsd: totals.reservedUsd, spentUsd: totals.spentUsd };
+    return writeLedger(handle, redactDeep(ledger, key));
+  };
+
+  for (const attempt of config.plan) {
+    if (deps.signal?.aborted) {
+      ledger.status = "blocked";
+      ledger.statusReason = `interrupted by ${String(deps.signal.reason ?? "a signal")} before attempt ${attempt.index + 1}`;
+      break;
+    }
+    const obs = reservedObservation(attempt, { transport: "http", cliVersion: null, expectedCliVersion: null, attemptBudgetUsd: null, reservationUsd: 0 });
+    obs.calls = [];
+    ledger.observations.push(obs);
+    await write();
+    progress.start(attempt);
+
+    const account = callAccount({
+      prices: config.prices,
+      obs,
+      getBudget: () => budget,
+      setBudget: (b) => (budget = b),
+      onCapExceeded: () => (ledger.budget.cumulativeCapExceeded = true),
+      write,
+      redact,
+    });
+    const outcome = await runAttempt(config, deps, { attempt, obs, account, baseUrl, now, write, redact }).finally(() => progress.stopLive());
+
+    Object.assign(obs, { phase: "settled", status: outcome.status, chargedUsd: obs.reservationUsd });
+    if (outcome.status !== "completed") {
+      ledger.status = "blocked";
+      ledger.statusReason = redact(`attempt ${attempt.index + 1} (${attempt.taskId}, ${attempt.scenario}, repetition ${attempt.repetition}) ended ${outcome.status}: ${outcome.reason}`);
+    } else if (ledger.budget.cumulativeCapExceeded) {
+      ledger.status = "blocked";
+      ledger.statusReason = `the cumulative cap of ${config.capUsd} USD was passed after attempt ${attempt.index + 1}`;
+    }
+    await write(); // after the outcome is known
+    progress.end(attempt, obs, ledger.budget.spentUsd);
+    if (ledger.status === "blocked") break;
+  }
+  if (ledger.status === "running") {
+    ledger.status = "awaiting-adjudication";
+    await write();
+  }
+
+  deps.stdout(JSON.stringify(redactDeep(summarize(config, ledger, handle), key), null, 2) + "\n");
+  if (ledger.status === "awaiting-adjudication") return ExitCode.ok;
+  if (deps.signal?.aborted) return deps.signal.reason === "SIGTERM" ? ExitCode.sigterm : ExitCode.sigint;
+  return ExitCode.blocked;
+}
+
+/** The observation's hold: settled calls at their charge, the open one at its reservation. */
+function hold(calls: readonly HttpCall[]): number {
+  return sumUsd(calls.map((c) => c.chargedUsd ?? c.reservationUsd));
+}
+
+/** A sum of USD amounts in exact pico-USD (each rounded up), so 0.0019 + 0.0023 is 0.0042 and not one ulp off. */
+function sumUsd(amounts: readonly number[]): number {
+  return picoToUsd(amounts.reduce((sum, a) => sum + usdToPico(a, "ceil"), 0n));
+}
+
+/**
+ * Per-call money (issue 7 "Budget per call"): reserve the ceiling at the upper prices and
+ * persist it before the call; release the unused part from measured usage; keep it charged
+ * when the usage is unknown. Each step is written to the ledger before the next one starts.
+ */
+function callAccount(o: {
+  prices: UpperPrices;
+  obs: Observation;
+  getBudget(): BudgetState;
+  setBudget(b: BudgetState): void;
+  onCapExceeded(): void;
+  write(): Promise<void>;
+  redact(text: string): string;
+}): CallAccount {
+  let open: { call: HttpCall; reservation: Reservation } | undefined;
+  const calls = o.obs.calls!;
+  return {
+    async open(turn, requestBytes) {
+      if (open) throw new Error("a call is already open");
+      const ceiling = callCeiling(requestBytes, o.prices);
+      const reserved = reserve(o.getBudget(), ceiling.reservationUsd);
+      if (!reserved.ok) {
+        return {
+          ok: false,
+          reason: `call ${turn} was not made: its reservation of ${ceiling.reservationUsd} USD (${ceiling.inputCeilingTokens} input and ${ceiling.outputCeilingTokens} output tokens at the upper prices) does not fit under the remaining budget of ${reserved.remainingUsd} USD`,
+        };
+      }
+      o.setBudget(reserved.state);
+      const call: HttpCall = {
+        turn,
+        requestBytes,
+        inputCeilingTokens: ceiling.inputCeilingTokens,
+        outputCeilingTokens: ceiling.outputCeilingTokens,
+        reservationUsd: reserved.reservation.reservedUsd,
+        chargedUsd: null,
+        inputTokens: null,
+        outputTokens: null,
+        usageComplete: false,
+        outcome: null,
+        httpStatus: null,
+        problem: null,
+      };
+      calls.push(call);
+      open = { call, reservation: reserved.reservation };
+      o.obs.reservationUsd = hold(calls);
+      await o.write(); // the reservation is on disk before the request leaves
+      return { ok: true, inputCeilingTokens: ceiling.inputCeilingTokens, outputCeilingTokens: ceiling.outputCeilingTokens };
+    },
+    async close(outcome: CallOutcome) {
+      if (!open) throw new Error("no call is open");
+      const { call, reservation } = open;
+      open = undefined;
+      const usage = outcome.kind === "message" || outcome.kind === "bad-message" ? outcome.usage : null;
+      const settled = usage
+        ? settle(o.getBudget(), reservation, {
+            // Usage above the ceiling is charged at least the reservation (and the measured cost if larger).
+            status: usage.inputTokens > call.inputCeilingTokens || usage.outputTokens > call.outputCeilingTokens ? "budget-exceeded" : "completed",
+            reportedCostUsd: null,
+            computedCostUsd: usageCostUsd(usage, o.prices),
+          })
+        : settle(o.getBudget(), reservation, { status: "failed", reportedCostUsd: null, computedCostUsd: null });
+      o.setBudget(settled.state);
+      Object.assign(call, {
+        chargedUsd: settled.chargedUsd,
+        inputTokens: usage?.inputTokens ?? null,
+        outputTokens: usage?.outputTokens ?? null,
+        usageComplete: usage !== null,
+        outcome: outcome.kind,
+        httpStatus: outcome.kind === "lost" ? null : outcome.httpStatus,
+        problem: outcome.kind === "message" ? null : o.redact(outcome.problem),
+      } satisfies Partial<HttpCall>);
+      o.obs.reservationUsd = hold(calls);
+      if (settled.cumulativeCapExceeded) o.onCapExceeded();
+      await o.write();
+      return { capExceeded: settled.cumulativeCapExceeded };
+    },
+  };
+}
+
+interface AttemptContext {
+  attempt: PlannedAttempt;
+  obs: Observation;
+  account: CallAccount;
+  baseUrl: string;
+  now: () => number;
+  write(): Promise<void>;
+  redact(text: string): string;
+}
+
+/** One attempt: the tools, the loop, the observation. Tools are closed whatever happens. */
+async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: AttemptContext): Promise<AttemptOutcome> {
+  const { attempt, obs } = ctx;
+  const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
+  const repoDir = config.roots.get(attempt.repository)!;
+  const repository = await openRepositoryTools({ repoDir, pin: attempt.pin, answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [] });
+  obs.exportHash = repository.exportHash;
+  let docBridge: DocBridgeTools | undefined;
+  try {
+    if (attempt.arm === "mcp") {
+      try {
+        docBridge = await openDocBridgeTools({ command: config.docBridgeCommand, cwd: repoDir, timeoutMs: PROTOCOL_LIMITS.toolTimeoutMs });
+      } catch (err) {
+        const problem = ctx.redact(errorMessage(err));
+        // No call was made: the usage is complete and zero, not unknown.
+        Object.assign(obs, { setupProblems: [problem], mcpServers: [{ name: DOC_BRIDGE_SERVER, status: "failed" }], numTurns: 0, usageComplete: true });
+        Object.assign(obs, { inputTokens: 0, outputTokens: 0, cacheCreationInputTokens: 0, cacheReadInputTokens: 0 });
+        return { status: "invalid-setup", reason: problem };
+      }
+    }
+    const tools = docBridge ? combineTools(repository, docBridge) : repository;
+    obs.tools = tools.definitions.map((d) => d.name).sort();
+    obs.mcpServers = docBridge ? [{ name: DOC_BRIDGE_SERVER, status: "connected" }] : [];
+    obs.phase = "running";
+    obs.startedAt = new Date().toISOString();
+    await ctx.write();
+
+    const result = await runAgentLoop({
+      model: config.model,
+      prompt: buildPrompt(task),
+      tools,
+      send: (body, timeoutMs, signal) => sendMessages({ baseUrl: ctx.baseUrl, apiKey: config.apiKey, body, timeoutMs, signal }),
+      account: ctx.account,
+      now: ctx.now,
+      limits: config.deadlineMs === undefined ? undefined : { deadlineMs: config.deadlineMs },
+      signal: deps.signal,
+      docBridgeToolNames: docBridge?.apiNames ?? [],
+    });
+    Object.assign(obs, loopToObservation(result, config.prices, obs.calls!));
+    if (docBridge) obs.mcp = { connections: 1, toolCalls: docBridge.calls, serverInfo: docBridge.serverInfo };
+    return { status: result.status, reason: result.reason };
+  } finally {
+    await repository.close();
+    await docBridge?.close();
+  }
+}
+
+/** The loop's facts in the ledger's field names; fields of the CLI alone stay null. */
+function loopToObservation(r: LoopResult, prices: UpperPrices, calls: readonly HttpCall[]): Partial<Observation> {
+  const measured = calls.filter((c) => c.inputTokens !== null && c.outputTokens !== null);
+  const computed = measured.length ? sumUsd(measured.map((c) => usageCostUsd({ inputTokens: c.inputTokens!, outputTokens: c.outputTokens! }, prices))) : null;
+  return {
+    model: r.model,
+    toolCallsByName: r.toolCallsByName,
+    toolCalls: r.toolCalls,
+    inputTokens: r.inputTokens,
+    outputTokens: r.outputTokens,
+    cacheCreationInputTokens: r.cacheCreationInputTokens,
+    cacheReadInputTokens: r.cacheReadInputTokens,
+    numTurns: r.numTurns,
+    usageComplete: r.usageComplete,
+    toolErrorsByName: r.toolErrorsByName,
+    computedCostUsd: computed,
+    costBasis: { prices: "upper", inputUsdPerMtok: prices.inputUsdPerMtok, outputUsdPerMtok: prices.outputUsdPerMtok, source: "each call's measured usage" },
+    setupProblems: r.setupProblems,
+    costProblem: r.costProblem,
+    wallTimeMs: r.wallTimeMs,
+    answer: r.answer,
+  };
+}
