@@ -1,0 +1,150 @@
+/**
+ * Cost agreement with the REAL Claude Code 2.1.296: on a grid of scripted usages the runner's
+ * computed cost (computeCost over what its TranscriptReader read) equals the CLI's own
+ * total_cost_usd within 1e-9 USD, except where seed 000 prices above the CLI on purpose; those
+ * points are named and their exact excess is asserted. Each point is one real attempt container
+ * built by the runner's own code (login copy, arguments, hardened spec, relay, bounded run).
+ */
+import { chmod, mkdtemp, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
+import { runBounded } from "../../src/attempt/run.ts";
+import { attemptContainerSpec } from "../../src/attempt/spec.ts";
+import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
+import { computeCost, type CostResult } from "../../src/cost/compute.ts";
+import { CLI_PRICES } from "../../src/cost/prices.ts";
+import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
+import { MODEL, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
+
+type Usage = { input_tokens: number; output_tokens: number; cache_read_input_tokens?: number; cache_creation_input_tokens?: number; cache_creation?: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number } };
+const writes = (m5: number, h1: number) => ({ cache_creation_input_tokens: m5 + h1, cache_creation: { ephemeral_5m_input_tokens: m5, ephemeral_1h_input_tokens: h1 } });
+const answer = (usage: Usage) => ({ answer: "scripted", usage });
+const readThen = (usage: Usage) => ({ toolCalls: [{ name: "Read", input: { file_path: "/workspace/README.md" } }], usage });
+
+interface GridPoint {
+  turns: ScriptInput["turns"];
+  /** Where seed 000 prices above the CLI on purpose: the exact excess of the runner's cost, in USD. */
+  above?: { why: string; usd: number };
+}
+
+const GRID: Record<string, GridPoint> = {
+  "first tier, input and output": { turns: [answer({ input_tokens: 1_000, output_tokens: 50 })] },
+  "100,000 input tokens: first tier": { turns: [answer({ input_tokens: 100_000, output_tokens: 10 })] },
+  "100,001 input tokens: second tier": { turns: [answer({ input_tokens: 100_001, output_tokens: 10 })] },
+  "cache reads make the prompt 100,000: first tier": { turns: [answer({ input_tokens: 1_000, output_tokens: 10, cache_read_input_tokens: 99_000 })] },
+  "cache reads make the prompt 100,001: second tier": { turns: [answer({ input_tokens: 1_000, output_tokens: 10, cache_read_input_tokens: 99_001 })] },
+  "1-hour writes make the prompt 100,001: second tier": { turns: [answer({ input_tokens: 90_000, output_tokens: 10, ...writes(0, 10_001) })] },
+  "5-minute cache writes": { turns: [answer({ input_tokens: 2_000, output_tokens: 10, ...writes(500, 0) })] },
+  "1-hour cache writes": { turns: [answer({ input_tokens: 2_000, output_tokens: 10, ...writes(0, 700) })] },
+  "second tier with reads and both write TTLs": { turns: [answer({ input_tokens: 50_000, output_tokens: 300, cache_read_input_tokens: 30_000, ...writes(10_000, 10_001) })] },
+  "two turns in the first tier, split writes and reads": {
+    turns: [readThen({ input_tokens: 2_000, output_tokens: 40, ...writes(200, 300) }), answer({ input_tokens: 3_000, output_tokens: 25, cache_read_input_tokens: 700 })],
+  },
+  "two turns in the second tier": {
+    turns: [readThen({ input_tokens: 120_000, output_tokens: 40, cache_read_input_tokens: 5_000 }), answer({ input_tokens: 121_000, output_tokens: 25, ...writes(100, 0) })],
+  },
+  // Seed 000: "unattributed writes at the 1-hour rate"; the CLI prices them at the 5-minute rate (facts).
+  "unattributed cache writes (no TTL split)": {
+    turns: [answer({ input_tokens: 2_000, output_tokens: 10, cache_creation_input_tokens: 800 })],
+    above: { why: "unattributed cache writes are priced at the 1-hour rate, the CLI uses the 5-minute rate", usd: (800 * (0.2 - 0.125)) / 1e6 },
+  },
+  // Seed 000: "if the largest single prompt exceeds 100k tokens, every token is priced in the second tier"; the CLI tiers each turn.
+  "a second-tier turn and a first-tier turn": {
+    turns: [readThen({ input_tokens: 120_000, output_tokens: 40 }), answer({ input_tokens: 3_000, output_tokens: 25 })],
+    above: { why: "every token is priced in the second tier when one prompt exceeds 100,000 tokens, the CLI tiers each turn", usd: (3_000 * (0.5 - 0.1) + 25 * (2.5 - 0.5)) / 1e6 },
+  },
+};
+
+/** The CLI's measured pricing, turn by turn (facts: "Its own price table"), independent of computeCost. */
+function cliListPrice(turns: ScriptInput["turns"]): number {
+  const prices = CLI_PRICES[MODEL]!;
+  let usd = 0;
+  for (const turn of turns) {
+    if (!("usage" in turn)) continue;
+    const u = turn.usage as Usage;
+    const read = u.cache_read_input_tokens ?? 0;
+    const write = u.cache_creation_input_tokens ?? 0;
+    const p = u.input_tokens + read + write > 100_000 ? prices.tier2 : prices.tier1;
+    const h1 = u.cache_creation?.ephemeral_1h_input_tokens ?? 0;
+    usd += (u.input_tokens * p.input + u.output_tokens * p.output + read * p.cacheRead + (write - h1) * p.cacheWrite5m + h1 * p.cacheWrite1h) / 1e6;
+  }
+  return usd;
+}
+
+let image = "";
+let corpus: Corpus;
+let api: ConformanceApi;
+let workspace = "";
+const results = new Map<string, { facts: TranscriptFacts; cost: CostResult; exitCode: number | null }>();
+
+async function runPoint(name: string, index: number): Promise<void> {
+  const home = await mkdtemp(join(corpus.work, "home-"));
+  const staged = await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(home, "home"));
+  // A high cap: the grid measures prices, not the budget stop.
+  const argv = cliArguments({ arm: "repository", model: MODEL, maxBudgetUsd: 100, prompt: `cost grid point: ${name}`, deniedMcpTools: [] });
+  const spec = attemptContainerSpec({
+    image,
+    argv,
+    exportDir: workspace,
+    homeDir: staged.homeDir,
+    network: { mode: "none" },
+    labels: { "study-runner.test": "conformance-cost" },
+    attemptIndex: index,
+    modelApiSocket: api.socketPath,
+  });
+  const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
+  const raw = await runBounded(runtime, spec, (line) => reader.pushLine(line), { timeoutMs: 60_000 });
+  const facts = reader.finish();
+  const cost = computeCost({ model: MODEL, modelUsage: facts.modelUsage, cacheCreation: facts.cacheCreation, perMessageUsage: facts.perMessageUsage, reportedCostUsd: facts.reportedCostUsd });
+  results.set(name, { facts, cost, exitCode: raw.exitCode });
+}
+
+beforeAll(async () => {
+  image = (await realImage()).tag;
+  corpus = await prepareCorpus("cost");
+  workspace = await mkdtemp(join(corpus.work, "workspace-"));
+  await writeFile(join(workspace, "README.md"), "A file for the scripted Read.\n", { mode: 0o444 });
+  await chmod(workspace, 0o555);
+  api = await startApi(Object.entries(GRID).map(([name, p]) => ({ name, marker: `cost grid point: ${name}`, turns: p.turns })));
+  // Two at a time: the machine has two cores.
+  const names = Object.keys(GRID);
+  let next = 0;
+  const worker = async () => {
+    for (let i = next++; i < names.length; i = next++) await runPoint(names[i]!, i);
+  };
+  await Promise.all([worker(), worker()]);
+}, 300_000);
+
+afterAll(async () => {
+  await api?.close();
+  await corpus?.cleanup();
+});
+
+describe("the runner's cost against the CLI's total_cost_usd", () => {
+  for (const [name, point] of Object.entries(GRID)) {
+    it(`${name}${point.above ? ` (above the CLI on purpose: ${point.above.why})` : ""}`, () => {
+      const r = results.get(name)!;
+      expect(r.exitCode).toBe(0);
+      expect(r.facts.setupProblems).toEqual([]);
+      expect(r.facts.cliSubtype).toBe("success");
+      // The CLI priced the point as measured (per turn, its own table) ...
+      expect(Math.abs(r.facts.reportedCostUsd! - cliListPrice(point.turns))).toBeLessThanOrEqual(1e-12);
+      // ... and the runner's list-price computation agrees with it, or exceeds it by exactly the named amount.
+      expect(r.cost.problems).toEqual([]);
+      const excess = r.cost.computedCostUsd! - r.facts.reportedCostUsd!;
+      expect(Math.abs(excess - (point.above?.usd ?? 0))).toBeLessThanOrEqual(1e-9);
+      if (point.above) expect(excess).toBeGreaterThan(1e-9);
+    });
+  }
+
+  it("the grid crossed the tier boundary in the CLI itself: 100,000 is first tier, 100,001 second", () => {
+    const at = (n: string) => results.get(n)!.facts.reportedCostUsd!;
+    expect(at("100,000 input tokens: first tier")).toBeCloseTo((100_000 * 0.1 + 10 * 0.5) / 1e6, 12);
+    expect(at("100,001 input tokens: second tier")).toBeCloseTo((100_001 * 0.5 + 10 * 2.5) / 1e6, 12);
+    expect(results.get("100,001 input tokens: second tier")!.cost.costBasis).toMatchObject({ tier: 2, tierSource: "per-message", tierPromptTokens: 100_001 });
+    expect(results.get("cache reads make the prompt 100,000: first tier")!.cost.costBasis?.tier).toBe(1);
+    expect(results.get("cache reads make the prompt 100,001: second tier")!.cost.costBasis?.tier).toBe(2);
+  });
+});
