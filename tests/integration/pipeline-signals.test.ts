@@ -1,0 +1,138 @@
+/**
+ * What happens around a run rather than inside an attempt: SIGINT, a runner killed outright and
+ * the next run cleaning up after it, a login the CLI refreshed inside its container, and two runs
+ * sharing one login. All through the shipped command on the real Docker engine.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import {
+  containersOfRun,
+  fileMode,
+  freshLogin,
+  ledgerOf,
+  leftovers,
+  prepareRun,
+  preparePipeline,
+  recordsOf,
+  runPipeline,
+  startPipeline,
+  summaryOf,
+  waitForAttemptContainer,
+  RESERVATION_USD,
+  type Pipeline,
+} from "../support/pipeline.ts";
+
+let p: Pipeline;
+beforeAll(async () => {
+  p = await preparePipeline("signals");
+}, 300_000);
+afterAll(() => p?.cleanup());
+
+const hang = { attempts: { "0": { kind: "sleep" as const, seconds: 120 } } };
+
+describe("signals and orphans", () => {
+  it("SIGINT during an attempt: exit 130, blocked naming the signal, the reservation charged, no container left", async () => {
+    const run = await prepareRun(p, { behaviour: hang, loginDir: await freshLogin(p) });
+    const started = startPipeline(run);
+    const container = await waitForAttemptContainer(p, started);
+    started.child.kill("SIGINT");
+    const r = await started.done;
+    expect(r.code, r.stderr).toBe(130);
+    expect(r.stderr).toMatch(/SIGINT received/);
+    expect(summaryOf(r.stdout)).toMatchObject({ status: "blocked", attempts: { run: 1 } });
+
+    const ledger = await ledgerOf(run);
+    expect(ledger.status).toBe("blocked");
+    expect(ledger.statusReason).toMatch(/SIGINT/);
+    expect(ledger.observations).toHaveLength(1);
+    const o = ledger.observations[0]!;
+    expect(o.phase).toBe("settled");
+    expect(o.status).not.toBe("completed");
+    expect(o.containerId).toBe(container);
+    expect(o.chargedUsd).toBeGreaterThanOrEqual(RESERVATION_USD);
+    expect(ledger.budget.spentUsd).toBe(o.chargedUsd);
+    expect(await p.runtime.inspect(container)).toBeUndefined();
+    expect(await containersOfRun(p, ledger.runId)).toEqual([]);
+    expect(await leftovers(run.tmp)).toEqual([]);
+  }, 120_000);
+
+  it("a runner killed outright leaves a parseable ledger, and the next run removes its container and folders", async () => {
+    const loginDir = await freshLogin(p);
+    const killed = await prepareRun(p, { behaviour: hang, loginDir });
+    const started = startPipeline(killed);
+    const pid = started.pid;
+    const container = await waitForAttemptContainer(p, started);
+    started.child.kill("SIGKILL");
+    await started.done;
+    try {
+      // Nothing cleaned up after the kill: the container still runs; the export and the HOME with the login copy remain.
+      expect((await p.runtime.inspect(container))?.running).toBe(true);
+      expect((await leftovers(killed.tmp, pid)).map((n) => n.replace(/-[^-]+$/, ""))).toEqual([`study-runner-export-${pid}`, `study-runner-home-${pid}`]);
+      const ledger = await ledgerOf(killed);
+      expect(ledger.status).toBe("running");
+      expect(ledger.observations.map((o) => o.phase)).toEqual(["running"]);
+      // The open reservation is counted as spent, so a crash never under-counts.
+      expect(ledger.budget.reservedUsd).toBe(RESERVATION_USD);
+      expect(ledger.budget.spentUsd).toBeGreaterThanOrEqual(RESERVATION_USD);
+
+      // The next run, on the same login (whose lock the dead run still holds) and the same TMPDIR.
+      const next = await runPipeline(p, { loginDir, tmp: killed.tmp });
+      expect(next.code, next.stderr).toBe(0);
+      expect(await containersOfRun(p, ledger.runId)).toEqual([]);
+      expect(await leftovers(killed.tmp)).toEqual([]);
+    } finally {
+      await p.runtime.remove(container); // a no-op unless an assertion failed before the reaper ran
+    }
+  }, 180_000);
+});
+
+describe("the CLI login", () => {
+  it("a login the CLI refreshed inside the container is written back to the host and used by the next attempt", async () => {
+    const loginDir = await freshLogin(p);
+    const path = join(loginDir, ".credentials.json");
+    const before = JSON.parse(await readFile(path, "utf8")).claudeAiOauth;
+    const r = await runPipeline(p, { loginDir, behaviour: { attempts: { "0": { kind: "ok", refreshLogin: true } } } });
+    expect(r.code, r.stderr).toBe(0);
+
+    const after = JSON.parse(await readFile(path, "utf8")).claudeAiOauth;
+    expect(after.accessToken).not.toBe(before.accessToken);
+    expect(after.accessToken).toMatch(/^refreshed-access-/);
+    expect(after.refreshToken).toMatch(/^refreshed-refresh-/);
+    expect(after.expiresAt).toBeGreaterThan(before.expiresAt);
+    expect(await fileMode(path)).toBe(0o600);
+    // Attempt 1 was given the original login, attempt 2 the refreshed one.
+    const records = await recordsOf(r.run);
+    expect(records.map((x) => [x.record.attempt, x.record.credentialsExpiresAt])).toEqual([
+      ["0", before.expiresAt],
+      ["1", after.expiresAt],
+    ]);
+    // The refreshed token stays out of what the runner prints.
+    expect(r.stdout + r.stderr).not.toContain(after.accessToken);
+  }, 120_000);
+
+  it("two runs started at once on one login never run attempts at the same time", async () => {
+    const loginDir = await freshLogin(p);
+    const slow = { default: { kind: "ok" as const, delayMs: 3000 } };
+    const runs = await Promise.all([prepareRun(p, { loginDir, behaviour: slow }), prepareRun(p, { loginDir, behaviour: slow })]);
+    const results = await Promise.all(runs.map((run) => startPipeline(run).done));
+    for (const r of results) expect(r.code, r.stderr).toBe(0);
+
+    const ledgers = await Promise.all(runs.map((run) => ledgerOf(run)));
+    const spans = ledgers.map((l, run) =>
+      l.observations.map((o) => {
+        const start = Date.parse(o.startedAt!);
+        return { run, start, end: start + o.wallTimeMs! };
+      }),
+    );
+    for (const s of spans.flat()) expect(s.end - s.start).toBeGreaterThanOrEqual(3000);
+    // Both runs were under way together (each created its ledger before the other's last attempt ended) ...
+    const lastEnd = spans.map((s) => Math.max(...s.map((x) => x.end)));
+    const created = ledgers.map((l) => Date.parse(l.createdAt));
+    expect(Math.max(...created)).toBeLessThan(Math.min(...lastEnd));
+    // ... and yet no attempt of one overlapped an attempt of the other.
+    for (const a of spans[0]!) {
+      for (const b of spans[1]!) expect(a.end <= b.start || b.end <= a.start, JSON.stringify({ a, b })).toBe(true);
+    }
+  }, 180_000);
+});
