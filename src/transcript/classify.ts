@@ -40,7 +40,12 @@ const INTERRUPTION_PROBLEMS: ReadonlySet<SetupProblemCode> = new Set(["no-result
 export function classifyAttempt(input: AttemptClassificationInput): AttemptClassification {
   const { facts, exitCode, timedOut, truncated, cost } = input;
   const interrupted = timedOut || truncated;
-  const setupCodes = facts.setupProblemCodes.filter((c) => !(interrupted && INTERRUPTION_PROBLEMS.has(c)));
+  // Killed before it wrote anything (e.g. while the CLI still connected to its MCP servers):
+  // the missing init is the kill's doing too, as long as nothing but a cut line was written.
+  const killedBeforeInit = interrupted && facts.lines <= 1;
+  const setupCodes = facts.setupProblemCodes.filter(
+    (c) => !(interrupted && INTERRUPTION_PROBLEMS.has(c)) && !(killedBeforeInit && c === "no-init"),
+  );
   if (setupCodes.length > 0) {
     return { status: "invalid-setup", reason: facts.setupProblems[0] ?? `setup problem ${setupCodes[0]}` };
   }

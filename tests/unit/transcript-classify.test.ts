@@ -26,6 +26,18 @@ describe("classifyAttempt precedence (seed 000)", () => {
     expect(ev.classification.status).toBe("timed-out");
   });
 
+  it("a kill before the CLI wrote its init (e.g. still connecting to MCP servers) is timed-out, not invalid-setup", () => {
+    expect(status("", { timedOut: true, exitCode: null })).toBe("timed-out");
+    expect(status('{"type":"sys', { timedOut: true, exitCode: null })).toBe("timed-out");
+    expect(status("", { truncated: true, exitCode: null })).toBe("failed");
+    // Without the kill, silence is a broken setup.
+    expect(status("", { exitCode: 0 })).toBe("invalid-setup");
+  });
+
+  it("events without an init are not excused by a timeout", () => {
+    expect(status(text((e) => e.slice(1, 4)), { timedOut: true, exitCode: null })).toBe("invalid-setup");
+  });
+
   it("a timeout after a complete transcript is still timed-out", () => {
     expect(status(text(), { timedOut: true, exitCode: null })).toBe("timed-out");
   });
