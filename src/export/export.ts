@@ -1,12 +1,13 @@
 import { createHash } from "node:crypto";
 import { chmodSync, closeSync, fchmodSync, mkdirSync, openSync, writeSync } from "node:fs";
-import { chmod, lstat, mkdtemp, readdir, rm } from "node:fs/promises";
+import { chmod, lstat, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve, sep } from "node:path";
 import { hasCommit, lsTree, readBlobs, type TreeEntry } from "../corpus/git.ts";
 import { exclusionReason, type ExclusionReason, type PublicPathOptions } from "../corpus/filter.ts";
 import { COMMIT_RE } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
+import { folderPrefix, makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
 
 /**
  * The attempt's working directory: the pinned blobs that pass the public-path filter,
@@ -15,8 +16,7 @@ import { UsageError } from "../util/errors.ts";
  */
 
 /** Name prefix of every export folder; `<prefix><pid>-XXXXXX` lets a reaper find orphans. */
-export const EXPORT_PREFIX = "study-runner-export-";
-const EXPORT_NAME_RE = /^study-runner-export-(\d+)-[^/]+$/;
+export const EXPORT_PREFIX = folderPrefix("export");
 
 /** Every file is 0444 (the 100755 bit is dropped: the agent reads, it never runs corpus files). */
 export const FILE_MODE = 0o444;
@@ -168,7 +168,7 @@ export async function writeExport(dir: string, repoDir: string, files: readonly 
  */
 export async function exportAtPin(opts: ExportOptions): Promise<ExportResult> {
   const plan = await planExport(opts);
-  const dir = await mkdtemp(join(opts.parentDir ?? tmpdir(), `${EXPORT_PREFIX}${process.pid}-`));
+  const dir = await makeRunnerFolder("export", opts.parentDir);
   try {
     await writeExport(dir, opts.repoDir, plan.files);
   } catch (err) {
@@ -208,42 +208,8 @@ export async function removeExport(dir: string): Promise<void> {
   await removeTree(dir);
 }
 
-function processIsAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    // EPERM: the process exists but belongs to another user.
-    return (err as NodeJS.ErrnoException).code !== "ESRCH";
-  }
-}
 
-/**
- * Removes export folders left by runners that died (their pid is no longer alive). A live
- * pid keeps its folder, even if the pid was reused by another program: keeping a stray
- * folder is cheaper than deleting a running attempt's working directory. Only folders owned
- * by this user are touched. Returns the removed paths.
- */
-export async function reapOrphanExports(parentDir: string = tmpdir()): Promise<string[]> {
-  let names: string[];
-  try {
-    names = await readdir(parentDir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
-    throw err;
-  }
-  const uid = process.getuid?.();
-  const removed: string[] = [];
-  for (const name of names) {
-    const m = EXPORT_NAME_RE.exec(name);
-    if (!m) continue;
-    const pid = Number(m[1]);
-    if (!Number.isSafeInteger(pid) || pid <= 0 || processIsAlive(pid)) continue;
-    const full = join(parentDir, name);
-    const st = await lstat(full).catch(() => undefined);
-    if (!st || !st.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
-    await removeTree(full);
-    removed.push(full);
-  }
-  return removed;
+/** Removes export folders left by runners that died (see src/util/orphans.ts). Returns the removed paths. */
+export function reapOrphanExports(parentDir: string = tmpdir()): Promise<string[]> {
+  return reapOrphanFolders("export", removeTree, parentDir);
 }

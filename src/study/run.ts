@@ -1,11 +1,9 @@
 import { randomBytes } from "node:crypto";
-import { lstat, mkdtemp, readdir } from "node:fs/promises";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
-import { isProcessAlive, reapOrphans, runnerLabels } from "../runtime/reaper.ts";
+import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
@@ -25,6 +23,7 @@ import { preflightDocBridge } from "../mcp/preflight.ts";
 import { compareMcpRecord, containerMcpConfig, startMcpBridge, type McpBridge } from "../mcp/bridge.ts";
 import { RefusalError, ExitCode, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
+import { makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
 import { factsToObservation, reservedObservation } from "./observation.ts";
 import { Progress } from "./progress.ts";
 
@@ -87,28 +86,6 @@ export interface StudySummary {
   networkCalls?: never;
 }
 
-/** Name prefix of an attempt's HOME parent; `<prefix><pid>-XXXXXX` lets a later run find orphans. */
-const HOME_PREFIX = "study-runner-home-";
-const HOME_NAME_RE = /^study-runner-home-(\d+)-[^/]+$/;
-
-/**
- * A runner killed outright (SIGKILL, power loss) cannot remove its attempt HOME, which holds a
- * copy of the CLI login: a later run removes those whose runner pid is gone, as it does with
- * export folders. Only folders owned by this user, as in reapOrphanExports.
- */
-async function reapOrphanHomes(parentDir: string = tmpdir()): Promise<void> {
-  const names = await readdir(parentDir).catch(() => [] as string[]);
-  const uid = process.getuid?.();
-  for (const name of names) {
-    const m = HOME_NAME_RE.exec(name);
-    if (!m || isProcessAlive(Number(m[1]))) continue;
-    const full = join(parentDir, name);
-    const st = await lstat(full).catch(() => undefined);
-    if (!st?.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
-    await removeTree(full);
-  }
-}
-
 const networkFor = (isolation: StudyConfig["isolation"]): NetworkSetting => (isolation === "offline" ? { mode: "none" } : { mode: "bridge" });
 
 /** Preflight: everything that must hold before anything is reserved. Throws RefusalError. */
@@ -120,8 +97,11 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
     throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
   }
   await reapOrphans(runtime);
+  // A runner killed outright leaves its exports, attempt HOMEs (with a copy of the login) and
+  // doc-bridge socket folders behind; remove those whose runner is gone.
   await reapOrphanExports();
-  await reapOrphanHomes();
+  await reapOrphanFolders("home", removeTree);
+  await reapOrphanFolders("mcp", removeTree);
   if (config.modelApi) await checkModelApiSocket(config.modelApi.socketPath);
   const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
   if (probed.version !== config.expectedCliVersion) {
@@ -279,12 +259,14 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
 
     const lock = await acquireLoginLock(ctx.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ctx.runId });
     cleanups.push(() => lock.release());
-    const homeParent = await mkdtemp(join(tmpdir(), `${HOME_PREFIX}${process.pid}-`));
+    const homeParent = await makeRunnerFolder("home");
     cleanups.push(() => removeTree(homeParent));
     const staged = await stageLogin(ctx.login, join(homeParent, "home"));
 
     if (attempt.arm === "mcp") {
-      bridge = await startMcpBridge({ command: config.docBridgeCommand, cwd: repoDir });
+      const mcpParent = await makeRunnerFolder("mcp");
+      cleanups.push(() => removeTree(mcpParent));
+      bridge = await startMcpBridge({ command: config.docBridgeCommand, cwd: repoDir, socketDir: join(mcpParent, "socket") });
       const b = bridge;
       cleanups.push(() => b.stop());
     }

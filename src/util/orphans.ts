@@ -1,0 +1,50 @@
+import { lstat, mkdtemp, readdir } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { isProcessAlive } from "../runtime/reaper.ts";
+
+/**
+ * Per-attempt folders on the host are named `study-runner-<kind>-<pid>-XXXXXX`, so a later run
+ * can remove what a runner killed outright (SIGKILL, power loss) left behind: an export, an
+ * attempt HOME holding a copy of the CLI login, a doc-bridge socket folder.
+ */
+export type FolderKind = "export" | "home" | "mcp";
+
+export const folderPrefix = (kind: FolderKind) => `study-runner-${kind}-`;
+
+/** A fresh, private (0700) folder of this runner process. */
+export function makeRunnerFolder(kind: FolderKind, parentDir: string = tmpdir()): Promise<string> {
+  return mkdtemp(join(parentDir, `${folderPrefix(kind)}${process.pid}-`));
+}
+
+/**
+ * Removes the folders of `kind` whose runner pid is no longer alive. A live pid keeps its
+ * folder even if the pid was reused: keeping a stray folder is cheaper than deleting a running
+ * attempt's. Only folders owned by this user are touched. Returns the removed paths.
+ */
+export async function reapOrphanFolders(
+  kind: FolderKind,
+  remove: (dir: string) => Promise<void>,
+  parentDir: string = tmpdir(),
+): Promise<string[]> {
+  let names: string[];
+  try {
+    names = await readdir(parentDir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
+  const re = new RegExp(`^${folderPrefix(kind)}(\\d+)-[^/]+$`);
+  const uid = process.getuid?.();
+  const removed: string[] = [];
+  for (const name of names) {
+    const pid = Number(re.exec(name)?.[1]);
+    if (!Number.isSafeInteger(pid) || pid <= 0 || isProcessAlive(pid)) continue;
+    const full = join(parentDir, name);
+    const st = await lstat(full).catch(() => undefined);
+    if (!st?.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
+    await remove(full);
+    removed.push(full);
+  }
+  return removed;
+}
