@@ -163,6 +163,8 @@ export interface LoginLockOptions {
   staleMs?: number;
   /** Who holds it, e.g. the run id; shown to a run that has to wait. */
   holder?: string;
+  /** Called once when the lock is busy and the wait begins, with a description of its holder. */
+  onWait?: (holder: string) => void;
 }
 
 interface HolderRecord {
@@ -203,6 +205,7 @@ export async function acquireLoginLock(location: LoginLocation, options: LoginLo
   const deadline = Date.now() + options.timeoutMs;
   const state: { compromised: Error | undefined } = { compromised: undefined };
   let release: () => Promise<void>;
+  let waiting = false;
   for (;;) {
     try {
       release = await lockFile(real, {
@@ -217,6 +220,10 @@ export async function acquireLoginLock(location: LoginLocation, options: LoginLo
       break;
     } catch (err) {
       if (errnoCode(err) !== "ELOCKED") throw err;
+      if (!waiting) {
+        waiting = true;
+        options.onWait?.(await describeHolder(real));
+      }
       const left = deadline - Date.now();
       if (left <= 0) {
         throw new RefusalError(

@@ -76,6 +76,11 @@ export class Progress {
     this.drawn = false;
   }
 
+  /** A one-off line about the run (e.g. a wait), nothing private. */
+  note(text: string): void {
+    this.write(text);
+  }
+
   private write(line: string): void {
     if (!this.quiet) this.out.write(`study-runner: ${line}\n`);
   }

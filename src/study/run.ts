@@ -7,8 +7,11 @@ import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
-import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
+import { attemptContainerSpec } from "../attempt/spec.ts";
 import { checkModelApiSocket } from "../attempt/model-api.ts";
+import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
+import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
+import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runBounded, type RawOutcome } from "../attempt/run.ts";
 import { buildPrompt, cliArguments, denyList, expectedInitTools, EMPTY_MCP_CONFIG } from "../claude/args.ts";
 import { TranscriptReader } from "../transcript/reader.ts";
@@ -40,12 +43,25 @@ export interface StudyConfig {
   output: string;
   image: string;
   expectedCliVersion: string;
-  isolation: "standard" | "offline";
+  /**
+   * Network of attempt containers (issue 9, docs/isolation.md): standard = the engine's default
+   * bridge; strict = no network but loopback, out only through the runner's CONNECT proxy to
+   * allowlisted hosts on port 443; offline = no way out at all.
+   */
+  isolation: IsolationProfile;
+  /** Strict only: the proxy's allowlist (default DEFAULT_EGRESS_ALLOW) and, for tests, its resolver and bounds. */
+  egress?: { allow?: readonly string[]; resolve?: Resolve; limits?: EgressProxyOptions["limits"] };
+  /** OCI runtime of attempt containers (e.g. runsc); the run refuses to start when the engine lacks it. */
+  runtime?: string;
   /** The doc-bridge engine command (never a shell string); run with a checkout as cwd. */
   docBridgeCommand: string[];
   /** Overrides where the CLI login is read from (the folder holding .credentials.json). */
   claudeConfigDir?: string;
   loginLockTimeoutMs?: number;
+  /** Tests: after how long a dead run's login lock is taken over (acquireLoginLock's default otherwise). */
+  loginLockStaleMs?: number;
+  /** Tests: the attempt container's memory limit (attemptContainerSpec's default otherwise). */
+  memoryBytes?: number;
   /**
    * Conformance tests and the demo: the Messages API listens on this unix socket on the host
    * (e.g. the scripted API); attempts reach it through the in-container relay, network none.
@@ -86,15 +102,28 @@ export interface StudySummary {
   networkCalls?: never;
 }
 
-const networkFor = (isolation: StudyConfig["isolation"]): NetworkSetting => (isolation === "offline" ? { mode: "none" } : { mode: "bridge" });
+const egressAllowOf = (config: StudyConfig): readonly string[] => config.egress?.allow ?? DEFAULT_EGRESS_ALLOW;
 
 /** Preflight: everything that must hold before anything is reserved. Throws RefusalError. */
 async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   const { runtime } = deps;
+  let engine;
   try {
-    await runtime.ping();
+    engine = await runtime.ping();
   } catch (err) {
     throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
+  }
+  if (config.runtime !== undefined && !engine.runtimes.includes(config.runtime)) {
+    throw new RefusalError(
+      `the Docker engine has no OCI runtime '${config.runtime}' (--runtime); it offers ${engine.runtimes.join(", ") || "none"}; install and register it, or drop --runtime; nothing was charged`,
+    );
+  }
+  if (config.isolation === "strict") {
+    // The proxy's socket is shared with the container user only (src/isolation/proxy.ts): check
+    // it here, not in the first attempt after its reservation.
+    const uid = process.getuid?.();
+    if (uid !== 0 && uid !== 1000) throw new RefusalError(`--isolation strict needs the runner to run as root or as uid 1000 (the container user) to share the proxy socket; it runs as uid ${uid}`);
+    if (egressAllowOf(config).length === 0) throw new RefusalError("--isolation strict with an empty allowlist; give --egress-allow or use --isolation offline");
   }
   await reapOrphans(runtime);
   // A runner killed outright leaves its exports, attempt HOMEs (with a copy of the login) and
@@ -149,6 +178,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     expectedCliVersion: config.expectedCliVersion,
     transport: "cli",
     isolation: config.isolation,
+    runtime: config.runtime ?? null,
+    ...(config.isolation === "strict" ? { egressAllow: [...egressAllowOf(config)] } : {}),
     model: config.model,
     prices: pricesForLedger(),
     mode: config.mode,
@@ -189,10 +220,23 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     });
     ledger.observations.push(obs);
     syncBudget();
+    testKillPoint("before-reserve-write");
     await writeLedger(handle, ledger); // before anything is spent
+    testKillPoint("after-reserve-write");
     progress.start(attempt);
 
-    const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger }).finally(() => progress.stopLive());
+    const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger, progress })
+      .catch(async (err: unknown) => {
+        // The runner's own fault (the engine gone, a full disk, a lock held past its timeout): the
+        // outcome is unknown, so the attempt stays unsettled with its reservation counted as spent,
+        // and the run ends blocked saying why. If even this write fails, the ledger on disk is the
+        // previous atomic write (status running, the same reservation open): never an under-count.
+        ledger.status = "blocked";
+        ledger.statusReason = `attempt ${attempt.index + 1} stopped by a fault of the runner: ${errorMessage(err)}; the attempt was not settled and its reservation stays charged`;
+        await writeLedger(handle, ledger).catch(() => undefined);
+        throw err;
+      })
+      .finally(() => progress.stopLive());
 
     const settled = settle(budget, reserved.reservation, {
       status: outcome.status,
@@ -209,6 +253,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       ledger.status = "blocked";
       ledger.statusReason = `the cumulative cap of ${config.capUsd} USD was passed after attempt ${attempt.index + 1}`;
     }
+    testKillPoint("after-attempt-before-write");
     await writeLedger(handle, ledger); // after the outcome is known
     progress.end(attempt, obs, ledger.budget.spentUsd);
     if (ledger.status === "blocked") break;
@@ -224,7 +269,19 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   return ExitCode.blocked;
 }
 
+/**
+ * TEST-ONLY (issue 10, docs/reliability.md): with STUDY_RUNNER_TEST_KILL_AT=<point> in its
+ * environment, the runner kills itself with SIGKILL at that point, so a test can stop it at an
+ * exact place between ledger writes and check what a crash there leaves. Points, in run order:
+ * before-reserve-write, after-reserve-write, before-container-start, during-attempt (the first
+ * stdout line of the running container), after-attempt-before-write. Read here only.
+ */
+function testKillPoint(point: string): void {
+  if (process.env.STUDY_RUNNER_TEST_KILL_AT === point) process.kill(process.pid, "SIGKILL");
+}
+
 interface AttemptContext {
+  progress: Progress;
   runId: string;
   attempt: PlannedAttempt;
   obs: Observation;
@@ -247,6 +304,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   const attemptLabel = String(attempt.index);
   const cleanups: Array<() => Promise<unknown>> = [];
   let bridge: McpBridge | undefined;
+  let egress: EgressProxy | undefined;
   try {
     const exported = await exportAtPin({
       repoDir,
@@ -257,7 +315,13 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     cleanups.push(() => removeExport(exported.dir));
     obs.exportHash = exported.exportHash;
 
-    const lock = await acquireLoginLock(ctx.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ctx.runId });
+    const lock = await acquireLoginLock(ctx.login, {
+      timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
+      staleMs: config.loginLockStaleMs,
+      holder: ctx.runId,
+      // Not silent: a dead run's lock is only taken over once it is stale (30 s).
+      onWait: (holder) => ctx.progress.note(`waiting for the CLI login (${holder})`),
+    });
     cleanups.push(() => lock.release());
     const homeParent = await makeRunnerFolder("home");
     cleanups.push(() => removeTree(homeParent));
@@ -269,6 +333,11 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       bridge = await startMcpBridge({ command: config.docBridgeCommand, cwd: repoDir, socketDir: join(mcpParent, "socket") });
       const b = bridge;
       cleanups.push(() => b.stop());
+    }
+    if (config.isolation === "strict") {
+      egress = await startEgressProxy({ allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits });
+      const e = egress;
+      cleanups.push(() => e.stop());
     }
     const argv = cliArguments({
       arm: attempt.arm,
@@ -286,17 +355,22 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       mcpSocketDir: bridge?.socketDir,
       network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
       modelApiSocket: config.modelApi?.socketPath,
+      egressProxySocket: egress?.socketPath,
+      runtime: config.runtime,
       labels: runnerLabels(ctx.runId, attemptLabel),
       attemptIndex: attempt.index,
       fake: config.fake,
+      memoryBytes: config.memoryBytes,
     });
 
     const reader = new TranscriptReader({ arm: attempt.arm, model: config.model, expectedTools: expectedInitTools(attempt.arm), cliVersion: config.expectedCliVersion });
     obs.phase = "running";
     obs.startedAt = new Date().toISOString();
     await writeLedger(ctx.handle, ctx.ledger); // the child may spend from here on
+    testKillPoint("before-container-start");
     let raw: RawOutcome;
     raw = await runBounded(deps.runtime, spec, (line) => {
+      testKillPoint("during-attempt");
       reader.pushLine(line);
       deps.onTranscriptLine?.(attempt, line);
     }, {
@@ -307,6 +381,8 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     Object.assign(obs, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated, oomKilled: raw.oomKilled });
 
     const facts = reader.finish();
+    // A refused request does not fail the attempt by itself (issue 9): it is recorded and reported.
+    if (egress) obs.egress = await egress.stop();
     if (bridge) {
       const record = await bridge.stop();
       bridge = undefined;

@@ -79,6 +79,8 @@ describe("signals and orphans", () => {
       // The next run, on the same login (whose lock the dead run still holds) and the same TMPDIR.
       const next = await runPipeline(p, { loginDir, tmp: killed.tmp });
       expect(next.code, next.stderr).toBe(0);
+      // It says what it waits for instead of going silent until the dead run's lock is stale.
+      expect(next.stderr).toMatch(/study-runner: waiting for the CLI login \(held by run run-[^,]+, pid \d+/);
       expect(await containersOfRun(p, ledger.runId)).toEqual([]);
       expect(await leftovers(killed.tmp)).toEqual([]);
     } finally {
