@@ -3,6 +3,7 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     include: ["tests/**/*.test.ts"],
+    reporters: ["default", "./tests/support/summary-reporter.ts"],
     // Docker-backed tests share one engine on a 2-core machine; keep parallelism modest.
     maxWorkers: 2,
     testTimeout: 60_000,
