@@ -20,18 +20,23 @@
 //            turnUsage, reportedCostFactor, exitCode, version, malformedFirst (a non-JSON
 //            line before init), delayMs (a pause before the answer), refreshLogin (rewrite
 //            $HOME/.claude/.credentials.json with new tokens and a later expiresAt, by a new
-//            file renamed into place, as the real CLI does on a refresh)
+//            file renamed into place, as the real CLI does on a refresh), connect (see
+//            attemptConnections: network attempts before the transcript, outcomes recorded)
 //   events   print `events` verbatim (strings raw, objects as JSON); malformedFirst; exitCode
 //   exit     print `events`, then exit with `code`
 //   sleep    print `events`, sleep `seconds`, exit `exitCode`
 //   flood    print `events`, then write stream lines endlessly, or until `bytes` have been written
 //   garbage  print `lines` malformed lines (default 3), exit `exitCode`
+//   oom      print `events`, then allocate memory in 8 MiB steps until the container's memory
+//            limit kills it; stops at `maxMb` (default 1024) and exits `exitCode` if nothing did
 // With --json-schema (the adjudicator), the ok transcript's answer is a verdict: `verdicts`
 // (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
 // correct verdict over the prompt's P1..Pn; it goes into the result's `structured_output`
 // (unless `structuredOutput: false`) and, as JSON text, into `result` (unless `answer` is given).
 
 import { spawn } from "node:child_process";
+import http from "node:http";
+import net from "node:net";
 import { randomUUID } from "node:crypto";
 import fs from "node:fs";
 import os from "node:os";
@@ -201,6 +206,79 @@ function refreshLogin() {
   const tmp = `${file}.tmp-${process.pid}-${randomUUID().slice(0, 8)}`;
   fs.writeFileSync(tmp, JSON.stringify(login), { mode: 0o600 });
   fs.renameSync(tmp, file);
+}
+
+/**
+ * Behaviour `connect: [{ host, port, count?, concurrency?, direct?, send?, holdMs?, timeoutMs? }]`
+ * (issue 9): before the transcript, open connections the way an HTTPS client does: through
+ * HTTPS_PROXY with CONNECT when it is set (unless `direct`), else straight to host:port. Each
+ * open tunnel sends `send` (default "ping\n"), reads one chunk back and stays open `holdMs`.
+ * Writes one line per entry to records/connect-<attempt>-*.jsonl: `via` and how many connections
+ * ended how ("tunnel", "refused <status>", "error <code>"), with the first echoed text.
+ */
+async function attemptConnections(specs, attempt) {
+  const proxy = process.env.HTTPS_PROXY ? new URL(process.env.HTTPS_PROXY) : undefined;
+  const lines = [];
+  for (const spec of specs) {
+    const via = proxy && !spec.direct ? "proxy" : "direct";
+    const count = spec.count ?? 1;
+    const results = {};
+    let echo = null;
+    let started = 0;
+    const worker = async () => {
+      while (started < count) {
+        started++;
+        const r = await connectOnce(spec, via === "proxy" ? proxy : undefined);
+        results[r.outcome] = (results[r.outcome] ?? 0) + 1;
+        if (r.echo !== undefined && echo === null) echo = r.echo;
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(spec.concurrency ?? 1, count) }, worker));
+    lines.push({ host: spec.host, port: spec.port, via, count, results, echo });
+  }
+  const dir = path.join(FAKE_DIR, "records");
+  if (fs.existsSync(dir)) {
+    fs.writeFileSync(path.join(dir, `connect-${attempt ?? "probe"}-${randomUUID().slice(0, 8)}.jsonl`), lines.map((l) => JSON.stringify(l)).join("\n") + "\n");
+  }
+}
+
+function connectOnce(spec, proxy) {
+  return new Promise((resolve) => {
+    let done = false;
+    let socket;
+    const end = (r) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      setTimeout(() => {
+        socket?.destroy();
+        resolve(r);
+      }, r.outcome === "tunnel" ? spec.holdMs ?? 0 : 0);
+    };
+    const timer = setTimeout(() => end({ outcome: "error timeout" }), spec.timeoutMs ?? 10_000);
+    const talk = (s) => {
+      s.once("data", (d) => end({ outcome: "tunnel", echo: d.toString("utf8") }));
+      s.write(spec.send ?? "ping\n");
+    };
+    const failed = (e) => end({ outcome: `error ${e.code ?? e.message}` });
+    if (!proxy) {
+      socket = net.connect({ host: spec.host, port: spec.port }, () => talk(socket));
+      socket.on("error", failed);
+      socket.on("close", () => end({ outcome: "error closed" }));
+      return;
+    }
+    const target = `${spec.host.includes(":") ? `[${spec.host}]` : spec.host}:${spec.port}`;
+    const req = http.request({ host: proxy.hostname, port: proxy.port, method: "CONNECT", path: target, agent: false });
+    req.on("connect", (res, s) => {
+      socket = s;
+      s.on("error", failed);
+      s.on("close", () => end({ outcome: "error closed" }));
+      if (res.statusCode !== 200) end({ outcome: `refused ${res.statusCode}` });
+      else talk(s);
+    });
+    req.on("error", failed);
+    req.end();
+  });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -396,6 +474,7 @@ function defaultTurnUsage(i) {
 
 async function okTranscript(options, b, version, prompt) {
   if (b.refreshLogin) refreshLogin();
+  if (b.connect) await attemptConnections(b.connect, process.env.STUDY_RUNNER_ATTEMPT);
   if (b.malformedFirst) emit("this line is not JSON {");
   const cwd = process.cwd();
   const sessionId = randomUUID();
@@ -680,6 +759,16 @@ async function main() {
       for (let written = 0; b.bytes === undefined || written < b.bytes; written += line.length) {
         if (!process.stdout.write(line)) await new Promise((resolve) => process.stdout.once("drain", resolve));
       }
+      return b.exitCode ?? 0;
+    }
+    case "oom": {
+      for (const event of b.events ?? []) emit(event);
+      // stdout is a pipe (asynchronous): let the events leave before the kill can come.
+      await new Promise((resolve) => process.stdout.write("", resolve));
+      const held = [];
+      // Filled, not just reserved, so the pages are really charged to the container's cgroup.
+      for (let mb = 0; mb < (b.maxMb ?? 1024); mb += 8) held.push(Buffer.alloc(8 << 20, 1));
+      process.stderr.write(`fake-claude: ${held.length * 8} MiB allocated and not killed\n`);
       return b.exitCode ?? 0;
     }
     case "garbage":

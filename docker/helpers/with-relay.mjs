@@ -1,42 +1,85 @@
-// with-relay.mjs <socket> -- <command> [args...]: the container's entrypoint when the Messages
-// API is reached through a unix socket. It starts api-relay.mjs in this process, listening on the
-// port that ANTHROPIC_BASE_URL names, and only once it listens spawns <command> (claude) with the
-// same environment and every stdio stream inherited, so the container's stdout is exactly the
-// CLI's stream-json (this wrapper never writes to stdout). Signals it receives go to the child,
-// and it exits with the child's exit code (128 + signal number when the child was killed: as PID 1
-// of a container this process cannot re-raise a signal on itself).
+// with-relay.mjs [--api <socket>] [--proxy <socket>] -- <command> [args...]
+// with-relay.mjs <socket> -- <command> [args...]            (the same as --api <socket>)
+//
+// The container's entrypoint when something on the host is reached through a unix socket
+// bind-mounted into a container whose network is "none". It starts one relay (api-relay.mjs) per
+// socket in this process, each listening on 127.0.0.1, and only once all of them listen spawns
+// <command> (claude) with the same environment and every stdio stream inherited, so the
+// container's stdout is exactly the CLI's stream-json (this wrapper never writes to stdout).
+// Signals it receives go to the child, and it exits with the child's exit code (128 + signal
+// number when the child was killed: as PID 1 of a container this process cannot re-raise a signal
+// on itself).
+//
+//   --api <socket>    the Messages API; the port is read from ANTHROPIC_BASE_URL, which must be
+//                     http://127.0.0.1:<port>.
+//   --proxy <socket>  the runner's egress proxy (isolation "strict"); the port is read from
+//                     HTTPS_PROXY, which must be http://127.0.0.1:<port>, and HTTP_PROXY must
+//                     name the same URL.
 //
 // Why one wrapper process rather than a shell line or a second container: a scratch image has no
-// shell, and a sidecar would need a shared network namespace; here the relay lives exactly as long
-// as the CLI and cannot be started late (the CLI's first request, HEAD /api/hello, comes at once).
+// shell, and a sidecar would need a shared network namespace; here the relays live exactly as long
+// as the CLI and cannot be started late (the CLI's first request comes at once).
 //
-// The port is read from ANTHROPIC_BASE_URL, which must be http://127.0.0.1:<port>, so the address
-// the CLI uses and the one the relay listens on cannot disagree; anything else is refused before
-// the CLI starts (exit 2), never silently routed elsewhere.
+// The ports are read from the variables the CLI itself uses, so the address the CLI uses and the
+// one a relay listens on cannot disagree; anything else is refused before the CLI starts (exit 2),
+// never silently routed elsewhere.
 import { spawn } from "node:child_process";
 import { constants } from "node:os";
 import { relayArgumentProblem, startApiRelay } from "./api-relay.mjs";
+
+const USAGE = "usage: with-relay.mjs [--api <unix-socket-path>] [--proxy <unix-socket-path>] -- <command> [args...]";
 
 function fail(code, message) {
   process.stderr.write(`with-relay: ${message}\n`);
   process.exit(code);
 }
 
+/** The port of an http://127.0.0.1:<port> URL in variable `name`, or exit 2. */
+function loopbackPort(name) {
+  const value = process.env[name] ?? "";
+  const port = /^http:\/\/127\.0\.0\.1:([0-9]{1,5})\/?$/.exec(value)?.[1];
+  if (port === undefined) fail(2, `${name} ${JSON.stringify(value)} is not http://127.0.0.1:<port>`);
+  return port;
+}
+
 const args = process.argv.slice(2);
-const socketPath = args[0];
-if (args[1] !== "--" || args.length < 3) fail(2, "usage: with-relay.mjs <unix-socket-path> -- <command> [args...]");
-const [command, ...commandArgs] = args.slice(2);
+const dash = args.indexOf("--");
+if (dash < 0 || dash === args.length - 1) fail(2, USAGE);
+const options = args.slice(0, dash);
+const [command, ...commandArgs] = args.slice(dash + 1);
 
-const baseUrl = process.env.ANTHROPIC_BASE_URL ?? "";
-const portText = /^http:\/\/127\.0\.0\.1:([0-9]{1,5})\/?$/.exec(baseUrl)?.[1];
-if (portText === undefined) fail(2, `ANTHROPIC_BASE_URL ${JSON.stringify(baseUrl)} is not http://127.0.0.1:<port>`);
-const problem = relayArgumentProblem(portText, socketPath);
-if (problem) fail(2, problem);
+const sockets = {};
+if (options.length === 1 && !options[0].startsWith("--")) {
+  sockets.api = options[0];
+} else {
+  for (let i = 0; i < options.length; i += 2) {
+    const kind = { "--api": "api", "--proxy": "proxy" }[options[i]];
+    if (kind === undefined || options[i + 1] === undefined || sockets[kind] !== undefined) fail(2, USAGE);
+    sockets[kind] = options[i + 1];
+  }
+}
+if (Object.keys(sockets).length === 0) fail(2, USAGE);
 
-try {
-  await startApiRelay(Number(portText), socketPath);
-} catch (err) {
-  fail(1, `cannot listen on 127.0.0.1:${portText}: ${err.code ?? ""} ${err.message}`);
+const relays = [];
+if (sockets.api !== undefined) relays.push({ port: loopbackPort("ANTHROPIC_BASE_URL"), socket: sockets.api });
+if (sockets.proxy !== undefined) {
+  const port = loopbackPort("HTTPS_PROXY");
+  // A plain-http request must not bypass the proxy's accounting through some other route.
+  if (process.env.HTTP_PROXY !== process.env.HTTPS_PROXY) fail(2, `HTTP_PROXY ${JSON.stringify(process.env.HTTP_PROXY ?? "")} differs from HTTPS_PROXY`);
+  relays.push({ port, socket: sockets.proxy });
+}
+if (relays.length === 2 && relays[0].port === relays[1].port) fail(2, `ANTHROPIC_BASE_URL and HTTPS_PROXY name the same port ${relays[0].port}`);
+for (const r of relays) {
+  const problem = relayArgumentProblem(r.port, r.socket);
+  if (problem) fail(2, problem);
+}
+
+for (const r of relays) {
+  try {
+    await startApiRelay(Number(r.port), r.socket);
+  } catch (err) {
+    fail(1, `cannot listen on 127.0.0.1:${r.port}: ${err.code ?? ""} ${err.message}`);
+  }
 }
 
 const child = spawn(command, commandArgs, { stdio: "inherit" });

@@ -10,6 +10,8 @@ export const CONTAINER = {
   mcpDir: "/run/study-runner",
   /** The folder of the model API's unix socket (`modelApiSocket`), mounted read-only. */
   modelApiDir: "/run/study-runner-api",
+  /** The folder of the strict profile's egress proxy socket (`egressProxySocket`), mounted read-only. */
+  egressDir: "/run/study-runner-egress",
   withRelay: `${IMAGE_LAYOUT.helpers}/with-relay.mjs`,
   fakeBehaviour: "/fake/behaviour.json",
   fakeRecords: "/fake/records",
@@ -20,6 +22,8 @@ export const CONTAINER = {
  * container has its own network namespace with nothing else listening on loopback.
  */
 export const MODEL_API_RELAY_PORT = 8080;
+/** The in-container port of the egress proxy relay (isolation "strict"); HTTPS_PROXY names it. */
+export const EGRESS_RELAY_PORT = 3128;
 
 export type NetworkSetting = { mode: "none" } | { mode: "bridge" } | { mode: "container"; id: string };
 
@@ -43,7 +47,14 @@ export interface AttemptContainerInput {
    * loopback and unix sockets. The folder should hold nothing but the socket (the agent can read it).
    */
   modelApiSocket?: string;
-  /** Extra variables the runner itself decided on; never the host's, never ANTHROPIC_BASE_URL (see modelApiSocket). */
+  /**
+   * Isolation "strict" (issue 9): host path of the unix socket of the runner's egress proxy
+   * (src/isolation/proxy.ts). Its folder is bind-mounted read-only, with-relay.mjs relays
+   * 127.0.0.1:EGRESS_RELAY_PORT to it, and HTTPS_PROXY and HTTP_PROXY name that port. Only with
+   * network "none": the proxy is the container's one way out.
+   */
+  egressProxySocket?: string;
+  /** Extra variables the runner itself decided on; never the host's, never ANTHROPIC_BASE_URL (see modelApiSocket) or a proxy variable. */
   extraEnv?: Record<string, string>;
   /** Test-only: behaviour file and records folder of the fake claude image. */
   fake?: { behaviourFile?: string; recordsDir?: string };
@@ -79,9 +90,20 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   }
   // Where the CLI sends its login token is the runner's decision alone (modelApiSocket), never a passed-in variable.
   if (input.extraEnv && Object.hasOwn(input.extraEnv, "ANTHROPIC_BASE_URL")) throw new Error("refusing ANTHROPIC_BASE_URL in extraEnv; use modelApiSocket");
+  // Likewise the route out: a proxy variable from elsewhere could bypass the strict profile's proxy.
+  const proxyVariable = Object.keys(input.extraEnv ?? {}).find((k) => /^(https?|all|no)_proxy$/i.test(k));
+  if (proxyVariable) throw new Error(`refusing ${proxyVariable} in extraEnv; use egressProxySocket`);
   if (input.modelApiSocket !== undefined) {
     if (input.network.mode !== "none") throw new Error(`a model API on a unix socket needs network "none", not "${input.network.mode}"`);
     env.ANTHROPIC_BASE_URL = `http://127.0.0.1:${MODEL_API_RELAY_PORT}`;
+  }
+  if (input.egressProxySocket !== undefined) {
+    if (input.network.mode !== "none") throw new Error(`the egress proxy needs network "none", not "${input.network.mode}"`);
+    const proxy = `http://127.0.0.1:${EGRESS_RELAY_PORT}`;
+    env.HTTPS_PROXY = proxy;
+    env.HTTP_PROXY = proxy;
+    // A model API behind the relay (and anything else on loopback) is reached directly.
+    env.NO_PROXY = "127.0.0.1,localhost";
   }
   const mounts: Mount[] = [
     { source: input.exportDir, target: CONTAINER.workspace, readOnly: true },
@@ -89,14 +111,17 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   ];
   if (input.mcpSocketDir) mounts.push({ source: input.mcpSocketDir, target: CONTAINER.mcpDir, readOnly: false });
   if (input.modelApiSocket !== undefined) mounts.push({ source: dirname(input.modelApiSocket), target: CONTAINER.modelApiDir, readOnly: true });
+  if (input.egressProxySocket !== undefined) mounts.push({ source: dirname(input.egressProxySocket), target: CONTAINER.egressDir, readOnly: true });
+  const relays = [
+    ...(input.modelApiSocket !== undefined ? ["--api", `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`] : []),
+    ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
+  ];
   if (input.fake?.behaviourFile) mounts.push({ source: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true });
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });
   return {
     image: input.image,
     // with-relay.mjs starts the relay before the CLI and exits with the CLI's code (docs/claude-cli-observations.md).
-    ...(input.modelApiSocket !== undefined
-      ? { entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`, "--", IMAGE_LAYOUT.claude] }
-      : {}),
+    ...(relays.length > 0 ? { entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, ...relays, "--", IMAGE_LAYOUT.claude] } : {}),
     cmd: [...input.argv],
     env,
     user: CONTAINER.user,

@@ -3,6 +3,7 @@ import { runDoctor, formatReport } from "../doctor/doctor.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
 import { parseRoots } from "./options.ts";
 import { parseEngineCommand } from "./run.ts";
+import { parseEgressAllow } from "../isolation/policy.ts";
 
 export interface DoctorFlags {
   manifest: string;
@@ -17,11 +18,15 @@ export interface DoctorFlags {
   pilot?: boolean;
   run?: boolean;
   json?: boolean;
+  isolation?: string;
+  egressAllow?: string[];
+  runtime?: string;
 }
 
 /** `study-runner doctor`: exit 0 only when a run with the same flags could start. */
 export async function doctorCommand(flags: DoctorFlags): Promise<number> {
   if (flags.pilot && flags.run) throw new UsageError("--pilot and --run exclude each other; choose one");
+  if (flags.egressAllow !== undefined && flags.isolation !== "strict") throw new UsageError("--egress-allow applies to --isolation strict only");
   const report = await runDoctor(
     {
       manifest: flags.manifest,
@@ -34,6 +39,9 @@ export async function doctorCommand(flags: DoctorFlags): Promise<number> {
       docBridgeCommand: parseEngineCommand(flags.docBridgeCommand),
       output: flags.output,
       attemptBudgetUsd: flags.attemptBudgetUsd,
+      isolation: flags.isolation,
+      egressAllow: flags.egressAllow !== undefined ? parseEgressAllow(flags.egressAllow) : undefined,
+      runtime: flags.runtime,
     },
     { connect: () => new DockerRuntime(), env: process.env },
   );

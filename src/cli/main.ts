@@ -2,6 +2,7 @@ import { Command, CommanderError, Option } from "commander";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "./options.ts";
+import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -36,13 +37,25 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
     .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
     .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", "study-runner/claude-code:2.1.296")
-    .addOption(new Option("--isolation <profile>", "network of attempt containers: 'standard' (the engine's default bridge, for a real pilot) or 'offline' (no network: fake or scripted model)").choices(["standard", "offline"]).default("standard"))
+    .addOption(
+      new Option(
+        "--isolation <profile>",
+        "network of attempt containers (docs/isolation.md): 'standard' (the engine's default bridge, for a real pilot), 'strict' (no network; out only through the runner's proxy to allowlisted hosts on port 443) or 'offline' (no way out: fake or scripted model)",
+      )
+        .choices(["standard", "strict", "offline"])
+        .default("standard"),
+    )
+    .option("--egress-allow <hosts>", `--isolation strict: host names the proxy allows on port 443, comma-separated (repeatable; replaces the default ${DEFAULT_EGRESS_ALLOW.join(",")})`, collect)
+    .option("--runtime <name>", "OCI runtime of attempt containers, e.g. runsc (gVisor) where the engine has it; the run refuses to start if it is missing")
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
     .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array, run with each checkout as cwd, e.g. '[\"node\",\"/opt/ak/bin/ak-docs.js\",\"mcp\"]' (default: the bundled reference server)")
     .option("--quiet", "no progress lines on stderr")
     .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
     .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())
     .addOption(new Option("--test-attempt-timeout-ms <ms>", "tests: a shorter attempt timeout than the contract's five minutes").hideHelp())
+    .addOption(new Option("--test-login-lock-timeout-ms <ms>", "tests: how long an attempt waits for a CLI login locked by another run (default ten minutes)").hideHelp())
+    .addOption(new Option("--test-login-lock-stale-ms <ms>", "tests: after how long a dead run's login lock is taken over (default 30 s, at least 2 s)").hideHelp())
+    .addOption(new Option("--test-memory-limit-mb <mb>", "tests: the attempt container's memory limit (default 2048)").hideHelp())
     .addOption(new Option("--model-api-socket <path>", "conformance/demo: a Messages API (e.g. the scripted one) on this unix socket, reached through the in-container relay with no network").hideHelp())
     .addOption(new Option("--api-base-url <url>", "tests: the http transport's Messages API base (http://127.0.0.1:<port>, http://localhost:<port> or https://api.anthropic.com)").hideHelp())
     .option("--input-price-usd-per-mtok <usd>", "http transport: upper input price per million tokens (or STUDY_INPUT_PRICE_USD_PER_MTOK)")
@@ -80,6 +93,9 @@ Examples:
     .option("--image <ref>", "the Claude Code image attempts run in", "study-runner/claude-code:2.1.296")
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
     .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array (default: the bundled reference server)")
+    .addOption(new Option("--isolation <profile>", "as for run; 'strict' adds an isolation check").choices(["standard", "strict", "offline"]).default("standard"))
+    .option("--egress-allow <hosts>", "as for run (--isolation strict only)", collect)
+    .option("--runtime <name>", "as for run; adds a check that the engine offers this OCI runtime")
     .option("--json", "one JSON object instead of lines")
     .addHelpText(
       "after",
@@ -142,6 +158,15 @@ Example:
     .option("--timed-out", "the attempt was killed by the timeout")
     .option("--truncated", "stdout was cut at the 4 MiB bound")
     .action(async (file, opts) => setExit(await (await import("./classify.ts")).classifyCommand(file, opts)));
+
+  program
+    .command("ledger")
+    .description("read a private ledger without changing it")
+    .command("check <path>")
+    .description("validate a ledger (schema, and spent = settled charges + open reservations) and say whether its run finished or was interrupted; never writes")
+    .option("--json", "one JSON object instead of lines")
+    .addHelpText("after", "\nExit codes: 0 valid and finished, 4 valid but interrupted (status running), 1 invalid, 2 unreadable.")
+    .action(async (path, opts) => setExit(await (await import("./ledger.ts")).ledgerCheckCommand(path, opts)));
 
   program
     .command("schemas")

@@ -5,21 +5,38 @@ import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
 import { checkExecution, parseRoots, type RawRunFlags } from "./options.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { resolve } from "node:path";
+import { parseEgressAllow } from "../isolation/policy.ts";
 
 export interface RunFlags extends RawRunFlags {
   manifest: string;
   transport: "cli" | "http";
   image?: string;
-  isolation?: "standard" | "offline";
+  isolation?: "standard" | "strict" | "offline";
+  /** Strict isolation: the allowlisted host names (comma-separated, repeatable); replaces the default. */
+  egressAllow?: string[];
+  /** OCI runtime of attempt containers, e.g. runsc. */
+  runtime?: string;
   claudeConfigDir?: string;
   docBridgeCommand?: string;
   quiet?: boolean;
   fakeBehaviour?: string;
   fakeRecords?: string;
   testAttemptTimeoutMs?: string;
+  /** Tests only (issue 10): the login lock's wait and stale times, the attempt's memory limit. */
+  testLoginLockTimeoutMs?: string;
+  testLoginLockStaleMs?: string;
+  testMemoryLimitMb?: string;
   modelApiSocket?: string;
   /** Tests only: the Messages API base of the http transport (loopback or the real API). */
   apiBaseUrl?: string;
+}
+
+/** A hidden test flag's positive whole number. */
+function testNumber(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new UsageError(`${flag} must be a positive whole number, got '${value}'`);
+  return n;
 }
 
 export function parseEngineCommand(value: string | undefined): string[] | undefined {
@@ -95,6 +112,22 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   const planned = plannedRepositories(plan);
   const { settings, problems } = checkExecution(flags, env, flags.transport, planned, roots);
   if (flags.apiBaseUrl !== undefined && flags.transport !== "http") problems.push("--api-base-url applies to --transport http only");
+  // A model API on a unix socket is reached through the in-container relay, with no network:
+  // offline, or strict when asked for (the proxy beside it).
+  const isolation = flags.modelApiSocket && flags.isolation !== "strict" ? "offline" : (flags.isolation ?? "standard");
+  let egressAllow: string[] | undefined;
+  if (flags.egressAllow !== undefined) {
+    if (isolation !== "strict") problems.push("--egress-allow applies to --isolation strict only");
+    else {
+      try {
+        egressAllow = parseEgressAllow(flags.egressAllow);
+      } catch (err) {
+        problems.push(...(err instanceof UsageError ? err.problems : [String(err)]));
+      }
+    }
+  }
+  if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
+  if (flags.runtime !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(flags.runtime)) problems.push(`--runtime ${JSON.stringify(flags.runtime)} is not a runtime name such as runsc`);
   if (flags.output) {
     const { checkOutputPath } = await import("../ledger/store.ts");
     problems.push(...(await checkOutputPath(flags.output, { checkouts: [...roots.values()], projectRoot: PROJECT_ROOT })));
@@ -154,13 +187,17 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         output: settings.output,
         image: flags.image ?? "study-runner/claude-code:2.1.296",
         expectedCliVersion: flags.cliVersion ?? "2.1.296",
-        // A model API on a unix socket is reached through the in-container relay, with no network.
-        isolation: flags.modelApiSocket ? "offline" : (flags.isolation ?? "standard"),
+        isolation,
+        ...(egressAllow ? { egress: { allow: egressAllow } } : {}),
+        ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
         docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
         claudeConfigDir: flags.claudeConfigDir,
         modelApi: flags.modelApiSocket ? { socketPath: resolve(flags.modelApiSocket) } : undefined,
         fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
         timeoutMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
+        loginLockTimeoutMs: testNumber("--test-login-lock-timeout-ms", flags.testLoginLockTimeoutMs),
+        loginLockStaleMs: testNumber("--test-login-lock-stale-ms", flags.testLoginLockStaleMs),
+        memoryBytes: flags.testMemoryLimitMb === undefined ? undefined : testNumber("--test-memory-limit-mb", flags.testMemoryLimitMb)! * 1024 * 1024,
         quiet: flags.quiet,
       },
       { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal },

@@ -85,6 +85,36 @@ export async function checkDocker(
   }
 }
 
+/** `--runtime NAME`: the run's own preflight refuses to start when the engine does not offer it. */
+export async function checkRuntime(runtime: ContainerRuntime, name: string): Promise<Check> {
+  let offered: string[];
+  try {
+    offered = (await runtime.ping()).runtimes;
+  } catch (err) {
+    return fail("runtime", `cannot ask the engine for its runtimes: ${errorMessage(err)}`, "check the Docker engine (see the docker line)");
+  }
+  if (!offered.includes(name)) {
+    return fail(
+      "runtime",
+      `the engine has no OCI runtime '${name}'; it offers ${offered.join(", ") || "none"}`,
+      `install ${name} and register it in the engine's daemon.json "runtimes" (for gVisor: runsc install, then restart dockerd), or drop --runtime`,
+    );
+  }
+  return pass("runtime", `attempt containers run under '${name}' (offered: ${offered.join(", ")})`);
+}
+
+/**
+ * `--isolation strict` (issue 9): the runner shares its proxy socket with the container user
+ * only, so it must run as root or as that uid; the allowlist is what the proxy will let through.
+ */
+export function checkIsolation(profile: string, allow: readonly string[], uid: number | undefined = process.getuid?.()): Check {
+  if (profile !== "strict") return pass("isolation", profile);
+  if (uid !== 0 && uid !== 1000) {
+    return fail("isolation", `strict needs the runner to run as root or as uid 1000 (the container user) to share the proxy socket; it runs as uid ${uid}`, "run the runner as root (or as uid 1000), or choose --isolation standard or offline");
+  }
+  return pass("isolation", `strict: no network but loopback; out only through the runner's proxy to ${allow.join(", ")} on port 443`);
+}
+
 export type FindBinary = typeof findClaudeBinary;
 
 /** How to get `image` into the engine: the fake's build, or the real one offline when a binary is at hand. */

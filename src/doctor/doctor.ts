@@ -6,10 +6,13 @@ import { planStudy, plannedRepositories, type Mode, type PlannedAttempt } from "
 import { referenceEngineCommand } from "../mcp/preflight.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { errorMessage } from "../util/errors.ts";
+import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import {
   checkClaudeVersion,
   checkDocBridge,
   checkDocker,
+  checkIsolation,
+  checkRuntime,
   checkGit,
   checkImage,
   checkLogin,
@@ -38,6 +41,12 @@ export interface DoctorInput {
   docBridgeCommand?: readonly string[];
   output?: string;
   attemptBudgetUsd?: string;
+  /** As for run; a strict profile adds an "isolation" check. */
+  isolation?: string;
+  /** Strict only: the proxy's allowlist (default DEFAULT_EGRESS_ALLOW). */
+  egressAllow?: readonly string[];
+  /** As for run; adds a "runtime" check. */
+  runtime?: string;
 }
 
 export interface DoctorDeps {
@@ -71,6 +80,7 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
     corpusChecks(input),
   ]);
   const checks: Check[] = [checkNode(), git, ...engine, login, ...corpus.checks];
+  if (input.isolation === "strict") checks.push(checkIsolation(input.isolation, input.egressAllow ?? DEFAULT_EGRESS_ALLOW));
 
   if (corpus.plan && corpus.loaded) {
     const { plan, loaded } = corpus;
@@ -95,15 +105,23 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
   return { ok: checks.every((c) => c.ok), mode: input.mode, transport: input.transport, manifest: corpus.loaded?.path ?? input.manifest, attempts: corpus.plan?.length ?? null, checks };
 }
 
-/** docker, then the image, then its claude --version: each needs the one before. */
+/** docker, then the image, then its claude --version: each needs the one before; then --runtime, if given. */
 async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<Check[]> {
   const docker = await checkDocker(deps.connect, deps.env);
-  if (!docker.runtime) return [docker.check, skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine")];
-  const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
-  if (!image.ok) return [docker.check, image, skip("claude-version", "needs the image")];
-  // Labelled like a run's containers, so a reaper removes it if the doctor is killed mid-probe.
-  const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
-  return [docker.check, image, await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels)];
+  const checks = [docker.check];
+  if (!docker.runtime) checks.push(skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine"));
+  else {
+    const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
+    checks.push(image);
+    if (!image.ok) checks.push(skip("claude-version", "needs the image"));
+    else {
+      // Labelled like a run's containers, so a reaper removes it if the doctor is killed mid-probe.
+      const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
+      checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels));
+    }
+  }
+  if (input.runtime !== undefined) checks.push(docker.runtime ? await checkRuntime(docker.runtime, input.runtime) : skip("runtime", "needs the Docker engine"));
+  return checks;
 }
 
 /** The manifest, its plan, and every planned or given checkout. */

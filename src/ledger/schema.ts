@@ -61,6 +61,45 @@ export const HttpCallSchema = z.strictObject({
   problem: z.string().nullable(),
 });
 
+/**
+ * One request to the strict profile's egress proxy (issue 9, src/isolation/proxy.ts): what was
+ * asked for, whether the policy let it through, and what flowed. `allowed` is the policy's
+ * verdict; a tunnel the policy allowed can still fail to open (then `error` says why).
+ */
+export const EgressRequestSchema = z.strictObject({
+  host: z.string().meta({ description: "the host name or IP literal asked for, as sent (lowercased; empty when unparseable)" }),
+  port: z.number().int().min(0).max(65535).meta({ description: "0 when the request named no parseable port" }),
+  allowed: z.boolean(),
+  bytesUp: Count.meta({ description: "bytes from the container to the upstream host" }),
+  bytesDown: Count.meta({ description: "bytes from the upstream host to the container" }),
+  startedAt: z.iso.datetime(),
+  ms: Count.meta({ description: "from the request to its refusal or the tunnel's close" }),
+  error: z.string().optional().meta({ description: "why it was refused, or why an allowed tunnel failed" }),
+});
+
+/**
+ * What one attempt asked of the strict egress proxy. Totals count every request; `entries` keeps
+ * the first ones up to the proxy's bound and `entriesDropped` counts the rest, so a flood is
+ * visible without an unbounded ledger.
+ */
+export const EgressRecordSchema = z
+  .strictObject({
+    requests: Count,
+    allowed: Count,
+    refused: Count,
+    bytesUp: Count,
+    bytesDown: Count,
+    entries: z.array(EgressRequestSchema),
+    entriesDropped: Count,
+    droppedConnections: Count.meta({ description: "connections closed unread because the proxy's connection bound was reached" }),
+  })
+  .superRefine((e, ctx) => {
+    if (e.allowed + e.refused !== e.requests) ctx.addIssue({ code: "custom", path: ["requests"], message: `is ${e.requests}, but allowed + refused is ${e.allowed + e.refused}` });
+    if (e.entries.length + e.entriesDropped !== e.requests) {
+      ctx.addIssue({ code: "custom", path: ["entriesDropped"], message: `${e.entries.length} entries + ${e.entriesDropped} dropped differ from ${e.requests} requests` });
+    }
+  });
+
 export const ObservationSchema = z
   .strictObject({
     index: Count.meta({ description: "0-based position in run order; equals the position in `observations`" }),
@@ -109,7 +148,7 @@ export const ObservationSchema = z
     containerId: z.string().min(1).nullable(),
     // Extension fields for later issues; absent until the stage that records them exists.
     mcp: z.record(z.string(), z.unknown()).optional().meta({ description: "the doc-bridge server's own record of the attempt" }),
-    egress: z.record(z.string(), z.unknown()).optional(),
+    egress: EgressRecordSchema.optional().meta({ description: "strict isolation only: every request to the egress proxy" }),
     exitCode: z.number().int().nullable().optional(),
     timedOut: z.boolean().optional(),
     truncated: z.boolean().optional(),
@@ -229,6 +268,8 @@ export const LedgerSchema = z
     expectedCliVersion: z.string().nullable(),
     transport: TransportSchema,
     isolation: z.string().min(1),
+    runtime: z.string().min(1).nullable().optional().meta({ description: "cli: the OCI runtime attempts ran under (--runtime); null: the engine's default" }),
+    egressAllow: z.array(z.string().min(1)).optional().meta({ description: "strict isolation: the host names the egress proxy allowed, port 443 only" }),
     model: z.string().min(1),
     prices: PriceTableSchema,
     mode: z.enum(["pilot", "full"]),
@@ -300,6 +341,8 @@ export function budgetTotals(observations: readonly Pick<Observation, "phase" | 
 export type Ledger = z.infer<typeof LedgerSchema>;
 export type Observation = z.infer<typeof ObservationSchema>;
 export type HttpCall = z.infer<typeof HttpCallSchema>;
+export type EgressRecord = z.infer<typeof EgressRecordSchema>;
+export type EgressRequest = z.infer<typeof EgressRequestSchema>;
 export type Budget = z.infer<typeof BudgetSchema>;
 export type PriceTable = z.infer<typeof PriceTableSchema>;
 export type AttemptStatus = z.infer<typeof AttemptStatusSchema>;

@@ -49,13 +49,22 @@ export const TaskSchema = z.strictObject({
   expected: z.array(z.string().min(1, "must not be empty")).min(1, "must list at least one expected proposition"),
 });
 
+/**
+ * The plan is built in memory before anything is checked or run, so an absurd count (a typo, a
+ * hostile file) must be refused here: measured, repetitions 1e9 exhausted the heap in planStudy
+ * (issue 10, manifest fuzz). Seed 000's full study is 36 attempts; these bounds are far above any
+ * paid study.
+ */
+export const MAX_REPETITIONS = 1000;
+export const MAX_ATTEMPTS = 100_000;
+
 export const ManifestSchema = z
   .strictObject({
     $schema: z.string().optional(),
     title: z.string().optional(),
     description: z.string().optional(),
     version: z.union([z.string().min(1), z.number().int().nonnegative()]),
-    repetitions: z.number().int("must be a whole number").min(1, "must be at least 1"),
+    repetitions: z.number().int("must be a whole number").min(1, "must be at least 1").max(MAX_REPETITIONS, `must be at most ${MAX_REPETITIONS}`),
     scenarios: z
       .array(z.string().regex(NAME_RE, "must be a short name such as 'repository-only' or 'doc-bridge'"))
       .length(2, "must name exactly two scenarios: the repository-only arm first, then the doc-bridge (MCP) arm"),
@@ -65,6 +74,10 @@ export const ManifestSchema = z
     answerKeys: z.record(RepoName, z.array(SafePath)).optional(),
   })
   .superRefine((m, ctx) => {
+    const attempts = m.tasks.length * m.repetitions * m.scenarios.length;
+    if (attempts > MAX_ATTEMPTS) {
+      ctx.addIssue({ code: "custom", path: ["tasks"], message: `${m.tasks.length} tasks x ${m.repetitions} repetitions x ${m.scenarios.length} scenarios is ${attempts} attempts; at most ${MAX_ATTEMPTS} are planned` });
+    }
     if (m.scenarios.length === 2 && m.scenarios[0] === m.scenarios[1]) {
       ctx.addIssue({ code: "custom", path: ["scenarios", 1], message: "must differ from scenarios[0]" });
     }

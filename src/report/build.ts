@@ -134,6 +134,47 @@ export interface ReportData {
   };
   extrapolation: { applies: boolean; fullRunUsd: number | null; note: string };
   gaps: string[];
+  /**
+   * Isolation strict only (issue 9): what each attempt asked of the egress proxy. A refused
+   * request does not fail an attempt; it is shown here. Absent when no attempt has a record.
+   */
+  egress?: EgressRow[];
+}
+
+export interface EgressRow {
+  index: number;
+  task: string;
+  scenario: string;
+  repetition: number;
+  requests: number;
+  allowed: number;
+  refused: number;
+  /** Distinct refused host:port targets in request order (the first EGRESS_TARGETS_SHOWN). */
+  refusedTargets: string[];
+  /** Requests the proxy counted but did not keep as entries (its record bound). */
+  entriesDropped: number;
+}
+
+const EGRESS_TARGETS_SHOWN = 10;
+
+function egressRows(observations: readonly Observation[]): EgressRow[] | undefined {
+  const rows: EgressRow[] = [];
+  for (const o of observations) {
+    if (!o.egress) continue;
+    const targets = [...new Set(o.egress.entries.filter((e) => !e.allowed).map((e) => (e.host === "" ? "(unparsed request)" : `${e.host.includes(":") ? `[${e.host}]` : e.host}:${e.port}`)))];
+    rows.push({
+      index: o.index,
+      task: o.task,
+      scenario: o.scenario,
+      repetition: o.repetition,
+      requests: o.egress.requests,
+      allowed: o.egress.allowed,
+      refused: o.egress.refused,
+      refusedTargets: targets.slice(0, EGRESS_TARGETS_SHOWN),
+      entriesDropped: o.egress.entriesDropped,
+    });
+  }
+  return rows.length ? rows : undefined;
 }
 
 export interface ReportInput {
@@ -393,5 +434,6 @@ export function buildReport(input: ReportInput): ReportData {
     },
     extrapolation,
     gaps,
+    ...(egressRows(ledger.observations) ? { egress: egressRows(ledger.observations) } : {}),
   };
 }

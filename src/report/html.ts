@@ -1,5 +1,5 @@
 import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
-import { fmt, intervalText } from "./markdown.ts";
+import { egressTargetsText, fmt, intervalText } from "./markdown.ts";
 
 /**
  * One self-contained HTML page: inline CSS and inline SVG, no script, no external resource,
@@ -179,6 +179,16 @@ export function renderHtml(r: ReportData): string {
       r.attempts.map((a) => [a.index === null ? "—" : String(a.index + 1), a.task, a.scenario, String(a.repetition), a.status, a.outcome, fmt(a.inputTokens), fmt(a.outputTokens), fmt(a.toolCalls), fmt(a.wallTimeMs), fmt(a.chargedUsd, "USD")]),
     ),
   );
+
+  if (r.egress) {
+    body.push(`<h2>Egress (isolation strict)</h2>`, `<p>Requests to the runner's egress proxy per attempt. A refused request does not fail an attempt by itself.</p>`);
+    body.push(
+      table(
+        ["#", "task", "scenario", "rep", "requests", "allowed", "refused", "refused targets"],
+        r.egress.map((e) => [String(e.index + 1), e.task, e.scenario, String(e.repetition), String(e.requests), String(e.allowed), String(e.refused), egressTargetsText(e)]),
+      ),
+    );
+  }
 
   body.push(`<h2>Gaps</h2>`);
   body.push(r.gaps.length ? `<ul class="gaps">${r.gaps.map((g) => `<li>${esc(g)}</li>`).join("")}</ul>` : `<p>None: every planned attempt completed, was adjudicated, and has complete usage.</p>`);

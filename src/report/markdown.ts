@@ -1,4 +1,4 @@
-import { REPORT_OUTCOMES, type PairedMetric, type ReportData } from "./build.ts";
+import { REPORT_OUTCOMES, type EgressRow, type PairedMetric, type ReportData } from "./build.ts";
 
 /** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
 export function fmt(n: number | null | undefined, unit?: string): string {
@@ -18,6 +18,12 @@ export function intervalText(m: PairedMetric): string {
   if (m.n === 0) return "no complete pair";
   if (m.lower === null || m.upper === null) return "n < 2: no interval";
   return `${fmt(m.lower, m.unit)} to ${fmt(m.upper, m.unit)}`;
+}
+
+/** The refused targets of an egress row, with a note when the proxy kept only part of its record. */
+export function egressTargetsText(e: EgressRow): string {
+  const text = e.refusedTargets.join(", ") || "—";
+  return e.entriesDropped > 0 ? `${text} (${e.entriesDropped} requests beyond the record's bound, counted only)` : text;
 }
 
 export function renderMarkdown(r: ReportData): string {
@@ -119,6 +125,17 @@ export function renderMarkdown(r: ReportData): string {
     ),
     "",
   );
+
+  if (r.egress) {
+    out.push("## Egress (isolation strict)", "", "Requests to the runner's egress proxy per attempt. A refused request does not fail an attempt by itself.", "");
+    out.push(
+      ...table(
+        ["#", "task", "scenario", "rep", "requests", "allowed", "refused", "refused targets"],
+        r.egress.map((e) => [String(e.index + 1), e.task, e.scenario, String(e.repetition), String(e.requests), String(e.allowed), String(e.refused), egressTargetsText(e)]),
+      ),
+      "",
+    );
+  }
 
   out.push("## Gaps", "");
   if (r.gaps.length === 0) out.push("None: every planned attempt completed, was adjudicated, and has complete usage.");

@@ -1,4 +1,5 @@
 import { PassThrough } from "node:stream";
+import { setTimeout as sleep } from "node:timers/promises";
 import Docker from "dockerode";
 import {
   ContainerRuntimeError,
@@ -68,6 +69,9 @@ function wrap(err: unknown, what: string): ContainerRuntimeError {
   }
   return new ContainerRuntimeError(`${what}: ${message}`, "engine", { cause: err });
 }
+
+/** How often `wait` checks that the engine is still there. */
+const WAIT_HEARTBEAT_MS = 2_000;
 
 /** The dockerode adapter; the only module that imports dockerode. */
 export class DockerRuntime implements ContainerRuntime {
@@ -220,13 +224,41 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async wait(id: string): Promise<ContainerExit> {
+    const stop = new AbortController();
     try {
       const container = this.docker.getContainer(id);
-      const result = (await container.wait()) as { StatusCode: number };
+      const waited = container.wait({ abortSignal: stop.signal }) as Promise<{ StatusCode: number }>;
+      waited.catch(() => undefined); // lost to the heartbeat below, then aborted
+      const result = await Promise.race([waited, this.engineGone(stop.signal)]);
       const info = await container.inspect();
       return { exitCode: result.StatusCode, oomKilled: info.State.OOMKilled === true };
     } catch (err) {
       throw wrap(err, `wait ${id}`);
+    } finally {
+      stop.abort();
+    }
+  }
+
+  /**
+   * Rejects once the engine stops answering a ping; never resolves. docker-modem settles a
+   * request only on its response's 'end', and when the engine dies while a container runs,
+   * the wait response is cut after its headers without one: measured with a second dockerd
+   * killed mid-attempt (issue 10), the wait never settled and the runner hung. A ping every
+   * few seconds turns that into the "unavailable" fault the caller can act on.
+   */
+  private async engineGone(signal: AbortSignal): Promise<never> {
+    for (;;) {
+      try {
+        await sleep(WAIT_HEARTBEAT_MS, undefined, { signal });
+      } catch {
+        return new Promise<never>(() => undefined); // the wait ended first
+      }
+      try {
+        await this.docker.ping();
+      } catch (err) {
+        if (signal.aborted) return new Promise<never>(() => undefined);
+        throw err;
+      }
     }
   }
 

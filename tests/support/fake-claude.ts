@@ -44,7 +44,9 @@ export type FakeBehaviour =
   | { kind: "exit"; events?: unknown[]; code: number; version?: string }
   | { kind: "sleep"; seconds: number; events?: unknown[]; exitCode?: number; version?: string }
   | { kind: "flood"; bytes?: number; exitCode?: number; version?: string }
-  | { kind: "garbage"; lines?: number; exitCode?: number; version?: string };
+  | { kind: "garbage"; lines?: number; exitCode?: number; version?: string }
+  /** Allocates memory until the container's memory limit kills it (at most maxMb, default 1024). */
+  | { kind: "oom"; events?: unknown[]; maxMb?: number; exitCode?: number; version?: string };
 
 export interface FakeBehaviourFile {
   version?: string;

@@ -1,0 +1,178 @@
+import { readFile } from "node:fs/promises";
+import { budgetTotals, LedgerSchema } from "./schema.ts";
+import { formatIssues } from "../util/zod-errors.ts";
+import { UsageError } from "../util/errors.ts";
+
+/**
+ * `study-runner ledger check`: what a ledger says about its run, read only. The runner writes
+ * the ledger before every spend and after every outcome (architecture: "a crash at any instant
+ * leaves a parseable ledger whose spend is never below the truth"); this is the check a person
+ * runs after a crash, a kill or a full disk. It never writes, renames or locks the file.
+ */
+
+/**
+ * finished: the run ended (awaiting-adjudication or blocked).
+ * interrupted: status running: the runner is still writing it, or it was killed before its last
+ * write (SIGKILL, power loss); any open reservation stays counted as spent (seed 000: no resume).
+ * invalid: not JSON, or not the ledger schema with its arithmetic.
+ */
+export type LedgerState = "finished" | "interrupted" | "invalid";
+
+/** Exit codes of `ledger check`: distinct, so a script can tell an interrupted run from a broken file. */
+export const LEDGER_CHECK_EXIT = { finished: 0, invalid: 1, interrupted: 4 } as const satisfies Record<LedgerState, number>;
+
+export interface OpenReservation {
+  index: number;
+  phase: string;
+  reservationUsd: number;
+}
+
+export interface LedgerArithmetic {
+  /** `budget.spentUsd` as written. */
+  spentUsd: number;
+  /** `budget.reservedUsd` as written. */
+  reservedUsd: number;
+  /** Sum of the settled observations' charges. */
+  settledChargesUsd: number;
+  /** Sum of the unsettled observations' reservations. */
+  openReservationsUsd: number;
+  /** spentUsd and reservedUsd equal what the observations imply (within 1e-9 USD). */
+  holds: boolean;
+}
+
+export interface LedgerCheck {
+  path: string;
+  state: LedgerState;
+  /** Parses, matches the schema and its arithmetic. */
+  valid: boolean;
+  runId: string | null;
+  /** The run status as written, when it is one of the schema's. */
+  status: string | null;
+  statusReason: string | null;
+  observations: { total: number; settled: number; open: number } | null;
+  arithmetic: LedgerArithmetic | null;
+  /** The unsettled observation, if any (only the last one may be). */
+  openReservation: OpenReservation | null;
+  /** Schema and arithmetic problems; never quote the file's content (it holds answers). */
+  problems: string[];
+  /** One line for a person. */
+  verdict: string;
+}
+
+const USD_EPSILON = 1e-9;
+const RUN_STATUSES = new Set(["running", "blocked", "awaiting-adjudication"]);
+
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+const num = (v: unknown): number | null => (typeof v === "number" && Number.isFinite(v) ? v : null);
+
+/**
+ * The money as the file states it, from the raw JSON, so that it is reported even when some
+ * other field breaks the schema (whose cross-field rules then do not run). Null when the
+ * figures themselves are missing or not numbers.
+ */
+function arithmeticOf(json: Record<string, unknown>): { arithmetic: LedgerArithmetic; open: OpenReservation | null; counts: LedgerCheck["observations"] } | null {
+  const budget = json.budget;
+  const observations = json.observations;
+  if (!isRecord(budget) || !Array.isArray(observations)) return null;
+  const spentUsd = num(budget.spentUsd);
+  const reservedUsd = num(budget.reservedUsd);
+  if (spentUsd === null || reservedUsd === null) return null;
+  const rows: Array<{ phase: "settled" | "open"; reservationUsd: number; chargedUsd: number | null }> = [];
+  let open: OpenReservation | null = null;
+  for (const [i, o] of observations.entries()) {
+    if (!isRecord(o)) return null;
+    const reservationUsd = num(o.reservationUsd);
+    if (reservationUsd === null) return null;
+    const settled = o.phase === "settled";
+    if (settled && num(o.chargedUsd) === null) return null;
+    rows.push({ phase: settled ? "settled" : "open", reservationUsd, chargedUsd: settled ? num(o.chargedUsd) : null });
+    if (!settled && open === null) open = { index: i, phase: typeof o.phase === "string" ? o.phase : "(none)", reservationUsd };
+  }
+  const totals = budgetTotals(rows.map((r) => ({ phase: r.phase === "settled" ? "settled" : "running", reservationUsd: r.reservationUsd, chargedUsd: r.chargedUsd })));
+  const settledChargesUsd = totals.spentUsd - totals.reservedUsd;
+  const holds = Math.abs(spentUsd - totals.spentUsd) <= USD_EPSILON && Math.abs(reservedUsd - totals.reservedUsd) <= USD_EPSILON;
+  const settledCount = rows.filter((r) => r.phase === "settled").length;
+  return {
+    arithmetic: { spentUsd, reservedUsd, settledChargesUsd, openReservationsUsd: totals.reservedUsd, holds },
+    open,
+    counts: { total: rows.length, settled: settledCount, open: rows.length - settledCount },
+  };
+}
+
+const usd = (n: number) => `${Number(n.toFixed(9))} USD`;
+
+/** Reads and judges a ledger; throws UsageError only when the file cannot be read at all. */
+export async function checkLedger(path: string): Promise<LedgerCheck> {
+  let bytes: Buffer;
+  try {
+    // readFile opens O_RDONLY: the check can never modify the ledger.
+    bytes = await readFile(path);
+  } catch (err) {
+    throw new UsageError(`cannot read ledger ${path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}; give the path the run was given with --output`);
+  }
+  const result: LedgerCheck = {
+    path,
+    state: "invalid",
+    valid: false,
+    runId: null,
+    status: null,
+    statusReason: null,
+    observations: null,
+    arithmetic: null,
+    openReservation: null,
+    problems: [],
+    verdict: "",
+  };
+  let json: unknown;
+  try {
+    json = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    // V8's message quotes part of the input, which may be a private answer.
+    result.problems.push(bytes.length === 0 ? "the file is empty" : "the file is not valid JSON (a torn or foreign file; the runner only ever replaces its ledger atomically)");
+    result.verdict = `invalid: ${result.problems[0]}`;
+    return result;
+  }
+  if (!isRecord(json)) {
+    result.problems.push("the file is JSON but not an object");
+    result.verdict = `invalid: ${result.problems[0]}`;
+    return result;
+  }
+  if (typeof json.runId === "string") result.runId = json.runId;
+  if (typeof json.status === "string" && RUN_STATUSES.has(json.status)) result.status = json.status;
+  if (typeof json.statusReason === "string") result.statusReason = json.statusReason;
+
+  const money = arithmeticOf(json);
+  if (money) {
+    result.arithmetic = money.arithmetic;
+    result.openReservation = money.open;
+    result.observations = money.counts;
+  }
+  const parsed = LedgerSchema.safeParse(json);
+  if (!parsed.success) result.problems.push(...formatIssues(parsed.error.issues));
+  const a = result.arithmetic;
+  if (a && !a.holds && !result.problems.some((p) => /^budget\.(spentUsd|reservedUsd):/.test(p))) {
+    // The schema's own arithmetic rule did not run (another field broke the shape first).
+    result.problems.push(
+      `budget: spentUsd ${usd(a.spentUsd)} and reservedUsd ${usd(a.reservedUsd)} do not equal settled charges ${usd(a.settledChargesUsd)} plus open reservations ${usd(a.openReservationsUsd)}`,
+    );
+  }
+  if (!money && result.problems.length === 0) result.problems.push("budget or observations cannot be summed");
+  result.valid = result.problems.length === 0;
+
+  const money1 = a ? `spent ${usd(a.spentUsd)} = settled charges ${usd(a.settledChargesUsd)} + open reservations ${usd(a.openReservationsUsd)}` : "spend unknown";
+  const open = result.openReservation;
+  const openText = open ? `observation ${open.index} is unsettled (phase ${open.phase}); its reservation of ${usd(open.reservationUsd)} is counted as spent` : null;
+  if (!result.valid) {
+    result.state = "invalid";
+    result.verdict = `invalid: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}${a ? `; ${money1}` : ""}`;
+  } else if (result.status === "running") {
+    result.state = "interrupted";
+    result.verdict =
+      `interrupted: status running (the runner is still writing it, or it was stopped before its last write); ` +
+      `${openText ?? "no attempt was open"}; ${money1}. Nothing resumes it: start a new run with a new --output`;
+  } else {
+    result.state = "finished";
+    result.verdict = `finished: ${result.status}${result.statusReason ? ` (${result.statusReason})` : ""}; ${openText ? `${openText}; ` : ""}${money1}`;
+  }
+  return result;
+}

@@ -1,0 +1,72 @@
+import { describe, expect, it } from "vitest";
+import { DEFAULT_EGRESS_ALLOW, EgressRefusal, isPublicAddress, normalizeHost, parseEgressAllow, systemResolver } from "../../src/isolation/policy.ts";
+import { UsageError } from "../../src/util/errors.ts";
+
+describe("parseEgressAllow (--egress-allow)", () => {
+  it("splits commas, repeats, normalizes case and a trailing dot, and drops duplicates", () => {
+    expect(parseEgressAllow(["API.Anthropic.com.,platform.claude.com", " api.anthropic.com ", "example.org"])).toEqual([
+      "api.anthropic.com",
+      "platform.claude.com",
+      "example.org",
+    ]);
+  });
+
+  it("refuses IP literals, wildcards, ports, schemes and an empty list, naming each entry", () => {
+    for (const bad of ["1.2.3.4", "[::1]", "::1", "*.anthropic.com", "api.anthropic.com:443", "https://api.anthropic.com", "a b"]) {
+      expect(() => parseEgressAllow([bad]), bad).toThrow(UsageError);
+    }
+    try {
+      parseEgressAllow(["127.0.0.1,*.example.com"]);
+      expect.unreachable();
+    } catch (err) {
+      expect((err as UsageError).problems).toHaveLength(2);
+      expect((err as UsageError).problems[0]).toMatch(/127\.0\.0\.1: an IP address/);
+    }
+    expect(() => parseEgressAllow([" , "])).toThrow(/names no host/);
+  });
+
+  it("the default allowlist is the API and the OAuth refresh host, both valid names", () => {
+    expect(DEFAULT_EGRESS_ALLOW).toEqual(["api.anthropic.com", "platform.claude.com"]);
+    expect(parseEgressAllow([DEFAULT_EGRESS_ALLOW.join(",")])).toEqual([...DEFAULT_EGRESS_ALLOW]);
+    expect(normalizeHost("Platform.Claude.COM.")).toBe("platform.claude.com");
+  });
+});
+
+describe("isPublicAddress", () => {
+  it("refuses loopback, private, link-local, shared, reserved and multicast ranges of both families", () => {
+    for (const a of [
+      "127.0.0.1", "127.255.0.9", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "100.64.0.1",
+      "0.0.0.0", "192.0.2.1", "198.18.0.1", "224.0.0.1", "255.255.255.255", "::", "::1", "fc00::1", "fd12::1", "fe80::1",
+      "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::a00:1", "2001:db8::1", "2002:a00:1::", "not-an-address", "",
+    ]) {
+      expect(isPublicAddress(a), a).toBe(false);
+    }
+  });
+
+  it("accepts public unicast addresses, mapped ones included", () => {
+    for (const a of ["160.79.104.10", "8.8.8.8", "172.32.0.1", "2607:6bc0::10", "2606:4700::1111", "::ffff:8.8.8.8"]) {
+      expect(isPublicAddress(a), a).toBe(true);
+    }
+  });
+});
+
+describe("systemResolver", () => {
+  const fixed = (answers: string[]) => async () => answers.map((address) => ({ address, family: address.includes(":") ? 6 : 4 }));
+
+  it("dials the first answer on the requested port when every answer is public", async () => {
+    const resolve = systemResolver(fixed(["160.79.104.10", "2607:6bc0::10"]));
+    expect(await resolve("api.anthropic.com", 443)).toEqual({ address: "160.79.104.10", port: 443 });
+  });
+
+  it("refuses, by policy, a name with any non-public answer (a resolver pointing into the host's network)", async () => {
+    const resolve = systemResolver(fixed(["160.79.104.10", "127.0.0.1"]));
+    await expect(resolve("api.anthropic.com", 443)).rejects.toBeInstanceOf(EgressRefusal);
+    await expect(systemResolver(fixed(["10.0.0.5"]))("api.anthropic.com", 443)).rejects.toThrow(/10\.0\.0\.5, which is not a public address/);
+  });
+
+  it("a name without answers is a failure, not a refusal", async () => {
+    const err = await systemResolver(fixed([]))("api.anthropic.com", 443).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect(err).not.toBeInstanceOf(EgressRefusal);
+  });
+});
