@@ -159,20 +159,20 @@ export async function checkLedger(path: string): Promise<LedgerCheck> {
   if (!money && result.problems.length === 0) result.problems.push("budget or observations cannot be summed");
   result.valid = result.problems.length === 0;
 
-  const money1 = a ? `spent ${usd(a.spentUsd)} = settled charges ${usd(a.settledChargesUsd)} + open reservations ${usd(a.openReservationsUsd)}` : "spend unknown";
+  const spend = a ? `spent ${usd(a.spentUsd)} = settled charges ${usd(a.settledChargesUsd)} + open reservations ${usd(a.openReservationsUsd)}` : "spend unknown";
   const open = result.openReservation;
   const openText = open ? `observation ${open.index} is unsettled (phase ${open.phase}); its reservation of ${usd(open.reservationUsd)} is counted as spent` : null;
   if (!result.valid) {
     result.state = "invalid";
-    result.verdict = `invalid: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}${a ? `; ${money1}` : ""}`;
+    result.verdict = `invalid: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}${a ? `; ${spend}` : ""}`;
   } else if (result.status === "running") {
     result.state = "interrupted";
     result.verdict =
       `interrupted: status running (the runner is still writing it, or it was stopped before its last write); ` +
-      `${openText ?? "no attempt was open"}; ${money1}. Nothing resumes it: start a new run with a new --output`;
+      `${openText ?? "no attempt was open"}; ${spend}. Nothing resumes it: start a new run with a new --output`;
   } else {
     result.state = "finished";
-    result.verdict = `finished: ${result.status}${result.statusReason ? ` (${result.statusReason})` : ""}; ${openText ? `${openText}; ` : ""}${money1}`;
+    result.verdict = `finished: ${result.status}${result.statusReason ? ` (${result.statusReason})` : ""}; ${openText ? `${openText}; ` : ""}${spend}`;
   }
   return result;
 }
