@@ -165,6 +165,8 @@ export interface LoginLockOptions {
   holder?: string;
   /** Called once when the lock is busy and the wait begins, with a description of its holder. */
   onWait?: (holder: string) => void;
+  /** Ends the wait (SIGINT/SIGTERM) with a refusal. */
+  signal?: AbortSignal;
 }
 
 interface HolderRecord {
@@ -223,6 +225,9 @@ export async function acquireLoginLock(location: LoginLocation, options: LoginLo
       if (!waiting) {
         waiting = true;
         options.onWait?.(await describeHolder(real));
+      }
+      if (options.signal?.aborted) {
+        throw new RefusalError(`interrupted by ${String(options.signal.reason ?? "a signal")} while waiting for the Claude login ${location.credentialsPath} (${await describeHolder(real)})`);
       }
       const left = deadline - Date.now();
       if (left <= 0) {

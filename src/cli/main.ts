@@ -248,7 +248,14 @@ export async function main(argv: readonly string[]): Promise<number> {
       report(err.problems.length > 1 ? [err.problems.length + " problems:", ...err.problems.map((p) => "  - " + p)] : err.message);
       return ExitCode.usage;
     }
-    report(`internal error: ${errorMessage(err)}`);
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOSPC" || code === "EDQUOT") {
+      // A full disk is the host's problem, not a bug: the ledger on disk is the last complete
+      // (atomic) write, so it never under-counts; say what to do.
+      report(`the disk is full (${errorMessage(err)}); free space, then read the ledger with \`study-runner ledger check PATH\` before anything else`);
+    } else {
+      report(`internal error: ${errorMessage(err)}`);
+    }
     if (process.env.STUDY_RUNNER_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
     return ExitCode.fault;
   }

@@ -6,7 +6,7 @@ import type { ContainerRuntime } from "../runtime/port.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
-import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
+import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { attemptContainerSpec } from "../attempt/spec.ts";
 import { checkModelApiSocket } from "../attempt/model-api.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
@@ -204,64 +204,87 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       ledger.statusReason = `interrupted by ${String(deps.signal.reason ?? "a signal")} before attempt ${attempt.index + 1}`;
       break;
     }
-    const reserved = reserve(budget, config.attemptBudgetUsd);
-    if (!reserved.ok) {
+    // The login lock comes before the reservation: a run that never gets the login (another run
+    // holds it past the timeout, or a signal ends the wait) has started and spent nothing for
+    // this attempt. The lock is held until the attempt's login has been written back.
+    let lock: LoginLock;
+    try {
+      lock = await acquireLoginLock(login, {
+        timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
+        staleMs: config.loginLockStaleMs,
+        holder: runId,
+        signal: deps.signal,
+        // Not silent: a dead run's lock is only taken over once it is stale (30 s).
+        onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
+      });
+    } catch (err) {
+      if (!(err instanceof RefusalError)) throw err;
       ledger.status = "blocked";
-      ledger.statusReason = `attempt ${attempt.index + 1} refused: ${reserved.reason}`;
+      ledger.statusReason = `attempt ${attempt.index + 1} not started, nothing reserved: ${errorMessage(err)}`;
       break;
     }
-    budget = reserved.state;
-    const obs = reservedObservation(attempt, {
-      transport: "cli",
-      cliVersion: probed.version,
-      expectedCliVersion: config.expectedCliVersion,
-      attemptBudgetUsd: config.attemptBudgetUsd,
-      reservationUsd: reserved.reservation.reservedUsd,
-    });
-    ledger.observations.push(obs);
-    syncBudget();
-    testKillPoint("before-reserve-write");
-    await writeLedger(handle, ledger); // before anything is spent
-    testKillPoint("after-reserve-write");
-    progress.start(attempt);
-
-    const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger, progress })
-      .catch(async (err: unknown) => {
-        // The runner's own fault (the engine gone, a full disk, a lock held past its timeout): the
-        // outcome is unknown, so the attempt stays unsettled with its reservation counted as spent,
-        // and the run ends blocked saying why. If even this write fails, the ledger on disk is the
-        // previous atomic write (status running, the same reservation open): never an under-count.
+    try {
+      const reserved = reserve(budget, config.attemptBudgetUsd);
+      if (!reserved.ok) {
         ledger.status = "blocked";
-        ledger.statusReason = `attempt ${attempt.index + 1} stopped by a fault of the runner: ${errorMessage(err)}; the attempt was not settled and its reservation stays charged`;
-        await writeLedger(handle, ledger).catch(() => undefined);
-        throw err;
-      })
-      .finally(() => progress.stopLive());
+        ledger.statusReason = `attempt ${attempt.index + 1} refused: ${reserved.reason}`;
+        break;
+      }
+      budget = reserved.state;
+      const obs = reservedObservation(attempt, {
+        transport: "cli",
+        cliVersion: probed.version,
+        expectedCliVersion: config.expectedCliVersion,
+        attemptBudgetUsd: config.attemptBudgetUsd,
+        reservationUsd: reserved.reservation.reservedUsd,
+      });
+      ledger.observations.push(obs);
+      syncBudget();
+      testKillPoint("before-reserve-write");
+      await writeLedger(handle, ledger); // before anything is spent
+      testKillPoint("after-reserve-write");
+      progress.start(attempt);
 
-    const settled = settle(budget, reserved.reservation, {
-      status: outcome.status,
-      reportedCostUsd: obs.cliReportedCostUsd,
-      computedCostUsd: obs.computedCostUsd,
-    });
-    budget = settled.state;
-    Object.assign(obs, { phase: "settled", status: settled.status, chargedUsd: settled.chargedUsd });
-    syncBudget(ledger.budget.cumulativeCapExceeded || settled.cumulativeCapExceeded);
-    if (settled.status !== "completed") {
-      ledger.status = "blocked";
-      ledger.statusReason = `attempt ${attempt.index + 1} (${attempt.taskId}, ${attempt.scenario}, repetition ${attempt.repetition}) ended ${settled.status}: ${outcome.reason}`;
-    } else if (settled.cumulativeCapExceeded) {
-      ledger.status = "blocked";
-      ledger.statusReason = `the cumulative cap of ${config.capUsd} USD was passed after attempt ${attempt.index + 1}`;
+      const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger, progress, lock })
+        .catch(async (err: unknown) => {
+          // The runner's own fault (the engine gone, a full disk): the
+          // outcome is unknown, so the attempt stays unsettled with its reservation counted as spent,
+          // and the run ends blocked saying why. If even this write fails, the ledger on disk is the
+          // previous atomic write (status running, the same reservation open): never an under-count.
+          ledger.status = "blocked";
+          ledger.statusReason = `attempt ${attempt.index + 1} stopped by a fault of the runner: ${errorMessage(err)}; the attempt was not settled and its reservation stays charged`;
+          await writeLedger(handle, ledger).catch(() => undefined);
+          throw err;
+        })
+        .finally(() => progress.stopLive());
+
+      const settled = settle(budget, reserved.reservation, {
+        status: outcome.status,
+        reportedCostUsd: obs.cliReportedCostUsd,
+        computedCostUsd: obs.computedCostUsd,
+      });
+      budget = settled.state;
+      Object.assign(obs, { phase: "settled", status: settled.status, chargedUsd: settled.chargedUsd });
+      syncBudget(ledger.budget.cumulativeCapExceeded || settled.cumulativeCapExceeded);
+      if (settled.status !== "completed") {
+        ledger.status = "blocked";
+        ledger.statusReason = `attempt ${attempt.index + 1} (${attempt.taskId}, ${attempt.scenario}, repetition ${attempt.repetition}) ended ${settled.status}: ${outcome.reason}`;
+      } else if (settled.cumulativeCapExceeded) {
+        ledger.status = "blocked";
+        ledger.statusReason = `the cumulative cap of ${config.capUsd} USD was passed after attempt ${attempt.index + 1}`;
+      }
+      testKillPoint("after-attempt-before-write");
+      await writeLedger(handle, ledger); // after the outcome is known
+      progress.end(attempt, obs, ledger.budget.spentUsd);
+    } finally {
+      await lock.release();
     }
-    testKillPoint("after-attempt-before-write");
-    await writeLedger(handle, ledger); // after the outcome is known
-    progress.end(attempt, obs, ledger.budget.spentUsd);
     if (ledger.status === "blocked") break;
   }
-  if (ledger.status === "running") {
-    ledger.status = "awaiting-adjudication";
-    await writeLedger(handle, ledger);
-  }
+  // Every way out of the loop ends with a write: a run blocked before an attempt started (the cap,
+  // the login, a signal) must say so on disk too, not only in the summary.
+  if (ledger.status === "running") ledger.status = "awaiting-adjudication";
+  await writeLedger(handle, ledger);
 
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   if (ledger.status === "awaiting-adjudication") return ExitCode.ok;
@@ -281,6 +304,8 @@ function testKillPoint(point: string): void {
 }
 
 interface AttemptContext {
+  /** The login lock, held by the caller for the whole attempt. */
+  lock: LoginLock;
   progress: Progress;
   runId: string;
   attempt: PlannedAttempt;
@@ -315,14 +340,6 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     cleanups.push(() => removeExport(exported.dir));
     obs.exportHash = exported.exportHash;
 
-    const lock = await acquireLoginLock(ctx.login, {
-      timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
-      staleMs: config.loginLockStaleMs,
-      holder: ctx.runId,
-      // Not silent: a dead run's lock is only taken over once it is stale (30 s).
-      onWait: (holder) => ctx.progress.note(`waiting for the CLI login (${holder})`),
-    });
-    cleanups.push(() => lock.release());
     const homeParent = await makeRunnerFolder("home");
     cleanups.push(() => removeTree(homeParent));
     const staged = await stageLogin(ctx.login, join(homeParent, "home"));
@@ -393,7 +410,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       if (record.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
-    await writeBackLogin(ctx.login, staged, { lock });
+    await writeBackLogin(ctx.login, staged, { lock: ctx.lock });
 
     const cost = computeCost({
       model: config.model,

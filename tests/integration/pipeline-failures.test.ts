@@ -12,6 +12,7 @@ import {
   containersOfRun,
   exists,
   ledgerOf,
+  recordsOf,
   leftovers,
   preparePipeline,
   runPipeline,
@@ -140,6 +141,22 @@ describe("an attempt that does not complete stops the run", () => {
       expect(await leftovers(r.run.tmp)).toEqual([]);
     }, 120_000);
   }
+});
+
+describe("the cumulative cap", () => {
+  it("an attempt whose full limit does not fit under what is left of the cap is not started, and the ledger on disk says why", async () => {
+    // 0.15 USD holds the first 0.10 reservation; after it is settled at its small cost, the
+    // second 0.10 still fits. With --attempt-budget-usd 0.1 and a 0.05 cap, not even the first does.
+    const r = await runPipeline(p, { env: { STUDY_BUDGET_USD: "0.05" } });
+    expect(r.code, r.stderr).toBe(1);
+    const summary = summaryOf(r.stdout);
+    expect(summary).toMatchObject({ status: "blocked", attempts: { planned: 2, run: 0 }, spentUsd: 0 });
+    expect(summary.statusReason).toMatch(/^attempt 1 refused: the per-attempt limit 0\.1 USD does not fit under the remaining budget 0\.05 USD/);
+    const ledger = await ledgerOf(r.run);
+    expect(ledger).toMatchObject({ status: "blocked", statusReason: summary.statusReason, observations: [] });
+    // The fake writes a record whenever it starts; only the version probe ran.
+    expect((await recordsOf(r.run)).map((x) => x.record.attempt).filter((a) => a !== null && a !== "probe")).toEqual([]);
+  }, 120_000);
 });
 
 describe("preflight refusals: exit 2, nothing charged, no ledger", () => {
