@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
-import { BUILTIN_DENIED_TOOLS, BUILTIN_READ_TOOLS, EMPTY_MCP_CONFIG, formatBudgetUsd } from "../claude/args.ts";
+import { BUILTIN_READ_TOOLS, EMPTY_MCP_CONFIG, hardenedArguments } from "../claude/args.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
 import { VerdictSchema } from "./schema.ts";
@@ -98,39 +98,16 @@ export function checkAdjudicatorPrompt(prompt: string): string | null {
  * because variadic flags swallow a following word (facts).
  */
 export function adjudicatorArguments(opts: AdjudicatorArgumentOptions): string[] {
-  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(opts.model)) {
-    throw new UsageError(`the adjudicator model '${opts.model}' is not a model name such as claude-haiku-5-5`);
-  }
   const tooLong = checkAdjudicatorPrompt(opts.prompt);
   if (tooLong) throw new UsageError(tooLong);
-  return [
-    "-p",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--model",
-    opts.model,
-    "--max-budget-usd",
-    formatBudgetUsd(opts.maxBudgetUsd),
-    "--tools",
-    BUILTIN_READ_TOOLS.join(","),
-    "--allowedTools",
-    BUILTIN_READ_TOOLS.join(","),
-    "--disallowedTools",
-    BUILTIN_DENIED_TOOLS.join(","),
-    "--permission-mode",
-    "dontAsk",
-    "--permission-prompts",
-    "none",
-    "--strict-mcp-config",
-    "--mcp-config",
-    JSON.stringify(EMPTY_MCP_CONFIG),
-    "--no-session-persistence",
-    "--json-schema",
-    opts.jsonSchema ?? verdictJsonSchema(),
-    "--",
-    opts.prompt,
-  ];
+  return hardenedArguments({
+    model: opts.model,
+    maxBudgetUsd: opts.maxBudgetUsd,
+    allowedTools: BUILTIN_READ_TOOLS,
+    mcpConfig: JSON.stringify(EMPTY_MCP_CONFIG),
+    extra: ["--json-schema", opts.jsonSchema ?? verdictJsonSchema()],
+    prompt: opts.prompt,
+  });
 }
 
 /**

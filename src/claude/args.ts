@@ -140,10 +140,6 @@ export function checkPrompt(prompt: string): void {
 
 export function cliArguments(opts: CliArgumentOptions): string[] {
   checkPrompt(opts.prompt);
-  // A value starting with '-' would be read as a flag.
-  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(opts.model)) {
-    throw new UsageError(`the model '${opts.model}' is not a model name such as claude-haiku-5-5`);
-  }
   const prefix = `mcp__${DOC_BRIDGE_SERVER}__`;
   for (const name of opts.deniedMcpTools) {
     if (!name.startsWith(prefix) || !SERVER_TOOL_RE.test(name.slice(prefix.length)) || ALLOWED_MCP_NAMES.includes(name)) {
@@ -157,11 +153,38 @@ export function cliArguments(opts: CliArgumentOptions): string[] {
   } else {
     mcpConfig = JSON.stringify(EMPTY_MCP_CONFIG);
   }
-  const allowed = [...BUILTIN_READ_TOOLS, ...(opts.arm === "mcp" ? ALLOWED_MCP_NAMES : [])];
-  const denied = [...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...opts.deniedMcpTools];
-  // Variadic flags (`<tools...>`, `<configs...>`) take one comma-joined value each and are
-  // followed by another flag; the prompt comes last after `--`, because a variadic flag
-  // swallows a following prompt (facts: "Variadic flags swallow the prompt").
+  return hardenedArguments({
+    model: opts.model,
+    maxBudgetUsd: opts.maxBudgetUsd,
+    allowedTools: [...BUILTIN_READ_TOOLS, ...(opts.arm === "mcp" ? ALLOWED_MCP_NAMES : [])],
+    deniedTools: opts.deniedMcpTools,
+    mcpConfig,
+    prompt: opts.prompt,
+  });
+}
+
+/**
+ * The hardening every Claude Code run of this runner gets, attempts and adjudicator alike:
+ * stream-json, the model, the budget cap, read tools only, the built-in deny list and the HOME
+ * read denials (the login copy lives there), non-interactive permissions, only the given MCP
+ * config, no session on disk; `extra` flags (e.g. `--json-schema`) before the prompt, which
+ * comes last after `--` because a variadic flag swallows a following word (facts).
+ */
+export function hardenedArguments(opts: {
+  model: string;
+  maxBudgetUsd: number;
+  allowedTools: readonly string[];
+  /** Denied on top of the built-in deny list and the HOME read denials. */
+  deniedTools?: readonly string[];
+  mcpConfig: string;
+  extra?: readonly string[];
+  prompt: string;
+}): string[] {
+  // A value starting with '-' would be read as a flag.
+  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(opts.model)) {
+    throw new UsageError(`the model '${opts.model}' is not a model name such as claude-haiku-5-5`);
+  }
+  const denied = [...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...(opts.deniedTools ?? [])];
   return [
     "-p",
     "--output-format",
@@ -174,7 +197,7 @@ export function cliArguments(opts: CliArgumentOptions): string[] {
     "--tools",
     BUILTIN_READ_TOOLS.join(","),
     "--allowedTools",
-    allowed.join(","),
+    opts.allowedTools.join(","),
     "--disallowedTools",
     denied.join(","),
     "--permission-mode",
@@ -183,8 +206,9 @@ export function cliArguments(opts: CliArgumentOptions): string[] {
     "none",
     "--strict-mcp-config",
     "--mcp-config",
-    mcpConfig,
+    opts.mcpConfig,
     "--no-session-persistence",
+    ...(opts.extra ?? []),
     "--",
     opts.prompt,
   ];

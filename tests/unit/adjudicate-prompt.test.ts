@@ -6,7 +6,7 @@ import { adjudicatorArguments, buildAdjudicatorPrompt, itemIdFor, shuffledOrder,
 import { MASK, maskTerms, maskText } from "../../src/adjudicate/mask.ts";
 import { checkAdjudicatorModel } from "../../src/adjudicate/run.ts";
 import { VerdictSchema } from "../../src/adjudicate/schema.ts";
-import { BUILTIN_DENIED_TOOLS } from "../../src/claude/args.ts";
+import { BUILTIN_DENIED_TOOLS, HOME_READ_DENIALS } from "../../src/claude/args.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { DEMO, syntheticLedger } from "../support/adjudication-fixtures.ts";
 
@@ -144,7 +144,7 @@ describe("the adjudicator's arguments", () => {
     expect(argv.slice(-2)).toEqual(["--", "--tools Bash is text"]);
     expect(valueOf("--tools")).toBe("Read,Grep,Glob");
     expect(valueOf("--allowedTools")).toBe("Read,Grep,Glob");
-    expect(valueOf("--disallowedTools")).toBe(BUILTIN_DENIED_TOOLS.join(","));
+    expect(valueOf("--disallowedTools")).toBe([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS].join(","));
     expect(valueOf("--mcp-config")).toBe('{"mcpServers":{}}');
     expect(valueOf("--permission-mode")).toBe("dontAsk");
     expect(valueOf("--permission-prompts")).toBe("none");
@@ -219,5 +219,15 @@ describe("reading the verdict", () => {
 
   it("matches the zod verdict schema the docs describe", () => {
     expect(VerdictSchema.safeParse(good).success).toBe(true);
+  });
+});
+
+describe("the adjudicator's hardening", () => {
+  it("is the attempts' own: the same deny list, including the reads of the HOME that holds the login copy", () => {
+    const argv = adjudicatorArguments({ model: "claude-haiku-5-5", maxBudgetUsd: 0.1, prompt: "q" });
+    const denied = argv[argv.indexOf("--disallowedTools") + 1]!.split(",");
+    for (const rule of ["Read(//home/agent/**)", "Grep(//home/agent/**)", "Glob(//home/agent/**)", "Bash", "Write", "WebFetch"]) expect(denied).toContain(rule);
+    expect(argv.slice(-2)).toEqual(["--", "q"]);
+    expect(argv[argv.indexOf("--json-schema") + 1]).toMatch(/^\{/);
   });
 });
