@@ -7,7 +7,7 @@ import type { ScriptInput } from "../../src/scripted-api/script.ts";
 // One Messages API call over built-in fetch against the scripted API on loopback (and two small
 // hand-made servers for a redirect and an oversized reply).
 
-const KEY = "sk-ant-api03-CLIENTTEST-not-real-91c2";
+const KEY = "test-key-CLIENTTEST-not-real-91c2";
 const MODEL = "claude-haiku-5-5";
 const closers: Array<() => Promise<unknown>> = [];
 afterEach(async () => {

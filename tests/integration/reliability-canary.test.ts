@@ -39,8 +39,8 @@ async function readTree(dir: string): Promise<Array<{ path: string; text: string
 describe("secret canaries", () => {
   it("neither the API key nor the login token reaches the ledger, the adjudication record, stdout, stderr, the containers, the recorded argv or the export", async () => {
     const tag = randomBytes(8).toString("hex");
-    const apiKey = `sk-ant-api03-CANARY-KEY-${tag}`;
-    const token = `sk-ant-oat01-CANARY-TOKEN-${tag}`;
+    const apiKey = `canary-api-key-${tag}`;
+    const token = `canary-login-token-${tag}`;
     const secrets = [apiKey, token, tag];
     const loginDir = await freshLogin(p, token);
     // The login really holds the token: its absence below is not for want of one.

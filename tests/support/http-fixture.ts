@@ -21,7 +21,7 @@ import { runHttpStudy, type HttpStudyConfig, type HttpStudyDeps } from "../../sr
 
 export const MODEL = "claude-haiku-5-5";
 /** A key-shaped test value; it must never show up in anything the runner writes or prints. */
-export const TEST_KEY = "sk-ant-api03-TESTKEY-not-a-real-credential-7f3a9c";
+export const TEST_KEY = "test-key-TESTKEY-not-a-real-credential-7f3a9c";
 /** Upper prices in USD per million tokens. */
 export const PRICES = { inputUsdPerMtok: 1, outputUsdPerMtok: 5 };
 export const DOC_SEARCH = "mcp__doc-bridge__doc_search";

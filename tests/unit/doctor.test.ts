@@ -22,8 +22,8 @@ import { FakeRuntime, type FakeProgram } from "../../src/runtime/fake.ts";
 import type { ContainerRuntime } from "../../src/runtime/port.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 
-const ACCESS = "sk-ant-oat01-ACCESS-TOKEN-NEVER-PRINTED";
-const REFRESH = "sk-ant-ort01-REFRESH-TOKEN-NEVER-PRINTED";
+const ACCESS = "test-ACCESS-TOKEN-NEVER-PRINTED";
+const REFRESH = "test-REFRESH-TOKEN-NEVER-PRINTED";
 const SHA = "b".repeat(64);
 const FAKE_TAG = "study-runner/fake-claude:2.1.296";
 const REAL_TAG = "study-runner/claude-code:2.1.296";

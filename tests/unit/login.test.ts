@@ -13,8 +13,8 @@ import {
 } from "../../src/attempt/login.ts";
 import { RefusalError } from "../../src/util/errors.ts";
 
-const ACCESS = "sk-ant-oat01-ACCESS-TOKEN-NEVER-PRINTED";
-const REFRESH = "sk-ant-ort01-REFRESH-TOKEN-NEVER-PRINTED";
+const ACCESS = "test-oat-ACCESS-TOKEN-NEVER-PRINTED";
+const REFRESH = "test-ort-REFRESH-TOKEN-NEVER-PRINTED";
 const HOUR = 3_600_000;
 
 function credentials(expiresAt: number, access = ACCESS, refresh = REFRESH): string {
@@ -196,7 +196,7 @@ describe("writeBackLogin", () => {
   it("writes a refreshed login back atomically (new inode, mode 0600, no temp file left)", async () => {
     const before = await stat(location.credentialsPath);
     const s = await staged();
-    const refreshed = credentials(Date.now() + 8 * HOUR, "sk-ant-oat01-NEW-ACCESS-TOKEN-NEVER-PRINTED", "sk-ant-ort01-NEW-REFRESH-TOKEN-NEVER-PRINTED");
+    const refreshed = credentials(Date.now() + 8 * HOUR, "test-oat-NEW-ACCESS-TOKEN-NEVER-PRINTED", "test-ort-NEW-REFRESH-TOKEN-NEVER-PRINTED");
     await writeFile(s.credentialsPath, refreshed);
     const result = await writeBackLogin(location, s);
     expect(result.action).toBe("written");
@@ -243,7 +243,7 @@ describe("writeBackLogin", () => {
 
   it("leaves a host login that changed meanwhile alone (conflict)", async () => {
     const s = await staged();
-    const hostRefresh = credentials(Date.now() + 5 * HOUR, "sk-ant-oat01-HOST-ACCESS-TOKEN-NEVER-PRINTED");
+    const hostRefresh = credentials(Date.now() + 5 * HOUR, "test-oat-HOST-ACCESS-TOKEN-NEVER-PRINTED");
     await writeFile(location.credentialsPath, hostRefresh);
     await writeFile(s.credentialsPath, credentials(Date.now() + 8 * HOUR));
     const result = await writeBackLogin(location, s);
