@@ -263,8 +263,8 @@ export async function acquireLoginLock(location: LoginLocation, options: LoginLo
 }
 
 /** The container's user (image/: user 1000 in /etc/passwd). */
-export const CONTAINER_UID = 1000;
-export const CONTAINER_GID = 1000;
+import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
+export { CONTAINER_GID, CONTAINER_UID };
 
 /**
  * Keys of `.claude.json` that are staged. The file also keeps per-project history of the host

@@ -11,19 +11,16 @@
  * nothing else; the next attempt gets a new proxy.
  */
 import { STATUS_CODES, createServer, type IncomingMessage } from "node:http";
-import { chmod, chown, mkdir, mkdtemp, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
 import { connect as netConnect, isIP, type Socket } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import type { Duplex } from "node:stream";
 import type { EgressRecord, EgressRequest } from "../ledger/schema.ts";
+import { checkSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { EGRESS_PORT, EgressRefusal, normalizeHost, systemResolver, type Resolve } from "./policy.ts";
 
 export const EGRESS_SOCKET_NAME = "egress.sock";
 /** The uid and gid Claude Code runs as in the study image (as for the MCP bridge's socket). */
-const CONTAINER_UID = 1000;
-const CONTAINER_GID = 1000;
 
 export interface EgressLimits {
   maxTunnels: number;
@@ -89,24 +86,9 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const limits = { ...EGRESS_LIMITS, ...opts.limits };
   const allow = new Set(opts.allow.map(normalizeHost));
   const resolve = opts.resolve ?? systemResolver();
-  const containerUid = opts.containerUid ?? CONTAINER_UID;
-  const containerGid = opts.containerGid ?? CONTAINER_GID;
-  const uid = process.getuid?.();
-  // As for the MCP bridge: only the container user may reach the socket. Root hands it over
-  // with chown; a runner that is that uid already owns it; anything else would need a
-  // world-writable socket, so refuse.
-  if (uid !== 0 && uid !== containerUid) {
-    throw new Error(`egress proxy: the runner must run as root or as uid ${containerUid} (the container user) to share the socket; it runs as uid ${uid}`);
-  }
-  let socketDir: string;
-  if (opts.socketDir) {
-    await mkdir(opts.socketDir, { mode: 0o700 }); // fails if it exists: a fresh folder per attempt
-    socketDir = opts.socketDir;
-  } else {
-    socketDir = await mkdtemp(join(tmpdir(), "study-runner-egress-"));
-  }
-  await chmod(socketDir, 0o700);
-  const socketPath = join(socketDir, EGRESS_SOCKET_NAME);
+  // As for the MCP bridge: only the container user may reach the socket.
+  checkSocketOwner("egress proxy", opts);
+  const socketDir = await makeSocketDir(opts.socketDir, "study-runner-egress-");
 
   const totals = { requests: 0, allowed: 0, refused: 0, bytesUp: 0, bytesDown: 0, entriesDropped: 0, droppedConnections: 0 };
   const entries: EgressRequest[] = [];
@@ -256,18 +238,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     socket.destroy();
   });
 
-  await new Promise<void>((ok, fail) => {
-    server.once("error", fail);
-    server.listen(socketPath, () => {
-      server.off("error", fail);
-      ok();
-    });
-  });
-  await chmod(socketPath, 0o600);
-  if (uid === 0) {
-    await chown(socketPath, containerUid, containerGid);
-    await chown(socketDir, containerUid, containerGid);
-  }
+  const socketPath = await listenForContainer(server, socketDir, EGRESS_SOCKET_NAME, opts);
 
   let stopped: Promise<EgressRecord> | undefined;
   const stop = () =>

@@ -7,10 +7,9 @@
  * actually answered.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { chmod, chown, mkdir, mkdtemp, rm } from "node:fs/promises";
+import { rm } from "node:fs/promises";
+import { checkSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { createServer, type Server, type Socket } from "node:net";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER, serverEnvironment } from "./names.ts";
@@ -22,8 +21,7 @@ export const CONTAINER_NODE = "/usr/local/bin/node";
 /** The relay on the host; the image build copies it to CONTAINER_RELAY_PATH. */
 export const RELAY_SCRIPT_PATH = fileURLToPath(new URL("../../docker/helpers/mcp-relay.mjs", import.meta.url));
 /** The uid and gid Claude Code runs as in the study image. */
-export const CONTAINER_UID = 1000;
-export const CONTAINER_GID = 1000;
+export { CONTAINER_UID, CONTAINER_GID } from "../util/container-socket.ts";
 
 /** The `--mcp-config` value of the doc-bridge arm: one stdio server, the relay, inside the container. */
 export function containerMcpConfig(socketPath = `${CONTAINER_SOCKET_DIR}/${SOCKET_NAME}`): string {
@@ -225,25 +223,9 @@ function waitForExit(child: ChildProcess, ms: number): Promise<boolean> {
 export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge> {
   const [command, ...args] = opts.command;
   if (!command) throw new Error("MCP bridge: the engine command is empty");
-  const containerUid = opts.containerUid ?? CONTAINER_UID;
-  const containerGid = opts.containerGid ?? CONTAINER_GID;
-  const uid = process.getuid?.();
-  // The socket must be reachable by the container user and by nobody else: root can hand it
-  // over with chown; a runner that is the container uid already owns it. Anything else
-  // would need a world-accessible socket, so refuse.
-  if (uid !== 0 && uid !== containerUid) {
-    throw new Error(`MCP bridge: the runner must run as root or as uid ${containerUid} (the container user) to share the socket; it runs as uid ${uid}`);
-  }
-
-  let socketDir: string;
-  if (opts.socketDir) {
-    await mkdir(opts.socketDir, { mode: 0o700 }); // fails if it exists: a fresh folder per attempt
-    socketDir = opts.socketDir;
-  } else {
-    socketDir = await mkdtemp(join(tmpdir(), "study-runner-mcp-"));
-  }
-  await chmod(socketDir, 0o700);
-  const socketPath = join(socketDir, SOCKET_NAME);
+  // The socket must be reachable by the container user and by nobody else.
+  checkSocketOwner("MCP bridge", opts);
+  const socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
 
   const recorder = new JsonRpcRecorder();
   const state = { connections: 0, refusedConnections: 0, serverExits: [] as McpBridgeRecord["serverExits"], spawnErrors: [] as string[], serverStderrTail: "" };
@@ -284,18 +266,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     proc.stdout.pipe(socket, { end: false });
   });
 
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(socketPath, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  await chmod(socketPath, 0o600);
-  if (uid === 0) {
-    await chown(socketPath, containerUid, containerGid);
-    await chown(socketDir, containerUid, containerGid);
-  }
+  const socketPath = await listenForContainer(server, socketDir, SOCKET_NAME, opts);
 
   const snapshot = (): McpBridgeRecord => structuredClone({
     connections: state.connections,

@@ -127,10 +127,11 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   }
   await reapOrphans(runtime);
   // A runner killed outright leaves its exports, attempt HOMEs (with a copy of the login) and
-  // doc-bridge socket folders behind; remove those whose runner is gone.
+  // doc-bridge and egress socket folders behind; remove those whose runner is gone.
   await reapOrphanExports();
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("mcp", removeTree);
+  await reapOrphanFolders("egress", removeTree);
   if (config.modelApi) await checkModelApiSocket(config.modelApi.socketPath);
   const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
   if (probed.version !== config.expectedCliVersion) {
@@ -352,7 +353,9 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       cleanups.push(() => b.stop());
     }
     if (config.isolation === "strict") {
-      egress = await startEgressProxy({ allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits });
+      const egressParent = await makeRunnerFolder("egress");
+      cleanups.push(() => removeTree(egressParent));
+      egress = await startEgressProxy({ allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits, socketDir: join(egressParent, "socket") });
       const e = egress;
       cleanups.push(() => e.stop());
     }

@@ -6,9 +6,9 @@ import { isProcessAlive } from "../runtime/reaper.ts";
 /**
  * Per-attempt folders on the host are named `study-runner-<kind>-<pid>-XXXXXX`, so a later run
  * can remove what a runner killed outright (SIGKILL, power loss) left behind: an export, an
- * attempt HOME holding a copy of the CLI login, a doc-bridge socket folder.
+ * attempt HOME holding a copy of the CLI login, a doc-bridge or egress-proxy socket folder.
  */
-export type FolderKind = "export" | "home" | "mcp";
+export type FolderKind = "export" | "home" | "mcp" | "egress";
 
 export const folderPrefix = (kind: FolderKind) => `study-runner-${kind}-`;
 
