@@ -1,11 +1,10 @@
-import { randomBytes } from "node:crypto";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import { buildPrompt, checkPrompt } from "../claude/args.ts";
 import { initialBudget, reserve, settle, type BudgetState, type Reservation } from "../budget/budget.ts";
 import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
 import { budgetTotals, type HttpCall, type Ledger, type Observation } from "../ledger/schema.ts";
-import { computeRunnerHash } from "../ledger/runner-hash.ts";
+import { commonHeader, newRunId } from "../study/header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
 import { DOC_BRIDGE_SERVER } from "../mcp/names.ts";
 import { ExitCode, RefusalError, errorMessage } from "../util/errors.ts";
@@ -93,21 +92,12 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
   const redact = (text: string) => redactSecret(text, key);
   const now = deps.now ?? (() => performance.now());
   const { baseUrl, docBridge } = await preflight(config);
-  const runId = `run-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
+  const runId = newRunId();
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   let budget: BudgetState = initialBudget(config.capUsd);
   const ledger: Ledger = {
-    schemaVersion: 1,
-    runId,
-    createdAt: new Date().toISOString(),
-    protocol: { manifestPath: config.loaded.path, protocolHash: config.loaded.protocolHash },
-    runnerHash: await computeRunnerHash(PROJECT_ROOT),
-    corpus: Object.entries(config.loaded.manifest.repositories).map(([repository, pin]) => ({
-      repository,
-      pin,
-      ...(config.roots.has(repository) ? { root: config.roots.get(repository)! } : {}),
-    })),
+    ...(await commonHeader(runId, config.loaded, config.roots)),
     docBridge,
     image: null,
     cliVersion: null,

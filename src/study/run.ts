@@ -1,4 +1,3 @@
-import { randomBytes } from "node:crypto";
 import { join } from "node:path";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
@@ -21,7 +20,7 @@ import { CLI_PRICES } from "../cost/prices.ts";
 import { initialBudget, reserve, settle, type BudgetState } from "../budget/budget.ts";
 import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
-import { computeRunnerHash } from "../ledger/runner-hash.ts";
+import { commonHeader, newRunId } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
 import { compareMcpRecord, containerMcpConfig, startMcpBridge, type McpBridge } from "../mcp/bridge.ts";
 import { RefusalError, ExitCode, errorMessage } from "../util/errors.ts";
@@ -157,22 +156,13 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
 }
 
 export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
-  const runId = `run-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
+  const runId = newRunId();
   const { probed, login, docBridge } = await preflight(config, deps, runId);
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   let budget: BudgetState = initialBudget(config.capUsd);
   const ledger: Ledger = {
-    schemaVersion: 1,
-    runId,
-    createdAt: new Date().toISOString(),
-    protocol: { manifestPath: config.loaded.path, protocolHash: config.loaded.protocolHash },
-    runnerHash: await computeRunnerHash(PROJECT_ROOT),
-    corpus: Object.entries(config.loaded.manifest.repositories).map(([repository, pin]) => ({
-      repository,
-      pin,
-      ...(config.roots.has(repository) ? { root: config.roots.get(repository)! } : {}),
-    })),
+    ...(await commonHeader(runId, config.loaded, config.roots)),
     docBridge: docBridge ? { engineRevision: docBridge.engineRevision, bundleHash: null, denyList: docBridge.denyList } : null,
     image: { ref: config.image, id: probed.imageId, binarySha256: probed.binarySha256 },
     cliVersion: probed.version,

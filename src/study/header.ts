@@ -1,0 +1,30 @@
+import { randomBytes } from "node:crypto";
+import type { LoadedManifest } from "../manifest/load.ts";
+import type { Ledger } from "../ledger/schema.ts";
+import { computeRunnerHash } from "../ledger/runner-hash.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+
+/** A run id: sortable by time, unique by a random suffix, safe in file names. */
+export function newRunId(): string {
+  return `run-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
+}
+
+/** The part of a ledger header every transport writes the same way. */
+export async function commonHeader(
+  runId: string,
+  loaded: LoadedManifest,
+  roots: ReadonlyMap<string, string>,
+): Promise<Pick<Ledger, "schemaVersion" | "runId" | "createdAt" | "protocol" | "runnerHash" | "corpus">> {
+  return {
+    schemaVersion: 1,
+    runId,
+    createdAt: new Date().toISOString(),
+    protocol: { manifestPath: loaded.path, protocolHash: loaded.protocolHash },
+    runnerHash: await computeRunnerHash(PROJECT_ROOT),
+    corpus: Object.entries(loaded.manifest.repositories).map(([repository, pin]) => ({
+      repository,
+      pin,
+      ...(roots.has(repository) ? { root: roots.get(repository)! } : {}),
+    })),
+  };
+}
