@@ -69,8 +69,10 @@ const notIn = (set: readonly string[], s: string) => (set.includes(s) ? `${s}-x`
 
 const BREAKERS: Record<string, Breaker> = {
   "init model": (e, _a, _p, s) => void (e[0]!.model = s === MODEL ? "claude-sonnet-5" : s),
-  "init tool missing": (e, _a, p) => {
-    const gone = e[0]!.tools[p % e[0]!.tools.length];
+  // Removes one of the arm's expected tools (never a name another breaker added, which would undo it).
+  "init tool missing": (e, a, p) => {
+    const expected: string[] = a === "mcp" ? [...REPO_TOOLS, ...DOC_TOOLS] : [...REPO_TOOLS];
+    const gone = expected[p % expected.length];
     e[0]!.tools = e[0]!.tools.filter((t: string) => t !== gone);
   },
   "init tool extra": (e, a, _p, s) => void e[0]!.tools.push(notIn(a === "mcp" ? [...REPO_TOOLS, ...DOC_TOOLS] : [...REPO_TOOLS], s)),
