@@ -12,7 +12,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { reservedObservation } from "../study/observation.ts";
 import { Progress } from "../study/progress.ts";
 import { summarize } from "../study/run.ts";
-import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome } from "./client.ts";
+import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "./client.ts";
 import { callCeiling, usageCostUsd, type UpperPrices } from "./pricing.ts";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
 import { openRepositoryTools } from "./tools.ts";
@@ -104,6 +104,7 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
     expectedCliVersion: null,
     transport: "http",
     isolation: HTTP_ISOLATION,
+    modelApi: baseUrl === DEFAULT_API_BASE_URL ? "anthropic" : "test",
     model: config.model,
     prices: { [config.model]: { upper: { input: config.prices.inputUsdPerMtok, output: config.prices.outputUsdPerMtok } } },
     mode: config.mode,

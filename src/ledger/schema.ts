@@ -269,6 +269,10 @@ export const LedgerSchema = z
     transport: TransportSchema,
     isolation: z.string().min(1),
     runtime: z.string().min(1).nullable().optional().meta({ description: "cli: the OCI runtime attempts ran under (--runtime); null: the engine's default" }),
+    modelApi: z
+      .enum(["anthropic", "test"])
+      .optional()
+      .meta({ description: "who answered: the model through the real API (anthropic), or a test stand-in (the fake claude image, a scripted API on a unix socket, a test-only --api-base-url): such a run is no evidence about the model" }),
     egressAllow: z.array(z.string().min(1)).optional().meta({ description: "strict isolation: the host names the egress proxy allowed, port 443 only" }),
     model: z.string().min(1),
     prices: PriceTableSchema,

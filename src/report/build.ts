@@ -298,6 +298,7 @@ export function buildReport(input: ReportInput): ReportData {
     if (a.status !== "not run" && (a.outcome === "blocked" || a.outcome === "missing")) gaps.push(`${who}: correctness ${a.outcome} (${a.outcomeReason})`);
     if (a.status !== "not run" && !a.usageComplete) gaps.push(`${who}: usage incomplete; its token counts are known prior turns only or unknown`);
   }
+  if (ledger.modelApi === "test") gaps.push("the model answered through a test endpoint (a scripted or fake API), not the real API: this run is no evidence about the model");
   if (ledger.status !== "awaiting-adjudication") gaps.push(`the run is ${ledger.status}${ledger.statusReason ? `: ${ledger.statusReason}` : ""}`);
   if (record === null) gaps.push("no adjudication record: correctness is unknown for every attempt");
   else {

@@ -4,6 +4,7 @@ import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
+import { IMAGE_LABELS } from "../image/specs.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { attemptContainerSpec } from "../attempt/spec.ts";
@@ -152,12 +153,14 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
     const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
     docBridge = { denyList: denyList(result.tools), engineRevision: result.checkouts[0]?.engineRevision ?? null };
   }
-  return { probed, login, docBridge };
+  // The fake claude image answers without any model: like a scripted API, a test endpoint.
+  const fakeImage = (await runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
+  return { probed, login, docBridge, modelApi: config.modelApi || fakeImage ? ("test" as const) : ("anthropic" as const) };
 }
 
 export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
   const runId = newRunId();
-  const { probed, login, docBridge } = await preflight(config, deps, runId);
+  const { probed, login, docBridge, modelApi } = await preflight(config, deps, runId);
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   let budget: BudgetState = initialBudget(config.capUsd);
@@ -169,6 +172,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     expectedCliVersion: config.expectedCliVersion,
     transport: "cli",
     isolation: config.isolation,
+    modelApi,
     runtime: config.runtime ?? null,
     ...(config.isolation === "strict" ? { egressAllow: [...egressAllowOf(config)] } : {}),
     model: config.model,

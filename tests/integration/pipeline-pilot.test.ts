@@ -61,6 +61,8 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(await fileMode(r.run.output)).toBe(0o600);
     const ledger = await ledgerOf(r.run);
     expect(ledger.status).toBe("awaiting-adjudication");
+    // The fake image answered, not a model: the ledger says so, so it cannot pass for evidence.
+    expect(ledger.modelApi).toBe("test");
     expect(ledger.budget.spentUsd).toBe(summary.spentUsd);
     expect(ledger.budget.reservedUsd).toBe(0);
     expect(ledger.observations.map((o) => [o.arm, o.phase, o.status])).toEqual([

@@ -137,3 +137,12 @@ describe("the HTML page", () => {
     expect(renderHtml(r)).not.toContain("run-<b>");
   });
 });
+
+describe("a run whose model was a test stand-in", () => {
+  it("says so among the gaps, and a run on the real API does not", () => {
+    const ledger = syntheticLedger({ mode: "pilot" });
+    const gap = /the model answered through a test endpoint \(a scripted or fake API\), not the real API/;
+    expect(buildReport({ ledger: { ...ledger, modelApi: "test" }, ledgerSha256: SHA, record: null, manifest: DEMO }).gaps).toEqual(expect.arrayContaining([expect.stringMatching(gap)]));
+    expect(buildReport({ ledger: { ...ledger, modelApi: "anthropic" }, ledgerSha256: SHA, record: null, manifest: DEMO }).gaps.some((g) => gap.test(g))).toBe(false);
+  });
+});
