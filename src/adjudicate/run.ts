@@ -1,3 +1,4 @@
+import { tokenCounts } from "../study/observation.ts";
 import { randomBytes } from "node:crypto";
 import { mkdtemp } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -380,22 +381,13 @@ async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: 
     await writeBackLogin(ctx.login, staged, { lock });
 
     const facts = reader.finish();
-    const cost = computeCost({
-      model: config.model,
-      modelUsage: facts.modelUsage,
-      cacheCreation: facts.cacheCreation,
-      perMessageUsage: facts.perMessageUsage,
-      reportedCostUsd: facts.reportedCostUsd,
-    });
+    const cost = computeCost({ ...facts, model: config.model });
     Object.assign(run, {
       model: facts.initModel,
       tools: facts.initTools,
       toolCalls: facts.toolCalls,
       toolCallsByName: facts.toolCallsByName,
-      inputTokens: facts.inputTokens,
-      outputTokens: facts.outputTokens,
-      cacheCreationInputTokens: facts.cacheCreationInputTokens,
-      cacheReadInputTokens: facts.cacheReadInputTokens,
+      ...tokenCounts(facts),
       numTurns: facts.numTurns,
       cliSubtype: facts.cliSubtype,
       isError: facts.isError,

@@ -1,6 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { AttemptStatusSchema, budgetTotals, PhaseSchema, RunStatusSchema } from "../ledger/schema.ts";
+import { AttemptStatusSchema, budgetTotals, Count, PhaseSchema, RunStatusSchema, Sha256, TokenCount, Usd, USD_EPSILON } from "../ledger/schema.ts";
 
 /**
  * The adjudication record: a private companion of one ledger (issue 8). It never changes the
@@ -10,12 +10,6 @@ import { AttemptStatusSchema, budgetTotals, PhaseSchema, RunStatusSchema } from 
  * never below the truth.
  */
 
-const SHA256_RE = /^[0-9a-f]{64}$/;
-const USD_EPSILON = 1e-9;
-const Sha256 = z.string().regex(SHA256_RE, "must be a lowercase hex sha256");
-const Usd = z.number().finite().nonnegative();
-const Count = z.number().int().nonnegative();
-const TokenCount = Count.nullable();
 
 export const ADJUDICATION_SCHEMA_VERSION = 1;
 

@@ -113,14 +113,6 @@ export function settle(state: BudgetState, reservation: Reservation, outcome: Se
   };
 }
 
-/** The `--max-budget-usd` value: plain decimal, at most 6 decimals, no exponent ("0.1", "1"). */
-export function formatMaxBudgetArg(reservation: Reservation): string {
-  const micros = reservationPico(reservation) / PICO_PER_MICRO;
-  if (micros <= 0n) throw new RangeError(`a reservation must be positive, got ${reservation.reservedUsd}`);
-  const whole = micros / 1_000_000n;
-  const frac = (micros % 1_000_000n).toString().padStart(6, "0").replace(/0+$/, "");
-  return frac ? `${whole}.${frac}` : `${whole}`;
-}
 
 function reservationPico(reservation: Reservation): bigint {
   const p = usdToPico(reservation.reservedUsd, "floor");

@@ -32,13 +32,7 @@ export async function classifyCommand(file: string, flags: ClassifyFlags): Promi
     throw new UsageError(`cannot read transcript ${file}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
   }
   const facts = reader.finish();
-  const cost = computeCost({
-    model: flags.model,
-    modelUsage: facts.modelUsage,
-    cacheCreation: facts.cacheCreation,
-    perMessageUsage: facts.perMessageUsage,
-    reportedCostUsd: facts.reportedCostUsd,
-  });
+  const cost = computeCost({ ...facts, model: flags.model });
   const verdict = classifyAttempt({ facts, exitCode, timedOut: flags.timedOut ?? false, truncated: flags.truncated ?? false, cost });
   const { answer, ...shown } = facts;
   const out = {

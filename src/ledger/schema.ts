@@ -10,15 +10,15 @@ import { COMMIT_RE } from "../manifest/schema.ts";
  * that silently misstates money or status.
  */
 
-const SHA256_RE = /^[0-9a-f]{64}$/;
+export const SHA256_RE = /^[0-9a-f]{64}$/;
 /** Float sums of the same charges in a different order may differ by far less than this. */
-const USD_EPSILON = 1e-9;
+export const USD_EPSILON = 1e-9;
 
-const Sha256 = z.string().regex(SHA256_RE, "must be a lowercase hex sha256");
-const Usd = z.number().finite().nonnegative();
-const Count = z.number().int().nonnegative();
+export const Sha256 = z.string().regex(SHA256_RE, "must be a lowercase hex sha256");
+export const Usd = z.number().finite().nonnegative();
+export const Count = z.number().int().nonnegative();
 /** A usage figure the transcript did not report is null, never zero (architecture: fail closed). */
-const TokenCount = Count.nullable();
+export const TokenCount = Count.nullable();
 
 export const LEDGER_SCHEMA_VERSION = 1;
 

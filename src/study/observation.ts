@@ -56,7 +56,7 @@ export function reservedObservation(a: PlannedAttempt, o: { transport: "cli" | "
  * Measured on 2.1.296: on `error_max_budget_usd` the result's `usage` is all zeros while
  * `modelUsage` holds the real counts, and a zero would understate the attempt.
  */
-function tokenCounts(facts: TranscriptFacts) {
+export function tokenCounts(facts: TranscriptFacts) {
   if (!facts.modelUsage) {
     return { inputTokens: facts.inputTokens, outputTokens: facts.outputTokens, cacheCreationInputTokens: facts.cacheCreationInputTokens, cacheReadInputTokens: facts.cacheReadInputTokens };
   }

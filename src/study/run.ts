@@ -409,13 +409,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     }
     await writeBackLogin(ctx.login, staged, { lock: ctx.lock });
 
-    const cost = computeCost({
-      model: config.model,
-      modelUsage: facts.modelUsage,
-      cacheCreation: facts.cacheCreation,
-      perMessageUsage: facts.perMessageUsage,
-      reportedCostUsd: facts.reportedCostUsd,
-    });
+    const cost = computeCost({ ...facts, model: config.model });
     Object.assign(obs, factsToObservation(facts, cost));
     if (deps.signal?.aborted) {
       const reason = `interrupted by ${String(deps.signal.reason ?? "a signal")}`;

@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatMaxBudgetArg, initialBudget, reserve, settle, type BudgetState, type Reservation } from "../../src/budget/budget.ts";
+import { initialBudget, reserve, settle, type BudgetState, type Reservation } from "../../src/budget/budget.ts";
+import { formatBudgetUsd } from "../../src/claude/args.ts";
 import type { AttemptStatus } from "../../src/transcript/classify.ts";
 
 function reserved(state: BudgetState, limit: number): { reservation: Reservation; state: BudgetState } {
@@ -14,7 +15,7 @@ describe("reserve (seed 000: the full limit must fit under the remaining cap)", 
     const r = reserved(initialBudget(1), 0.1);
     expect(r.reservation).toEqual({ reservedUsd: 0.1 });
     expect(r.state).toEqual({ capUsd: 1, spentUsd: 0, reservedUsd: 0.1 });
-    expect(formatMaxBudgetArg(r.reservation)).toBe("0.1");
+    expect(formatBudgetUsd(r.reservation.reservedUsd)).toBe("0.1");
   });
 
   it("rounds the limit down to 6 decimals, exactly", () => {
@@ -148,7 +149,7 @@ describe("settle (seed 000 and the 001 amendment: charging)", () => {
   });
 });
 
-describe("formatMaxBudgetArg", () => {
+describe("the reservation as --max-budget-usd", () => {
   it.each([
     [0.1, "0.1"],
     [1, "1"],
@@ -157,11 +158,6 @@ describe("formatMaxBudgetArg", () => {
     [0.25, "0.25"],
     [100, "100"],
   ])("%s -> %s (plain decimal, never an exponent)", (usd, arg) => {
-    expect(formatMaxBudgetArg({ reservedUsd: usd })).toBe(arg);
-  });
-
-  it("rejects a reservation that is not a positive 6-decimal amount", () => {
-    expect(() => formatMaxBudgetArg({ reservedUsd: 0 })).toThrow(RangeError);
-    expect(() => formatMaxBudgetArg({ reservedUsd: 0.0000001 })).toThrow(RangeError);
+    expect(formatBudgetUsd(reserved(initialBudget(1000), usd).reservation.reservedUsd)).toBe(arg);
   });
 });

@@ -5,7 +5,7 @@ import { readTranscript } from "../../src/transcript/reader.ts";
 import { baseEvents, expectation, toText } from "./transcript-fixtures.ts";
 
 const costOf = (facts: ReturnType<typeof readTranscript>) =>
-  computeCost({ model: facts.requestedModel, modelUsage: facts.modelUsage, cacheCreation: facts.cacheCreation, perMessageUsage: facts.perMessageUsage, reportedCostUsd: facts.reportedCostUsd });
+  computeCost({ ...facts, model: facts.requestedModel });
 
 describe("observation token counts", () => {
   it("take modelUsage when the result's usage was zeroed (measured on error_max_budget_usd)", () => {
