@@ -1,30 +1,25 @@
-import { tokenCounts } from "../study/observation.ts";
 import { randomBytes } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
-import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
+import { reapOrphanExports, removeTree } from "../export/export.ts";
 import { hasCommit } from "../corpus/git.ts";
-import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
-import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
-import { runBounded } from "../attempt/run.ts";
+import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLock } from "../attempt/login.ts";
+import type { NetworkSetting } from "../attempt/spec.ts";
 import { expectedInitTools } from "../claude/args.ts";
-import { TranscriptReader } from "../transcript/reader.ts";
-import { classifyAttempt } from "../transcript/classify.ts";
-import { computeCost } from "../cost/compute.ts";
-import { initialBudget, reserve, settle, type BudgetState } from "../budget/budget.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
+import { RefusalError, UsageError, errorMessage } from "../util/errors.ts";
+import { reapOrphanFolders, type FolderKind } from "../util/orphans.ts";
+import { runLoop, type Checkpoint, type RunKind } from "../loop/loop.ts";
+import { runCliInContainer } from "../cli-attempt/run.ts";
+import { emptyRunFacts } from "../cli-attempt/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments } from "./prompt.ts";
 import { planAdjudication, readVerdict, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
-import { createRecord, writeRecord, type RecordHandle } from "./store.ts";
+import { createRecord, writeRecord } from "./store.ts";
 
 /**
  * Blind agent adjudication of one ledger (issue 8): one fresh hardened container per answer,
@@ -63,6 +58,10 @@ export interface AdjudicationDeps {
   stdout: (text: string) => void;
   stderr: NodeJS.WritableStream;
   signal?: AbortSignal;
+  checkpoint?: (point: Checkpoint) => void;
+  /** Makes the runner-owned folders of an item (HOME); makeRunnerFolder by default. */
+  makeFolder?: (kind: FolderKind) => Promise<string>;
+  now?: () => Date;
 }
 
 export interface AdjudicationSummary {
@@ -103,6 +102,7 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   }
   await reapOrphans(deps.runtime);
   await reapOrphanExports();
+  await reapOrphanFolders("home", removeTree);
   const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels(id, "probe") });
   if (probed.version !== config.expectedCliVersion) {
     throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
@@ -121,36 +121,7 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
 }
 
 function emptyRun(reservationUsd: number): AdjudicatorRun {
-  return {
-    phase: "reserved",
-    reservationUsd,
-    startedAt: null,
-    containerId: null,
-    exportHash: null,
-    model: null,
-    tools: null,
-    toolCalls: 0,
-    toolCallsByName: {},
-    inputTokens: null,
-    outputTokens: null,
-    cacheCreationInputTokens: null,
-    cacheReadInputTokens: null,
-    numTurns: null,
-    cliSubtype: null,
-    isError: null,
-    usageComplete: false,
-    cliReportedCostUsd: null,
-    computedCostUsd: null,
-    costBasis: null,
-    setupProblems: [],
-    costProblem: null,
-    exitCode: null,
-    timedOut: false,
-    truncated: false,
-    wallTimeMs: null,
-    status: null,
-    chargedUsd: null,
-  };
+  return { ...emptyRunFacts(reservationUsd), exitCode: null, timedOut: false, truncated: false };
 }
 
 function decided(p: PlannedItem, outcome: Outcome, reason: string, decidedBy: Item["decidedBy"], extra: Partial<Item> = {}): Item {
@@ -179,7 +150,6 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   for (const p of plan.items) if (p.prompt !== null) needed.set(`${p.repository}@${p.pin}`, { repository: p.repository, pin: p.pin });
   const { probed, login } = await preflight(config, deps, adjudicationId, [...needed.values()]);
 
-  let budget: BudgetState = initialBudget(config.capUsd);
   const record: AdjudicationRecord = {
     schemaVersion: 1,
     kind: "adjudication",
@@ -215,75 +185,115 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   };
   const checkouts = [...new Set([...config.roots.values(), ...config.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []))])];
   const handle = await createRecord(config.output, record, { checkouts, projectRoot: PROJECT_ROOT });
-  const syncBudget = (capExceeded = record.budget.cumulativeCapExceeded) => {
-    record.budget = { ...record.budget, reservedUsd: budget.reservedUsd, spentUsd: budget.spentUsd + budget.reservedUsd, cumulativeCapExceeded: capExceeded };
-  };
   const say = (line: string) => {
     if (!config.quiet) deps.stderr.write(`study-runner adjudicate: ${line}\n`);
   };
+  const tag = (p: PlannedItem) => `[${p.position + 1}/${plan.items.length}] ${p.itemId}`;
 
-  let stopReason: string | null = null;
-  for (const p of plan.items) {
-    const tag = `[${p.position + 1}/${plan.items.length}] ${p.itemId}`;
-    if (stopReason !== null) {
-      record.items.push(decided(p, "blocked", `not adjudicated: ${stopReason}`, "runner"));
-      continue;
-    }
-    if (p.decision !== null) {
+  const locks = new Map<PlannedItem, LoginLock>();
+  const structured = new Map<PlannedItem, { structuredOutput: unknown; resultText: string | null }>();
+  const kind: RunKind<PlannedItem, AdjudicatorRun> = {
+    noun: "item",
+    number: (p) => p.position + 1,
+    describe: (p) => `the adjudicator run of item ${p.position + 1}`,
+    limitUsd: config.itemBudgetUsd,
+    recordWithoutRun(p) {
+      if (p.decision === null) return false;
       record.items.push(decided(p, p.decision.outcome, p.decision.reason, "runner"));
-      await writeRecord(handle, record);
-      say(`${tag}: ${p.decision.outcome} (no adjudicator run)`);
-      continue;
-    }
-    if (deps.signal?.aborted) {
-      stopReason = `interrupted by ${String(deps.signal.reason ?? "a signal")} before item ${p.position + 1}`;
-      record.items.push(decided(p, "blocked", `not adjudicated: ${stopReason}`, "runner"));
-      continue;
-    }
-    const reserved = reserve(budget, config.itemBudgetUsd);
-    if (!reserved.ok) {
-      stopReason = `item ${p.position + 1} refused: ${reserved.reason}`;
-      record.items.push(decided(p, "blocked", `not adjudicated: ${stopReason}`, "runner"));
-      continue;
-    }
-    budget = reserved.state;
-    const item: Item = { ...decided(p, "blocked", "pending", null), outcome: null, score: null, reason: null, run: emptyRun(reserved.reservation.reservedUsd) };
-    record.items.push(item);
-    syncBudget();
-    await writeRecord(handle, record); // before anything is spent
-    say(`${tag}: started`);
-
-    const outcome = await runItem(config, deps, { id: adjudicationId, p, item, run: item.run!, login, maxBudgetUsd: reserved.reservation.reservedUsd, handle, record });
-    const run = item.run!;
-    const settled = settle(budget, reserved.reservation, { status: outcome.status, reportedCostUsd: run.cliReportedCostUsd, computedCostUsd: run.computedCostUsd });
-    budget = settled.state;
-    Object.assign(run, { phase: "settled", status: settled.status, chargedUsd: settled.chargedUsd });
-    syncBudget(record.budget.cumulativeCapExceeded || settled.cumulativeCapExceeded);
-
-    if (settled.status !== "completed") {
-      stopReason = `the adjudicator run of item ${p.position + 1} ended ${settled.status}: ${outcome.reason}`;
-      Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: stopReason });
-    } else {
-      const reading = readVerdict(outcome.structuredOutput, outcome.resultText, p.expectedCount);
-      if (reading.ok) {
-        Object.assign(item, { outcome: reading.verdict.outcome, score: OUTCOME_SCORES[reading.verdict.outcome], decidedBy: "adjudicator", reason: `adjudicator verdict (from ${reading.source})`, verdict: reading.verdict });
+      say(`${tag(p)}: ${p.decision.outcome} (no adjudicator run)`);
+      return true;
+    },
+    // As for attempts: the login before the reservation, held until the login is written back.
+    async acquire(p) {
+      const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: adjudicationId, signal: deps.signal });
+      locks.set(p, lock);
+      return { release: () => (locks.delete(p), lock.release()) };
+    },
+    open(p, reservationUsd) {
+      const item: Item = { ...decided(p, "blocked", "pending", null), outcome: null, score: null, reason: null, run: emptyRun(reservationUsd) };
+      record.items.push(item);
+      return item.run!;
+    },
+    async runOne(p, ctx) {
+      const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
+      structured.set(p, out);
+      const result = await runCliInContainer(
+        { runtime: deps.runtime, makeFolder: deps.makeFolder, now: deps.now, checkpoint: deps.checkpoint, signal: deps.signal },
+        {
+          export: {
+            repoDir: config.roots.get(p.repository)!,
+            pin: p.pin,
+            answerKeys: config.loaded.manifest.answerKeys?.[p.repository] ?? [],
+            labels: { run: adjudicationId, attempt: `adjudicate-${p.position}` },
+          },
+          login,
+          lock: locks.get(p)!,
+          image: config.image,
+          argv: adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! }),
+          arm: "repository",
+          model: config.model,
+          expectedTools: expectedInitTools("repository"),
+          expectedCliVersion: config.expectedCliVersion,
+          network: networkFor(config.isolation),
+          labels: runnerLabels(adjudicationId, `adjudicate-${p.position}`),
+          attemptIndex: p.position,
+          fake: config.fake,
+          timeoutMs: config.timeoutMs,
+          stdoutLimitBytes: config.stdoutLimitBytes,
+          onLine: (line) => readResultEvent(line, out),
+        },
+        ctx.entry,
+        ctx.persist,
+      );
+      return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
+    },
+    settled(p, run, stopReason) {
+      const item = record.items[record.items.length - 1]!;
+      const out = structured.get(p);
+      structured.delete(p);
+      if (run.status !== "completed") {
+        Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: stopReason });
       } else {
-        // One unusable verdict says nothing about the others: this item is missing, the rest go on.
-        Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: `the adjudicator's output is unusable: ${reading.problem}` });
+        const reading = readVerdict(out?.structuredOutput, out?.resultText ?? null, p.expectedCount);
+        if (reading.ok) {
+          Object.assign(item, { outcome: reading.verdict.outcome, score: OUTCOME_SCORES[reading.verdict.outcome], decidedBy: "adjudicator", reason: `adjudicator verdict (from ${reading.source})`, verdict: reading.verdict });
+        } else {
+          // One unusable verdict says nothing about the others: this item is missing, the rest go on.
+          Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: `the adjudicator's output is unusable: ${reading.problem}` });
+        }
       }
-      if (settled.cumulativeCapExceeded) stopReason = `the cumulative cap of ${config.capUsd} USD was passed after item ${p.position + 1}`;
-    }
-    await writeRecord(handle, record); // after the outcome is known
-    say(`${tag}: ${item.outcome}, charged ${run.chargedUsd} USD, spent ${record.budget.spentUsd} of ${config.capUsd} USD`);
-  }
-  record.status = stopReason === null ? "complete" : "blocked";
-  if (stopReason !== null) record.statusReason = stopReason;
-  await writeRecord(handle, record);
-
+      say(`${tag(p)}: ${item.outcome}, charged ${run.chargedUsd} USD, spent ${record.budget.spentUsd} of ${config.capUsd} USD`);
+    },
+    notReached(p, stopReason) {
+      record.items.push(decided(p, "blocked", `not adjudicated: ${stopReason}`, "runner"));
+    },
+  };
+  const end = await runLoop({
+    kind,
+    units: plan.items,
+    book: record,
+    capUsd: config.capUsd,
+    doneStatus: "complete",
+    persist: () => writeRecord(handle, record),
+    progress: { start: (p) => say(`${tag(p)}: started`), end: () => {}, stopLive: () => {} },
+    checkpoint: deps.checkpoint,
+    signal: deps.signal,
+  });
   deps.stdout(JSON.stringify(summarizeAdjudication(record, handle), null, 2) + "\n");
-  if (record.status === "complete") return ExitCode.ok;
-  if (deps.signal?.aborted) return deps.signal.reason === "SIGTERM" ? ExitCode.sigterm : ExitCode.sigint;
-  return ExitCode.blocked;
+  return end.exitCode;
+}
+
+/** Keeps the structured output and the result text of the last result event; its validity is the transcript reader's verdict. */
+function readResultEvent(line: string, out: { structuredOutput: unknown; resultText: string | null }): void {
+  if (!line.includes('"result"')) return;
+  try {
+    const event = JSON.parse(line) as Record<string, unknown>;
+    if (event?.type !== "result") return;
+    out.structuredOutput = event.structured_output;
+    out.resultText = typeof event.result === "string" ? event.result : null;
+  } catch {
+    // The reader records the malformed line.
+  }
 }
 
 export function summarizeAdjudication(record: AdjudicationRecord, handle: { path: string }): AdjudicationSummary {
@@ -306,106 +316,5 @@ export function summarizeAdjudication(record: AdjudicationRecord, handle: { path
     method: "agent",
     humanReview: false,
   };
-}
-
-interface ItemContext {
-  id: string;
-  p: PlannedItem;
-  item: Item;
-  run: AdjudicatorRun;
-  login: LoginLocation;
-  maxBudgetUsd: number;
-  handle: RecordHandle;
-  record: AdjudicationRecord;
-}
-
-interface ItemOutcome {
-  status: NonNullable<AdjudicatorRun["status"]>;
-  reason: string;
-  structuredOutput: unknown;
-  resultText: string | null;
-}
-
-/** One adjudicator container; fills `ctx.run`. Every resource is released whatever happens. */
-async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: ItemContext): Promise<ItemOutcome> {
-  const { p, run } = ctx;
-  const cleanups: Array<() => Promise<unknown>> = [];
-  const label = `adjudicate-${p.position}`;
-  try {
-    const exported = await exportAtPin({
-      repoDir: config.roots.get(p.repository)!,
-      pin: p.pin,
-      answerKeys: config.loaded.manifest.answerKeys?.[p.repository] ?? [],
-      labels: { run: ctx.id, attempt: label },
-    });
-    cleanups.push(() => removeExport(exported.dir));
-    run.exportHash = exported.exportHash;
-    const lock = await acquireLoginLock(ctx.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ctx.id });
-    cleanups.push(() => lock.release());
-    const homeParent = await mkdtemp(join(tmpdir(), `study-runner-home-${process.pid}-`));
-    cleanups.push(() => removeTree(homeParent));
-    const staged = await stageLogin(ctx.login, join(homeParent, "home"));
-
-    const argv = adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.maxBudgetUsd, prompt: p.prompt! });
-    const spec = attemptContainerSpec({
-      image: config.image,
-      argv,
-      exportDir: exported.dir,
-      homeDir: staged.homeDir,
-      network: networkFor(config.isolation),
-      labels: runnerLabels(ctx.id, label),
-      attemptIndex: p.position,
-      fake: config.fake,
-    });
-    const reader = new TranscriptReader({ arm: "repository", model: config.model, expectedTools: expectedInitTools("repository"), cliVersion: config.expectedCliVersion });
-    let structuredOutput: unknown = undefined;
-    let resultText: string | null = null;
-    const onLine = (line: string) => {
-      reader.pushLine(line);
-      if (!line.includes('"result"')) return;
-      try {
-        const event = JSON.parse(line) as Record<string, unknown>;
-        if (event?.type !== "result") return;
-        // The last result wins, as in the reader; its validity is the reader's verdict.
-        structuredOutput = event.structured_output;
-        resultText = typeof event.result === "string" ? event.result : null;
-      } catch {
-        // The reader records the malformed line.
-      }
-    };
-    run.startedAt = new Date().toISOString();
-    run.phase = "running";
-    await writeRecord(ctx.handle, ctx.record); // the child may spend from here on
-    const raw = await runBounded(deps.runtime, spec, onLine, { timeoutMs: config.timeoutMs, stdoutLimitBytes: config.stdoutLimitBytes, signal: deps.signal });
-    Object.assign(run, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
-    await writeBackLogin(ctx.login, staged, { lock });
-
-    const facts = reader.finish();
-    const cost = computeCost({ ...facts, model: config.model });
-    Object.assign(run, {
-      model: facts.initModel,
-      tools: facts.initTools,
-      toolCalls: facts.toolCalls,
-      toolCallsByName: facts.toolCallsByName,
-      ...tokenCounts(facts),
-      numTurns: facts.numTurns,
-      cliSubtype: facts.cliSubtype,
-      isError: facts.isError,
-      usageComplete: facts.usageComplete,
-      cliReportedCostUsd: cost.reportedCostUsd,
-      computedCostUsd: cost.computedCostUsd,
-      costBasis: cost.costBasis ? { ...cost.costBasis } : null,
-      setupProblems: facts.setupProblems,
-      costProblem: cost.problems.length ? cost.problems.join("; ") : null,
-    });
-    if (deps.signal?.aborted) return { status: "failed", reason: `interrupted by ${String(deps.signal.reason ?? "a signal")}`, structuredOutput, resultText };
-    const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
-    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
-    if (verdict.status === "invalid-setup" && run.setupProblems.length === 0) run.setupProblems = [verdict.reason];
-    if (verdict.status === "invalid-cost" && run.costProblem === null) run.costProblem = verdict.reason;
-    return { ...verdict, structuredOutput, resultText };
-  } finally {
-    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
-  }
 }
 

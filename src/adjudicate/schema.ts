@@ -1,6 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { AttemptStatusSchema, budgetTotals, Count, PhaseSchema, RunStatusSchema, Sha256, TokenCount, Usd, USD_EPSILON } from "../ledger/schema.ts";
+import { AttemptStatusSchema, budgetTotals, Count, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd, USD_EPSILON } from "../ledger/schema.ts";
 
 /**
  * The adjudication record: a private companion of one ledger (issue 8). It never changes the
@@ -60,49 +60,14 @@ export type Verdict = z.infer<typeof VerdictSchema>;
 /** The adjudicator's own container run: the facts an attempt records, for money and audit. */
 export const AdjudicatorRunSchema = z
   .strictObject({
-    phase: PhaseSchema,
+    ...RUN_FACTS_SHAPE,
     reservationUsd: Usd.meta({ description: "the reservation, also passed as --max-budget-usd" }),
-    startedAt: z.iso.datetime().nullable(),
-    containerId: z.string().min(1).nullable(),
-    exportHash: Sha256.nullable(),
-    model: z.string().nullable().meta({ description: "the init event's model" }),
-    tools: z.array(z.string()).nullable(),
-    toolCalls: Count,
-    toolCallsByName: z.record(z.string(), Count),
-    inputTokens: TokenCount,
-    outputTokens: TokenCount,
-    cacheCreationInputTokens: TokenCount,
-    cacheReadInputTokens: TokenCount,
-    numTurns: Count.nullable(),
-    cliSubtype: z.string().nullable(),
-    isError: z.boolean().nullable(),
-    usageComplete: z.boolean(),
-    cliReportedCostUsd: Usd.nullable(),
-    computedCostUsd: Usd.nullable(),
-    costBasis: z.record(z.string(), z.unknown()).nullable(),
-    setupProblems: z.array(z.string()),
-    costProblem: z.string().nullable(),
+    status: AttemptStatusSchema.nullable().meta({ description: "the run's own status, by the attempt rules; null until settled" }),
     exitCode: z.number().int().nullable(),
     timedOut: z.boolean(),
     truncated: z.boolean(),
-    wallTimeMs: Count.nullable(),
-    status: AttemptStatusSchema.nullable().meta({ description: "the run's own status, by the attempt rules; null until settled" }),
-    chargedUsd: Usd.nullable(),
   })
-  .superRefine((r, ctx) => {
-    const settled = r.phase === "settled";
-    if (settled !== (r.status !== null)) ctx.addIssue({ code: "custom", path: ["status"], message: settled ? "a settled run must have a status" : "must be null until the run is settled" });
-    if (settled !== (r.chargedUsd !== null)) ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: settled ? "a settled run must have a charge" : "must be null until the run is settled" });
-    if (r.status === null || r.chargedUsd === null) return;
-    if (r.status === "completed") {
-      for (const key of ["cliReportedCostUsd", "computedCostUsd"] as const) {
-        const cost = r[key];
-        if (cost !== null && r.chargedUsd < cost - USD_EPSILON) ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below ${key}; a completed run is charged the larger valid cost` });
-      }
-    } else if (r.chargedUsd < r.reservationUsd - USD_EPSILON) {
-      ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below the reservation; a ${r.status} run keeps its reservation charged` });
-    }
-  });
+  .superRefine((r, ctx) => refineSettledRun(r, ctx, "run"));
 export type AdjudicatorRun = z.infer<typeof AdjudicatorRunSchema>;
 
 export const ItemSchema = z

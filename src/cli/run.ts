@@ -137,7 +137,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   if (flags.transport === "http") (await import("../http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
   await checkRoots(manifest, roots);
 
-  const { referenceEngineCommand } = await import("../mcp/preflight.ts");
+  const [{ referenceEngineCommand }, { killAtCheckpoint }] = await Promise.all([import("../mcp/preflight.ts"), import("../loop/checkpoint.ts")]);
   const controller = new AbortController();
   // First signal: stop the current container, keep its reservation charged, end blocked.
   // A second one exits at once; the ledger on disk is always a complete atomic write.
@@ -200,7 +200,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         memoryBytes: flags.testMemoryLimitMb === undefined ? undefined : testNumber("--test-memory-limit-mb", flags.testMemoryLimitMb)! * 1024 * 1024,
         quiet: flags.quiet,
       },
-      { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal },
+      { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal, checkpoint: killAtCheckpoint(process.env) },
     );
   } finally {
     process.off("SIGINT", onSignal);

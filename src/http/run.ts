@@ -1,13 +1,14 @@
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import { buildPrompt, checkPrompt } from "../claude/args.ts";
-import { initialBudget, reserve, settle, type BudgetState, type Reservation } from "../budget/budget.ts";
-import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
-import { budgetTotals, type HttpCall, type Ledger, type Observation } from "../ledger/schema.ts";
+import type { Reservation } from "../budget/budget.ts";
+import { createLedger, writeLedger } from "../ledger/store.ts";
+import type { HttpCall, Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId } from "../study/header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
 import { DOC_BRIDGE_SERVER } from "../mcp/names.ts";
-import { ExitCode, RefusalError, errorMessage } from "../util/errors.ts";
+import { RefusalError, errorMessage } from "../util/errors.ts";
+import { runLoop, type Meter, type RunKind } from "../loop/loop.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { reservedObservation } from "../study/observation.ts";
 import { Progress } from "../study/progress.ts";
@@ -95,7 +96,6 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
   const runId = newRunId();
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
-  let budget: BudgetState = initialBudget(config.capUsd);
   const ledger: Ledger = {
     ...(await commonHeader(runId, config.loaded, config.roots)),
     docBridge,
@@ -115,56 +115,39 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
   };
   // Everything the runner writes goes through the redaction, whatever the API echoed back.
   const handle = await createLedger(config.output, redactDeep(ledger, key), { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
-  const write = () => {
-    const totals = budgetTotals(ledger.observations);
-    ledger.budget = { ...ledger.budget, reservedUsd: totals.reservedUsd, spentUsd: totals.spentUsd };
-    return writeLedger(handle, redactDeep(ledger, key));
+  const write = () => writeLedger(handle, redactDeep(ledger, key));
+
+  const kind: RunKind<PlannedAttempt, Observation> = {
+    noun: "attempt",
+    number: (a) => a.index + 1,
+    describe: (a) => `attempt ${a.index + 1} (${a.taskId}, ${a.scenario}, repetition ${a.repetition})`,
+    // This transport reserves per call, through the meter.
+    limitUsd: null,
+    open(a) {
+      const obs = reservedObservation(a, { transport: "http", cliVersion: null, expectedCliVersion: null, attemptBudgetUsd: null, reservationUsd: 0 });
+      obs.calls = [];
+      ledger.observations.push(obs);
+      return obs;
+    },
+    async runOne(attempt, ctx) {
+      const account = callAccount({ prices: config.prices, obs: ctx.entry, meter: ctx.meter, write, redact });
+      const outcome = await runAttempt(config, deps, { attempt, obs: ctx.entry, account, baseUrl, now, write, redact });
+      // The unit is charged what its calls were charged; the loop sums them.
+      return { status: outcome.status, reason: redact(outcome.reason), reportedCostUsd: null, computedCostUsd: null };
+    },
   };
-
-  for (const attempt of config.plan) {
-    if (deps.signal?.aborted) {
-      ledger.status = "blocked";
-      ledger.statusReason = `interrupted by ${String(deps.signal.reason ?? "a signal")} before attempt ${attempt.index + 1}`;
-      break;
-    }
-    const obs = reservedObservation(attempt, { transport: "http", cliVersion: null, expectedCliVersion: null, attemptBudgetUsd: null, reservationUsd: 0 });
-    obs.calls = [];
-    ledger.observations.push(obs);
-    await write();
-    progress.start(attempt);
-
-    const account = callAccount({
-      prices: config.prices,
-      obs,
-      getBudget: () => budget,
-      setBudget: (b) => (budget = b),
-      onCapExceeded: () => (ledger.budget.cumulativeCapExceeded = true),
-      write,
-      redact,
-    });
-    const outcome = await runAttempt(config, deps, { attempt, obs, account, baseUrl, now, write, redact }).finally(() => progress.stopLive());
-
-    Object.assign(obs, { phase: "settled", status: outcome.status, chargedUsd: obs.reservationUsd });
-    if (outcome.status !== "completed") {
-      ledger.status = "blocked";
-      ledger.statusReason = redact(`attempt ${attempt.index + 1} (${attempt.taskId}, ${attempt.scenario}, repetition ${attempt.repetition}) ended ${outcome.status}: ${outcome.reason}`);
-    } else if (ledger.budget.cumulativeCapExceeded) {
-      ledger.status = "blocked";
-      ledger.statusReason = `the cumulative cap of ${config.capUsd} USD was passed after attempt ${attempt.index + 1}`;
-    }
-    await write(); // after the outcome is known
-    progress.end(attempt, obs, ledger.budget.spentUsd);
-    if (ledger.status === "blocked") break;
-  }
-  if (ledger.status === "running") {
-    ledger.status = "awaiting-adjudication";
-    await write();
-  }
-
+  const end = await runLoop({
+    kind,
+    units: config.plan,
+    book: ledger,
+    capUsd: config.capUsd,
+    doneStatus: "awaiting-adjudication",
+    persist: write,
+    progress: { start: (a) => progress.start(a), end: (a, obs, spent) => progress.end(a, obs, spent), stopLive: () => progress.stopLive() },
+    signal: deps.signal,
+  });
   deps.stdout(JSON.stringify(redactDeep(summarize(config, ledger, handle), key), null, 2) + "\n");
-  if (ledger.status === "awaiting-adjudication") return ExitCode.ok;
-  if (deps.signal?.aborted) return deps.signal.reason === "SIGTERM" ? ExitCode.sigterm : ExitCode.sigint;
-  return ExitCode.blocked;
+  return end.exitCode;
 }
 
 /** The observation's hold: settled calls at their charge, the open one at its reservation. */
@@ -182,29 +165,20 @@ function sumUsd(amounts: readonly number[]): number {
  * persist it before the call; release the unused part from measured usage; keep it charged
  * when the usage is unknown. Each step is written to the ledger before the next one starts.
  */
-function callAccount(o: {
-  prices: UpperPrices;
-  obs: Observation;
-  getBudget(): BudgetState;
-  setBudget(b: BudgetState): void;
-  onCapExceeded(): void;
-  write(): Promise<void>;
-  redact(text: string): string;
-}): CallAccount {
+function callAccount(o: { prices: UpperPrices; obs: Observation; meter: Meter; write(): Promise<void>; redact(text: string): string }): CallAccount {
   let open: { call: HttpCall; reservation: Reservation } | undefined;
   const calls = o.obs.calls!;
   return {
     async open(turn, requestBytes) {
       if (open) throw new Error("a call is already open");
       const ceiling = callCeiling(requestBytes, o.prices);
-      const reserved = reserve(o.getBudget(), ceiling.reservationUsd);
+      const reserved = o.meter.reserve(ceiling.reservationUsd);
       if (!reserved.ok) {
         return {
           ok: false,
           reason: `call ${turn} was not made: its reservation of ${ceiling.reservationUsd} USD (${ceiling.inputCeilingTokens} input and ${ceiling.outputCeilingTokens} output tokens at the upper prices) does not fit under the remaining budget of ${reserved.remainingUsd} USD`,
         };
       }
-      o.setBudget(reserved.state);
       const call: HttpCall = {
         turn,
         requestBytes,
@@ -231,14 +205,13 @@ function callAccount(o: {
       open = undefined;
       const usage = outcome.kind === "message" || outcome.kind === "bad-message" ? outcome.usage : null;
       const settled = usage
-        ? settle(o.getBudget(), reservation, {
+        ? o.meter.settle(reservation, {
             // Usage above the ceiling is charged at least the reservation (and the measured cost if larger).
             status: usage.inputTokens > call.inputCeilingTokens || usage.outputTokens > call.outputCeilingTokens ? "budget-exceeded" : "completed",
             reportedCostUsd: null,
             computedCostUsd: usageCostUsd(usage, o.prices),
           })
-        : settle(o.getBudget(), reservation, { status: "failed", reportedCostUsd: null, computedCostUsd: null });
-      o.setBudget(settled.state);
+        : o.meter.settle(reservation, { status: "failed", reportedCostUsd: null, computedCostUsd: null });
       Object.assign(call, {
         chargedUsd: settled.chargedUsd,
         inputTokens: usage?.inputTokens ?? null,
@@ -249,7 +222,6 @@ function callAccount(o: {
         problem: outcome.kind === "message" ? null : o.redact(outcome.problem),
       } satisfies Partial<HttpCall>);
       o.obs.reservationUsd = hold(calls);
-      if (settled.cumulativeCapExceeded) o.onCapExceeded();
       await o.write();
       return { capExceeded: settled.cumulativeCapExceeded };
     },

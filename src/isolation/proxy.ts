@@ -16,7 +16,7 @@ import { connect as netConnect, isIP, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Duplex } from "node:stream";
 import type { EgressRecord, EgressRequest } from "../ledger/schema.ts";
-import { checkSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
+import { checkSocketOwner, CONTAINER_UID, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { EGRESS_PORT, EgressRefusal, normalizeHost, systemResolver, type Resolve } from "./policy.ts";
 
 export const EGRESS_SOCKET_NAME = "egress.sock";
@@ -81,6 +81,16 @@ interface OpenEntry {
 const ANSWERED_LINGER_MS = 2000;
 
 const TARGET_RE = /^(?:\[([0-9A-Fa-f:.]+)\]|([^\s:/[\]@]+)):([0-9]{1,5})$/;
+
+/**
+ * The proxy's socket is shared with the container user only (the same rule as the MCP bridge),
+ * which needs a runner that is root or that user: a problem to report before anything is
+ * reserved, or null.
+ */
+export function checkEgressRunner(uid: number | undefined = process.getuid?.()): string | null {
+  if (uid === 0 || uid === CONTAINER_UID) return null;
+  return `--isolation strict needs the runner to run as root or as uid ${CONTAINER_UID} (the container user) to share the proxy socket; it runs as uid ${uid}`;
+}
 
 export async function startEgressProxy(opts: EgressProxyOptions): Promise<EgressProxy> {
   const limits = { ...EGRESS_LIMITS, ...opts.limits };

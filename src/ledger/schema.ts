@@ -100,6 +100,81 @@ export const EgressRecordSchema = z
     }
   });
 
+/**
+ * What every paid run of the CLI records, an attempt of the study or a run of the adjudicator:
+ * its money, its container and the facts of its transcript. The observation and the adjudicator
+ * run are both built on this part and its settlement rule, so the two cannot drift apart.
+ */
+export const RUN_FACTS_SHAPE = {
+  phase: PhaseSchema,
+  reservationUsd: Usd.meta({
+    description: "the hold: cli the reservation, also passed as --max-budget-usd; http the settled call charges plus the open call's reservation",
+  }),
+  startedAt: z.iso.datetime().nullable(),
+  containerId: z.string().min(1).nullable(),
+  exportHash: Sha256.nullable(),
+  model: z.string().nullable().meta({ description: "the init event's model" }),
+  tools: z.array(z.string()).nullable().meta({ description: "the init event's tools" }),
+  toolCallsByName: z.record(z.string(), Count),
+  toolCalls: Count.meta({ description: "every tool_use counted once by id, refused calls included" }),
+  inputTokens: TokenCount,
+  outputTokens: TokenCount,
+  cacheCreationInputTokens: TokenCount,
+  cacheReadInputTokens: TokenCount,
+  numTurns: Count.nullable(),
+  cliSubtype: z.string().nullable(),
+  isError: z.boolean().nullable(),
+  usageComplete: z.boolean(),
+  cliReportedCostUsd: Usd.nullable().meta({ description: "the CLI's total_cost_usd, or null" }),
+  computedCostUsd: Usd.nullable().meta({ description: "list-price cost from modelUsage and the price table" }),
+  costBasis: z.record(z.string(), z.unknown()).nullable().meta({ description: "how computedCostUsd was priced (tier and its source)" }),
+  setupProblems: z.array(z.string()),
+  costProblem: z.string().nullable(),
+  wallTimeMs: Count.nullable(),
+  status: AttemptStatusSchema.nullable().meta({ description: "null until settled" }),
+  chargedUsd: Usd.nullable().meta({ description: "null until settled; then the final charge" }),
+};
+
+type RunFactsShape = { [K in keyof typeof RUN_FACTS_SHAPE]: z.infer<(typeof RUN_FACTS_SHAPE)[K]> };
+/** The shared part of an observation and of an adjudicator run. */
+export type RunFacts = RunFactsShape;
+
+/**
+ * The settlement rules every paid run obeys: settled exactly when it has a status and a charge; a
+ * completed run is charged at least each valid cost and has no setup or cost problem; any other
+ * status keeps at least its reservation charged and says why.
+ */
+export function refineSettledRun(o: RunFactsShape, ctx: z.core.$RefinementCtx, noun = "attempt"): void {
+  const settled = o.phase === "settled";
+  if (settled !== (o.status !== null)) {
+    ctx.addIssue({ code: "custom", path: ["status"], message: settled ? `a settled ${noun} must have a status` : `must be null until the ${noun} is settled` });
+  }
+  if (settled !== (o.chargedUsd !== null)) {
+    ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: settled ? `a settled ${noun} must have a charge` : `must be null until the ${noun} is settled` });
+  }
+  if (o.status === null || o.chargedUsd === null) return;
+  if (o.status === "completed") {
+    // A completed run settles to the larger of total_cost_usd and the computed cost.
+    for (const key of ["cliReportedCostUsd", "computedCostUsd"] as const) {
+      const cost = o[key];
+      if (cost !== null && o.chargedUsd < cost - USD_EPSILON) {
+        ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below ${key}; a completed ${noun} is charged the larger valid cost` });
+      }
+    }
+    if (o.setupProblems.length) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite setup problems; any setup problem makes the attempt invalid-setup" });
+    if (o.costProblem !== null) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite a cost problem; that is invalid-cost" });
+  } else if (o.chargedUsd < o.reservationUsd - USD_EPSILON) {
+    // Any other outcome is charged max(reservation, every valid cost).
+    ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below the reservation; a ${o.status} ${noun} keeps its reservation charged` });
+  }
+  if (o.status === "invalid-setup" && o.setupProblems.length === 0) {
+    ctx.addIssue({ code: "custom", path: ["setupProblems"], message: "is empty; invalid-setup must say which setup check failed" });
+  }
+  if (o.status === "invalid-cost" && o.costProblem === null) {
+    ctx.addIssue({ code: "custom", path: ["costProblem"], message: "is null; invalid-cost must say why the cost could not be trusted" });
+  }
+}
+
 export const ObservationSchema = z
   .strictObject({
     index: Count.meta({ description: "0-based position in run order; equals the position in `observations`" }),
@@ -113,40 +188,14 @@ export const ObservationSchema = z
     cliVersion: z.string().nullable(),
     expectedCliVersion: z.string().nullable(),
     attemptBudgetUsd: Usd.nullable().meta({ description: "cli: the per-attempt limit; http: null (it reserves per call)" }),
-    reservationUsd: Usd.meta({
-      description: "cli: the reservation, also passed as --max-budget-usd; http: the attempt's hold, settled call charges plus the open call's reservation",
-    }),
-    phase: PhaseSchema,
-    startedAt: z.iso.datetime().nullable(),
-    model: z.string().nullable().meta({ description: "the init event's model" }),
-    tools: z.array(z.string()).nullable().meta({ description: "the init event's tools" }),
+    ...RUN_FACTS_SHAPE,
     mcpServers: z.array(McpServerStatusSchema).nullable().meta({ description: "the init event's mcp_servers" }),
-    toolCallsByName: z.record(z.string(), Count),
-    toolCalls: Count.meta({ description: "every tool_use counted once by id, refused calls included" }),
     permissionDenials: z.array(PermissionDenialSchema),
-    inputTokens: TokenCount,
-    outputTokens: TokenCount,
-    cacheCreationInputTokens: TokenCount,
-    cacheReadInputTokens: TokenCount,
-    numTurns: Count.nullable(),
-    cliSubtype: z.string().nullable(),
-    isError: z.boolean().nullable(),
-    usageComplete: z.boolean(),
     toolErrorsByName: z.record(z.string(), Count),
-    cliReportedCostUsd: Usd.nullable().meta({ description: "the CLI's total_cost_usd, or null" }),
-    computedCostUsd: Usd.nullable().meta({ description: "list-price cost from modelUsage and the price table" }),
-    costBasis: z.record(z.string(), z.unknown()).nullable().meta({ description: "how computedCostUsd was priced (tier and its source)" }),
-    setupProblems: z.array(z.string()),
-    costProblem: z.string().nullable(),
-    chargedUsd: Usd.nullable().meta({ description: "null until settled; then the final charge" }),
-    wallTimeMs: Count.nullable(),
-    status: AttemptStatusSchema.nullable().meta({ description: "null until settled" }),
     answer: z.string().nullable().meta({ description: "private: never printed" }),
     correctness: z.null(),
     adjudication: z.literal("pending"),
-    exportHash: Sha256.nullable(),
-    containerId: z.string().min(1).nullable(),
-    // Extension fields for later issues; absent until the stage that records them exists.
+    // Extension fields; absent until the stage that records them ran.
     mcp: z.record(z.string(), z.unknown()).optional().meta({ description: "the doc-bridge server's own record of the attempt" }),
     egress: EgressRecordSchema.optional().meta({ description: "strict isolation only: every request to the egress proxy" }),
     exitCode: z.number().int().nullable().optional(),
@@ -156,13 +205,7 @@ export const ObservationSchema = z
     calls: z.array(HttpCallSchema).optional().meta({ description: "http transport: every paid call in order" }),
   })
   .superRefine((o, ctx) => {
-    const settled = o.phase === "settled";
-    if (settled !== (o.status !== null)) {
-      ctx.addIssue({ code: "custom", path: ["status"], message: settled ? "a settled attempt must have a status" : "must be null until the attempt is settled" });
-    }
-    if (settled !== (o.chargedUsd !== null)) {
-      ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: settled ? "a settled attempt must have a charge" : "must be null until the attempt is settled" });
-    }
+    refineSettledRun(o, ctx);
     if (o.attemptBudgetUsd !== null && o.reservationUsd > o.attemptBudgetUsd + USD_EPSILON) {
       ctx.addIssue({ code: "custom", path: ["reservationUsd"], message: "exceeds attemptBudgetUsd" });
     }
@@ -172,28 +215,7 @@ export const ObservationSchema = z
     } else {
       checkHttpCalls(o, ctx);
     }
-    if (o.status === null || o.chargedUsd === null) return;
-    if (o.status === "completed") {
-      // Seed 000: a completed attempt settles to the larger of total_cost_usd and the computed cost.
-      for (const key of ["cliReportedCostUsd", "computedCostUsd"] as const) {
-        const cost = o[key];
-        if (cost !== null && o.chargedUsd < cost - USD_EPSILON) {
-          ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below ${key}; a completed attempt is charged the larger valid cost` });
-        }
-      }
-      if (o.setupProblems.length) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite setup problems; any setup problem makes the attempt invalid-setup" });
-      if (o.costProblem !== null) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite a cost problem; that is invalid-cost" });
-      if (o.answer === null) ctx.addIssue({ code: "custom", path: ["answer"], message: "is null; completed means an answer was returned" });
-    } else if (o.chargedUsd < o.reservationUsd - USD_EPSILON) {
-      // Seed 000: any other outcome is charged max(reservation, every valid cost).
-      ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below the reservation; a ${o.status} attempt keeps its reservation charged` });
-    }
-    if (o.status === "invalid-setup" && o.setupProblems.length === 0) {
-      ctx.addIssue({ code: "custom", path: ["setupProblems"], message: "is empty; invalid-setup must say which setup check failed" });
-    }
-    if (o.status === "invalid-cost" && o.costProblem === null) {
-      ctx.addIssue({ code: "custom", path: ["costProblem"], message: "is null; invalid-cost must say why the cost could not be trusted" });
-    }
+    if (o.status === "completed" && o.answer === null) ctx.addIssue({ code: "custom", path: ["answer"], message: "is null; completed means an answer was returned" });
   });
 
 /**

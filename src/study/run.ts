@@ -1,33 +1,28 @@
-import { join } from "node:path";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
-import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
-import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
-import { attemptContainerSpec } from "../attempt/spec.ts";
+import { reapOrphanExports, removeTree } from "../export/export.ts";
+import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { checkModelApiSocket } from "../attempt/model-api.ts";
-import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
+import { checkEgressRunner, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
-import { runBounded, type RawOutcome } from "../attempt/run.ts";
 import { buildPrompt, cliArguments, denyList, expectedInitTools, EMPTY_MCP_CONFIG } from "../claude/args.ts";
-import { TranscriptReader } from "../transcript/reader.ts";
-import { classifyAttempt } from "../transcript/classify.ts";
-import { computeCost } from "../cost/compute.ts";
 import { CLI_PRICES } from "../cost/prices.ts";
-import { initialBudget, reserve, settle, type BudgetState } from "../budget/budget.ts";
-import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
+import { createLedger, writeLedger } from "../ledger/store.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
-import { compareMcpRecord, containerMcpConfig, startMcpBridge, type McpBridge } from "../mcp/bridge.ts";
-import { RefusalError, ExitCode, errorMessage } from "../util/errors.ts";
+import { containerMcpConfig } from "../mcp/bridge.ts";
+import { RefusalError, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
-import { factsToObservation, reservedObservation } from "./observation.ts";
+import { reapOrphanFolders, type FolderKind } from "../util/orphans.ts";
+import { runLoop, type Checkpoint, type RunKind } from "../loop/loop.ts";
+import { runCliInContainer } from "../cli-attempt/run.ts";
+import { observationExtras, reservedObservation } from "./observation.ts";
 import { Progress } from "./progress.ts";
 
 export interface StudyConfig {
@@ -82,6 +77,12 @@ export interface StudyDeps {
   signal?: AbortSignal;
   /** Sees every stdout line of every attempt (tests read the init event with it). */
   onTranscriptLine?: (attempt: PlannedAttempt, line: string) => void;
+  /** Called at each named point between ledger writes (the reliability tests stop the process there). */
+  checkpoint?: (point: Checkpoint) => void;
+  /** Makes the runner-owned folders of an attempt (HOME, sockets); makeRunnerFolder by default. */
+  makeFolder?: (kind: FolderKind) => Promise<string>;
+  /** The current time, for the ledger's timestamps. */
+  now?: () => Date;
 }
 
 export interface StudySummary {
@@ -121,8 +122,8 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   if (config.isolation === "strict") {
     // The proxy's socket is shared with the container user only (src/isolation/proxy.ts): check
     // it here, not in the first attempt after its reservation.
-    const uid = process.getuid?.();
-    if (uid !== 0 && uid !== 1000) throw new RefusalError(`--isolation strict needs the runner to run as root or as uid 1000 (the container user) to share the proxy socket; it runs as uid ${uid}`);
+    const runnerProblem = checkEgressRunner();
+    if (runnerProblem) throw new RefusalError(runnerProblem);
     if (egressAllowOf(config).length === 0) throw new RefusalError("--isolation strict with an empty allowlist; give --egress-allow or use --isolation offline");
   }
   await reapOrphans(runtime);
@@ -163,7 +164,6 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const { probed, login, docBridge, modelApi } = await preflight(config, deps, runId);
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
-  let budget: BudgetState = initialBudget(config.capUsd);
   const ledger: Ledger = {
     ...(await commonHeader(runId, config.loaded, config.roots)),
     docBridge: docBridge ? { engineRevision: docBridge.engineRevision, bundleHash: null, denyList: docBridge.denyList } : null,
@@ -184,27 +184,19 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     observations: [],
   };
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
-  const syncBudget = (capExceeded = ledger.budget.cumulativeCapExceeded) => {
-    ledger.budget = {
-      ...ledger.budget,
-      reservedUsd: budget.reservedUsd,
-      spentUsd: budget.spentUsd + budget.reservedUsd,
-      cumulativeCapExceeded: capExceeded,
-    };
-  };
+  const persist = () => writeLedger(handle, ledger);
 
-  for (const attempt of config.plan) {
-    if (deps.signal?.aborted) {
-      ledger.status = "blocked";
-      ledger.statusReason = `interrupted by ${String(deps.signal.reason ?? "a signal")} before attempt ${attempt.index + 1}`;
-      break;
-    }
+  const locks = new Map<PlannedAttempt, LoginLock>();
+  const kind: RunKind<PlannedAttempt, Observation> = {
+    noun: "attempt",
+    number: (a) => a.index + 1,
+    describe: (a) => `attempt ${a.index + 1} (${a.taskId}, ${a.scenario}, repetition ${a.repetition})`,
+    limitUsd: config.attemptBudgetUsd,
     // The login lock comes before the reservation: a run that never gets the login (another run
-    // holds it past the timeout, or a signal ends the wait) has started and spent nothing for
-    // this attempt. The lock is held until the attempt's login has been written back.
-    let lock: LoginLock;
-    try {
-      lock = await acquireLoginLock(login, {
+    // holds it past the timeout, or a signal ends the wait) has reserved nothing for this attempt.
+    // It is held until the attempt's login has been written back.
+    async acquire(a) {
+      const lock = await acquireLoginLock(login, {
         timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
         staleMs: config.loginLockStaleMs,
         holder: runId,
@@ -212,219 +204,94 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
         // Not silent: a dead run's lock is only taken over once it is stale (30 s).
         onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
       });
-    } catch (err) {
-      if (!(err instanceof RefusalError)) throw err;
-      ledger.status = "blocked";
-      ledger.statusReason = `attempt ${attempt.index + 1} not started, nothing reserved: ${errorMessage(err)}`;
-      break;
-    }
-    try {
-      const reserved = reserve(budget, config.attemptBudgetUsd);
-      if (!reserved.ok) {
-        ledger.status = "blocked";
-        ledger.statusReason = `attempt ${attempt.index + 1} refused: ${reserved.reason}`;
-        break;
-      }
-      budget = reserved.state;
-      const obs = reservedObservation(attempt, {
-        transport: "cli",
-        cliVersion: probed.version,
-        expectedCliVersion: config.expectedCliVersion,
-        attemptBudgetUsd: config.attemptBudgetUsd,
-        reservationUsd: reserved.reservation.reservedUsd,
-      });
+      locks.set(a, lock);
+      return { release: () => (locks.delete(a), lock.release()) };
+    },
+    open(a, reservationUsd) {
+      const obs = reservedObservation(a, { transport: "cli", cliVersion: probed.version, expectedCliVersion: config.expectedCliVersion, attemptBudgetUsd: config.attemptBudgetUsd, reservationUsd });
       ledger.observations.push(obs);
-      syncBudget();
-      testKillPoint("before-reserve-write");
-      await writeLedger(handle, ledger); // before anything is spent
-      testKillPoint("after-reserve-write");
-      progress.start(attempt);
-
-      const outcome = await runAttempt(config, deps, { runId, attempt, obs, login, denied: docBridge?.denyList ?? [], maxBudgetUsd: reserved.reservation.reservedUsd, handle, ledger, progress, lock })
-        .catch(async (err: unknown) => {
-          // The runner's own fault (the engine gone, a full disk): the
-          // outcome is unknown, so the attempt stays unsettled with its reservation counted as spent,
-          // and the run ends blocked saying why. If even this write fails, the ledger on disk is the
-          // previous atomic write (status running, the same reservation open): never an under-count.
-          ledger.status = "blocked";
-          ledger.statusReason = `attempt ${attempt.index + 1} stopped by a fault of the runner: ${errorMessage(err)}; the attempt was not settled and its reservation stays charged`;
-          await writeLedger(handle, ledger).catch(() => undefined);
-          throw err;
-        })
-        .finally(() => progress.stopLive());
-
-      const settled = settle(budget, reserved.reservation, {
-        status: outcome.status,
-        reportedCostUsd: obs.cliReportedCostUsd,
-        computedCostUsd: obs.computedCostUsd,
-      });
-      budget = settled.state;
-      Object.assign(obs, { phase: "settled", status: settled.status, chargedUsd: settled.chargedUsd });
-      syncBudget(ledger.budget.cumulativeCapExceeded || settled.cumulativeCapExceeded);
-      if (settled.status !== "completed") {
-        ledger.status = "blocked";
-        ledger.statusReason = `attempt ${attempt.index + 1} (${attempt.taskId}, ${attempt.scenario}, repetition ${attempt.repetition}) ended ${settled.status}: ${outcome.reason}`;
-      } else if (settled.cumulativeCapExceeded) {
-        ledger.status = "blocked";
-        ledger.statusReason = `the cumulative cap of ${config.capUsd} USD was passed after attempt ${attempt.index + 1}`;
-      }
-      testKillPoint("after-attempt-before-write");
-      await writeLedger(handle, ledger); // after the outcome is known
-      progress.end(attempt, obs, ledger.budget.spentUsd);
-    } finally {
-      await lock.release();
-    }
-    if (ledger.status === "blocked") break;
-  }
-  // Every way out of the loop ends with a write: a run blocked before an attempt started (the cap,
-  // the login, a signal) must say so on disk too, not only in the summary.
-  if (ledger.status === "running") ledger.status = "awaiting-adjudication";
-  await writeLedger(handle, ledger);
-
+      return obs;
+    },
+    async runOne(a, ctx) {
+      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd }, ctx.entry, ctx.persist);
+      return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
+    },
+  };
+  const end = await runLoop({
+    kind,
+    units: config.plan,
+    book: ledger,
+    capUsd: config.capUsd,
+    doneStatus: "awaiting-adjudication",
+    persist,
+    progress: { start: (a) => progress.start(a), end: (a, obs, spent) => progress.end(a, obs, spent), stopLive: () => progress.stopLive() },
+    checkpoint: deps.checkpoint,
+    signal: deps.signal,
+  });
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
-  if (ledger.status === "awaiting-adjudication") return ExitCode.ok;
-  if (deps.signal?.aborted) return deps.signal.reason === "SIGTERM" ? ExitCode.sigterm : ExitCode.sigint;
-  return ExitCode.blocked;
-}
-
-/**
- * TEST-ONLY (issue 10, docs/reliability.md): with STUDY_RUNNER_TEST_KILL_AT=<point> in its
- * environment, the runner kills itself with SIGKILL at that point, so a test can stop it at an
- * exact place between ledger writes and check what a crash there leaves. Points, in run order:
- * before-reserve-write, after-reserve-write, before-container-start, during-attempt (the first
- * stdout line of the running container), after-attempt-before-write. Read here only.
- */
-function testKillPoint(point: string): void {
-  if (process.env.STUDY_RUNNER_TEST_KILL_AT === point) process.kill(process.pid, "SIGKILL");
+  return end.exitCode;
 }
 
 interface AttemptContext {
-  /** The login lock, held by the caller for the whole attempt. */
-  lock: LoginLock;
-  progress: Progress;
   runId: string;
   attempt: PlannedAttempt;
-  obs: Observation;
   login: LoginLocation;
+  /** The login lock, held by the loop for the whole attempt. */
+  lock: LoginLock;
   denied: string[];
   maxBudgetUsd: number;
-  handle: LedgerHandle;
-  ledger: Ledger;
 }
 
-/**
- * One attempt: export, login copy under the lock, the doc-bridge bridge in the MCP arm,
- * the container, the transcript, the cost. Fills `obs`; returns the classification. Every
- * resource is released whatever happens; a fault of the runner itself propagates.
- */
-async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptContext): Promise<{ status: Observation["status"] & string; reason: string }> {
-  const { attempt, obs } = ctx;
+/** One attempt of the study: its arguments and container, through the shared CLI stage. Fills `obs`. */
+async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptContext, obs: Observation, persist: () => Promise<void>) {
+  const { attempt } = ctx;
   const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
   const repoDir = config.roots.get(attempt.repository)!;
-  const attemptLabel = String(attempt.index);
-  const cleanups: Array<() => Promise<unknown>> = [];
-  let bridge: McpBridge | undefined;
-  let egress: EgressProxy | undefined;
-  try {
-    const exported = await exportAtPin({
-      repoDir,
-      pin: attempt.pin,
-      answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [],
-      labels: { run: ctx.runId, attempt: attemptLabel },
-    });
-    cleanups.push(() => removeExport(exported.dir));
-    obs.exportHash = exported.exportHash;
-
-    const homeParent = await makeRunnerFolder("home");
-    cleanups.push(() => removeTree(homeParent));
-    const staged = await stageLogin(ctx.login, join(homeParent, "home"));
-
-    if (attempt.arm === "mcp") {
-      const mcpParent = await makeRunnerFolder("mcp");
-      cleanups.push(() => removeTree(mcpParent));
-      bridge = await startMcpBridge({ command: config.docBridgeCommand, cwd: repoDir, socketDir: join(mcpParent, "socket") });
-      const b = bridge;
-      cleanups.push(() => b.stop());
-    }
-    if (config.isolation === "strict") {
-      const egressParent = await makeRunnerFolder("egress");
-      cleanups.push(() => removeTree(egressParent));
-      egress = await startEgressProxy({ allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits, socketDir: join(egressParent, "socket") });
-      const e = egress;
-      cleanups.push(() => e.stop());
-    }
-    const argv = cliArguments({
-      arm: attempt.arm,
-      model: config.model,
-      maxBudgetUsd: ctx.maxBudgetUsd,
-      prompt: buildPrompt(task),
-      deniedMcpTools: ctx.denied,
-      mcpConfig: attempt.arm === "mcp" ? containerMcpConfig() : EMPTY_MCP_CONFIG,
-    });
-    const spec = attemptContainerSpec({
+  const argv = cliArguments({
+    arm: attempt.arm,
+    model: config.model,
+    maxBudgetUsd: ctx.maxBudgetUsd,
+    prompt: buildPrompt(task),
+    deniedMcpTools: ctx.denied,
+    mcpConfig: attempt.arm === "mcp" ? containerMcpConfig() : EMPTY_MCP_CONFIG,
+  });
+  const result = await runCliInContainer(
+    { runtime: deps.runtime, makeFolder: deps.makeFolder, now: deps.now, checkpoint: deps.checkpoint, signal: deps.signal },
+    {
+      export: {
+        repoDir,
+        pin: attempt.pin,
+        answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [],
+        labels: { run: ctx.runId, attempt: String(attempt.index) },
+      },
+      login: ctx.login,
+      lock: ctx.lock,
       image: config.image,
       argv,
-      exportDir: exported.dir,
-      homeDir: staged.homeDir,
-      mcpSocketDir: bridge?.socketDir,
+      arm: attempt.arm,
+      model: config.model,
+      expectedTools: expectedInitTools(attempt.arm),
+      expectedCliVersion: config.expectedCliVersion,
       network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
+      docBridge: attempt.arm === "mcp" ? { command: config.docBridgeCommand, cwd: repoDir } : undefined,
+      egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits } : undefined,
       modelApiSocket: config.modelApi?.socketPath,
-      egressProxySocket: egress?.socketPath,
-      runtime: config.runtime,
-      labels: runnerLabels(ctx.runId, attemptLabel),
+      runtimeName: config.runtime,
+      labels: runnerLabels(ctx.runId, String(attempt.index)),
       attemptIndex: attempt.index,
       fake: config.fake,
       memoryBytes: config.memoryBytes,
-    });
-
-    const reader = new TranscriptReader({ arm: attempt.arm, model: config.model, expectedTools: expectedInitTools(attempt.arm), cliVersion: config.expectedCliVersion });
-    obs.phase = "running";
-    obs.startedAt = new Date().toISOString();
-    await writeLedger(ctx.handle, ctx.ledger); // the child may spend from here on
-    testKillPoint("before-container-start");
-    let raw: RawOutcome;
-    raw = await runBounded(deps.runtime, spec, (line) => {
-      testKillPoint("during-attempt");
-      reader.pushLine(line);
-      deps.onTranscriptLine?.(attempt, line);
-    }, {
       timeoutMs: config.timeoutMs,
       stdoutLimitBytes: config.stdoutLimitBytes,
-      signal: deps.signal,
-    });
-    Object.assign(obs, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated, oomKilled: raw.oomKilled });
-
-    const facts = reader.finish();
-    // A refused request does not fail the attempt by itself (issue 9): it is recorded and reported.
-    if (egress) obs.egress = await egress.stop();
-    if (bridge) {
-      const record = await bridge.stop();
-      bridge = undefined;
-      obs.mcp = { toolCalls: record.toolCalls, connections: record.connections, messages: record.messages };
-      const mismatch = compareMcpRecord(record, facts.docBridgeCalls.map((c) => c.name));
-      // The CLI lists the server's tools before its init event, so a "connected" server that
-      // never connected through the runner is a treatment that did not come from the runner.
-      if (record.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
-      facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
-    }
-    await writeBackLogin(ctx.login, staged, { lock: ctx.lock });
-
-    const cost = computeCost({ ...facts, model: config.model });
-    Object.assign(obs, factsToObservation(facts, cost));
-    if (deps.signal?.aborted) {
-      const reason = `interrupted by ${String(deps.signal.reason ?? "a signal")}`;
-      return { status: "failed", reason };
-    }
-    // A kill after the result event and its grace period is the runner's doing, not a CLI failure.
-    const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
-    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
-    if (verdict.status === "invalid-setup" && obs.setupProblems.length === 0) obs.setupProblems = [verdict.reason];
-    if (verdict.status === "invalid-cost" && obs.costProblem === null) obs.costProblem = verdict.reason;
-    if (verdict.status !== "completed" && raw.oomKilled) return { status: verdict.status, reason: `${verdict.reason} (the container was killed by its memory limit)` };
-    return verdict;
-  } finally {
-    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
-  }
+      onLine: deps.onTranscriptLine && ((line) => deps.onTranscriptLine!(attempt, line)),
+    },
+    obs,
+    persist,
+  );
+  Object.assign(obs, observationExtras(result.facts), { oomKilled: result.oomKilled });
+  if (result.mcp) obs.mcp = { toolCalls: result.mcp.toolCalls, connections: result.mcp.connections, messages: result.mcp.messages };
+  if (result.egress) obs.egress = result.egress;
+  return result;
 }
 
 function pricesForLedger(): Ledger["prices"] {

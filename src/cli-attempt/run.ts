@@ -1,0 +1,169 @@
+import { join } from "node:path";
+import type { ContainerRuntime } from "../runtime/port.ts";
+import { exportAtPin, removeExport, removeTree, type ExportOptions } from "../export/export.ts";
+import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
+import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
+import { runBounded } from "../attempt/run.ts";
+import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
+import { compareMcpRecord, startMcpBridge, type McpBridge, type McpBridgeRecord } from "../mcp/bridge.ts";
+import type { Arm } from "../plan/plan.ts";
+import { TranscriptReader, type TranscriptFacts } from "../transcript/reader.ts";
+import { classifyAttempt, type AttemptStatus } from "../transcript/classify.ts";
+import { computeCost, type CostResult } from "../cost/compute.ts";
+import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
+import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
+import type { Checkpoint } from "../loop/loop.ts";
+import { runFactsFrom } from "./record.ts";
+
+/**
+ * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
+ * outcome: the stage that the study's attempts and the adjudicator's items share. It fills the
+ * shared part of the caller's record as it goes and returns the verdict; it never reserves or
+ * settles (the loop does). Every resource it made is released whatever happens; a fault of the
+ * runner itself propagates.
+ */
+
+export interface CliRunDeps {
+  runtime: ContainerRuntime;
+  /** Makes a fresh runner-owned folder (named with the runner's pid, reaped after a crash). */
+  makeFolder?: (kind: FolderKind) => Promise<string>;
+  /** The current time, for `startedAt`. */
+  now?: () => Date;
+  checkpoint?: (point: Checkpoint) => void;
+  /** Aborted on SIGINT/SIGTERM: the container is stopped. */
+  signal?: AbortSignal;
+}
+
+export interface CliRunInput {
+  export: ExportOptions;
+  login: LoginLocation;
+  /** Held by the caller for the whole run: the refreshed login is written back under it. */
+  lock: LoginLock;
+  image: string;
+  argv: readonly string[];
+  /** Which arm's setup the transcript must show (the adjudicator runs as the repository arm). */
+  arm: Arm;
+  model: string;
+  expectedTools: readonly string[];
+  expectedCliVersion: string;
+  network: NetworkSetting;
+  /** The MCP arm: the doc-bridge engine command and its checkout, served through a per-run bridge. */
+  docBridge?: { command: string[]; cwd: string };
+  /** Strict isolation: the egress proxy's allowlist and, for tests, its resolver and bounds. */
+  egress?: Pick<EgressProxyOptions, "allow" | "resolve" | "limits">;
+  /** A Messages API on a host unix socket (the scripted API, the demo). */
+  modelApiSocket?: string;
+  runtimeName?: string;
+  labels: Record<string, string>;
+  attemptIndex: number;
+  fake?: { behaviourFile?: string; recordsDir?: string };
+  memoryBytes?: number;
+  timeoutMs?: number;
+  stdoutLimitBytes?: number;
+  /** Sees every stdout line. */
+  onLine?: (line: string) => void;
+}
+
+export interface CliRunResult {
+  status: AttemptStatus;
+  reason: string;
+  facts: TranscriptFacts;
+  cost: CostResult;
+  oomKilled: boolean;
+  mcp?: McpBridgeRecord;
+  egress?: EgressRecord;
+}
+
+/** Fills `record` (export hash, container, transcript facts, cost) and persists it once before the container starts. */
+export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, record: RunFacts, persist: () => Promise<void>): Promise<CliRunResult> {
+  const makeFolder = deps.makeFolder ?? makeRunnerFolder;
+  const checkpoint = deps.checkpoint ?? (() => {});
+  const cleanups: Array<() => Promise<unknown>> = [];
+  let bridge: McpBridge | undefined;
+  let egress: EgressProxy | undefined;
+  try {
+    const exported = await exportAtPin(input.export);
+    cleanups.push(() => removeExport(exported.dir));
+    record.exportHash = exported.exportHash;
+
+    const homeParent = await makeFolder("home");
+    cleanups.push(() => removeTree(homeParent));
+    const staged = await stageLogin(input.login, join(homeParent, "home"));
+
+    if (input.docBridge) {
+      const mcpParent = await makeFolder("mcp");
+      cleanups.push(() => removeTree(mcpParent));
+      bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, socketDir: join(mcpParent, "socket") });
+      const b = bridge;
+      cleanups.push(() => b.stop());
+    }
+    if (input.egress) {
+      const egressParent = await makeFolder("egress");
+      cleanups.push(() => removeTree(egressParent));
+      egress = await startEgressProxy({ ...input.egress, socketDir: join(egressParent, "socket") });
+      const e = egress;
+      cleanups.push(() => e.stop());
+    }
+    const spec = attemptContainerSpec({
+      image: input.image,
+      argv: input.argv,
+      exportDir: exported.dir,
+      homeDir: staged.homeDir,
+      mcpSocketDir: bridge?.socketDir,
+      network: input.network,
+      modelApiSocket: input.modelApiSocket,
+      egressProxySocket: egress?.socketPath,
+      runtime: input.runtimeName,
+      labels: input.labels,
+      attemptIndex: input.attemptIndex,
+      fake: input.fake,
+      memoryBytes: input.memoryBytes,
+    });
+
+    const reader = new TranscriptReader({ arm: input.arm, model: input.model, expectedTools: input.expectedTools, cliVersion: input.expectedCliVersion });
+    record.phase = "running";
+    record.startedAt = (deps.now?.() ?? new Date()).toISOString();
+    await persist(); // the child may spend from here on
+    checkpoint("before-container-start");
+    const raw = await runBounded(
+      deps.runtime,
+      spec,
+      (line) => {
+        checkpoint("during-attempt");
+        reader.pushLine(line);
+        input.onLine?.(line);
+      },
+      { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal },
+    );
+    Object.assign(record, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
+
+    const facts = reader.finish();
+    // A refused egress request does not fail the attempt by itself: it is recorded and reported.
+    const egressRecord = egress ? await egress.stop() : undefined;
+    let mcpRecord: McpBridgeRecord | undefined;
+    if (bridge) {
+      mcpRecord = await bridge.stop();
+      bridge = undefined;
+      const mismatch = compareMcpRecord(mcpRecord, facts.docBridgeCalls.map((c) => c.name));
+      // The CLI lists the server's tools before its init event, so a "connected" server that
+      // never connected through the runner is a treatment that did not come from the runner.
+      if (mcpRecord.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
+      facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
+    }
+    await writeBackLogin(input.login, staged, { lock: input.lock });
+
+    const cost = computeCost({ ...facts, model: input.model });
+    Object.assign(record, runFactsFrom(facts, cost));
+    const done = (status: AttemptStatus, reason: string): CliRunResult => ({ status, reason, facts, cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord });
+    if (deps.signal?.aborted) return done("failed", `interrupted by ${String(deps.signal.reason ?? "a signal")}`);
+    // A kill after the result event and its grace period is the runner's doing, not a CLI failure.
+    const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
+    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
+    if (verdict.status === "invalid-setup" && record.setupProblems.length === 0) record.setupProblems = [verdict.reason];
+    if (verdict.status === "invalid-cost" && record.costProblem === null) record.costProblem = verdict.reason;
+    if (verdict.status !== "completed" && raw.oomKilled) return done(verdict.status, `${verdict.reason} (the container was killed by its memory limit)`);
+    return done(verdict.status, verdict.reason);
+  } finally {
+    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+  }
+}

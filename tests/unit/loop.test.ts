@@ -1,0 +1,316 @@
+import { describe, expect, it } from "vitest";
+import { runLoop, type Book, type Checkpoint, type Entry, type LoopOptions, type RunKind, type UnitContext, type UnitOutcome } from "../../src/loop/loop.ts";
+import { ExitCode, RefusalError } from "../../src/util/errors.ts";
+
+/**
+ * The bookkeeping loop alone, with a scripted run kind: every stop path, every charge rule and
+ * every write point, without containers or files. What each write would put on disk is the
+ * snapshot of the book taken by `persist`.
+ */
+
+interface TestEntry extends Entry {
+  unit: number;
+}
+type Script = (ctx: UnitContext<TestEntry>) => Promise<UnitOutcome> | UnitOutcome;
+
+const ok = (cost: number, reported: number | null = cost): UnitOutcome => ({ status: "completed", reason: "answered", reportedCostUsd: reported, computedCostUsd: cost });
+const fail = (status: UnitOutcome["status"], costs: number | null = null): UnitOutcome => ({ status, reason: `it ${status}`, reportedCostUsd: costs, computedCostUsd: costs });
+
+interface Harness {
+  book: Book & { entries: TestEntry[] };
+  writes: Array<{ status: string; reservedUsd: number; spentUsd: number; entries: TestEntry[] }>;
+  events: string[];
+  notReached: number[];
+  settledCalls: Array<{ unit: number; stopReason: string | null }>;
+  run(extra?: Partial<LoopOptions<number, TestEntry, string>>): Promise<{ exitCode: number; stopReason: string | null }>;
+}
+
+function harness(scripts: Script[], o: { limitUsd?: number | null; capUsd?: number; acquire?: (unit: number) => Promise<{ release(): Promise<void> }>; recordWithoutRun?: (unit: number) => boolean } = {}): Harness {
+  const book: Harness["book"] = { status: "running", budget: { reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false }, entries: [] };
+  const h: Harness = {
+    book,
+    writes: [],
+    events: [],
+    notReached: [],
+    settledCalls: [],
+    async run(extra = {}) {
+      const kind: RunKind<number, TestEntry> = {
+        noun: "attempt",
+        number: (u) => u + 1,
+        describe: (u) => `attempt ${u + 1} (task t${u})`,
+        limitUsd: o.limitUsd === undefined ? 0.1 : o.limitUsd,
+        recordWithoutRun: o.recordWithoutRun,
+        acquire: o.acquire,
+        open(unit, reservationUsd) {
+          const entry: TestEntry = { unit, phase: "reserved", reservationUsd, status: null, chargedUsd: null };
+          book.entries.push(entry);
+          return entry;
+        },
+        async runOne(unit, ctx) {
+          h.events.push(`run ${unit}`);
+          return scripts[unit]!(ctx);
+        },
+        settled: (unit, _entry, stopReason) => void h.settledCalls.push({ unit, stopReason }),
+        notReached: (unit) => void h.notReached.push(unit),
+      };
+      return runLoop({
+        kind,
+        units: scripts.map((_, i) => i),
+        book,
+        capUsd: o.capUsd ?? 1,
+        doneStatus: "done",
+        async persist() {
+          h.writes.push({ status: book.status, ...book.budget, entries: book.entries.map((e) => ({ ...e })) });
+        },
+        checkpoint: (p: Checkpoint) => void h.events.push(p),
+        ...extra,
+      });
+    },
+  };
+  return h;
+}
+
+describe("the bookkeeping loop", () => {
+  it("writes the reservation before the unit runs and the charge after it, and ends done with exit 0", async () => {
+    const h = harness([
+      (ctx) => {
+        // What is on disk while the unit runs: the reservation, counted as spent.
+        expect(h.writes.at(-1)).toMatchObject({ status: "running", reservedUsd: 0.1, spentUsd: 0.1, entries: [{ phase: "reserved", reservationUsd: 0.1 }] });
+        expect(ctx.reservation).toEqual({ reservedUsd: 0.1 });
+        return ok(0.002, 0.0015);
+      },
+      () => ok(0.003),
+    ]);
+    const end = await h.run();
+    expect(end).toEqual({ exitCode: ExitCode.ok, stopReason: null });
+    expect(h.book.status).toBe("done");
+    // Per unit: one write after reserving, one after settling; then the final write.
+    expect(h.writes).toHaveLength(5);
+    expect(h.writes.at(-1)).toMatchObject({ status: "done", reservedUsd: 0, spentUsd: 0.005 });
+    // A completed unit is charged the larger of its valid costs.
+    expect(h.book.entries.map((e) => [e.status, e.chargedUsd])).toEqual([
+      ["completed", 0.002],
+      ["completed", 0.003],
+    ]);
+    expect(h.events).toEqual([
+      "before-reserve-write",
+      "after-reserve-write",
+      "run 0",
+      "after-attempt-before-write",
+      "before-reserve-write",
+      "after-reserve-write",
+      "run 1",
+      "after-attempt-before-write",
+    ]);
+  });
+
+  it("stops at the first unit that does not complete: charged at least its reservation, later units not reached, exit 1", async () => {
+    const h = harness([() => ok(0.01), () => fail("timed-out", 0.02), () => ok(0.01)]);
+    const end = await h.run();
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.status).toBe("blocked");
+    expect(h.book.statusReason).toBe("attempt 2 (task t1) ended timed-out: it timed-out");
+    expect(h.book.entries.map((e) => e.chargedUsd)).toEqual([0.01, 0.1]);
+    expect(h.notReached).toEqual([2]);
+    expect(h.events).not.toContain("run 2");
+    expect(h.settledCalls).toEqual([
+      { unit: 0, stopReason: null },
+      { unit: 1, stopReason: "attempt 2 (task t1) ended timed-out: it timed-out" },
+    ]);
+    expect(h.writes.at(-1)).toMatchObject({ status: "blocked", reservedUsd: 0, spentUsd: 0.11 });
+  });
+
+  it("a failure with a valid cost above the reservation is charged that cost", async () => {
+    const h = harness([() => fail("failed", 0.25)]);
+    await h.run();
+    expect(h.book.entries[0]).toMatchObject({ status: "failed", chargedUsd: 0.25 });
+    expect(h.book.budget.spentUsd).toBe(0.25);
+  });
+
+  it("a success that cost more than its reservation is budget-exceeded and stops the run", async () => {
+    const h = harness([() => ok(0.15), () => ok(0.01)]);
+    const end = await h.run();
+    expect(h.book.entries[0]).toMatchObject({ status: "budget-exceeded", chargedUsd: 0.15 });
+    expect(end.stopReason).toBe("attempt 1 (task t0) ended budget-exceeded: answered");
+    expect(h.events).not.toContain("run 1");
+  });
+
+  it("a completed unit without a valid cost cannot be verified: it keeps its whole reservation charged", async () => {
+    const h = harness([() => ({ status: "completed", reason: "answered", reportedCostUsd: null, computedCostUsd: null })]);
+    await h.run();
+    expect(h.book.entries[0]).toMatchObject({ status: "completed", chargedUsd: 0.1 });
+  });
+
+  it("refuses a unit whose limit does not fit under the cap: nothing reserved for it, exit 1", async () => {
+    const h = harness([() => ok(0.02), () => ok(0.02)], { capUsd: 0.11 });
+    const end = await h.run();
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.statusReason).toMatch(/^attempt 2 refused: the per-attempt limit 0\.1 USD does not fit under the remaining budget 0\.09 USD/);
+    expect(h.book.entries).toHaveLength(1);
+    expect(h.notReached).toEqual([1]);
+    expect(h.writes.at(-1)).toMatchObject({ status: "blocked", reservedUsd: 0, spentUsd: 0.02 });
+  });
+
+  it("with up-front limits the cap is passed only by a unit charged above its reservation: budget-exceeded, the cap marked", async () => {
+    const h = harness([() => ok(0.05), () => ok(0.09), () => ok(0.01)], { capUsd: 0.12, limitUsd: 0.06 });
+    const end = await h.run();
+    expect(h.book.entries.map((e) => [e.status, e.chargedUsd])).toEqual([
+      ["completed", 0.05],
+      ["budget-exceeded", 0.09],
+    ]);
+    expect(h.book.budget).toEqual({ reservedUsd: 0, spentUsd: 0.14, cumulativeCapExceeded: true });
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.notReached).toEqual([2]);
+  });
+
+  it("the unit's lock is taken before the reservation and released after the settling write; a refused lock reserves nothing", async () => {
+    const order: string[] = [];
+    const h = harness([() => ok(0.01), () => ok(0.01)], {
+      async acquire(unit) {
+        order.push(`acquire ${unit}`);
+        if (unit === 1) throw new RefusalError("the Claude login is in use by another run");
+        return { release: async () => void order.push(`release ${unit} after ${h.writes.length} writes`) };
+      },
+    });
+    const end = await h.run();
+    expect(order).toEqual(["acquire 0", "release 0 after 2 writes", "acquire 1"]);
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.statusReason).toBe("attempt 2 not started, nothing reserved: the Claude login is in use by another run");
+    expect(h.book.entries).toHaveLength(1);
+    expect(h.writes.at(-1)).toMatchObject({ status: "blocked", reservedUsd: 0, spentUsd: 0.01 });
+  });
+
+  it("a refusal after the reservation is a unit that did not complete: settled failed, its reservation charged, exit 1, the lock released", async () => {
+    let released = false;
+    const h = harness(
+      [
+        () => {
+          throw new RefusalError("the Claude login expired");
+        },
+      ],
+      { acquire: async () => ({ release: async () => void (released = true) }) },
+    );
+    const end = await h.run();
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.entries[0]).toMatchObject({ phase: "settled", status: "failed", chargedUsd: 0.1 });
+    expect(h.book.statusReason).toBe("attempt 1 (task t0) ended failed: refused after its reservation: the Claude login expired");
+    expect(released).toBe(true);
+    expect(h.writes.at(-1)).toMatchObject({ status: "blocked", spentUsd: 0.1, reservedUsd: 0 });
+  });
+
+  it("a fault of the runner leaves the unit unsettled with its reservation counted, says so on disk, releases the lock and propagates", async () => {
+    let released = false;
+    const h = harness(
+      [
+        () => {
+          throw new Error("Docker engine unreachable");
+        },
+        () => ok(0.01),
+      ],
+      { acquire: async () => ({ release: async () => void (released = true) }) },
+    );
+    await expect(h.run()).rejects.toThrow("Docker engine unreachable");
+    expect(released).toBe(true);
+    expect(h.writes.at(-1)).toMatchObject({ status: "blocked", reservedUsd: 0.1, spentUsd: 0.1, entries: [{ phase: "reserved", status: null, chargedUsd: null }] });
+    expect(h.book.statusReason).toBe("attempt 1 stopped by a fault of the runner: Docker engine unreachable; the attempt was not settled and its reservation stays charged");
+    expect(h.events).not.toContain("run 1");
+  });
+
+  it("a signal stops new starts: the run is blocked with the signal's exit code, and says so on disk", async () => {
+    for (const [sig, code] of [
+      ["SIGINT", ExitCode.sigint],
+      ["SIGTERM", ExitCode.sigterm],
+    ] as const) {
+      const controller = new AbortController();
+      const h = harness([
+        () => {
+          controller.abort(sig);
+          return fail("failed", 0.01);
+        },
+        () => ok(0.01),
+      ]);
+      const end = await h.run({ signal: controller.signal });
+      expect(end.exitCode).toBe(code);
+      expect(h.events).not.toContain("run 1");
+      const before = harness([() => ok(0.01)]);
+      const aborted = new AbortController();
+      aborted.abort(sig);
+      const endBefore = await before.run({ signal: aborted.signal });
+      expect(endBefore.exitCode).toBe(code);
+      expect(before.book.statusReason).toBe(`interrupted by ${sig} before attempt 1`);
+      expect(before.book.entries).toHaveLength(0);
+      expect(before.writes).toEqual([{ status: "blocked", reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false, entries: [] }]);
+    }
+  });
+
+  it("a unit recorded without a run is written and reserves nothing", async () => {
+    const h = harness([() => ok(0.01), () => ok(0.01)], { recordWithoutRun: (u) => u === 0 });
+    await h.run();
+    expect(h.events.filter((e) => e.startsWith("run"))).toEqual(["run 1"]);
+    expect(h.writes[0]).toMatchObject({ reservedUsd: 0, spentUsd: 0, entries: [] });
+    expect(h.book.budget.spentUsd).toBe(0.01);
+  });
+
+  describe("per-call reservations (a kind without an up-front limit)", () => {
+    it("the unit is charged what its calls were charged; while it runs, its settled calls count as held by it", async () => {
+      const h = harness(
+        [
+          async (ctx) => {
+            const first = ctx.meter.reserve(0.04);
+            if (!first.ok) throw new Error(first.reason);
+            await ctx.persist();
+            expect(h.writes.at(-1)).toMatchObject({ reservedUsd: 0.04, spentUsd: 0.04 });
+            ctx.meter.settle(first.reservation, { status: "completed", reportedCostUsd: null, computedCostUsd: 0.003 });
+            const second = ctx.meter.reserve(0.05);
+            if (!second.ok) throw new Error(second.reason);
+            ctx.entry.reservationUsd = 0.053;
+            await ctx.persist();
+            // The settled call's charge stays held by the open unit (its reservationUsd) until the unit settles.
+            expect(h.writes.at(-1)).toMatchObject({ reservedUsd: 0.053, spentUsd: 0.053 });
+            // The second call is left open: the loop settles it at its reservation.
+            return fail("failed");
+          },
+        ],
+        { limitUsd: null },
+      );
+      await h.run();
+      expect(h.book.entries[0]).toMatchObject({ status: "failed", chargedUsd: 0.053 });
+      expect(h.writes.at(-1)).toMatchObject({ status: "blocked", reservedUsd: 0, spentUsd: 0.053 });
+    });
+
+    it("a call that does not fit under the cap is refused and nothing is reserved for it", async () => {
+      const h = harness(
+        [
+          (ctx) => {
+            const r = ctx.meter.reserve(2);
+            expect(r).toMatchObject({ ok: false, remainingUsd: 1 });
+            return fail("budget-exceeded");
+          },
+        ],
+        { limitUsd: null },
+      );
+      await h.run();
+      expect(h.book.entries[0]).toMatchObject({ status: "budget-exceeded", chargedUsd: 0 });
+    });
+
+    it("a call that passes the cap marks the run and stops it after the unit", async () => {
+      const h = harness(
+        [
+          (ctx) => {
+            const r = ctx.meter.reserve(0.5);
+            if (!r.ok) throw new Error(r.reason);
+            const s = ctx.meter.settle(r.reservation, { status: "completed", reportedCostUsd: null, computedCostUsd: 1.2 });
+            expect(s.cumulativeCapExceeded).toBe(true);
+            return ok(0.001);
+          },
+          () => ok(0.001),
+        ],
+        { limitUsd: null },
+      );
+      const end = await h.run();
+      expect(h.book.budget.cumulativeCapExceeded).toBe(true);
+      expect(end.stopReason).toBe("the cumulative cap of 1 USD was passed after attempt 1");
+      expect(h.events).not.toContain("run 1");
+    });
+  });
+});

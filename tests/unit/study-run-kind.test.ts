@@ -1,0 +1,211 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { FakeRuntime, type FakeProcess } from "../../src/runtime/fake.ts";
+import { runStudy, type StudyConfig } from "../../src/study/run.ts";
+import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
+import { planStudy } from "../../src/plan/plan.ts";
+import { readLedger } from "../../src/ledger/store.ts";
+import { IMAGE_LABELS } from "../../src/image/specs.ts";
+import { ExitCode } from "../../src/util/errors.ts";
+import type { Checkpoint } from "../../src/loop/loop.ts";
+import { makeDemoCorpus } from "../../study/demo/corpus.ts";
+import { writeTestLogin } from "../../study/demo/setup.ts";
+import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { baseEvents, MODEL, toText } from "./transcript-fixtures.ts";
+
+/**
+ * The CLI attempt kind on the in-memory runtime: the real loop, ledger, export, login staging and
+ * transcript rules, with containers that are functions. Only the repository arm is planned, so
+ * no doc-bridge server is started.
+ */
+
+const IMAGE = "study-runner/claude-code:unit";
+let work: string;
+let loaded: LoadedManifest;
+let roots: Map<string, string>;
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), "sr-unit-kind-"));
+  const corpus = await makeDemoCorpus(join(work, "corpus"));
+  roots = new Map(Object.entries(corpus).map(([n, { dir }]) => [n, dir]));
+  loaded = await loadManifest(DEMO_MANIFEST);
+});
+afterAll(() => rm(work, { recursive: true, force: true }));
+
+/** A container program: `--version` answers the pin; an attempt runs `attempt(n, proc)`. */
+function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number> | number): FakeRuntime {
+  const runtime = new FakeRuntime({
+    program: async (proc) => {
+      if (proc.spec.cmd.includes("--version")) {
+        proc.stdout.write("2.1.296 (Claude Code)\n");
+        return 0;
+      }
+      return attempt(Number(proc.spec.env.STUDY_RUNNER_ATTEMPT), proc);
+    },
+  });
+  runtime.addImage(IMAGE, { [IMAGE_LABELS.claudeSha256]: "a".repeat(64), [IMAGE_LABELS.kind]: "fake-claude" });
+  return runtime;
+}
+
+const answer = (proc: FakeProcess) => {
+  proc.stdout.write(toText(baseEvents("repository")));
+  return 0;
+};
+
+async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; capUsd?: number; checkpoint?: (p: Checkpoint) => void; loginDir?: string } = {}) {
+  const loginDir = o.loginDir ?? join(work, `login-${name}`);
+  if (!o.loginDir) await writeTestLogin(loginDir);
+  const plan = planStudy(loaded.manifest, "full")
+    .filter((a) => a.arm === "repository")
+    .slice(0, o.attempts ?? 3)
+    .map((a, index) => ({ ...a, index }));
+  const config: StudyConfig = {
+    loaded,
+    mode: "full",
+    plan,
+    fullPlanSize: 36,
+    roots,
+    model: MODEL,
+    capUsd: o.capUsd ?? 1,
+    attemptBudgetUsd: 0.1,
+    output: join(work, `${name}.ledger.json`),
+    image: IMAGE,
+    expectedCliVersion: "2.1.296",
+    isolation: "offline",
+    docBridgeCommand: ["false"],
+    claudeConfigDir: loginDir,
+    quiet: true,
+  };
+  let stdout = "";
+  const code = await runStudy(config, { runtime, stdout: (t) => (stdout += t), stderr: process.stderr, checkpoint: o.checkpoint });
+  return { code, summary: JSON.parse(stdout), ledger: await readLedger(config.output), loginDir };
+}
+
+describe("the CLI attempt kind on the in-memory runtime", () => {
+  it("runs every attempt in its own hardened, network-less container and settles each to its cost", async () => {
+    const points: string[] = [];
+    const runtime = runtimeWith((_, proc) => answer(proc));
+    const r = await run("ok", runtime, { checkpoint: (p) => points.push(p) });
+    expect(r.code).toBe(ExitCode.ok);
+    expect(r.ledger.status).toBe("awaiting-adjudication");
+    expect(r.ledger.observations.map((o) => [o.status, o.chargedUsd, o.answer !== null])).toEqual([
+      ["completed", 0.000602, true],
+      ["completed", 0.000602, true],
+      ["completed", 0.000602, true],
+    ]);
+    const attempts = runtime.created.filter((s) => !s.cmd.includes("--version"));
+    expect(attempts).toHaveLength(3);
+    for (const spec of attempts) {
+      expect(spec).toMatchObject({ networkMode: "none", readOnlyRootfs: true, capDrop: ["ALL"] });
+      expect(spec.mounts.find((m) => m.target === "/workspace")?.readOnly).toBe(true);
+    }
+    expect(points.filter((p) => p === "before-container-start")).toHaveLength(3);
+    expect(points.slice(0, 4)).toEqual(["before-reserve-write", "after-reserve-write", "before-container-start", "during-attempt"]);
+    expect(r.summary).toMatchObject({ status: "awaiting-adjudication", spentUsd: 0.001806 });
+  });
+
+  it("the first attempt that does not complete stops the run: charged its reservation, the rest not started, exit 1", async () => {
+    const runtime = runtimeWith((n, proc) => (n === 1 ? 1 : answer(proc)));
+    const r = await run("fail", runtime);
+    expect(r.code).toBe(ExitCode.blocked);
+    expect(r.ledger.observations.map((o) => [o.status, o.chargedUsd])).toEqual([
+      ["completed", 0.000602],
+      ["invalid-setup", 0.1],
+    ]);
+    expect(r.ledger.statusReason).toMatch(/^attempt 2 \(.*\) ended invalid-setup: no init event$/);
+    expect(runtime.created.filter((s) => !s.cmd.includes("--version"))).toHaveLength(2);
+  });
+
+  it("a login that expired between attempts is an attempt that did not complete: summary, exit 1, its reservation charged", async () => {
+    const loginDir = join(work, "login-expiring");
+    await writeTestLogin(loginDir);
+    const runtime = runtimeWith(async (n, proc) => {
+      // While the first attempt runs, the host login expires (the user logged out, or it ran out).
+      if (n === 0) {
+        const path = join(loginDir, ".credentials.json");
+        const login = JSON.parse(await readFile(path, "utf8"));
+        login.claudeAiOauth.expiresAt = Date.parse("2000-01-01T00:00:00Z");
+        await writeFile(path, JSON.stringify(login));
+      }
+      return answer(proc);
+    });
+    const r = await run("expiring", runtime, { loginDir });
+    expect(r.code).toBe(ExitCode.blocked);
+    expect(r.ledger.status).toBe("blocked");
+    expect(r.ledger.observations.map((o) => [o.phase, o.status, o.chargedUsd])).toEqual([
+      ["settled", "completed", 0.000602],
+      ["settled", "failed", 0.1],
+    ]);
+    expect(r.ledger.statusReason).toMatch(/^attempt 2 \(.*\) ended failed: refused after its reservation: .*expired/);
+    expect(r.summary).toMatchObject({ status: "blocked", spentUsd: 0.100602, attempts: { run: 2 } });
+  });
+
+  it("a fault of the engine mid-attempt leaves the reservation open and charged on disk, and propagates", async () => {
+    const runtime = runtimeWith((_, proc) => answer(proc));
+    const create = runtime.create.bind(runtime);
+    let n = 0;
+    runtime.create = async (spec) => {
+      if (!spec.cmd.includes("--version") && n++ === 1) throw new Error("Docker engine unreachable");
+      return create(spec);
+    };
+    const output = join(work, "fault.ledger.json");
+    await expect(run("fault", runtime)).rejects.toThrow("Docker engine unreachable");
+    const ledger = await readLedger(output);
+    expect(ledger.status).toBe("blocked");
+    expect(ledger.statusReason).toMatch(/^attempt 2 stopped by a fault of the runner: Docker engine unreachable/);
+    expect(ledger.observations.map((o) => o.phase)).toEqual(["settled", "running"]);
+    expect(ledger.budget).toMatchObject({ reservedUsd: 0.1, spentUsd: 0.100602 });
+  });
+});
+
+describe("the adjudicator kind on the in-memory runtime", () => {
+  it("takes the login before reserving: a lock that times out reserves nothing and leaves the record blocked, not running", async () => {
+    const { runAdjudication } = await import("../../src/adjudicate/run.ts");
+    const { acquireLoginLock, resolveLogin } = await import("../../src/attempt/login.ts");
+    const { readRecord } = await import("../../src/adjudicate/store.ts");
+    const { syntheticLedger } = await import("../support/adjudication-fixtures.ts");
+    const loginDir = join(work, "login-adjudicate");
+    await writeTestLogin(loginDir);
+    const held = await acquireLoginLock(resolveLogin({ configDir: loginDir }), { timeoutMs: 1000, holder: "held-by-the-test" });
+    try {
+      const ledger = syntheticLedger({ mode: "pilot" });
+      const runtime = runtimeWith((_, proc) => answer(proc));
+      const output = join(work, "lock.adjudication.json");
+      let stdout = "";
+      const code = await runAdjudication(
+        {
+          ledgerPath: join(work, "pilot.ledger.json"),
+          ledger,
+          ledgerSha256: "0".repeat(64),
+          loaded,
+          roots,
+          model: "claude-sonnet-4-6",
+          forceSameModel: false,
+          capUsd: 1,
+          itemBudgetUsd: 0.1,
+          seed: 7,
+          output,
+          image: IMAGE,
+          expectedCliVersion: "2.1.296",
+          isolation: "offline",
+          claudeConfigDir: loginDir,
+          loginLockTimeoutMs: 300,
+          quiet: true,
+        },
+        { runtime, stdout: (t) => (stdout += t), stderr: process.stderr },
+      );
+      expect(code).toBe(ExitCode.blocked);
+      const record = await readRecord(output);
+      expect(record.status).toBe("blocked");
+      expect(record.statusReason).toMatch(/^item 1 not started, nothing reserved: .*in use by another run/);
+      expect(record.budget).toMatchObject({ reservedUsd: 0, spentUsd: 0 });
+      expect(record.items.every((i) => i.run === null && i.outcome === "blocked")).toBe(true);
+      expect(runtime.created.filter((s) => !s.cmd.includes("--version"))).toHaveLength(0);
+      expect(JSON.parse(stdout)).toMatchObject({ status: "blocked", spentUsd: 0 });
+    } finally {
+      await held.release();
+    }
+  });
+});
