@@ -44,7 +44,7 @@ export interface StudyConfig {
   image: string;
   expectedCliVersion: string;
   /**
-   * Network of attempt containers (issue 9, docs/isolation.md): standard = the engine's default
+   * Network of attempt containers (contract R71, docs/isolation.md): standard = the engine's default
    * bridge; strict = no network but loopback, out only through the runner's CONNECT proxy to
    * allowlisted hosts on port 443; offline = no way out at all.
    */
@@ -288,7 +288,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
 }
 
 /**
- * TEST-ONLY (issue 10, docs/reliability.md): with STUDY_RUNNER_TEST_KILL_AT=<point> in its
+ * TEST-ONLY (docs/reliability.md): with STUDY_RUNNER_TEST_KILL_AT=<point> in its
  * environment, the runner kills itself with SIGKILL at that point, so a test can stop it at an
  * exact place between ledger writes and check what a crash there leaves. Points, in run order:
  * before-reserve-write, after-reserve-write, before-container-start, during-attempt (the first
@@ -395,7 +395,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     Object.assign(obs, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated, oomKilled: raw.oomKilled });
 
     const facts = reader.finish();
-    // A refused request does not fail the attempt by itself (issue 9): it is recorded and reported.
+    // A refused request does not fail the attempt by itself (contract R72): it is recorded and reported.
     if (egress) obs.egress = await egress.stop();
     if (bridge) {
       const record = await bridge.stop();

@@ -222,6 +222,16 @@ describe("docs/contract.md", () => {
       "Exit codes",
     ]);
   });
+
+  it("is cited by the code instead of documents that do not ship", () => {
+    const stale: string[] = [];
+    for (const file of projectFiles.sources) {
+      projectFiles.read(file)!.split("\n").forEach((text, i) => {
+        if (/seed 00\d|\b00[01] amendment|the seed's|\(seed[:,)]|issue #?\d+|decision record/i.test(text)) stale.push(`${file}:${i + 1}: ${text.trim()}`);
+      });
+    }
+    expect(stale).toEqual([]);
+  });
 });
 
 describe("the contract checker itself", () => {
