@@ -1,5 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { checkExecution } from "../../src/cli/options.ts";
+import { runCommand } from "../../src/cli/run.ts";
+import { UsageError } from "../../src/util/errors.ts";
 
 const flags = { pilot: true, approveBudget: true, output: "/tmp/study-ledgers/pilot.json" };
 const env = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" };
@@ -21,5 +23,15 @@ describe("the run's per-attempt limit", () => {
       expect(r.settings, value).toBeUndefined();
       expect(r.issues.filter((i) => i.about === "attempt-limit").map((i) => i.message), value).toEqual([expect.stringMatching(/^--attempt-budget-usd must be/)]);
     }
+  });
+});
+
+describe("the run's mode", () => {
+  // contract: R8
+  it("refuses --pilot and --run together before reading anything", async () => {
+    // The manifest does not exist: the refusal must come before it is read.
+    const both = runCommand({ pilot: true, run: true, manifest: "/nonexistent/manifest.json", transport: "cli" });
+    await expect(both).rejects.toThrow(UsageError);
+    await expect(both).rejects.toThrow("--pilot and --run exclude each other; choose one");
   });
 });
