@@ -2,7 +2,7 @@ import type { Ledger } from "../ledger/schema.ts";
 import { DOC_BRIDGE_ALLOWED, DOC_BRIDGE_SERVER } from "../claude/args.ts";
 
 /**
- * Blinding (decision record 001: the adjudicator "is blind to scenario identity"). The prompt
+ * Blinding (contract R87: the adjudicator is blind to scenario identity). The prompt
  * never names a scenario; the answer is shown with every term that would reveal the arm
  * replaced by MASK. Only the doc-bridge arm can use the doc-bridge server, so its name, its
  * tool names (as the server lists them, `doc.search`, and as the CLI names them,

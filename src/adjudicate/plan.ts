@@ -88,8 +88,7 @@ export type VerdictReading = { ok: true; verdict: Verdict; source: "structured_o
 
 /**
  * The adjudicator's verdict: `structured_output` of the result event, else the JSON text of
- * `result` (seed 004: "The structured result is in structured_output. result holds the same JSON
- * as text"). It must match the verdict schema, grade each proposition P1..Pn exactly once, and
+ * `result`, which holds the same JSON as text (contract R90). It must match the verdict schema, grade each proposition P1..Pn exactly once, and
  * agree with the rubric: "correct" needs every proposition supported and no contradiction,
  * "partial" needs at least one supported or partial.
  */

@@ -22,7 +22,7 @@ import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item
 import { createRecord, writeRecord } from "./store.ts";
 
 /**
- * Blind agent adjudication of one ledger (issue 8): one fresh hardened container per answer,
+ * Blind agent adjudication of one ledger (contract R87 to R93): one fresh hardened container per answer,
  * with the attempts' image, flags, export, login staging and budget rules, and structured
  * output. The ledger is only read. Like the run, an adjudicator run that does not complete
  * stops the adjudication (no retry); the items not reached are recorded blocked, never dropped.
@@ -82,7 +82,7 @@ export interface AdjudicationSummary {
   humanReview: false;
 }
 
-/** Refuses the answering model as its own judge unless forced (decision record 001). */
+/** Refuses the answering model as its own judge unless forced (contract R88). */
 export function checkAdjudicatorModel(model: string, answeringModel: string, force: boolean): string | null {
   if (model === answeringModel && !force) {
     return `the adjudicator model ${model} is the answering run's model; the adjudicator must be a different model run: set STUDY_ADJUDICATOR_MODEL to another priced model, or pass --force-same-model (it is recorded and reported)`;

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { AttemptStatusSchema, budgetTotals, Count, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd, USD_EPSILON } from "../ledger/schema.ts";
 
 /**
- * The adjudication record: a private companion of one ledger (issue 8). It never changes the
+ * The adjudication record: a private companion of one ledger (contract R93). It never changes the
  * ledger; it is bound to it by run id, protocol hash and the ledger's bytes, and each item to
  * one observation by index, task, scenario and repetition. Written like the ledger: before
  * every spend and after every outcome, so a crash leaves a file that parses and whose spend is
@@ -14,7 +14,7 @@ import { AttemptStatusSchema, budgetTotals, Count, refineSettledRun, RUN_FACTS_S
 export const ADJUDICATION_SCHEMA_VERSION = 1;
 
 /**
- * The five-outcome rubric (decision record 001: "applies the existing five-outcome rubric").
+ * The five-outcome rubric (contract R89).
  * `blocked` is the missing outcome: the observation could not be graded, and it has no score.
  */
 export const OutcomeSchema = z.enum(["correct", "partial", "incorrect", "incomplete", "blocked"]);

@@ -1,6 +1,6 @@
 import type { ContainerRuntime, ContainerSpec } from "../runtime/port.ts";
 
-/** The seed's bounds: 4 MiB of stdout, five minutes per attempt. */
+/** The attempt's bounds: 4 MiB of stdout, five minutes per attempt (contract R44). */
 export const STDOUT_LIMIT_BYTES = 4 * 1024 * 1024;
 export const ATTEMPT_TIMEOUT_MS = 5 * 60 * 1000;
 /** The CLI may linger after its result event while MCP children exit; then it is killed. */

@@ -48,7 +48,7 @@ export interface AttemptContainerInput {
    */
   modelApiSocket?: string;
   /**
-   * Isolation "strict" (issue 9): host path of the unix socket of the runner's egress proxy
+   * Isolation "strict" (contract R71): host path of the unix socket of the runner's egress proxy
    * (src/isolation/proxy.ts). Its folder is bind-mounted read-only, with-relay.mjs relays
    * 127.0.0.1:EGRESS_RELAY_PORT to it, and HTTPS_PROXY and HTTP_PROXY name that port. Only with
    * network "none": the proxy is the container's one way out.

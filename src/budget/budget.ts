@@ -2,7 +2,7 @@ import { maxBigint, picoToUsd, PICO_PER_MICRO, usdToPico } from "../cost/money.t
 import type { AttemptStatus } from "../transcript/classify.ts";
 
 /**
- * Reservation and settlement (seed 000 "Budget", 001 amendment "Charging"). Pure: the state
+ * Reservation and settlement (contract R21 to R26). Pure: the state
  * goes in, a new state comes out; the caller writes it to the ledger. Amounts are exact
  * integers (pico-USD) inside and USD numbers outside.
  */

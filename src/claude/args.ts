@@ -4,7 +4,7 @@ import { UsageError } from "../util/errors.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../mcp/names.ts";
 
 /**
- * The `claude` argument array (seed 000, "The arguments are built by `cliArguments`"). Every flag
+ * The `claude` argument array (contract R63). Every flag
  * here appears in `claude --help` of 2.1.296 (facts/claude-2.1.296-help.txt); a test parses that
  * text. The two arms differ only in the `--mcp-config` value and the three doc-bridge names
  * appended to `--allowedTools`.
@@ -48,7 +48,7 @@ export const HOME_READ_DENIALS = ["Read(//home/agent/**)", "Grep(//home/agent/**
 export { DOC_BRIDGE_SERVER, mcpToolName };
 export const DOC_BRIDGE_ALLOWED = ALLOWED_DOC_BRIDGE_TOOLS;
 
-/** 8 KiB of UTF-8 (seed 000: "The prompt is limited to 8 KiB"). */
+/** 8 KiB of UTF-8 (contract R66). */
 export const PROMPT_LIMIT_BYTES = 8192;
 
 /** The repository-only arm's `--mcp-config`: no server, so both arms carry the same flags. */

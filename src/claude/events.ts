@@ -90,8 +90,8 @@ export const PermissionDenialSchema = z.looseObject({
 /**
  * The shape fields of the final `result` event. The cost fields (`total_cost_usd`, `usage`,
  * `modelUsage`) are read separately with the schemas below, so that a malformed shape field
- * never hides a cost that must still be charged (seed 000: "the last result event is still
- * read so that its cost is charged").
+ * never hides a cost that must still be charged (contract R31: the last result event is still
+ * read so that its cost is charged).
  */
 export const ResultEventSchema = z.looseObject({
   type: z.literal("result"),

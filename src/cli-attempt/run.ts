@@ -138,7 +138,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     Object.assign(record, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
 
     const facts = reader.finish();
-    // A refused egress request does not fail the attempt by itself: it is recorded and reported.
+    // A refused egress request does not fail the attempt by itself (contract R72): it is recorded and reported.
     const egressRecord = egress ? await egress.stop() : undefined;
     let mcpRecord: McpBridgeRecord | undefined;
     if (bridge) {

@@ -22,7 +22,7 @@ export interface RunFlags extends RawRunFlags {
   fakeBehaviour?: string;
   fakeRecords?: string;
   testAttemptTimeoutMs?: string;
-  /** Tests only (issue 10): the login lock's wait and stale times, the attempt's memory limit. */
+  /** Tests only (docs/reliability.md): the login lock's wait and stale times, the attempt's memory limit. */
   testLoginLockTimeoutMs?: string;
   testLoginLockStaleMs?: string;
   testMemoryLimitMb?: string;
@@ -65,7 +65,7 @@ async function checkRoots(
 
 export async function runCommand(flags: RunFlags): Promise<number> {
   // ANTHROPIC_API_KEY is read once, here, and removed from this process's environment before
-  // any child starts (git inherits it), so no child ever receives it (seed 000, issue 7).
+  // any child starts (git inherits it), so no child ever receives it (contract R68).
   const env = { ...process.env };
   delete process.env.ANTHROPIC_API_KEY;
   if (flags.pilot && flags.run) throw new UsageError("--pilot and --run exclude each other; choose one");

@@ -2,7 +2,7 @@ import { picoToUsd, usdToPico } from "./money.ts";
 import { pricesFor, TIER_THRESHOLD_TOKENS, type TierPrices } from "./prices.ts";
 
 /**
- * The list-price cross-check of seed 000 ("Cost") and the 001 amendment ("Cost cross-check"):
+ * The list-price cross-check (contract R51 to R56):
  * price the `modelUsage` totals with `CLI_PRICES`, pick the tier from the largest single
  * prompt, price cache writes by TTL, and require the CLI's `total_cost_usd` to agree within a
  * factor of two. Any problem makes the attempt `invalid-cost`.
@@ -90,7 +90,7 @@ export function computeCost(input: CostInput): CostResult {
 
   const models = Object.keys(modelUsage);
   // 2.1.288 once billed an auxiliary claude-haiku-4-5 next to the study model at ~60x the
-  // estimate (001 amendment): any other model in modelUsage is an invalid cost.
+  // estimate (contract R52): any other model in modelUsage is an invalid cost.
   for (const other of models.filter((m) => m !== model).slice(0, 10)) {
     problems.push(`modelUsage has model ${quote(other)} besides the requested ${quote(model)}`);
   }
@@ -107,7 +107,7 @@ export function computeCost(input: CostInput): CostResult {
   }
 
   // Cache writes by TTL; writes without a split are priced at the 1-hour rate on purpose
-  // (seed 000), above the CLI's own 5-minute choice (facts), so the estimate stays an upper one.
+  // (contract R55), above the CLI's own 5-minute choice (facts), so the estimate stays an upper one.
   const writes = usage.cacheCreationInputTokens;
   let write5m = 0;
   let write1h = 0;

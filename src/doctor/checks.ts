@@ -104,7 +104,7 @@ export async function checkRuntime(runtime: ContainerRuntime, name: string): Pro
 }
 
 /**
- * `--isolation strict` (issue 9): the runner shares its proxy socket with the container user
+ * `--isolation strict` (contract R72): the runner shares its proxy socket with the container user
  * only, so it must run as root or as that uid; the allowlist is what the proxy will let through.
  */
 export function checkIsolation(profile: string, allow: readonly string[], uid: number | undefined = process.getuid?.()): Check {

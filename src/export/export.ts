@@ -12,7 +12,7 @@ import { folderPrefix, makeRunnerFolder, reapOrphanFolders } from "../util/orpha
 /**
  * The attempt's working directory: the pinned blobs that pass the public-path filter,
  * read from git objects (never the work tree), files 0444 and directories 0555, no `.git`
- * (seed 000 "CLI transport contract"; decision record 001 "Export").
+ * (contract R58, R60).
  */
 
 /** Name prefix of every export folder; `<prefix><pid>-XXXXXX` lets a reaper find orphans. */

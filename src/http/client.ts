@@ -2,8 +2,8 @@ import { z } from "zod";
 import { UsageError, errorMessage } from "../util/errors.ts";
 
 /**
- * One call of the Anthropic Messages API over Node's built-in `fetch` (decision record 001:
- * "Built-in fetch avoids adding an SDK dependency"). Non-streaming JSON, no redirects, bounded
+ * One call of the Anthropic Messages API over Node's built-in `fetch`, so
+ * the study adds no SDK dependency. Non-streaming JSON, no redirects, bounded
  * in time and size. Every way a call can end is a value, never an exception, so the caller can
  * decide what stays charged; nothing here ever puts the key into a message.
  */

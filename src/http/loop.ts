@@ -4,7 +4,7 @@ import { MAX_OUTPUT_TOKENS } from "./pricing.ts";
 import type { ToolResult, ToolSet } from "./tools.ts";
 
 /**
- * The agent loop of the Messages API transport (issue 7): the runner is the agent. One request
+ * The agent loop of the Messages API transport (contract R50): the runner is the agent. One request
  * per turn, tools run locally between turns, under the protocol's limits. Money is the
  * caller's: `account.open` reserves (and persists) before every call, `account.close` settles
  * it from what came back. Any call that did not bring back valid usage stops the loop, so a
@@ -151,7 +151,7 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
     r.reason = reason;
     r.wallTimeMs = Math.max(0, Math.round(elapsed()));
     r.usageComplete = unmeasuredCalls === 0;
-    // Only known tokens: none known after an unmeasured call is null, never a zero (seed 000).
+    // Only known tokens: none known after an unmeasured call is null, never a zero (contract R46).
     if (measuredCalls === 0 && unmeasuredCalls > 0) {
       r.inputTokens = r.outputTokens = null;
       cacheReported = false;
@@ -218,12 +218,12 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
         continue;
       }
       seenIds.add(use.id);
-      // Every tool_use counts once by id, refused ones included (seed 000).
+      // Every tool_use counts once by id, refused ones included (contract R35).
       r.toolCalls++;
       r.toolCallsByName[use.name] = (r.toolCallsByName[use.name] ?? 0) + 1;
       if (!offered.has(use.name)) r.setupProblems.push(`turn ${turn}: the model called ${use.name}, which was not offered`);
     }
-    // Setup is checked before cost (seed 000).
+    // Setup is checked before cost (contract R41).
     if (r.setupProblems.length) return finish("invalid-setup", r.setupProblems[0]!);
     if (overCeiling || capExceeded) {
       const what = overCeiling

@@ -1,7 +1,7 @@
 import { PICO_PER_MICRO, picoToUsd, usdToPico } from "../cost/money.ts";
 
 /**
- * Per-call money of the Messages API transport (issue 7, "Budget per call"). Prices are the
+ * Per-call money of the Messages API transport (contract R29, R30). Prices are the
  * protocol's upper prices in USD per million tokens; amounts are exact integers (pico-USD)
  * inside, USD numbers outside, rounded up: the ledger's spend is never below the truth.
  */

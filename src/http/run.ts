@@ -21,7 +21,7 @@ import { combineTools, openDocBridgeTools, type DocBridgeTools } from "./doc-bri
 import { PROTOCOL_LIMITS, runAgentLoop, type CallAccount, type LoopResult } from "./loop.ts";
 
 /**
- * `--transport http` (seed 000 "`http` (option, kept and tested)"; issue 7): the runner is the
+ * `--transport http` (contract R7; docs/http-transport.md): the runner is the
  * agent. The same ledger, observation fields where they apply, summary and exit codes as the
  * CLI transport; per-call reservations instead of a per-attempt limit.
  */
@@ -161,7 +161,7 @@ function sumUsd(amounts: readonly number[]): number {
 }
 
 /**
- * Per-call money (issue 7 "Budget per call"): reserve the ceiling at the upper prices and
+ * Per-call money (contract R29, R30): reserve the ceiling at the upper prices and
  * persist it before the call; release the unused part from measured usage; keep it charged
  * when the usage is unknown. Each step is written to the ledger before the next one starts.
  */

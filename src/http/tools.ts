@@ -4,7 +4,7 @@ import { planExport, type ExportedFile } from "../export/export.ts";
 import type { PublicPathOptions } from "../corpus/filter.ts";
 
 /**
- * The Messages API transport's repository tools (issue 7): list, read and literal search over
+ * The Messages API transport's repository tools (contract R58): list, read and literal search over
  * the pinned git blobs that pass the export's public-path filter. No checkout file is opened
  * and no shell runs; the file set is exactly the one the CLI transport's export would hold
  * (same `planExport`, same `exportHash`).

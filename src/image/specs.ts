@@ -6,7 +6,7 @@ import { RefusalError } from "../util/errors.ts";
 import { fileSha256, type ImageDir, type ImageFile, type ImageSpec } from "./context.ts";
 import { collectLibraries } from "./libraries.ts";
 
-/** The pinned Claude Code version (seed 001 amendment: `claude --version` must report it). */
+/** The pinned Claude Code version (contract R13: `claude --version` must report it). */
 export const CLAUDE_CODE_VERSION = "2.1.296";
 
 /** Where things live inside both images; the attempt stage mounts and runs against these. */
@@ -157,7 +157,7 @@ function imageSpec(tag: string, layout: { files: ImageFile[]; dirs: ImageDir[] }
     ...layout,
     user: IMAGE_LAYOUT.user,
     env: {
-      // Seed 000/001: the pinned version must not update itself, and nothing but the
+      // The pinned version must not update itself (contract R13), and nothing but the
       // model API should be contacted.
       DISABLE_AUTOUPDATER: "1",
       CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "1",

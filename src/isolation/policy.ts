@@ -1,5 +1,5 @@
 /**
- * The strict profile's egress policy (issue 9): which CONNECT targets the runner's proxy opens.
+ * The strict profile's egress policy (contract R72): which CONNECT targets the runner's proxy opens.
  * Only host names on the allowlist, only port 443, never a raw IP literal, and never a name that
  * resolves to an address outside the public internet (loopback, private, link-local, ...), so a
  * hostile or mistaken resolver cannot turn an allowed name into a path to the host's own network.

@@ -1,6 +1,6 @@
 import type { NetworkSetting } from "../attempt/spec.ts";
 
-/** The isolation profiles of `--isolation` (issue 9); what each guarantees is in docs/isolation.md. */
+/** The isolation profiles of `--isolation` (contract R71); what each guarantees is in docs/isolation.md. */
 export const ISOLATION_PROFILES = ["standard", "strict", "offline"] as const;
 export type IsolationProfile = (typeof ISOLATION_PROFILES)[number];
 

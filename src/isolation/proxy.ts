@@ -1,5 +1,5 @@
 /**
- * The strict profile's only way out of an attempt container (issue 9): an HTTP CONNECT proxy
+ * The strict profile's only way out of an attempt container (contract R72): an HTTP CONNECT proxy
  * run by the runner on the host, listening on a unix socket in a fresh per-attempt folder that
  * is bind-mounted into the container (whose network is "none"). Inside, with-relay.mjs listens
  * on 127.0.0.1 and joins each connection to this socket; HTTPS_PROXY names that port.

@@ -13,7 +13,7 @@ import { UsageError } from "../util/errors.ts";
 /**
  * finished: the run ended (awaiting-adjudication or blocked).
  * interrupted: status running: the runner is still writing it, or it was killed before its last
- * write (SIGKILL, power loss); any open reservation stays counted as spent (seed 000: no resume).
+ * write (SIGKILL, power loss); any open reservation stays counted as spent (contract R27: no resume).
  * invalid: not JSON, or not the ledger schema with its arithmetic.
  */
 export type LedgerState = "finished" | "interrupted" | "invalid";

@@ -3,7 +3,7 @@ import { z } from "zod";
 import { COMMIT_RE } from "../manifest/schema.ts";
 
 /**
- * The private ledger of one run (seed 000, "The private JSON ledger records ..."). It is written
+ * The private ledger of one run (contract R80). It is written
  * before every spend and after every outcome, so a crash leaves a file that parses and whose
  * spend is never below the truth. The object shapes are strict and the cross-field rules below
  * restate seed rules, so that a runner bug fails before the write instead of producing a ledger
@@ -43,7 +43,7 @@ export const PermissionDenialSchema = z.strictObject({
 });
 
 /**
- * One paid call of the http transport (issue 7): its conservative reservation, persisted before
+ * One paid call of the http transport (contract R29): its conservative reservation, persisted before
  * the call, and what it was charged once its outcome was known.
  */
 export const HttpCallSchema = z.strictObject({
@@ -62,7 +62,7 @@ export const HttpCallSchema = z.strictObject({
 });
 
 /**
- * One request to the strict profile's egress proxy (issue 9, src/isolation/proxy.ts): what was
+ * One request to the strict profile's egress proxy (contract R72, src/isolation/proxy.ts): what was
  * asked for, whether the policy let it through, and what flowed. `allowed` is the policy's
  * verdict; a tunnel the policy allowed can still fail to open (then `error` says why).
  */
@@ -154,7 +154,7 @@ export function refineSettledRun(o: RunFactsShape, ctx: z.core.$RefinementCtx, n
   }
   if (o.status === null || o.chargedUsd === null) return;
   if (o.status === "completed") {
-    // A completed run settles to the larger of total_cost_usd and the computed cost.
+    // Contract R23: a completed run settles to the larger of total_cost_usd and the computed cost.
     for (const key of ["cliReportedCostUsd", "computedCostUsd"] as const) {
       const cost = o[key];
       if (cost !== null && o.chargedUsd < cost - USD_EPSILON) {
@@ -164,7 +164,7 @@ export function refineSettledRun(o: RunFactsShape, ctx: z.core.$RefinementCtx, n
     if (o.setupProblems.length) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite setup problems; any setup problem makes the attempt invalid-setup" });
     if (o.costProblem !== null) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite a cost problem; that is invalid-cost" });
   } else if (o.chargedUsd < o.reservationUsd - USD_EPSILON) {
-    // Any other outcome is charged max(reservation, every valid cost).
+    // Contract R24: any other outcome is charged max(reservation, every valid cost).
     ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below the reservation; a ${o.status} ${noun} keeps its reservation charged` });
   }
   if (o.status === "invalid-setup" && o.setupProblems.length === 0) {
@@ -307,7 +307,7 @@ export const LedgerSchema = z
   })
   .superRefine((l, ctx) => {
     if (l.transport === "cli") {
-      // Seed 000: the probed version must equal the expected one before any attempt.
+      // Contract R13: the probed version must equal the expected one before any attempt.
       if (l.cliVersion === null || l.expectedCliVersion === null) {
         ctx.addIssue({ code: "custom", path: ["cliVersion"], message: "the cli transport records the probed and the expected CLI version" });
       } else if (l.cliVersion !== l.expectedCliVersion) {

@@ -52,7 +52,7 @@ export const TaskSchema = z.strictObject({
 /**
  * The plan is built in memory before anything is checked or run, so an absurd count (a typo, a
  * hostile file) must be refused here: measured, repetitions 1e9 exhausted the heap in planStudy
- * (issue 10, manifest fuzz). Seed 000's full study is 36 attempts; these bounds are far above any
+ * (contract R3, found by the manifest fuzz). The full study is 36 attempts (contract R4); these bounds are far above any
  * paid study.
  */
 export const MAX_REPETITIONS = 1000;

@@ -3,8 +3,7 @@ import { isAbsolute, join, normalize } from "node:path";
 import { z } from "zod";
 
 /**
- * The doc-bridge server's own config discovery order (seed 000, "the server's own candidate
- * order"): the first file that exists wins; `package.json` counts only when it has a
+ * The doc-bridge server's own config discovery order (contract R14): the first file that exists wins; `package.json` counts only when it has a
  * `docBridge` key.
  */
 export const CONFIG_CANDIDATES = [

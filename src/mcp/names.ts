@@ -1,7 +1,7 @@
 /** The MCP server name in `--mcp-config`; the CLI prefixes its tools with `mcp__doc-bridge__`. */
 export const DOC_BRIDGE_SERVER = "doc-bridge";
 
-/** The three doc-bridge tools the treatment allows (seed 000); every other listed tool is denied. */
+/** The three doc-bridge tools the treatment allows (contract R16); every other listed tool is denied. */
 export const ALLOWED_DOC_BRIDGE_TOOLS = ["doc.search", "doc.get", "handoff.resolve"] as const;
 
 const CLI_PREFIX = `mcp__${DOC_BRIDGE_SERVER}__`;
@@ -26,7 +26,7 @@ export function isDocBridgeCliName(name: string): boolean {
 
 /**
  * Variables a doc-bridge server process may inherit. An allowlist, so credentials such as
- * `ANTHROPIC_API_KEY` never reach it (seed 000: "the environment is an allowlist").
+ * `ANTHROPIC_API_KEY` never reach it (contract R68).
  */
 export const SERVER_ENV_ALLOWLIST = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TZ", "TMPDIR"] as const;
 

@@ -67,7 +67,7 @@ function resultText(res: Record<string, unknown>): string {
 /**
  * Starts the engine in the checkout over MCP stdio, lists its tools and calls doc.search once.
  * Refuses (RefusalError naming the checkout) when the engine does not start, doc.search errors,
- * or the index is not fresh at `pin` (seed 000: "the index must be fresh at that pin").
+ * or the index is not fresh at `pin` (contract R15).
  */
 export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
   const timeoutMs = opts.timeoutMs ?? 20_000;
@@ -145,7 +145,7 @@ function sorted(names: Iterable<string>): string[] {
 }
 
 /**
- * The doc-bridge preflight of seed 000: for every checkout the config resolves in the
+ * The doc-bridge preflight (contract R14 to R17): for every checkout the config resolves in the
  * server's order and the engine answers doc.search from an index fresh at the pin; all
  * checkouts list the same tools; the deny list is every listed tool but the allowed three.
  */

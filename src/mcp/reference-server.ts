@@ -191,7 +191,7 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig)
     },
   );
 
-  // Tools the study must deny (seed 000: every listed tool but the three above goes into
+  // Tools the study must deny (contract R16: every listed tool but the three above goes into
   // --disallowedTools). They exist here so that the deny-list derivation has something to do.
   server.registerTool("gate.status", { description: "Report the release gate status." }, async () =>
     result({ gate: "open", engine: "reference" }),

@@ -135,7 +135,7 @@ export interface ReportData {
   extrapolation: { applies: boolean; fullRunUsd: number | null; note: string };
   gaps: string[];
   /**
-   * Isolation strict only (issue 9): what each attempt asked of the egress proxy. A refused
+   * Isolation strict only (contract R72): what each attempt asked of the egress proxy. A refused
    * request does not fail an attempt; it is shown here. Absent when no attempt has a record.
    */
   egress?: EgressRow[];

@@ -161,7 +161,7 @@ export class DockerRuntime implements ContainerRuntime {
         ...(spec.user !== undefined ? { User: spec.user } : {}),
         ...(spec.workingDir !== undefined ? { WorkingDir: spec.workingDir } : {}),
         Labels: spec.labels,
-        // stdin stays closed (seed: "stdin is closed"); output is attached, never a TTY,
+        // stdin stays closed (contract R67); output is attached, never a TTY,
         // so stdout and stderr arrive multiplexed and separable.
         AttachStdin: false,
         OpenStdin: false,
@@ -243,7 +243,7 @@ export class DockerRuntime implements ContainerRuntime {
    * Rejects once the engine stops answering a ping; never resolves. docker-modem settles a
    * request only on its response's 'end', and when the engine dies while a container runs,
    * the wait response is cut after its headers without one: measured with a second dockerd
-   * killed mid-attempt (issue 10), the wait never settled and the runner hung. A ping every
+   * killed mid-attempt (contract R100), the wait never settled and the runner hung. A ping every
    * few seconds turns that into the "unavailable" fault the caller can act on.
    */
   private async engineGone(signal: AbortSignal): Promise<never> {

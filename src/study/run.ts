@@ -39,7 +39,7 @@ export interface StudyConfig {
   image: string;
   expectedCliVersion: string;
   /**
-   * Network of attempt containers (issue 9, docs/isolation.md): standard = the engine's default
+   * Network of attempt containers (contract R71, docs/isolation.md): standard = the engine's default
    * bridge; strict = no network but loopback, out only through the runner's CONNECT proxy to
    * allowlisted hosts on port 443; offline = no way out at all.
    */

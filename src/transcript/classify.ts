@@ -1,6 +1,6 @@
 import type { SetupProblemCode, TranscriptFacts } from "./reader.ts";
 
-/** Statuses of seed 000; only `completed` lets the run go on. */
+/** The attempt statuses (contract R41); only `completed` lets the run go on (contract R47). */
 export type AttemptStatus = "completed" | "failed" | "timed-out" | "budget-exceeded" | "invalid-setup" | "invalid-cost";
 
 export interface AttemptClassificationInput {
@@ -27,14 +27,14 @@ export interface AttemptClassification {
 const INTERRUPTION_PROBLEMS: ReadonlySet<SetupProblemCode> = new Set(["no-result", "last-line-not-json"]);
 
 /**
- * The status of one attempt. Precedence (seed 000, "Setup is checked before cost"):
+ * The status of one attempt. Precedence (contract R41: setup is checked before cost):
  * invalid-setup, timed-out, failed (output cut), invalid-cost (also: usage incomplete),
  * budget-exceeded, failed, completed.
  *
  * A timed-out or truncated transcript usually ends without its result and with a cut last
  * line. Those two problems are what the kill or the bound did, not a broken setup, so alone
- * they do not make it `invalid-setup`: seed 000 lists "a timeout is timed-out" and "truncated
- * output is failed" among the outcomes. Any other setup problem (wrong model or tools, a
+ * they do not make it `invalid-setup`: a timeout is timed-out and truncated output is failed
+ * (contract R44). Any other setup problem (wrong model or tools, a
  * denial, a garbled earlier line, ...) was there before the kill and still wins.
  */
 export function classifyAttempt(input: AttemptClassificationInput): AttemptClassification {
@@ -52,8 +52,8 @@ export function classifyAttempt(input: AttemptClassificationInput): AttemptClass
   if (timedOut) return { status: "timed-out", reason: "the attempt reached its time limit and was killed" };
   if (truncated) return { status: "failed", reason: "stdout reached the 4 MiB bound and was cut" };
   // Measured on 2.1.296 (docs/claude-cli-observations.md, "Errors from the API"): an API error
-  // before any answer ends with is_error, total_cost_usd 0 and an empty modelUsage. Seed 000
-  // calls such an error failed, with usage incomplete and the reservation still charged; it is
+  // before any answer ends with is_error, total_cost_usd 0 and an empty modelUsage. The contract
+  // calls such an error failed (R43), with usage incomplete and the reservation still charged; it is
   // not a cost the CLI got wrong. Any usage or non-zero cost keeps the cost check below.
   if (facts.resultSeen && facts.isError === true && facts.reportedCostUsd === 0 && facts.modelUsage !== null && Object.keys(facts.modelUsage).length === 0) {
     return { status: "failed", reason: "the CLI ended with an error before any usage was reported (is_error, empty modelUsage)" };
@@ -68,7 +68,7 @@ export function classifyAttempt(input: AttemptClassificationInput): AttemptClass
   if (facts.cliSubtype !== "success") return { status: "failed", reason: `result subtype ${JSON.stringify(facts.cliSubtype)}` };
   if (facts.isError !== false) return { status: "failed", reason: "the result has is_error: true" };
   if (exitCode !== 0) return { status: "failed", reason: exitCode === null ? "killed by a signal" : `exit code ${exitCode}` };
-  // Completed means an answer returned (seed 000), so a success without one is not it.
+  // Completed means an answer returned (contract R42), so a success without one is not it.
   if (facts.answer === null) return { status: "failed", reason: "the result has no answer text" };
   return { status: "completed", reason: "success" };
 }

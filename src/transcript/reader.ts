@@ -14,8 +14,8 @@ import type { Arm } from "../plan/plan.ts";
 import { formatPath } from "../util/zod-errors.ts";
 
 /**
- * Reads a Claude Code stream-json transcript line by line and records the evidence of seed
- * 000 ("CLI transport contract") and the 001 amendment: the init event's model, tool set and
+ * Reads a Claude Code stream-json transcript line by line and records the evidence that the
+ * transcript rules need (contract R31 to R40, R46): the init event's model, tool set and
  * MCP servers, every tool call, denials, tool errors, the final result and its usage. Memory
  * does not grow with the transcript beyond counts, id sets, one entry per API message and the
  * last result; stored names and lists are capped, so a hostile stream cannot blow memory.
@@ -54,7 +54,7 @@ export type SetupProblemCode =
   | "permission-denial"
   | "doc-bridge-all-errors"
   | "inconsistent-usage"
-  /** init `apiKeySource` is not "none": the CLI used a key, not its own login (seed 001). */
+  /** init `apiKeySource` is not "none": the CLI used a key, not its own login (contract R38). */
   | "api-key-source"
   /** init `claude_code_version` is not the pinned version. */
   | "cli-version";
@@ -136,7 +136,7 @@ export interface TranscriptFacts {
 }
 
 export const DEFAULT_MCP_SERVER = "doc-bridge";
-/** The built-in read tools whose denial is recorded and accepted (seed 000). */
+/** The built-in read tools whose denial is recorded and accepted (contract R36). */
 export const READ_TOOLS: ReadonlySet<string> = new Set(["Read", "Grep", "Glob"]);
 
 const MAX_PROBLEMS = 100;
@@ -354,7 +354,7 @@ export class TranscriptReader {
       claudeCodeVersion: init.claude_code_version === undefined ? null : cap(init.claude_code_version),
     };
 
-    // The study runs on the CLI's own login; a key reaching the child is a broken setup (seed 001).
+    // The study runs on the CLI's own login; a key reaching the child is a broken setup (contract R38).
     if (init.apiKeySource !== undefined && init.apiKeySource !== "none") {
       this.problem("api-key-source", `init apiKeySource is ${quote(init.apiKeySource)}; the CLI must authenticate with its own login ("none")`);
     }
@@ -485,7 +485,7 @@ export class TranscriptReader {
   private onResult(event: Record<string, unknown>, n: number): void {
     this.resultCount++;
     // Field by field, so one malformed field does not hide the others; the cost fields are
-    // read even from a malformed result so that its cost is charged (seed 000).
+    // read even from a malformed result so that its cost is charged (contract R31, R45).
     const shape = ResultEventSchema.shape;
     const bad: string[] = [];
     const field = <T>(key: keyof typeof shape & string, schema: { safeParse(v: unknown): { success: true; data: T } | { success: false } }): T | undefined => {

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage, probeSpec } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { runBounded } from "../../src/attempt/run.ts";
 import type { ContainerSpec, Mount } from "../../src/runtime/port.ts";
 import { makeFakeDir, parseEvents, runToEnd, streamJsonArgs, type FakeBehaviourFile, type FakeDir } from "../support/fake-claude.ts";
 
@@ -121,5 +122,17 @@ describe("the fake claude image on the real engine", () => {
     const fake = await fakeDir({ default: { kind: "sleep", seconds: 600 } });
     const run = await runToEnd(runtime, attemptSpec(streamJsonArgs(), fake.mounts), 1500);
     expect(run).toMatchObject({ timedOut: true, exitCode: 137, stdout: "" });
+  });
+
+  // contract: R67
+  it("gives the attempt a closed stdin: a program that reads it sees its end at once", async () => {
+    // Run the way an attempt is run (runBounded), with the image's node reading stdin to its end.
+    // An open stdin that nobody writes would keep it waiting until the bound below kills it.
+    const read = "let n=0;process.stdin.on('data',(d)=>{n+=d.length}).on('end',()=>console.log(JSON.stringify({type:'stdin-end',bytes:n})))";
+    const spec = { ...attemptSpec([], []), entrypoint: [IMAGE_LAYOUT.node, "-e", read] };
+    const lines: string[] = [];
+    const raw = await runBounded(runtime, spec, (line) => lines.push(line), { timeoutMs: 20_000 });
+    expect(raw).toMatchObject({ timedOut: false, exitCode: 0 });
+    expect(lines).toEqual(['{"type":"stdin-end","bytes":0}']);
   });
 });
