@@ -1,7 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
-import type { ContainerRuntime } from "../runtime/port.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { reapOrphanExports, removeTree } from "../export/export.ts";
@@ -11,9 +10,9 @@ import type { NetworkSetting } from "../attempt/spec.ts";
 import { expectedInitTools } from "../claude/args.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { RefusalError, UsageError, errorMessage } from "../util/errors.ts";
-import { reapOrphanFolders, type FolderKind } from "../util/orphans.ts";
-import { runLoop, type Checkpoint, type RunKind } from "../loop/loop.ts";
-import { runCliInContainer } from "../cli-attempt/run.ts";
+import { reapOrphanFolders } from "../util/orphans.ts";
+import { runLoop, type RunKind } from "../loop/loop.ts";
+import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { emptyRunFacts } from "../cli-attempt/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments } from "./prompt.ts";
@@ -53,15 +52,9 @@ export interface AdjudicationConfig {
   quiet?: boolean;
 }
 
-export interface AdjudicationDeps {
-  runtime: ContainerRuntime;
+export interface AdjudicationDeps extends CliRunDeps {
   stdout: (text: string) => void;
   stderr: NodeJS.WritableStream;
-  signal?: AbortSignal;
-  checkpoint?: (point: Checkpoint) => void;
-  /** Makes the runner-owned folders of an item (HOME); makeRunnerFolder by default. */
-  makeFolder?: (kind: FolderKind) => Promise<string>;
-  now?: () => Date;
 }
 
 export interface AdjudicationSummary {
@@ -218,7 +211,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
       structured.set(p, out);
       const result = await runCliInContainer(
-        { runtime: deps.runtime, makeFolder: deps.makeFolder, now: deps.now, checkpoint: deps.checkpoint, signal: deps.signal },
+        deps,
         {
           export: {
             repoDir: config.roots.get(p.repository)!,

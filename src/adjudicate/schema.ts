@@ -1,6 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { AttemptStatusSchema, budgetTotals, Count, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd, USD_EPSILON } from "../ledger/schema.ts";
+import { AttemptStatusSchema, Count, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
 
 /**
  * The adjudication record: a private companion of one ledger (contract R93). It never changes the
@@ -170,16 +170,7 @@ export const AdjudicationRecordSchema = z
       if (item.outcome === null && i !== r.items.length - 1) ctx.addIssue({ code: "custom", path: ["items", i, "outcome"], message: "only the last item may be undecided" });
     });
     const runs = r.items.flatMap((it) => (it.run ? [{ phase: it.run.phase, reservationUsd: it.run.reservationUsd, chargedUsd: it.run.chargedUsd }] : []));
-    const totals = budgetTotals(runs);
-    if (Math.abs(r.budget.reservedUsd - totals.reservedUsd) > USD_EPSILON) {
-      ctx.addIssue({ code: "custom", path: ["budget", "reservedUsd"], message: `is ${r.budget.reservedUsd}, but the open reservations sum to ${totals.reservedUsd}` });
-    }
-    if (Math.abs(r.budget.spentUsd - totals.spentUsd) > USD_EPSILON) {
-      ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${r.budget.spentUsd}, but settled charges plus open reservations sum to ${totals.spentUsd}` });
-    }
-    if (r.budget.spentUsd > r.budget.capUsd + USD_EPSILON && !r.budget.cumulativeCapExceeded) {
-      ctx.addIssue({ code: "custom", path: ["budget", "cumulativeCapExceeded"], message: "is false although spentUsd passed capUsd" });
-    }
+    refineBudgetTotals(r.budget, runs, ctx);
     if (r.status === "complete" && (r.items.length !== n || r.items.some((it) => it.outcome === null))) {
       ctx.addIssue({ code: "custom", path: ["status"], message: "complete needs one decided item per observation" });
     }

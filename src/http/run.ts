@@ -1,16 +1,16 @@
-import type { LoadedManifest } from "../manifest/load.ts";
-import type { Mode, PlannedAttempt } from "../plan/plan.ts";
+import type { PlannedAttempt } from "../plan/plan.ts";
 import { buildPrompt, checkPrompt } from "../claude/args.ts";
 import type { Reservation } from "../budget/budget.ts";
 import { createLedger, writeLedger } from "../ledger/store.ts";
 import type { HttpCall, Ledger, Observation } from "../ledger/schema.ts";
-import { commonHeader, newRunId } from "../study/header.ts";
+import { commonHeader, newRunId, type StudyRunBase } from "../study/header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
 import { DOC_BRIDGE_SERVER } from "../mcp/names.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
-import { runLoop, type Meter, type RunKind } from "../loop/loop.ts";
+import type { Meter } from "../loop/loop.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { reservedObservation } from "../study/observation.ts";
+import { runAttempts, type AttemptKind } from "../study/attempts.ts";
 import { Progress } from "../study/progress.ts";
 import { summarize } from "../study/run.ts";
 import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "./client.ts";
@@ -29,26 +29,14 @@ import { PROTOCOL_LIMITS, runAgentLoop, type CallAccount, type LoopResult } from
 /** Ledger `isolation` of this transport: no container; the tools read git blobs on the host. */
 export const HTTP_ISOLATION = "client-side-tools";
 
-export interface HttpStudyConfig {
-  loaded: LoadedManifest;
-  mode: Mode;
-  plan: PlannedAttempt[];
-  /** Attempts of the full study, for the pilot's extrapolation. */
-  fullPlanSize: number;
-  roots: ReadonlyMap<string, string>;
-  model: string;
-  capUsd: number;
-  output: string;
+export interface HttpStudyConfig extends StudyRunBase {
   /** From ANTHROPIC_API_KEY only; never written, printed or passed to a child. */
   apiKey: string;
   /** `parseApiBaseUrl` input: undefined for the real API. */
   apiBaseUrl?: string;
   prices: UpperPrices;
-  /** The doc-bridge engine command (never a shell string); run with a checkout as cwd. */
-  docBridgeCommand: string[];
   /** Tests only: a shorter deadline than the protocol's five minutes. */
   deadlineMs?: number;
-  quiet?: boolean;
 }
 
 export interface HttpStudyDeps {
@@ -117,10 +105,7 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
   const handle = await createLedger(config.output, redactDeep(ledger, key), { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
   const write = () => writeLedger(handle, redactDeep(ledger, key));
 
-  const kind: RunKind<PlannedAttempt, Observation> = {
-    noun: "attempt",
-    number: (a) => a.index + 1,
-    describe: (a) => `attempt ${a.index + 1} (${a.taskId}, ${a.scenario}, repetition ${a.repetition})`,
+  const kind: AttemptKind = {
     // This transport reserves per call, through the meter.
     limitUsd: null,
     open(a) {
@@ -136,16 +121,7 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
       return { status: outcome.status, reason: redact(outcome.reason), reportedCostUsd: null, computedCostUsd: null };
     },
   };
-  const end = await runLoop({
-    kind,
-    units: config.plan,
-    book: ledger,
-    capUsd: config.capUsd,
-    doneStatus: "awaiting-adjudication",
-    persist: write,
-    progress: { start: (a) => progress.start(a), end: (a, obs, spent) => progress.end(a, obs, spent), stopLive: () => progress.stopLive() },
-    signal: deps.signal,
-  });
+  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: write, progress, signal: deps.signal });
   deps.stdout(JSON.stringify(redactDeep(summarize(config, ledger, handle), key), null, 2) + "\n");
   return end.exitCode;
 }

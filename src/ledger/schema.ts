@@ -329,16 +329,7 @@ export const LedgerSchema = z
         ctx.addIssue({ code: "custom", path: ["status"], message: `is '${l.status}' but observations[${i}] is ${o.status}; any status but completed stops the run (blocked)` });
       }
     });
-    const totals = budgetTotals(l.observations);
-    if (Math.abs(l.budget.reservedUsd - totals.reservedUsd) > USD_EPSILON) {
-      ctx.addIssue({ code: "custom", path: ["budget", "reservedUsd"], message: `is ${l.budget.reservedUsd}, but the open reservations sum to ${totals.reservedUsd}` });
-    }
-    if (Math.abs(l.budget.spentUsd - totals.spentUsd) > USD_EPSILON) {
-      ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${l.budget.spentUsd}, but settled charges plus open reservations sum to ${totals.spentUsd}` });
-    }
-    if (l.budget.spentUsd > l.budget.capUsd + USD_EPSILON && !l.budget.cumulativeCapExceeded) {
-      ctx.addIssue({ code: "custom", path: ["budget", "cumulativeCapExceeded"], message: "is false although spentUsd passed capUsd" });
-    }
+    refineBudgetTotals(l.budget, l.observations, ctx);
     if (l.status === "awaiting-adjudication" && l.observations.some((o) => o.status !== "completed")) {
       ctx.addIssue({ code: "custom", path: ["status"], message: "awaiting-adjudication needs every observation settled and completed" });
     }
@@ -346,6 +337,24 @@ export const LedgerSchema = z
       ctx.addIssue({ code: "custom", path: ["statusReason"], message: "a blocked run must say why" });
     }
   });
+
+/** A record's budget must equal what its entries imply, and say when the cap was passed. */
+export function refineBudgetTotals(
+  budget: { capUsd: number; reservedUsd: number; spentUsd: number; cumulativeCapExceeded: boolean },
+  entries: readonly Pick<Observation, "phase" | "reservationUsd" | "chargedUsd">[],
+  ctx: z.core.$RefinementCtx,
+): void {
+  const totals = budgetTotals(entries);
+  if (Math.abs(budget.reservedUsd - totals.reservedUsd) > USD_EPSILON) {
+    ctx.addIssue({ code: "custom", path: ["budget", "reservedUsd"], message: `is ${budget.reservedUsd}, but the open reservations sum to ${totals.reservedUsd}` });
+  }
+  if (Math.abs(budget.spentUsd - totals.spentUsd) > USD_EPSILON) {
+    ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${budget.spentUsd}, but settled charges plus open reservations sum to ${totals.spentUsd}` });
+  }
+  if (budget.spentUsd > budget.capUsd + USD_EPSILON && !budget.cumulativeCapExceeded) {
+    ctx.addIssue({ code: "custom", path: ["budget", "cumulativeCapExceeded"], message: "is false although spentUsd passed capUsd" });
+  }
+}
 
 /**
  * The budget figures the observations imply: open reservations, and settled charges plus open

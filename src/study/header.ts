@@ -1,5 +1,6 @@
 import { randomBytes } from "node:crypto";
 import type { LoadedManifest } from "../manifest/load.ts";
+import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { computeRunnerHash } from "../ledger/runner-hash.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
@@ -27,4 +28,20 @@ export async function commonHeader(
       ...(roots.has(repository) ? { root: roots.get(repository)! } : {}),
     })),
   };
+}
+
+/** What every transport's study run is given: the study, its plan and checkouts, the model and the money. */
+export interface StudyRunBase {
+  loaded: LoadedManifest;
+  mode: Mode;
+  plan: PlannedAttempt[];
+  /** Attempts of the full study, for the pilot's extrapolation. */
+  fullPlanSize: number;
+  roots: ReadonlyMap<string, string>;
+  model: string;
+  capUsd: number;
+  output: string;
+  /** The doc-bridge engine command (never a shell string); run with a checkout as cwd. */
+  docBridgeCommand: string[];
+  quiet?: boolean;
 }

@@ -42,3 +42,4 @@ export function observationExtras(facts: TranscriptFacts): Partial<Observation> 
 export function factsToObservation(facts: TranscriptFacts, cost: CostResult): Partial<Observation> {
   return { ...runFactsFrom(facts, cost), ...observationExtras(facts) };
 }
+

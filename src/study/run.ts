@@ -1,6 +1,4 @@
-import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
-import type { ContainerRuntime } from "../runtime/port.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
@@ -14,26 +12,18 @@ import { buildPrompt, cliArguments, denyList, expectedInitTools, EMPTY_MCP_CONFI
 import { CLI_PRICES } from "../cost/prices.ts";
 import { createLedger, writeLedger } from "../ledger/store.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
-import { commonHeader, newRunId } from "./header.ts";
+import { commonHeader, newRunId, type StudyRunBase } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
 import { containerMcpConfig } from "../mcp/bridge.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { reapOrphanFolders, type FolderKind } from "../util/orphans.ts";
-import { runLoop, type Checkpoint, type RunKind } from "../loop/loop.ts";
-import { runCliInContainer } from "../cli-attempt/run.ts";
+import { reapOrphanFolders } from "../util/orphans.ts";
+import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { observationExtras, reservedObservation } from "./observation.ts";
+import { runAttempts, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 
-export interface StudyConfig {
-  loaded: LoadedManifest;
-  mode: Mode;
-  plan: PlannedAttempt[];
-  /** Attempts of the full study, for the pilot's extrapolation. */
-  fullPlanSize: number;
-  roots: ReadonlyMap<string, string>;
-  model: string;
-  capUsd: number;
+export interface StudyConfig extends StudyRunBase {
   attemptBudgetUsd: number;
   output: string;
   image: string;
@@ -48,8 +38,6 @@ export interface StudyConfig {
   egress?: { allow?: readonly string[]; resolve?: Resolve; limits?: EgressProxyOptions["limits"] };
   /** OCI runtime of attempt containers (e.g. runsc); the run refuses to start when the engine lacks it. */
   runtime?: string;
-  /** The doc-bridge engine command (never a shell string); run with a checkout as cwd. */
-  docBridgeCommand: string[];
   /** Overrides where the CLI login is read from (the folder holding .credentials.json). */
   claudeConfigDir?: string;
   loginLockTimeoutMs?: number;
@@ -66,23 +54,13 @@ export interface StudyConfig {
   fake?: { behaviourFile?: string; recordsDir?: string };
   timeoutMs?: number;
   stdoutLimitBytes?: number;
-  quiet?: boolean;
 }
 
-export interface StudyDeps {
-  runtime: ContainerRuntime;
+export interface StudyDeps extends CliRunDeps {
   stdout: (text: string) => void;
   stderr: NodeJS.WritableStream;
-  /** Aborted on SIGINT/SIGTERM: the current container is stopped and the run ends blocked. */
-  signal?: AbortSignal;
   /** Sees every stdout line of every attempt (tests read the init event with it). */
   onTranscriptLine?: (attempt: PlannedAttempt, line: string) => void;
-  /** Called at each named point between ledger writes (the reliability tests stop the process there). */
-  checkpoint?: (point: Checkpoint) => void;
-  /** Makes the runner-owned folders of an attempt (HOME, sockets); makeRunnerFolder by default. */
-  makeFolder?: (kind: FolderKind) => Promise<string>;
-  /** The current time, for the ledger's timestamps. */
-  now?: () => Date;
 }
 
 export interface StudySummary {
@@ -187,10 +165,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const persist = () => writeLedger(handle, ledger);
 
   const locks = new Map<PlannedAttempt, LoginLock>();
-  const kind: RunKind<PlannedAttempt, Observation> = {
-    noun: "attempt",
-    number: (a) => a.index + 1,
-    describe: (a) => `attempt ${a.index + 1} (${a.taskId}, ${a.scenario}, repetition ${a.repetition})`,
+  const kind: AttemptKind = {
     limitUsd: config.attemptBudgetUsd,
     // The login lock comes before the reservation: a run that never gets the login (another run
     // holds it past the timeout, or a signal ends the wait) has reserved nothing for this attempt.
@@ -217,17 +192,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };
-  const end = await runLoop({
-    kind,
-    units: config.plan,
-    book: ledger,
-    capUsd: config.capUsd,
-    doneStatus: "awaiting-adjudication",
-    persist,
-    progress: { start: (a) => progress.start(a), end: (a, obs, spent) => progress.end(a, obs, spent), stopLive: () => progress.stopLive() },
-    checkpoint: deps.checkpoint,
-    signal: deps.signal,
-  });
+  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint });
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   return end.exitCode;
 }
@@ -256,7 +221,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     mcpConfig: attempt.arm === "mcp" ? containerMcpConfig() : EMPTY_MCP_CONFIG,
   });
   const result = await runCliInContainer(
-    { runtime: deps.runtime, makeFolder: deps.makeFolder, now: deps.now, checkpoint: deps.checkpoint, signal: deps.signal },
+    deps,
     {
       export: {
         repoDir,
