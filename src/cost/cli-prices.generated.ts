@@ -1,5 +1,5 @@
 // GENERATED FILE: do not edit. Regenerate with `node --import tsx tests/conformance/measure-prices.ts --write`
-// (every model the pinned binary names, measured against the real CLI at zero cost; 157 s).
+// (every model the pinned binary names, measured against the real CLI at zero cost; 163 s).
 // Claude Code 2.1.296, measured on 2026-12-01. USD per million tokens.
 import type { GeneratedPriceTable } from "./prices.ts";
 
@@ -338,60 +338,80 @@ export const GENERATED_PRICE_TABLE: GeneratedPriceTable = {
   },
   "notPricedAsList": {
     "claude-3-haiku": {
+      "initModel": "claude-3-haiku",
+      "requestModel": "claude-3-haiku",
       "costBasis": "unknown",
       "modelUsageKeys": [
         "claude-3-haiku"
       ]
     },
     "claude-3-opus": {
+      "initModel": "claude-3-opus",
+      "requestModel": "claude-3-opus",
       "costBasis": "unknown",
       "modelUsageKeys": [
         "claude-3-opus"
       ]
     },
     "claude-3-sonnet": {
+      "initModel": "claude-3-sonnet",
+      "requestModel": "claude-3-sonnet",
       "costBasis": "unknown",
       "modelUsageKeys": [
         "claude-3-sonnet"
       ]
     },
     "claude-haiku-3-5": {
+      "initModel": "claude-haiku-3-5",
+      "requestModel": "claude-haiku-3-5",
       "costBasis": "unknown",
       "modelUsageKeys": [
         "claude-haiku-3-5"
       ]
     },
     "claude-mythos-preview": {
+      "initModel": "claude-mythos-preview",
+      "requestModel": "claude-mythos-preview",
       "costBasis": "unknown",
       "modelUsageKeys": [
         "claude-mythos-preview"
       ]
     },
     "claude-opus-4-0": {
+      "initModel": "claude-opus-5-5",
+      "requestModel": "claude-opus-5-5",
       "costBasis": "list",
       "modelUsageKeys": [
         "claude-opus-5-5"
       ]
     },
     "claude-opus-4-1": {
+      "initModel": "claude-opus-5-5",
+      "requestModel": "claude-opus-5-5",
       "costBasis": "list",
       "modelUsageKeys": [
         "claude-opus-5-5"
       ]
     },
     "claude-opus-4-1-20250805": {
+      "initModel": "claude-opus-5-5",
+      "requestModel": "claude-opus-5-5",
       "costBasis": "list",
       "modelUsageKeys": [
         "claude-opus-5-5"
       ]
     },
     "claude-opus-4-20250514": {
+      "initModel": "claude-opus-5-5",
+      "requestModel": "claude-opus-5-5",
       "costBasis": "list",
       "modelUsageKeys": [
         "claude-opus-5-5"
       ]
     },
     "claude-sonnet-3-7": {
+      "initModel": "claude-sonnet-3-7",
+      "requestModel": "claude-sonnet-3-7",
       "costBasis": "unknown",
       "modelUsageKeys": [
         "claude-sonnet-3-7"
