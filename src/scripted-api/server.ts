@@ -276,8 +276,8 @@ function writeMessage(
   res.end();
 }
 
-function writeError(res: ServerResponse, status: number, type: string, message: string): void {
-  res.writeHead(status, { "content-type": "application/json", "request-id": id("req") });
+function writeError(res: ServerResponse, status: number, type: string, message: string, retryAfterSeconds?: number): void {
+  res.writeHead(status, { "content-type": "application/json", "request-id": id("req"), ...(retryAfterSeconds === undefined ? {} : { "retry-after": String(retryAfterSeconds) }) });
   res.end(JSON.stringify({ type: "error", error: { type, message } }));
 }
 
@@ -451,7 +451,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     if ("error" in turn) {
       record.answer = { kind: "error", status: turn.error.status, errorType: turn.error.type, script: script.name, turn: index, reason: "scripted" };
       const echoed = turn.echoApiKey ? ` (x-api-key: ${String(req.headers["x-api-key"] ?? "")})` : "";
-      writeError(res, turn.error.status, turn.error.type, turn.error.message + echoed);
+      writeError(res, turn.error.status, turn.error.type, turn.error.message + echoed, turn.retryAfterSeconds);
       return;
     }
     if ("fault" in turn) {
