@@ -7,7 +7,7 @@
  * - which requests the CLI sends besides POST /v1/messages under the runner's environment.
  */
 import { randomUUID } from "node:crypto";
-import { chmod, cp, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promises";
+import { chmod, chown, cp, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
@@ -106,6 +106,8 @@ beforeAll(async () => {
         for (const f of files) {
           await mkdir(join(home, ".claude", "projects", dir), { recursive: true });
           await cp(join(projects, dir, f), join(home, ".claude", "projects", dir, f));
+          // The container user (uid 1000) appends to the session: give it what it wrote.
+          for (const p of [join(home, ".claude", "projects"), join(home, ".claude", "projects", dir), join(home, ".claude", "projects", dir, f)]) await chown(p, 1000, 1000);
         }
       }
       // Cap below the session's cumulative cost, above this call's own.
@@ -132,7 +134,7 @@ describe("resume across two containers", () => {
     const one = runs.get("resume-1")!;
     const two = runs.get("resume-2")!;
     expect(one.result).toMatchObject({ subtype: "success", is_error: false, session_id: sessionId });
-    expect(two.result).toMatchObject({ subtype: "success", is_error: false, session_id: sessionId });
+    expect(two.result, JSON.stringify(two.result)).toMatchObject({ subtype: "success", is_error: false, session_id: sessionId });
     // The resumed request carried the first call's conversation (one assistant turn already).
     expect(requestsOf("question: resume").map((q) => q.body!.assistantTurns)).toEqual([0, 1]);
     // Without the .jsonl the resume does not happen: no request, an error result.

@@ -142,7 +142,7 @@ describe("adjudicate a pilot of the demo", () => {
 
   it("adjudicates with a different priced model by default, and every report names it; --force-same-model is reported as a departure", async () => {
     const r = await adjudicate("pilot-default-model", ledgerPath, {}, [], {}, true);
-    expect(r.code).toBe(0);
+    expect(r.code, `${r.stderr}\n${r.record.items.map((i) => i.reason).join("\n")}`).toBe(0);
     expect(r.record.adjudicator).toMatchObject({ model: DEFAULT_ADJUDICATOR_MODELS[0], answeringModel: MODEL, sameModel: false, forcedSameModel: false });
     // The adjudicator containers ran that model, and its cost passed the check against the measured table.
     for (const { record: rec } of r.records.filter((x) => /^\d+-/.test(x.file))) expect(rec.argv[rec.argv.indexOf("--model") + 1]).toBe(DEFAULT_ADJUDICATOR_MODELS[0]);

@@ -94,7 +94,7 @@ export async function makeFakeDir(file?: FakeBehaviourFile): Promise<FakeDir> {
   await mkdir(records);
   // The fake runs as uid 1000 in the image; the test process is usually root.
   await chmod(records, 0o777);
-  if (file !== undefined) await writeFile(join(dir, "behaviour.json"), JSON.stringify(file), { mode: 0o644 });
+  if (file !== undefined) await writeFile(join(dir, "behaviour.json"), JSON.stringify({ prices: GENERATED_PRICE_TABLE.models, ...file }), { mode: 0o644 });
   return {
     dir,
     mounts: [
