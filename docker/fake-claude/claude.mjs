@@ -48,16 +48,16 @@ const DEFAULT_MODEL = "claude-sonnet-5";
 const DEFAULT_ANSWER = "The fake Claude Code looked at the workspace and answers with this fixed text.";
 const PROBE_PATHS = ["/", "/workspace", "/run/study-runner", "/home", "/tmp"];
 
-// USD per million tokens; claude-haiku-5-5 as measured on 2.1.296 (facts file), the
-// others as the same measurement reports them (haiku-4-5 output: its list price).
-const PRICES = {
-  "claude-haiku-5-5": [
-    { input: 0.1, output: 0.5, cacheRead: 0.01, cacheWrite5m: 0.125, cacheWrite1h: 0.2 },
-    { input: 0.5, output: 2.5, cacheRead: 0.05, cacheWrite5m: 0.625, cacheWrite1h: 1.0 },
-  ],
-  "claude-haiku-4-5": [{ input: 1.0, output: 5.0, cacheRead: 0.1, cacheWrite5m: 1.25, cacheWrite1h: 2.0 }],
-};
-const TIER_THRESHOLD = 100_000;
+// USD per million tokens: the runner's measured table of the pinned CLI, baked into the image
+// (src/image/specs.ts FAKE_PRICES_PATH), rows { tier1, tier2 | null, tier1MaxPromptTokens | null }.
+// A model without a row is priced 0 with costBasis "unknown", as the real CLI marks it.
+const PRICES_FILE = process.env.FAKE_CLAUDE_PRICES ?? "/opt/study-runner/cli-prices.json";
+let PRICES = {};
+try {
+  PRICES = JSON.parse(fs.readFileSync(PRICES_FILE, "utf8"));
+} catch {
+  // No table: every model is "unknown".
+}
 
 // ---------------------------------------------------------------------------------------
 // argv, as commander parses the real CLI's options (arity from `claude --help` of 2.1.296)
@@ -457,10 +457,10 @@ function grepTool(files, pattern) {
 }
 
 function priceOf(model, usage) {
-  const tiers = PRICES[model];
-  if (!tiers) return { cost: 0, basis: "unknown" };
+  const row = Object.hasOwn(PRICES, model) ? PRICES[model] : undefined;
+  if (!row) return { cost: 0, basis: "unknown" };
   const prompt = usage.input + usage.cacheRead + usage.cacheWrite5m + usage.cacheWrite1h;
-  const p = prompt > TIER_THRESHOLD && tiers[1] ? tiers[1] : tiers[0];
+  const p = row.tier2 && row.tier1MaxPromptTokens !== null && prompt > row.tier1MaxPromptTokens ? row.tier2 : row.tier1;
   const cost =
     (usage.input * p.input + usage.output * p.output + usage.cacheRead * p.cacheRead +
       usage.cacheWrite5m * p.cacheWrite5m + usage.cacheWrite1h * p.cacheWrite1h) / 1e6;
@@ -697,6 +697,8 @@ async function main() {
   let file;
   try {
     file = readBehaviourFile();
+    // Tests hand the table in with the behaviour, so they do not depend on which build holds the shared image tag.
+    if (file.prices) PRICES = file.prices;
     writeRecord(attempt ?? "probe", [...(file.probePaths ?? [])]);
   } catch (err) {
     // A broken behaviour file is a broken test: fail loudly rather than act "ok".

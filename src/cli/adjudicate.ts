@@ -51,8 +51,7 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
   if (!flags.ledger) problems.push("--ledger PATH is required: the private ledger of the run to adjudicate (it is only read)");
   if (!flags.output) problems.push("--output PATH is required: a new file outside every checkout and outside this project, for the private adjudication record");
   if (!flags.approveBudget) problems.push("--approve-budget is required to spend money; pass it once the adjudication budget (STUDY_ADJUDICATION_BUDGET_USD) is approved");
-  const model = env.STUDY_ADJUDICATOR_MODEL?.trim();
-  if (!model) problems.push("STUDY_ADJUDICATOR_MODEL is not set; export the adjudicator's model (a model CLI_PRICES prices, other than the answering model unless --force-same-model)");
+  let model: string | undefined;
   const cap = Positive("STUDY_ADJUDICATION_BUDGET_USD").safeParse(env.STUDY_ADJUDICATION_BUDGET_USD ?? "");
   if (env.STUDY_ADJUDICATION_BUDGET_USD === undefined) problems.push("STUDY_ADJUDICATION_BUDGET_USD is not set; export the approved cumulative cap of the adjudication in USD, e.g. STUDY_ADJUDICATION_BUDGET_USD=1");
   else if (!cap.success) problems.push(cap.error.issues[0]!.message);
@@ -68,9 +67,9 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
     problems.push(...((err as UsageError).problems ?? [errorMessage(err)]));
   }
 
-  const [{ readLedgerInput, loadLedgerManifest }, { checkAdjudicatorModel }, { checkOutputPath }] = await Promise.all([
+  const [{ readLedgerInput, loadLedgerManifest }, { chooseAdjudicatorModel }, { checkOutputPath }] = await Promise.all([
     import("../adjudicate/input.ts"),
-    import("../adjudicate/run.ts"),
+    import("../adjudicate/model.ts"),
     import("../ledger/store.ts"),
   ]);
   let input: Awaited<ReturnType<typeof readLedgerInput>> | undefined;
@@ -87,10 +86,10 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
     if (ledger.status === "running") {
       problems.push(`ledger ${input.path} is still running (or its runner died before ending it); adjudicate a ledger that is awaiting-adjudication or blocked`);
     }
-    if (model) {
-      const same = checkAdjudicatorModel(model, ledger.model, flags.forceSameModel === true);
-      if (same) problems.push(same);
-    }
+    // Unset: a different priced model by default; --force-same-model alone: the answering model.
+    const choice = chooseAdjudicatorModel({ requested: env.STUDY_ADJUDICATOR_MODEL, answeringModel: ledger.model, forceSameModel: flags.forceSameModel === true });
+    if ("problem" in choice) problems.push(choice.problem);
+    else model = choice.model;
     try {
       loaded = await loadLedgerManifest(ledger, flags.manifest && resolve(flags.manifest));
     } catch (err) {

@@ -13,11 +13,10 @@ import { runCommand } from "./run.ts";
  * runner, containers and ledger, then the blind adjudication and the report. Only the model is
  * fake: no network, no credential, no cost.
  *
- * The adjudicator: CLI_PRICES prices only claude-haiku-5-5 (the facts give claude-sonnet-5's
- * 1M in + 1M out total but no split), and an unpriced model's cost is invalid, so the demo
- * adjudicates with the answering model under --force-same-model; the record and every report
- * say so. Its verdicts are the fake's scripted ones (a fixed mix, so the charts have more than
- * one colour), not a grading of the answers.
+ * The adjudicator follows the protocol: the default adjudicator model, a different priced model
+ * from the answering one (the fake image answers as whatever model it is given), unless
+ * STUDY_ADJUDICATOR_MODEL names another. Its verdicts are the fake's scripted ones (a fixed mix,
+ * so the charts have more than one colour), not a grading of the answers.
  */
 export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean }): Promise<number> {
   const workdir = resolve(flags.workdir ?? join(tmpdir(), "study-runner-demo"));
@@ -59,14 +58,12 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
   const behaviourFile = join(workdir, `adjudicator-behaviour-${stamp}.json`);
   await writeFile(behaviourFile, JSON.stringify(demoVerdicts(ledger.runId, ledger.observations.length, itemIdFor)), { mode: 0o644 });
   const adjudication = join(ledgers, `${mode}-${stamp}.adjudication.json`);
-  const model = process.env.STUDY_ADJUDICATOR_MODEL ?? process.env.STUDY_MODEL;
   const adjudicateCode = await adjudicateCommand(
     {
       ledger: output,
       output: adjudication,
       approveBudget: true,
       seed: "20261130",
-      forceSameModel: model === ledger.model,
       isolation: "offline",
       claudeConfigDir: setup.loginDir,
       quiet: flags.quiet,
@@ -74,7 +71,7 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
       // The scripted verdicts are the fake image's behaviour, also after a --real-cli study.
       image: setup.image,
     },
-    { ...process.env, STUDY_ADJUDICATOR_MODEL: model, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "1" },
+    { ...process.env, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "1" },
   );
   const recordExists = await access(adjudication).then(() => true, () => false);
   const report = await loadReport({ ledger: output, adjudication: recordExists ? adjudication : undefined, manifest: DEMO_MANIFEST });

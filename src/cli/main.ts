@@ -1,3 +1,4 @@
+import { DEFAULT_ADJUDICATOR_MODELS } from "../adjudicate/model.ts";
 import { Command, CommanderError, Option } from "commander";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
@@ -188,7 +189,7 @@ Example:
     .option("--manifest <path>", "the manifest the run used (default: the path the ledger records); its hash must equal the ledger's protocol hash")
     .option("--root <name=path>", "checkout holding a repository's pinned commit (repeatable; default: the checkouts the ledger records)", collect)
     .option("--item-budget-usd <usd>", "per-item limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
-    .option("--force-same-model", "allow STUDY_ADJUDICATOR_MODEL to equal the answering model (recorded in the record and shown in reports)")
+    .option("--force-same-model", "adjudicate with the answering model (or allow STUDY_ADJUDICATOR_MODEL to equal it): a departure from the protocol, recorded and stated in every report")
     .option("--image <ref>", "the Claude Code image (default: the image the ledger records)")
     .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)")
     .addOption(new Option("--isolation <profile>", "network of adjudicator containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)").choices(["standard", "offline"]).default("standard"))
@@ -201,7 +202,9 @@ Example:
       "after",
       `
 Environment:
-  STUDY_ADJUDICATOR_MODEL         the adjudicator's model; it must differ from the answering model unless --force-same-model
+  STUDY_ADJUDICATOR_MODEL         the adjudicator's model (default: ${DEFAULT_ADJUDICATOR_MODELS[0]}, or ${DEFAULT_ADJUDICATOR_MODELS[1]} when
+                                  that answered); a full model id with a measured price row, different from
+                                  the answering model unless --force-same-model
   STUDY_ADJUDICATION_BUDGET_USD   the approved cumulative cap of this adjudication in USD
 
 Exit codes: 0 every observation has an outcome, 1 an adjudicator run did not complete (adjudication blocked; the rest is

@@ -1,5 +1,5 @@
 import { picoToUsd, usdToPico } from "./money.ts";
-import { pricesFor, TIER_THRESHOLD_TOKENS, type TierPrices } from "./prices.ts";
+import { pricesFor, tier1MaxPromptTokens, type TierPrices } from "./prices.ts";
 
 /**
  * The list-price cross-check (contract R51 to R56):
@@ -105,6 +105,8 @@ export function computeCost(input: CostInput): CostResult {
   if (usage === undefined || prices === undefined || models.length !== 1) {
     return { computedCostUsd: null, reportedCostUsd, costBasis: null, problems };
   }
+  // Measured per model: the largest prompt still priced at the first tier.
+  const threshold = tier1MaxPromptTokens(model)!;
 
   // Cache writes by TTL; writes without a split are priced at the 1-hour rate on purpose
   // (contract R55), above the CLI's own 5-minute choice (facts), so the estimate stays an upper one.
@@ -128,7 +130,7 @@ export function computeCost(input: CostInput): CostResult {
   let tierSource: CostBasis["tierSource"] = "aggregate";
   let tierPromptTokens = aggregatePrompt;
   if (input.perMessageUsage.length === 0) {
-    tier = aggregatePrompt > TIER_THRESHOLD_TOKENS ? 2 : 1;
+    tier = aggregatePrompt > threshold ? 2 : 1;
   } else {
     let largest = 0;
     const sums = { input: 0, cacheRead: 0, cacheWrite: 0 };
@@ -145,13 +147,13 @@ export function computeCost(input: CostInput): CostResult {
     if (sums.cacheRead !== usage.cacheReadInputTokens) mismatches.push(`cache read ${sums.cacheRead} vs ${usage.cacheReadInputTokens}`);
     if (sums.cacheWrite !== writes) mismatches.push(`cache write ${sums.cacheWrite} vs ${writes}`);
     if (mismatches.length === 0) {
-      tier = largest > TIER_THRESHOLD_TOKENS ? 2 : 1;
+      tier = largest > threshold ? 2 : 1;
       tierSource = "per-message";
       tierPromptTokens = largest;
     } else {
       problems.push(`per-message usage does not sum to modelUsage (${mismatches.join("; ")})`);
       // Neither source is trusted: take the dearer tier either one points to.
-      tier = largest > TIER_THRESHOLD_TOKENS || aggregatePrompt > TIER_THRESHOLD_TOKENS ? 2 : 1;
+      tier = largest > threshold || aggregatePrompt > threshold ? 2 : 1;
       tierPromptTokens = Math.max(largest, aggregatePrompt);
     }
   }

@@ -1,42 +1,83 @@
+import { GENERATED_PRICE_TABLE } from "./cli-prices.generated.ts";
+
 /**
- * The CLI's own list prices (its `costBasis: "list"`), USD per million tokens. Measured on
- * Claude Code 2.1.296 by returning fixed usage from a scripted Messages API and reading
- * `total_cost_usd` (facts: "Its own price table"). Re-measure when the CLI pin moves.
- *
- * Only rows the facts fill completely are here. `claude-sonnet-5` (1M in + 1M out = 12.00 USD)
- * and `claude-haiku-4-5` (1M in = 1.00 USD) were seen, but neither the input/output split,
- * nor cache rates, nor tiers were measured; a guessed row would let an unverified cost pass,
- * so those models are missing and their cost is invalid.
+ * The CLI's own list prices (its `costBasis: "list"`), USD per million tokens, as measured from
+ * the pinned binary by tests/conformance/measure-prices.ts: the real CLI, a scripted Messages
+ * API returning chosen usage, the CLI's running and final `total_cost_usd` read back. The
+ * numbers live only in the generated file; the conformance suite re-measures a sample of rows
+ * on every run (tests/conformance/prices.test.ts). Re-generate when the CLI pin moves.
  */
 
 export interface TierPrices {
   input: number;
   output: number;
   cacheRead: number;
-  /** Cache writes with a 5-minute TTL (1.25x input). */
+  /** Cache writes with a 5-minute TTL, and writes the API reported without a TTL split. */
   cacheWrite5m: number;
-  /** Cache writes with a 1-hour TTL (2x input). */
+  /** Cache writes with a 1-hour TTL. */
   cacheWrite1h: number;
 }
 
 export interface ModelPrices {
-  /** Prompt (input + cache read + cache write) of at most `TIER_THRESHOLD_TOKENS`. */
+  /** Prompt (input + cache read + cache write) of at most the model's boundary. */
   tier1: TierPrices;
-  /** Prompt above `TIER_THRESHOLD_TOKENS`. */
+  /**
+   * Prompt above the boundary. A model without a second tier has the first-tier rates here:
+   * the measurement found them unchanged up to the search limit.
+   */
   tier2: TierPrices;
 }
 
-/** Measured: a 100,000-token prompt is first tier, 100,001 is second tier. */
-export const TIER_THRESHOLD_TOKENS = 100_000;
+/** The shape of src/cost/cli-prices.generated.ts. */
+export interface GeneratedPriceTable {
+  cliVersion: string;
+  /** YYYY-MM-DD. */
+  measuredOn: string;
+  /** The command that regenerates the file. */
+  command: string;
+  /** Prompt size (tokens) up to which a second tier was searched for. */
+  searchedUpToPromptTokens: number;
+  toleranceUsdPerToken: number;
+  models: Record<string, { tier1: TierPrices; tier2: TierPrices | null; tier1MaxPromptTokens: number | null }>;
+  /** Names the binary carries that the CLI did not price as "list" under that name. */
+  notPricedAsList: Record<string, { initModel: string | null; requestModel: string | null; costBasis: string | null; modelUsageKeys: string[] }>;
+  /** What the CLI does with a family alias given as `--model`. */
+  aliases: Record<string, { initModel: string | null; requestModel: string | null; modelUsageKeys: string[]; costBasis: string | null }>;
+}
 
-export const CLI_PRICES: Readonly<Record<string, Readonly<ModelPrices>>> = Object.freeze({
-  "claude-haiku-5-5": Object.freeze({
-    tier1: Object.freeze({ input: 0.1, output: 0.5, cacheRead: 0.01, cacheWrite5m: 0.125, cacheWrite1h: 0.2 }),
-    tier2: Object.freeze({ input: 0.5, output: 2.5, cacheRead: 0.05, cacheWrite5m: 0.625, cacheWrite1h: 1.0 }),
-  }),
+export const PRICE_TABLE_SOURCE = Object.freeze({
+  cliVersion: GENERATED_PRICE_TABLE.cliVersion,
+  measuredOn: GENERATED_PRICE_TABLE.measuredOn,
+  command: GENERATED_PRICE_TABLE.command,
 });
+
+const freezeTier = (t: TierPrices): Readonly<TierPrices> => Object.freeze({ ...t });
+
+export const CLI_PRICES: Readonly<Record<string, Readonly<ModelPrices>>> = Object.freeze(
+  Object.assign(
+    Object.create(null) as Record<string, Readonly<ModelPrices>>,
+    Object.fromEntries(
+      Object.entries(GENERATED_PRICE_TABLE.models).map(([model, row]) => [
+        model,
+        Object.freeze({ tier1: freezeTier(row.tier1), tier2: freezeTier(row.tier2 ?? row.tier1) }),
+      ]),
+    ),
+  ),
+);
 
 /** The row for `model`, looked up as an own key only (never `constructor` or `__proto__`). */
 export function pricesFor(model: string): Readonly<ModelPrices> | undefined {
   return Object.hasOwn(CLI_PRICES, model) ? CLI_PRICES[model] : undefined;
 }
+
+/**
+ * The largest prompt the CLI prices at `model`'s first tier (measured per model by bisection);
+ * `Infinity` for a model without a second tier, `undefined` for a model without a row.
+ */
+export function tier1MaxPromptTokens(model: string): number | undefined {
+  if (!Object.hasOwn(GENERATED_PRICE_TABLE.models, model)) return undefined;
+  return GENERATED_PRICE_TABLE.models[model]!.tier1MaxPromptTokens ?? Number.POSITIVE_INFINITY;
+}
+
+/** The family aliases the binary resolves on its own; the runner refuses them (see modelNameProblem). */
+export const MODEL_ALIASES: Readonly<Record<string, GeneratedPriceTable["aliases"][string]>> = GENERATED_PRICE_TABLE.aliases;

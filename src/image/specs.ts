@@ -1,3 +1,4 @@
+import { GENERATED_PRICE_TABLE } from "../cost/cli-prices.generated.ts";
 import { access, open, readdir, readFile, realpath } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -200,6 +201,9 @@ export async function claudeCodeImageSpec(input: ClaudeImageInput): Promise<Imag
   });
 }
 
+/** Where the fake image holds the measured price table (read by docker/fake-claude/claude.mjs). */
+export const FAKE_PRICES_PATH = "/opt/study-runner/cli-prices.json";
+
 export interface FakeImageInput extends BaseImageInput {
   /** The version the fake reports by default; also the tag. */
   version?: string;
@@ -213,6 +217,9 @@ export async function fakeClaudeImageSpec(input: FakeImageInput = {}): Promise<I
   const script = input.script ?? FAKE_CLAUDE_SCRIPT;
   const layout = await baseLayout(input, []);
   layout.files.push({ path: IMAGE_LAYOUT.claude, mode: 0o755, source: { hostPath: script } });
+  // The fake prices every model as the pinned CLI does, from the one measured table, so it can
+  // answer as any model (the adjudicator's too) with a cost the runner's check accepts.
+  layout.files.push({ path: FAKE_PRICES_PATH, mode: 0o644, source: { content: JSON.stringify(GENERATED_PRICE_TABLE.models) } });
   return imageSpec(`study-runner/fake-claude:${version}`, layout, {
     [IMAGE_LABELS.kind]: "fake-claude",
     [IMAGE_LABELS.claudeVersion]: version,

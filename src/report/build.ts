@@ -303,7 +303,7 @@ export function buildReport(input: ReportInput): ReportData {
   if (record === null) gaps.push("no adjudication record: correctness is unknown for every attempt");
   else {
     if (record.status !== "complete") gaps.push(`the adjudication is ${record.status}${record.statusReason ? `: ${record.statusReason}` : ""}`);
-    if (record.adjudicator.sameModel) gaps.push(`the adjudicator used the answering model ${record.adjudicator.model} (forced with --force-same-model): a different run of the same model, not a different model`);
+    if (record.adjudicator.sameModel) gaps.push(`departure from the protocol: the adjudicator used the answering model ${record.adjudicator.model} (forced with --force-same-model): a different run of the same model, not a different model`);
   }
 
   const scenarios = [scenarioOf.repository, scenarioOf.mcp];

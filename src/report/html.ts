@@ -1,3 +1,4 @@
+import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
 import { egressTargetsText, fmt, intervalText } from "./markdown.ts";
 
@@ -122,7 +123,10 @@ export function renderHtml(r: ReportData): string {
   const body: string[] = [];
   body.push(`<h1>Study report: ${esc(r.run.runId)}</h1>`);
   body.push(`<p class="statement">${esc(r.statement)}</p>`);
-  if (r.adjudication?.sameModel) body.push(`<p class="warn">${esc(`The adjudicator used the answering model (${r.adjudication.model}), forced with --force-same-model.`)}</p>`);
+  if (r.adjudication) {
+    const s = adjudicatorSentence(r.adjudication);
+    body.push(`<p${s.departure ? ' class="warn"' : ""}>${esc(s.text)}</p>`);
+  }
   body.push(table(["run", "mode", "model", "status", "CLI", "isolation"], [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation]]));
   if (r.adjudication) {
     const a = r.adjudication;

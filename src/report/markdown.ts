@@ -1,3 +1,4 @@
+import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type EgressRow, type PairedMetric, type ReportData } from "./build.ts";
 
 /** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
@@ -31,7 +32,7 @@ export function renderMarkdown(r: ReportData): string {
   const sc = [r.scenarios.repository, r.scenarios.mcp];
   out.push(`# Study report: ${r.run.runId}`, "");
   out.push(`> ${r.statement}`, "");
-  if (r.adjudication?.sameModel) out.push(`> The adjudicator used the answering model (${r.adjudication.model}), forced with --force-same-model.`, "");
+  if (r.adjudication) out.push(`> ${adjudicatorSentence(r.adjudication).text}`, "");
   out.push(
     ...table(
       ["run", "mode", "model", "status", "CLI", "isolation"],

@@ -57,6 +57,8 @@ export const ErrorTurnSchema = z.strictObject({
     message: z.string().min(1),
   }),
   times: z.int().min(1).optional(),
+  /** Send a `retry-after` header of this many seconds, as the API does on 429 and 529. */
+  retryAfterSeconds: z.int().min(0).optional(),
   /** Append the x-api-key the request carried to the message, as a careless proxy would. */
   echoApiKey: z.boolean().optional(),
 });

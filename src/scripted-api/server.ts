@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { chmod, lstat, unlink } from "node:fs/promises";
-import { parseScripts, type Script, type ScriptInput, type ScriptedUsage, type Turn } from "./script.ts";
+import { parseScripts, TurnSchema, type Script, type ScriptInput, type ScriptedUsage, type Turn } from "./script.ts";
 
 /**
  * A scripted Anthropic Messages API for the real Claude Code CLI (and for tests and the demo):
@@ -15,9 +15,24 @@ export interface StartScriptedApiOptions {
   /** Listen on 127.0.0.1:<port> (0: any free port). Exactly one of socketPath and port. */
   port?: number;
   /** One script, or several selected by marker or claimed in order (see ScriptSchema.marker). */
-  script: ScriptInput | readonly ScriptInput[];
+  script?: ScriptInput | readonly ScriptInput[];
+  /**
+   * Instead of a script: choose each turn from the request as it arrives (exactly one of
+   * `script` and `respond`). A measurement that adapts to what the CLI reports, such as a
+   * bisection on the CLI's running cost, needs this; `undefined` fails the request closed
+   * like a script that ran out of turns.
+   */
+  respond?: (request: DynamicRequest) => Turn | undefined;
   /** Keep each request's parsed JSON body in its record (large: the system prompt is in it). */
   recordBodies?: boolean;
+}
+
+/** What `respond` sees of one Messages request. */
+export interface DynamicRequest {
+  /** The parsed JSON body (messages, system, model, …). */
+  body: Record<string, unknown>;
+  /** The record of the request so far (its `answer` is filled in afterwards). */
+  record: RecordedRequest;
 }
 
 export interface ToolResultSummary {
@@ -84,6 +99,9 @@ export interface ScriptedApi {
   readonly claims: ReadonlyMap<string, string>;
   close(): Promise<void>;
 }
+
+/** The name records give the turns a `respond` function chose. */
+const DYNAMIC_SCRIPT: Script = { name: "dynamic", turns: [{ answer: "dynamic", usage: { input_tokens: 0, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 } }], neverEnd: false };
 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const RESULT_TEXT_LIMIT = 4000;
@@ -258,8 +276,8 @@ function writeMessage(
   res.end();
 }
 
-function writeError(res: ServerResponse, status: number, type: string, message: string): void {
-  res.writeHead(status, { "content-type": "application/json", "request-id": id("req") });
+function writeError(res: ServerResponse, status: number, type: string, message: string, retryAfterSeconds?: number): void {
+  res.writeHead(status, { "content-type": "application/json", "request-id": id("req"), ...(retryAfterSeconds === undefined ? {} : { "retry-after": String(retryAfterSeconds) }) });
   res.end(JSON.stringify({ type: "error", error: { type, message } }));
 }
 
@@ -303,7 +321,10 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
   if ((options.socketPath === undefined) === (options.port === undefined)) {
     throw new Error("startScriptedApi needs exactly one of socketPath and port");
   }
-  const scripts = parseScripts(options.script as ScriptInput | ScriptInput[]);
+  if ((options.script === undefined) === (options.respond === undefined)) {
+    throw new Error("startScriptedApi needs exactly one of script and respond");
+  }
+  const scripts = options.script === undefined ? [] : parseScripts(options.script as ScriptInput | ScriptInput[]);
   const served = new Map(scripts.map((s) => [s.name, s.turns.map(() => 0)]));
   const claims = new Map<string, string>();
   const requests: RecordedRequest[] = [];
@@ -401,14 +422,22 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
       writeError(res, 400, "invalid_request_error", `scripted API: ${reason}`);
       return;
     }
-    const script = scriptFor(first, record.conversation, record.body.toolNames);
+    let script: Script | undefined;
+    let picked: { turn: Turn; index: number } | undefined;
+    if (options.respond) {
+      const turn = options.respond({ body, record });
+      script = DYNAMIC_SCRIPT;
+      picked = turn === undefined ? undefined : { turn: TurnSchema.parse(turn), index: record.body.assistantTurns };
+    } else {
+      script = scriptFor(first, record.conversation, record.body.toolNames);
+      if (script) picked = pickTurn(script, record.body.assistantTurns, served.get(script.name)!);
+    }
     if (!script) {
       const reason = "no script matches this conversation";
       record.answer = { kind: "error", status: 400, errorType: "invalid_request_error", reason };
       writeError(res, 400, "invalid_request_error", `scripted API: ${reason}`);
       return;
     }
-    const picked = pickTurn(script, record.body.assistantTurns, served.get(script.name)!);
     if (!picked) {
       // Fail closed: a conversation longer than its script is a broken test, not a reason to
       // invent an answer. 400 is not retried by the CLI, so the run ends at once.
@@ -422,7 +451,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     if ("error" in turn) {
       record.answer = { kind: "error", status: turn.error.status, errorType: turn.error.type, script: script.name, turn: index, reason: "scripted" };
       const echoed = turn.echoApiKey ? ` (x-api-key: ${String(req.headers["x-api-key"] ?? "")})` : "";
-      writeError(res, turn.error.status, turn.error.type, turn.error.message + echoed);
+      writeError(res, turn.error.status, turn.error.type, turn.error.message + echoed, turn.retryAfterSeconds);
       return;
     }
     if ("fault" in turn) {

@@ -13,7 +13,7 @@ import { runBounded } from "../../src/attempt/run.ts";
 import { attemptContainerSpec } from "../../src/attempt/spec.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { computeCost, type CostResult } from "../../src/cost/compute.ts";
-import { CLI_PRICES } from "../../src/cost/prices.ts";
+import { CLI_PRICES, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
 import { MODEL, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
@@ -29,6 +29,7 @@ interface GridPoint {
   above?: { why: string; usd: number };
 }
 
+const ROW = CLI_PRICES[MODEL]!;
 const GRID: Record<string, GridPoint> = {
   "first tier, input and output": { turns: [answer({ input_tokens: 1_000, output_tokens: 50 })] },
   "100,000 input tokens: first tier": { turns: [answer({ input_tokens: 100_000, output_tokens: 10 })] },
@@ -48,12 +49,12 @@ const GRID: Record<string, GridPoint> = {
   // Seed 000: "unattributed writes at the 1-hour rate"; the CLI prices them at the 5-minute rate (facts).
   "unattributed cache writes (no TTL split)": {
     turns: [answer({ input_tokens: 2_000, output_tokens: 10, cache_creation_input_tokens: 800 })],
-    above: { why: "unattributed cache writes are priced at the 1-hour rate, the CLI uses the 5-minute rate", usd: (800 * (0.2 - 0.125)) / 1e6 },
+    above: { why: "unattributed cache writes are priced at the 1-hour rate, the CLI uses the 5-minute rate", usd: (800 * (ROW.tier1.cacheWrite1h - ROW.tier1.cacheWrite5m)) / 1e6 },
   },
   // Seed 000: "if the largest single prompt exceeds 100k tokens, every token is priced in the second tier"; the CLI tiers each turn.
   "a second-tier turn and a first-tier turn": {
     turns: [readThen({ input_tokens: 120_000, output_tokens: 40 }), answer({ input_tokens: 3_000, output_tokens: 25 })],
-    above: { why: "every token is priced in the second tier when one prompt exceeds 100,000 tokens, the CLI tiers each turn", usd: (3_000 * (0.5 - 0.1) + 25 * (2.5 - 0.5)) / 1e6 },
+    above: { why: "every token is priced in the second tier when one prompt exceeds 100,000 tokens, the CLI tiers each turn", usd: (3_000 * (ROW.tier2.input - ROW.tier1.input) + 25 * (ROW.tier2.output - ROW.tier1.output)) / 1e6 },
   },
 };
 
@@ -66,7 +67,7 @@ function cliListPrice(turns: ScriptInput["turns"]): number {
     const u = turn.usage as Usage;
     const read = u.cache_read_input_tokens ?? 0;
     const write = u.cache_creation_input_tokens ?? 0;
-    const p = u.input_tokens + read + write > 100_000 ? prices.tier2 : prices.tier1;
+    const p = u.input_tokens + read + write > tier1MaxPromptTokens(MODEL)! ? prices.tier2 : prices.tier1;
     const h1 = u.cache_creation?.ephemeral_1h_input_tokens ?? 0;
     usd += (u.input_tokens * p.input + u.output_tokens * p.output + read * p.cacheRead + (write - h1) * p.cacheWrite5m + h1 * p.cacheWrite1h) / 1e6;
   }
@@ -141,8 +142,9 @@ describe("the runner's cost against the CLI's total_cost_usd", () => {
 
   it("the grid crossed the tier boundary in the CLI itself: 100,000 is first tier, 100,001 second", () => {
     const at = (n: string) => results.get(n)!.facts.reportedCostUsd!;
-    expect(at("100,000 input tokens: first tier")).toBeCloseTo((100_000 * 0.1 + 10 * 0.5) / 1e6, 12);
-    expect(at("100,001 input tokens: second tier")).toBeCloseTo((100_001 * 0.5 + 10 * 2.5) / 1e6, 12);
+    expect(tier1MaxPromptTokens(MODEL)).toBe(100_000);
+    expect(at("100,000 input tokens: first tier")).toBeCloseTo((100_000 * ROW.tier1.input + 10 * ROW.tier1.output) / 1e6, 12);
+    expect(at("100,001 input tokens: second tier")).toBeCloseTo((100_001 * ROW.tier2.input + 10 * ROW.tier2.output) / 1e6, 12);
     expect(results.get("100,001 input tokens: second tier")!.cost.costBasis).toMatchObject({ tier: 2, tierSource: "per-message", tierPromptTokens: 100_001 });
     expect(results.get("cache reads make the prompt 100,000: first tier")!.cost.costBasis?.tier).toBe(1);
     expect(results.get("cache reads make the prompt 100,001: second tier")!.cost.costBasis?.tier).toBe(2);

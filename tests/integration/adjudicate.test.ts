@@ -16,6 +16,7 @@ import { makeFakeDir, parseEvents, runFakeOnHost, type FakeDir, type FakeRecord 
 import { adjudicatorArguments, buildAdjudicatorPrompt } from "../../src/adjudicate/prompt.ts";
 import { readVerdict } from "../../src/adjudicate/plan.ts";
 import { DEMO } from "../support/adjudication-fixtures.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
 
 // Real Docker, the fake claude image, the demo corpus: runs of the shipped command, then their
 // blind adjudication with the fake's scripted verdicts (--json-schema).
@@ -63,12 +64,13 @@ interface Adjudicated {
   path: string;
 }
 
-async function adjudicate(name: string, ledger: string, behaviour: object, extra: string[] = [], env: Record<string, string> = {}): Promise<Adjudicated> {
+/** `protocol`: no --force-same-model and no STUDY_ADJUDICATOR_MODEL, so the default different model adjudicates. */
+async function adjudicate(name: string, ledger: string, behaviour: object, extra: string[] = [], env: Record<string, string> = {}, protocol = false): Promise<Adjudicated> {
   const f = await fake(behaviour);
   const path = join(work, `${name}.adjudication.json`);
   const r = await runCli(
-    ["adjudicate", "--ledger", ledger, "--output", path, "--approve-budget", "--seed", "11", "--force-same-model", "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--fake-behaviour", join(f.dir, "behaviour.json"), "--fake-records", join(f.dir, "records"), ...extra],
-    { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "5", ...env }, timeoutMs: 600_000 },
+    ["adjudicate", "--ledger", ledger, "--output", path, "--approve-budget", "--seed", "11", ...(protocol ? [] : ["--force-same-model"]), "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--fake-behaviour", join(f.dir, "behaviour.json"), "--fake-records", join(f.dir, "records"), ...extra],
+    { env: { STUDY_ADJUDICATOR_MODEL: protocol ? undefined : MODEL, STUDY_ADJUDICATION_BUDGET_USD: "5", ...env } as Record<string, string>, timeoutMs: 600_000 },
   );
   expect(r.stderr).not.toMatch(/internal error/);
   return { ...r, record: await readRecord(path), records: await f.records(), path };
@@ -136,6 +138,23 @@ describe("adjudicate a pilot of the demo", () => {
       expect(prompt.toLowerCase()).not.toMatch(/repository-only|doc-bridge|mcp/);
       expect(prompt).toContain("How does ledgerlite round an amount");
     }
+  });
+
+  it("adjudicates with a different priced model by default, and every report names it; --force-same-model is reported as a departure", async () => {
+    const r = await adjudicate("pilot-default-model", ledgerPath, {}, [], {}, true);
+    expect(r.code, `${r.stderr}\n${r.record.items.map((i) => i.reason).join("\n")}`).toBe(0);
+    expect(r.record.adjudicator).toMatchObject({ model: DEFAULT_ADJUDICATOR_MODELS[0], answeringModel: MODEL, sameModel: false, forcedSameModel: false });
+    // The adjudicator containers ran that model, and its cost passed the check against the measured table.
+    for (const { record: rec } of r.records.filter((x) => /^\d+-/.test(x.file))) expect(rec.argv[rec.argv.indexOf("--model") + 1]).toBe(DEFAULT_ADJUDICATOR_MODELS[0]);
+    expect(r.record.items.every((i) => i.run?.status === "completed")).toBe(true);
+    const different = await runCli(["report", "--ledger", ledgerPath, "--adjudication", r.path, "--format", "markdown"]);
+    expect(different.code).toBe(0);
+    expect(different.stdout).toContain(`Adjudicated by ${DEFAULT_ADJUDICATOR_MODELS[0]}, a different model from the answering model ${MODEL}, as the protocol asks.`);
+    expect(different.stdout).not.toMatch(/Departure from the protocol/);
+    const forced = await runCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "markdown"]);
+    expect(forced.stdout).toContain(`Departure from the protocol: the adjudicator was the answering model ${MODEL} (--force-same-model)`);
+    const html = await runCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "html"]);
+    expect(html.stdout).toContain("Departure from the protocol");
   });
 
   it("records the result-text fallback and an unusable verdict as what they are", async () => {
@@ -236,9 +255,21 @@ describe("the adjudicate command refuses before anything starts", () => {
   it("lists every missing flag and variable at once (exit 2)", async () => {
     const r = await runCli(["adjudicate"], { env: { STUDY_ADJUDICATOR_MODEL: undefined, STUDY_ADJUDICATION_BUDGET_USD: undefined } });
     expect(r.code).toBe(2);
-    for (const needed of ["--ledger PATH is required", "--output PATH is required", "--approve-budget is required", "STUDY_ADJUDICATOR_MODEL is not set", "STUDY_ADJUDICATION_BUDGET_USD is not set"]) {
+    for (const needed of ["--ledger PATH is required", "--output PATH is required", "--approve-budget is required", "STUDY_ADJUDICATION_BUDGET_USD is not set"]) {
       expect(r.stderr).toContain(needed);
     }
+  });
+
+  it("refuses an alias and a model without a measured price row as the adjudicator", async () => {
+    const ledgerPath = join(work, "pilot.ledger.json");
+    const out = join(work, "refused-model.json");
+    const alias = await runCli(["adjudicate", "--ledger", ledgerPath, "--output", out, "--approve-budget"], { env: { STUDY_ADJUDICATOR_MODEL: "sonnet", STUDY_ADJUDICATION_BUDGET_USD: "1" } });
+    expect(alias.code).toBe(2);
+    expect(alias.stderr).toMatch(/STUDY_ADJUDICATOR_MODEL 'sonnet' is an alias the CLI resolves on its own \(the pinned CLI runs it as claude-sonnet-5-5\)/);
+    const unpriced = await runCli(["adjudicate", "--ledger", ledgerPath, "--output", out, "--approve-budget"], { env: { STUDY_ADJUDICATOR_MODEL: "claude-3-opus", STUDY_ADJUDICATION_BUDGET_USD: "1" } });
+    expect(unpriced.code).toBe(2);
+    expect(unpriced.stderr).toMatch(/'claude-3-opus' has no row in the measured price table/);
+    await expect(stat(out)).rejects.toThrow(/ENOENT/);
   });
 
   it("refuses the answering model without --force-same-model, and a ledger that is still running", async () => {

@@ -1,3 +1,5 @@
+import { writeFileSync } from "node:fs";
+import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -92,7 +94,7 @@ export async function makeFakeDir(file?: FakeBehaviourFile): Promise<FakeDir> {
   await mkdir(records);
   // The fake runs as uid 1000 in the image; the test process is usually root.
   await chmod(records, 0o777);
-  if (file !== undefined) await writeFile(join(dir, "behaviour.json"), JSON.stringify(file), { mode: 0o644 });
+  if (file !== undefined) await writeFile(join(dir, "behaviour.json"), JSON.stringify({ prices: GENERATED_PRICE_TABLE.models, ...file }), { mode: 0o644 });
   return {
     dir,
     mounts: [
@@ -118,10 +120,13 @@ export function runFakeOnHost(
   args: string[],
   opts: { cwd: string; fakeDir?: string; env?: Record<string, string>; timeoutMs?: number },
 ): Promise<HostRun> {
+  // The image carries the measured price table; on the host the fake reads the same table from a copy.
+  const prices = join(opts.cwd, ".fake-cli-prices.json");
+  writeFileSync(prices, JSON.stringify(GENERATED_PRICE_TABLE.models));
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [FAKE_CLAUDE_SCRIPT, ...args], {
       cwd: opts.cwd,
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: opts.cwd, FAKE_CLAUDE_DIR: opts.fakeDir ?? join(opts.cwd, ".no-fake-dir"), ...opts.env },
+      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: opts.cwd, FAKE_CLAUDE_DIR: opts.fakeDir ?? join(opts.cwd, ".no-fake-dir"), FAKE_CLAUDE_PRICES: prices, ...opts.env },
       stdio: ["ignore", "pipe", "pipe"],
     });
     let stdout = "";

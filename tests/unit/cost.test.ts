@@ -2,7 +2,8 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { computeCost, type CostInput, type MessagePromptUsage, type ModelUsageTokens } from "../../src/cost/compute.ts";
 import { picoToUsd, usdToPico } from "../../src/cost/money.ts";
-import { CLI_PRICES, pricesFor, TIER_THRESHOLD_TOKENS } from "../../src/cost/prices.ts";
+import { CLI_PRICES, pricesFor, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
+import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 
 const MODEL = "claude-haiku-5-5";
 
@@ -24,22 +25,39 @@ function priced(u: Partial<ModelUsageTokens>, rest: Partial<CostInput> = {}) {
   return computeCost(input(u, { ...rest, reportedCostUsd: first.computedCostUsd }));
 }
 
-describe("CLI_PRICES (facts: 'Its own price table', measured on 2.1.296)", () => {
-  it("holds exactly the measured claude-haiku-5-5 rows, and no guessed model", () => {
-    expect(CLI_PRICES).toEqual({
-      "claude-haiku-5-5": {
-        tier1: { input: 0.1, output: 0.5, cacheRead: 0.01, cacheWrite5m: 0.125, cacheWrite1h: 0.2 },
-        tier2: { input: 0.5, output: 2.5, cacheRead: 0.05, cacheWrite5m: 0.625, cacheWrite1h: 1.0 },
-      },
+describe("CLI_PRICES, generated from the pinned CLI (tests/conformance/measure-prices.ts)", () => {
+  it("holds the claude-haiku-5-5 row the facts measured by hand, boundary included", () => {
+    expect(CLI_PRICES[MODEL]).toEqual({
+      tier1: { input: 0.1, output: 0.5, cacheRead: 0.01, cacheWrite5m: 0.125, cacheWrite1h: 0.2 },
+      tier2: { input: 0.5, output: 2.5, cacheRead: 0.05, cacheWrite5m: 0.625, cacheWrite1h: 1.0 },
     });
-    expect(TIER_THRESHOLD_TOKENS).toBe(100_000);
+    expect(tier1MaxPromptTokens(MODEL)).toBe(100_000);
     expect(Object.isFrozen(CLI_PRICES[MODEL]!.tier1)).toBe(true);
+  });
+
+  it("has a row for every model the CLI priced as list, and a model without a second tier never leaves the first", () => {
+    expect(Object.keys(CLI_PRICES).sort()).toEqual(Object.keys(GENERATED_PRICE_TABLE.models).sort());
+    // The facts: claude-sonnet-5 1M in + 1M out = 12.00 USD; claude-haiku-4-5 1M in = 1.00 USD.
+    expect(CLI_PRICES["claude-sonnet-5"]!.tier1.input + CLI_PRICES["claude-sonnet-5"]!.tier1.output).toBeCloseTo(12, 12);
+    expect(CLI_PRICES["claude-haiku-4-5"]!.tier1.input).toBe(1);
+    expect(tier1MaxPromptTokens("claude-sonnet-5")).toBe(Number.POSITIVE_INFINITY);
+    expect(CLI_PRICES["claude-sonnet-5"]!.tier2).toEqual(CLI_PRICES["claude-sonnet-5"]!.tier1);
+    for (const name of Object.keys(GENERATED_PRICE_TABLE.notPricedAsList)) expect(pricesFor(name)).toBeUndefined();
   });
 
   it("looks up own keys only", () => {
     expect(pricesFor("constructor")).toBeUndefined();
     expect(pricesFor("__proto__")).toBeUndefined();
-    expect(pricesFor("claude-sonnet-5")).toBeUndefined();
+    expect(tier1MaxPromptTokens("constructor")).toBeUndefined();
+    expect(pricesFor("claude-3-opus")).toBeUndefined();
+  });
+
+  it("a second-tier prompt of a flat model is priced at its one rate", () => {
+    const m = "claude-sonnet-5";
+    const r = computeCost({ ...input({}), model: m, modelUsage: { [m]: usage({ inputTokens: 500_000, outputTokens: 1_000 }) }, reportedCostUsd: (500_000 * 2 + 1_000 * 10) / 1e6 });
+    expect(r.problems).toEqual([]);
+    expect(r.costBasis).toMatchObject({ tier: 1, tierPromptTokens: 500_000 });
+    expect(r.computedCostUsd).toBeCloseTo(1.01, 12);
   });
 });
 
@@ -200,8 +218,8 @@ describe("cost problems (-> invalid-cost)", () => {
   });
 
   it("a model missing from CLI_PRICES", () => {
-    const r = computeCost({ ...input({}), model: "claude-sonnet-5", modelUsage: { "claude-sonnet-5": usage({ inputTokens: 10 }) }, reportedCostUsd: 0.00003 });
-    expect(r.problems).toEqual(['CLI_PRICES has no row for "claude-sonnet-5"']);
+    const r = computeCost({ ...input({}), model: "claude-3-opus", modelUsage: { "claude-3-opus": usage({ inputTokens: 10 }) }, reportedCostUsd: 0.00003 });
+    expect(r.problems).toEqual(['CLI_PRICES has no row for "claude-3-opus"']);
     expect(r.computedCostUsd).toBeNull();
   });
 

@@ -1,0 +1,208 @@
+/**
+ * Open questions about the REAL Claude Code 2.1.296, answered by measurement on every run
+ * (scripted Messages API on a unix socket, network none, no cost); the answers are lines of
+ * docs/claude-cli-observations.md that name this file:
+ * - resume: session_id, cumulative cost, what --max-budget-usd caps, what HOME must keep;
+ * - 529 and 429: retries, waits, retry-after, what the stream and the result show;
+ * - which requests the CLI sends besides POST /v1/messages under the runner's environment.
+ */
+import { randomUUID } from "node:crypto";
+import { chmod, chown, cp, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
+import { runBounded } from "../../src/attempt/run.ts";
+import { attemptContainerSpec } from "../../src/attempt/spec.ts";
+import { cliArguments } from "../../src/claude/args.ts";
+import { CLI_PRICES } from "../../src/cost/prices.ts";
+import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import { MODEL, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
+
+const answer = (input_tokens: number) => ({ answer: "scripted", usage: { input_tokens, output_tokens: 10 } });
+/** One answer of 60,000 input and 10 output tokens of the pinned model (first tier). */
+const CALL_USD = (60_000 * CLI_PRICES[MODEL]!.tier1.input + 10 * CLI_PRICES[MODEL]!.tier1.output) / 1e6;
+const overloaded = { status: 529, type: "overloaded_error", message: "scripted overload" };
+const limited = { status: 429, type: "rate_limit_error", message: "scripted rate limit" };
+
+const SCRIPTS: ScriptInput[] = [
+  // The resumed call re-sends the first call's messages, so the same marker selects this script and
+  // the assistant count picks its second turn.
+  { name: "resume", marker: "question: resume", turns: [answer(60_000), answer(60_000)] },
+  { name: "overload-twice", marker: "question: overload twice", turns: [{ error: overloaded, times: 2 }, answer(1_000)] },
+  { name: "rate-limit-retry-after", marker: "question: rate limit", turns: [{ error: limited, times: 1, retryAfterSeconds: 3 }, answer(1_000)] },
+  { name: "overload-always", marker: "question: overload always", turns: [{ error: overloaded }, answer(1_000)] },
+  { name: "traffic-runner", marker: "question: traffic runner", turns: [answer(1_000)] },
+  { name: "traffic-default", marker: "question: traffic default", turns: [answer(1_000)] },
+];
+
+interface Run {
+  events: Array<Record<string, any>>;
+  result: Record<string, any> | undefined;
+  exitCode: number | null;
+  wallMs: number;
+  home: string;
+}
+
+let image = "";
+let corpus: Corpus;
+let api: ConformanceApi;
+let workspace = "";
+const runs = new Map<string, Run>();
+const sessionId = randomUUID();
+
+async function freshHome(): Promise<string> {
+  const dir = await mkdtemp(join(corpus.work, "home-"));
+  return (await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(dir, "home"))).homeDir;
+}
+
+/** The runner's own arguments, with the session flags of a resume study in place of --no-session-persistence. */
+function argv(question: string, opts: { budgetUsd?: number; session?: string[] } = {}): string[] {
+  const base = cliArguments({ arm: "repository", model: MODEL, maxBudgetUsd: opts.budgetUsd ?? 1, prompt: `question: ${question}`, deniedMcpTools: [] });
+  if (!opts.session) return base;
+  const out = base.filter((a) => a !== "--no-session-persistence");
+  out.splice(out.indexOf("--"), 0, ...opts.session);
+  return out;
+}
+
+async function run(name: string, args: string[], opts: { home?: string; env?: Record<string, string> } = {}): Promise<Run> {
+  const home = opts.home ?? (await freshHome());
+  const spec = attemptContainerSpec({
+    image,
+    argv: args,
+    exportDir: workspace,
+    homeDir: home,
+    network: { mode: "none" },
+    labels: { "study-runner.test": "conformance-cli-questions" },
+    attemptIndex: 0,
+    modelApiSocket: api.socketPath,
+    extraEnv: opts.env,
+  });
+  const events: Array<Record<string, any>> = [];
+  const raw = await runBounded(runtime, spec, (line) => line.startsWith("{") && events.push(JSON.parse(line)), { timeoutMs: 120_000 });
+  const r = { events, result: events.find((e) => e.type === "result"), exitCode: raw.exitCode, wallMs: raw.wallTimeMs, home };
+  runs.set(name, r);
+  return r;
+}
+
+const retries = (r: Run) => r.events.filter((e) => e.type === "system" && e.subtype === "api_retry");
+const requestsOf = (marker: string) => api.requests.filter((q) => q.body?.firstUserText.includes(marker));
+
+beforeAll(async () => {
+  image = (await realImage()).tag;
+  corpus = await prepareCorpus("questions");
+  workspace = await mkdtemp(join(corpus.work, "workspace-"));
+  await writeFile(join(workspace, "README.md"), "A file.\n", { mode: 0o444 });
+  await chmod(workspace, 0o555);
+  api = await startApi(SCRIPTS);
+  // Two at a time (two cores): the first call of the resume chain with the retry runs.
+  await Promise.all([
+    (async () => {
+      const first = await run("resume-1", argv("resume", { session: ["--session-id", sessionId] }));
+      // A second container: a fresh HOME with the login and nothing but the session file copied over.
+      const projects = join(first.home, ".claude", "projects");
+      const home = await freshHome();
+      for (const dir of await readdir(projects)) {
+        const files = (await readdir(join(projects, dir))).filter((f) => f === `${sessionId}.jsonl`);
+        for (const f of files) {
+          await mkdir(join(home, ".claude", "projects", dir), { recursive: true });
+          await cp(join(projects, dir, f), join(home, ".claude", "projects", dir, f));
+          // The container user (uid 1000) appends to the session: give it what it wrote.
+          for (const p of [join(home, ".claude", "projects"), join(home, ".claude", "projects", dir), join(home, ".claude", "projects", dir, f)]) await chown(p, 1000, 1000);
+        }
+      }
+      // Cap below the session's cumulative cost, above this call's own.
+      await run("resume-2", argv("resume", { budgetUsd: 1.5 * CALL_USD, session: ["--resume", sessionId] }), { home });
+      await run("resume-without-session-file", argv("resume", { session: ["--resume", sessionId] }));
+      await run("traffic-runner", argv("traffic runner"));
+      await run("traffic-default", argv("traffic default"), { env: { CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "" } });
+    })(),
+    (async () => {
+      await run("overload-twice", argv("overload twice"));
+      await run("rate-limit", argv("rate limit"));
+      await run("overload-always", argv("overload always"), { env: { CLAUDE_CODE_MAX_RETRIES: "1" } });
+    })(),
+  ]);
+}, 400_000);
+
+afterAll(async () => {
+  await api?.close();
+  await corpus?.cleanup();
+});
+
+describe("resume across two containers", () => {
+  it("the result's session_id is --session-id, and a fresh HOME needs only the login and the session's .jsonl", () => {
+    const one = runs.get("resume-1")!;
+    const two = runs.get("resume-2")!;
+    expect(one.result).toMatchObject({ subtype: "success", is_error: false, session_id: sessionId });
+    expect(two.result, JSON.stringify(two.result)).toMatchObject({ subtype: "success", is_error: false, session_id: sessionId });
+    // The resumed request carried the first call's conversation (one assistant turn already).
+    expect(requestsOf("question: resume").map((q) => q.body!.assistantTurns)).toEqual([0, 1]);
+    // Without the .jsonl the resume does not happen: no request, an error result.
+    const none = runs.get("resume-without-session-file")!;
+    expect(none.exitCode).not.toBe(0);
+    expect(requestsOf("question: resume")).toHaveLength(2);
+  });
+
+  it("total_cost_usd is cumulative over the session, and --max-budget-usd caps the call, not the session", () => {
+    expect(runs.get("resume-1")!.result!.total_cost_usd).toBeCloseTo(CALL_USD, 12);
+    // 2 x CALL_USD is above the resumed call's cap of 1.5 x CALL_USD, yet the call succeeded.
+    expect(runs.get("resume-2")!.result!.total_cost_usd).toBeCloseTo(2 * CALL_USD, 12);
+  });
+});
+
+describe("529 and 429 from the API", () => {
+  it("529 twice: two api_retry events with growing waits, then a normal success", () => {
+    const r = runs.get("overload-twice")!;
+    const events = retries(r);
+    expect(events.map((e) => [e.attempt, e.error_status, e.max_retries])).toEqual([
+      [1, 529, 10],
+      [2, 529, 10],
+    ]);
+    expect(requestsOf("question: overload twice")).toHaveLength(3);
+    expect(r.result).toMatchObject({ subtype: "success", is_error: false });
+    for (const e of events) expect(e.retry_delay_ms).toBeLessThan(5_000);
+  });
+
+  it("429 with retry-after: 3 waits the 3 seconds the header asks for", () => {
+    const r = runs.get("rate-limit")!;
+    const [e] = retries(r);
+    expect(e).toMatchObject({ attempt: 1, error_status: 429 });
+    expect(e!.retry_delay_ms).toBe(3_000);
+    const [a, b] = requestsOf("question: rate limit");
+    expect(Date.parse(b!.at) - Date.parse(a!.at)).toBeGreaterThanOrEqual(2_900);
+    expect(r.result).toMatchObject({ subtype: "success", is_error: false });
+  });
+
+  it("CLAUDE_CODE_MAX_RETRIES=1 against a 529 every time: one retry, then an error result with the status", () => {
+    const r = runs.get("overload-always")!;
+    expect(retries(r)).toHaveLength(1);
+    expect(requestsOf("question: overload always")).toHaveLength(2);
+    expect(r.result).toMatchObject({ subtype: "success", is_error: true, api_error_status: 529 });
+    expect(r.exitCode).toBe(1);
+  });
+});
+
+describe("requests besides POST /v1/messages", () => {
+  const routes = (marker: string, name: string) => {
+    const convo = new Set(requestsOf(marker).map((q) => q.conversation));
+    const runEvents = runs.get(name)!;
+    const session = runEvents.events.find((e) => e.type === "system" && e.subtype === "init")?.session_id as string;
+    // Requests without a body (HEAD /api/hello) carry no conversation: take those between this run's first and last message request.
+    const mine = api.requests.filter((q) => (q.conversation && convo.has(q.conversation)) || q.headers["x-claude-code-session-id"] === session);
+    return mine.map((q) => `${q.method} ${q.path.split("?")[0]}`);
+  };
+
+  it("with CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 (the runner's setting): only POST /v1/messages", () => {
+    const all = api.requests.map((q) => `${q.method} ${q.path.split("?")[0]}`);
+    expect(routes("question: traffic runner", "traffic-runner")).toEqual(["POST /v1/messages"]);
+    // Across every run of this file except the one with the variable emptied, nothing else arrived either.
+    const others = all.filter((r) => r !== "POST /v1/messages");
+    expect(others.length).toBeLessThanOrEqual(1);
+  });
+
+  it("with the variable empty: one HEAD /api/hello before the messages, nothing else", () => {
+    const others = api.requests.filter((q) => !q.path.startsWith("/v1/messages")).map((q) => `${q.method} ${q.path}`);
+    expect(others).toEqual(["HEAD /api/hello"]);
+    expect(routes("question: traffic default", "traffic-default")).toEqual(["POST /v1/messages"]);
+  });
+});
