@@ -33,7 +33,7 @@ describe("the agent-adjudication statement of every report", () => {
   it("says so in every format when the adjudicator used the answering model", () => {
     expect(record.adjudicator.sameModel).toBe(true);
     const report = buildReport({ ledger, ledgerSha256: SHA, record, manifest: DEMO });
-    const said = /adjudicator used the answering model \(claude-haiku-5-5\), forced with --force-same-model/;
+    const said = /Departure from the protocol: the adjudicator was the answering model claude-haiku-5-5 \(--force-same-model\)/;
     expect(renderMarkdown(report)).toMatch(said);
     expect(renderHtml(report)).toMatch(said);
     expect(JSON.parse(renderJson(report)).adjudication.sameModel).toBe(true);
