@@ -21,7 +21,8 @@
 //            line before init), delayMs (a pause before the answer), refreshLogin (rewrite
 //            $HOME/.claude/.credentials.json with new tokens and a later expiresAt, by a new
 //            file renamed into place, as the real CLI does on a refresh), connect (see
-//            attemptConnections: network attempts before the transcript, outcomes recorded)
+//            attemptConnections: network attempts before the transcript, outcomes recorded),
+//            fillHome (write $HOME/fill until the disk refuses, keep it, record the bytes written)
 //   events   print `events` verbatim (strings raw, objects as JSON); malformedFirst; exitCode
 //   exit     print `events`, then exit with `code`
 //   sleep    print `events`, sleep `seconds`, exit `exitCode`
@@ -472,8 +473,25 @@ function defaultTurnUsage(i) {
   return { input: 2000 + 150 * i, output: 30 + 5 * i, cacheRead: i === 0 ? 0 : 800, cacheWrite5m: i === 0 ? 800 : 0, cacheWrite1h: 0 };
 }
 
+/** Writes into HOME until the file system refuses (ENOSPC), as a CLI whose state outgrows HOME would. */
+function fillHome() {
+  const fd = fs.openSync(path.join(process.env.HOME ?? "/nonexistent", "fill"), "w");
+  const chunk = Buffer.alloc(1 << 20, 0x61);
+  let written = 0;
+  try {
+    for (;;) written += fs.writeSync(fd, chunk);
+  } catch (err) {
+    if (err.code !== "ENOSPC") throw err;
+  } finally {
+    fs.closeSync(fd);
+  }
+  const dir = path.join(FAKE_DIR, "records");
+  if (fs.existsSync(dir)) fs.writeFileSync(path.join(dir, `fill-home-${process.env.STUDY_RUNNER_ATTEMPT ?? "probe"}.json`), JSON.stringify({ written }));
+}
+
 async function okTranscript(options, b, version, prompt) {
   if (b.refreshLogin) refreshLogin();
+  if (b.fillHome) fillHome();
   if (b.connect) await attemptConnections(b.connect, process.env.STUDY_RUNNER_ATTEMPT);
   if (b.malformedFirst) emit("this line is not JSON {");
   const cwd = process.cwd();

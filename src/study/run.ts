@@ -7,12 +7,12 @@ import { probeVersion } from "../image/build.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
-import { attemptContainerSpec } from "../attempt/spec.ts";
+import { attemptContainerSpec, DEFAULT_ATTEMPT_CPUS } from "../attempt/spec.ts";
 import { checkModelApiSocket } from "../attempt/model-api.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
-import { runBounded, type RawOutcome } from "../attempt/run.ts";
+import { runBounded, withHomeBound, type RawOutcome } from "../attempt/run.ts";
 import { buildPrompt, cliArguments, denyList, expectedInitTools, EMPTY_MCP_CONFIG } from "../claude/args.ts";
 import { TranscriptReader } from "../transcript/reader.ts";
 import { classifyAttempt } from "../transcript/classify.ts";
@@ -62,6 +62,10 @@ export interface StudyConfig {
   loginLockStaleMs?: number;
   /** Tests: the attempt container's memory limit (attemptContainerSpec's default otherwise). */
   memoryBytes?: number;
+  /** CPUs per attempt container (--cpus; DEFAULT_ATTEMPT_CPUS otherwise), recorded in the ledger. */
+  cpus?: number;
+  /** Tests: the size of the attempt's tmpfs HOME (DEFAULT_HOME_BYTES otherwise). */
+  homeBytes?: number;
   /**
    * Conformance tests and the demo: the Messages API listens on this unix socket on the host
    * (e.g. the scripted API); attempts reach it through the in-container relay, network none.
@@ -174,6 +178,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     isolation: config.isolation,
     modelApi,
     runtime: config.runtime ?? null,
+    attemptCpus: config.cpus ?? DEFAULT_ATTEMPT_CPUS,
     ...(config.isolation === "strict" ? { egressAllow: [...egressAllowOf(config)] } : {}),
     model: config.model,
     prices: pricesForLedger(),
@@ -375,6 +380,8 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       attemptIndex: attempt.index,
       fake: config.fake,
       memoryBytes: config.memoryBytes,
+      cpus: config.cpus,
+      homeBytes: config.homeBytes,
     });
 
     const reader = new TranscriptReader({ arm: attempt.arm, model: config.model, expectedTools: expectedInitTools(attempt.arm), cliVersion: config.expectedCliVersion });
@@ -421,7 +428,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     if (verdict.status === "invalid-setup" && obs.setupProblems.length === 0) obs.setupProblems = [verdict.reason];
     if (verdict.status === "invalid-cost" && obs.costProblem === null) obs.costProblem = verdict.reason;
     if (verdict.status !== "completed" && raw.oomKilled) return { status: verdict.status, reason: `${verdict.reason} (the container was killed by its memory limit)` };
-    return verdict;
+    return withHomeBound(raw, verdict);
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
   }

@@ -6,7 +6,7 @@ import { adjudicatorArguments, buildAdjudicatorPrompt, itemIdFor, shuffledOrder,
 import { MASK, maskTerms, maskText } from "../../src/adjudicate/mask.ts";
 import { checkAdjudicatorModel } from "../../src/adjudicate/run.ts";
 import { VerdictSchema } from "../../src/adjudicate/schema.ts";
-import { BUILTIN_DENIED_TOOLS, HOME_READ_DENIALS } from "../../src/claude/args.ts";
+import { BUILTIN_DENIED_TOOLS, HOME_READ_DENIALS, SYSTEM_READ_DENIALS } from "../../src/claude/args.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { DEMO, syntheticLedger } from "../support/adjudication-fixtures.ts";
 
@@ -144,7 +144,7 @@ describe("the adjudicator's arguments", () => {
     expect(argv.slice(-2)).toEqual(["--", "--tools Bash is text"]);
     expect(valueOf("--tools")).toBe("Read,Grep,Glob");
     expect(valueOf("--allowedTools")).toBe("Read,Grep,Glob");
-    expect(valueOf("--disallowedTools")).toBe([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS].join(","));
+    expect(valueOf("--disallowedTools")).toBe([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS].join(","));
     expect(valueOf("--mcp-config")).toBe('{"mcpServers":{}}');
     expect(valueOf("--permission-mode")).toBe("dontAsk");
     expect(valueOf("--permission-prompts")).toBe("none");
