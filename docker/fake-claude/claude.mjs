@@ -30,7 +30,8 @@
 //   garbage  print `lines` malformed lines (default 3), exit `exitCode`
 //   oom      print `events`, then allocate memory in 8 MiB steps until the container's memory
 //            limit kills it; stops at `maxMb` (default 1024) and exits `exitCode` if nothing did
-// With --json-schema (the adjudicator), the ok transcript's answer is a verdict: `verdicts`
+// With --json-schema (the adjudicator), the ok transcript's answer is a verdict (with an
+// `armGuess`: "files-and-docs-server" when the answer shows a masked word, else "files-only"): `verdicts`
 // (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
 // correct verdict over the prompt's P1..Pn; it goes into the result's `structured_output`
 // (unless `structuredOutput: false`) and, as JSON text, into `result` (unless `answer` is given).
@@ -828,6 +829,9 @@ function structuredVerdict(b, prompt) {
     propositions: ids.map((id, i) => ({ id, verdict: verdictOf(i), citation: verdictOf(i) === "supported" ? "valid" : "invalid", reason: `fake-claude: scripted ${outcome}` })),
     contradictions: outcome === "incorrect" ? ["fake-claude: a scripted contradiction"] : [],
     reasons: `fake-claude: scripted ${outcome} verdict for ${itemId ?? "an item without an id"}`,
+    // The guess of the arm, asked after the verdict: a naive reader that takes any masked word for a
+    // trace of the documentation server. With symmetric masking that tells nothing.
+    armGuess: /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only",
     ...given,
   };
 }

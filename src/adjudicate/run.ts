@@ -22,6 +22,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments } from "./prompt.ts";
+import { armGuessOf } from "./blinding.ts";
 import { planAdjudication, readVerdict, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord, type RecordHandle } from "./store.ts";
@@ -266,7 +267,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
     } else {
       const reading = readVerdict(outcome.structuredOutput, outcome.resultText, p.expectedCount);
       if (reading.ok) {
-        Object.assign(item, { outcome: reading.verdict.outcome, score: OUTCOME_SCORES[reading.verdict.outcome], decidedBy: "adjudicator", reason: `adjudicator verdict (from ${reading.source})`, verdict: reading.verdict });
+        Object.assign(item, { outcome: reading.verdict.outcome, score: OUTCOME_SCORES[reading.verdict.outcome], decidedBy: "adjudicator", reason: `adjudicator verdict (from ${reading.source})`, verdict: reading.verdict, armGuess: armGuessOf(reading.verdict, p.arm) });
       } else {
         // One unusable verdict says nothing about the others: this item is missing, the rest go on.
         Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: `the adjudicator's output is unusable: ${reading.problem}` });

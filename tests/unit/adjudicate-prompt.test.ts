@@ -61,12 +61,12 @@ describe("the adjudicator's prompt is blind to the scenario", () => {
     expect(revealed.prompt).toContain(task.sources.join(", "));
   });
 
-  it("masks what the ledger shows the arm used, and leaves built-in tool names and ordinary words alone", () => {
+  it("masks what the ledger shows the arm used and the built-in tools of both arms, and leaves ordinary words alone", () => {
     const ledger = ledgerWithAnswers({});
     const terms = maskTerms(ledger, DEMO.scenarios);
     const masked = maskText("Read and Grep found the document bridge; doc.search and a doc-searcher; the repository is small.", terms);
-    expect(masked.text).toBe(`Read and Grep found the document bridge; ${MASK} and a doc-searcher; the repository is small.`);
-    expect(masked.counts).toEqual({ "doc-bridge tool doc_search": 1 });
+    expect(masked.text).toBe(`${MASK} and ${MASK} found the document bridge; ${MASK} and a doc-searcher; the repository is small.`);
+    expect(masked.counts).toEqual({ "doc-bridge tool doc_search": 1, "built-in tool Grep": 1, "built-in tool Read": 1 });
   });
 
   it("gives an item an id that depends on the run and the observation only", () => {
