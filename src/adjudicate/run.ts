@@ -10,6 +10,7 @@ import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
 import { hasCommit } from "../corpus/git.ts";
+import { adjudicatorFilterOptions } from "../corpus/filter.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
 import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
 import { runBounded } from "../attempt/run.ts";
@@ -333,12 +334,12 @@ async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: 
   const cleanups: Array<() => Promise<unknown>> = [];
   const label = `adjudicate-${p.position}`;
   try {
-    const exported = await exportAtPin({
+    const exported = await exportAtPin(adjudicatorFilterOptions({
       repoDir: config.roots.get(p.repository)!,
       pin: p.pin,
       answerKeys: config.loaded.manifest.answerKeys?.[p.repository] ?? [],
       labels: { run: ctx.id, attempt: label },
-    });
+    }));
     cleanups.push(() => removeExport(exported.dir));
     run.exportHash = exported.exportHash;
     const lock = await acquireLoginLock(ctx.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ctx.id });
