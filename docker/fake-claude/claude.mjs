@@ -21,7 +21,8 @@
 //            line before init), delayMs (a pause before the answer), refreshLogin (rewrite
 //            $HOME/.claude/.credentials.json with new tokens and a later expiresAt, by a new
 //            file renamed into place, as the real CLI does on a refresh), connect (see
-//            attemptConnections: network attempts before the transcript, outcomes recorded)
+//            attemptConnections: network attempts before the transcript, outcomes recorded),
+//            fillHome (write $HOME/fill until the disk refuses, keep it, record the bytes written)
 //   events   print `events` verbatim (strings raw, objects as JSON); malformedFirst; exitCode
 //   exit     print `events`, then exit with `code`
 //   sleep    print `events`, sleep `seconds`, exit `exitCode`
@@ -29,7 +30,8 @@
 //   garbage  print `lines` malformed lines (default 3), exit `exitCode`
 //   oom      print `events`, then allocate memory in 8 MiB steps until the container's memory
 //            limit kills it; stops at `maxMb` (default 1024) and exits `exitCode` if nothing did
-// With --json-schema (the adjudicator), the ok transcript's answer is a verdict: `verdicts`
+// With --json-schema (the adjudicator), the ok transcript's answer is a verdict (with an
+// `armGuess`: "files-and-docs-server" when the answer shows a masked word, else "files-only"): `verdicts`
 // (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
 // correct verdict over the prompt's P1..Pn; it goes into the result's `structured_output`
 // (unless `structuredOutput: false`) and, as JSON text, into `result` (unless `answer` is given).
@@ -472,8 +474,25 @@ function defaultTurnUsage(i) {
   return { input: 2000 + 150 * i, output: 30 + 5 * i, cacheRead: i === 0 ? 0 : 800, cacheWrite5m: i === 0 ? 800 : 0, cacheWrite1h: 0 };
 }
 
+/** Writes into HOME until the file system refuses (ENOSPC), as a CLI whose state outgrows HOME would. */
+function fillHome() {
+  const fd = fs.openSync(path.join(process.env.HOME ?? "/nonexistent", "fill"), "w");
+  const chunk = Buffer.alloc(1 << 20, 0x61);
+  let written = 0;
+  try {
+    for (;;) written += fs.writeSync(fd, chunk);
+  } catch (err) {
+    if (err.code !== "ENOSPC") throw err;
+  } finally {
+    fs.closeSync(fd);
+  }
+  const dir = path.join(FAKE_DIR, "records");
+  if (fs.existsSync(dir)) fs.writeFileSync(path.join(dir, `fill-home-${process.env.STUDY_RUNNER_ATTEMPT ?? "probe"}.json`), JSON.stringify({ written }));
+}
+
 async function okTranscript(options, b, version, prompt) {
   if (b.refreshLogin) refreshLogin();
+  if (b.fillHome) fillHome();
   if (b.connect) await attemptConnections(b.connect, process.env.STUDY_RUNNER_ATTEMPT);
   if (b.malformedFirst) emit("this line is not JSON {");
   const cwd = process.cwd();
@@ -812,6 +831,9 @@ function structuredVerdict(b, prompt) {
     propositions: ids.map((id, i) => ({ id, verdict: verdictOf(i), citation: verdictOf(i) === "supported" ? "valid" : "invalid", reason: `fake-claude: scripted ${outcome}` })),
     contradictions: outcome === "incorrect" ? ["fake-claude: a scripted contradiction"] : [],
     reasons: `fake-claude: scripted ${outcome} verdict for ${itemId ?? "an item without an id"}`,
+    // The guess of the arm, asked after the verdict: a naive reader that takes any masked word for a
+    // trace of the documentation server. With symmetric masking that tells nothing.
+    armGuess: /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only",
     ...given,
   };
 }

@@ -1,4 +1,4 @@
-// with-relay.mjs [--api <socket>] [--proxy <socket>] -- <command> [args...]
+// with-relay.mjs [--login <dir>] [--api <socket>] [--proxy <socket>] -- <command> [args...]
 // with-relay.mjs <socket> -- <command> [args...]            (the same as --api <socket>)
 //
 // The container's entrypoint when something on the host is reached through a unix socket
@@ -15,6 +15,12 @@
 //   --proxy <socket>  the runner's egress proxy (isolation "strict"); the port is read from
 //                     HTTPS_PROXY, which must be http://127.0.0.1:<port>, and HTTP_PROXY must
 //                     name the same URL.
+//   --login <dir>     the staged login: <dir>/.claude/.credentials.json (and <dir>/.claude.json
+//                     when present) are copied into $HOME, a size-bounded tmpfs, before the
+//                     command starts. A refresh of $HOME/.claude/.credentials.json is copied back
+//                     to <dir> as soon as it happens and once more when the command exits: only a
+//                     regular file (lstat, never through a symlink) of at most 64 KiB. When the
+//                     command exits with $HOME full, a line on stderr says so (the runner reads it).
 //
 // Why one wrapper process rather than a shell line or a second container: a scratch image has no
 // shell, and a sidecar would need a shared network namespace; here the relays live exactly as long
@@ -24,10 +30,16 @@
 // one a relay listens on cannot disagree; anything else is refused before the CLI starts (exit 2),
 // never silently routed elsewhere.
 import { spawn } from "node:child_process";
+import fs from "node:fs";
 import { constants } from "node:os";
+import path from "node:path";
 import { relayArgumentProblem, startApiRelay } from "./api-relay.mjs";
 
-const USAGE = "usage: with-relay.mjs [--api <unix-socket-path>] [--proxy <unix-socket-path>] -- <command> [args...]";
+const USAGE = "usage: with-relay.mjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] -- <command> [args...]";
+/** The largest login copied back: a real .credentials.json is well under 4 KiB. */
+const LOGIN_LIMIT_BYTES = 64 * 1024;
+/** Written to stderr when HOME is full at the end; src/attempt/run.ts looks for it. */
+const HOME_FULL_MARK = "with-relay: HOME is full";
 
 function fail(code, message) {
   process.stderr.write(`with-relay: ${message}\n`);
@@ -53,12 +65,14 @@ if (options.length === 1 && !options[0].startsWith("--")) {
   sockets.api = options[0];
 } else {
   for (let i = 0; i < options.length; i += 2) {
-    const kind = { "--api": "api", "--proxy": "proxy" }[options[i]];
+    const kind = { "--api": "api", "--proxy": "proxy", "--login": "login" }[options[i]];
     if (kind === undefined || options[i + 1] === undefined || sockets[kind] !== undefined) fail(2, USAGE);
     sockets[kind] = options[i + 1];
   }
 }
 if (Object.keys(sockets).length === 0) fail(2, USAGE);
+const loginDir = sockets.login;
+delete sockets.login;
 
 const relays = [];
 if (sockets.api !== undefined) relays.push({ port: loopbackPort("ANTHROPIC_BASE_URL"), socket: sockets.api });
@@ -82,10 +96,93 @@ for (const r of relays) {
   }
 }
 
+const home = process.env.HOME ?? "";
+const homeCredentials = path.join(home, ".claude", ".credentials.json");
+let copiedOut = undefined;
+
+function stageLoginIn() {
+  if (!path.isAbsolute(home)) fail(2, `HOME ${JSON.stringify(home)} is not an absolute path`);
+  fs.mkdirSync(path.join(home, ".claude"), { recursive: true, mode: 0o700 });
+  const credentials = fs.readFileSync(path.join(loginDir, ".claude", ".credentials.json"));
+  fs.writeFileSync(homeCredentials, credentials, { mode: 0o600, flag: "wx" });
+  copiedOut = credentials;
+  try {
+    fs.writeFileSync(path.join(home, ".claude.json"), fs.readFileSync(path.join(loginDir, ".claude.json")), { mode: 0o600, flag: "wx" });
+  } catch (err) {
+    if (err.code !== "ENOENT") throw err;
+  }
+}
+
+/** Copies a refreshed login back to the staged folder: a bounded regular file, never a link's target. */
+function copyLoginOut() {
+  let bytes;
+  try {
+    const st = fs.lstatSync(homeCredentials);
+    if (!st.isFile() || st.size > LOGIN_LIMIT_BYTES) {
+      process.stderr.write(`with-relay: $HOME/.claude/.credentials.json is not a regular file of at most ${LOGIN_LIMIT_BYTES} bytes; not copied back\n`);
+      return;
+    }
+    const fd = fs.openSync(homeCredentials, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    try {
+      bytes = fs.readFileSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return; // mid-rename or removed: the next event or the exit copies it
+  }
+  if (bytes.length > LOGIN_LIMIT_BYTES || (copiedOut !== undefined && bytes.equals(copiedOut))) return;
+  const target = path.join(loginDir, ".claude", ".credentials.json");
+  const temp = `${target}.with-relay-${process.pid}`;
+  try {
+    const fd = fs.openSync(temp, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o600);
+    try {
+      fs.writeSync(fd, bytes);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    fs.renameSync(temp, target);
+    copiedOut = bytes;
+  } catch (err) {
+    process.stderr.write(`with-relay: the refreshed login could not be copied back (${err.code ?? "error"})\n`);
+  }
+}
+
+function reportFullHome() {
+  try {
+    const s = fs.statfsSync(home);
+    // A tmpfs reports no reserved blocks: "full" is less than one 64 KiB write left.
+    if (s.bavail * s.bsize < 64 * 1024) process.stderr.write(`${HOME_FULL_MARK} (${s.blocks * s.bsize} bytes): the CLI ran out of space in its HOME\n`);
+  } catch {
+    // statfs of a tmpfs does not fail in practice; a failure here changes nothing about the exit.
+  }
+}
+
+if (loginDir !== undefined) {
+  try {
+    stageLoginIn();
+  } catch (err) {
+    fail(2, `cannot copy the login from ${loginDir} into HOME: ${err.code ?? err.message}`);
+  }
+  try {
+    // inotify works on a tmpfs: the refresh leaves the container even if the container is killed right after.
+    fs.watch(path.dirname(homeCredentials), { persistent: false }, (_event, name) => {
+      if (name === null || name === ".credentials.json") copyLoginOut();
+    });
+  } catch {
+    // Without a watch the copy at exit still happens.
+  }
+}
+
 const child = spawn(command, commandArgs, { stdio: "inherit" });
 const forwarded = ["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
 for (const signal of forwarded) process.on(signal, () => child.kill(signal));
 child.on("error", (err) => fail(err.code === "ENOENT" ? 127 : 126, `cannot start ${command}: ${err.message}`));
 child.on("exit", (code, signal) => {
+  if (loginDir !== undefined) {
+    copyLoginOut();
+    reportFullHome();
+  }
   process.exit(code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0));
 });

@@ -18,6 +18,8 @@ export interface PlannedItem {
   repetition: number;
   repository: string;
   pin: string;
+  /** The observation's arm: only to score the adjudicator's guess of it, never shown. */
+  arm: Observation["arm"];
   itemId: string;
   position: number;
   /** Set when the runner decides without a model run. */
@@ -69,6 +71,7 @@ export function planAdjudication(ledger: Ledger, manifest: Manifest, seed: numbe
       repetition: o.repetition,
       repository: o.repository,
       pin: o.pin,
+      arm: o.arm,
       itemId,
       position,
       expectedCount: task?.expected.length ?? 0,

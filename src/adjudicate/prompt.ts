@@ -3,7 +3,7 @@ import { z } from "zod";
 import { BUILTIN_READ_TOOLS, EMPTY_MCP_CONFIG, hardenedArguments } from "../claude/args.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
-import { VerdictSchema } from "./schema.ts";
+import { ArmGuessSchema, VerdictSchema } from "./schema.ts";
 
 /**
  * The adjudicator's prompt and argument array. The prompt carries an opaque item id, the
@@ -68,13 +68,21 @@ export function buildAdjudicatorPrompt(input: PromptInput): string {
     '  "incomplete": the answer is cut off or does not attempt the question.',
     "- contradictions: each statement of the answer that contradicts a proposition or the files.",
     "- reasons: a short explanation of the outcome.",
+    "",
+    "After grading, one more question that changes nothing in the grade. The answer was written by one of two runs",
+    "of the same agent on the same question: one had the repository's files only, the other could also query a",
+    'documentation server. armGuess: "files-only" or "files-and-docs-server", whichever you think wrote this answer.',
     "Return only the structured output.",
   ].join("\n");
 }
 
-/** The `--json-schema` value: the verdict's JSON Schema, generated from its zod schema. */
+/**
+ * The `--json-schema` value: the verdict's JSON Schema, generated from its zod schema, with the
+ * guess of the arm required (and last, so it is asked after the verdict).
+ */
 export function verdictJsonSchema(): string {
-  const { $schema: _ignored, ...schema } = z.toJSONSchema(VerdictSchema, { io: "output" }) as Record<string, unknown>;
+  const asked = VerdictSchema.extend({ armGuess: ArmGuessSchema });
+  const { $schema: _ignored, ...schema } = z.toJSONSchema(asked, { io: "output" }) as Record<string, unknown>;
   return JSON.stringify(schema);
 }
 

@@ -5,6 +5,7 @@ import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { reapOrphanExports, removeTree } from "../export/export.ts";
 import { hasCommit } from "../corpus/git.ts";
+import { adjudicatorFilterOptions } from "../corpus/filter.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLock } from "../attempt/login.ts";
 import type { NetworkSetting } from "../attempt/spec.ts";
 import { expectedInitTools } from "../claude/args.ts";
@@ -16,6 +17,7 @@ import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { emptyRunFacts } from "../cli-attempt/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments } from "./prompt.ts";
+import { armGuessOf } from "./blinding.ts";
 import { planAdjudication, readVerdict, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
@@ -213,12 +215,13 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       const result = await runCliInContainer(
         deps,
         {
-          export: {
+          // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
+          export: adjudicatorFilterOptions({
             repoDir: config.roots.get(p.repository)!,
             pin: p.pin,
             answerKeys: config.loaded.manifest.answerKeys?.[p.repository] ?? [],
             labels: { run: adjudicationId, attempt: `adjudicate-${p.position}` },
-          },
+          }),
           login,
           lock: locks.get(p)!,
           image: config.image,
@@ -249,7 +252,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       } else {
         const reading = readVerdict(out?.structuredOutput, out?.resultText ?? null, p.expectedCount);
         if (reading.ok) {
-          Object.assign(item, { outcome: reading.verdict.outcome, score: OUTCOME_SCORES[reading.verdict.outcome], decidedBy: "adjudicator", reason: `adjudicator verdict (from ${reading.source})`, verdict: reading.verdict });
+          Object.assign(item, { outcome: reading.verdict.outcome, score: OUTCOME_SCORES[reading.verdict.outcome], decidedBy: "adjudicator", reason: `adjudicator verdict (from ${reading.source})`, verdict: reading.verdict, armGuess: armGuessOf(reading.verdict, p.arm) });
         } else {
           // One unusable verdict says nothing about the others: this item is missing, the rest go on.
           Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: `the adjudicator's output is unusable: ${reading.problem}` });

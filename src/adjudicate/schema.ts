@@ -1,6 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { AttemptStatusSchema, Count, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
+import { ArmSchema, AttemptStatusSchema, Count, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
 
 /**
  * The adjudication record: a private companion of one ledger (contract R93). It never changes the
@@ -32,6 +32,17 @@ export const OUTCOME_SCORES: Readonly<Record<Outcome, number | null>> = Object.f
 export const PropositionVerdictSchema = z.enum(["supported", "partial", "contradicted", "missing"]);
 
 /**
+ * The adjudicator's guess, asked after its verdict, of which arm wrote the answer: how blinding
+ * is measured. A forced choice, so a blind adjudicator is right half the time.
+ */
+export const ArmGuessSchema = z.enum(["files-only", "files-and-docs-server"]).meta({
+  description: "after grading: which run wrote this answer, the one with the repository's files only (files-only) or the one that could also query a documentation server (files-and-docs-server); a guess, it changes nothing in the grade",
+});
+export type ArmGuess = z.infer<typeof ArmGuessSchema>;
+/** The ledger's arm each guess names. */
+export const GUESSED_ARM: Readonly<Record<ArmGuess, z.infer<typeof ArmSchema>>> = Object.freeze({ "files-only": "repository", "files-and-docs-server": "mcp" });
+
+/**
  * What the adjudicator returns through `--json-schema` (the CLI's `structured_output`). It has
  * no `blocked`: only the runner decides that an item could not be graded.
  */
@@ -54,6 +65,8 @@ export const VerdictSchema = z.strictObject({
     .meta({ description: "one entry per expected proposition, each id once" }),
   contradictions: z.array(z.string().max(2000)).max(50).meta({ description: "statements of the answer that contradict an expected proposition or the files" }),
   reasons: z.string().max(4000),
+  // Optional here so that a verdict without a guess still grades; the schema the CLI is given requires it (prompt.ts).
+  armGuess: ArmGuessSchema.optional(),
 });
 export type Verdict = z.infer<typeof VerdictSchema>;
 
@@ -84,6 +97,10 @@ export const ItemSchema = z
     reason: z.string().nullable().meta({ description: "why this outcome (runner reasons name the rule); private" }),
     verdict: VerdictSchema.nullable(),
     maskedTerms: z.record(z.string(), Count).meta({ description: "how many times each masked term was replaced in the answer shown to the adjudicator" }),
+    armGuess: z
+      .strictObject({ guess: ArmGuessSchema.nullable(), arm: ArmSchema, correct: z.boolean().nullable() })
+      .optional()
+      .meta({ description: "adjudicator items: the arm it guessed after its verdict (null: it gave none), the true arm, and whether the guess was right" }),
     run: AdjudicatorRunSchema.nullable(),
   })
   .superRefine((item, ctx) => {
@@ -150,6 +167,17 @@ export const AdjudicationRecordSchema = z
       terms: z.array(z.string()).meta({ description: "labels of the terms removed from answers before the adjudicator sees them" }),
     }),
     budget: AdjudicationBudgetSchema,
+    blinding: z
+      .strictObject({
+        guesses: Count.meta({ description: "adjudicator verdicts that carried a guess of the arm" }),
+        correct: Count,
+        missing: Count.meta({ description: "adjudicator verdicts without a guess" }),
+        accuracy: z.number().min(0).max(1).nullable(),
+        interval95: z.tuple([z.number().min(0).max(1), z.number().min(0).max(1)]).nullable().meta({ description: "exact binomial (Clopper-Pearson) 95% interval of the accuracy" }),
+        method: z.string(),
+      })
+      .optional()
+      .meta({ description: "how often the adjudicator told the arm from the masked answer; blind means an interval that holds 0.5" }),
     status: z.enum(["running", "blocked", "complete"]).meta({ description: "complete: every observation has an outcome; none of these approves a result" }),
     statusReason: z.string().min(1).optional(),
     items: z.array(ItemSchema).meta({ description: "in decision order (the shuffled order)" }),

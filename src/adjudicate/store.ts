@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { createPrivateFile, InvalidLedgerError, LEDGER_MODE, type OutputPathContext } from "../ledger/store.ts";
 import { writeFileAtomic } from "../util/atomic-file.ts";
+import { blindingSummary } from "./blinding.ts";
 import { UsageError } from "../util/errors.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import { AdjudicationRecordSchema, type AdjudicationRecord } from "./schema.ts";
@@ -16,8 +17,9 @@ export interface RecordHandle {
   readonly adjudicationId: string;
 }
 
-function serialize(record: unknown, path: string): { text: string; record: AdjudicationRecord } {
-  const parsed = AdjudicationRecordSchema.safeParse(record);
+function serialize(record: AdjudicationRecord, path: string): { text: string; record: AdjudicationRecord } {
+  // Derived from the items on every write, so the figure can never disagree with them.
+  const parsed = AdjudicationRecordSchema.safeParse({ ...record, blinding: blindingSummary(record.items) });
   if (!parsed.success) {
     const problems = formatIssues(parsed.error.issues);
     throw new InvalidLedgerError(`refusing to write the adjudication record ${path}: it does not match its schema (a runner bug):\n  ${problems.join("\n  ")}`, problems);

@@ -1,5 +1,6 @@
 import { createHash } from "node:crypto";
-import { chmod, chown, mkdir, open, readFile, realpath, stat, unlink, writeFile } from "node:fs/promises";
+import { constants } from "node:fs";
+import { chmod, chown, lstat, mkdir, open, readFile, realpath, stat, unlink, writeFile } from "node:fs/promises";
 import { homedir, hostname } from "node:os";
 import { join } from "node:path";
 import { lock as lockFile } from "proper-lockfile";
@@ -343,6 +344,33 @@ export async function stageLogin(
   return { homeDir, credentialsPath, originalSha256: sha256(bytes), originalExpiresAt: facts.expiresAt!, globalConfigStaged };
 }
 
+/** The largest staged login read back: a real `.credentials.json` is well under 4 KiB. */
+export const LOGIN_WRITE_BACK_LIMIT_BYTES = 64 * 1024;
+
+/**
+ * The staged copy as the container left it, read without following a link: the folder was
+ * writable from inside the container, so the path may now name a symlink (to the host's own
+ * files), a FIFO that would block, or a huge file. Anything but a regular file within the bound
+ * is refused with a reason, never read.
+ */
+async function readStagedCopy(path: string): Promise<{ bytes: Buffer } | { refused: string }> {
+  const st = await lstat(path);
+  if (!st.isFile()) return { refused: `the staged login ${path} is no longer a regular file (a ${st.isSymbolicLink() ? "symlink" : "special file"}); the host login was not touched` };
+  if (st.size > LOGIN_WRITE_BACK_LIMIT_BYTES) return { refused: `the staged login ${path} grew to ${st.size} bytes, above the ${LOGIN_WRITE_BACK_LIMIT_BYTES}-byte bound; the host login was not touched` };
+  // O_NOFOLLOW closes the window between lstat and open; O_NONBLOCK keeps a swapped-in FIFO from blocking.
+  const handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  try {
+    const again = await handle.stat();
+    if (!again.isFile() || again.size > LOGIN_WRITE_BACK_LIMIT_BYTES) return { refused: `the staged login ${path} changed while it was read; the host login was not touched` };
+    const bytes = Buffer.alloc(LOGIN_WRITE_BACK_LIMIT_BYTES + 1);
+    const { bytesRead } = await handle.read(bytes, 0, bytes.length, 0);
+    if (bytesRead > LOGIN_WRITE_BACK_LIMIT_BYTES) return { refused: `the staged login ${path} grew past the ${LOGIN_WRITE_BACK_LIMIT_BYTES}-byte bound; the host login was not touched` };
+    return { bytes: bytes.subarray(0, bytesRead) };
+  } finally {
+    await handle.close();
+  }
+}
+
 export type WriteBackResult =
   | { action: "unchanged" }
   | { action: "written"; expiresAt: number }
@@ -363,7 +391,9 @@ export async function writeBackLogin(
 ): Promise<WriteBackResult> {
   let bytes: Buffer;
   try {
-    bytes = await readFile(staged.credentialsPath);
+    const copy = await readStagedCopy(staged.credentialsPath);
+    if ("refused" in copy) return { action: "refused", reason: copy.refused };
+    bytes = copy.bytes;
   } catch (err) {
     return { action: "refused", reason: `the staged login ${staged.credentialsPath} is gone (${errnoCode(err)}); the host login was not touched` };
   }

@@ -19,7 +19,22 @@ export interface RawOutcome {
   stdoutBytes: number;
   /** The last bytes of stderr, for diagnostics; never printed by the runner. */
   stderrTail: string;
+  /** with-relay.mjs found the tmpfs HOME full when the CLI exited. */
+  homeFull: boolean;
   wallTimeMs: number;
+}
+
+/** The line with-relay.mjs writes to stderr when the CLI exits with its HOME full. */
+export const HOME_FULL_MARK = "with-relay: HOME is full";
+
+/**
+ * A full HOME fails the attempt whatever the CLI made of it: it may have lost its own state or a
+ * refreshed login on the way, and "the container ran out of its HOME" must read as that.
+ */
+export function withHomeBound<V extends { status: string; reason: string }>(raw: Pick<RawOutcome, "homeFull">, verdict: V): V | { status: "failed"; reason: string } {
+  if (!raw.homeFull) return verdict;
+  const bound = "the attempt's HOME (a size-bounded tmpfs) was full when the CLI exited";
+  return verdict.status === "completed" ? { status: "failed", reason: bound } : { ...verdict, reason: `${verdict.reason} (${bound})` };
 }
 
 export interface RunBounds {
@@ -109,6 +124,7 @@ export async function runBounded(
       killedAfterResult,
       stdoutBytes,
       stderrTail,
+      homeFull: stderrTail.includes(HOME_FULL_MARK),
       wallTimeMs: Date.now() - started,
     };
   } finally {

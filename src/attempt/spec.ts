@@ -8,6 +8,12 @@ export const CONTAINER = {
   home: "/home/agent",
   user: "1000:1000",
   mcpDir: "/run/study-runner",
+  /**
+   * The host folder with the staged login (`homeDir`), mounted read-write: with-relay.mjs copies
+   * the login from it into the tmpfs HOME before the CLI starts and copies a refreshed login back
+   * (a bounded regular file only). The agent's reads of it are denied (src/claude/args.ts).
+   */
+  loginDir: "/run/study-runner-login",
   /** The folder of the model API's unix socket (`modelApiSocket`), mounted read-only. */
   modelApiDir: "/run/study-runner-api",
   /** The folder of the strict profile's egress proxy socket (`egressProxySocket`), mounted read-only. */
@@ -25,6 +31,27 @@ export const MODEL_API_RELAY_PORT = 8080;
 /** The in-container port of the egress proxy relay (isolation "strict"); HTTPS_PROXY names it. */
 export const EGRESS_RELAY_PORT = 3128;
 
+/** One CPU per attempt unless `--cpus` says otherwise. */
+export const DEFAULT_ATTEMPT_CPUS = 1;
+/**
+ * The size of the tmpfs HOME: the CLI writes its config, backups and telemetry there (a few
+ * hundred KiB in a measured attempt). A tmpfs is charged to the container's memory limit, so
+ * filling it can neither fill the host's disk nor pass that limit.
+ */
+export const DEFAULT_HOME_BYTES = 64 * 1024 * 1024;
+
+function homeBytesOf(bytes: number | undefined): number {
+  const value = bytes ?? DEFAULT_HOME_BYTES;
+  if (!Number.isInteger(value) || value < 1024 * 1024) throw new Error(`the HOME size bound must be a whole number of bytes of at least 1 MiB, got ${value}`);
+  return value;
+}
+
+/** `--cpus` into Docker's NanoCpus: a positive number of CPUs, at least 0.01. */
+export function nanoCpusOf(cpus: number): number {
+  if (!Number.isFinite(cpus) || cpus < 0.01) throw new Error(`the CPU limit must be a number of CPUs of at least 0.01, got ${cpus}`);
+  return Math.round(cpus * 1e9);
+}
+
 export type NetworkSetting = { mode: "none" } | { mode: "bridge" } | { mode: "container"; id: string };
 
 export interface AttemptContainerInput {
@@ -32,8 +59,17 @@ export interface AttemptContainerInput {
   /** Arguments after the image's `claude` entrypoint. */
   argv: readonly string[];
   exportDir: string;
-  /** Fresh per-attempt HOME on the host holding the copy of the CLI login. */
+  /**
+   * Fresh per-attempt folder on the host holding the copy of the CLI login (stageLogin's
+   * `homeDir`). It is not the container's HOME: that is a tmpfs of `homeBytes`; this folder is
+   * mounted at CONTAINER.loginDir, the login is copied in before the CLI starts and a refresh
+   * copied back out.
+   */
   homeDir: string;
+  /** Size bound of the tmpfs HOME (DEFAULT_HOME_BYTES otherwise). */
+  homeBytes?: number;
+  /** CPUs the container may use (DEFAULT_ATTEMPT_CPUS otherwise). */
+  cpus?: number;
   /** Host folder holding the doc-bridge socket (MCP arm only). */
   mcpSocketDir?: string;
   network: NetworkSetting;
@@ -68,9 +104,10 @@ const FORBIDDEN_ENV = /^(ANTHROPIC_API_KEY|ANTHROPIC_AUTH_TOKEN|CLAUDE_CODE_OAUT
 
 /**
  * The hardened container of one attempt. The environment is built from an allowlist, never
- * copied from the host. HOME is a fresh host folder bind-mounted read-write rather than a
- * tmpfs, because the CLI may refresh its single-use login token there and the runner must
- * write the refreshed login back after the attempt (a tmpfs is gone by then).
+ * copied from the host. HOME is a size-bounded tmpfs, so whatever the CLI writes there cannot
+ * fill the host's disk; the login reaches it, and a refreshed single-use token leaves it, only
+ * through with-relay.mjs and the staged login folder (a tmpfs is gone once the container stops,
+ * so the refresh is copied out as it happens and again when the CLI exits).
  */
 export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpec {
   const env: Record<string, string> = {
@@ -107,12 +144,16 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   }
   const mounts: Mount[] = [
     { source: input.exportDir, target: CONTAINER.workspace, readOnly: true },
-    { source: input.homeDir, target: CONTAINER.home, readOnly: false },
+    { source: input.homeDir, target: CONTAINER.loginDir, readOnly: false },
   ];
-  if (input.mcpSocketDir) mounts.push({ source: input.mcpSocketDir, target: CONTAINER.mcpDir, readOnly: false });
+  // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
+  // side from replacing the socket or leaving files beside it.
+  if (input.mcpSocketDir) mounts.push({ source: input.mcpSocketDir, target: CONTAINER.mcpDir, readOnly: true });
   if (input.modelApiSocket !== undefined) mounts.push({ source: dirname(input.modelApiSocket), target: CONTAINER.modelApiDir, readOnly: true });
   if (input.egressProxySocket !== undefined) mounts.push({ source: dirname(input.egressProxySocket), target: CONTAINER.egressDir, readOnly: true });
   const relays = [
+    "--login",
+    CONTAINER.loginDir,
     ...(input.modelApiSocket !== undefined ? ["--api", `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`] : []),
     ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
   ];
@@ -120,20 +161,24 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });
   return {
     image: input.image,
-    // with-relay.mjs starts the relay before the CLI and exits with the CLI's code (docs/claude-cli-observations.md).
-    ...(relays.length > 0 ? { entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, ...relays, "--", IMAGE_LAYOUT.claude] } : {}),
+    // with-relay.mjs stages the login, starts the relays before the CLI and exits with the CLI's code (docs/claude-cli-observations.md).
+    entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, ...relays, "--", IMAGE_LAYOUT.claude],
     cmd: [...input.argv],
     env,
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
     mounts,
-    tmpfs: { "/tmp": "rw,nosuid,nodev,size=256m,mode=1777" },
+    tmpfs: {
+      "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",
+      [CONTAINER.home]: `rw,nosuid,nodev,size=${homeBytesOf(input.homeBytes)},uid=${IMAGE_LAYOUT.uid},gid=${IMAGE_LAYOUT.gid},mode=0700`,
+    },
     readOnlyRootfs: true,
     networkMode: input.network.mode === "container" ? `container:${input.network.id}` : input.network.mode,
     capDrop: ["ALL"],
     securityOpt: ["no-new-privileges"],
     pidsLimit: input.pidsLimit ?? 256,
     memoryBytes: input.memoryBytes ?? 2 * 1024 ** 3,
+    nanoCpus: nanoCpusOf(input.cpus ?? DEFAULT_ATTEMPT_CPUS),
     labels: input.labels,
     ...(input.runtime ? { runtime: input.runtime } : {}),
   };

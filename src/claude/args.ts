@@ -45,6 +45,15 @@ export const BUILTIN_DENIED_TOOLS = [
  */
 export const HOME_READ_DENIALS = ["Read(//home/agent/**)", "Grep(//home/agent/**)", "Glob(//home/agent/**)"] as const;
 
+/**
+ * Read rules for the rest of the container that is not the corpus: `/proc` (its mountinfo names
+ * host paths, its environ and status the runner's pids), `/sys`, and the staged login folder
+ * (src/attempt/spec.ts, CONTAINER.loginDir), denied the same way as HOME.
+ */
+export const SYSTEM_READ_DENIALS = ["//proc/**", "//sys/**", "//run/study-runner-login/**"].flatMap((path) =>
+  BUILTIN_READ_TOOLS.map((tool) => `${tool}(${path})`),
+);
+
 export { DOC_BRIDGE_SERVER, mcpToolName };
 export const DOC_BRIDGE_ALLOWED = ALLOWED_DOC_BRIDGE_TOOLS;
 
@@ -184,7 +193,7 @@ export function hardenedArguments(opts: {
   if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(opts.model)) {
     throw new UsageError(`the model '${opts.model}' is not a model name such as claude-haiku-5-5`);
   }
-  const denied = [...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...(opts.deniedTools ?? [])];
+  const denied = [...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS, ...(opts.deniedTools ?? [])];
   return [
     "-p",
     "--output-format",

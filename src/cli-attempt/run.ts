@@ -3,7 +3,7 @@ import type { ContainerRuntime } from "../runtime/port.ts";
 import { exportAtPin, removeExport, removeTree, type ExportOptions } from "../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
-import { runBounded } from "../attempt/run.ts";
+import { runBounded, withHomeBound } from "../attempt/run.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { compareMcpRecord, startMcpBridge, type McpBridge, type McpBridgeRecord } from "../mcp/bridge.ts";
 import type { Arm } from "../plan/plan.ts";
@@ -58,6 +58,10 @@ export interface CliRunInput {
   attemptIndex: number;
   fake?: { behaviourFile?: string; recordsDir?: string };
   memoryBytes?: number;
+  /** CPUs of the container (the spec's default otherwise). */
+  cpus?: number;
+  /** Tests: the size of the container's tmpfs HOME (the spec's default otherwise). */
+  homeBytes?: number;
   timeoutMs?: number;
   stdoutLimitBytes?: number;
   /** Sees every stdout line. */
@@ -118,6 +122,8 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       attemptIndex: input.attemptIndex,
       fake: input.fake,
       memoryBytes: input.memoryBytes,
+      cpus: input.cpus,
+      homeBytes: input.homeBytes,
     });
 
     const reader = new TranscriptReader({ arm: input.arm, model: input.model, expectedTools: input.expectedTools, cliVersion: input.expectedCliVersion });
@@ -162,7 +168,8 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     if (verdict.status === "invalid-setup" && record.setupProblems.length === 0) record.setupProblems = [verdict.reason];
     if (verdict.status === "invalid-cost" && record.costProblem === null) record.costProblem = verdict.reason;
     if (verdict.status !== "completed" && raw.oomKilled) return done(verdict.status, `${verdict.reason} (the container was killed by its memory limit)`);
-    return done(verdict.status, verdict.reason);
+    const bounded = withHomeBound(raw, verdict);
+    return done(bounded.status, bounded.reason);
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
   }

@@ -16,6 +16,8 @@ export interface RunFlags extends RawRunFlags {
   egressAllow?: string[];
   /** OCI runtime of attempt containers, e.g. runsc. */
   runtime?: string;
+  /** CPUs per attempt container (Docker's --cpus). */
+  cpus?: string;
   claudeConfigDir?: string;
   docBridgeCommand?: string;
   quiet?: boolean;
@@ -26,9 +28,21 @@ export interface RunFlags extends RawRunFlags {
   testLoginLockTimeoutMs?: string;
   testLoginLockStaleMs?: string;
   testMemoryLimitMb?: string;
+  testHomeSizeMb?: string;
   modelApiSocket?: string;
   /** Tests only: the Messages API base of the http transport (loopback or the real API). */
   apiBaseUrl?: string;
+}
+
+/** `--cpus`: a number of CPUs of at least 0.01 (Docker's smallest useful share); pushes a problem otherwise. */
+export function parseCpus(value: string | undefined, problems: string[]): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isFinite(n) || n < 0.01 || n > 1024) {
+    problems.push(`--cpus must be a number of CPUs between 0.01 and 1024, e.g. --cpus 1 or --cpus 0.5; got '${value}'`);
+    return undefined;
+  }
+  return n;
 }
 
 /** A hidden test flag's positive whole number. */
@@ -128,6 +142,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
   if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
   if (flags.runtime !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(flags.runtime)) problems.push(`--runtime ${JSON.stringify(flags.runtime)} is not a runtime name such as runsc`);
+  const cpus = parseCpus(flags.cpus, problems);
   if (flags.output) {
     const { checkOutputPath } = await import("../ledger/store.ts");
     problems.push(...(await checkOutputPath(flags.output, { checkouts: [...roots.values()], projectRoot: PROJECT_ROOT })));
@@ -190,6 +205,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         isolation,
         ...(egressAllow ? { egress: { allow: egressAllow } } : {}),
         ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
+        ...(cpus !== undefined ? { cpus } : {}),
         docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
         claudeConfigDir: flags.claudeConfigDir,
         modelApi: flags.modelApiSocket ? { socketPath: resolve(flags.modelApiSocket) } : undefined,
@@ -198,6 +214,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         loginLockTimeoutMs: testNumber("--test-login-lock-timeout-ms", flags.testLoginLockTimeoutMs),
         loginLockStaleMs: testNumber("--test-login-lock-stale-ms", flags.testLoginLockStaleMs),
         memoryBytes: flags.testMemoryLimitMb === undefined ? undefined : testNumber("--test-memory-limit-mb", flags.testMemoryLimitMb)! * 1024 * 1024,
+        homeBytes: flags.testHomeSizeMb === undefined ? undefined : testNumber("--test-home-size-mb", flags.testHomeSizeMb)! * 1024 * 1024,
         quiet: flags.quiet,
       },
       { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal, checkpoint: killAtCheckpoint(process.env) },

@@ -40,6 +40,7 @@ export type ExclusionReason =
   | "lockfile"
   | "answer-key"
   | "manifest"
+  | "instruction-file"
   | "not-utf8-path";
 
 export interface PublicPathOptions {
@@ -47,6 +48,35 @@ export interface PublicPathOptions {
   answerKeys?: readonly string[];
   /** Repository-relative paths of the study manifest, if it lives in the corpus. */
   manifestPaths?: readonly string[];
+  /**
+   * Drop every file the CLI takes as instructions (isInstructionFile). Attempts keep them: they
+   * are part of the corpus the agent is measured on. The adjudicator must not: a corpus could
+   * tell it how to grade.
+   */
+  excludeInstructionFiles?: boolean;
+}
+
+/**
+ * Names the pinned CLI loads into its prompt as instructions (measured,
+ * tests/conformance/instruction-files.test.ts: CLAUDE.md and CLAUDE.local.md of the working
+ * folder; `.claude/` is already hidden) plus the ones it may load later or that other agents
+ * read (a nested CLAUDE.md when the CLI reads in its folder, AGENTS.md), at any depth, in any case.
+ */
+const INSTRUCTION_FILE_NAMES = new Set(["claude.md", "claude.local.md", "agents.md"]);
+
+export function isInstructionFile(path: string): boolean {
+  const parts = path.split("/");
+  return INSTRUCTION_FILE_NAMES.has(parts[parts.length - 1]!.normalize("NFC").toLowerCase()) || parts.some((p) => p.toLowerCase() === ".claude");
+}
+
+/** The adjudicator's export: the attempts' filter without the files the CLI would take as instructions. */
+export function adjudicatorFilterOptions<T extends PublicPathOptions>(opts: T): T & { excludeInstructionFiles: true } {
+  return { ...opts, excludeInstructionFiles: true };
+}
+
+/** Which instruction files an export holds (for the ledger): the paths isInstructionFile picks. */
+export function instructionFilesIn(paths: readonly string[]): string[] {
+  return paths.filter(isInstructionFile).sort();
 }
 
 /**
@@ -64,6 +94,7 @@ export function exclusionReason(entry: TreeEntry, opts: PublicPathOptions = {}):
   if (LOCKFILES.has(parts[parts.length - 1]!)) return "lockfile";
   if (opts.answerKeys?.some((k) => entry.path === k || entry.path.startsWith(`${k}/`))) return "answer-key";
   if (opts.manifestPaths?.includes(entry.path)) return "manifest";
+  if (opts.excludeInstructionFiles && isInstructionFile(entry.path)) return "instruction-file";
   if ((entry.size ?? Infinity) > MAX_PUBLIC_BYTES) return "too-large";
   return undefined;
 }

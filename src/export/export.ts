@@ -63,6 +63,7 @@ const REASONS: readonly ExclusionReason[] = [
   "lockfile",
   "answer-key",
   "manifest",
+  "instruction-file",
   "too-large",
 ];
 

@@ -54,23 +54,64 @@ for (const [net, prefix] of [
   ["192.0.0.0", 24], ["192.0.2.0", 24], ["192.88.99.0", 24], ["192.168.0.0", 16], ["198.18.0.0", 15],
   ["198.51.100.0", 24], ["203.0.113.0", 24], ["224.0.0.0", 4], ["240.0.0.0", 4],
 ] as const) NON_PUBLIC.addSubnet(net, prefix, "ipv4");
-// IPv6: unspecified, loopback, NAT64 and 6to4 (they embed IPv4 addresses), discard, documentation,
-// IETF assignments (Teredo among them), unique local, link-local, site-local, multicast.
+// IPv6 blocks that are not public whatever they carry: discard, documentation, IETF assignments
+// (Teredo among them, whose IPv4 is obfuscated), NAT64 local use, unique local, link-local,
+// site-local, multicast. The IPv4-embedding forms are judged by their IPv4 address (below).
 for (const [net, prefix] of [
-  ["::", 128], ["::1", 128], ["64:ff9b::", 96], ["64:ff9b:1::", 48], ["100::", 64], ["2001::", 23], ["2001:db8::", 32],
-  ["2002::", 16], ["fc00::", 7], ["fe80::", 10], ["fec0::", 10], ["ff00::", 8],
+  ["64:ff9b:1::", 48], ["100::", 64], ["2001::", 23], ["2001:db8::", 32], ["fc00::", 7], ["fe80::", 10], ["fec0::", 10], ["ff00::", 8],
 ] as const) NON_PUBLIC.addSubnet(net, prefix, "ipv6");
+
+/** The eight 16-bit groups of an IPv6 address in any textual form (compressed, dotted tail, zone). */
+function ipv6Groups(address: string): number[] | undefined {
+  const text = address.replace(/%.*$/, "");
+  const dotted = /^(.*:)(\d+\.\d+\.\d+\.\d+)$/.exec(text);
+  let head = text;
+  const tail: number[] = [];
+  if (dotted) {
+    const octets = dotted[2]!.split(".").map(Number);
+    if (octets.some((o) => o > 255)) return undefined;
+    tail.push((octets[0]! << 8) | octets[1]!, (octets[2]! << 8) | octets[3]!);
+    head = dotted[1]!.endsWith("::") ? dotted[1]! : dotted[1]!.slice(0, -1);
+  }
+  const parse = (part: string) => (part === "" ? [] : part.split(":").map((g) => parseInt(g, 16)));
+  const halves = head.split("::");
+  if (halves.length > 2) return undefined;
+  const left = parse(halves[0]!);
+  const right = [...(halves.length === 2 ? parse(halves[1]!) : []), ...tail];
+  const missing = 8 - left.length - right.length;
+  if (halves.length === 1 ? missing !== 0 : missing < 0) return undefined;
+  const groups = [...left, ...Array<number>(Math.max(missing, 0)).fill(0), ...right];
+  return groups.length === 8 && groups.every((g) => Number.isInteger(g) && g >= 0 && g <= 0xffff) ? groups : undefined;
+}
+
+const ipv4Of = (high: number, low: number) => `${high >> 8}.${high & 0xff}.${low >> 8}.${low & 0xff}`;
+
+/**
+ * The IPv4 address an IPv6 address stands for, when it is one of the forms that carry one: a
+ * stack or a NAT on the way may deliver such a packet to that IPv4 address, so it is judged by it.
+ * IPv4-compatible `::a.b.c.d` (`::/96`, loopback and unspecified among them), IPv4-mapped
+ * `::ffff:0:0/96`, IPv4-translated `::ffff:0:0:0/96`, NAT64 `64:ff9b::/96` and 6to4 `2002::/16`.
+ */
+export function embeddedIpv4(address: string): string | undefined {
+  const g = ipv6Groups(address);
+  if (!g) return undefined;
+  const zeros = (from: number, to: number) => g.slice(from, to).every((x) => x === 0);
+  if (zeros(0, 6)) return ipv4Of(g[6]!, g[7]!);
+  if (zeros(0, 5) && g[5] === 0xffff) return ipv4Of(g[6]!, g[7]!);
+  if (zeros(0, 4) && g[4] === 0xffff && g[5] === 0) return ipv4Of(g[6]!, g[7]!);
+  if (g[0] === 0x64 && g[1] === 0xff9b && zeros(2, 6)) return ipv4Of(g[6]!, g[7]!);
+  if (g[0] === 0x2002) return ipv4Of(g[1]!, g[2]!);
+  return undefined;
+}
 
 /** True for an address on the public internet; false for loopback, private, reserved ranges and non-addresses. */
 export function isPublicAddress(address: string): boolean {
   const family = isIP(address);
   if (family === 4) return !NON_PUBLIC.check(address, "ipv4");
   if (family !== 6) return false;
-  // An IPv4-mapped address is the IPv4 address it carries.
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
-  if (mapped) return isPublicAddress(mapped[1]!);
-  if (/^::ffff:/i.test(address)) return false;
-  return !NON_PUBLIC.check(address, "ipv6");
+  const ipv4 = embeddedIpv4(address);
+  if (ipv4 !== undefined) return isPublicAddress(ipv4);
+  return !NON_PUBLIC.check(address.replace(/%.*$/, ""), "ipv6");
 }
 
 /** Where a tunnel to an allowed `host:port` is opened. */

@@ -291,6 +291,7 @@ export const LedgerSchema = z
     transport: TransportSchema,
     isolation: z.string().min(1),
     runtime: z.string().min(1).nullable().optional().meta({ description: "cli: the OCI runtime attempts ran under (--runtime); null: the engine's default" }),
+    attemptCpus: z.number().positive().optional().meta({ description: "cli: the CPUs each attempt container could use (--cpus, Docker's NanoCpus / 1e9)" }),
     modelApi: z
       .enum(["anthropic", "test"])
       .optional()

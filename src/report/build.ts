@@ -1,4 +1,5 @@
 import type { AdjudicationRecord, Item, Outcome } from "../adjudicate/schema.ts";
+import { blindingSummary } from "../adjudicate/blinding.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import { planStudy, type Arm } from "../plan/plan.ts";
@@ -111,6 +112,8 @@ export interface ReportData {
     maskedTerms: string[];
     spentUsd: number;
     capUsd: number;
+    /** The adjudicator's guesses of the arm (always recomputed from the items). */
+    blinding: NonNullable<AdjudicationRecord["blinding"]>;
   };
   attempts: AttemptRow[];
   statusCounts: Record<string, Record<string, number>>;
@@ -412,6 +415,7 @@ export function buildReport(input: ReportInput): ReportData {
       maskedTerms: record.masking.terms,
       spentUsd: usd6(record.budget.spentUsd),
       capUsd: record.budget.capUsd,
+      blinding: blindingSummary(record.items),
     },
     attempts,
     statusCounts,

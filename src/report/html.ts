@@ -1,6 +1,6 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
-import { egressTargetsText, fmt, intervalText } from "./markdown.ts";
+import { blindingLine, egressTargetsText, fmt, intervalText } from "./markdown.ts";
 
 /**
  * One self-contained HTML page: inline CSS and inline SVG, no script, no external resource,
@@ -131,6 +131,7 @@ export function renderHtml(r: ReportData): string {
   if (r.adjudication) {
     const a = r.adjudication;
     body.push(table(["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"], [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]]));
+    body.push(`<p class="blinding">${esc(blindingLine(a.blinding))}</p>`);
   } else body.push(`<p class="warn">No adjudication record: correctness is unknown (every outcome is missing).</p>`);
 
   body.push(`<h2>Totals</h2>`);

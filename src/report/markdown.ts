@@ -27,6 +27,15 @@ export function egressTargetsText(e: EgressRow): string {
   return e.entriesDropped > 0 ? `${text} (${e.entriesDropped} requests beyond the record's bound, counted only)` : text;
 }
 
+/** The measured blinding, one sentence: the same words in Markdown and HTML. */
+export function blindingLine(b: NonNullable<ReportData["adjudication"]>["blinding"]): string {
+  if (b.guesses === 0) return `Blinding: no guess of the arm was recorded${b.missing ? ` (${b.missing} verdicts gave none)` : ""}; blinding is not measured.`;
+  const pct = (x: number) => `${(100 * x).toFixed(1)}%`;
+  const [lo, hi] = b.interval95!;
+  const verdict = lo <= 0.5 && 0.5 <= hi ? "indistinguishable from 50% (blind as far as measured)" : "different from 50%: the adjudicator could tell the arms apart";
+  return `Blinding: the adjudicator guessed the arm right in ${b.correct} of ${b.guesses} verdicts (${pct(b.accuracy!)}; exact binomial 95% interval ${pct(lo)} to ${pct(hi)}), ${verdict}${b.missing ? `; ${b.missing} verdicts gave no guess` : ""}.`;
+}
+
 export function renderMarkdown(r: ReportData): string {
   const out: string[] = [];
   const sc = [r.scenarios.repository, r.scenarios.mcp];
@@ -47,6 +56,8 @@ export function renderMarkdown(r: ReportData): string {
         ["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"],
         [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]],
       ),
+      "",
+      blindingLine(a.blinding),
       "",
     );
   } else out.push("No adjudication record: correctness is unknown (every outcome is missing).", "");

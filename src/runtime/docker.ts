@@ -178,6 +178,7 @@ export class DockerRuntime implements ContainerRuntime {
           SecurityOpt: spec.securityOpt,
           ...(spec.pidsLimit !== undefined ? { PidsLimit: spec.pidsLimit } : {}),
           ...(spec.memoryBytes !== undefined ? { Memory: spec.memoryBytes, MemorySwap: spec.memoryBytes } : {}),
+          ...(spec.nanoCpus !== undefined ? { NanoCpus: spec.nanoCpus } : {}),
           ...(spec.runtime !== undefined ? { Runtime: spec.runtime } : {}),
           ...(spec.init !== undefined ? { Init: spec.init } : {}),
         },

@@ -36,6 +36,8 @@ export interface ContainerSpec {
   pidsLimit?: number;
   /** Hard memory limit; swap is set to the same value so the limit cannot be spilled to swap. */
   memoryBytes?: number;
+  /** CPU limit in billionths of a CPU (Docker's NanoCpus): 1e9 is one CPU. */
+  nanoCpus?: number;
   labels: Record<string, string>;
   /** OCI runtime name (e.g. `runsc`); the engine's default when absent. */
   runtime?: string;
@@ -139,6 +141,9 @@ export function validateSpec(spec: ContainerSpec): void {
   }
   for (const path of Object.keys(spec.tmpfs)) {
     if (!ABSOLUTE.test(path)) problems.push(`tmpfs path ${JSON.stringify(path)} is not absolute`);
+  }
+  if (spec.nanoCpus !== undefined && !(Number.isInteger(spec.nanoCpus) && spec.nanoCpus >= 1e7)) {
+    problems.push(`nanoCpus ${spec.nanoCpus} is not a whole number of at least 10000000 (0.01 CPU)`);
   }
   for (const name of Object.keys(spec.env)) {
     if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) problems.push(`env name ${JSON.stringify(name)} is not a variable name`);

@@ -5,6 +5,7 @@ import { IMAGE_LABELS } from "../image/specs.ts";
 import { reapOrphanExports, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { checkModelApiSocket } from "../attempt/model-api.ts";
+import { DEFAULT_ATTEMPT_CPUS } from "../attempt/spec.ts";
 import { checkEgressRunner, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
@@ -43,6 +44,10 @@ export interface StudyConfig extends StudyRunBase {
   loginLockTimeoutMs?: number;
   /** Tests: after how long a dead run's login lock is taken over (acquireLoginLock's default otherwise). */
   loginLockStaleMs?: number;
+  /** CPUs per attempt container (--cpus; DEFAULT_ATTEMPT_CPUS otherwise), recorded in the ledger. */
+  cpus?: number;
+  /** Tests: the size of the attempt's tmpfs HOME (DEFAULT_HOME_BYTES otherwise). */
+  homeBytes?: number;
   /** Tests: the attempt container's memory limit (attemptContainerSpec's default otherwise). */
   memoryBytes?: number;
   /**
@@ -150,6 +155,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     expectedCliVersion: config.expectedCliVersion,
     transport: "cli",
     isolation: config.isolation,
+    attemptCpus: config.cpus ?? DEFAULT_ATTEMPT_CPUS,
     modelApi,
     runtime: config.runtime ?? null,
     ...(config.isolation === "strict" ? { egressAllow: [...egressAllowOf(config)] } : {}),
@@ -246,6 +252,8 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       attemptIndex: attempt.index,
       fake: config.fake,
       memoryBytes: config.memoryBytes,
+      cpus: config.cpus,
+      homeBytes: config.homeBytes,
       timeoutMs: config.timeoutMs,
       stdoutLimitBytes: config.stdoutLimitBytes,
       onLine: deps.onTranscriptLine && ((line) => deps.onTranscriptLine!(attempt, line)),

@@ -18,7 +18,8 @@ let corpus: Corpus;
 let api: ConformanceApi | undefined;
 
 beforeAll(async () => {
-  image = (await realImage()).tag;
+  // By id: the tag is shared with every other checkout on this engine.
+  image = (await realImage()).id;
   corpus = await prepareCorpus("breaches");
 }, 300_000);
 
@@ -125,6 +126,45 @@ describe("a denied read outside the workspace", () => {
     expect(requests).toHaveLength(2);
     for (const r of requests) expect(JSON.stringify(r.rawBody)).not.toContain(TEST_TOKEN);
     expect(JSON.stringify(requests[1]!.rawBody)).toContain("denied");
+  });
+});
+
+describe("a denied read of the container's system folders and login copy", () => {
+  it("Read, Grep and Glob of /proc, /sys and the staged login folder are denied and recorded; no host path reaches the API", async () => {
+    const scriptInput: ScriptInput = {
+      name: "read-proc-sys",
+      turns: [
+        {
+          toolCalls: [
+            { name: "Read", input: { file_path: "/proc/self/mountinfo" } },
+            { name: "Grep", input: { pattern: "study-runner", path: "/proc/self" } },
+            { name: "Glob", input: { pattern: "**/*", path: "/sys/fs/cgroup" } },
+            { name: "Read", input: { file_path: "/run/study-runner-login/.claude/.credentials.json" } },
+          ],
+          usage: small,
+        },
+        { answer: "I could not read them.", usage: small },
+      ],
+    };
+    api = await startApi(scriptInput, { recordBodies: true });
+    const run = await runConformanceStudy({ corpus, api, image, plan: "repository" });
+    const obs = run.ledger.observations[0]!;
+    expect(run.code, run.stderr).toBe(0);
+    expect(obs.status).toBe("completed");
+    expect(obs.permissionDenials.map((d) => d.toolName).sort()).toEqual(["Glob", "Grep", "Read", "Read"]);
+    const results = messageRequests(api)[1]!.body!.newestToolResults;
+    expect(results).toHaveLength(4);
+    for (const r of results) {
+      expect(r.isError).toBe(true);
+      expect(r.content).toMatch(/denied/);
+    }
+    // mountinfo would name the host folders of the export and the login copy.
+    for (const r of messageRequests(api)) {
+      const body = JSON.stringify(r.rawBody);
+      expect(body).not.toContain(TEST_TOKEN);
+      expect(body).not.toContain(corpus.work);
+      expect(body).not.toMatch(/study-runner-(export|home)-\d+-/);
+    }
   });
 });
 

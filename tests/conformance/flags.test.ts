@@ -56,7 +56,7 @@ let api: ConformanceApi | undefined;
 let pilot: StudyRun;
 
 beforeAll(async () => {
-  image = (await realImage()).tag;
+  image = (await realImage()).id; // by id: other checkouts on this engine retag the same name
   const shown = await claudeInImage(image, ["--help"]);
   expect(shown.exitCode).toBe(0);
   help = shown.stdout;

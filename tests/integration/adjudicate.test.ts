@@ -1,4 +1,8 @@
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { buildImage } from "../../src/image/build.ts";
+import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { GUESSED_ARM } from "../../src/adjudicate/schema.ts";
+import { clopperPearson } from "../../src/adjudicate/blinding.ts";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -29,6 +33,8 @@ const fakes: FakeDir[] = [];
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-adjudicate-"));
   demo = await prepareDemo(join(work, "demo"), new DockerRuntime());
+  // By id: other checkouts on this engine retag the same name.
+  demo.image = (await buildImage(new DockerRuntime(), await fakeClaudeImageSpec())).id;
 }, 300_000);
 afterAll(async () => {
   for (const f of fakes) await f.cleanup();
@@ -114,6 +120,13 @@ describe("adjudicate a pilot of the demo", () => {
     expect(record).toMatchObject({ method: "agent", humanReview: false, ledger: { runId: ledger.runId, protocolHash: ledger.protocol.protocolHash }, order: { seed: 11 } });
     expect(record.adjudicator).toMatchObject({ model: MODEL, answeringModel: MODEL, sameModel: true, forcedSameModel: true });
     expect(record.budget.spentUsd).toBeGreaterThan(0);
+    // Blinding measured: every verdict carries a guess, scored against the true arm, summed with its interval.
+    for (const item of record.items) {
+      const arm = ledger.observations[item.observationIndex]!.arm;
+      expect(item.armGuess).toEqual({ guess: item.verdict!.armGuess, arm, correct: GUESSED_ARM[item.verdict!.armGuess!] === arm });
+    }
+    const right = record.items.filter((i) => i.armGuess?.correct).length;
+    expect(record.blinding).toMatchObject({ guesses: record.items.length, correct: right, missing: 0, interval95: clopperPearson(right, record.items.length) });
     expect(validateAgainstGeneratedSchema(record)).toEqual([]);
     expect((await stat(result.path)).mode & 0o777).toBe(0o600);
     // The ledger is only read.

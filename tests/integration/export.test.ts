@@ -137,6 +137,7 @@ describe("exportAtPin", () => {
         lockfile: 5,
         "answer-key": 3,
         manifest: 1,
+        "instruction-file": 0,
         "too-large": 1,
       });
       expect(result.labels).toEqual(LABELS);

@@ -85,7 +85,7 @@ describe("--isolation strict", () => {
     expect(ledger.observations[1]!.mcp?.connections).toBe(1);
     for (const spec of run.specs) {
       expect(spec.networkMode).toBe("none");
-      expect(spec.entrypoint?.slice(1)).toEqual(["/opt/study-runner/with-relay.mjs", "--proxy", "/run/study-runner-egress/egress.sock", "--", "/usr/local/bin/claude"]);
+      expect(spec.entrypoint?.slice(1)).toEqual(["/opt/study-runner/with-relay.mjs", "--login", "/run/study-runner-login", "--proxy", "/run/study-runner-egress/egress.sock", "--", "/usr/local/bin/claude"]);
     }
   }, 180_000);
 

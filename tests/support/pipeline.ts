@@ -10,6 +10,8 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../study/demo/setup.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { buildImage } from "../../src/image/build.ts";
+import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
@@ -78,6 +80,9 @@ export async function preparePipeline(name: string): Promise<Pipeline> {
   const work = await mkdtemp(join(tmpdir(), `sr-pipe-${name}-`));
   const runtime = new DockerRuntime();
   const demo = await prepareDemo(join(work, "demo"), runtime);
+  // By id, not by tag: every checkout on this engine builds the same tag from its own helpers and
+  // retags it, so a tag can name another checkout's image by the time a run starts.
+  demo.image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
   return {
     work,
     demo,

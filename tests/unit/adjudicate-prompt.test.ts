@@ -6,7 +6,7 @@ import { adjudicatorArguments, buildAdjudicatorPrompt, itemIdFor, shuffledOrder,
 import { MASK, maskTerms, maskText } from "../../src/adjudicate/mask.ts";
 import { checkAdjudicatorModel } from "../../src/adjudicate/run.ts";
 import { VerdictSchema } from "../../src/adjudicate/schema.ts";
-import { BUILTIN_DENIED_TOOLS, HOME_READ_DENIALS } from "../../src/claude/args.ts";
+import { BUILTIN_DENIED_TOOLS, HOME_READ_DENIALS, SYSTEM_READ_DENIALS } from "../../src/claude/args.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { DEMO, syntheticLedger } from "../support/adjudication-fixtures.ts";
 
@@ -61,12 +61,12 @@ describe("the adjudicator's prompt is blind to the scenario", () => {
     expect(revealed.prompt).toContain(task.sources.join(", "));
   });
 
-  it("masks what the ledger shows the arm used, and leaves built-in tool names and ordinary words alone", () => {
+  it("masks what the ledger shows the arm used and the built-in tools of both arms, and leaves ordinary words alone", () => {
     const ledger = ledgerWithAnswers({});
     const terms = maskTerms(ledger, DEMO.scenarios);
     const masked = maskText("Read and Grep found the document bridge; doc.search and a doc-searcher; the repository is small.", terms);
-    expect(masked.text).toBe(`Read and Grep found the document bridge; ${MASK} and a doc-searcher; the repository is small.`);
-    expect(masked.counts).toEqual({ "doc-bridge tool doc_search": 1 });
+    expect(masked.text).toBe(`${MASK} and ${MASK} found the document bridge; ${MASK} and a doc-searcher; the repository is small.`);
+    expect(masked.counts).toEqual({ "doc-bridge tool doc_search": 1, "built-in tool Grep": 1, "built-in tool Read": 1 });
   });
 
   it("gives an item an id that depends on the run and the observation only", () => {
@@ -144,7 +144,7 @@ describe("the adjudicator's arguments", () => {
     expect(argv.slice(-2)).toEqual(["--", "--tools Bash is text"]);
     expect(valueOf("--tools")).toBe("Read,Grep,Glob");
     expect(valueOf("--allowedTools")).toBe("Read,Grep,Glob");
-    expect(valueOf("--disallowedTools")).toBe([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS].join(","));
+    expect(valueOf("--disallowedTools")).toBe([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS].join(","));
     expect(valueOf("--mcp-config")).toBe('{"mcpServers":{}}');
     expect(valueOf("--permission-mode")).toBe("dontAsk");
     expect(valueOf("--permission-prompts")).toBe("none");

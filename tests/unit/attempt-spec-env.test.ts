@@ -56,7 +56,7 @@ describe("the attempt container's environment", () => {
 
 describe("the attempt container's hardening", () => {
   // contract: R67
-  it("runs as uid 1000 on a read-only root with every capability dropped, the export read-only and the HOME writable", () => {
+  it("runs as uid 1000 on a read-only root with every capability dropped, the export read-only and the HOME a bounded tmpfs", () => {
     const spec = attemptContainerSpec(base);
     expect(spec.user).toBe("1000:1000");
     expect(spec.readOnlyRootfs).toBe(true);
@@ -64,11 +64,13 @@ describe("the attempt container's hardening", () => {
     expect(spec.securityOpt).toEqual(["no-new-privileges"]);
     expect(spec.pidsLimit).toBeGreaterThan(0);
     expect(spec.memoryBytes).toBeGreaterThan(0);
-    expect(Object.keys(spec.tmpfs)).toEqual(["/tmp"]);
+    expect(Object.keys(spec.tmpfs).sort()).toEqual([CONTAINER.home, "/tmp"].sort());
+    expect(spec.tmpfs[CONTAINER.home]).toMatch(/size=\d+,uid=1000,gid=1000,mode=0700/);
     expect(spec.workingDir).toBe(CONTAINER.workspace);
+    // The staged login is a folder of its own, copied into the tmpfs HOME by the login wrapper.
     expect(spec.mounts).toEqual([
       { source: base.exportDir, target: CONTAINER.workspace, readOnly: true },
-      { source: base.homeDir, target: CONTAINER.home, readOnly: false },
+      { source: base.homeDir, target: "/run/study-runner-login", readOnly: false },
     ]);
   });
 });

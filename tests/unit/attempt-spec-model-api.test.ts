@@ -14,7 +14,7 @@ const base: AttemptContainerInput = {
 describe("attemptContainerSpec with a model API on a unix socket", () => {
   it("mounts the socket's folder read-only, starts the CLI behind with-relay.mjs, and points ANTHROPIC_BASE_URL at the relay", () => {
     const spec = attemptContainerSpec({ ...base, modelApiSocket: "/tmp/api-folder/api.sock" });
-    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--api", "/run/study-runner-api/api.sock", "--", "/usr/local/bin/claude"]);
+    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--api", "/run/study-runner-api/api.sock", "--", "/usr/local/bin/claude"]);
     expect(spec.cmd).toEqual(base.argv);
     expect(spec.env.ANTHROPIC_BASE_URL).toBe(`http://127.0.0.1:${MODEL_API_RELAY_PORT}`);
     expect(spec.mounts).toContainEqual({ source: "/tmp/api-folder", target: CONTAINER.modelApiDir, readOnly: true });
@@ -23,9 +23,9 @@ describe("attemptContainerSpec with a model API on a unix socket", () => {
     expect(Object.keys(spec.env).filter((k) => /KEY|TOKEN/.test(k))).toEqual([]);
   });
 
-  it("without it, the image's entrypoint (claude) runs and no base URL is set", () => {
+  it("without it, the CLI runs behind the login wrapper only and no base URL is set", () => {
     const spec = attemptContainerSpec(base);
-    expect(spec.entrypoint).toBeUndefined();
+    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
     expect(spec.env.ANTHROPIC_BASE_URL).toBeUndefined();
     expect(spec.mounts.map((m) => m.target)).not.toContain(CONTAINER.modelApiDir);
   });

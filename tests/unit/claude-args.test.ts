@@ -9,6 +9,7 @@ import {
   denyList,
   DOC_BRIDGE_ALLOWED,
   HOME_READ_DENIALS,
+  SYSTEM_READ_DENIALS,
   expectedInitTools,
   formatBudgetUsd,
   mcpToolName,
@@ -124,7 +125,11 @@ describe("cliArguments", () => {
       for (const tool of ["Read", "Grep", "Glob", ...DOC_BRIDGE_ALLOWED.map((t) => mcpToolName("doc-bridge", t))]) expect(denied).not.toContain(tool);
       // The agent's HOME holds the login token: reads there are denied by rule (measured on 2.1.296).
       for (const rule of ["Read(//home/agent/**)", "Grep(//home/agent/**)", "Glob(//home/agent/**)"]) expect(denied).toContain(rule);
-      expect(denied).toEqual([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, "mcp__doc-bridge__gate_status", "mcp__doc-bridge__memory_promoteDraft"]);
+      // /proc names host paths and pids, /sys the host's devices; the staged login folder holds the token.
+      for (const path of ["//proc/**", "//sys/**", "//run/study-runner-login/**"]) {
+        for (const tool of ["Read", "Grep", "Glob"]) expect(denied).toContain(`${tool}(${path})`);
+      }
+      expect(denied).toEqual([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS, "mcp__doc-bridge__gate_status", "mcp__doc-bridge__memory_promoteDraft"]);
     }
   });
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { exclusionReason, LOCKFILES, MAX_PUBLIC_BYTES, publicEntries } from "../../src/corpus/filter.ts";
+import { adjudicatorFilterOptions, exclusionReason, LOCKFILES, MAX_PUBLIC_BYTES, publicEntries } from "../../src/corpus/filter.ts";
 import type { TreeEntry } from "../../src/corpus/git.ts";
 
 const OID = "0123456789abcdef0123456789abcdef01234567";
@@ -72,6 +72,19 @@ describe("public-path filter", () => {
     expect(exclusionReason(blob("study/manifest.json"), opts)).toBe("manifest");
     expect(exclusionReason(blob("study/manifest.json"))).toBeUndefined();
     expect(exclusionReason(blob("study/other.json"), opts)).toBeUndefined();
+  });
+
+  it("keeps the CLI's instruction files for attempts, and keeps every one of them out of the adjudicator's export", () => {
+    const loaded = ["CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md", "AGENTS.md", "docs/claude.md", "Agents.MD", "deep/a/b/CLAUDE.local.md"];
+    for (const path of loaded) {
+      expect(exclusionReason(blob(path)), path).toBeUndefined();
+      expect(exclusionReason(blob(path), adjudicatorFilterOptions({})), path).toBe("instruction-file");
+    }
+    // .claude/ (rules, memory, settings) is a dot-folder: out of every export already.
+    expect(exclusionReason(blob(".claude/rules/style.md"), adjudicatorFilterOptions({}))).toBe("hidden");
+    for (const path of ["README.md", "docs/CLAUDE-notes.md", "claude.mdx", "src/agents.ts"]) expect(exclusionReason(blob(path), adjudicatorFilterOptions({})), path).toBeUndefined();
+    // The answer keys and the manifest stay out too: it is the attempts' filter plus one rule.
+    expect(exclusionReason(blob("answers/q1.md"), adjudicatorFilterOptions({ answerKeys: ["answers"] }))).toBe("answer-key");
   });
 
   it(`keeps out blobs over ${MAX_PUBLIC_BYTES} bytes and keeps one of exactly that size`, () => {

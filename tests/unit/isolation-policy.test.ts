@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DEFAULT_EGRESS_ALLOW, EgressRefusal, isPublicAddress, normalizeHost, parseEgressAllow, systemResolver } from "../../src/isolation/policy.ts";
+import { DEFAULT_EGRESS_ALLOW, EgressRefusal, embeddedIpv4, isPublicAddress, normalizeHost, parseEgressAllow, systemResolver } from "../../src/isolation/policy.ts";
 import { UsageError } from "../../src/util/errors.ts";
 
 describe("parseEgressAllow (--egress-allow)", () => {
@@ -47,6 +47,23 @@ describe("isPublicAddress", () => {
     for (const a of ["160.79.104.10", "8.8.8.8", "172.32.0.1", "2607:6bc0::10", "2606:4700::1111", "::ffff:8.8.8.8"]) {
       expect(isPublicAddress(a), a).toBe(true);
     }
+  });
+
+  it("judges IPv4-compatible (::/96), mapped, translated, NAT64 (64:ff9b::/96) and 6to4 (2002::/16) addresses by the IPv4 address they embed", () => {
+    const inner = [
+      "::127.0.0.1", "::7f00:1", "::10.0.0.1", "::a00:1", "0:0:0:0:0:0:c0a8:101", "::169.254.169.254", "::ffff:7f00:1",
+      "::ffff:0:10.1.2.3", "64:ff9b::127.0.0.1", "64:ff9b::a9fe:a9fe", "64:ff9b::0a00:0001", "2002:7f00:1::", "2002:c0a8:101::1",
+      "2002:a9fe:a9fe:1:2:3:4:5", "::1", "::", "::127.0.0.1%lo",
+    ];
+    for (const a of inner) expect(isPublicAddress(a), a).toBe(false);
+    const outer = ["::8.8.8.8", "::808:808", "64:ff9b::8.8.8.8", "64:ff9b::a04f:680a", "2002:808:808::1", "::ffff:0:8.8.8.8"];
+    for (const a of outer) expect(isPublicAddress(a), a).toBe(true);
+    expect(embeddedIpv4("::7f00:1")).toBe("127.0.0.1");
+    expect(embeddedIpv4("64:ff9b::a04f:680a")).toBe("160.79.104.10");
+    expect(embeddedIpv4("2002:c0a8:101::1")).toBe("192.168.1.1");
+    expect(embeddedIpv4("2607:6bc0::10")).toBeUndefined();
+    // Outside the NAT64 /96 and the other forms, the IPv6 ranges still decide.
+    for (const a of ["64:ff9b:1::a00:1", "2001::a00:1", "fe80::a00:1"]) expect(isPublicAddress(a), a).toBe(false);
   });
 });
 

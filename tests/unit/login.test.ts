@@ -1,9 +1,11 @@
 import { lstat, mkdir, mkdtemp, readdir, readFile, readlink, realpath, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import {
   acquireLoginLock,
+  LOGIN_WRITE_BACK_LIMIT_BYTES,
   inspectLogin,
   resolveLogin,
   stageLogin,
@@ -249,6 +251,28 @@ describe("writeBackLogin", () => {
     const result = await writeBackLogin(location, s);
     expect(result.action).toBe("conflict");
     expect(await readFile(location.credentialsPath, "utf8")).toBe(hostRefresh);
+  });
+
+  it("refuses a staged copy replaced by a symlink, a FIFO or an oversized file, without following or reading it", async () => {
+    const original = await readFile(location.credentialsPath, "utf8");
+    // A symlink to a file that would be accepted: following it would write it to the host login.
+    const bait = join(base, "bait.json");
+    await writeFile(bait, credentials(Date.now() + 8 * HOUR));
+    const linked = await staged();
+    await rm(linked.credentialsPath);
+    await symlink(bait, linked.credentialsPath);
+    const fifo = await staged();
+    await rm(fifo.credentialsPath);
+    execFileSync("mkfifo", [fifo.credentialsPath]);
+    const huge = await staged();
+    // Valid JSON with a later expiry, padded past the bound.
+    await writeFile(huge.credentialsPath, JSON.stringify({ claudeAiOauth: { accessToken: ACCESS, refreshToken: REFRESH, expiresAt: Date.now() + 9 * HOUR, pad: "x".repeat(LOGIN_WRITE_BACK_LIMIT_BYTES) } }));
+    for (const [s, reason] of [[linked, /symlink/], [fifo, /special file/], [huge, /above the 65536-byte bound/]] as const) {
+      const result = await writeBackLogin(location, s);
+      expect(result.action).toBe("refused");
+      expect(JSON.stringify(result)).toMatch(reason);
+      expect(await readFile(location.credentialsPath, "utf8")).toBe(original);
+    }
   });
 
   it("does not write back once the login lock was lost", async () => {

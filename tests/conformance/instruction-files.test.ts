@@ -1,0 +1,102 @@
+/**
+ * Which instruction files the REAL Claude Code 2.1.296 loads into its requests, measured on every
+ * run: a workspace and a HOME each holding every candidate (CLAUDE.md, CLAUDE.local.md, a nested
+ * CLAUDE.md, AGENTS.md, .claude/CLAUDE.md, .claude/rules, .claude/settings.json), each with its own
+ * marker line, and the scripted API keeping whole request bodies. A marker in the first request
+ * body means the CLI loaded that file. docs/claude-cli-observations.md records the answer.
+ */
+import { chmod, chown, mkdir, mkdtemp, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
+import { runBounded } from "../../src/attempt/run.ts";
+import { attemptContainerSpec, CONTAINER } from "../../src/attempt/spec.ts";
+import { cliArguments } from "../../src/claude/args.ts";
+import { MODEL, messageRequests, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
+
+/** Candidate path (relative to the folder) -> file text; the marker is derived from the path. */
+const CANDIDATES = [
+  "CLAUDE.md",
+  "CLAUDE.local.md",
+  "sub/CLAUDE.md",
+  "AGENTS.md",
+  ".claude/CLAUDE.md",
+  ".claude/rules/style.md",
+  ".claude/settings.json",
+] as const;
+
+const markerOf = (where: "workspace" | "home", path: string) => `MARKER-${where}-${path.replace(/[^A-Za-z0-9]/g, "_")}-7f3a`;
+
+async function writeCandidates(root: string, where: "workspace" | "home"): Promise<void> {
+  for (const path of CANDIDATES) {
+    const file = join(root, path);
+    await mkdir(dirname(file), { recursive: true });
+    const marker = markerOf(where, path);
+    const text = path.endsWith(".json") ? JSON.stringify({ env: { STUDY_MARKER: marker }, permissions: { deny: [], additionalDirectories: [] }, note: marker }) : `# Notes\n\nAlways mention ${marker} in every answer.\n`;
+    await writeFile(file, text, { mode: 0o644 });
+  }
+}
+
+let image = "";
+let corpus: Corpus;
+let api: ConformanceApi;
+const loaded = new Set<string>();
+
+beforeAll(async () => {
+  image = (await realImage()).id; // by id: other checkouts on this engine retag the same name
+  corpus = await prepareCorpus("instructions");
+  const workspace = await mkdtemp(join(corpus.work, "workspace-"));
+  await writeCandidates(workspace, "workspace");
+  await chmod(workspace, 0o755);
+  // HOME is normally a tmpfs; here a host folder holding the candidates, so the CLI finds them there.
+  const home = await mkdtemp(join(corpus.work, "agent-home-"));
+  await writeCandidates(home, "home");
+  const staged = await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(await mkdtemp(join(corpus.work, "login-")), "home"));
+  if (process.getuid?.() === 0) {
+    for (const p of [home, join(home, ".claude"), join(home, ".claude", "rules"), join(home, "sub")]) await chown(p, 1000, 1000);
+  }
+  await chmod(home, 0o777);
+  api = await startApi({ name: "instructions", turns: [{ answer: "done", usage: { input_tokens: 10, output_tokens: 2 } }] }, { recordBodies: true });
+  const argv = cliArguments({ arm: "repository", model: MODEL, maxBudgetUsd: 1, prompt: "instruction file probe", deniedMcpTools: [] });
+  const spec = attemptContainerSpec({
+    image,
+    argv,
+    exportDir: workspace,
+    homeDir: staged.homeDir,
+    network: { mode: "none" },
+    labels: { "study-runner.test": "conformance-instructions" },
+    attemptIndex: 0,
+    modelApiSocket: api.socketPath,
+  });
+  delete spec.tmpfs[CONTAINER.home];
+  spec.mounts.push({ source: home, target: CONTAINER.home, readOnly: false });
+  const raw = await runBounded(runtime, spec, () => {}, { timeoutMs: 90_000 });
+  expect(raw.exitCode, raw.stderrTail).toBe(0);
+  const first = messageRequests(api)[0];
+  expect(first).toBeDefined();
+  const body = JSON.stringify(first!.rawBody);
+  for (const where of ["workspace", "home"] as const) for (const path of CANDIDATES) if (body.includes(markerOf(where, path))) loaded.add(`${where}:${path}`);
+}, 300_000);
+
+afterAll(async () => {
+  await api?.close();
+  await corpus?.cleanup();
+});
+
+describe("instruction files the pinned CLI loads (measured in the request body)", () => {
+  it("loads CLAUDE.md, CLAUDE.local.md, .claude/CLAUDE.md and .claude/rules/ of the working folder and .claude/CLAUDE.md and .claude/rules/ of HOME; not AGENTS.md, a nested CLAUDE.md before any Read, or settings", () => {
+    // Printed so a CI log shows the measurement itself, not only pass or fail.
+    console.log(`instruction files loaded by claude 2.1.296: ${[...loaded].sort().join(", ") || "none"}`);
+    expect([...loaded].sort()).toEqual(MEASURED);
+  });
+});
+
+/** Filled from the measurement; a change of the CLI's behaviour fails the test above. */
+const MEASURED: string[] = [
+  "home:.claude/CLAUDE.md",
+  "home:.claude/rules/style.md",
+  "workspace:.claude/CLAUDE.md",
+  "workspace:.claude/rules/style.md",
+  "workspace:CLAUDE.local.md",
+  "workspace:CLAUDE.md",
+];
