@@ -1,7 +1,7 @@
 import { Command, CommanderError, Option } from "commander";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
-import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "./options.ts";
+import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "../settings/run-options.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
@@ -127,7 +127,7 @@ Example:
     .requiredOption("--repository <name>", "which repository of the manifest to export")
     .requiredOption("--out <dir>", "a folder that does not exist yet; its files end up 0444, folders 0555")
     .action(async (opts) => {
-      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("../export/command.ts"), import("./options.ts")]);
+      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("../export/command.ts"), import("../settings/run-options.ts")]);
       const summary = await exportCommand({ manifest: opts.manifest, roots: Object.fromEntries(parseRoots(opts.root)), repository: opts.repository, out: opts.out });
       process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
       setExit(ExitCode.ok);
@@ -173,7 +173,7 @@ Example:
     .description("write the JSON Schemas of the manifest and the ledger (generated from the zod schemas)")
     .option("--write <dir>", "folder to write them into", "docs/schemas")
     .action(async (opts) => {
-      const written = await (await import("../util/json-schemas.ts")).writeSchemas(opts.write);
+      const written = await (await import("../schemas/json-schemas.ts")).writeSchemas(opts.write);
       process.stdout.write(written.join("\n") + "\n");
       setExit(ExitCode.ok);
     });

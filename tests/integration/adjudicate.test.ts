@@ -10,7 +10,7 @@ import { readLedger } from "../../src/ledger/store.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import { itemIdFor } from "../../src/adjudicate/prompt.ts";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
-import { generateSchemas } from "../../src/util/json-schemas.ts";
+import { generateSchemas } from "../../src/schemas/json-schemas.ts";
 import { runCli } from "../support/cli.ts";
 import { makeFakeDir, parseEvents, runFakeOnHost, type FakeDir, type FakeRecord } from "../support/fake-claude.ts";
 import { adjudicatorArguments, buildAdjudicatorPrompt } from "../../src/adjudicate/prompt.ts";
