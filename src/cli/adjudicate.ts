@@ -3,7 +3,7 @@ import { resolve } from "node:path";
 import { z } from "zod";
 import { ExitCode, UsageError, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { DEFAULT_ATTEMPT_BUDGET_USD, parseRoots } from "./options.ts";
+import { DEFAULT_ATTEMPT_BUDGET_USD, parseRoots } from "../settings/run-options.ts";
 
 /**
  * `study-runner adjudicate`: blind agent adjudication of a ledger into a separate private

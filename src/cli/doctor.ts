@@ -1,7 +1,7 @@
 import { DockerRuntime } from "../runtime/docker.ts";
 import { runDoctor, formatReport } from "../doctor/doctor.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
-import { parseRoots } from "./options.ts";
+import { parseRoots } from "../settings/run-options.ts";
 import { parseEngineCommand } from "./run.ts";
 import { parseEgressAllow } from "../isolation/policy.ts";
 

@@ -2,7 +2,7 @@ import { loadManifest } from "../manifest/load.ts";
 import { planStudy, plannedRepositories } from "../plan/plan.ts";
 import { checkRoot, type RootCheck } from "../corpus/check.ts";
 import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
-import { checkExecution, parseRoots, type RawRunFlags } from "./options.ts";
+import { checkExecution, parseRoots, type RawRunFlags } from "../settings/run-options.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { resolve } from "node:path";
 import { parseEgressAllow } from "../isolation/policy.ts";

@@ -10,7 +10,7 @@ import { inspectLogin, resolveLogin, RELOGIN } from "../attempt/login.ts";
 import { checkRoot } from "../corpus/check.ts";
 import { preflightDocBridge, referenceEngineCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
 import { checkOutputPath } from "../ledger/store.ts";
-import { checkExecution, type RawRunFlags } from "../cli/options.ts";
+import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
 import type { Mode } from "../plan/plan.ts";
 import { errorMessage } from "../util/errors.ts";
