@@ -28,7 +28,7 @@ import { planStudy } from "../src/plan/plan.ts";
 import { DockerRuntime } from "../src/runtime/docker.ts";
 import { referenceEngineCommand } from "../src/mcp/preflight.ts";
 import { DEMO_MANIFEST } from "../src/util/paths.ts";
-import { prepareDemo } from "../study/demo/setup.ts";
+import { prepareDemo } from "../src/demo/setup.ts";
 import { measure, median, note, ratio, round, runMain, stats } from "./lib.ts";
 import { runTimedStudy } from "./study.ts";
 

@@ -20,8 +20,8 @@ import { loadManifest } from "../src/manifest/load.ts";
 import { planStudy } from "../src/plan/plan.ts";
 import { referenceEngineCommand } from "../src/mcp/preflight.ts";
 import { DEMO_MANIFEST } from "../src/util/paths.ts";
-import { makeDemoCorpus } from "../study/demo/corpus.ts";
-import { writeTestLogin } from "../study/demo/setup.ts";
+import { makeDemoCorpus } from "../src/demo/corpus.ts";
+import { writeTestLogin } from "../src/demo/setup.ts";
 import { note, round, runMain, stats } from "./lib.ts";
 import { runTimedStudy } from "./study.ts";
 

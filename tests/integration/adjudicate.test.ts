@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
-import { prepareDemo, type DemoSetup } from "../../study/demo/setup.ts";
+import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
