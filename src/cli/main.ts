@@ -1,7 +1,8 @@
 import { Command, CommanderError, Option } from "commander";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
-import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "../settings/run-options.ts";
+import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
@@ -35,8 +36,8 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--root <name=path>", "checkout of a pinned repository (repeatable); checked clean and at its pin", collect)
     .option("--output <path>", "the private ledger: a new file outside every checkout and outside this project")
     .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
-    .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
-    .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", "study-runner/claude-code:2.1.296")
+    .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
+    .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", claudeCodeImageRef())
     .addOption(
       new Option(
         "--isolation <profile>",
@@ -89,8 +90,8 @@ Examples:
     .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
     .option("--output <path>", "the ledger path the run would be given")
     .option("--attempt-budget-usd <usd>", "per-attempt limit", String(DEFAULT_ATTEMPT_BUDGET_USD))
-    .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
-    .option("--image <ref>", "the Claude Code image attempts run in", "study-runner/claude-code:2.1.296")
+    .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
+    .option("--image <ref>", "the Claude Code image attempts run in", claudeCodeImageRef())
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
     .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array (default: the bundled reference server)")
     .addOption(new Option("--isolation <profile>", "as for run; 'strict' adds an isolation check").choices(["standard", "strict", "offline"]).default("standard"))
@@ -140,7 +141,7 @@ Example:
     .option("--install", "first install @anthropic-ai/claude-code-linux-x64 at the pinned version from the npm registry into the cache")
     .option("--claude-binary <path>", "use this native claude binary instead of searching node_modules and the cache")
     .option("--fake", "build the fake claude image used by the demo and CI instead")
-    .option("--version <version>", "the Claude Code version", "2.1.296")
+    .option("--version <version>", "the Claude Code version", CLAUDE_CODE_VERSION)
     .action(async (opts) => setExit(await (await import("./image.ts")).imageBuildCommand(opts)));
   image
     .command("probe <ref>")

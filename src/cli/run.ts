@@ -4,6 +4,7 @@ import { checkRoot, type RootCheck } from "../corpus/check.ts";
 import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
 import { checkExecution, parseRoots, type RawRunFlags } from "../settings/run-options.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { resolve } from "node:path";
 import { parseEgressAllow } from "../isolation/policy.ts";
 
@@ -185,8 +186,8 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         capUsd: settings.capUsd,
         attemptBudgetUsd: settings.attemptBudgetUsd,
         output: settings.output,
-        image: flags.image ?? "study-runner/claude-code:2.1.296",
-        expectedCliVersion: flags.cliVersion ?? "2.1.296",
+        image: flags.image ?? claudeCodeImageRef(),
+        expectedCliVersion: flags.cliVersion ?? CLAUDE_CODE_VERSION,
         isolation,
         ...(egressAllow ? { egress: { allow: egressAllow } } : {}),
         ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),

@@ -4,7 +4,8 @@ import { promisify } from "node:util";
 import type { Manifest } from "../manifest/schema.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { probeVersion } from "../image/build.ts";
-import { CLAUDE_CODE_VERSION, defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
+import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { NATIVE_PACKAGE } from "../image/install.ts";
 import { inspectLogin, resolveLogin, RELOGIN } from "../attempt/login.ts";
 import { checkRoot } from "../corpus/check.ts";
@@ -123,7 +124,7 @@ export async function imageFix(image: string, version: string, findBinary: FindB
   if (image.startsWith("study-runner/fake-claude:")) {
     return `study-runner image build --fake${versionFlag} (the demo's scripted stand-in; it never calls a model)`;
   }
-  const built = `study-runner/claude-code:${version}`;
+  const built = claudeCodeImageRef(version);
   const then = image === built ? "" : `; then pass --image ${built}`;
   let found;
   try {

@@ -7,7 +7,6 @@ import { UsageError } from "../util/errors.ts";
  * problem is reported at once, with the flag or variable it concerns and the fix.
  */
 
-export const DEFAULT_CLI_VERSION = "2.1.296";
 export const DEFAULT_ATTEMPT_BUDGET_USD = 0.1;
 
 export interface RawRunFlags {

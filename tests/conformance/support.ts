@@ -9,7 +9,7 @@ import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
-import { CLAUDE_CODE_VERSION } from "../../src/image/specs.ts";
+import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
