@@ -1,6 +1,7 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { AttemptStatusSchema, budgetTotals, Count, PhaseSchema, RunStatusSchema, Sha256, TokenCount, Usd, USD_EPSILON } from "../ledger/schema.ts";
+import { AttemptStatusSchema } from "../terms/terms.ts";
+import { budgetTotals, Count, PhaseSchema, RunStatusSchema, Sha256, TokenCount, Usd, USD_EPSILON } from "../ledger/schema.ts";
 
 /**
  * The adjudication record: a private companion of one ledger (issue 8). It never changes the

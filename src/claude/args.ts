@@ -1,4 +1,4 @@
-import type { Arm } from "../plan/plan.ts";
+import type { Arm } from "../terms/terms.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../mcp/names.ts";

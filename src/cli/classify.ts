@@ -5,9 +5,10 @@ import { classifyAttempt } from "../transcript/classify.ts";
 import { computeCost } from "../cost/compute.ts";
 import { expectedInitTools } from "../claude/args.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
+import type { Arm } from "../terms/terms.ts";
 
 export interface ClassifyFlags {
-  arm: "repository" | "mcp";
+  arm: Arm;
   model: string;
   tools?: string;
   cliVersion?: string;

@@ -4,6 +4,7 @@ import { DEMO_MANIFEST } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
+import { ArmSchema, TransportSchema } from "../terms/terms.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -32,7 +33,7 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--pilot", "the pilot: the first task, both scenarios, one repetition (2 attempts)")
     .option("--run", "the full study: every task x repetition x scenario")
     .option("--approve-budget", "required to spend: confirms STUDY_BUDGET_USD is the approved cumulative cap")
-    .addOption(new Option("--transport <name>", "provider path: 'cli' (Claude Code in a container, the pilot transport) or 'http' (Messages API)").choices(["cli", "http"]).default("http"))
+    .addOption(new Option("--transport <name>", "provider path: 'cli' (Claude Code in a container, the pilot transport) or 'http' (Messages API)").choices(TransportSchema.options).default("http"))
     .option("--root <name=path>", "checkout of a pinned repository (repeatable); checked clean and at its pin", collect)
     .option("--output <path>", "the private ledger: a new file outside every checkout and outside this project")
     .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
@@ -86,7 +87,7 @@ Examples:
     .addOption(manifestOption())
     .option("--pilot", "check for the pilot (the default)")
     .option("--run", "check for the full study")
-    .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(["cli", "http"]).default("http"))
+    .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(TransportSchema.options).default("http"))
     .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
     .option("--output <path>", "the ledger path the run would be given")
     .option("--attempt-budget-usd <usd>", "per-attempt limit", String(DEFAULT_ATTEMPT_BUDGET_USD))
@@ -151,7 +152,7 @@ Example:
   program
     .command("classify <transcript>")
     .description("re-check a saved stream-json transcript offline with the runner's own rules; prints facts and status (never the answer)")
-    .addOption(new Option("--arm <arm>", "which arm the attempt belonged to").choices(["repository", "mcp"]).makeOptionMandatory())
+    .addOption(new Option("--arm <arm>", "which arm the attempt belonged to").choices(ArmSchema.options).makeOptionMandatory())
     .requiredOption("--model <model>", "the model the attempt requested, e.g. claude-haiku-5-5")
     .option("--tools <names>", "comma-separated exact init tool set (default: the arm's tools)")
     .option("--cli-version <version>", "require this claude_code_version in the init event")

@@ -7,10 +7,11 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { resolve } from "node:path";
 import { parseEgressAllow } from "../isolation/policy.ts";
+import type { Transport } from "../terms/terms.ts";
 
 export interface RunFlags extends RawRunFlags {
   manifest: string;
-  transport: "cli" | "http";
+  transport: Transport;
   image?: string;
   isolation?: "standard" | "strict" | "offline";
   /** Strict isolation: the allowlisted host names (comma-separated, repeatable); replaces the default. */

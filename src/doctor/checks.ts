@@ -15,6 +15,7 @@ import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
 import type { Mode } from "../plan/plan.ts";
 import { errorMessage } from "../util/errors.ts";
+import type { Transport } from "../terms/terms.ts";
 
 /**
  * The doctor's checks: each answers one question a run's preflight would ask, through the
@@ -269,7 +270,7 @@ export async function checkOutput(output: string | undefined, roots: ReadonlyMap
   return pass("output", `${resolve(output)} is a new file outside every checkout and the project; the run creates it mode 0600`);
 }
 
-export function checkTransport(transport: "cli" | "http", env: NodeJS.ProcessEnv = process.env, flags: RawRunFlags = {}): Check {
+export function checkTransport(transport: Transport, env: NodeJS.ProcessEnv = process.env, flags: RawRunFlags = {}): Check {
   if (transport === "cli") return pass("transport", "cli: Claude Code in a container with the CLI's own login; ANTHROPIC_API_KEY is never read");
   // The http transport's own requirements, by the run's rules; the key itself is never shown.
   const { issues } = checkExecution({ ...flags, approveBudget: true, pilot: true }, env, "http", [], new Map());

@@ -1,4 +1,4 @@
-import type { AttemptStatus } from "../ledger/schema.ts";
+import type { AttemptStatus } from "../terms/terms.ts";
 import type { CallOutcome, ContentBlock, MeasuredUsage } from "./client.ts";
 import { MAX_OUTPUT_TOKENS } from "./pricing.ts";
 import type { ToolResult, ToolSet } from "./tools.ts";

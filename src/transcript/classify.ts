@@ -1,7 +1,5 @@
+import type { AttemptStatus } from "../terms/terms.ts";
 import type { SetupProblemCode, TranscriptFacts } from "./reader.ts";
-
-/** Statuses of seed 000; only `completed` lets the run go on. */
-export type AttemptStatus = "completed" | "failed" | "timed-out" | "budget-exceeded" | "invalid-setup" | "invalid-cost";
 
 export interface AttemptClassificationInput {
   facts: TranscriptFacts;

@@ -17,7 +17,8 @@ export const DOC_TOOLS = ["mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_g
 /** A distinctive answer: no setup problem, reason or cost problem may ever contain it. */
 export const ANSWER = "SECRET-ANSWER: the retry limit lives in src/config/limits.ts (maxRetries = 7)";
 
-export type Arm = "repository" | "mcp";
+export type { Arm } from "../../src/terms/terms.ts";
+import type { Arm } from "../../src/terms/terms.ts";
 export type Event = Record<string, any>;
 
 export function expectation(arm: Arm): TranscriptExpectation {
