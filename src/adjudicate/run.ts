@@ -400,7 +400,7 @@ async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: 
     });
     if (deps.signal?.aborted) return { status: "failed", reason: `interrupted by ${String(deps.signal.reason ?? "a signal")}`, structuredOutput, resultText };
     const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
-    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
+    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, stdoutLimitBytes: raw.stdoutLimitBytes, cost });
     if (verdict.status === "invalid-setup" && run.setupProblems.length === 0) run.setupProblems = [verdict.reason];
     if (verdict.status === "invalid-cost" && run.costProblem === null) run.costProblem = verdict.reason;
     return { ...verdict, structuredOutput, resultText };

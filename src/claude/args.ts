@@ -1,6 +1,7 @@
 import type { Arm } from "../terms/terms.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
+import { formatByteBound, PROMPT_LIMIT_BYTES } from "../terms/limits.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../mcp/names.ts";
 
 /**
@@ -47,9 +48,6 @@ export const HOME_READ_DENIALS = ["Read(//home/agent/**)", "Grep(//home/agent/**
 
 export { DOC_BRIDGE_SERVER, mcpToolName };
 export const DOC_BRIDGE_ALLOWED = ALLOWED_DOC_BRIDGE_TOOLS;
-
-/** 8 KiB of UTF-8 (seed 000: "The prompt is limited to 8 KiB"). */
-export const PROMPT_LIMIT_BYTES = 8192;
 
 /** The repository-only arm's `--mcp-config`: no server, so both arms carry the same flags. */
 export const EMPTY_MCP_CONFIG = { mcpServers: {} } as const;
@@ -134,7 +132,7 @@ export function checkPrompt(prompt: string): void {
   if (prompt.trim() === "") throw new UsageError("the prompt is empty; the task needs a question");
   if (prompt.includes("\0")) throw new UsageError("the prompt contains a NUL byte, which cannot be passed as an argument; remove it from the question");
   if (bytes > PROMPT_LIMIT_BYTES) {
-    throw new UsageError(`the prompt is ${bytes} bytes of UTF-8, above the ${PROMPT_LIMIT_BYTES}-byte (8 KiB) limit; shorten the task's question`);
+    throw new UsageError(`the prompt is ${bytes} bytes of UTF-8, above the ${PROMPT_LIMIT_BYTES}-byte (${formatByteBound(PROMPT_LIMIT_BYTES)}) limit; shorten the task's question`);
   }
 }
 

@@ -5,6 +5,7 @@ import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";
+import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -158,7 +159,7 @@ Example:
     .option("--cli-version <version>", "require this claude_code_version in the init event")
     .option("--exit-code <n>", "the process's exit code", "0")
     .option("--timed-out", "the attempt was killed by the timeout")
-    .option("--truncated", "stdout was cut at the 4 MiB bound")
+    .option("--truncated", `stdout was cut at the ${formatByteBound(STDOUT_LIMIT_BYTES)} bound`)
     .action(async (file, opts) => setExit(await (await import("./classify.ts")).classifyCommand(file, opts)));
 
   program

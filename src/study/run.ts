@@ -417,7 +417,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     }
     // A kill after the result event and its grace period is the runner's doing, not a CLI failure.
     const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
-    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
+    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, stdoutLimitBytes: raw.stdoutLimitBytes, cost });
     if (verdict.status === "invalid-setup" && obs.setupProblems.length === 0) obs.setupProblems = [verdict.reason];
     if (verdict.status === "invalid-cost" && obs.costProblem === null) obs.costProblem = verdict.reason;
     if (verdict.status !== "completed" && raw.oomKilled) return { status: verdict.status, reason: `${verdict.reason} (the container was killed by its memory limit)` };

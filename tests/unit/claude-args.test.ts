@@ -12,10 +12,10 @@ import {
   expectedInitTools,
   formatBudgetUsd,
   mcpToolName,
-  PROMPT_LIMIT_BYTES,
   type CliArgumentOptions,
 } from "../../src/claude/args.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { PROMPT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 
 /** `claude --help` of 2.1.296 as the real CLI printed it (copied from shared/facts). */
 const HELP = readFileSync(join(PROJECT_ROOT, "tests", "fixtures", "claude-2.1.296-help.txt"), "utf8");

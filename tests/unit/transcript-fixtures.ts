@@ -1,4 +1,5 @@
 import { computeCost, type CostResult } from "../../src/cost/compute.ts";
+import { STDOUT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 import { classifyAttempt, type AttemptClassification } from "../../src/transcript/classify.ts";
 import { readTranscript, type TranscriptExpectation, type TranscriptFacts } from "../../src/transcript/reader.ts";
 
@@ -142,7 +143,7 @@ export interface Evaluation {
 export function evaluate(
   text: string,
   arm: Arm,
-  run: { exitCode?: number | null; timedOut?: boolean; truncated?: boolean } = {},
+  run: { exitCode?: number | null; timedOut?: boolean; truncated?: boolean; stdoutLimitBytes?: number } = {},
 ): Evaluation {
   const facts = readTranscript(text, expectation(arm));
   const cost = computeCost({ ...facts, model: MODEL });
@@ -152,6 +153,7 @@ export function evaluate(
     exitCode: run.exitCode === undefined ? 0 : run.exitCode,
     timedOut: run.timedOut ?? false,
     truncated: run.truncated ?? false,
+    stdoutLimitBytes: run.stdoutLimitBytes ?? STDOUT_LIMIT_BYTES,
   });
   return { facts, cost, classification };
 }
