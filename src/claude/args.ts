@@ -127,7 +127,7 @@ export function formatBudgetUsd(usd: number): string {
   return fraction ? `${whole}.${fraction}` : String(whole);
 }
 
-export function checkPrompt(prompt: string): void {
+export function assertPrompt(prompt: string): void {
   const bytes = Buffer.byteLength(prompt, "utf8");
   if (prompt.trim() === "") throw new UsageError("the prompt is empty; the task needs a question");
   if (prompt.includes("\0")) throw new UsageError("the prompt contains a NUL byte, which cannot be passed as an argument; remove it from the question");
@@ -137,7 +137,7 @@ export function checkPrompt(prompt: string): void {
 }
 
 export function cliArguments(opts: CliArgumentOptions): string[] {
-  checkPrompt(opts.prompt);
+  assertPrompt(opts.prompt);
   const prefix = `mcp__${DOC_BRIDGE_SERVER}__`;
   for (const name of opts.deniedMcpTools) {
     if (!name.startsWith(prefix) || !SERVER_TOOL_RE.test(name.slice(prefix.length)) || ALLOWED_MCP_NAMES.includes(name)) {

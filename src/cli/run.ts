@@ -55,7 +55,7 @@ export function parseEngineCommand(value: string | undefined): string[] | undefi
   return parsed as string[];
 }
 
-async function checkRoots(
+async function assertRoots(
   manifest: Awaited<ReturnType<typeof loadManifest>>["manifest"],
   roots: ReadonlyMap<string, string>,
 ): Promise<RootCheck[]> {
@@ -84,7 +84,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
 
   if (flags.dryRun) {
-    const checks = await checkRoots(manifest, roots);
+    const checks = await assertRoots(manifest, roots);
     const byName = new Map(checks.map((c) => [c.repository, c]));
     const summary = {
       dryRun: true,
@@ -137,7 +137,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
   const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
   if (flags.transport === "http") (await import("../http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
-  await checkRoots(manifest, roots);
+  await assertRoots(manifest, roots);
 
   const { referenceEngineCommand } = await import("../mcp/preflight.ts");
   const controller = new AbortController();

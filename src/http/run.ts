@@ -1,6 +1,6 @@
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
-import { buildPrompt, checkPrompt } from "../claude/args.ts";
+import { buildPrompt, assertPrompt } from "../claude/args.ts";
 import { initialBudget, reserve, settle, type BudgetState, type Reservation } from "../budget/budget.ts";
 import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
 import { budgetTotals, type HttpCall, type Ledger, type Observation } from "../ledger/schema.ts";
@@ -73,7 +73,7 @@ async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; do
   } catch (err) {
     throw new RefusalError(errorMessage(err));
   }
-  for (const taskIndex of new Set(config.plan.map((a) => a.taskIndex))) checkPrompt(buildPrompt(config.loaded.manifest.tasks[taskIndex]!));
+  for (const taskIndex of new Set(config.plan.map((a) => a.taskIndex))) assertPrompt(buildPrompt(config.loaded.manifest.tasks[taskIndex]!));
   if (!config.plan.some((a) => a.arm === "mcp")) return { baseUrl, docBridge: null };
   const checkouts = [...new Set(config.plan.map((a) => a.repository))].map((repository) => ({
     repository,

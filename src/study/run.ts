@@ -8,7 +8,7 @@ import { IMAGE_LABELS } from "../image/specs.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { attemptContainerSpec } from "../attempt/spec.ts";
-import { checkModelApiSocket } from "../attempt/model-api.ts";
+import { assertModelApiSocket } from "../attempt/model-api.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
@@ -132,7 +132,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("mcp", removeTree);
   await reapOrphanFolders("egress", removeTree);
-  if (config.modelApi) await checkModelApiSocket(config.modelApi.socketPath);
+  if (config.modelApi) await assertModelApiSocket(config.modelApi.socketPath);
   const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
   if (probed.version !== config.expectedCliVersion) {
     throw new RefusalError(
