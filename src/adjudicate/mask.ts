@@ -19,13 +19,13 @@ export interface MaskTerm {
   pattern: RegExp;
 }
 
-const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 /** A name written with -, _ or a space between its words (doc-bridge, doc_bridge, doc bridge, docbridge). */
 function wordsPattern(name: string): string {
   return name
     .split(/[-_ ]/)
-    .map(escape)
+    .map(escapeRegExp)
     .join("[-_ ]?");
 }
 
@@ -33,7 +33,7 @@ function wordsPattern(name: string): string {
 function toolPattern(base: string): string {
   return base
     .split(/[._]/)
-    .map(escape)
+    .map(escapeRegExp)
     .join("[._]");
 }
 

@@ -358,7 +358,7 @@ async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: 
       fake: config.fake,
     });
     const reader = new TranscriptReader({ arm: "repository", model: config.model, expectedTools: expectedInitTools("repository"), cliVersion: config.expectedCliVersion });
-    let structuredOutput: unknown = undefined;
+    let structuredOutput: unknown;
     let resultText: string | null = null;
     const onLine = (line: string) => {
       reader.pushLine(line);

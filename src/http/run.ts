@@ -2,7 +2,7 @@ import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import { buildPrompt, assertPrompt } from "../claude/args.ts";
 import { initialBudget, reserve, settle, type BudgetState, type Reservation } from "../budget/budget.ts";
-import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
+import { createLedger, writeLedger } from "../ledger/store.ts";
 import { budgetTotals, type HttpCall, type Ledger, type Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId } from "../study/header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";

@@ -181,7 +181,7 @@ export class FakeRuntime implements ContainerRuntime {
     const n = SIGNAL_NUMBERS[signal.toUpperCase()];
     if (n === undefined) throw new ContainerRuntimeError(`kill ${id}: unknown signal ${signal}`, "invalid-spec");
     const c = this.containers.get(id);
-    if (!c || c.state !== "running") return;
+    if (c?.state !== "running") return;
     c.abort.abort(new Error(signal));
     this.exited(c, { exitCode: 128 + n, oomKilled: false });
   }

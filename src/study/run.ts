@@ -382,8 +382,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     obs.startedAt = new Date().toISOString();
     await writeLedger(ctx.handle, ctx.ledger); // the child may spend from here on
     testKillPoint("before-container-start");
-    let raw: RawOutcome;
-    raw = await runBounded(deps.runtime, spec, (line) => {
+    const raw: RawOutcome = await runBounded(deps.runtime, spec, (line) => {
       testKillPoint("during-attempt");
       reader.pushLine(line);
       deps.onTranscriptLine?.(attempt, line);
