@@ -28,7 +28,8 @@ import { planStudy } from "../src/plan/plan.ts";
 import { DockerRuntime } from "../src/runtime/docker.ts";
 import { referenceEngineCommand } from "../src/mcp/preflight.ts";
 import { DEMO_MANIFEST } from "../src/util/paths.ts";
-import { prepareDemo } from "../study/demo/setup.ts";
+import { prepareDemo } from "../src/demo/setup.ts";
+import { CLAUDE_CODE_VERSION } from "../src/claude/version.ts";
 import { measure, median, note, ratio, round, runMain, stats } from "./lib.ts";
 import { runTimedStudy } from "./study.ts";
 
@@ -109,7 +110,7 @@ async function main(): Promise<Record<string, unknown>> {
           attemptBudgetUsd: 0.1,
           output: join(ledgers, `round-${round}.json`),
           image,
-          expectedCliVersion: "2.1.296",
+          expectedCliVersion: CLAUDE_CODE_VERSION,
           isolation: "offline",
           docBridgeCommand: referenceEngineCommand(),
           claudeConfigDir: setup.loginDir,

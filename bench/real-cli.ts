@@ -20,8 +20,9 @@ import { loadManifest } from "../src/manifest/load.ts";
 import { planStudy } from "../src/plan/plan.ts";
 import { referenceEngineCommand } from "../src/mcp/preflight.ts";
 import { DEMO_MANIFEST } from "../src/util/paths.ts";
-import { makeDemoCorpus } from "../study/demo/corpus.ts";
-import { writeTestLogin } from "../study/demo/setup.ts";
+import { makeDemoCorpus } from "../src/demo/corpus.ts";
+import { writeTestLogin } from "../src/demo/setup.ts";
+import { CLAUDE_CODE_VERSION } from "../src/claude/version.ts";
 import { note, round, runMain, stats } from "./lib.ts";
 import { runTimedStudy } from "./study.ts";
 
@@ -83,7 +84,7 @@ async function main(): Promise<Record<string, unknown>> {
           attemptBudgetUsd: 0.1,
           output: join(work, "ledger.json"),
           image: built.id,
-          expectedCliVersion: "2.1.296",
+          expectedCliVersion: CLAUDE_CODE_VERSION,
           isolation: "offline",
           docBridgeCommand: referenceEngineCommand(),
           claudeConfigDir: loginDir,

@@ -49,7 +49,7 @@ export function relayArgumentProblem(portText, socketPath) {
   if (!/^[0-9]{1,5}$/.test(portText ?? "") || Number(portText) < 1 || Number(portText) > 65535) {
     return `port ${JSON.stringify(portText)} is not 1..65535`;
   }
-  if (!socketPath || !socketPath.startsWith("/")) return `socket path ${JSON.stringify(socketPath)} is not absolute`;
+  if (!socketPath?.startsWith("/")) return `socket path ${JSON.stringify(socketPath)} is not absolute`;
   return undefined;
 }
 

@@ -98,7 +98,7 @@ for (const r of relays) {
 
 const home = process.env.HOME ?? "";
 const homeCredentials = path.join(home, ".claude", ".credentials.json");
-let copiedOut = undefined;
+let copiedOut;
 
 function stageLoginIn() {
   if (!path.isAbsolute(home)) fail(2, `HOME ${JSON.stringify(home)} is not an absolute path`);

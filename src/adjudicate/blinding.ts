@@ -1,6 +1,6 @@
 import betaQuantile from "@stdlib/stats-base-dists-beta-quantile";
 import { GUESSED_ARM, type AdjudicationRecord, type Item, type Verdict } from "./schema.ts";
-import type { Arm } from "../plan/plan.ts";
+import type { Arm } from "../terms/terms.ts";
 
 /**
  * Blinding is measured, not assumed: after its verdict the adjudicator guesses which arm wrote the

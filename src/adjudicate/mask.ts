@@ -24,7 +24,7 @@ export interface MaskTerm {
   pattern: RegExp;
 }
 
-const escape = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+const escapeRegExp = (s: string) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 
 /** Between the words of a name: a few separators of any kind, or none. */
 const SEP = "[-_./:\\s]{0,3}";
@@ -41,7 +41,7 @@ function wordsOf(name: string): string[] {
 
 /** A name whose words may be joined by any separator or none, in any case, as a whole word. */
 function namePattern(name: string): RegExp {
-  return new RegExp(`${BEFORE}${wordsOf(name).map(escape).join(SEP)}${AFTER}`, "giu");
+  return new RegExp(`${BEFORE}${wordsOf(name).map(escapeRegExp).join(SEP)}${AFTER}`, "giu");
 }
 
 /**
@@ -50,6 +50,7 @@ function namePattern(name: string): RegExp {
  */
 const DASHES = /[\p{Pd}\u2212\u2043\uFE63\uFF0D]/gu;
 const DOTS = /[\u00B7\u2022\u2024\u2027\u2219\u22C5\u30FB\u3002\uFF0E\uFF61]/gu;
+// biome-ignore lint/suspicious/noMisleadingCharacterClass: each Hangul filler is removed on its own, never as part of a syllable
 const INVISIBLE = /[\p{Cf}\u034F\u115F\u1160\u3164\uFFA0]/gu;
 const SPACES = /[^\S\n]+/g;
 
@@ -102,7 +103,7 @@ export interface MaskedText {
   counts: Record<string, number>;
 }
 
-const ADJACENT_MASKS = new RegExp(`${escape(MASK)}(?:[-_./:\\s]{0,3}${escape(MASK)})+`, "g");
+const ADJACENT_MASKS = new RegExp(`${escapeRegExp(MASK)}(?:[-_./:\\s]{0,3}${escapeRegExp(MASK)})+`, "g");
 
 /** Puts the text in its neutral form, then replaces every term, in order, by MASK. */
 export function maskText(text: string, terms: readonly MaskTerm[]): MaskedText {

@@ -1,6 +1,7 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { ArmSchema, AttemptStatusSchema, Count, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
+import { ArmSchema, AttemptStatusSchema } from "../terms/terms.ts";
+import { Count, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
 
 /**
  * The adjudication record: a private companion of one ledger (contract R93). It never changes the

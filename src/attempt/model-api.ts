@@ -8,7 +8,7 @@ import { RefusalError } from "../util/errors.ts";
  * read that folder, so it must hold the socket and nothing else; a missing socket would only
  * show up as an API error inside the first attempt, after its reservation.
  */
-export async function checkModelApiSocket(socketPath: string): Promise<void> {
+export async function assertModelApiSocket(socketPath: string): Promise<void> {
   if (!isAbsolute(socketPath)) throw new RefusalError(`the model API socket ${socketPath} must be an absolute path`);
   const info = await lstat(socketPath).catch(() => undefined);
   if (!info?.isSocket()) throw new RefusalError(`the model API socket ${socketPath} does not exist or is not a unix socket; start the API first`);

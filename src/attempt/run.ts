@@ -1,8 +1,6 @@
 import type { ContainerRuntime, ContainerSpec } from "../runtime/port.ts";
+import { ATTEMPT_TIMEOUT_MS, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 
-/** The attempt's bounds: 4 MiB of stdout, five minutes per attempt (contract R44). */
-export const STDOUT_LIMIT_BYTES = 4 * 1024 * 1024;
-export const ATTEMPT_TIMEOUT_MS = 5 * 60 * 1000;
 /** The CLI may linger after its result event while MCP children exit; then it is killed. */
 export const AFTER_RESULT_GRACE_MS = 5_000;
 const STDERR_KEEP_BYTES = 16 * 1024;
@@ -13,6 +11,8 @@ export interface RawOutcome {
   timedOut: boolean;
   /** stdout passed the bound: reading stopped and the container was killed. */
   truncated: boolean;
+  /** The stdout bound this run applied (the configured one, or the default). */
+  stdoutLimitBytes: number;
   oomKilled: boolean;
   /** Killed by the runner after the result event and the grace period. */
   killedAfterResult: boolean;
@@ -120,6 +120,7 @@ export async function runBounded(
       exitCode: waited.exitCode,
       timedOut,
       truncated,
+      stdoutLimitBytes: limit,
       oomKilled: waited.oomKilled || (info?.oomKilled ?? false),
       killedAfterResult,
       stdoutBytes,

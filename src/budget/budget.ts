@@ -1,5 +1,5 @@
 import { maxBigint, picoToUsd, PICO_PER_MICRO, usdToPico } from "../cost/money.ts";
-import type { AttemptStatus } from "../transcript/classify.ts";
+import type { AttemptStatus } from "../terms/terms.ts";
 
 /**
  * Reservation and settlement (contract R21 to R26). Pure: the state

@@ -1,6 +1,7 @@
-import type { Arm } from "../plan/plan.ts";
+import type { Arm } from "../terms/terms.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
+import { formatByteBound, PROMPT_LIMIT_BYTES } from "../terms/limits.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../mcp/names.ts";
 
 /**
@@ -56,9 +57,6 @@ export const SYSTEM_READ_DENIALS = ["//proc/**", "//sys/**", "//run/study-runner
 
 export { DOC_BRIDGE_SERVER, mcpToolName };
 export const DOC_BRIDGE_ALLOWED = ALLOWED_DOC_BRIDGE_TOOLS;
-
-/** 8 KiB of UTF-8 (contract R66). */
-export const PROMPT_LIMIT_BYTES = 8192;
 
 /** The repository-only arm's `--mcp-config`: no server, so both arms carry the same flags. */
 export const EMPTY_MCP_CONFIG = { mcpServers: {} } as const;
@@ -138,17 +136,17 @@ export function formatBudgetUsd(usd: number): string {
   return fraction ? `${whole}.${fraction}` : String(whole);
 }
 
-export function checkPrompt(prompt: string): void {
+export function assertPrompt(prompt: string): void {
   const bytes = Buffer.byteLength(prompt, "utf8");
   if (prompt.trim() === "") throw new UsageError("the prompt is empty; the task needs a question");
   if (prompt.includes("\0")) throw new UsageError("the prompt contains a NUL byte, which cannot be passed as an argument; remove it from the question");
   if (bytes > PROMPT_LIMIT_BYTES) {
-    throw new UsageError(`the prompt is ${bytes} bytes of UTF-8, above the ${PROMPT_LIMIT_BYTES}-byte (8 KiB) limit; shorten the task's question`);
+    throw new UsageError(`the prompt is ${bytes} bytes of UTF-8, above the ${PROMPT_LIMIT_BYTES}-byte (${formatByteBound(PROMPT_LIMIT_BYTES)}) limit; shorten the task's question`);
   }
 }
 
 export function cliArguments(opts: CliArgumentOptions): string[] {
-  checkPrompt(opts.prompt);
+  assertPrompt(opts.prompt);
   const prefix = `mcp__${DOC_BRIDGE_SERVER}__`;
   for (const name of opts.deniedMcpTools) {
     if (!name.startsWith(prefix) || !SERVER_TOOL_RE.test(name.slice(prefix.length)) || ALLOWED_MCP_NAMES.includes(name)) {

@@ -6,9 +6,10 @@ import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
 import { runBounded, withHomeBound } from "../attempt/run.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { compareMcpRecord, startMcpBridge, type McpBridge, type McpBridgeRecord } from "../mcp/bridge.ts";
-import type { Arm } from "../plan/plan.ts";
+import type { Arm } from "../terms/terms.ts";
 import { TranscriptReader, type TranscriptFacts } from "../transcript/reader.ts";
-import { classifyAttempt, type AttemptStatus } from "../transcript/classify.ts";
+import { classifyAttempt } from "../transcript/classify.ts";
+import type { AttemptStatus } from "../terms/terms.ts";
 import { computeCost, type CostResult } from "../cost/compute.ts";
 import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
@@ -164,7 +165,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     if (deps.signal?.aborted) return done("failed", `interrupted by ${String(deps.signal.reason ?? "a signal")}`);
     // A kill after the result event and its grace period is the runner's doing, not a CLI failure.
     const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
-    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
+    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, stdoutLimitBytes: raw.stdoutLimitBytes, cost });
     if (verdict.status === "invalid-setup" && record.setupProblems.length === 0) record.setupProblems = [verdict.reason];
     if (verdict.status === "invalid-cost" && record.costProblem === null) record.costProblem = verdict.reason;
     if (verdict.status !== "completed" && raw.oomKilled) return done(verdict.status, `${verdict.reason} (the container was killed by its memory limit)`);

@@ -3,7 +3,8 @@ import { resolve } from "node:path";
 import { z } from "zod";
 import { ExitCode, UsageError, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { DEFAULT_ATTEMPT_BUDGET_USD, parseRoots } from "./options.ts";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
+import { DEFAULT_ATTEMPT_BUDGET_USD, parseRoots } from "../settings/run-options.ts";
 
 /**
  * `study-runner adjudicate`: blind agent adjudication of a ledger into a separate private
@@ -131,8 +132,8 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
         itemBudgetUsd: item.data,
         seed: seed.data,
         output: resolve(flags.output),
-        image: flags.image ?? input.ledger.image?.ref ?? "study-runner/claude-code:2.1.296",
-        expectedCliVersion: flags.cliVersion ?? input.ledger.expectedCliVersion ?? "2.1.296",
+        image: flags.image ?? input.ledger.image?.ref ?? claudeCodeImageRef(),
+        expectedCliVersion: flags.cliVersion ?? input.ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION,
         isolation: flags.isolation ?? "standard",
         claudeConfigDir: flags.claudeConfigDir,
         fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,

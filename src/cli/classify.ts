@@ -5,9 +5,11 @@ import { classifyAttempt } from "../transcript/classify.ts";
 import { computeCost } from "../cost/compute.ts";
 import { expectedInitTools } from "../claude/args.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
+import type { Arm } from "../terms/terms.ts";
+import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 
 export interface ClassifyFlags {
-  arm: "repository" | "mcp";
+  arm: Arm;
   model: string;
   tools?: string;
   cliVersion?: string;
@@ -33,7 +35,7 @@ export async function classifyCommand(file: string, flags: ClassifyFlags): Promi
   }
   const facts = reader.finish();
   const cost = computeCost({ ...facts, model: flags.model });
-  const verdict = classifyAttempt({ facts, exitCode, timedOut: flags.timedOut ?? false, truncated: flags.truncated ?? false, cost });
+  const verdict = classifyAttempt({ facts, exitCode, timedOut: flags.timedOut ?? false, truncated: flags.truncated ?? false, stdoutLimitBytes: STDOUT_LIMIT_BYTES, cost });
   const { answer, ...shown } = facts;
   const out = {
     status: verdict.status,

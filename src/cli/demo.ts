@@ -1,7 +1,7 @@
 import { access, mkdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { prepareDemo } from "../../study/demo/setup.ts";
+import { prepareDemo } from "../demo/setup.ts";
 import { DockerRuntime } from "../runtime/docker.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { ExitCode } from "../util/errors.ts";
@@ -92,7 +92,7 @@ export function demoVerdicts(runId: string, observations: number, itemIdFor: (ru
 
 async function startRealDemo(workdir: string, pilot: boolean) {
   const [{ startRealCliDemo }, { loadManifest }, { planStudy }] = await Promise.all([
-    import("../../study/demo/real-cli.ts"),
+    import("../demo/real-cli.ts"),
     import("../manifest/load.ts"),
     import("../plan/plan.ts"),
   ]);

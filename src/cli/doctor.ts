@@ -1,14 +1,15 @@
 import { DockerRuntime } from "../runtime/docker.ts";
 import { runDoctor, formatReport } from "../doctor/doctor.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
-import { parseRoots } from "./options.ts";
+import { parseRoots } from "../settings/run-options.ts";
 import { parseEngineCommand } from "./run.ts";
 import { parseEgressAllow } from "../isolation/policy.ts";
+import type { Transport } from "../terms/terms.ts";
 
 export interface DoctorFlags {
   manifest: string;
   root?: string[];
-  transport: "cli" | "http";
+  transport: Transport;
   image: string;
   claudeConfigDir?: string;
   docBridgeCommand?: string;

@@ -1,6 +1,7 @@
 import { DockerRuntime } from "../runtime/docker.ts";
 import { buildImage, probeVersion } from "../image/build.ts";
-import { CLAUDE_CODE_VERSION, claudeCodeImageSpec, fakeClaudeImageSpec, findClaudeBinary } from "../image/specs.ts";
+import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
+import { claudeCodeImageSpec, fakeClaudeImageSpec, findClaudeBinary } from "../image/specs.ts";
 import { ensureClaudeBinary } from "../image/install.ts";
 import { ExitCode, RefusalError } from "../util/errors.ts";
 

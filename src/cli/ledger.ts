@@ -1,4 +1,4 @@
-import { checkLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
+import { assertReadableLedger, checkLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
 
 export interface LedgerCheckFlags {
   json?: boolean;
@@ -10,7 +10,7 @@ export interface LedgerCheckFlags {
  * Exit 0 valid and finished, 4 valid but interrupted (status running), 1 invalid, 2 unreadable.
  */
 export async function ledgerCheckCommand(path: string, flags: LedgerCheckFlags): Promise<number> {
-  const check = await checkLedger(path);
+  const check = checkLedger(path, await assertReadableLedger(path));
   if (flags.json) {
     process.stdout.write(JSON.stringify(check, null, 2) + "\n");
   } else {

@@ -2,8 +2,11 @@ import { DEFAULT_ADJUDICATOR_MODELS } from "../adjudicate/model.ts";
 import { Command, CommanderError, Option } from "commander";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
-import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "./options.ts";
+import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
+import { ArmSchema, TransportSchema } from "../terms/terms.ts";
+import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -32,12 +35,12 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--pilot", "the pilot: the first task, both scenarios, one repetition (2 attempts)")
     .option("--run", "the full study: every task x repetition x scenario")
     .option("--approve-budget", "required to spend: confirms STUDY_BUDGET_USD is the approved cumulative cap")
-    .addOption(new Option("--transport <name>", "provider path: 'cli' (Claude Code in a container, the pilot transport) or 'http' (Messages API)").choices(["cli", "http"]).default("http"))
+    .addOption(new Option("--transport <name>", "provider path: 'cli' (Claude Code in a container, the pilot transport) or 'http' (Messages API)").choices(TransportSchema.options).default("http"))
     .option("--root <name=path>", "checkout of a pinned repository (repeatable); checked clean and at its pin", collect)
     .option("--output <path>", "the private ledger: a new file outside every checkout and outside this project")
     .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
-    .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
-    .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", "study-runner/claude-code:2.1.296")
+    .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
+    .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", claudeCodeImageRef())
     .addOption(
       new Option(
         "--isolation <profile>",
@@ -88,12 +91,12 @@ Examples:
     .addOption(manifestOption())
     .option("--pilot", "check for the pilot (the default)")
     .option("--run", "check for the full study")
-    .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(["cli", "http"]).default("http"))
+    .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(TransportSchema.options).default("http"))
     .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
     .option("--output <path>", "the ledger path the run would be given")
     .option("--attempt-budget-usd <usd>", "per-attempt limit", String(DEFAULT_ATTEMPT_BUDGET_USD))
-    .option("--cli-version <version>", "the Claude Code version the image must report", DEFAULT_CLI_VERSION)
-    .option("--image <ref>", "the Claude Code image attempts run in", "study-runner/claude-code:2.1.296")
+    .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
+    .option("--image <ref>", "the Claude Code image attempts run in", claudeCodeImageRef())
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
     .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array (default: the bundled reference server)")
     .addOption(new Option("--isolation <profile>", "as for run; 'strict' adds an isolation check").choices(["standard", "strict", "offline"]).default("standard"))
@@ -130,7 +133,7 @@ Example:
     .requiredOption("--repository <name>", "which repository of the manifest to export")
     .requiredOption("--out <dir>", "a folder that does not exist yet; its files end up 0444, folders 0555")
     .action(async (opts) => {
-      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("../export/command.ts"), import("./options.ts")]);
+      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("../export/command.ts"), import("../settings/run-options.ts")]);
       const summary = await exportCommand({ manifest: opts.manifest, roots: Object.fromEntries(parseRoots(opts.root)), repository: opts.repository, out: opts.out });
       process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
       setExit(ExitCode.ok);
@@ -143,7 +146,7 @@ Example:
     .option("--install", "first install @anthropic-ai/claude-code-linux-x64 at the pinned version from the npm registry into the cache")
     .option("--claude-binary <path>", "use this native claude binary instead of searching node_modules and the cache")
     .option("--fake", "build the fake claude image used by the demo and CI instead")
-    .option("--version <version>", "the Claude Code version", "2.1.296")
+    .option("--version <version>", "the Claude Code version", CLAUDE_CODE_VERSION)
     .action(async (opts) => setExit(await (await import("./image.ts")).imageBuildCommand(opts)));
   image
     .command("probe <ref>")
@@ -153,13 +156,13 @@ Example:
   program
     .command("classify <transcript>")
     .description("re-check a saved stream-json transcript offline with the runner's own rules; prints facts and status (never the answer)")
-    .addOption(new Option("--arm <arm>", "which arm the attempt belonged to").choices(["repository", "mcp"]).makeOptionMandatory())
+    .addOption(new Option("--arm <arm>", "which arm the attempt belonged to").choices(ArmSchema.options).makeOptionMandatory())
     .requiredOption("--model <model>", "the model the attempt requested, e.g. claude-haiku-5-5")
     .option("--tools <names>", "comma-separated exact init tool set (default: the arm's tools)")
     .option("--cli-version <version>", "require this claude_code_version in the init event")
     .option("--exit-code <n>", "the process's exit code", "0")
     .option("--timed-out", "the attempt was killed by the timeout")
-    .option("--truncated", "stdout was cut at the 4 MiB bound")
+    .option("--truncated", `stdout was cut at the ${formatByteBound(STDOUT_LIMIT_BYTES)} bound`)
     .action(async (file, opts) => setExit(await (await import("./classify.ts")).classifyCommand(file, opts)));
 
   program
@@ -176,7 +179,7 @@ Example:
     .description("write the JSON Schemas of the manifest and the ledger (generated from the zod schemas)")
     .option("--write <dir>", "folder to write them into", "docs/schemas")
     .action(async (opts) => {
-      const written = await (await import("../util/json-schemas.ts")).writeSchemas(opts.write);
+      const written = await (await import("../schemas/json-schemas.ts")).writeSchemas(opts.write);
       process.stdout.write(written.join("\n") + "\n");
       setExit(ExitCode.ok);
     });

@@ -2,14 +2,16 @@ import { loadManifest } from "../manifest/load.ts";
 import { planStudy, plannedRepositories } from "../plan/plan.ts";
 import { checkRoot, type RootCheck } from "../corpus/check.ts";
 import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
-import { checkExecution, parseRoots, type RawRunFlags } from "./options.ts";
+import { checkExecution, parseRoots, type RawRunFlags } from "../settings/run-options.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { resolve } from "node:path";
 import { parseEgressAllow } from "../isolation/policy.ts";
+import type { Transport } from "../terms/terms.ts";
 
 export interface RunFlags extends RawRunFlags {
   manifest: string;
-  transport: "cli" | "http";
+  transport: Transport;
   image?: string;
   isolation?: "standard" | "strict" | "offline";
   /** Strict isolation: the allowlisted host names (comma-separated, repeatable); replaces the default. */
@@ -67,7 +69,7 @@ export function parseEngineCommand(value: string | undefined): string[] | undefi
   return parsed as string[];
 }
 
-async function checkRoots(
+async function assertRoots(
   manifest: Awaited<ReturnType<typeof loadManifest>>["manifest"],
   roots: ReadonlyMap<string, string>,
 ): Promise<RootCheck[]> {
@@ -96,7 +98,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
 
   if (flags.dryRun) {
-    const checks = await checkRoots(manifest, roots);
+    const checks = await assertRoots(manifest, roots);
     const byName = new Map(checks.map((c) => [c.repository, c]));
     const summary = {
       dryRun: true,
@@ -150,7 +152,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
   const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
   if (flags.transport === "http") (await import("../http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
-  await checkRoots(manifest, roots);
+  await assertRoots(manifest, roots);
 
   const [{ referenceEngineCommand }, { killAtCheckpoint }] = await Promise.all([import("../mcp/preflight.ts"), import("../loop/checkpoint.ts")]);
   const controller = new AbortController();
@@ -200,8 +202,8 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         capUsd: settings.capUsd,
         attemptBudgetUsd: settings.attemptBudgetUsd,
         output: settings.output,
-        image: flags.image ?? "study-runner/claude-code:2.1.296",
-        expectedCliVersion: flags.cliVersion ?? "2.1.296",
+        image: flags.image ?? claudeCodeImageRef(),
+        expectedCliVersion: flags.cliVersion ?? CLAUDE_CODE_VERSION,
         isolation,
         ...(egressAllow ? { egress: { allow: egressAllow } } : {}),
         ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),

@@ -1,7 +1,7 @@
 // GENERATED FILE: do not edit. Regenerate with `node --import tsx tests/conformance/measure-prices.ts --write`
 // (every model the pinned binary names, measured against the real CLI at zero cost; 163 s).
 // Claude Code 2.1.296, measured on 2026-12-01. USD per million tokens.
-import type { GeneratedPriceTable } from "./prices.ts";
+import type { GeneratedPriceTable } from "./price-types.ts";
 
 export const GENERATED_PRICE_TABLE: GeneratedPriceTable = {
   "cliVersion": "2.1.296",

@@ -4,16 +4,18 @@ import { promisify } from "node:util";
 import type { Manifest } from "../manifest/schema.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { probeVersion } from "../image/build.ts";
-import { CLAUDE_CODE_VERSION, defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
+import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { NATIVE_PACKAGE } from "../image/install.ts";
 import { inspectLogin, resolveLogin, RELOGIN } from "../attempt/login.ts";
 import { checkRoot } from "../corpus/check.ts";
 import { preflightDocBridge, referenceEngineCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
 import { checkOutputPath } from "../ledger/store.ts";
-import { checkExecution, type RawRunFlags } from "../cli/options.ts";
+import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
 import type { Mode } from "../plan/plan.ts";
 import { errorMessage } from "../util/errors.ts";
+import type { Transport } from "../terms/terms.ts";
 
 /**
  * The doctor's checks: each answers one question a run's preflight would ask, through the
@@ -123,7 +125,7 @@ export async function imageFix(image: string, version: string, findBinary: FindB
   if (image.startsWith("study-runner/fake-claude:")) {
     return `study-runner image build --fake${versionFlag} (the demo's scripted stand-in; it never calls a model)`;
   }
-  const built = `study-runner/claude-code:${version}`;
+  const built = claudeCodeImageRef(version);
   const then = image === built ? "" : `; then pass --image ${built}`;
   let found;
   try {
@@ -268,7 +270,7 @@ export async function checkOutput(output: string | undefined, roots: ReadonlyMap
   return pass("output", `${resolve(output)} is a new file outside every checkout and the project; the run creates it mode 0600`);
 }
 
-export function checkTransport(transport: "cli" | "http", env: NodeJS.ProcessEnv = process.env, flags: RawRunFlags = {}): Check {
+export function checkTransport(transport: Transport, env: NodeJS.ProcessEnv = process.env, flags: RawRunFlags = {}): Check {
   if (transport === "cli") return pass("transport", "cli: Claude Code in a container with the CLI's own login; ANTHROPIC_API_KEY is never read");
   // The http transport's own requirements, by the run's rules; the key itself is never shown.
   const { issues } = checkExecution({ ...flags, approveBudget: true, pilot: true }, env, "http", [], new Map());

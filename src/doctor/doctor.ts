@@ -7,6 +7,7 @@ import { referenceEngineCommand } from "../mcp/preflight.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { errorMessage } from "../util/errors.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
+import type { Transport } from "../terms/terms.ts";
 import {
   checkClaudeVersion,
   checkDocBridge,
@@ -32,7 +33,7 @@ import {
 export interface DoctorInput {
   manifest: string;
   mode: Mode;
-  transport: "cli" | "http";
+  transport: Transport;
   roots: ReadonlyMap<string, string>;
   image: string;
   expectedCliVersion: string;
@@ -64,7 +65,7 @@ export interface DoctorReport {
   /** Every check passed: a run with these flags could start. */
   ok: boolean;
   mode: Mode;
-  transport: "cli" | "http";
+  transport: Transport;
   manifest: string;
   attempts: number | null;
   checks: Check[];

@@ -1,5 +1,6 @@
-import type { AttemptStatus } from "../ledger/schema.ts";
+import type { AttemptStatus } from "../terms/terms.ts";
 import type { CallOutcome, ContentBlock, MeasuredUsage } from "./client.ts";
+import { ATTEMPT_TIMEOUT_MS } from "../terms/limits.ts";
 import { MAX_OUTPUT_TOKENS } from "./pricing.ts";
 import type { ToolResult, ToolSet } from "./tools.ts";
 
@@ -17,7 +18,7 @@ export const PROTOCOL_LIMITS = {
   maxTurns: 8,
   maxToolCallsPerTurn: 20,
   /** From the attempt's start; checked before every turn and every tool, and bounds each request. */
-  deadlineMs: 5 * 60_000,
+  deadlineMs: ATTEMPT_TIMEOUT_MS,
   /** Each local tool call (repository or doc-bridge). */
   toolTimeoutMs: 30_000,
 } as const;

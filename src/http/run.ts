@@ -1,5 +1,5 @@
 import type { PlannedAttempt } from "../plan/plan.ts";
-import { buildPrompt, checkPrompt } from "../claude/args.ts";
+import { buildPrompt, assertPrompt } from "../claude/args.ts";
 import type { Reservation } from "../budget/budget.ts";
 import { createLedger, writeLedger } from "../ledger/store.ts";
 import type { HttpCall, Ledger, Observation } from "../ledger/schema.ts";
@@ -62,7 +62,7 @@ async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; do
   } catch (err) {
     throw new RefusalError(errorMessage(err));
   }
-  for (const taskIndex of new Set(config.plan.map((a) => a.taskIndex))) checkPrompt(buildPrompt(config.loaded.manifest.tasks[taskIndex]!));
+  for (const taskIndex of new Set(config.plan.map((a) => a.taskIndex))) assertPrompt(buildPrompt(config.loaded.manifest.tasks[taskIndex]!));
   if (!config.plan.some((a) => a.arm === "mcp")) return { baseUrl, docBridge: null };
   const checkouts = [...new Set(config.plan.map((a) => a.repository))].map((repository) => ({
     repository,

@@ -45,7 +45,7 @@ export interface ImageSpec {
 const OWNER = { uid: 0, gid: 0, uname: "root", gname: "root" } as const;
 const EPOCH = new Date(0);
 
-function checkPath(path: string, what: string): void {
+function assertImagePath(path: string, what: string): void {
   if (!path.startsWith("/") || posix.normalize(path) !== path || path === "/" || path.endsWith("/")) {
     throw new Error(`${what} path ${JSON.stringify(path)} must be absolute and normalised`);
   }
@@ -102,11 +102,11 @@ function contextEntries(spec: ImageSpec): Entry[] {
   add({ name: "Dockerfile", type: "file", mode: 0o644, source: { content: renderDockerfile(spec) } });
   add({ name: "rootfs/", type: "directory", mode: 0o755 });
   for (const f of spec.files) {
-    checkPath(f.path, "file");
+    assertImagePath(f.path, "file");
     add({ name: `rootfs${f.path}`, type: "file", mode: f.mode, source: f.source });
   }
   for (const d of spec.dirs) {
-    checkPath(d.path, "directory");
+    assertImagePath(d.path, "directory");
     if (d.userOwned) {
       if (spec.files.some((f) => f.path.startsWith(`${d.path}/`))) throw new Error(`user-owned directory ${d.path} must be empty`);
       add({ name: `owned${d.path}/`, type: "directory", mode: d.mode });

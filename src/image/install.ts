@@ -1,7 +1,8 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { join } from "node:path";
-import { CLAUDE_CODE_VERSION, defaultCacheDir, findClaudeBinary, type FoundClaudeBinary } from "./specs.ts";
+import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
+import { defaultCacheDir, findClaudeBinary, type FoundClaudeBinary } from "./specs.ts";
 import { RefusalError } from "../util/errors.ts";
 
 const execFileP = promisify(execFile);

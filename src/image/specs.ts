@@ -3,12 +3,10 @@ import { access, open, readdir, readFile, realpath } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { RefusalError } from "../util/errors.ts";
 import { fileSha256, type ImageDir, type ImageFile, type ImageSpec } from "./context.ts";
 import { collectLibraries } from "./libraries.ts";
-
-/** The pinned Claude Code version (contract R13: `claude --version` must report it). */
-export const CLAUDE_CODE_VERSION = "2.1.296";
 
 /** Where things live inside both images; the attempt stage mounts and runs against these. */
 export const IMAGE_LAYOUT = {
@@ -194,7 +192,7 @@ export async function claudeCodeImageSpec(input: ClaudeImageInput): Promise<Imag
   if (caBundle && (await exists(caBundle))) {
     layout.files.push({ path: "/etc/ssl/certs/ca-certificates.crt", mode: 0o644, source: { hostPath: caBundle } });
   }
-  return imageSpec(`study-runner/claude-code:${version}`, layout, {
+  return imageSpec(claudeCodeImageRef(version), layout, {
     [IMAGE_LABELS.kind]: "claude-code",
     [IMAGE_LABELS.claudeVersion]: version,
     [IMAGE_LABELS.claudeSha256]: await fileSha256(input.claudeBinary),

@@ -16,7 +16,7 @@ import { connect as netConnect, isIP, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import type { Duplex } from "node:stream";
 import type { EgressRecord, EgressRequest } from "../ledger/schema.ts";
-import { checkSocketOwner, CONTAINER_UID, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
+import { assertSocketOwner, CONTAINER_UID, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { EGRESS_PORT, EgressRefusal, normalizeHost, systemResolver, type Resolve } from "./policy.ts";
 
 export const EGRESS_SOCKET_NAME = "egress.sock";
@@ -97,7 +97,7 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   const allow = new Set(opts.allow.map(normalizeHost));
   const resolve = opts.resolve ?? systemResolver();
   // As for the MCP bridge: only the container user may reach the socket.
-  checkSocketOwner("egress proxy", opts);
+  assertSocketOwner("egress proxy", opts);
   const socketDir = await makeSocketDir(opts.socketDir, "study-runner-egress-");
 
   const totals = { requests: 0, allowed: 0, refused: 0, bytesUp: 0, bytesDown: 0, entriesDropped: 0, droppedConnections: 0 };

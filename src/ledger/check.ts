@@ -101,15 +101,18 @@ function arithmeticOf(json: Record<string, unknown>): { arithmetic: LedgerArithm
 
 const usd = (n: number) => `${Number(n.toFixed(9))} USD`;
 
-/** Reads and judges a ledger; throws UsageError only when the file cannot be read at all. */
-export async function checkLedger(path: string): Promise<LedgerCheck> {
-  let bytes: Buffer;
+/** The bytes of the ledger at `path`; throws UsageError naming the path when the file cannot be read at all. */
+export async function assertReadableLedger(path: string): Promise<Buffer> {
   try {
     // readFile opens O_RDONLY: the check can never modify the ledger.
-    bytes = await readFile(path);
+    return await readFile(path);
   } catch (err) {
     throw new UsageError(`cannot read ledger ${path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}; give the path the run was given with --output`);
   }
+}
+
+/** Judges the bytes of the ledger read from `path`; never throws: whatever is wrong is a problem in the result. */
+export function checkLedger(path: string, bytes: Buffer): LedgerCheck {
   const result: LedgerCheck = {
     path,
     state: "invalid",

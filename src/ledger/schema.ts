@@ -1,6 +1,7 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
 import { COMMIT_RE } from "../manifest/schema.ts";
+import { ArmSchema, AttemptStatusSchema, TransportSchema } from "../terms/terms.ts";
 
 /**
  * The private ledger of one run (contract R80). It is written
@@ -22,12 +23,9 @@ export const TokenCount = Count.nullable();
 
 export const LEDGER_SCHEMA_VERSION = 1;
 
-export const TransportSchema = z.enum(["cli", "http"]);
-export const ArmSchema = z.enum(["repository", "mcp"]);
 export const PhaseSchema = z.enum(["reserved", "running", "settled"]).meta({
   description: "reserved: budget held, nothing started; running: the child may be spending; settled: charged and final",
 });
-export const AttemptStatusSchema = z.enum(["completed", "failed", "timed-out", "budget-exceeded", "invalid-setup", "invalid-cost"]);
 export const RunStatusSchema = z.enum(["running", "blocked", "awaiting-adjudication"]).meta({
   description: "none of these is an approval of a result",
 });
@@ -381,6 +379,5 @@ export type EgressRecord = z.infer<typeof EgressRecordSchema>;
 export type EgressRequest = z.infer<typeof EgressRequestSchema>;
 export type Budget = z.infer<typeof BudgetSchema>;
 export type PriceTable = z.infer<typeof PriceTableSchema>;
-export type AttemptStatus = z.infer<typeof AttemptStatusSchema>;
 export type RunStatus = z.infer<typeof RunStatusSchema>;
 export type Phase = z.infer<typeof PhaseSchema>;

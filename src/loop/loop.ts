@@ -1,6 +1,6 @@
 import { initialBudget, reserve, settle, type BudgetState, type Reservation, type SettlementOutcome } from "../budget/budget.ts";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
-import type { AttemptStatus } from "../transcript/classify.ts";
+import type { AttemptStatus } from "../terms/terms.ts";
 import { errorMessage, ExitCode, RefusalError } from "../util/errors.ts";
 
 /**

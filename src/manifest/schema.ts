@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { formatByteBound, PROMPT_LIMIT_BYTES, QUESTION_LIMIT_BYTES } from "../terms/limits.ts";
 
 /**
  * The study manifest. Field names follow the maintainer's minimal-study manifest
@@ -44,7 +45,7 @@ export const TaskSchema = z.strictObject({
   question: z
     .string()
     .min(1, "must hold the question asked of the agent")
-    .refine((q) => Buffer.byteLength(q, "utf8") <= 6144, "is longer than 6144 bytes; the whole prompt is limited to 8 KiB"),
+    .refine((q) => Buffer.byteLength(q, "utf8") <= QUESTION_LIMIT_BYTES, `is longer than ${QUESTION_LIMIT_BYTES} bytes; the whole prompt is limited to ${formatByteBound(PROMPT_LIMIT_BYTES)}`),
   sources: z.array(SafePath).min(1, "must list at least one source file that answers the question"),
   expected: z.array(z.string().min(1, "must not be empty")).min(1, "must list at least one expected proposition"),
 });

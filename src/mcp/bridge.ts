@@ -8,7 +8,7 @@
  */
 import { spawn, type ChildProcess } from "node:child_process";
 import { rm } from "node:fs/promises";
-import { checkSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
+import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
@@ -224,7 +224,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
   const [command, ...args] = opts.command;
   if (!command) throw new Error("MCP bridge: the engine command is empty");
   // The socket must be reachable by the container user and by nobody else.
-  checkSocketOwner("MCP bridge", opts);
+  assertSocketOwner("MCP bridge", opts);
   const socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
 
   const recorder = new JsonRpcRecorder();

@@ -1,8 +1,7 @@
 import type { Manifest } from "../manifest/schema.ts";
+import type { Arm } from "../terms/terms.ts";
 
 export type Mode = "pilot" | "full";
-/** The repository-only arm is `scenarios[0]`, the doc-bridge (MCP) arm `scenarios[1]`. */
-export type Arm = "repository" | "mcp";
 
 export interface PlannedAttempt {
   /** 0-based position in run order. */

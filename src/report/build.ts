@@ -2,7 +2,8 @@ import type { AdjudicationRecord, Item, Outcome } from "../adjudicate/schema.ts"
 import { blindingSummary } from "../adjudicate/blinding.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import type { Manifest } from "../manifest/schema.ts";
-import { planStudy, type Arm } from "../plan/plan.ts";
+import { planStudy } from "../plan/plan.ts";
+import type { Arm } from "../terms/terms.ts";
 import { UsageError } from "../util/errors.ts";
 import { INTERVAL_METHOD, meanInterval } from "./stats.ts";
 

@@ -3,8 +3,8 @@ import { setTimeout as sleep } from "node:timers/promises";
 import Docker from "dockerode";
 import {
   ContainerRuntimeError,
-  validateLabelFilter,
-  validateSpec,
+  assertLabelFilter,
+  assertValidSpec,
   type ContainerExit,
   type ContainerOutput,
   type ContainerRuntime,
@@ -150,7 +150,7 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async create(spec: ContainerSpec): Promise<string> {
-    validateSpec(spec);
+    assertValidSpec(spec);
     try {
       const container = await this.docker.createContainer({
         ...(spec.name !== undefined ? { name: spec.name } : {}),
@@ -305,7 +305,7 @@ export class DockerRuntime implements ContainerRuntime {
   }
 
   async listByLabel(labels: Record<string, string>): Promise<ContainerSummary[]> {
-    validateLabelFilter(labels);
+    assertLabelFilter(labels);
     try {
       const list = await this.docker.listContainers({
         all: true,

@@ -4,8 +4,8 @@ import { buffer as readAll } from "node:stream/consumers";
 import tar from "tar-stream";
 import {
   ContainerRuntimeError,
-  validateLabelFilter,
-  validateSpec,
+  assertLabelFilter,
+  assertValidSpec,
   type ContainerExit,
   type ContainerOutput,
   type ContainerRuntime,
@@ -109,7 +109,7 @@ export class FakeRuntime implements ContainerRuntime {
   }
 
   async create(spec: ContainerSpec): Promise<string> {
-    validateSpec(spec);
+    assertValidSpec(spec);
     const image = this.findImage(spec.image);
     if (!image) throw new ContainerRuntimeError(`create container from ${spec.image}: no such image`, "not-found");
     if (spec.name !== undefined && [...this.containers.values()].some((c) => c.name === spec.name)) {
@@ -181,7 +181,7 @@ export class FakeRuntime implements ContainerRuntime {
     const n = SIGNAL_NUMBERS[signal.toUpperCase()];
     if (n === undefined) throw new ContainerRuntimeError(`kill ${id}: unknown signal ${signal}`, "invalid-spec");
     const c = this.containers.get(id);
-    if (!c || c.state !== "running") return;
+    if (c?.state !== "running") return;
     c.abort.abort(new Error(signal));
     this.exited(c, { exitCode: 128 + n, oomKilled: false });
   }
@@ -204,7 +204,7 @@ export class FakeRuntime implements ContainerRuntime {
   }
 
   async listByLabel(labels: Record<string, string>): Promise<ContainerSummary[]> {
-    validateLabelFilter(labels);
+    assertLabelFilter(labels);
     const wanted = Object.entries(labels);
     const out: ContainerSummary[] = [];
     for (const c of this.containers.values()) {

@@ -128,7 +128,7 @@ const ABSOLUTE = /^\//;
  * so a policy mistake (a host network, a relative bind) fails in unit tests too.
  * Throws `ContainerRuntimeError("invalid-spec")` listing every problem.
  */
-export function validateSpec(spec: ContainerSpec): void {
+export function assertValidSpec(spec: ContainerSpec): void {
   const problems: string[] = [];
   if (!spec.image) problems.push("image is empty");
   const mode: string = spec.networkMode;
@@ -152,6 +152,6 @@ export function validateSpec(spec: ContainerSpec): void {
 }
 
 /** An empty filter would match every container on the engine, the runner's own or not. */
-export function validateLabelFilter(labels: Record<string, string>): void {
+export function assertLabelFilter(labels: Record<string, string>): void {
   if (Object.keys(labels).length === 0) throw new ContainerRuntimeError("listByLabel needs at least one label", "invalid-spec");
 }

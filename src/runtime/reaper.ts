@@ -1,5 +1,8 @@
 import { hostname } from "node:os";
+import { isProcessAlive } from "../util/process.ts";
 import type { ContainerRuntime } from "./port.ts";
+
+export { isProcessAlive };
 
 /** Labels every runner container carries, so a later run can find what a killed run left behind. */
 export const LABELS = {
@@ -19,16 +22,6 @@ export function runnerLabels(run: string, attempt: string): Record<string, strin
     [LABELS.pid]: String(process.pid),
     [LABELS.host]: hostname(),
   };
-}
-
-/** Signal 0 tests for existence; EPERM means the pid exists but belongs to someone else. */
-export function isProcessAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === "EPERM";
-  }
 }
 
 export interface ReapOptions {

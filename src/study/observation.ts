@@ -3,9 +3,10 @@ import type { PlannedAttempt } from "../plan/plan.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
 import type { CostResult } from "../cost/compute.ts";
 import { emptyRunFacts, runFactsFrom } from "../cli-attempt/record.ts";
+import type { Transport } from "../terms/terms.ts";
 
 /** A fresh observation for a planned attempt whose budget is reserved and nothing has started. */
-export function reservedObservation(a: PlannedAttempt, o: { transport: "cli" | "http"; cliVersion: string | null; expectedCliVersion: string | null; attemptBudgetUsd: number | null; reservationUsd: number }): Observation {
+export function reservedObservation(a: PlannedAttempt, o: { transport: Transport; cliVersion: string | null; expectedCliVersion: string | null; attemptBudgetUsd: number | null; reservationUsd: number }): Observation {
   return {
     index: a.index,
     task: a.taskId,

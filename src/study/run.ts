@@ -4,7 +4,7 @@ import { probeVersion } from "../image/build.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
 import { reapOrphanExports, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
-import { checkModelApiSocket } from "../attempt/model-api.ts";
+import { assertModelApiSocket } from "../attempt/model-api.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../attempt/spec.ts";
 import { checkEgressRunner, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
@@ -116,7 +116,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("mcp", removeTree);
   await reapOrphanFolders("egress", removeTree);
-  if (config.modelApi) await checkModelApiSocket(config.modelApi.socketPath);
+  if (config.modelApi) await assertModelApiSocket(config.modelApi.socketPath);
   const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
   if (probed.version !== config.expectedCliVersion) {
     throw new RefusalError(

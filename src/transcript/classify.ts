@@ -1,15 +1,16 @@
+import { formatByteBound } from "../terms/limits.ts";
+import type { AttemptStatus } from "../terms/terms.ts";
 import type { SetupProblemCode, TranscriptFacts } from "./reader.ts";
-
-/** The attempt statuses (contract R41); only `completed` lets the run go on (contract R47). */
-export type AttemptStatus = "completed" | "failed" | "timed-out" | "budget-exceeded" | "invalid-setup" | "invalid-cost";
 
 export interface AttemptClassificationInput {
   facts: TranscriptFacts;
   /** `null` when the process was killed by a signal. */
   exitCode: number | null;
   timedOut: boolean;
-  /** stdout reached the 4 MiB bound and was cut. */
+  /** stdout reached its bound and was cut. */
   truncated: boolean;
+  /** The stdout bound this attempt ran under, so the reason names the one that cut it. */
+  stdoutLimitBytes: number;
   /** The cost check's problems (`computeCost(...).problems`). */
   cost: { problems: readonly string[] };
 }
@@ -21,7 +22,7 @@ export interface AttemptClassification {
 }
 
 /**
- * Problems that killing the process (timeout) or cutting stdout (the 4 MiB bound) causes by
+ * Problems that killing the process (timeout) or cutting stdout (its bound) causes by
  * itself: the result never arrives, and the line being written when it stopped is cut short.
  */
 const INTERRUPTION_PROBLEMS: ReadonlySet<SetupProblemCode> = new Set(["no-result", "last-line-not-json"]);
@@ -38,7 +39,7 @@ const INTERRUPTION_PROBLEMS: ReadonlySet<SetupProblemCode> = new Set(["no-result
  * denial, a garbled earlier line, ...) was there before the kill and still wins.
  */
 export function classifyAttempt(input: AttemptClassificationInput): AttemptClassification {
-  const { facts, exitCode, timedOut, truncated, cost } = input;
+  const { facts, exitCode, timedOut, truncated, stdoutLimitBytes, cost } = input;
   const interrupted = timedOut || truncated;
   // Killed before it wrote anything (e.g. while the CLI still connected to its MCP servers):
   // the missing init is the kill's doing too, as long as nothing but a cut line was written.
@@ -50,7 +51,7 @@ export function classifyAttempt(input: AttemptClassificationInput): AttemptClass
     return { status: "invalid-setup", reason: facts.setupProblems[0] ?? `setup problem ${setupCodes[0]}` };
   }
   if (timedOut) return { status: "timed-out", reason: "the attempt reached its time limit and was killed" };
-  if (truncated) return { status: "failed", reason: "stdout reached the 4 MiB bound and was cut" };
+  if (truncated) return { status: "failed", reason: `stdout reached the ${formatByteBound(stdoutLimitBytes)} bound and was cut` };
   // Measured on 2.1.296 (docs/claude-cli-observations.md, "Errors from the API"): an API error
   // before any answer ends with is_error, total_cost_usd 0 and an empty modelUsage. The contract
   // calls such an error failed (R43), with usage incomplete and the reservation still charged; it is

@@ -10,7 +10,7 @@ import {
   UserEventSchema,
   type ModelUsageEntry,
 } from "../claude/events.ts";
-import type { Arm } from "../plan/plan.ts";
+import type { Arm } from "../terms/terms.ts";
 import { formatPath } from "../util/zod-errors.ts";
 
 /**

@@ -18,9 +18,9 @@ export interface ContainerSocketOptions {
  * that is bind-mounted into one attempt's container (the doc-bridge bridge, the egress proxy).
  * Root hands the folder (0700) and the socket (0600) over with chown; a runner that is the
  * container uid already owns them; anything else would need a world-accessible socket, so
- * `checkSocketOwner` refuses. `socketDir` must not exist: a fresh folder per attempt.
+ * `assertSocketOwner` refuses. `socketDir` must not exist: a fresh folder per attempt.
  */
-export function checkSocketOwner(what: string, opts: ContainerSocketOptions = {}): void {
+export function assertSocketOwner(what: string, opts: ContainerSocketOptions = {}): void {
   const containerUid = opts.containerUid ?? CONTAINER_UID;
   const uid = process.getuid?.();
   if (uid !== 0 && uid !== containerUid) {

@@ -1,7 +1,7 @@
 import { lstat, mkdtemp, readdir } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { isProcessAlive } from "../runtime/reaper.ts";
+import { isProcessAlive } from "./process.ts";
 
 /**
  * Per-attempt folders on the host are named `study-runner-<kind>-<pid>-XXXXXX`, so a later run

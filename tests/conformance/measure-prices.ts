@@ -18,10 +18,10 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureClaudeBinary } from "../../src/image/install.ts";
-import { CLAUDE_CODE_VERSION } from "../../src/image/specs.ts";
+import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import type { GeneratedPriceTable, TierPrices } from "../../src/cost/prices.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
-import { writeTestLogin } from "../../study/demo/setup.ts";
+import { writeTestLogin } from "../../src/demo/setup.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
 import { measureModel, worstPerTokenError, type ModelMeasurement, type ProbeEnv } from "./price-probe.ts";
 
@@ -160,7 +160,7 @@ function generatedSource(table: GeneratedPriceTable, seconds: number): string {
   return `// GENERATED FILE: do not edit. Regenerate with \`${table.command}\`
 // (every model the pinned binary names, measured against the real CLI at zero cost; ${seconds.toFixed(0)} s).
 // Claude Code ${table.cliVersion}, measured on ${table.measuredOn}. USD per million tokens.
-import type { GeneratedPriceTable } from "./prices.ts";
+import type { GeneratedPriceTable } from "./price-types.ts";
 
 export const GENERATED_PRICE_TABLE: GeneratedPriceTable = ${JSON.stringify(table, null, 2)};
 `;

@@ -3,7 +3,7 @@ import { execFileSync } from "node:child_process";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { makeDemoCorpus } from "../../study/demo/corpus.ts";
+import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { runCli } from "../support/cli.ts";
 
 let work: string;

@@ -1,6 +1,6 @@
 /**
  * Shared set-up of the isolation tests (issue 9): the demo corpus, indexes, fake claude image and
- * test login (study/demo/setup.ts), a loopback echo server standing in for an allowed host, and
+ * test login (src/demo/setup.ts), a loopback echo server standing in for an allowed host, and
  * the study run through the runner's own orchestrator in this process, so that the egress proxy
  * can be given a test resolver. Everything stays on loopback and unix sockets.
  */
@@ -9,7 +9,7 @@ import { createServer, type AddressInfo, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
-import { prepareDemo, type DemoSetup } from "../../study/demo/setup.ts";
+import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
 import type { ContainerRuntime, ContainerSpec } from "../../src/runtime/port.ts";
 import { loadManifest } from "../../src/manifest/load.ts";

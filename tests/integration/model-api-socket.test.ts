@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { checkModelApiSocket } from "../../src/attempt/model-api.ts";
+import { assertModelApiSocket } from "../../src/attempt/model-api.ts";
 import { RefusalError } from "../../src/util/errors.ts";
 
 const dirs: string[] = [];
@@ -28,23 +28,23 @@ async function folder(): Promise<string> {
   return d;
 }
 
-describe("checkModelApiSocket (preflight of --model-api-socket)", () => {
+describe("assertModelApiSocket (preflight of --model-api-socket)", () => {
   it("accepts a listening unix socket alone in its folder", async () => {
-    await expect(checkModelApiSocket(await socketIn(await folder()))).resolves.toBeUndefined();
+    await expect(assertModelApiSocket(await socketIn(await folder()))).resolves.toBeUndefined();
   });
 
   it("refuses a folder that holds anything besides the socket: the folder is mounted into every attempt", async () => {
     const dir = await folder();
     const socket = await socketIn(dir);
     await writeFile(join(dir, "notes.txt"), "private");
-    await expect(checkModelApiSocket(socket)).rejects.toThrow(/also holds notes\.txt/);
+    await expect(assertModelApiSocket(socket)).rejects.toThrow(/also holds notes\.txt/);
   });
 
   it("refuses a missing socket, a regular file and a relative path", async () => {
     const dir = await folder();
-    await expect(checkModelApiSocket(join(dir, "api.sock"))).rejects.toBeInstanceOf(RefusalError);
+    await expect(assertModelApiSocket(join(dir, "api.sock"))).rejects.toBeInstanceOf(RefusalError);
     await writeFile(join(dir, "api.sock"), "");
-    await expect(checkModelApiSocket(join(dir, "api.sock"))).rejects.toThrow(/not a unix socket/);
-    await expect(checkModelApiSocket("api.sock")).rejects.toThrow(/absolute/);
+    await expect(assertModelApiSocket(join(dir, "api.sock"))).rejects.toThrow(/not a unix socket/);
+    await expect(assertModelApiSocket("api.sock")).rejects.toThrow(/absolute/);
   });
 });

@@ -4,8 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { makeDemoCorpus } from "../../study/demo/corpus.ts";
-import { writeTestLogin } from "../../study/demo/setup.ts";
+import { makeDemoCorpus } from "../../src/demo/corpus.ts";
+import { writeTestLogin } from "../../src/demo/setup.ts";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { DEMO_MANIFEST, PROJECT_ROOT } from "../../src/util/paths.ts";
 

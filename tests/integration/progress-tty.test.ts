@@ -3,7 +3,7 @@ import { spawn } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { prepareDemo, type DemoSetup } from "../../study/demo/setup.ts";
+import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 
@@ -77,15 +77,15 @@ describe("progress on a terminal", () => {
       const running = frames.slice(1, -1);
       expect(running.length).toBeGreaterThanOrEqual(2);
       const seconds = running.map((frame) => {
-        const m = new RegExp(`^${escape(tag)}: running (\\d+)s, spent \\$\\d\\.\\d{6} of \\$1\\.000000, run \\d+s$`).exec(frame);
+        const m = new RegExp(`^${escapeRegExp(tag)}: running (\\d+)s, spent \\$\\d\\.\\d{6} of \\$1\\.000000, run \\d+s$`).exec(frame);
         expect(m, frame).not.toBeNull();
         return Number(m![1]);
       });
       // About one frame a second: the elapsed seconds rise from 1 (a loaded machine may skip one).
       expect(seconds[0]).toBeGreaterThanOrEqual(1);
       expect(seconds[0]).toBeLessThanOrEqual(2);
-      seconds.slice(1).forEach((s, i) => expect(s).toBeGreaterThan(seconds[i]!));
-      expect(frames.at(-1)).toMatch(new RegExp(`^${escape(tag)}: completed, \\d+ in / \\d+ out, .*charged \\$`));
+      for (const [i, s] of seconds.slice(1).entries()) expect(s).toBeGreaterThan(seconds[i]!);
+      expect(frames.at(-1)).toMatch(new RegExp(`^${escapeRegExp(tag)}: completed, \\d+ in / \\d+ out, .*charged \\$`));
     }
     // What stays on the screen is plain lines: every live frame was erased.
     const visible = output.split("\n").map((line) => line.split(CLEAR).at(-1)!);
@@ -102,6 +102,6 @@ describe("progress on a terminal", () => {
   });
 });
 
-function escape(s: string): string {
+function escapeRegExp(s: string): string {
   return s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
 }

@@ -125,6 +125,7 @@ describe("with-relay.mjs in a NetworkMode none container", () => {
     image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
   }, 300_000);
 
+  // biome-ignore lint/suspicious/noDuplicateTestHooks: the image build above has its own long timeout; this one sets up the socket folder
   beforeAll(async () => {
     dir = await mkdtemp(join(tmpdir(), "with-relay-"));
     await chmod(dir, 0o755);

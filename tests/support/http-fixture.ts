@@ -7,7 +7,7 @@ import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
-import { makeDemoCorpus } from "../../study/demo/corpus.ts";
+import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { buildIndex } from "../../src/mcp/reference-server.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
 import { planStudy, type Mode } from "../../src/plan/plan.ts";

@@ -1,6 +1,6 @@
 /**
  * End-to-end runs of the shipped `study-runner` command against the real Docker engine, with the
- * demo corpus, its doc-bridge indexes, the fake claude image and a test login (study/demo/setup.ts).
+ * demo corpus, its doc-bridge indexes, the fake claude image and a test login (src/demo/setup.ts).
  * Each run gets its own folder: the ledger path, the fake's behaviour file and records, and the
  * runner's TMPDIR (so its export folders and attempt HOMEs can be looked at after it ended).
  */
@@ -8,7 +8,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { prepareDemo, writeTestLogin, type DemoSetup } from "../../study/demo/setup.ts";
+import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec } from "../../src/image/specs.ts";

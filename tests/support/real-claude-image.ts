@@ -10,7 +10,8 @@ import { join } from "node:path";
 import { lock } from "proper-lockfile";
 import { buildImage } from "../../src/image/build.ts";
 import { ensureClaudeBinary } from "../../src/image/install.ts";
-import { claudeCodeImageSpec, CLAUDE_CODE_VERSION, defaultCacheDir } from "../../src/image/specs.ts";
+import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
+import { claudeCodeImageSpec, defaultCacheDir } from "../../src/image/specs.ts";
 import type { ContainerRuntime } from "../../src/runtime/port.ts";
 
 let imagePromise: Promise<{ tag: string; id: string }> | undefined;

@@ -57,7 +57,7 @@ describe("the adjudicator's prompt is blind to the scenario", () => {
     // The question, the numbered propositions and the source paths are there.
     const task = DEMO.tasks.find((t) => t.id === revealed.task)!;
     expect(revealed.prompt).toContain(task.question);
-    task.expected.forEach((p, i) => expect(revealed.prompt).toContain(`P${i + 1}: ${p}`));
+    for (const [i, p] of task.expected.entries()) expect(revealed.prompt).toContain(`P${i + 1}: ${p}`);
     expect(revealed.prompt).toContain(task.sources.join(", "));
   });
 
@@ -135,26 +135,26 @@ describe("what the runner decides without a model run", () => {
 describe("the adjudicator's arguments", () => {
   const HELP = readFileSync(join(PROJECT_ROOT, "tests", "fixtures", "claude-2.1.296-help.txt"), "utf8");
   const argv = adjudicatorArguments({ model: "claude-haiku-5-5", maxBudgetUsd: 0.1, prompt: "--tools Bash is text" });
-  const valueOf = (flag: string) => argv[argv.indexOf(flag) + 1]!;
+  const flagValue = (flag: string) => argv[argv.indexOf(flag) + 1]!;
 
   it("uses only flags of claude --help 2.1.296 and the attempts' read-only hardening, prompt last after --", () => {
     for (const flag of argv.slice(0, argv.indexOf("--")).filter((a) => a.startsWith("--"))) {
       expect(HELP, flag).toMatch(new RegExp(`(^|[ ,])${flag}[ ,\\n]`, "m"));
     }
     expect(argv.slice(-2)).toEqual(["--", "--tools Bash is text"]);
-    expect(valueOf("--tools")).toBe("Read,Grep,Glob");
-    expect(valueOf("--allowedTools")).toBe("Read,Grep,Glob");
-    expect(valueOf("--disallowedTools")).toBe([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS].join(","));
-    expect(valueOf("--mcp-config")).toBe('{"mcpServers":{}}');
-    expect(valueOf("--permission-mode")).toBe("dontAsk");
-    expect(valueOf("--permission-prompts")).toBe("none");
-    expect(valueOf("--max-budget-usd")).toBe("0.1");
+    expect(flagValue("--tools")).toBe("Read,Grep,Glob");
+    expect(flagValue("--allowedTools")).toBe("Read,Grep,Glob");
+    expect(flagValue("--disallowedTools")).toBe([...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS].join(","));
+    expect(flagValue("--mcp-config")).toBe('{"mcpServers":{}}');
+    expect(flagValue("--permission-mode")).toBe("dontAsk");
+    expect(flagValue("--permission-prompts")).toBe("none");
+    expect(flagValue("--max-budget-usd")).toBe("0.1");
     expect(argv).toContain("--strict-mcp-config");
     expect(argv).toContain("--no-session-persistence");
   });
 
   it("passes the verdict's JSON Schema, which accepts a verdict and refuses a blocked one", () => {
-    const schema = JSON.parse(valueOf("--json-schema")) as { properties: { outcome: { enum: string[] } }; additionalProperties: boolean };
+    const schema = JSON.parse(flagValue("--json-schema")) as { properties: { outcome: { enum: string[] } }; additionalProperties: boolean };
     expect(JSON.parse(verdictJsonSchema())).toEqual(schema);
     expect(schema.properties.outcome.enum).toEqual(["correct", "partial", "incorrect", "incomplete"]);
     expect(schema.additionalProperties).toBe(false);

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { aliasProblem, chooseAdjudicatorModel, DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
 import { adjudicatorSentence } from "../../src/report/adjudicator.ts";
-import { checkExecution } from "../../src/cli/options.ts";
+import { checkExecution } from "../../src/settings/run-options.ts";
 import { pricesFor } from "../../src/cost/prices.ts";
 
 describe("the adjudicator's model", () => {

@@ -2,7 +2,7 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { initialBudget, reserve, settle, type BudgetState, type Reservation } from "../../src/budget/budget.ts";
 import { formatBudgetUsd } from "../../src/claude/args.ts";
-import type { AttemptStatus } from "../../src/transcript/classify.ts";
+import type { AttemptStatus } from "../../src/terms/terms.ts";
 
 function reserved(state: BudgetState, limit: number): { reservation: Reservation; state: BudgetState } {
   const r = reserve(state, limit);

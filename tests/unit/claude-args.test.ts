@@ -13,10 +13,10 @@ import {
   expectedInitTools,
   formatBudgetUsd,
   mcpToolName,
-  PROMPT_LIMIT_BYTES,
   type CliArgumentOptions,
 } from "../../src/claude/args.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { PROMPT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 
 /** `claude --help` of 2.1.296 as the real CLI printed it (copied from shared/facts). */
 const HELP = readFileSync(join(PROJECT_ROOT, "tests", "fixtures", "claude-2.1.296-help.txt"), "utf8");
@@ -56,7 +56,7 @@ function options(arm: "repository" | "mcp", overrides: Partial<CliArgumentOption
   };
 }
 
-function valueOf(argv: string[], flag: string): string {
+function flagValue(argv: string[], flag: string): string {
   const i = argv.indexOf(flag);
   expect(i, flag).toBeGreaterThanOrEqual(0);
   return argv[i + 1]!;
@@ -93,15 +93,15 @@ describe("cliArguments", () => {
   it("sets the measured read-only tool surface and non-interactive permissions", () => {
     const argv = cliArguments(options("repository"));
     expect(argv.slice(0, 4)).toEqual(["-p", "--output-format", "stream-json", "--verbose"]);
-    expect(valueOf(argv, "--tools")).toBe("Read,Grep,Glob");
-    expect(valueOf(argv, "--allowedTools")).toBe("Read,Grep,Glob");
-    expect(valueOf(argv, "--permission-mode")).toBe("dontAsk");
-    expect(valueOf(argv, "--permission-prompts")).toBe("none");
-    expect(valueOf(argv, "--model")).toBe("claude-haiku-5-5");
-    expect(valueOf(argv, "--max-budget-usd")).toBe("0.1");
+    expect(flagValue(argv, "--tools")).toBe("Read,Grep,Glob");
+    expect(flagValue(argv, "--allowedTools")).toBe("Read,Grep,Glob");
+    expect(flagValue(argv, "--permission-mode")).toBe("dontAsk");
+    expect(flagValue(argv, "--permission-prompts")).toBe("none");
+    expect(flagValue(argv, "--model")).toBe("claude-haiku-5-5");
+    expect(flagValue(argv, "--max-budget-usd")).toBe("0.1");
     expect(argv).toContain("--strict-mcp-config");
     expect(argv).toContain("--no-session-persistence");
-    expect(JSON.parse(valueOf(argv, "--mcp-config"))).toEqual({ mcpServers: {} });
+    expect(JSON.parse(flagValue(argv, "--mcp-config"))).toEqual({ mcpServers: {} });
   });
 
   it("differs between the arms only in the --mcp-config value and the three doc-bridge names in --allowedTools", () => {
@@ -110,15 +110,15 @@ describe("cliArguments", () => {
     expect(mcp).toHaveLength(repo.length);
     const differing = repo.flatMap((token, i) => (token === mcp[i] ? [] : [repo[i - 1]]));
     expect(differing.sort()).toEqual(["--allowedTools", "--mcp-config"]);
-    expect(valueOf(mcp, "--allowedTools")).toBe(
-      `${valueOf(repo, "--allowedTools")},mcp__doc-bridge__doc_search,mcp__doc-bridge__doc_get,mcp__doc-bridge__handoff_resolve`,
+    expect(flagValue(mcp, "--allowedTools")).toBe(
+      `${flagValue(repo, "--allowedTools")},mcp__doc-bridge__doc_search,mcp__doc-bridge__doc_get,mcp__doc-bridge__handoff_resolve`,
     );
-    expect(JSON.parse(valueOf(mcp, "--mcp-config"))).toEqual(MCP_CONFIG);
+    expect(JSON.parse(flagValue(mcp, "--mcp-config"))).toEqual(MCP_CONFIG);
   });
 
   it("denies the write, shell, web and sub-agent tools and every other doc-bridge tool, in both arms", () => {
     for (const arm of ["repository", "mcp"] as const) {
-      const denied = valueOf(cliArguments(options(arm)), "--disallowedTools").split(",");
+      const denied = flagValue(cliArguments(options(arm)), "--disallowedTools").split(",");
       for (const tool of ["Bash", "Edit", "Write", "NotebookEdit", "WebFetch", "WebSearch", "Task"]) expect(denied).toContain(tool);
       expect(denied).toContain("mcp__doc-bridge__gate_status");
       expect(denied).toContain("mcp__doc-bridge__memory_promoteDraft");

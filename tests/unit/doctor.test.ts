@@ -257,7 +257,7 @@ describe("transport and settings", () => {
   it("passes the model, the cap and the attempts when they are set, and counts what the cap holds", () => {
     const checks = checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 });
     expect(checks.map((c) => c.name)).toEqual(["model", "budget", "attempts"]);
-    checks.forEach((c) => expect(c.ok, c.detail).toBe(true));
+    for (const c of checks) expect(c.ok, c.detail).toBe(true);
     expect(checks[0]!.detail).toMatch(/^STUDY_MODEL=claude-haiku-5-5/);
     expect(checks[1]!.detail).toMatch(/^STUDY_BUDGET_USD=1: /);
     expect(checks[2]!.detail).toBe(

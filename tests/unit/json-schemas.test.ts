@@ -1,7 +1,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { generateSchemas, schemaFileText } from "../../src/util/json-schemas.ts";
+import { generateSchemas, schemaFileText } from "../../src/schemas/json-schemas.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 
 const DIR = join(PROJECT_ROOT, "docs", "schemas");

@@ -10,8 +10,8 @@ import { readLedger } from "../../src/ledger/store.ts";
 import { IMAGE_LABELS } from "../../src/image/specs.ts";
 import { ExitCode } from "../../src/util/errors.ts";
 import type { Checkpoint } from "../../src/loop/loop.ts";
-import { makeDemoCorpus } from "../../study/demo/corpus.ts";
-import { writeTestLogin } from "../../study/demo/setup.ts";
+import { makeDemoCorpus } from "../../src/demo/corpus.ts";
+import { writeTestLogin } from "../../src/demo/setup.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { baseEvents, MODEL, toText } from "./transcript-fixtures.ts";
 

@@ -122,3 +122,14 @@ describe("classifyAttempt precedence (seed 000)", () => {
     expect(ev.cost.computedCostUsd).toBe(0.000602);
   });
 });
+
+describe("the reason of output cut at the stdout bound", () => {
+  it("names the bound that cut it, also when a run configures one lower than 4 MiB", () => {
+    expect(evaluate(text(), "repository", { truncated: true, stdoutLimitBytes: 64 * 1024 }).classification).toEqual({
+      status: "failed",
+      reason: "stdout reached the 64 KiB bound and was cut",
+    });
+    expect(evaluate(text(), "repository", { truncated: true, stdoutLimitBytes: 1000 }).classification.reason).toBe("stdout reached the 1000 bytes bound and was cut");
+    expect(evaluate(text(), "repository", { truncated: true }).classification.reason).toBe("stdout reached the 4 MiB bound and was cut");
+  });
+});

@@ -1,4 +1,5 @@
 import { computeCost, type CostResult } from "../../src/cost/compute.ts";
+import { STDOUT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 import { classifyAttempt, type AttemptClassification } from "../../src/transcript/classify.ts";
 import { readTranscript, type TranscriptExpectation, type TranscriptFacts } from "../../src/transcript/reader.ts";
 
@@ -17,7 +18,8 @@ export const DOC_TOOLS = ["mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_g
 /** A distinctive answer: no setup problem, reason or cost problem may ever contain it. */
 export const ANSWER = "SECRET-ANSWER: the retry limit lives in src/config/limits.ts (maxRetries = 7)";
 
-export type Arm = "repository" | "mcp";
+export type { Arm } from "../../src/terms/terms.ts";
+import type { Arm } from "../../src/terms/terms.ts";
 export type Event = Record<string, any>;
 
 export function expectation(arm: Arm): TranscriptExpectation {
@@ -141,7 +143,7 @@ export interface Evaluation {
 export function evaluate(
   text: string,
   arm: Arm,
-  run: { exitCode?: number | null; timedOut?: boolean; truncated?: boolean } = {},
+  run: { exitCode?: number | null; timedOut?: boolean; truncated?: boolean; stdoutLimitBytes?: number } = {},
 ): Evaluation {
   const facts = readTranscript(text, expectation(arm));
   const cost = computeCost({ ...facts, model: MODEL });
@@ -151,6 +153,7 @@ export function evaluate(
     exitCode: run.exitCode === undefined ? 0 : run.exitCode,
     timedOut: run.timedOut ?? false,
     truncated: run.truncated ?? false,
+    stdoutLimitBytes: run.stdoutLimitBytes ?? STDOUT_LIMIT_BYTES,
   });
   return { facts, cost, classification };
 }

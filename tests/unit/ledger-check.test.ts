@@ -6,7 +6,10 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { checkLedger, LEDGER_CHECK_EXIT } from "../../src/ledger/check.ts";
+import { assertReadableLedger, checkLedger as checkLedgerBytes, LEDGER_CHECK_EXIT } from "../../src/ledger/check.ts";
+
+/** Reads the ledger at `path` and checks it, as `study-runner ledger check` does. */
+const checkLedger = async (path: string) => checkLedgerBytes(path, await assertReadableLedger(path));
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { completedObservation, reservedObservation, sampleLedger } from "../support/ledger-sample.ts";
 

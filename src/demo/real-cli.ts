@@ -8,14 +8,14 @@
  */
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { join } from "node:path";
-import { buildImage } from "../../src/image/build.ts";
-import { ensureClaudeBinary } from "../../src/image/install.ts";
-import { claudeCodeImageSpec } from "../../src/image/specs.ts";
-import type { Manifest } from "../../src/manifest/schema.ts";
-import type { PlannedAttempt } from "../../src/plan/plan.ts";
-import type { ContainerRuntime } from "../../src/runtime/port.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
-import { startScriptedApi } from "../../src/scripted-api/server.ts";
+import { buildImage } from "../image/build.ts";
+import { ensureClaudeBinary } from "../image/install.ts";
+import { claudeCodeImageSpec } from "../image/specs.ts";
+import type { Manifest } from "../manifest/schema.ts";
+import type { PlannedAttempt } from "../plan/plan.ts";
+import type { ContainerRuntime } from "../runtime/port.ts";
+import type { ScriptInput } from "../scripted-api/script.ts";
+import { startScriptedApi } from "../scripted-api/server.ts";
 
 export interface RealCliDemo {
   /** The real image's tag. */

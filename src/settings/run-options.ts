@@ -2,13 +2,13 @@ import { z } from "zod";
 import { resolve } from "node:path";
 import { UsageError } from "../util/errors.ts";
 import { aliasProblem } from "../adjudicate/model.ts";
+import type { Transport } from "../terms/terms.ts";
 
 /**
  * The `run` command's flags and environment, validated by one zod schema so that every
  * problem is reported at once, with the flag or variable it concerns and the fix.
  */
 
-export const DEFAULT_CLI_VERSION = "2.1.296";
 export const DEFAULT_ATTEMPT_BUDGET_USD = 0.1;
 
 export interface RawRunFlags {
@@ -34,8 +34,6 @@ const Positive = (what: string) =>
     .regex(/^\d+(\.\d+)?$/, `${what} must be a positive decimal number such as 0.10`)
     .transform(Number)
     .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0`);
-
-export const TransportSchema = z.enum(["cli", "http"], { error: "--transport must be 'cli' or 'http'" });
 
 export function parseRoots(values: readonly string[] = []): Map<string, string> {
   const roots = new Map<string, string>();
@@ -77,7 +75,7 @@ export interface ExecutionSettings {
 export function checkExecution(
   flags: RawRunFlags,
   env: NodeJS.ProcessEnv,
-  transport: "cli" | "http",
+  transport: Transport,
   plannedRepositories: readonly string[],
   roots: ReadonlyMap<string, string>,
 ): { settings?: ExecutionSettings; problems: string[]; issues: ExecutionIssue[]; parsed: Partial<Pick<ExecutionSettings, "model" | "capUsd" | "attemptBudgetUsd">> } {

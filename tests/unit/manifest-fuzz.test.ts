@@ -131,6 +131,6 @@ describe("manifest fuzzing", () => {
     const hostile = `{"__proto__":{"polluted":1},"version":1,"repetitions":1,"scenarios":["a","b"],"repositories":{"__proto__":"${"a".repeat(40)}","constructor":"${"b".repeat(40)}"},"tasks":[]}`;
     judge(Buffer.from(hostile));
     expect(({} as Record<string, unknown>).polluted).toBeUndefined();
-    expect(Object.prototype.hasOwnProperty.call(Object.prototype, "polluted")).toBe(false);
+    expect(Object.hasOwn(Object.prototype, "polluted")).toBe(false);
   });
 });

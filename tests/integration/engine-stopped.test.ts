@@ -11,7 +11,7 @@ import { spawn, execFile, type ChildProcess } from "node:child_process";
 import { mkdtemp, open, readdir, readFile, readlink, rm, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
-import { prepareDemo } from "../../study/demo/setup.ts";
+import { prepareDemo } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";

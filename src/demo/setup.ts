@@ -6,10 +6,10 @@
 import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { makeDemoCorpus } from "./corpus.ts";
-import { buildIndex } from "../../src/mcp/reference-server.ts";
-import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
-import type { ContainerRuntime } from "../../src/runtime/port.ts";
+import { buildIndex } from "../mcp/reference-server.ts";
+import { buildImage } from "../image/build.ts";
+import { fakeClaudeImageSpec } from "../image/specs.ts";
+import type { ContainerRuntime } from "../runtime/port.ts";
 
 export interface DemoSetup {
   roots: Record<string, string>;
