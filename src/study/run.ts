@@ -29,6 +29,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
 import { factsToObservation, reservedObservation } from "./observation.ts";
 import { Progress } from "./progress.ts";
+import { summarize } from "./summary.ts";
 
 export interface StudyConfig {
   loaded: LoadedManifest;
@@ -82,24 +83,6 @@ export interface StudyDeps {
   signal?: AbortSignal;
   /** Sees every stdout line of every attempt (tests read the init event with it). */
   onTranscriptLine?: (attempt: PlannedAttempt, line: string) => void;
-}
-
-export interface StudySummary {
-  status: Ledger["status"];
-  statusReason: string | null;
-  mode: Mode;
-  transport: Ledger["transport"];
-  model: string;
-  ledger: string;
-  attempts: { planned: number; run: number; byStatus: Record<string, number> };
-  usage: { inputTokens: number; outputTokens: number; cacheCreationInputTokens: number; cacheReadInputTokens: number; toolCalls: number };
-  usageComplete: boolean;
-  spentUsd: number;
-  capUsd: number;
-  cumulativeCapExceeded: boolean;
-  extrapolatedFullRunUsd: number | null;
-  extrapolationNote: string;
-  networkCalls?: never;
 }
 
 const egressAllowOf = (config: StudyConfig): readonly string[] => config.egress?.allow ?? DEFAULT_EGRESS_ALLOW;
@@ -429,40 +412,4 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
 
 function pricesForLedger(): Ledger["prices"] {
   return JSON.parse(JSON.stringify(CLI_PRICES)) as Ledger["prices"];
-}
-
-export function summarize(config: Pick<StudyConfig, "mode" | "plan" | "fullPlanSize" | "model" | "capUsd">, ledger: Ledger, handle: { path: string }): StudySummary {
-  const byStatus: Record<string, number> = {};
-  const usage = { inputTokens: 0, outputTokens: 0, cacheCreationInputTokens: 0, cacheReadInputTokens: 0, toolCalls: 0 };
-  let usageComplete = ledger.observations.length > 0;
-  for (const o of ledger.observations) {
-    const key = o.status ?? "unsettled";
-    byStatus[key] = (byStatus[key] ?? 0) + 1;
-    usage.inputTokens += o.inputTokens ?? 0;
-    usage.outputTokens += o.outputTokens ?? 0;
-    usage.cacheCreationInputTokens += o.cacheCreationInputTokens ?? 0;
-    usage.cacheReadInputTokens += o.cacheReadInputTokens ?? 0;
-    usage.toolCalls += o.toolCalls;
-    if (!o.usageComplete) usageComplete = false;
-  }
-  const pilotDone = config.mode === "pilot" && ledger.status === "awaiting-adjudication" && usageComplete;
-  const factor = config.fullPlanSize / config.plan.length;
-  return {
-    status: ledger.status,
-    statusReason: ledger.statusReason ?? null,
-    mode: config.mode,
-    transport: ledger.transport,
-    model: config.model,
-    ledger: handle.path,
-    attempts: { planned: config.plan.length, run: ledger.observations.length, byStatus },
-    usage,
-    usageComplete,
-    spentUsd: ledger.budget.spentUsd,
-    capUsd: config.capUsd,
-    cumulativeCapExceeded: ledger.budget.cumulativeCapExceeded,
-    extrapolatedFullRunUsd: pilotDone ? Number((ledger.budget.spentUsd * factor).toFixed(6)) : null,
-    extrapolationNote: pilotDone
-      ? `pilot spend x ${factor} (${config.fullPlanSize} full-run attempts / ${config.plan.length} pilot attempts); not an upper bound: other tasks may cost more`
-      : "no extrapolation: only a pilot that completed with complete usage is extrapolated",
-  };
 }
