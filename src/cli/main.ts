@@ -64,7 +64,9 @@ export function buildProgram(setExit: (code: number) => void): Command {
       "after",
       `
 Environment:
-  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute
+  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute; with
+                       --transport cli it must have a row in the runner's price table (CLI_PRICES), or run,
+                       doctor and a dry run given it refuse it with exit 2 before anything is spent
   STUDY_BUDGET_USD     the approved cumulative cap in USD (e.g. 1 for the pilot); required to execute
   ANTHROPIC_API_KEY    http transport only, read from the environment only; the cli transport never reads it
 

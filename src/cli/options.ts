@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { resolve } from "node:path";
 import { UsageError } from "../util/errors.ts";
+import { checkPricedModel } from "../cost/priced.ts";
 
 /**
  * The `run` command's flags and environment, validated by one zod schema so that every
@@ -90,6 +91,12 @@ export function checkExecution(
   if (!flags.approveBudget) add("approval", "--approve-budget is required to spend money; pass it once the budget (STUDY_BUDGET_USD) is approved");
   const model = env.STUDY_MODEL?.trim();
   if (!model) add("model", "STUDY_MODEL is not set; export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5");
+  else if (transport === "cli") {
+    // The http transport prices with the protocol's upper prices given as flags; the CLI
+    // transport cross-checks the CLI's cost against the runner's own table.
+    const unpriced = checkPricedModel(model);
+    if (unpriced) add("model", unpriced);
+  }
   const cap = Positive("STUDY_BUDGET_USD").safeParse(env.STUDY_BUDGET_USD ?? "");
   if (env.STUDY_BUDGET_USD === undefined) add("cap", "STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
   else if (!cap.success) add("cap", cap.error.issues[0]!.message);

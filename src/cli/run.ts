@@ -6,6 +6,7 @@ import { checkExecution, parseRoots, type RawRunFlags } from "./options.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { resolve } from "node:path";
 import { parseEgressAllow } from "../isolation/policy.ts";
+import { checkPricedModel } from "../cost/priced.ts";
 
 export interface RunFlags extends RawRunFlags {
   manifest: string;
@@ -82,6 +83,11 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
 
   if (flags.dryRun) {
+    // A dry run given the model an execution would use answers what that execution would:
+    // a model the runner cannot price is refused here too, not after its first reservation.
+    const model = env.STUDY_MODEL?.trim();
+    const unpriced = model && flags.transport === "cli" ? checkPricedModel(model) : null;
+    if (unpriced) throw new UsageError(unpriced);
     const checks = await checkRoots(manifest, roots);
     const byName = new Map(checks.map((c) => [c.repository, c]));
     const summary = {

@@ -312,11 +312,11 @@ export function attemptsWithinCap(capUsd: number, attemptLimitUsd: number): numb
  * STUDY_MODEL, STUDY_BUDGET_USD, the per-attempt limit and what the cap allows, by the run's
  * own rules (checkExecution); the approval flag is the run's to give, never the doctor's.
  */
-export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number }): Check[] {
+export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number; transport?: "cli" | "http" }): Check[] {
   const { issues, parsed } = checkExecution(
     { ...input.flags, approveBudget: true, pilot: input.mode === "pilot", run: input.mode === "full" },
     input.env,
-    "cli",
+    input.transport ?? "cli",
     [],
     new Map(),
   );

@@ -285,6 +285,16 @@ describe("transport and settings", () => {
     expect(tooBig!.detail).toMatch(/the first attempt would be refused/);
   });
 
+  it("fails a model without a row in the price table for the cli transport, naming the priced ones", () => {
+    const [model] = checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-sonnet-5", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 });
+    expectFail(model!, "model", /^set STUDY_MODEL to a model the runner can price: claude-haiku-5-5$/);
+    expect(model!.detail).toMatch(/^STUDY_MODEL=claude-sonnet-5 has no row in the runner's price table/);
+    // A key named like an Object prototype member is not a price row.
+    expect(checkSettings({ flags: {}, env: { STUDY_MODEL: "constructor", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 })[0]!.ok).toBe(false);
+    // The http transport prices with the protocol's upper prices, so any model can be priced there.
+    expect(checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-sonnet-5", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2, transport: "http" })[0]!.ok).toBe(true);
+  });
+
   it("counts attempts with the budget's own reservation rule", () => {
     expect(attemptsWithinCap(1, 0.1)).toBe(10);
     expect(attemptsWithinCap(1, 0.3)).toBe(3);
