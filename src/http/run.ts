@@ -97,7 +97,7 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
 
   let budget: BudgetState = initialBudget(config.capUsd);
   const ledger: Ledger = {
-    ...(await commonHeader(runId, config.loaded, config.roots)),
+    ...(await commonHeader(runId, config.loaded, config.roots, "http")),
     docBridge,
     image: null,
     cliVersion: null,

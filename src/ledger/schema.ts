@@ -278,6 +278,13 @@ export const LedgerSchema = z
     prices: PriceTableSchema,
     mode: z.enum(["pilot", "full"]),
     budget: BudgetSchema,
+    spendLabel: z
+      .strictObject({ usd: z.string().min(1), tokens: z.string().min(1) })
+      .optional()
+      .meta({
+        description:
+          "what the USD figures and token counts of this ledger are: for the cli transport the CLI's own list-price estimate (not a bill on a subscription login), and token counts that include the Claude Code system prompt and harness, comparable only between the two scenarios. The runner always writes it; ledgers written before it existed lack it",
+      }),
     adjudication: z.strictObject({ method: z.literal("agent"), humanReview: z.literal(false) }),
     status: RunStatusSchema,
     statusReason: z.string().min(1).optional(),

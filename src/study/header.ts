@@ -3,6 +3,7 @@ import type { LoadedManifest } from "../manifest/load.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { computeRunnerHash } from "../ledger/runner-hash.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
+import { spendLabel } from "../cost/labels.ts";
 
 /** A run id: sortable by time, unique by a random suffix, safe in file names. */
 export function newRunId(): string {
@@ -14,7 +15,8 @@ export async function commonHeader(
   runId: string,
   loaded: LoadedManifest,
   roots: ReadonlyMap<string, string>,
-): Promise<Pick<Ledger, "schemaVersion" | "runId" | "createdAt" | "protocol" | "runnerHash" | "corpus">> {
+  transport: Ledger["transport"],
+): Promise<Pick<Ledger, "schemaVersion" | "runId" | "createdAt" | "protocol" | "runnerHash" | "corpus" | "spendLabel">> {
   return {
     schemaVersion: 1,
     runId,
@@ -26,5 +28,6 @@ export async function commonHeader(
       pin,
       ...(roots.has(repository) ? { root: roots.get(repository)! } : {}),
     })),
+    spendLabel: { ...spendLabel(transport) },
   };
 }

@@ -148,7 +148,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
 
   let budget: BudgetState = initialBudget(config.capUsd);
   const ledger: Ledger = {
-    ...(await commonHeader(runId, config.loaded, config.roots)),
+    ...(await commonHeader(runId, config.loaded, config.roots, "cli")),
     docBridge: docBridge ? { engineRevision: docBridge.engineRevision, bundleHash: null, denyList: docBridge.denyList } : null,
     image: { ref: config.image, id: probed.imageId, binarySha256: probed.binarySha256 },
     cliVersion: probed.version,

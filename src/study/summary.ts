@@ -1,5 +1,6 @@
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { Ledger } from "../ledger/schema.ts";
+import { extrapolationCaveat, spendLabel, type SpendLabel } from "../cost/labels.ts";
 
 /** What a study run's summary needs of its configuration (study and HTTP runs alike). */
 export interface SummaryConfig {
@@ -26,6 +27,8 @@ export interface StudySummary {
   cumulativeCapExceeded: boolean;
   extrapolatedFullRunUsd: number | null;
   extrapolationNote: string;
+  /** What the USD figures and the token counts above are (an estimate; harness included). */
+  spendLabel: SpendLabel;
   networkCalls?: never;
 }
 
@@ -60,7 +63,8 @@ export function summarize(config: SummaryConfig, ledger: Ledger, handle: { path:
     cumulativeCapExceeded: ledger.budget.cumulativeCapExceeded,
     extrapolatedFullRunUsd: pilotDone ? Number((ledger.budget.spentUsd * factor).toFixed(6)) : null,
     extrapolationNote: pilotDone
-      ? `pilot spend x ${factor} (${config.fullPlanSize} full-run attempts / ${config.plan.length} pilot attempts); not an upper bound: other tasks may cost more`
+      ? `pilot spend x ${factor} (${config.fullPlanSize} full-run attempts / ${config.plan.length} pilot attempts); not an upper bound: other tasks may cost more; ${extrapolationCaveat(ledger.transport)}`
       : "no extrapolation: only a pilot that completed with complete usage is extrapolated",
+    spendLabel: spendLabel(ledger.transport),
   };
 }

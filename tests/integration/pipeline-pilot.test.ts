@@ -51,6 +51,9 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(summary.spentUsd).toBeGreaterThan(0);
     // 36 full-run attempts / 2 pilot attempts.
     expect(summary.extrapolatedFullRunUsd).toBe(Number((summary.spentUsd * 18).toFixed(6)));
+    expect(summary.extrapolationNote).toMatch(/an extrapolation of the CLI's list-price estimate, not of a bill/);
+    expect(summary.spendLabel.usd).toMatch(/CLI's own list-price estimate .*not a bill/);
+    expect(summary.spendLabel.tokens).toMatch(/include the Claude Code system prompt and harness/);
 
     const lines = stderrLines(r.stderr);
     expect(lines).toHaveLength(4);
@@ -63,6 +66,7 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(ledger.status).toBe("awaiting-adjudication");
     // The fake image answered, not a model: the ledger says so, so it cannot pass for evidence.
     expect(ledger.modelApi).toBe("test");
+    expect(ledger.spendLabel).toEqual(summary.spendLabel);
     expect(ledger.budget.spentUsd).toBe(summary.spentUsd);
     expect(ledger.budget.reservedUsd).toBe(0);
     expect(ledger.observations.map((o) => [o.arm, o.phase, o.status])).toEqual([
