@@ -12,6 +12,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { reservedObservation } from "../study/observation.ts";
 import { Progress } from "../study/progress.ts";
 import { summarize } from "../study/summary.ts";
+import { engineProvenance } from "../mcp/bundle-hash.ts";
 import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "./client.ts";
 import { callCeiling, usageCostUsd, type UpperPrices } from "./pricing.ts";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
@@ -82,7 +83,7 @@ async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; do
   }));
   const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
   // The http transport offers only the three allowed tools; the rest is recorded as the CLI's deny list would be.
-  return { baseUrl, docBridge: { engineRevision: result.checkouts[0]?.engineRevision ?? null, bundleHash: null, denyList: result.deniedCliTools } };
+  return { baseUrl, docBridge: { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: result.deniedCliTools } };
 }
 
 export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps): Promise<number> {

@@ -23,6 +23,7 @@ import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
+import { engineProvenance } from "../mcp/bundle-hash.ts";
 import { compareMcpRecord, containerMcpConfig, startMcpBridge, type McpBridge } from "../mcp/bridge.ts";
 import { RefusalError, ExitCode, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
@@ -126,7 +127,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   const facts = await inspectLogin(login);
   if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
 
-  let docBridge: { denyList: string[]; engineRevision: string | null } | null = null;
+  let docBridge: Ledger["docBridge"] = null;
   if (config.plan.some((a) => a.arm === "mcp")) {
     const checkouts = [...new Set(config.plan.map((a) => a.repository))].map((repository) => ({
       repository,
@@ -134,7 +135,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
       pin: config.loaded.manifest.repositories[repository]!,
     }));
     const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
-    docBridge = { denyList: denyList(result.tools), engineRevision: result.checkouts[0]?.engineRevision ?? null };
+    docBridge = { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: denyList(result.tools) };
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
   const fakeImage = (await runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
@@ -149,7 +150,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   let budget: BudgetState = initialBudget(config.capUsd);
   const ledger: Ledger = {
     ...(await commonHeader(runId, config.loaded, config.roots, "cli")),
-    docBridge: docBridge ? { engineRevision: docBridge.engineRevision, bundleHash: null, denyList: docBridge.denyList } : null,
+    docBridge,
     image: { ref: config.image, id: probed.imageId, binarySha256: probed.binarySha256 },
     cliVersion: probed.version,
     expectedCliVersion: config.expectedCliVersion,

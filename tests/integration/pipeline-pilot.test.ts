@@ -8,6 +8,8 @@ import { readFile } from "node:fs/promises";
 import { loadManifest } from "../../src/manifest/load.ts";
 import { buildPrompt, cliArguments, EMPTY_MCP_CONFIG } from "../../src/claude/args.ts";
 import { containerMcpConfig } from "../../src/mcp/bridge.ts";
+import { engineBundle } from "../../src/mcp/bundle-hash.ts";
+import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import {
   containersOfRun,
   fileMode,
@@ -67,6 +69,11 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     // The fake image answered, not a model: the ledger says so, so it cannot pass for evidence.
     expect(ledger.modelApi).toBe("test");
     expect(ledger.spendLabel).toEqual(summary.spendLabel);
+    // Provenance: the engine build that served the treatment, and each checkout's engine revision.
+    const bundle = await engineBundle(referenceEngineCommand(), p.demo.roots.ledgerlite!);
+    expect(ledger.docBridge?.bundleHash).toBe(bundle.bundleHash);
+    expect(ledger.docBridge?.engineRevisions).toEqual({ ledgerlite: expect.stringMatching(/^reference-[0-9a-f]{12}$/) });
+    expect(ledger.docBridge?.engineRevision).toBe(ledger.docBridge?.engineRevisions?.ledgerlite);
     expect(ledger.budget.spentUsd).toBe(summary.spentUsd);
     expect(ledger.budget.reservedUsd).toBe(0);
     expect(ledger.observations.map((o) => [o.arm, o.phase, o.status])).toEqual([
