@@ -7,6 +7,10 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { resolve } from "node:path";
 import { parseEgressAllow } from "../isolation/policy.ts";
 import { checkPricedModel } from "../cost/priced.ts";
+import { measureSideEffects, sideEffectViolations } from "../process/measure.ts";
+
+/** The only children a dry run may start: git reads the checkouts at their pins. */
+const DRY_RUN_CHILDREN = ["git"] as const;
 
 export interface RunFlags extends RawRunFlags {
   manifest: string;
@@ -65,6 +69,8 @@ async function checkRoots(
 }
 
 export async function runCommand(flags: RunFlags): Promise<number> {
+  // Measured from the start: the dry run reports what it did, not a promise.
+  const measured = flags.dryRun ? measureSideEffects() : undefined;
   // ANTHROPIC_API_KEY is read once, here, and removed from this process's environment before
   // any child starts (git inherits it), so no child ever receives it (seed 000, issue 7).
   const env = { ...process.env };
@@ -108,10 +114,14 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         checked: byName.has(name),
         sourcesChecked: byName.get(name)?.sources ?? 0,
       })),
-      networkCalls: 0,
-      claudeProcesses: 0,
+      ...measured!.finish(),
     };
     process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
+    const broken = sideEffectViolations(summary, DRY_RUN_CHILDREN);
+    if (broken.length) {
+      process.stderr.write(`study-runner: the dry run broke its guarantees (a runner fault): ${broken.join("; ")}\n`);
+      return ExitCode.fault;
+    }
     return ExitCode.ok;
   }
 

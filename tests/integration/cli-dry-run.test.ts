@@ -25,8 +25,31 @@ describe("study-runner --dry-run", () => {
     expect(r.code).toBe(0);
     const out = JSON.parse(r.stdout);
     expect(out).toMatchObject({ attempts: 36, mode: "full", networkCalls: 0, claudeProcesses: 0, scenarios: ["repository-only", "doc-bridge"] });
+    // Measured, not a literal: git read three checkouts (status, ls-tree, cat-file and more per root).
+    expect(Object.keys(out.childProcesses)).toEqual(["git"]);
+    expect(out.childProcesses.git).toBeGreaterThanOrEqual(3 * 3);
+    expect(out.network).toEqual({ inetConnects: 0, unixSocketConnects: 0, fetchCalls: 0, udpSends: 0, dnsLookups: 0 });
     expect(out.protocolHash).toMatch(/^[0-9a-f]{64}$/);
     expect(out.repositories.every((r: any) => r.checked && r.sourcesChecked > 0)).toBe(true);
+  });
+
+  it.runIf(process.getuid?.() === 0)("succeeds in a network namespace without interfaces (unshare --net, as root)", async () => {
+    const { execFile } = await import("node:child_process");
+    const run = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+        execFile("unshare", ["--net", ...args], { cwd: process.cwd(), env: { PATH: process.env.PATH, HOME: process.env.HOME, TMPDIR: process.env.TMPDIR } }, (err, stdout, stderr) =>
+          resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        ),
+      );
+    // The namespace has the loopback device alone, and it is down: nothing can be reached.
+    const devices = await run(["cat", "/proc/self/net/dev"]);
+    expect(devices.stdout.split("\n").slice(2).filter(Boolean).map((l) => l.trim().split(":")[0])).toEqual(["lo"]);
+    const r = await run([process.execPath, "bin/study-runner.mjs", "--dry-run", "--run", "--transport", "cli", ...rootArgs()]);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout);
+    expect(out).toMatchObject({ networkCalls: 0, claudeProcesses: 0 });
+    expect(Object.keys(out.childProcesses)).toEqual(["git"]);
   });
 
   it("--pilot reports 2 attempts, and the transport defaults to http", async () => {
