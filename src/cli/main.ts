@@ -3,6 +3,7 @@ import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "./options.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
+import { exitCodeHelp } from "./exit-codes.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -21,7 +22,8 @@ export function buildProgram(setExit: (code: number) => void): Command {
     )
     .showHelpAfterError("(run `study-runner --help` for usage)")
     .configureOutput({ writeErr: (s) => process.stderr.write(s) })
-    .exitOverride();
+    .exitOverride()
+    .addHelpText("after", `\n${exitCodeHelp()}`);
 
   program
     .command("run", { isDefault: true })
@@ -70,8 +72,7 @@ Environment:
   STUDY_BUDGET_USD     the approved cumulative cap in USD (e.g. 1 for the pilot); required to execute
   ANTHROPIC_API_KEY    http transport only, read from the environment only; the cli transport never reads it
 
-Exit codes: 0 awaiting adjudication (or a dry run that passed), 1 an attempt did not complete (run blocked),
-            2 bad input or a refused start (nothing spent), 3 the runner's own fault.
+${exitCodeHelp()}
 
 Examples:
   study-runner --dry-run --pilot
