@@ -163,6 +163,13 @@ describe("study-runner --pilot --transport cli, end to end", () => {
         }),
       );
       expect(record.argv.slice(-2)).toEqual(["--", prompt]);
+      // Rejected by the transport decision: --bare needs an API key, --safe-mode disables MCP
+      // servers, --system-prompt would change the agent measured.
+      for (const flag of ["--bare", "--safe-mode", "--system-prompt", "--append-system-prompt"]) {
+        expect(record.argv.some((a) => a === flag || a.startsWith(`${flag}=`)), flag).toBe(false);
+      }
+      // stdin is closed: the container has none, so the CLI's fd 0 is /dev/null.
+      expect(record.stdinTarget).toBe("/dev/null");
 
       expect(record.uid).not.toBe(0);
       expect(record.gid).not.toBe(0);
