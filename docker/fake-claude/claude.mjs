@@ -181,11 +181,21 @@ function writeRecord(label, extraProbePaths) {
     credentialsExpiresAt: home ? credentialsExpiresAt(path.join(home, ".claude", ".credentials.json")) : null,
     at: new Date().toISOString(),
     networkInterfaces: Object.keys(os.networkInterfaces()).sort(),
+    // What fd 0 is: /dev/null when the runner starts the container without stdin.
+    stdinTarget: stdinTarget(),
     listings: Object.fromEntries([...new Set([...PROBE_PATHS, cwd, ...(home ? [home] : []), ...extraProbePaths])].map((p) => [p, listing(p)])),
   };
   // pid is 1 in every container, so a random suffix keeps two probes from overwriting each other.
   const file = path.join(dir, `${label}-${process.pid}-${randomUUID().slice(0, 8)}.json`);
   fs.writeFileSync(file, `${JSON.stringify(record, null, 2)}\n`);
+}
+
+function stdinTarget() {
+  try {
+    return fs.readlinkSync("/proc/self/fd/0");
+  } catch (err) {
+    return `unreadable: ${err.code ?? String(err)}`;
+  }
 }
 
 function credentialsExpiresAt(file) {

@@ -7,6 +7,7 @@ import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";
 import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
+import { exitCodeHelp } from "./exit-codes.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -25,7 +26,8 @@ export function buildProgram(setExit: (code: number) => void): Command {
     )
     .showHelpAfterError("(run `study-runner --help` for usage)")
     .configureOutput({ writeErr: (s) => process.stderr.write(s) })
-    .exitOverride();
+    .exitOverride()
+    .addHelpText("after", `\n${exitCodeHelp()}`);
 
   program
     .command("run", { isDefault: true })
@@ -70,12 +72,13 @@ export function buildProgram(setExit: (code: number) => void): Command {
       "after",
       `
 Environment:
-  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute
+  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute; with
+                       --transport cli it must have a row in the runner's price table (CLI_PRICES), or run,
+                       doctor and a dry run given it refuse it with exit 2 before anything is spent
   STUDY_BUDGET_USD     the approved cumulative cap in USD (e.g. 1 for the pilot); required to execute
   ANTHROPIC_API_KEY    http transport only, read from the environment only; the cli transport never reads it
 
-Exit codes: 0 awaiting adjudication (or a dry run that passed), 1 an attempt did not complete (run blocked),
-            2 bad input or a refused start (nothing spent), 3 the runner's own fault.
+${exitCodeHelp()}
 
 Examples:
   study-runner --dry-run --pilot

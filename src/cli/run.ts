@@ -8,6 +8,11 @@ import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { resolve } from "node:path";
 import { parseEgressAllow } from "../isolation/policy.ts";
 import type { Transport } from "../terms/terms.ts";
+import { checkPricedModel } from "../cost/priced.ts";
+import { measureSideEffects, sideEffectViolations } from "../process/measure.ts";
+
+/** The only children a dry run may start: git reads the checkouts at their pins. */
+const DRY_RUN_CHILDREN = ["git"] as const;
 
 export interface RunFlags extends RawRunFlags {
   manifest: string;
@@ -80,6 +85,8 @@ async function assertRoots(
 }
 
 export async function runCommand(flags: RunFlags): Promise<number> {
+  // Measured from the start: the dry run reports what it did, not a promise.
+  const measured = flags.dryRun ? measureSideEffects() : undefined;
   // ANTHROPIC_API_KEY is read once, here, and removed from this process's environment before
   // any child starts (git inherits it), so no child ever receives it (contract R68).
   const env = { ...process.env };
@@ -98,6 +105,11 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
 
   if (flags.dryRun) {
+    // A dry run given the model an execution would use answers what that execution would:
+    // a model the runner cannot price is refused here too, not after its first reservation.
+    const model = env.STUDY_MODEL?.trim();
+    const unpriced = model && flags.transport === "cli" ? checkPricedModel(model) : null;
+    if (unpriced) throw new UsageError(unpriced);
     const checks = await assertRoots(manifest, roots);
     const byName = new Map(checks.map((c) => [c.repository, c]));
     const summary = {
@@ -118,10 +130,14 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         checked: byName.has(name),
         sourcesChecked: byName.get(name)?.sources ?? 0,
       })),
-      networkCalls: 0,
-      claudeProcesses: 0,
+      ...measured!.finish(),
     };
     process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
+    const broken = sideEffectViolations(summary, DRY_RUN_CHILDREN);
+    if (broken.length) {
+      process.stderr.write(`study-runner: the dry run broke its guarantees (a runner fault): ${broken.join("; ")}\n`);
+      return ExitCode.fault;
+    }
     return ExitCode.ok;
   }
 

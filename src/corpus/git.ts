@@ -1,7 +1,4 @@
-import { execFile, spawn } from "node:child_process";
-import { promisify } from "node:util";
-
-const execFileP = promisify(execFile);
+import { runChild, startChild } from "../process/child.ts";
 
 /**
  * Git reads at a pin. Every call is an argument array (never a shell string) with a
@@ -13,12 +10,15 @@ const GIT_ENV = {
   LC_ALL: "C",
 };
 
+/** A local git read that takes longer than this is stuck (a lock, a hung filesystem). */
+const GIT_TIMEOUT_MS = 5 * 60_000;
+
 export async function git(cwd: string, args: readonly string[], opts: { maxBuffer?: number } = {}): Promise<Buffer> {
-  const { stdout } = await execFileP("git", ["-c", "core.quotepath=off", ...args], {
+  const { stdout } = await runChild("git", ["-c", "core.quotepath=off", ...args], {
     cwd,
     env: { ...process.env, ...GIT_ENV },
-    encoding: "buffer",
-    maxBuffer: opts.maxBuffer ?? 256 * 1024 * 1024,
+    timeoutMs: GIT_TIMEOUT_MS,
+    maxOutputBytes: opts.maxBuffer ?? 256 * 1024 * 1024,
   });
   return stdout;
 }
@@ -94,7 +94,7 @@ export async function readBlobs(
   onBlob: (index: number, data: Buffer) => void | Promise<void>,
 ): Promise<void> {
   if (oids.length === 0) return;
-  const child = spawn("git", ["cat-file", "--batch"], { cwd, env: { ...process.env, ...GIT_ENV }, stdio: ["pipe", "pipe", "pipe"] });
+  const child = startChild("git", ["cat-file", "--batch"], { cwd, env: { ...process.env, ...GIT_ENV }});
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => (stderr += d.toString("utf8")));
   const exited = new Promise<number | null>((resolve, reject) => {

@@ -5,12 +5,9 @@
  * traps a real corpus has: CLAUDE.md, AGENTS.md, dotfiles, a lockfile, dist/, a file over
  * the 200000-byte export limit, a symlink, and (in ledgerlite) an answer key.
  */
-import { execFile } from "node:child_process";
 import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { promisify } from "node:util";
-
-const execFileP = promisify(execFile);
+import { runChild } from "../../src/process/child.ts";
 
 type FileSpec = string | { symlink: string };
 
@@ -109,8 +106,10 @@ export const DEMO_REPOSITORIES: Record<string, Record<string, FileSpec>> = {
 const DATE = "2026-10-01T12:00:00+00:00";
 
 async function run(cwd: string, args: string[]): Promise<string> {
-  const { stdout } = await execFileP("git", args, {
+  const { stdout } = await runChild("git", args, {
     cwd,
+    timeoutMs: 60_000,
+    maxOutputBytes: 16 * 1024 * 1024,
     env: {
       PATH: process.env.PATH ?? "/usr/bin:/bin",
       HOME: cwd,
@@ -123,7 +122,7 @@ async function run(cwd: string, args: string[]): Promise<string> {
       ...IDENTITY,
     },
   });
-  return stdout.trim();
+  return stdout.toString("utf8").trim();
 }
 
 /** Writes one repository's files and commits them; returns the commit id. */

@@ -1,6 +1,5 @@
-import { execFile } from "node:child_process";
 import { resolve } from "node:path";
-import { promisify } from "node:util";
+import { runChild } from "../process/child.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { probeVersion } from "../image/build.ts";
@@ -39,7 +38,6 @@ export const pass = (name: string, detail: string): Check => ({ name, ok: true, 
 export const fail = (name: string, detail: string, fix: string): Check => ({ name, ok: false, skipped: false, detail, fix });
 export const skip = (name: string, detail: string): Check => ({ name, ok: false, skipped: true, detail, fix: null });
 
-const execFileP = promisify(execFile);
 
 export const MIN_NODE_MAJOR = 20;
 
@@ -52,8 +50,8 @@ export function checkNode(version: string = process.versions.node): Check {
 /** The checkouts are read with git at their pins (ls-tree, cat-file); without git no root can be checked. */
 export async function checkGit(command = "git"): Promise<Check> {
   try {
-    const { stdout } = await execFileP(command, ["--version"], { timeout: 10_000 });
-    return pass("git", stdout.trim());
+    const { stdout } = await runChild(command, ["--version"], { timeoutMs: 10_000, maxOutputBytes: 64 * 1024 });
+    return pass("git", stdout.toString("utf8").trim());
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
     return fail("git", `\`${command} --version\` failed (${code ?? errorMessage(err)})`, "install git and put it on PATH: the checkouts are read with git at their pins");
@@ -314,11 +312,11 @@ export function attemptsWithinCap(capUsd: number, attemptLimitUsd: number): numb
  * STUDY_MODEL, STUDY_BUDGET_USD, the per-attempt limit and what the cap allows, by the run's
  * own rules (checkExecution); the approval flag is the run's to give, never the doctor's.
  */
-export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number }): Check[] {
+export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number; transport?: "cli" | "http" }): Check[] {
   const { issues, parsed } = checkExecution(
     { ...input.flags, approveBudget: true, pilot: input.mode === "pilot", run: input.mode === "full" },
     input.env,
-    "cli",
+    input.transport ?? "cli",
     [],
     new Map(),
   );

@@ -101,7 +101,7 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
   checks.push(await checkOutput(input.output, input.roots, projectRoot));
   checks.push(checkTransport(input.transport, deps.env));
   const planned = corpus.plan?.length ?? 0;
-  checks.push(...checkSettings({ flags: { attemptBudgetUsd: input.attemptBudgetUsd, output: input.output }, env: deps.env, mode: input.mode, planned }));
+  checks.push(...checkSettings({ flags: { attemptBudgetUsd: input.attemptBudgetUsd, output: input.output }, env: deps.env, mode: input.mode, planned, transport: input.transport }));
 
   return { ok: checks.every((c) => c.ok), mode: input.mode, transport: input.transport, manifest: corpus.loaded?.path ?? input.manifest, attempts: corpus.plan?.length ?? null, checks };
 }

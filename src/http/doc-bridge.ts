@@ -1,5 +1,5 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { ChildStdioTransport } from "../process/mcp-stdio.ts";
 import { errorMessage } from "../util/errors.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, serverEnvironment } from "../mcp/names.ts";
 import type { ToolDefinition, ToolResult, ToolSet } from "./tools.ts";
@@ -49,7 +49,7 @@ export async function openDocBridgeTools(o: { command: readonly string[]; cwd: s
   const [command, ...args] = o.command;
   if (!command) throw new Error("the doc-bridge engine command is empty");
   const now = o.now ?? (() => performance.now());
-  const transport = new StdioClientTransport({ command, args, cwd: o.cwd, env: serverEnvironment(), stderr: "pipe" });
+  const transport = new ChildStdioTransport({ command, args, cwd: o.cwd, env: serverEnvironment() });
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);

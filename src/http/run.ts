@@ -12,7 +12,8 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { reservedObservation } from "../study/observation.ts";
 import { runAttempts, type AttemptKind } from "../study/attempts.ts";
 import { Progress } from "../study/progress.ts";
-import { summarize } from "../study/run.ts";
+import { summarize } from "../study/summary.ts";
+import { engineProvenance } from "../mcp/bundle-hash.ts";
 import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "./client.ts";
 import { callCeiling, usageCostUsd, type UpperPrices } from "./pricing.ts";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
@@ -71,7 +72,7 @@ async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; do
   }));
   const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
   // The http transport offers only the three allowed tools; the rest is recorded as the CLI's deny list would be.
-  return { baseUrl, docBridge: { engineRevision: result.checkouts[0]?.engineRevision ?? null, bundleHash: null, denyList: result.deniedCliTools } };
+  return { baseUrl, docBridge: { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: result.deniedCliTools } };
 }
 
 export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps): Promise<number> {
@@ -85,7 +86,7 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   const ledger: Ledger = {
-    ...(await commonHeader(runId, config.loaded, config.roots)),
+    ...(await commonHeader(runId, config.loaded, config.roots, "http")),
     docBridge,
     image: null,
     cliVersion: null,

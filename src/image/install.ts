@@ -1,11 +1,9 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
+import { runChild } from "../process/child.ts";
 import { join } from "node:path";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { defaultCacheDir, findClaudeBinary, type FoundClaudeBinary } from "./specs.ts";
 import { RefusalError } from "../util/errors.ts";
 
-const execFileP = promisify(execFile);
 export const NATIVE_PACKAGE = "@anthropic-ai/claude-code-linux-x64";
 
 /**
@@ -20,8 +18,10 @@ export async function ensureClaudeBinary(opts: { version?: string; cacheDir?: st
   if (found) return found;
   const prefix = join(cacheDir, `claude-code-${version}`);
   try {
-    await execFileP("npm", ["install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", prefix, `${NATIVE_PACKAGE}@${version}`], {
-      maxBuffer: 16 * 1024 * 1024,
+    await runChild("npm", ["install", "--no-save", "--no-audit", "--no-fund", "--ignore-scripts", "--prefix", prefix, `${NATIVE_PACKAGE}@${version}`], {
+      // The binary is about 257 MB: allow a slow registry mirror.
+      timeoutMs: 20 * 60_000,
+      maxOutputBytes: 16 * 1024 * 1024,
     });
   } catch (err) {
     throw new RefusalError(`npm install ${NATIVE_PACKAGE}@${version} into ${prefix} failed: ${(err as Error).message.split("\n")[0]}`);

@@ -1,7 +1,4 @@
-import { execFile } from "node:child_process";
-import { promisify } from "node:util";
-
-const execFileP = promisify(execFile);
+import { runChild } from "../process/child.ts";
 
 /**
  * The shared libraries a dynamic executable loads, as the absolute paths the loader
@@ -12,7 +9,7 @@ const execFileP = promisify(execFile);
 export async function collectLibraries(binaryPath: string): Promise<string[]> {
   let stdout: string;
   try {
-    ({ stdout } = await execFileP("ldd", [binaryPath], { env: { ...process.env, LC_ALL: "C" }, maxBuffer: 1024 * 1024 }));
+    stdout = (await runChild("ldd", [binaryPath], { env: { ...process.env, LC_ALL: "C" }, timeoutMs: 60_000, maxOutputBytes: 1024 * 1024 })).stdout.toString("utf8");
   } catch (err) {
     // glibc's ldd exits 1 for a static binary and says so; anything else is a real failure.
     const out = `${(err as { stdout?: string }).stdout ?? ""}${(err as { stderr?: string }).stderr ?? ""}`;

@@ -272,8 +272,15 @@ export const LedgerSchema = z
     ),
     docBridge: z
       .strictObject({
-        engineRevision: z.string().nullable(),
-        bundleHash: Sha256.nullable(),
+        engineRevision: z.string().nullable().meta({ description: "the revision every checkout's doc.search reported; null when they differ or none reports one (see engineRevisions)" }),
+        engineRevisions: z
+          .record(z.string().min(1), z.string().nullable())
+          .optional()
+          .meta({ description: "repository -> the engine revision its checkout's doc.search reported (null: none); absent in ledgers written before it existed" }),
+        bundleHash: Sha256.nullable().meta({
+          description:
+            "sha256 of what the engine command runs: its executable, every argument naming a file and, for the bundled reference server, its project files and package-lock.json (docs/doc-bridge.md, Provenance); null only in ledgers written before it was computed",
+        }),
         denyList: z.array(z.string()).meta({ description: "the mcp__doc-bridge__* names passed to --disallowedTools in both arms" }),
       })
       .nullable(),
@@ -299,6 +306,13 @@ export const LedgerSchema = z
     prices: PriceTableSchema,
     mode: z.enum(["pilot", "full"]),
     budget: BudgetSchema,
+    spendLabel: z
+      .strictObject({ usd: z.string().min(1), tokens: z.string().min(1) })
+      .optional()
+      .meta({
+        description:
+          "what the USD figures and token counts of this ledger are: for the cli transport the CLI's own list-price estimate (not a bill on a subscription login), and token counts that include the Claude Code system prompt and harness, comparable only between the two scenarios. The runner always writes it; ledgers written before it existed lack it",
+      }),
     adjudication: z.strictObject({ method: z.literal("agent"), humanReview: z.literal(false) }),
     status: RunStatusSchema,
     statusReason: z.string().min(1).optional(),

@@ -1,7 +1,7 @@
-import { lstat, open, readFile, realpath, stat, unlink } from "node:fs/promises";
+import { lstat, readFile, realpath, stat, unlink } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { LedgerSchema, type Ledger } from "./schema.ts";
-import { fsyncDirectory, writeFileAtomic } from "../util/atomic-file.ts";
+import { fsyncDirectory, NODE_FILES, writeFileAtomic, type FileLayer } from "../util/atomic-file.ts";
 import { UsageError } from "../util/errors.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 
@@ -122,11 +122,11 @@ function serialize(ledger: unknown, path: string): { text: string; ledger: Ledge
  * Create the ledger file exclusively (`wx`, so an existing file or a concurrent run is never
  * clobbered), mode 0600 whatever the umask, with `initial` as its content, fsync'd with its folder.
  */
-export async function createLedger(path: string, initial: Ledger, context: OutputPathContext): Promise<LedgerHandle> {
+export async function createLedger(path: string, initial: Ledger, context: OutputPathContext, files: FileLayer = NODE_FILES): Promise<LedgerHandle> {
   const { real, problems } = await resolveTarget(path, context);
   if (problems.length) throw new UsageError(problems.join("\n"), problems);
   const { text, ledger } = serialize(initial, real);
-  await createExclusive(path, real, text, "ledger");
+  await createExclusive(path, real, text, "ledger", files);
   return { path: real, runId: ledger.runId };
 }
 
@@ -143,10 +143,10 @@ export async function createPrivateFile(path: string, text: string, context: Out
   return real;
 }
 
-async function createExclusive(path: string, real: string, text: string, noun: string): Promise<void> {
+async function createExclusive(path: string, real: string, text: string, noun: string, files: FileLayer = NODE_FILES): Promise<void> {
   let handle;
   try {
-    handle = await open(real, "wx", LEDGER_MODE);
+    handle = await files.open(real, "wx", LEDGER_MODE);
   } catch (err) {
     if (errnoCode(err) === "EEXIST") {
       throw new UsageError(`--output ${path} already exists; ${article(noun)} ${noun} is never overwritten or reused: choose a new file name`);
@@ -165,7 +165,7 @@ async function createExclusive(path: string, real: string, text: string, noun: s
     throw err;
   }
   await handle.close();
-  await fsyncDirectory(dirname(real));
+  await fsyncDirectory(dirname(real), files);
   // The folder could have been swapped for a symlink between the check and the open.
   if ((await realpath(real)) !== real) {
     await unlink(real).catch(() => undefined);
@@ -174,12 +174,12 @@ async function createExclusive(path: string, real: string, text: string, noun: s
 }
 
 /** Replace the ledger atomically (temp file, fsync, rename, fsync folder), after validating it. */
-export async function writeLedger(handle: LedgerHandle, ledger: Ledger): Promise<void> {
+export async function writeLedger(handle: LedgerHandle, ledger: Ledger, files: FileLayer = NODE_FILES): Promise<void> {
   const { text, ledger: parsed } = serialize(ledger, handle.path);
   if (parsed.runId !== handle.runId) {
     throw new InvalidLedgerError(`refusing to write the ledger ${handle.path}: runId '${parsed.runId}' is not the run '${handle.runId}' that created it`, ["runId: differs from the created ledger"]);
   }
-  await writeFileAtomic(handle.path, text, { mode: LEDGER_MODE });
+  await writeFileAtomic(handle.path, text, { mode: LEDGER_MODE, files });
 }
 
 /** Read and validate a ledger; the messages never quote the file's content (it holds answers). */

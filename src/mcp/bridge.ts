@@ -6,7 +6,8 @@
  * recorded, so the transcript's doc-bridge calls can be checked against what the server
  * actually answered.
  */
-import { spawn, type ChildProcess } from "node:child_process";
+import type { ChildProcess } from "node:child_process";
+import { startChild } from "../process/child.ts";
 import { rm } from "node:fs/promises";
 import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { createServer, type Server, type Socket } from "node:net";
@@ -243,7 +244,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     state.connections++;
     active = socket;
     socket.on("error", () => {});
-    const proc = spawn(command, args, { cwd: opts.cwd, env: serverEnvironment(), stdio: ["pipe", "pipe", "pipe"] });
+    const proc = startChild(command, args, { cwd: opts.cwd, env: serverEnvironment() });
     child = proc;
     proc.on("error", (err) => {
       state.spawnErrors.push(err.message);

@@ -1,7 +1,7 @@
 import { createRequire } from "node:module";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { ChildStdioTransport } from "../process/mcp-stdio.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { resolveConfigPath } from "./config.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, serverEnvironment } from "./names.ts";
@@ -74,7 +74,7 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
   const [command, ...args] = opts.command;
   if (!command) throw new RefusalError(`doc-bridge probe in ${opts.cwd}: the engine command is empty`);
 
-  const transport = new StdioClientTransport({ command, args, cwd: opts.cwd, env: serverEnvironment(), stderr: "pipe" });
+  const transport = new ChildStdioTransport({ command, args, cwd: opts.cwd, env: serverEnvironment() });
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);

@@ -6,6 +6,7 @@ import { planStudy } from "../plan/plan.ts";
 import type { Arm } from "../terms/terms.ts";
 import { UsageError } from "../util/errors.ts";
 import { INTERVAL_METHOD, meanInterval } from "./stats.ts";
+import { ADJUDICATION_USD_LABEL, extrapolationCaveat, spendLabel, type SpendLabel } from "../cost/labels.ts";
 
 /**
  * The report's data (pure): every attempt of the plan with its status (none dropped, the ones
@@ -137,6 +138,12 @@ export interface ReportData {
     capUsd: number;
   };
   extrapolation: { applies: boolean; fullRunUsd: number | null; note: string };
+  /**
+   * What the USD figures and token counts are: the answering run's (its ledger's own label, or
+   * its transport's for a ledger written before the label existed) and the adjudicator's, a
+   * Claude Code run whose USD is the CLI's estimate as well.
+   */
+  spend: SpendLabel & { adjudicationUsd: string | null };
   gaps: string[];
   /**
    * Isolation strict only (contract R72): what each attempt asked of the egress proxy. A refused
@@ -382,7 +389,7 @@ export function buildReport(input: ReportInput): ReportData {
     extrapolation = {
       applies: true,
       fullRunUsd: usd6(ledger.budget.spentUsd * factor),
-      note: `answering spend of the pilot x ${factor} (${fullPlanSize} full-run attempts / ${planned} pilot attempts); not an upper bound: other tasks may cost more; adjudication not included`,
+      note: `answering spend of the pilot x ${factor} (${fullPlanSize} full-run attempts / ${planned} pilot attempts); not an upper bound: other tasks may cost more; adjudication not included; ${extrapolationCaveat(ledger.transport)}`,
     };
   }
 
@@ -439,6 +446,7 @@ export function buildReport(input: ReportInput): ReportData {
       capUsd: ledger.budget.capUsd,
     },
     extrapolation,
+    spend: { ...(ledger.spendLabel ?? spendLabel(ledger.transport)), adjudicationUsd: record ? ADJUDICATION_USD_LABEL : null },
     gaps,
     ...(egressRows(ledger.observations) ? { egress: egressRows(ledger.observations) } : {}),
   };

@@ -1,6 +1,6 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
-import { blindingLine, egressTargetsText, fmt, intervalText } from "./markdown.ts";
+import { blindingLine, egressTargetsText, fmt, intervalText, spendLines } from "./markdown.ts";
 
 /**
  * One self-contained HTML page: inline CSS and inline SVG, no script, no external resource,
@@ -157,6 +157,7 @@ export function renderHtml(r: ReportData): string {
       .map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`)
       .join("")}</tbody></table>`,
   );
+  body.push(`<p class="spend-label" id="spend-label">${spendLines(r).map((line) => esc(`${line}.`)).join("<br>")}</p>`);
 
   body.push(`<h2>Correctness per arm</h2>`, outcomeChart(r));
   body.push(

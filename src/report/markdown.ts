@@ -2,6 +2,12 @@ import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type EgressRow, type PairedMetric, type ReportData } from "./build.ts";
 
 /** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
+/** What the USD figures and token counts are, one sentence each (shared with the HTML page). */
+export function spendLines(r: ReportData): string[] {
+  const cap = (t: string) => t.charAt(0).toUpperCase() + t.slice(1);
+  return [r.spend.usd, cap(r.spend.tokens), ...(r.spend.adjudicationUsd ? [cap(r.spend.adjudicationUsd)] : [])];
+}
+
 export function fmt(n: number | null | undefined, unit?: string): string {
   if (n === null || n === undefined) return "—";
   if (unit === "USD") return n.toFixed(6);
@@ -87,6 +93,8 @@ export function renderMarkdown(r: ReportData): string {
     ),
     "",
     `Pilot extrapolation: ${r.extrapolation.applies ? `${fmt(r.extrapolation.fullRunUsd, "USD")} USD (${r.extrapolation.note})` : r.extrapolation.note}.`,
+    "",
+    ...spendLines(r).map((line) => `${line}.`),
     "",
   );
 

@@ -3,6 +3,7 @@ import { resolve } from "node:path";
 import { UsageError } from "../util/errors.ts";
 import { aliasProblem } from "../adjudicate/model.ts";
 import type { Transport } from "../terms/terms.ts";
+import { checkPricedModel } from "../cost/priced.ts";
 
 /**
  * The `run` command's flags and environment, validated by one zod schema so that every
@@ -90,6 +91,12 @@ export function checkExecution(
   const model = env.STUDY_MODEL?.trim();
   if (!model) add("model", "STUDY_MODEL is not set; export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5");
   else if (aliasProblem(model, "STUDY_MODEL")) add("model", aliasProblem(model, "STUDY_MODEL")!);
+  else if (transport === "cli") {
+    // The http transport prices with the protocol's upper prices given as flags; the CLI
+    // transport cross-checks the CLI's cost against the runner's own table.
+    const unpriced = checkPricedModel(model);
+    if (unpriced) add("model", unpriced);
+  }
   const cap = Positive("STUDY_BUDGET_USD").safeParse(env.STUDY_BUDGET_USD ?? "");
   if (env.STUDY_BUDGET_USD === undefined) add("cap", "STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
   else if (!cap.success) add("cap", cap.error.issues[0]!.message);

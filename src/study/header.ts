@@ -4,6 +4,7 @@ import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { computeRunnerHash } from "../ledger/runner-hash.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
+import { spendLabel } from "../cost/labels.ts";
 
 /** A run id: sortable by time, unique by a random suffix, safe in file names. */
 export function newRunId(): string {
@@ -15,7 +16,8 @@ export async function commonHeader(
   runId: string,
   loaded: LoadedManifest,
   roots: ReadonlyMap<string, string>,
-): Promise<Pick<Ledger, "schemaVersion" | "runId" | "createdAt" | "protocol" | "runnerHash" | "corpus">> {
+  transport: Ledger["transport"],
+): Promise<Pick<Ledger, "schemaVersion" | "runId" | "createdAt" | "protocol" | "runnerHash" | "corpus" | "spendLabel">> {
   return {
     schemaVersion: 1,
     runId,
@@ -27,6 +29,7 @@ export async function commonHeader(
       pin,
       ...(roots.has(repository) ? { root: roots.get(repository)! } : {}),
     })),
+    spendLabel: { ...spendLabel(transport) },
   };
 }
 

@@ -1,4 +1,4 @@
-import type { Mode, PlannedAttempt } from "../plan/plan.ts";
+import type { PlannedAttempt } from "../plan/plan.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
@@ -15,6 +15,7 @@ import { createLedger, writeLedger } from "../ledger/store.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId, type StudyRunBase } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
+import { engineProvenance } from "../mcp/bundle-hash.ts";
 import { containerMcpConfig } from "../mcp/bridge.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
@@ -23,6 +24,7 @@ import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { observationExtras, reservedObservation } from "./observation.ts";
 import { runAttempts, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
+import { summarize } from "./summary.ts";
 
 export interface StudyConfig extends StudyRunBase {
   attemptBudgetUsd: number;
@@ -68,24 +70,6 @@ export interface StudyDeps extends CliRunDeps {
   onTranscriptLine?: (attempt: PlannedAttempt, line: string) => void;
 }
 
-export interface StudySummary {
-  status: Ledger["status"];
-  statusReason: string | null;
-  mode: Mode;
-  transport: Ledger["transport"];
-  model: string;
-  ledger: string;
-  attempts: { planned: number; run: number; byStatus: Record<string, number> };
-  usage: { inputTokens: number; outputTokens: number; cacheCreationInputTokens: number; cacheReadInputTokens: number; toolCalls: number };
-  usageComplete: boolean;
-  spentUsd: number;
-  capUsd: number;
-  cumulativeCapExceeded: boolean;
-  extrapolatedFullRunUsd: number | null;
-  extrapolationNote: string;
-  networkCalls?: never;
-}
-
 const egressAllowOf = (config: StudyConfig): readonly string[] => config.egress?.allow ?? DEFAULT_EGRESS_ALLOW;
 
 /** Preflight: everything that must hold before anything is reserved. Throws RefusalError. */
@@ -127,7 +111,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   const facts = await inspectLogin(login);
   if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
 
-  let docBridge: { denyList: string[]; engineRevision: string | null } | null = null;
+  let docBridge: Ledger["docBridge"] = null;
   if (config.plan.some((a) => a.arm === "mcp")) {
     const checkouts = [...new Set(config.plan.map((a) => a.repository))].map((repository) => ({
       repository,
@@ -135,7 +119,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
       pin: config.loaded.manifest.repositories[repository]!,
     }));
     const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
-    docBridge = { denyList: denyList(result.tools), engineRevision: result.checkouts[0]?.engineRevision ?? null };
+    docBridge = { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: denyList(result.tools) };
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
   const fakeImage = (await runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
@@ -148,8 +132,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   const ledger: Ledger = {
-    ...(await commonHeader(runId, config.loaded, config.roots)),
-    docBridge: docBridge ? { engineRevision: docBridge.engineRevision, bundleHash: null, denyList: docBridge.denyList } : null,
+    ...(await commonHeader(runId, config.loaded, config.roots, "cli")),
+    docBridge,
     image: { ref: config.image, id: probed.imageId, binarySha256: probed.binarySha256 },
     cliVersion: probed.version,
     expectedCliVersion: config.expectedCliVersion,
@@ -269,40 +253,4 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
 
 function pricesForLedger(): Ledger["prices"] {
   return JSON.parse(JSON.stringify(CLI_PRICES)) as Ledger["prices"];
-}
-
-export function summarize(config: Pick<StudyConfig, "mode" | "plan" | "fullPlanSize" | "model" | "capUsd">, ledger: Ledger, handle: { path: string }): StudySummary {
-  const byStatus: Record<string, number> = {};
-  const usage = { inputTokens: 0, outputTokens: 0, cacheCreationInputTokens: 0, cacheReadInputTokens: 0, toolCalls: 0 };
-  let usageComplete = ledger.observations.length > 0;
-  for (const o of ledger.observations) {
-    const key = o.status ?? "unsettled";
-    byStatus[key] = (byStatus[key] ?? 0) + 1;
-    usage.inputTokens += o.inputTokens ?? 0;
-    usage.outputTokens += o.outputTokens ?? 0;
-    usage.cacheCreationInputTokens += o.cacheCreationInputTokens ?? 0;
-    usage.cacheReadInputTokens += o.cacheReadInputTokens ?? 0;
-    usage.toolCalls += o.toolCalls;
-    if (!o.usageComplete) usageComplete = false;
-  }
-  const pilotDone = config.mode === "pilot" && ledger.status === "awaiting-adjudication" && usageComplete;
-  const factor = config.fullPlanSize / config.plan.length;
-  return {
-    status: ledger.status,
-    statusReason: ledger.statusReason ?? null,
-    mode: config.mode,
-    transport: ledger.transport,
-    model: config.model,
-    ledger: handle.path,
-    attempts: { planned: config.plan.length, run: ledger.observations.length, byStatus },
-    usage,
-    usageComplete,
-    spentUsd: ledger.budget.spentUsd,
-    capUsd: config.capUsd,
-    cumulativeCapExceeded: ledger.budget.cumulativeCapExceeded,
-    extrapolatedFullRunUsd: pilotDone ? Number((ledger.budget.spentUsd * factor).toFixed(6)) : null,
-    extrapolationNote: pilotDone
-      ? `pilot spend x ${factor} (${config.fullPlanSize} full-run attempts / ${config.plan.length} pilot attempts); not an upper bound: other tasks may cost more`
-      : "no extrapolation: only a pilot that completed with complete usage is extrapolated",
-  };
 }

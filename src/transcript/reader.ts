@@ -286,18 +286,22 @@ export class TranscriptReader {
     }
 
     if (this.exp.arm === "mcp") {
-      // The treatment was lost when no doc-bridge call ever succeeded and at least one failed.
-      // A call that got no result at all did not deliver the treatment either, but alone
-      // (e.g. a kill mid-call) it is not evidence of a broken server.
+      // Stricter than "every call returned an error" (docs/doc-bridge.md, "All errors"): the
+      // treatment was lost when no doc-bridge call ever succeeded and at least one failed, so a
+      // call that got no result counts with the errors, since it delivered nothing either. Alone
+      // (e.g. a kill mid-call) an unanswered call is not evidence of a broken server.
       let errors = 0;
       let successes = 0;
+      let unanswered = 0;
       for (const id of this.docBridgeIds) {
         const bits = this.toolResults.get(id) ?? 0;
         if (bits & RESULT_OK) successes++;
         else if (bits & RESULT_ERROR) errors++;
+        else unanswered++;
       }
       if (errors > 0 && successes === 0) {
-        this.problem("doc-bridge-all-errors", `all ${errors} doc-bridge tool results were errors; the treatment was lost`);
+        const rest = unanswered > 0 ? ` and ${unanswered} more got no result` : "";
+        this.problem("doc-bridge-all-errors", `all ${errors} doc-bridge tool results were errors${rest}; the treatment was lost`);
       }
     }
 

@@ -1,6 +1,18 @@
 import { randomBytes } from "node:crypto";
-import { open, rename, unlink } from "node:fs/promises";
+import { open, rename, unlink, type FileHandle } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+
+/**
+ * The file operations the ledger's durability rests on. Production uses node:fs/promises; a test
+ * hands in a layer that records the calls, to check that every write point fsyncs in order.
+ */
+export interface FileLayer {
+  open(path: string, flags: string, mode?: number): Promise<FileHandle>;
+  rename(from: string, to: string): Promise<void>;
+  unlink(path: string): Promise<void>;
+}
+
+export const NODE_FILES: FileLayer = { open, rename, unlink };
 
 export interface AtomicWriteOptions {
   /** File mode of the result, enforced with fchmod so that the umask cannot widen or narrow it. */
@@ -8,11 +20,12 @@ export interface AtomicWriteOptions {
   /** Owner to give the file before it replaces the old one (only effective when running as root). */
   uid?: number;
   gid?: number;
+  files?: FileLayer;
 }
 
 /** fsync a directory so that a create or rename inside it survives a crash. */
-export async function fsyncDirectory(dir: string): Promise<void> {
-  const handle = await open(dir, "r");
+export async function fsyncDirectory(dir: string, files: FileLayer = NODE_FILES): Promise<void> {
+  const handle = await files.open(dir, "r");
   try {
     await handle.sync();
   } finally {
@@ -28,7 +41,8 @@ export async function fsyncDirectory(dir: string): Promise<void> {
 export async function writeFileAtomic(path: string, data: string | Uint8Array, options: AtomicWriteOptions): Promise<void> {
   const dir = dirname(path);
   const temp = join(dir, `.${basename(path)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
-  const handle = await open(temp, "wx", options.mode);
+  const files = options.files ?? NODE_FILES;
+  const handle = await files.open(temp, "wx", options.mode);
   let renamed = false;
   try {
     await handle.chmod(options.mode);
@@ -36,11 +50,11 @@ export async function writeFileAtomic(path: string, data: string | Uint8Array, o
     await handle.writeFile(data);
     await handle.sync();
     await handle.close();
-    await rename(temp, path);
+    await files.rename(temp, path);
     renamed = true;
-    await fsyncDirectory(dir);
+    await fsyncDirectory(dir, files);
   } finally {
     await handle.close().catch(() => undefined);
-    if (!renamed) await unlink(temp).catch(() => undefined);
+    if (!renamed) await files.unlink(temp).catch(() => undefined);
   }
 }

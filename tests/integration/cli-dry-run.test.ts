@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
@@ -25,8 +25,31 @@ describe("study-runner --dry-run", () => {
     expect(r.code).toBe(0);
     const out = JSON.parse(r.stdout);
     expect(out).toMatchObject({ attempts: 36, mode: "full", networkCalls: 0, claudeProcesses: 0, scenarios: ["repository-only", "doc-bridge"] });
+    // Measured, not a literal: git read three checkouts (status, ls-tree, cat-file and more per root).
+    expect(Object.keys(out.childProcesses)).toEqual(["git"]);
+    expect(out.childProcesses.git).toBeGreaterThanOrEqual(3 * 3);
+    expect(out.network).toEqual({ inetConnects: 0, unixSocketConnects: 0, fetchCalls: 0, udpSends: 0, dnsLookups: 0 });
     expect(out.protocolHash).toMatch(/^[0-9a-f]{64}$/);
     expect(out.repositories.every((r: any) => r.checked && r.sourcesChecked > 0)).toBe(true);
+  });
+
+  it.runIf(process.getuid?.() === 0)("succeeds in a network namespace without interfaces (unshare --net, as root)", async () => {
+    const { execFile } = await import("node:child_process");
+    const run = (args: string[]) =>
+      new Promise<{ code: number; stdout: string; stderr: string }>((resolve) =>
+        execFile("unshare", ["--net", ...args], { cwd: process.cwd(), env: { PATH: process.env.PATH, HOME: process.env.HOME, TMPDIR: process.env.TMPDIR } }, (err, stdout, stderr) =>
+          resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr }),
+        ),
+      );
+    // The namespace has the loopback device alone, and it is down: nothing can be reached.
+    const devices = await run(["cat", "/proc/self/net/dev"]);
+    expect(devices.stdout.split("\n").slice(2).filter(Boolean).map((l) => l.trim().split(":")[0])).toEqual(["lo"]);
+    const r = await run([process.execPath, "bin/study-runner.mjs", "--dry-run", "--run", "--transport", "cli", ...rootArgs()]);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout);
+    expect(out).toMatchObject({ networkCalls: 0, claudeProcesses: 0 });
+    expect(Object.keys(out.childProcesses)).toEqual(["git"]);
   });
 
   it("--pilot reports 2 attempts, and the transport defaults to http", async () => {
@@ -118,6 +141,24 @@ describe("study-runner execution refusals", () => {
     expect(r.stderr).toMatch(/STUDY_BUDGET_USD must be greater than 0/);
     expect(r.stderr).toMatch(/ANTHROPIC_API_KEY is not set/);
     expect(r.stderr).toMatch(/upper input price/);
+  });
+
+  it("refuses a model the runner cannot price before anything is written or started, naming the priced models", async () => {
+    const output = join(work, "unpriced.json");
+    const r = await runCli(["--pilot", "--approve-budget", "--transport", "cli", ...rootArgs(["ledgerlite"]), "--output", output, "--image", "study-runner/claude-code:0.0.0-never-built"], {
+      env: { STUDY_MODEL: "claude-sonnet-5", STUDY_BUDGET_USD: "1" },
+    });
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/STUDY_MODEL=claude-sonnet-5 has no row in the runner's price table \(CLI_PRICES\).*set STUDY_MODEL to a model the runner can price: claude-haiku-5-5/);
+    await expect(stat(output)).rejects.toThrow(/ENOENT/);
+
+    const dry = await runCli(["--dry-run", "--pilot", "--transport", "cli", ...rootArgs(["ledgerlite"])], { env: { STUDY_MODEL: "claude-sonnet-5" } });
+    expect(dry.code).toBe(2);
+    expect(dry.stdout).toBe("");
+    expect(dry.stderr).toMatch(/STUDY_MODEL=claude-sonnet-5 has no row .*claude-haiku-5-5/);
+    const priced = await runCli(["--dry-run", "--pilot", "--transport", "cli", ...rootArgs(["ledgerlite"])], { env: { STUDY_MODEL: "claude-haiku-5-5" } });
+    expect(priced.code).toBe(0);
   });
 
   it("refuses an output path inside a checkout and one that exists", async () => {

@@ -197,6 +197,14 @@ describe("study-runner doctor: image version, output path, budget", () => {
     expect(lines((await doctor(passingFlags({ output: taken }), STUDY_ENV)).stdout).get("output")).toMatch(/^FAIL\s+output\s+.*already exists/);
   });
 
+  it("fails a model the runner cannot price, naming the models it can, and everything else passes", async () => {
+    const r = await doctor(passingFlags(), { ...STUDY_ENV, STUDY_MODEL: "claude-sonnet-5" });
+    expect(r.code).toBe(2);
+    const l = lines(r.stdout);
+    expect(l.get("model")).toMatch(/^FAIL\s+model\s+STUDY_MODEL=claude-sonnet-5 has no row in the runner's price table \(CLI_PRICES\).*-> fix: set STUDY_MODEL to a model the runner can price: claude-haiku-5-5$/);
+    for (const [name, line] of l) if (name !== "model") expect(line, name).toMatch(/^ok\s/);
+  });
+
   it("fails a per-attempt limit that does not fit under the cap", async () => {
     const r = await doctor([...passingFlags(), "--attempt-budget-usd", "2"], STUDY_ENV);
     expect(r.code).toBe(2);

@@ -8,6 +8,8 @@ import { readFile } from "node:fs/promises";
 import { loadManifest } from "../../src/manifest/load.ts";
 import { buildPrompt, cliArguments, EMPTY_MCP_CONFIG } from "../../src/claude/args.ts";
 import { containerMcpConfig } from "../../src/mcp/bridge.ts";
+import { engineBundle } from "../../src/mcp/bundle-hash.ts";
+import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import {
   containersOfRun,
   fileMode,
@@ -51,6 +53,9 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(summary.spentUsd).toBeGreaterThan(0);
     // 36 full-run attempts / 2 pilot attempts.
     expect(summary.extrapolatedFullRunUsd).toBe(Number((summary.spentUsd * 18).toFixed(6)));
+    expect(summary.extrapolationNote).toMatch(/an extrapolation of the CLI's list-price estimate, not of a bill/);
+    expect(summary.spendLabel.usd).toMatch(/CLI's own list-price estimate .*not a bill/);
+    expect(summary.spendLabel.tokens).toMatch(/include the Claude Code system prompt and harness/);
 
     const lines = stderrLines(r.stderr);
     expect(lines).toHaveLength(4);
@@ -63,6 +68,12 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(ledger.status).toBe("awaiting-adjudication");
     // The fake image answered, not a model: the ledger says so, so it cannot pass for evidence.
     expect(ledger.modelApi).toBe("test");
+    expect(ledger.spendLabel).toEqual(summary.spendLabel);
+    // Provenance: the engine build that served the treatment, and each checkout's engine revision.
+    const bundle = await engineBundle(referenceEngineCommand(), p.demo.roots.ledgerlite!);
+    expect(ledger.docBridge?.bundleHash).toBe(bundle.bundleHash);
+    expect(ledger.docBridge?.engineRevisions).toEqual({ ledgerlite: expect.stringMatching(/^reference-[0-9a-f]{12}$/) });
+    expect(ledger.docBridge?.engineRevision).toBe(ledger.docBridge?.engineRevisions?.ledgerlite);
     expect(ledger.budget.spentUsd).toBe(summary.spentUsd);
     expect(ledger.budget.reservedUsd).toBe(0);
     expect(ledger.observations.map((o) => [o.arm, o.phase, o.status])).toEqual([
@@ -152,6 +163,13 @@ describe("study-runner --pilot --transport cli, end to end", () => {
         }),
       );
       expect(record.argv.slice(-2)).toEqual(["--", prompt]);
+      // Rejected by the transport decision: --bare needs an API key, --safe-mode disables MCP
+      // servers, --system-prompt would change the agent measured.
+      for (const flag of ["--bare", "--safe-mode", "--system-prompt", "--append-system-prompt"]) {
+        expect(record.argv.some((a) => a === flag || a.startsWith(`${flag}=`)), flag).toBe(false);
+      }
+      // stdin is closed: the container has none, so the CLI's fd 0 is /dev/null.
+      expect(record.stdinTarget).toBe("/dev/null");
 
       expect(record.uid).not.toBe(0);
       expect(record.gid).not.toBe(0);

@@ -72,6 +72,8 @@ export interface FakeRecord {
   home: string | null;
   homeWritable: boolean;
   credentialsPresent: boolean;
+  /** fd 0 of the fake's process, as /proc/self/fd/0 names it. */
+  stdinTarget?: string;
   networkInterfaces: string[];
   listings: Record<string, { entries: string[] } | { error: string }>;
 }

@@ -224,3 +224,28 @@ describe("formatBudgetUsd", () => {
     for (const bad of [0, -1, Number.NaN, Number.POSITIVE_INFINITY, 1e-7]) expect(() => formatBudgetUsd(bad)).toThrow(/USD/);
   });
 });
+
+describe("flags the transport decision rejects are never passed", () => {
+  // --bare makes auth strictly ANTHROPIC_API_KEY or apiKeyHelper; --safe-mode disables MCP servers
+  // (the treatment); a replaced system prompt changes the agent measured.
+  const REJECTED = ["--bare", "--safe-mode", "--system-prompt", "--system-prompt-file"];
+  const flagsOf = (argv: string[]) => argv.slice(0, argv.indexOf("--")).filter((a) => a.startsWith("--"));
+
+  it("the rejected flags exist in claude --help of 2.1.296 (so leaving them out is a choice)", () => {
+    for (const flag of ["--bare", "--safe-mode", "--system-prompt"]) expect(helpFlags().has(flag), flag).toBe(true);
+  });
+
+  it("neither arm's attempt arguments, nor the adjudicator's, carry one", async () => {
+    const { adjudicatorArguments } = await import("../../src/adjudicate/prompt.ts");
+    const sets = [
+      cliArguments(options("repository")),
+      cliArguments(options("mcp")),
+      adjudicatorArguments({ model: "claude-haiku-5-5", maxBudgetUsd: 0.05, prompt: "Judge the answer." }),
+    ];
+    for (const argv of sets) {
+      const flags = flagsOf(argv);
+      expect(flags.length).toBeGreaterThan(5);
+      for (const flag of REJECTED) expect(flags.filter((f) => f === flag || f.startsWith(`${flag}=`)), flag).toEqual([]);
+    }
+  });
+});

@@ -1,3 +1,4 @@
+import { CLI_PRICES } from "../../src/cost/prices.ts";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -283,6 +284,16 @@ describe("transport and settings", () => {
     const [, , tooBig] = checkSettings({ flags: { attemptBudgetUsd: "0.1" }, env: { STUDY_MODEL: "m", STUDY_BUDGET_USD: "0.05" }, mode: "pilot", planned: 2 });
     expectFail(tooBig!, "attempts", /lower --attempt-budget-usd, or have a larger cap approved/);
     expect(tooBig!.detail).toMatch(/the first attempt would be refused/);
+  });
+
+  it("fails a model without a row in the price table for the cli transport, naming the priced ones", () => {
+    const [model] = checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-unpriced-9", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 });
+    expectFail(model!, "model", new RegExp(`^set STUDY_MODEL to a model the runner can price: ${Object.keys(CLI_PRICES).sort().join(", ")}$`));
+    expect(model!.detail).toMatch(/^STUDY_MODEL=claude-unpriced-9 has no row in the runner's price table/);
+    // A key named like an Object prototype member is not a price row.
+    expect(checkSettings({ flags: {}, env: { STUDY_MODEL: "constructor", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 })[0]!.ok).toBe(false);
+    // The http transport prices with the protocol's upper prices, so any model can be priced there.
+    expect(checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-unpriced-9", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2, transport: "http" })[0]!.ok).toBe(true);
   });
 
   it("counts attempts with the budget's own reservation rule", () => {

@@ -329,6 +329,26 @@ describe("tool calls, denials and tool errors", () => {
     expect(ev.facts.docBridgeCalls.map((c) => c.isError)).toEqual([true, true]);
   });
 
+  it("mcp arm: one error plus one call that got no result is invalid-setup too (the stricter rule of docs/doc-bridge.md)", () => {
+    // e[5] is the doc_get call's result: without it, that call was never answered.
+    const ev = evaluate(
+      withEvents("mcp", (e) => {
+        e[4]!.message.content[0].is_error = true;
+        return [...e.slice(0, 5), ...e.slice(6)];
+      }),
+      "mcp",
+    );
+    expectOnly(ev, "doc-bridge-all-errors");
+    expect(ev.facts.setupProblems).toEqual(["all 1 doc-bridge tool results were errors and 1 more got no result; the treatment was lost"]);
+    expect(ev.facts.docBridgeCalls.map((c) => c.isError)).toEqual([true, null]);
+  });
+
+  it("mcp arm: a success and a call that got no result is accepted (the treatment reached the agent)", () => {
+    const ev = evaluate(withEvents("mcp", (e) => [...e.slice(0, 5), ...e.slice(6)]), "mcp");
+    expect(ev.facts.setupProblems).toEqual([]);
+    expect(ev.facts.docBridgeCalls.map((c) => c.isError)).toEqual([false, null]);
+  });
+
   it("mcp arm: partial doc-bridge errors are recorded by full tool name and accepted", () => {
     const ev = evaluate(withEvents("mcp", (e) => void (e[4]!.message.content[0].is_error = true)), "mcp");
     expect(ev.classification.status).toBe("completed");

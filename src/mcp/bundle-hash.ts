@@ -1,0 +1,155 @@
+import { createHash } from "node:crypto";
+import { createReadStream } from "node:fs";
+import { access, constants, readFile, realpath, stat } from "node:fs/promises";
+import { basename, delimiter, dirname, isAbsolute, relative, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { RefusalError } from "../util/errors.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+
+/**
+ * Provenance of the doc-bridge engine: the sha256 of what its command runs, so a ledger says
+ * which engine build served the treatment. Defined in docs/doc-bridge.md ("Provenance"):
+ *
+ * - the executable, `command[0]`, resolved as spawning it resolves it (a bare name through the
+ *   runner's PATH, a path against the checkout the engine runs in), symlinks followed;
+ * - every later argument that names an existing regular file (a path, absolute or relative to the
+ *   checkout, or a file: URL), in argument order: the engine's script, a loader;
+ * - when one of those is the bundled reference server, every project file it reaches through
+ *   relative imports, and package-lock.json, which pins the packages it imports.
+ *
+ * Each file contributes the line `<sha256 of its bytes>  <label>\n`, where the label is the
+ * argument position and file name (`argv[0] node`), or the project-relative path of a reference
+ * server file, so the same build installed under another folder hashes the same. The bundle hash
+ * is the sha256 of those lines. What another engine's script loads in turn is not hashed: an
+ * engine that wants it covered ships as one bundled file or binary.
+ */
+
+export const REFERENCE_SERVER = resolve(PROJECT_ROOT, "src", "mcp", "reference-server.ts");
+const LOCKFILE = resolve(PROJECT_ROOT, "package-lock.json");
+
+export interface BundleFile {
+  label: string;
+  path: string;
+  sha256: string;
+}
+
+export interface EngineBundle {
+  bundleHash: string;
+  files: BundleFile[];
+}
+
+async function sha256File(path: string): Promise<string> {
+  const hash = createHash("sha256");
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  return hash.digest("hex");
+}
+
+async function isRegularFile(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isFile();
+  } catch {
+    return false;
+  }
+}
+
+async function resolveExecutable(name: string, cwd: string, env: NodeJS.ProcessEnv): Promise<string | undefined> {
+  if (name.includes("/")) {
+    const path = resolve(cwd, name);
+    return (await isRegularFile(path)) ? realpath(path) : undefined;
+  }
+  for (const dir of (env.PATH ?? "").split(delimiter)) {
+    if (!dir) continue;
+    const path = resolve(cwd, dir, name);
+    if (!(await isRegularFile(path))) continue;
+    try {
+      await access(path, constants.X_OK);
+      return await realpath(path);
+    } catch {
+    }
+  }
+  return undefined;
+}
+
+async function argumentFile(arg: string, cwd: string): Promise<string | undefined> {
+  let path: string;
+  if (arg.startsWith("file:")) {
+    try {
+      path = fileURLToPath(arg);
+    } catch {
+      return undefined;
+    }
+  } else if (arg.startsWith("-") || arg.length === 0) {
+    return undefined;
+  } else path = isAbsolute(arg) ? arg : resolve(cwd, arg);
+  return (await isRegularFile(path)) ? realpath(path) : undefined;
+}
+
+const RELATIVE_IMPORT = /(?:\bfrom|\bimport)\s*\(?\s*["'](\.{1,2}\/[^"']+)["']/g;
+
+/** The reference server and every project file it reaches through relative imports, sorted. */
+export async function referenceServerFiles(): Promise<string[]> {
+  const seen = new Set<string>();
+  const queue = [REFERENCE_SERVER];
+  while (queue.length) {
+    const file = queue.pop()!;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    const text = await readFile(file, "utf8");
+    for (const m of text.matchAll(RELATIVE_IMPORT)) {
+      const target = resolve(dirname(file), m[1]!);
+      if (await isRegularFile(target)) queue.push(target);
+    }
+  }
+  return [...seen].sort();
+}
+
+/** The bundle of `command` as run with `cwd`; refuses an executable that cannot be found. */
+export async function engineBundle(command: readonly string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<EngineBundle> {
+  const [exe, ...args] = command;
+  if (!exe) throw new RefusalError("the doc-bridge engine command is empty; pass --doc-bridge-command as a JSON array such as [\"node\",\"/opt/doc-bridge/dist/cli.js\",\"mcp\"]");
+  const exePath = await resolveExecutable(exe, cwd, env);
+  if (!exePath) throw new RefusalError(`the doc-bridge engine executable ${JSON.stringify(exe)} is not a file${exe.includes("/") ? "" : " on PATH"}; give its absolute path in --doc-bridge-command`);
+  const files: BundleFile[] = [{ label: `argv[0] ${basename(exePath)}`, path: exePath, sha256: await sha256File(exePath) }];
+  let reference = false;
+  for (const [i, arg] of args.entries()) {
+    const path = await argumentFile(arg, cwd);
+    if (!path) continue;
+    files.push({ label: `argv[${i + 1}] ${basename(path)}`, path, sha256: await sha256File(path) });
+    if (path === (await realpath(REFERENCE_SERVER))) reference = true;
+  }
+  if (reference) {
+    for (const path of [...(await referenceServerFiles()), LOCKFILE]) {
+      files.push({ label: relative(PROJECT_ROOT, path), path, sha256: await sha256File(path) });
+    }
+  }
+  const bundleHash = createHash("sha256")
+    .update(files.map((f) => `${f.sha256}  ${f.label}\n`).join(""))
+    .digest("hex");
+  return { bundleHash, files };
+}
+
+/**
+ * The ledger's engine provenance of a preflight: the bundle (the same in every checkout, or the
+ * run is refused: the two arms of different repositories would be served by different builds)
+ * and each checkout's engine revision as its doc.search reported it.
+ */
+export async function engineProvenance(
+  command: readonly string[],
+  checkouts: ReadonlyArray<{ repository: string; dir: string; engineRevision: string | undefined }>,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ bundleHash: string; engineRevision: string | null; engineRevisions: Record<string, string | null> }> {
+  let first: { repository: string; bundle: EngineBundle } | undefined;
+  for (const c of checkouts) {
+    const bundle = await engineBundle(command, c.dir, env);
+    if (!first) first = { repository: c.repository, bundle };
+    else if (bundle.bundleHash !== first.bundle.bundleHash) {
+      throw new RefusalError(
+        `the doc-bridge engine command runs different files in checkout ${first.repository} and ${c.repository} (a path relative to the checkout?); give absolute paths in --doc-bridge-command so every checkout is served by the same build; nothing was charged`,
+      );
+    }
+  }
+  if (!first) throw new RefusalError("doc-bridge provenance: no checkout");
+  const engineRevisions = Object.fromEntries(checkouts.map((c) => [c.repository, c.engineRevision ?? null]));
+  const distinct = new Set(Object.values(engineRevisions));
+  return { bundleHash: first.bundle.bundleHash, engineRevision: distinct.size === 1 ? [...distinct][0]! : null, engineRevisions };
+}
