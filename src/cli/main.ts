@@ -212,12 +212,14 @@ Correctness is agent-adjudicated: there is no human review.`,
 
   program
     .command("report")
-    .description("report a run from its ledger and, when given, its adjudication record: statuses, outcomes per arm, paired differences, totals")
+    .description("report a run from its ledger and, when given, its adjudication record: statuses, outcomes per arm, task-level statistics (docs/report.md), behaviour per arm, totals")
     .option("--ledger <path>", "the private ledger (only read)")
     .option("--adjudication <path>", "the adjudication record of that ledger (only read)")
     .option("--manifest <path>", "the manifest the run used, for the plan and the pilot extrapolation (default: the path the ledger records)")
     .addOption(new Option("--format <format>", "what to print on stdout").choices(["markdown", "json", "html"]).default("markdown"))
     .option("--out-dir <dir>", "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing")
+    .option("--seed <n>", "seed of the cluster bootstrap (an integer 0..4294967295; the report states it)", "20261201")
+    .option("--effect <points...>", "score effects (points, > 0 and ≤ 1) the planning table sizes a study for", ["0.1", "0.2", "0.3"])
     .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));
 
   program

@@ -12,6 +12,8 @@ export interface ReportSources {
   adjudication?: string;
   /** Default: the path the ledger records; a flag that fails is an error, a default that fails is a gap. */
   manifest?: string;
+  seed?: number;
+  effects?: readonly number[];
 }
 
 /** Reads the ledger, the record and the manifest, checks that they belong together, and builds the report. */
@@ -26,7 +28,7 @@ export async function loadReport(sources: ReportSources): Promise<ReportData> {
     if (sources.manifest) throw err;
     manifestNote = errorMessage(err);
   }
-  return buildReport({ ledger: input.ledger, ledgerSha256: input.sha256, record, manifest, manifestNote });
+  return buildReport({ ledger: input.ledger, ledgerSha256: input.sha256, record, manifest, manifestNote, seed: sources.seed, effects: sources.effects });
 }
 
 export function renderJson(report: ReportData): string {

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { AGENT_ADJUDICATION_STATEMENT, buildReport } from "../../src/report/build.ts";
 import { renderHtml } from "../../src/report/html.ts";
 import { renderMarkdown } from "../../src/report/markdown.ts";
-import { meanInterval, tQuantile975 } from "../../src/report/stats.ts";
+import { meanInterval, tQuantile } from "../../src/report/stats.ts";
 import { DEMO, syntheticLedger, syntheticRecord } from "../support/adjudication-fixtures.ts";
 
 const SHA = "b".repeat(64);
@@ -12,15 +12,17 @@ describe("paired intervals", () => {
     const s = meanInterval([1, 2, 3]);
     expect(s.mean).toBe(2);
     expect(s.sd).toBe(1);
-    expect(s.lower).toBeCloseTo(2 - 4.303 / Math.sqrt(3), 10);
-    expect(s.upper).toBeCloseTo(2 + 4.303 / Math.sqrt(3), 10);
+    // t(0.975, 2) = 4.302652729749462 (scipy.stats.t.ppf(0.975, 2)).
+    expect(s.lower).toBeCloseTo(2 - 4.302652729749462 / Math.sqrt(3), 12);
+    expect(s.upper).toBeCloseTo(2 + 4.302652729749462 / Math.sqrt(3), 12);
   });
 
   it("gives no interval below two pairs, and uses the t quantile of n-1 degrees of freedom", () => {
     expect(meanInterval([5])).toEqual({ n: 1, mean: 5, sd: null, lower: null, upper: null });
     expect(meanInterval([])).toEqual({ n: 0, mean: null, sd: null, lower: null, upper: null });
-    expect(tQuantile975(17)).toBe(2.11);
-    expect(tQuantile975(60)).toBeCloseTo(2.0003, 3);
+    // scipy.stats.t.ppf(0.975, 17) and (0.975, 60).
+    expect(tQuantile(0.975, 17)).toBeCloseTo(2.1098155778333156, 12);
+    expect(tQuantile(0.975, 60)).toBeCloseTo(2.0002978220142604, 12);
   });
 });
 
@@ -75,7 +77,8 @@ describe("the report of a blocked run with an adjudication that misses an item",
     expect(input.missing.length + input.n).toBe(18);
     const score = report.paired.metrics.find((m) => m.metric === "score")!;
     expect(score.missing.some((m) => /no score in/.test(m.why))).toBe(true);
-    expect(report.paired.method).toMatch(/Student t 95%/);
+    expect(report.paired.method).toMatch(/no interval or test is computed over attempt pairs/);
+    expect(report.analysis.unit).toBe("task");
   });
 
   it("never carries an answer or a verdict's text", () => {
