@@ -25,6 +25,7 @@ import { adjudicatorArguments } from "./prompt.ts";
 import { planAdjudication, readVerdict, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord, type RecordHandle } from "./store.ts";
+import { beginTranscript } from "../ledger/transcripts.ts";
 
 /**
  * Blind agent adjudication of one ledger (issue 8): one fresh hardened container per answer,
@@ -360,8 +361,10 @@ async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: 
     const reader = new TranscriptReader({ arm: "repository", model: config.model, expectedTools: expectedInitTools("repository"), cliVersion: config.expectedCliVersion });
     let structuredOutput: unknown = undefined;
     let resultText: string | null = null;
+    const transcript = await beginTranscript(ctx.handle.path, p.observationIndex);
     const onLine = (line: string) => {
       reader.pushLine(line);
+      transcript.pushLine(line);
       if (!line.includes('"result"')) return;
       try {
         const event = JSON.parse(line) as Record<string, unknown>;
@@ -376,7 +379,8 @@ async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: 
     run.startedAt = new Date().toISOString();
     run.phase = "running";
     await writeRecord(ctx.handle, ctx.record); // the child may spend from here on
-    const raw = await runBounded(deps.runtime, spec, onLine, { timeoutMs: config.timeoutMs, stdoutLimitBytes: config.stdoutLimitBytes, signal: deps.signal });
+    const raw = await runBounded(deps.runtime, spec, onLine, { timeoutMs: config.timeoutMs, stdoutLimitBytes: config.stdoutLimitBytes, signal: deps.signal }).finally(() => transcript.finish());
+    run.transcriptSha256 = transcript.finish();
     Object.assign(run, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
     await writeBackLogin(ctx.login, staged, { lock });
 

@@ -88,6 +88,7 @@ export const AdjudicatorRunSchema = z
     wallTimeMs: Count.nullable(),
     status: AttemptStatusSchema.nullable().meta({ description: "the run's own status, by the attempt rules; null until settled" }),
     chargedUsd: Usd.nullable(),
+    transcriptSha256: Sha256.optional().meta({ description: "sha256 of the adjudicator run's raw stream-json, kept privately beside the record (<record>.transcripts/NNNN.jsonl, NNNN the observation index)" }),
   })
   .superRefine((r, ctx) => {
     const settled = r.phase === "settled";

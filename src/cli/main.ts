@@ -159,9 +159,16 @@ Example:
     .option("--truncated", "stdout was cut at the 4 MiB bound")
     .action(async (file, opts) => setExit(await (await import("./classify.ts")).classifyCommand(file, opts)));
 
-  program
-    .command("ledger")
-    .description("read a private ledger without changing it")
+  const ledgerCommand = program.command("ledger").description("read a private ledger without changing it");
+  ledgerCommand
+    .command("verify <path>")
+    .description(
+      "read every stored transcript again (<ledger>.transcripts/) with the runner's rules, recompute each observation's facts, status, cost and charge, and compare them with the ledger field by field, with each transcript's sha256; never writes",
+    )
+    .option("--json", "one JSON object instead of lines")
+    .addHelpText("after", "\nExit codes: 0 every observation agrees with its transcript, 1 differences (each names the observation and the field), 2 unreadable.")
+    .action(async (path, opts) => setExit(await (await import("./ledger.ts")).ledgerVerifyCommand(path, opts)));
+  ledgerCommand
     .command("check <path>")
     .description("validate a ledger (schema, and spent = settled charges + open reservations) and say whether its run finished or was interrupted; never writes")
     .option("--json", "one JSON object instead of lines")

@@ -154,6 +154,7 @@ export const ObservationSchema = z
     truncated: z.boolean().optional(),
     oomKilled: z.boolean().optional(),
     calls: z.array(HttpCallSchema).optional().meta({ description: "http transport: every paid call in order" }),
+    transcriptSha256: Sha256.optional().meta({ description: "sha256 of the attempt's raw stream-json, kept privately beside the ledger (<ledger>.transcripts/NNNN.jsonl); `ledger verify` reads it again" }),
   })
   .superRefine((o, ctx) => {
     const settled = o.phase === "settled";

@@ -20,6 +20,7 @@ import { computeCost } from "../cost/compute.ts";
 import { CLI_PRICES } from "../cost/prices.ts";
 import { initialBudget, reserve, settle, type BudgetState } from "../budget/budget.ts";
 import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts";
+import { beginTranscript } from "../ledger/transcripts.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
@@ -383,9 +384,12 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     await writeLedger(ctx.handle, ctx.ledger); // the child may spend from here on
     testKillPoint("before-container-start");
     let raw: RawOutcome;
+    const transcript = await beginTranscript(ctx.handle.path, attempt.index);
+    cleanups.push(async () => transcript.finish());
     raw = await runBounded(deps.runtime, spec, (line) => {
       testKillPoint("during-attempt");
       reader.pushLine(line);
+      transcript.pushLine(line);
       deps.onTranscriptLine?.(attempt, line);
     }, {
       timeoutMs: config.timeoutMs,
@@ -393,6 +397,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       signal: deps.signal,
     });
     Object.assign(obs, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated, oomKilled: raw.oomKilled });
+    obs.transcriptSha256 = transcript.finish();
 
     const facts = reader.finish();
     // A refused request does not fail the attempt by itself (issue 9): it is recorded and reported.
