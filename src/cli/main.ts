@@ -225,6 +225,7 @@ Correctness is agent-adjudicated: there is no human review.`,
     .option("--manifest <path>", "the manifest the run used, for the plan and the pilot extrapolation (default: the path the ledger records)")
     .addOption(new Option("--format <format>", "what to print on stdout").choices(["markdown", "json", "html"]).default("markdown"))
     .option("--out-dir <dir>", "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing")
+    .option("--private", "instead: write the PRIVATE pair viewer <ledger>.pairs.html beside the ledger (mode 600, created exclusively): each task x repetition's two attempts side by side with tool calls and their inputs, answers and verdicts; never publish it")
     .option("--seed <n>", "seed of the cluster bootstrap (an integer 0..4294967295; the report states it)", "20261201")
     .option("--effect <points...>", "score effects (points, > 0 and ≤ 1) the planning table sizes a study for", ["0.1", "0.2", "0.3"])
     .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));

@@ -13,6 +13,7 @@ export interface ReportFlags {
   outDir?: string;
   seed?: string;
   effect?: string[];
+  private?: boolean;
 }
 
 function parseSeed(text: string | undefined): number | undefined {
@@ -32,7 +33,12 @@ function parseEffects(texts: string[] | undefined): number[] | undefined {
 
 export async function reportCommand(flags: ReportFlags): Promise<number> {
   if (!flags.ledger) throw new UsageError("--ledger PATH is required: the ledger of the run to report");
-  const { loadReport, renderJson, writeReportFiles } = await import("../report/write.ts");
+  const { loadReport, renderJson, writeReportFiles, writePrivateViewer } = await import("../report/write.ts");
+  if (flags.private) {
+    const written = await writePrivateViewer({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });
+    process.stdout.write(`${JSON.stringify({ private: written.path, pairs: written.pairs, attempts: written.attempts, note: "private: holds answers and tool inputs; mode 600; do not publish" }, null, 2)}\n`);
+    return ExitCode.ok;
+  }
   const report = await loadReport({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });
   if (flags.outDir) {
     const files = await writeReportFiles(flags.outDir, report);

@@ -2,19 +2,28 @@ import { cp, mkdtemp, readFile, readdir, rename, rm, stat, truncate, unlink, wri
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { pathToFileURL } from "node:url";
+import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
+import { transcriptLines } from "../../src/ledger/transcripts.ts";
+import { num } from "../../src/report/sections.ts";
+import { pairResult, toolCallsOf } from "../../src/report/viewer.ts";
+import { dumpDom, ensureChromium } from "../support/chromium.ts";
 import { runCli } from "../support/cli.ts";
 
 // A fresh demo run (fake model, 36 attempts) keeps every transcript beside its ledger; `ledger
-// verify` agrees with it, and fails naming the field on each kind of tampering.
+// verify` agrees with it, and fails naming the field on each kind of tampering. The same run's
+// private pair viewer is opened in headless Chromium (one demo run for both: it takes minutes).
 
 let work = "";
 let ledgerPath = "";
+let demo: { ledger: string; adjudication: string; report: { markdown: string; json: string; html: string } };
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-verify-"));
   const r = await runCli(["demo", "--quiet", "--workdir", join(work, "demo")], { timeoutMs: 900_000 });
   expect(r.code, r.stderr).toBe(0);
-  ledgerPath = (JSON.parse(r.stdout.slice(r.stdout.indexOf('{\n  "demo"'))) as { demo: { ledger: string } }).demo.ledger;
+  demo = (JSON.parse(r.stdout.slice(r.stdout.indexOf('{\n  "demo"'))) as { demo: typeof demo }).demo;
+  ledgerPath = demo.ledger;
 }, 900_000);
 afterAll(() => rm(work, { recursive: true, force: true }));
 
@@ -110,5 +119,78 @@ describe("ledger verify on a fresh demo ledger", () => {
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/observations\[7\] \([^)]*\)\.answer: the ledger's value differs from the transcript's \(not shown: private\)/);
     expect(r.stdout).not.toContain(answer);
+  });
+});
+
+describe("the private pair viewer of the demo", () => {
+  it("is written beside the ledger with mode 600, pairs all 36 attempts, and its page text matches the ledger", async () => {
+    const chromium = ensureChromium();
+    const r = await runCli(["report", "--private", "--ledger", ledgerPath, "--adjudication", demo.adjudication]);
+    expect(r.code, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { private: string; pairs: number; attempts: number };
+    expect(out.private).toBe(`${ledgerPath}.pairs.html`);
+    expect((await stat(out.private)).mode & 0o777).toBe(0o600);
+    expect(out).toMatchObject({ pairs: 18, attempts: 36 });
+    // Created exclusively: a second viewer never overwrites the first.
+    const again = await runCli(["report", "--private", "--ledger", ledgerPath, "--adjudication", demo.adjudication]);
+    expect(again.code).toBe(2);
+    expect(again.stderr).toMatch(/already exists/);
+
+    const ledger = JSON.parse(await readFile(ledgerPath, "utf8")) as Ledger;
+    const record = JSON.parse(await readFile(demo.adjudication, "utf8")) as AdjudicationRecord;
+    const items = new Map(record.items.map((i) => [i.observationIndex, i]));
+    const url = pathToFileURL(out.private).href;
+    const dom = await dumpDom(chromium, `${url}#filter=all`);
+    expect(dom.match(/<section class="pair"/g)).toHaveLength(18);
+    expect(dom).toContain("showing 18 of 18 pairs");
+    const unescape = (s: string) => s.replaceAll("&lt;", "<").replaceAll("&gt;", ">").replaceAll("&quot;", '"').replaceAll("&amp;", "&");
+    for (const o of ledger.observations) {
+      const start = dom.indexOf(`data-index="${o.index}"`);
+      expect(start, `attempt ${o.index} shown`).toBeGreaterThan(0);
+      const section = unescape(dom.slice(start, dom.indexOf("</div>", dom.indexOf('class="verdict"', start))));
+      expect(section).toContain(`<td class="f-charged-USD">${num(o.chargedUsd, "USD")}</td>`);
+      expect(section).toContain(`<td class="f-input-tokens">${num(o.inputTokens)}</td>`);
+      expect(section).toContain(`<td class="f-output-tokens">${num(o.outputTokens)}</td>`);
+      expect(section).toContain(`<td class="f-wall-time-ms">${num(o.wallTimeMs)}</td>`);
+      expect(section).toContain(`<td class="f-status">${o.status}</td>`);
+      expect(section).toContain(`<td class="f-outcome">${items.get(o.index)!.outcome}</td>`);
+      expect(section).toContain(`<pre class="answer">${o.answer}</pre>`);
+      expect(section).toContain(items.get(o.index)!.verdict!.reasons);
+      // The tool calls in transcript order, with their inputs.
+      const calls = toolCallsOf(transcriptLines(await readFile(join(`${ledgerPath}.transcripts`, `${String(o.index).padStart(4, "0")}.jsonl`))));
+      expect(calls.length).toBe(o.toolCalls);
+      const shown = [...section.matchAll(/<li><b>([^<]+)<\/b> <code>([^<]*)<\/code><\/li>/g)].map((m) => ({ name: m[1], input: m[2] }));
+      expect(shown).toEqual(calls);
+    }
+
+    // The filters change what is shown, to exactly the pairs of that result.
+    const results = new Map<string, string>();
+    for (const o of ledger.observations) {
+      const key = `${o.task}/${o.repetition}`;
+      const other = ledger.observations.find((x) => x.task === o.task && x.repetition === o.repetition && x.arm !== o.arm)!;
+      const [repo, mcp] = o.arm === "repository" ? [o, other] : [other, o];
+      results.set(key, pairResult(items.get(repo.index), items.get(mcp.index)));
+    }
+    for (const f of ["win", "loss", "tie"]) {
+      const expected = [...results.values()].filter((x) => x === f).length;
+      const filtered = await dumpDom(chromium, `${url}#filter=${f}`);
+      const visible = filtered.match(/<section class="pair"[^>]*data-result="[a-z]+">/g) ?? [];
+      expect(visible.every((v) => v.includes(`data-result="${f}"`)), f).toBe(true);
+      expect(visible.length, f).toBe(expected);
+      expect(filtered).toContain(`showing ${expected} of 18 pairs`);
+    }
+    const task = ledger.observations[0]!.task;
+    const byTask = await dumpDom(chromium, `${url}#task=${encodeURIComponent(task)}`);
+    expect(byTask).toContain("showing 3 of 18 pairs");
+  }, 600_000);
+
+  it("the public report holds no answer and no tool input", async () => {
+    const ledger = JSON.parse(await readFile(ledgerPath, "utf8")) as Ledger;
+    const published = [await readFile(demo.report.markdown, "utf8"), await readFile(demo.report.json, "utf8"), await readFile(demo.report.html, "utf8")].join("\n");
+    for (const o of ledger.observations) {
+      expect(published).not.toContain(o.answer!.trim().slice(0, 60));
+      const calls = toolCallsOf(transcriptLines(await readFile(join(`${ledgerPath}.transcripts`, `${String(o.index).padStart(4, "0")}.jsonl`))));
+      for (const c of calls) expect(published).not.toContain(c.input);
+    }
   });
 });
