@@ -149,3 +149,39 @@ describe("a run whose model was a test stand-in", () => {
     expect(buildReport({ ledger: { ...ledger, modelApi: "anthropic" }, ledgerSha256: SHA, record: null, manifest: DEMO }).gaps.some((g) => gap.test(g))).toBe(false);
   });
 });
+
+describe("behaviour side by side", () => {
+  const ledger = syntheticLedger({ mode: "full" });
+  const r = buildReport({ ledger, ledgerSha256: SHA, record: syntheticRecord(ledger, SHA), manifest: DEMO });
+
+  it("sums each arm's tool mix from its observations and divides its charges by its correct answers", () => {
+    for (const arm of ["repository", "mcp"] as const) {
+      const obs = ledger.observations.filter((o) => o.arm === arm);
+      const mix: Record<string, number> = {};
+      for (const o of obs) for (const [k, n] of Object.entries(o.toolCallsByName)) mix[k] = (mix[k] ?? 0) + n;
+      expect(r.behaviour.arms[arm].toolMix).toEqual(mix);
+      const correct = r.attempts.filter((a) => a.arm === arm && a.outcome === "correct").length;
+      const charged = obs.reduce((s, o) => s + (o.chargedUsd ?? 0), 0);
+      expect(r.behaviour.arms[arm].costPerCorrectUsd).toBeCloseTo(charged / correct, 12);
+      const read = obs.reduce((s, o) => s + o.cacheReadInputTokens!, 0);
+      const prompt = obs.reduce((s, o) => s + o.inputTokens! + o.cacheCreationInputTokens! + o.cacheReadInputTokens!, 0);
+      expect(r.behaviour.arms[arm].cacheHitRate).toBeCloseTo(read / prompt, 12);
+    }
+  });
+
+  it("is in the Markdown and the HTML, with a tool-mix chart, and names the unit of analysis and the tests", () => {
+    const md = renderMarkdown(r);
+    const html = renderHtml(r);
+    for (const text of [md, html]) {
+      expect(text).toContain("Behaviour side by side");
+      expect(text).toContain("cost per correct answer USD");
+      expect(text).toContain("Unit of analysis: the task.");
+      expect(text).toMatch(/exact McNemar/);
+      expect(text).toMatch(/Wilcoxon signed-rank/);
+      expect(text).toContain("Noise floor");
+      expect(text).toContain("MDE (80% power)");
+      expect(text).toContain(`Seed ${r.analysis.seed}`);
+    }
+    expect(html.match(/<svg class="chart toolmix"/g)).toHaveLength(1);
+  });
+});
