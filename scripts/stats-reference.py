@@ -48,6 +48,7 @@ def mde(sd, n):
 
 
 def main(path):
+    # A fixture ({"attempts": [...]}) or a report.json: both hold the attempt rows.
     attempts = json.load(open(path))["attempts"]
     tasks = list(dict.fromkeys(a["task"] for a in attempts))
     out = {"command": "python3 scripts/stats-reference.py " + path, "scipy": scipy.__version__, "numpy": np.__version__, "metrics": {}}

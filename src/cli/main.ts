@@ -165,6 +165,7 @@ Example:
     .description(
       "read every stored transcript again (<ledger>.transcripts/) with the runner's rules, recompute each observation's facts, status, cost and charge, and compare them with the ledger field by field, with each transcript's sha256; never writes",
     )
+    .option("--adjudication <path>", "also verify this adjudication record's runs against <record>.transcripts/ (facts, status, charge, verdict)")
     .option("--json", "one JSON object instead of lines")
     .addHelpText("after", "\nExit codes: 0 every observation agrees with its transcript, 1 differences (each names the observation and the field), 2 unreadable.")
     .action(async (path, opts) => setExit(await (await import("./ledger.ts")).ledgerVerifyCommand(path, opts)));

@@ -1,8 +1,11 @@
 import { isDeepStrictEqual } from "node:util";
+import { readVerdict } from "../adjudicate/plan.ts";
+import type { AdjudicatorRun } from "../adjudicate/schema.ts";
+import { readRecord } from "../adjudicate/store.ts";
 import { settle } from "../budget/budget.ts";
 import { expectedInitTools } from "../claude/args.ts";
 import { computeCost } from "../cost/compute.ts";
-import { factsToObservation } from "../study/observation.ts";
+import { factsToObservation, tokenCounts } from "../study/observation.ts";
 import { classifyAttempt } from "../transcript/classify.ts";
 import { TranscriptReader } from "../transcript/reader.ts";
 import type { Ledger, Observation } from "./schema.ts";
@@ -120,4 +123,105 @@ export async function verifyLedger(path: string): Promise<VerifyResult> {
     verified++;
   }
   return { path, observations: ledger.observations.length, verified, differences };
+}
+
+const RUN_FIELDS = [
+  "model",
+  "tools",
+  "toolCalls",
+  "toolCallsByName",
+  "inputTokens",
+  "outputTokens",
+  "cacheCreationInputTokens",
+  "cacheReadInputTokens",
+  "numTurns",
+  "cliSubtype",
+  "isError",
+  "usageComplete",
+  "cliReportedCostUsd",
+  "computedCostUsd",
+  "costBasis",
+  "setupProblems",
+  "costProblem",
+] as const satisfies ReadonlyArray<keyof AdjudicatorRun>;
+
+/**
+ * The adjudication record's runs, read again the same way from `<record>.transcripts/`: the run
+ * facts, status and charge, and an adjudicator verdict read again from the transcript's last
+ * result. The verdict's text is never shown.
+ */
+export async function verifyRecord(path: string): Promise<VerifyResult> {
+  const record = await readRecord(path);
+  const differences: string[] = [];
+  let verified = 0;
+  const model = record.adjudicator.model;
+  for (const item of record.items) {
+    const run = item.run;
+    const where = `items[${item.position}] (observation ${item.observationIndex})`;
+    if (run === null || run.phase === "reserved") continue;
+    if (run.transcriptSha256 === undefined) {
+      differences.push(`${where}.run.transcriptSha256: absent; the record keeps no transcript for this run, so it cannot be verified`);
+      continue;
+    }
+    const file = await readTranscriptFile(path, item.observationIndex);
+    if (file === null) {
+      differences.push(`${where}.run.transcriptSha256: the transcript ${transcriptFile(path, item.observationIndex)} is missing`);
+      continue;
+    }
+    if (file.mode !== LEDGER_MODE) differences.push(`${where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
+    const hash = sha256Hex(file.bytes);
+    if (hash !== run.transcriptSha256) differences.push(`${where}.run.transcriptSha256: record ${run.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
+    if (run.phase !== "settled") continue;
+    const lines = transcriptLines(file.bytes);
+    const reader = new TranscriptReader({ arm: "repository", model, expectedTools: expectedInitTools("repository"), cliVersion: record.adjudicator.expectedCliVersion });
+    let structuredOutput: unknown;
+    let resultText: string | null = null;
+    for (const line of lines) {
+      reader.pushLine(line);
+      try {
+        const event = JSON.parse(line) as Record<string, unknown>;
+        if (event?.type === "result") {
+          structuredOutput = event.structured_output;
+          resultText = typeof event.result === "string" ? event.result : null;
+        }
+      } catch {
+        // The reader records the malformed line.
+      }
+    }
+    const facts = reader.finish();
+    const cost = computeCost({ ...facts, model });
+    const again: Partial<AdjudicatorRun> = {
+      model: facts.initModel,
+      tools: facts.initTools,
+      toolCalls: facts.toolCalls,
+      toolCallsByName: facts.toolCallsByName,
+      ...tokenCounts(facts),
+      numTurns: facts.numTurns,
+      cliSubtype: facts.cliSubtype,
+      isError: facts.isError,
+      usageComplete: facts.usageComplete,
+      cliReportedCostUsd: cost.reportedCostUsd,
+      computedCostUsd: cost.computedCostUsd,
+      costBasis: cost.costBasis ? { ...cost.costBasis } : null,
+      setupProblems: facts.setupProblems,
+      costProblem: cost.problems.length ? cost.problems.join("; ") : null,
+    };
+    const verdict = classifyAttempt({ facts, exitCode: run.exitCode, timedOut: run.timedOut, truncated: run.truncated, cost });
+    if (verdict.status === "invalid-setup" && again.setupProblems!.length === 0) again.setupProblems = [verdict.reason];
+    if (verdict.status === "invalid-cost" && again.costProblem === null) again.costProblem = verdict.reason;
+    for (const field of RUN_FIELDS) if (!isDeepStrictEqual(again[field], run[field])) differences.push(differ(`${where}.run`, field, run[field], again[field]));
+    const settled = settle({ capUsd: Math.max(record.budget.capUsd, run.reservationUsd), spentUsd: 0, reservedUsd: run.reservationUsd }, { reservedUsd: run.reservationUsd }, {
+      status: verdict.status,
+      reportedCostUsd: cost.reportedCostUsd,
+      computedCostUsd: cost.computedCostUsd,
+    });
+    if (settled.status !== run.status) differences.push(differ(`${where}.run`, "status", run.status, settled.status));
+    if (run.chargedUsd === null || Math.abs(settled.chargedUsd - run.chargedUsd) > 1e-12) differences.push(differ(`${where}.run`, "chargedUsd", run.chargedUsd, settled.chargedUsd));
+    if (item.decidedBy === "adjudicator" && item.verdict) {
+      const reading = readVerdict(structuredOutput, resultText, item.verdict.propositions.length);
+      if (!reading.ok || !isDeepStrictEqual(reading.verdict, item.verdict)) differences.push(`${where}.verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
+    }
+    verified++;
+  }
+  return { path, observations: record.items.length, verified, differences };
 }

@@ -122,6 +122,28 @@ describe("ledger verify on a fresh demo ledger", () => {
   });
 });
 
+describe("ledger verify --adjudication", () => {
+  it("agrees with the demo's adjudicator runs, and fails on an edited verdict and a truncated adjudicator transcript", async () => {
+    const ok = await runCli(["ledger", "verify", ledgerPath, "--adjudication", demo.adjudication]);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    expect(ok.stdout).toContain("72 read again from their transcripts");
+
+    const c = await copy("adjudication");
+    const recordPath = join(c.ledger, "..", basename(demo.adjudication));
+    const record = JSON.parse(await readFile(recordPath, "utf8")) as AdjudicationRecord;
+    const secret = "EDITED-VERDICT-REASON";
+    record.items[2]!.verdict!.reasons = secret;
+    await writeFile(recordPath, JSON.stringify(record, null, 2));
+    const file = join(`${recordPath}.transcripts`, `${String(record.items[4]!.observationIndex).padStart(4, "0")}.jsonl`);
+    await truncate(file, Math.floor((await stat(file)).size / 3));
+    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", recordPath]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/adjudication items\[2\] \(observation \d+\)\.verdict: the record's verdict differs .*not shown: private/);
+    expect(r.stdout).toMatch(/adjudication items\[4\] \(observation \d+\)\.run\.transcriptSha256: record [0-9a-f]{64}, the stored transcript hashes to/);
+    expect(r.stdout).not.toContain(secret);
+  });
+});
+
 describe("the private pair viewer of the demo", () => {
   it("is written beside the ledger with mode 600, pairs all 36 attempts, and its page text matches the ledger", async () => {
     const chromium = ensureChromium();
