@@ -128,3 +128,16 @@ export function readVerdict(structuredOutput: unknown, resultText: string | null
   }
   return { ok: true, verdict: { ...v, propositions: [...v.propositions].sort((a, b) => Number(a.id.slice(1)) - Number(b.id.slice(1))) }, source };
 }
+
+/** Keeps the structured output and the result text of the last result event; its validity is the transcript reader's verdict. */
+export function readResultEvent(line: string, out: { structuredOutput: unknown; resultText: string | null }): void {
+  if (!line.includes('"result"')) return;
+  try {
+    const event = JSON.parse(line) as Record<string, unknown>;
+    if (event?.type !== "result") return;
+    out.structuredOutput = event.structured_output;
+    out.resultText = typeof event.result === "string" ? event.result : null;
+  } catch {
+    // The reader records the malformed line.
+  }
+}

@@ -8,7 +8,6 @@ import { hasCommit } from "../corpus/git.ts";
 import { adjudicatorFilterOptions } from "../corpus/filter.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLock } from "../attempt/login.ts";
 import type { NetworkSetting } from "../attempt/spec.ts";
-import { expectedInitTools } from "../claude/args.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
@@ -18,9 +17,10 @@ import { emptyRunFacts } from "../cli-attempt/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments } from "./prompt.ts";
 import { armGuessOf } from "./blinding.ts";
-import { planAdjudication, readVerdict, type PlannedItem } from "./plan.ts";
+import { planAdjudication, readResultEvent, readVerdict, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
+import { TranscriptStore } from "../ledger/transcripts.ts";
 
 /**
  * Blind agent adjudication of one ledger (contract R87 to R93): one fresh hardened container per answer,
@@ -180,6 +180,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   };
   const checkouts = [...new Set([...config.roots.values(), ...config.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []))])];
   const handle = await createRecord(config.output, record, { checkouts, projectRoot: PROJECT_ROOT });
+  const transcripts = await TranscriptStore.create(handle.path);
   const say = (line: string) => {
     if (!config.quiet) deps.stderr.write(`study-runner adjudicate: ${line}\n`);
   };
@@ -228,7 +229,6 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           argv: adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! }),
           arm: "repository",
           model: config.model,
-          expectedTools: expectedInitTools("repository"),
           expectedCliVersion: config.expectedCliVersion,
           network: networkFor(config.isolation),
           labels: runnerLabels(adjudicationId, `adjudicate-${p.position}`),
@@ -237,6 +237,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           timeoutMs: config.timeoutMs,
           stdoutLimitBytes: config.stdoutLimitBytes,
           onLine: (line) => readResultEvent(line, out),
+          transcripts: { store: transcripts, index: p.observationIndex },
         },
         ctx.entry,
         ctx.persist,
@@ -279,18 +280,6 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   return end.exitCode;
 }
 
-/** Keeps the structured output and the result text of the last result event; its validity is the transcript reader's verdict. */
-function readResultEvent(line: string, out: { structuredOutput: unknown; resultText: string | null }): void {
-  if (!line.includes('"result"')) return;
-  try {
-    const event = JSON.parse(line) as Record<string, unknown>;
-    if (event?.type !== "result") return;
-    out.structuredOutput = event.structured_output;
-    out.resultText = typeof event.result === "string" ? event.result : null;
-  } catch {
-    // The reader records the malformed line.
-  }
-}
 
 export function summarizeAdjudication(record: AdjudicationRecord, handle: { path: string }): AdjudicationSummary {
   const outcomes: AdjudicationSummary["outcomes"] = { correct: 0, partial: 0, incorrect: 0, incomplete: 0, blocked: 0, undecided: 0 };

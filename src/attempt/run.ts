@@ -27,16 +27,6 @@ export interface RawOutcome {
 /** The line with-relay.mjs writes to stderr when the CLI exits with its HOME full. */
 export const HOME_FULL_MARK = "with-relay: HOME is full";
 
-/**
- * A full HOME fails the attempt whatever the CLI made of it: it may have lost its own state or a
- * refreshed login on the way, and "the container ran out of its HOME" must read as that.
- */
-export function withHomeBound<V extends { status: string; reason: string }>(raw: Pick<RawOutcome, "homeFull">, verdict: V): V | { status: "failed"; reason: string } {
-  if (!raw.homeFull) return verdict;
-  const bound = "the attempt's HOME (a size-bounded tmpfs) was full when the CLI exited";
-  return verdict.status === "completed" ? { status: "failed", reason: bound } : { ...verdict, reason: `${verdict.reason} (${bound})` };
-}
-
 export interface RunBounds {
   stdoutLimitBytes?: number;
   timeoutMs?: number;

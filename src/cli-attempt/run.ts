@@ -3,18 +3,18 @@ import type { ContainerRuntime } from "../runtime/port.ts";
 import { exportAtPin, removeExport, removeTree, type ExportOptions } from "../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
-import { runBounded, withHomeBound } from "../attempt/run.ts";
+import { runBounded } from "../attempt/run.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { compareMcpRecord, startMcpBridge, type McpBridge, type McpBridgeRecord } from "../mcp/bridge.ts";
 import type { Arm } from "../terms/terms.ts";
-import { TranscriptReader, type TranscriptFacts } from "../transcript/reader.ts";
-import { classifyAttempt } from "../transcript/classify.ts";
+import type { TranscriptFacts } from "../transcript/reader.ts";
 import type { AttemptStatus } from "../terms/terms.ts";
-import { computeCost, type CostResult } from "../cost/compute.ts";
+import type { CostResult } from "../cost/compute.ts";
 import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
 import type { Checkpoint } from "../loop/loop.ts";
-import { runFactsFrom } from "./record.ts";
+import { interpretRun, runReader } from "./interpret.ts";
+import type { TranscriptStore } from "../ledger/transcripts.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
@@ -45,7 +45,6 @@ export interface CliRunInput {
   /** Which arm's setup the transcript must show (the adjudicator runs as the repository arm). */
   arm: Arm;
   model: string;
-  expectedTools: readonly string[];
   expectedCliVersion: string;
   network: NetworkSetting;
   /** The MCP arm: the doc-bridge engine command and its checkout, served through a per-run bridge. */
@@ -67,6 +66,8 @@ export interface CliRunInput {
   stdoutLimitBytes?: number;
   /** Sees every stdout line. */
   onLine?: (line: string) => void;
+  /** Where the raw stream-json is kept (as transcript `index`), for `ledger verify`. */
+  transcripts?: { store: TranscriptStore; index: number };
 }
 
 export interface CliRunResult {
@@ -127,22 +128,26 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       homeBytes: input.homeBytes,
     });
 
-    const reader = new TranscriptReader({ arm: input.arm, model: input.model, expectedTools: input.expectedTools, cliVersion: input.expectedCliVersion });
+    const reader = runReader(input.arm, input.model, input.expectedCliVersion);
     record.phase = "running";
     record.startedAt = (deps.now?.() ?? new Date()).toISOString();
     await persist(); // the child may spend from here on
+    const transcript = input.transcripts?.store.begin(input.transcripts.index);
+    if (transcript) cleanups.push(async () => transcript.finish());
     checkpoint("before-container-start");
     const raw = await runBounded(
       deps.runtime,
       spec,
       (line) => {
         checkpoint("during-attempt");
+        transcript?.pushLine(line);
         reader.pushLine(line);
         input.onLine?.(line);
       },
       { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal },
     );
     Object.assign(record, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
+    if (transcript) record.transcriptSha256 = transcript.finish();
 
     const facts = reader.finish();
     // A refused egress request does not fail the attempt by itself (contract R72): it is recorded and reported.
@@ -159,18 +164,12 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     }
     await writeBackLogin(input.login, staged, { lock: input.lock });
 
-    const cost = computeCost({ ...facts, model: input.model });
-    Object.assign(record, runFactsFrom(facts, cost));
-    const done = (status: AttemptStatus, reason: string): CliRunResult => ({ status, reason, facts, cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord });
-    if (deps.signal?.aborted) return done("failed", `interrupted by ${String(deps.signal.reason ?? "a signal")}`);
-    // A kill after the result event and its grace period is the runner's doing, not a CLI failure.
-    const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
-    const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, stdoutLimitBytes: raw.stdoutLimitBytes, cost });
-    if (verdict.status === "invalid-setup" && record.setupProblems.length === 0) record.setupProblems = [verdict.reason];
-    if (verdict.status === "invalid-cost" && record.costProblem === null) record.costProblem = verdict.reason;
-    if (verdict.status !== "completed" && raw.oomKilled) return done(verdict.status, `${verdict.reason} (the container was killed by its memory limit)`);
-    const bounded = withHomeBound(raw, verdict);
-    return done(bounded.status, bounded.reason);
+    const meaning = interpretRun(facts, input.model, {
+      ...raw,
+      interruptedBy: deps.signal?.aborted ? String(deps.signal.reason ?? "a signal") : undefined,
+    });
+    Object.assign(record, meaning.fields);
+    return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord };
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
   }

@@ -168,9 +168,17 @@ Example:
     .option("--truncated", `stdout was cut at the ${formatByteBound(STDOUT_LIMIT_BYTES)} bound`)
     .action(async (file, opts) => setExit(await (await import("./classify.ts")).classifyCommand(file, opts)));
 
-  program
-    .command("ledger")
-    .description("read a private ledger without changing it")
+  const ledgerCommand = program.command("ledger").description("read a private ledger without changing it");
+  ledgerCommand
+    .command("verify <path>")
+    .description(
+      "read every stored transcript again (<ledger>.transcripts/) with the runner's rules, recompute each observation's facts, status, cost and charge, and compare them with the ledger field by field, with each transcript's sha256; never writes",
+    )
+    .option("--adjudication <path>", "also verify this adjudication record's runs against <record>.transcripts/ (facts, status, charge, verdict)")
+    .option("--json", "one JSON object instead of lines")
+    .addHelpText("after", "\nExit codes: 0 every observation agrees with its transcript, 1 differences (each names the observation and the field), 2 unreadable.")
+    .action(async (path, opts) => setExit(await (await import("./ledger.ts")).ledgerVerifyCommand(path, opts)));
+  ledgerCommand
     .command("check <path>")
     .description("validate a ledger (schema, and spent = settled charges + open reservations) and say whether its run finished or was interrupted; never writes")
     .option("--json", "one JSON object instead of lines")
@@ -223,12 +231,15 @@ Correctness is agent-adjudicated: there is no human review.`,
 
   program
     .command("report")
-    .description("report a run from its ledger and, when given, its adjudication record: statuses, outcomes per arm, paired differences, totals")
+    .description("report a run from its ledger and, when given, its adjudication record: statuses, outcomes per arm, task-level statistics (docs/report.md), behaviour per arm, totals")
     .option("--ledger <path>", "the private ledger (only read)")
     .option("--adjudication <path>", "the adjudication record of that ledger (only read)")
     .option("--manifest <path>", "the manifest the run used, for the plan and the pilot extrapolation (default: the path the ledger records)")
     .addOption(new Option("--format <format>", "what to print on stdout").choices(["markdown", "json", "html"]).default("markdown"))
     .option("--out-dir <dir>", "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing")
+    .option("--private", "instead: write the PRIVATE pair viewer <ledger>.pairs.html beside the ledger (mode 600, created exclusively): each task x repetition's two attempts side by side with tool calls and their inputs, answers and verdicts; never publish it")
+    .option("--seed <n>", "seed of the cluster bootstrap (an integer 0..4294967295; the report states it)", "20261201")
+    .option("--effect <points...>", "score effects (points, > 0 and ≤ 1) the planning table sizes a study for", ["0.1", "0.2", "0.3"])
     .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));
 
   program

@@ -11,12 +11,35 @@ export interface ReportFlags {
   manifest?: string;
   format?: "markdown" | "json" | "html";
   outDir?: string;
+  seed?: string;
+  effect?: string[];
+  private?: boolean;
+}
+
+function parseSeed(text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  const n = Number(text);
+  if (!/^[0-9]+$/.test(text) || !Number.isSafeInteger(n) || n > 0xffffffff) throw new UsageError(`--seed ${text} is not an integer from 0 to 4294967295; give e.g. --seed 20261201`);
+  return n;
+}
+
+function parseEffects(texts: string[] | undefined): number[] | undefined {
+  return texts?.map((t) => {
+    const n = Number(t);
+    if (!Number.isFinite(n) || n <= 0 || n > 1) throw new UsageError(`--effect ${t} is not a score difference above 0 and at most 1 (points); give e.g. --effect 0.2`);
+    return n;
+  });
 }
 
 export async function reportCommand(flags: ReportFlags): Promise<number> {
   if (!flags.ledger) throw new UsageError("--ledger PATH is required: the ledger of the run to report");
-  const { loadReport, renderJson, writeReportFiles } = await import("../report/write.ts");
-  const report = await loadReport({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest });
+  const { loadReport, renderJson, writeReportFiles, writePrivateViewer } = await import("../report/write.ts");
+  if (flags.private) {
+    const written = await writePrivateViewer({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });
+    process.stdout.write(`${JSON.stringify({ private: written.path, pairs: written.pairs, attempts: written.attempts, note: "private: holds answers and tool inputs; mode 600; do not publish" }, null, 2)}\n`);
+    return ExitCode.ok;
+  }
+  const report = await loadReport({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });
   if (flags.outDir) {
     const files = await writeReportFiles(flags.outDir, report);
     process.stdout.write(`${JSON.stringify(files, null, 2)}\n`);

@@ -131,9 +131,13 @@ export const RUN_FACTS_SHAPE = {
   wallTimeMs: Count.nullable(),
   status: AttemptStatusSchema.nullable().meta({ description: "null until settled" }),
   chargedUsd: Usd.nullable().meta({ description: "null until settled; then the final charge" }),
+  transcriptSha256: Sha256.optional().meta({
+    description: "sha256 of the run's raw stream-json, kept privately beside its record (<ledger or record>.transcripts/NNNN.jsonl); `ledger verify` reads it again",
+  }),
 };
 
-type RunFactsShape = { [K in keyof typeof RUN_FACTS_SHAPE]: z.infer<(typeof RUN_FACTS_SHAPE)[K]> };
+const RunFactsObject = z.object(RUN_FACTS_SHAPE);
+type RunFactsShape = z.infer<typeof RunFactsObject>;
 /** The shared part of an observation and of an adjudicator run. */
 export type RunFacts = RunFactsShape;
 

@@ -5,8 +5,10 @@ import type { Manifest } from "../manifest/schema.ts";
 import { planStudy } from "../plan/plan.ts";
 import type { Arm } from "../terms/terms.ts";
 import { UsageError } from "../util/errors.ts";
-import { INTERVAL_METHOD, meanInterval } from "./stats.ts";
 import { ADJUDICATION_USD_LABEL, extrapolationCaveat, spendLabel, type SpendLabel } from "../cost/labels.ts";
+import { analyse, type Analysis } from "./analysis.ts";
+import { behaviourOf, type Behaviour } from "./behaviour.ts";
+import { DEFAULT_BOOTSTRAP_SEED } from "./stats.ts";
 
 /**
  * The report's data (pure): every attempt of the plan with its status (none dropped, the ones
@@ -42,6 +44,9 @@ export interface AttemptRow {
   wallTimeMs: number | null;
   chargedUsd: number | null;
   usageComplete: boolean;
+  numTurns: number | null;
+  /** Tool names only (never inputs): the tool mix of the behaviour table. */
+  toolCallsByName: Record<string, number> | null;
 }
 
 export const PAIRED_METRICS = [
@@ -71,9 +76,8 @@ export interface PairedMetric {
   unit: string;
   pairs: Pair[];
   n: number;
+  /** Descriptive only: the tests and intervals are task-level (ReportData.analysis). */
   meanDiff: number | null;
-  lower: number | null;
-  upper: number | null;
   /** Pairs left out, with why. */
   missing: Array<{ task: string; repetition: number; why: string }>;
 }
@@ -120,7 +124,11 @@ export interface ReportData {
   attempts: AttemptRow[];
   statusCounts: Record<string, Record<string, number>>;
   outcomes: Record<string, OutcomeDistribution>;
+  /** Attempt pairs (task × repetition), for the dot plots; descriptive, no interval. */
   paired: { direction: string; method: string; metrics: PairedMetric[] };
+  /** Task-level statistics: the unit of analysis is the task. */
+  analysis: Analysis;
+  behaviour: Behaviour;
   totals: {
     planned: number | null;
     run: number;
@@ -195,6 +203,10 @@ export interface ReportInput {
   /** The run's manifest (hash already checked), or null when it could not be read. */
   manifest: Manifest | null;
   manifestNote?: string;
+  /** The cluster bootstrap's seed (DEFAULT_BOOTSTRAP_SEED when absent); the report states it. */
+  seed?: number;
+  /** Score effects the planning table sizes a study for (DEFAULT_PLANNING_EFFECTS when absent). */
+  effects?: readonly number[];
 }
 
 /** The record must be this ledger's, observation by observation; anything else is refused. */
@@ -211,6 +223,9 @@ export function checkBinding(ledger: Ledger, ledgerSha256: string, record: Adjud
   }
   return problems;
 }
+
+export const PAIRED_METHOD =
+  "descriptive: the mean of the attempt-pair differences (same task and repetition); repetitions of a task are not independent, so no interval or test is computed over attempt pairs: see the task-level analysis";
 
 const usd6 = (n: number) => Number(n.toFixed(6));
 
@@ -266,6 +281,8 @@ export function buildReport(input: ReportInput): ReportData {
       wallTimeMs: o.wallTimeMs,
       chargedUsd: o.chargedUsd,
       usageComplete: o.usageComplete,
+      numTurns: o.numTurns,
+      toolCallsByName: o.status === null ? null : o.toolCallsByName,
     };
   });
 
@@ -295,6 +312,8 @@ export function buildReport(input: ReportInput): ReportData {
         wallTimeMs: null,
         chargedUsd: null,
         usageComplete: false,
+        numTurns: null,
+        toolCallsByName: null,
       });
     }
   } else {
@@ -370,8 +389,8 @@ export function buildReport(input: ReportInput): ReportData {
       const mv = m![key] as number;
       pairs.push({ task: e.task, repetition: e.repetition, repository: rv, mcp: mv, diff: mv - rv });
     }
-    const s = meanInterval(pairs.map((p) => p.diff));
-    return { metric: key, label, unit, pairs, n: s.n, meanDiff: s.mean, lower: s.lower, upper: s.upper, missing };
+    const meanDiff = pairs.length ? pairs.reduce((s, p) => s + p.diff, 0) / pairs.length : null;
+    return { metric: key, label, unit, pairs, n: pairs.length, meanDiff, missing };
   });
 
   const run = ledger.observations;
@@ -393,6 +412,7 @@ export function buildReport(input: ReportInput): ReportData {
     };
   }
 
+  const direction = `${scenarioOf.mcp} minus ${scenarioOf.repository}`;
   return {
     schemaVersion: 1,
     kind: "study-report",
@@ -428,7 +448,9 @@ export function buildReport(input: ReportInput): ReportData {
     attempts,
     statusCounts,
     outcomes,
-    paired: { direction: `${scenarioOf.mcp} minus ${scenarioOf.repository}`, method: INTERVAL_METHOD, metrics },
+    paired: { direction, method: PAIRED_METHOD, metrics },
+    analysis: analyse(attempts, { seed: input.seed ?? DEFAULT_BOOTSTRAP_SEED, direction, effects: input.effects }),
+    behaviour: behaviourOf(attempts),
     totals: {
       planned,
       run: run.length,

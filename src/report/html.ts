@@ -1,6 +1,8 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
-import { blindingLine, egressTargetsText, fmt, intervalText, spendLines } from "./markdown.ts";
+import { blindingLine, egressTargetsText, fmt, spendLines } from "./markdown.ts";
+import { analysisBlocks, behaviourBlock, num, type Block } from "./sections.ts";
+import type { ArmBehaviour } from "./behaviour.ts";
 
 /**
  * One self-contained HTML page: inline CSS and inline SVG, no script, no external resource,
@@ -110,6 +112,64 @@ export function outcomeChart(r: ReportData): string {
   return parts.join("");
 }
 
+/** Grouped horizontal bars: one group per label, one bar per arm, scaled to the largest value of the chart. */
+export function armBars(r: ReportData, cls: string, title: string, groups: Array<{ label: string; values: [number | null, number | null]; text: [string, string] }>): string {
+  const left = 230;
+  const width = 760;
+  const plotW = width - left - 90;
+  const groupH = 40;
+  const height = 30 + groups.length * groupH + 10;
+  const max = Math.max(0, ...groups.flatMap((g) => g.values.map((v) => v ?? 0)));
+  const parts: string[] = [];
+  parts.push(`<svg class="chart ${cls}" role="img" aria-label="${esc(title)}" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">`);
+  parts.push(`<title>${esc(title)}</title><text x="${left}" y="16" class="ct">${esc(title)}</text>`);
+  parts.push(`<rect x="${width - 250}" y="6" width="10" height="10" fill="${ARM_COLOURS.repository}"/><text x="${width - 236}" y="16" class="lg">${esc(r.scenarios.repository)}</text>`);
+  parts.push(`<rect x="${width - 120}" y="6" width="10" height="10" fill="${ARM_COLOURS.mcp}"/><text x="${width - 106}" y="16" class="lg">${esc(r.scenarios.mcp)}</text>`);
+  groups.forEach((g, i) => {
+    const y = 28 + i * groupH;
+    parts.push(`<text x="${left - 8}" y="${y + 20}" text-anchor="end" class="lb">${esc(g.label)}</text>`);
+    (["repository", "mcp"] as const).forEach((arm, k) => {
+      const v = g.values[k] ?? null;
+      const by = y + 2 + k * 17;
+      if (v === null) {
+        parts.push(`<text x="${left + 4}" y="${by + 12}" class="gap">—</text>`);
+        return;
+      }
+      const w = max > 0 ? Math.max(1, (v / max) * plotW) : 1;
+      parts.push(`<rect x="${left}" y="${by}" width="${w.toFixed(1)}" height="15" fill="${ARM_COLOURS[arm]}"><title>${esc(`${g.label}, ${r.scenarios[arm]}: ${g.text[k] ?? ""}`)}</title></rect>`);
+      parts.push(`<text x="${(left + w + 4).toFixed(1)}" y="${by + 12}" class="tk">${esc(g.text[k] ?? "")}</text>`);
+    });
+  });
+  parts.push("</svg>");
+  return parts.join("");
+}
+
+/** The behaviour charts: the tool mix, then each per-attempt figure on its own scale. */
+export function behaviourCharts(r: ReportData): string {
+  const b = r.behaviour;
+  const pair = <T,>(f: (x: ArmBehaviour) => T): [T, T] => [f(b.arms.repository), f(b.arms.mcp)];
+  const mix = armBars(
+    r,
+    "toolmix",
+    "tool mix (calls per tool name)",
+    b.tools.map((t) => ({ label: t, values: pair((x) => x.toolMix[t] ?? 0), text: pair((x) => String(x.toolMix[t] ?? 0)) })),
+  );
+  const scalar = (label: string, f: (x: ArmBehaviour) => number | null, unit?: string) =>
+    armBars(r, "behaviour", label, [{ label, values: pair(f), text: pair((x) => num(f(x), unit)) }]);
+  return [
+    mix,
+    scalar("doc-bridge calls per attempt", (x) => x.docBridgeCallsPerAttempt, "rate"),
+    scalar("mean turns", (x) => x.meanTurns),
+    scalar("cache-hit rate", (x) => x.cacheHitRate, "rate"),
+    scalar("mean wall time ms", (x) => x.meanWallTimeMs),
+    scalar("cost per correct answer USD", (x) => x.costPerCorrectUsd, "USD"),
+  ].join("");
+}
+
+function blockHtml(b: Block, extra = ""): string {
+  return `<h2 id="${esc(b.id)}">${esc(b.title)}</h2>${extra}${b.paragraphs.map((p) => `<p>${esc(p)}</p>`).join("")}${table(b.head, b.rows)}`;
+}
+
 function table(head: string[], rows: string[][]): string {
   return `<table><thead><tr>${head.map((h) => `<th>${esc(h)}</th>`).join("")}</tr></thead><tbody>${rows.map((r) => `<tr>${r.map((c) => `<td>${esc(c)}</td>`).join("")}</tr>`).join("")}</tbody></table>`;
 }
@@ -171,10 +231,14 @@ export function renderHtml(r: ReportData): string {
   );
   body.push(`<p>Scores: correct 1, partial 0.5, incorrect 0, incomplete 0; blocked and missing have no score.</p>`);
 
-  body.push(`<h2>Paired per task (${esc(r.paired.direction)})</h2>`);
+  for (const b of analysisBlocks(r)) body.push(blockHtml(b));
+  const bb = behaviourBlock(r);
+  body.push(blockHtml(bb, behaviourCharts(r)));
+
+  body.push(`<h2 id="pairs">Attempt pairs (${esc(r.paired.direction)})</h2>`);
   for (const key of PLOTTED) body.push(dotPlot(r.paired.metrics.find((m) => m.metric === key)!, r, tasks));
-  body.push(`<p>Interval: ${esc(r.paired.method)}.</p>`);
-  body.push(table(["metric", "pairs", "mean difference", "95% interval", "pairs left out"], r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), intervalText(m), String(m.missing.length)])));
+  body.push(`<p>${esc(r.paired.method)}.</p>`);
+  body.push(table(["metric", "pairs", "mean difference", "pairs left out"], r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), String(m.missing.length)])));
 
   body.push(`<h2>Attempt statuses</h2>`);
   const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();

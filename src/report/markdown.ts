@@ -1,5 +1,6 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
-import { REPORT_OUTCOMES, type EgressRow, type PairedMetric, type ReportData } from "./build.ts";
+import { REPORT_OUTCOMES, type EgressRow, type ReportData } from "./build.ts";
+import { analysisBlocks, behaviourBlock, type Block } from "./sections.ts";
 
 /** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
 /** What the USD figures and token counts are, one sentence each (shared with the HTML page). */
@@ -21,10 +22,8 @@ function table(head: string[], rows: string[][]): string[] {
   return [`| ${head.map(cell).join(" | ")} |`, `| ${head.map(() => "---").join(" | ")} |`, ...rows.map((r) => `| ${r.map(cell).join(" | ")} |`)];
 }
 
-export function intervalText(m: PairedMetric): string {
-  if (m.n === 0) return "no complete pair";
-  if (m.lower === null || m.upper === null) return "n < 2: no interval";
-  return `${fmt(m.lower, m.unit)} to ${fmt(m.upper, m.unit)}`;
+function block(b: Block): string[] {
+  return [`## ${b.title}`, "", ...b.paragraphs.flatMap((p) => [p, ""]), ...table(b.head, b.rows), ""];
 }
 
 /** The refused targets of an egress row, with a note when the proxy kept only part of its record. */
@@ -116,11 +115,14 @@ export function renderMarkdown(r: ReportData): string {
   const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
   out.push(...table(["scenario", ...statuses], sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))])), "");
 
-  out.push(`## Paired differences (${r.paired.direction})`, "", `Interval: ${r.paired.method}.`, "");
+  for (const b of analysisBlocks(r)) out.push(...block(b));
+  out.push(...block(behaviourBlock(r)));
+
+  out.push(`## Attempt pairs (${r.paired.direction})`, "", `${r.paired.method}.`, "");
   out.push(
     ...table(
-      ["metric", "pairs", "mean difference", "95% interval", "pairs left out"],
-      r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), intervalText(m), String(m.missing.length)]),
+      ["metric", "pairs", "mean difference", "pairs left out"],
+      r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), String(m.missing.length)]),
     ),
     "",
   );

@@ -1,5 +1,9 @@
-import { mkdir, stat, writeFile } from "node:fs/promises";
+import { mkdir, realpath, stat, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
+import { createPrivateFile } from "../ledger/store.ts";
+import { readTranscriptFile, sha256Hex, transcriptLines } from "../ledger/transcripts.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+import { renderViewer } from "./viewer.ts";
 import { readLedgerInput, loadLedgerManifest } from "../adjudicate/input.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { errorMessage, UsageError } from "../util/errors.ts";
@@ -12,6 +16,8 @@ export interface ReportSources {
   adjudication?: string;
   /** Default: the path the ledger records; a flag that fails is an error, a default that fails is a gap. */
   manifest?: string;
+  seed?: number;
+  effects?: readonly number[];
 }
 
 /** Reads the ledger, the record and the manifest, checks that they belong together, and builds the report. */
@@ -26,7 +32,34 @@ export async function loadReport(sources: ReportSources): Promise<ReportData> {
     if (sources.manifest) throw err;
     manifestNote = errorMessage(err);
   }
-  return buildReport({ ledger: input.ledger, ledgerSha256: input.sha256, record, manifest, manifestNote });
+  return buildReport({ ledger: input.ledger, ledgerSha256: input.sha256, record, manifest, manifestNote, seed: sources.seed, effects: sources.effects });
+}
+
+/** `<ledger>.pairs.html`: beside the ledger, as private as it. */
+export const viewerPath = (ledgerRealPath: string) => `${ledgerRealPath}.pairs.html`;
+
+/**
+ * Writes the private pair viewer beside the ledger: created exclusively, mode 600, refused inside
+ * a checkout or the project. A transcript whose bytes do not match the ledger's hash is not
+ * shown (the viewer says so); `ledger verify` says why.
+ */
+export async function writePrivateViewer(sources: ReportSources): Promise<{ path: string; pairs: number; attempts: number }> {
+  const ledgerPath = await realpath(resolve(sources.ledger)).catch(() => resolve(sources.ledger));
+  const input = await readLedgerInput(ledgerPath);
+  const report = await loadReport(sources);
+  const record = sources.adjudication ? await readRecord(resolve(sources.adjudication)) : null;
+  const transcripts = new Map<number, string[]>();
+  for (const o of input.ledger.observations) {
+    const file = await readTranscriptFile(ledgerPath, o.index);
+    if (file && o.transcriptSha256 === sha256Hex(file.bytes)) transcripts.set(o.index, transcriptLines(file.bytes));
+  }
+  const html = renderViewer({ report, ledger: input.ledger, record, transcripts });
+  const path = viewerPath(ledgerPath);
+  if (await stat(path).then(() => true, () => false)) throw new UsageError(`${path} already exists; the pair viewer is never overwritten: remove it first (it is private: rm, do not publish)`);
+  const checkouts = input.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []));
+  const real = await createPrivateFile(path, html, { checkouts, projectRoot: PROJECT_ROOT }, "pair viewer");
+  const pairs = new Set(input.ledger.observations.map((o) => `${o.task}\0${o.repetition}`)).size;
+  return { path: real, pairs, attempts: input.ledger.observations.length };
 }
 
 export function renderJson(report: ReportData): string {

@@ -9,9 +9,10 @@ import { DEFAULT_ATTEMPT_CPUS } from "../attempt/spec.ts";
 import { checkEgressRunner, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
-import { buildPrompt, cliArguments, denyList, expectedInitTools, EMPTY_MCP_CONFIG } from "../claude/args.ts";
+import { buildPrompt, cliArguments, denyList, EMPTY_MCP_CONFIG } from "../claude/args.ts";
 import { CLI_PRICES } from "../cost/prices.ts";
 import { createLedger, writeLedger } from "../ledger/store.ts";
+import { TranscriptStore } from "../ledger/transcripts.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId, type StudyRunBase } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
@@ -153,6 +154,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   };
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
   const persist = () => writeLedger(handle, ledger);
+  const transcripts = await TranscriptStore.create(handle.path);
 
   const locks = new Map<PlannedAttempt, LoginLock>();
   const kind: AttemptKind = {
@@ -178,7 +180,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       return obs;
     },
     async runOne(a, ctx) {
-      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd }, ctx.entry, ctx.persist);
+      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd, transcripts }, ctx.entry, ctx.persist);
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };
@@ -195,6 +197,7 @@ interface AttemptContext {
   lock: LoginLock;
   denied: string[];
   maxBudgetUsd: number;
+  transcripts: TranscriptStore;
 }
 
 /** One attempt of the study: its arguments and container, through the shared CLI stage. Fills `obs`. */
@@ -225,7 +228,6 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       argv,
       arm: attempt.arm,
       model: config.model,
-      expectedTools: expectedInitTools(attempt.arm),
       expectedCliVersion: config.expectedCliVersion,
       network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
       docBridge: attempt.arm === "mcp" ? { command: config.docBridgeCommand, cwd: repoDir } : undefined,
@@ -241,6 +243,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       timeoutMs: config.timeoutMs,
       stdoutLimitBytes: config.stdoutLimitBytes,
       onLine: deps.onTranscriptLine && ((line) => deps.onTranscriptLine!(attempt, line)),
+      transcripts: { store: ctx.transcripts, index: attempt.index },
     },
     obs,
     persist,

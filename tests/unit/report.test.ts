@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { AGENT_ADJUDICATION_STATEMENT, buildReport } from "../../src/report/build.ts";
 import { renderHtml } from "../../src/report/html.ts";
 import { renderMarkdown } from "../../src/report/markdown.ts";
-import { meanInterval, tQuantile975 } from "../../src/report/stats.ts";
+import { meanInterval, tQuantile } from "../../src/report/stats.ts";
 import { DEMO, syntheticLedger, syntheticRecord } from "../support/adjudication-fixtures.ts";
 
 const SHA = "b".repeat(64);
@@ -12,15 +12,17 @@ describe("paired intervals", () => {
     const s = meanInterval([1, 2, 3]);
     expect(s.mean).toBe(2);
     expect(s.sd).toBe(1);
-    expect(s.lower).toBeCloseTo(2 - 4.303 / Math.sqrt(3), 10);
-    expect(s.upper).toBeCloseTo(2 + 4.303 / Math.sqrt(3), 10);
+    // t(0.975, 2) = 4.302652729749462 (scipy.stats.t.ppf(0.975, 2)).
+    expect(s.lower).toBeCloseTo(2 - 4.302652729749462 / Math.sqrt(3), 12);
+    expect(s.upper).toBeCloseTo(2 + 4.302652729749462 / Math.sqrt(3), 12);
   });
 
   it("gives no interval below two pairs, and uses the t quantile of n-1 degrees of freedom", () => {
     expect(meanInterval([5])).toEqual({ n: 1, mean: 5, sd: null, lower: null, upper: null });
     expect(meanInterval([])).toEqual({ n: 0, mean: null, sd: null, lower: null, upper: null });
-    expect(tQuantile975(17)).toBe(2.11);
-    expect(tQuantile975(60)).toBeCloseTo(2.0003, 3);
+    // scipy.stats.t.ppf(0.975, 17) and (0.975, 60).
+    expect(tQuantile(0.975, 17)).toBeCloseTo(2.1098155778333156, 12);
+    expect(tQuantile(0.975, 60)).toBeCloseTo(2.0002978220142604, 12);
   });
 });
 
@@ -75,7 +77,8 @@ describe("the report of a blocked run with an adjudication that misses an item",
     expect(input.missing.length + input.n).toBe(18);
     const score = report.paired.metrics.find((m) => m.metric === "score")!;
     expect(score.missing.some((m) => /no score in/.test(m.why))).toBe(true);
-    expect(report.paired.method).toMatch(/Student t 95%/);
+    expect(report.paired.method).toMatch(/no interval or test is computed over attempt pairs/);
+    expect(report.analysis.unit).toBe("task");
   });
 
   it("never carries an answer or a verdict's text", () => {
@@ -144,5 +147,41 @@ describe("a run whose model was a test stand-in", () => {
     const gap = /the model answered through a test endpoint \(a scripted or fake API\), not the real API/;
     expect(buildReport({ ledger: { ...ledger, modelApi: "test" }, ledgerSha256: SHA, record: null, manifest: DEMO }).gaps).toEqual(expect.arrayContaining([expect.stringMatching(gap)]));
     expect(buildReport({ ledger: { ...ledger, modelApi: "anthropic" }, ledgerSha256: SHA, record: null, manifest: DEMO }).gaps.some((g) => gap.test(g))).toBe(false);
+  });
+});
+
+describe("behaviour side by side", () => {
+  const ledger = syntheticLedger({ mode: "full" });
+  const r = buildReport({ ledger, ledgerSha256: SHA, record: syntheticRecord(ledger, SHA), manifest: DEMO });
+
+  it("sums each arm's tool mix from its observations and divides its charges by its correct answers", () => {
+    for (const arm of ["repository", "mcp"] as const) {
+      const obs = ledger.observations.filter((o) => o.arm === arm);
+      const mix: Record<string, number> = {};
+      for (const o of obs) for (const [k, n] of Object.entries(o.toolCallsByName)) mix[k] = (mix[k] ?? 0) + n;
+      expect(r.behaviour.arms[arm].toolMix).toEqual(mix);
+      const correct = r.attempts.filter((a) => a.arm === arm && a.outcome === "correct").length;
+      const charged = obs.reduce((s, o) => s + (o.chargedUsd ?? 0), 0);
+      expect(r.behaviour.arms[arm].costPerCorrectUsd).toBeCloseTo(charged / correct, 12);
+      const read = obs.reduce((s, o) => s + o.cacheReadInputTokens!, 0);
+      const prompt = obs.reduce((s, o) => s + o.inputTokens! + o.cacheCreationInputTokens! + o.cacheReadInputTokens!, 0);
+      expect(r.behaviour.arms[arm].cacheHitRate).toBeCloseTo(read / prompt, 12);
+    }
+  });
+
+  it("is in the Markdown and the HTML, with a tool-mix chart, and names the unit of analysis and the tests", () => {
+    const md = renderMarkdown(r);
+    const html = renderHtml(r);
+    for (const text of [md, html]) {
+      expect(text).toContain("Behaviour side by side");
+      expect(text).toContain("cost per correct answer USD");
+      expect(text).toContain("Unit of analysis: the task.");
+      expect(text).toMatch(/exact McNemar/);
+      expect(text).toMatch(/Wilcoxon signed-rank/);
+      expect(text).toContain("Noise floor");
+      expect(text).toContain("MDE (80% power)");
+      expect(text).toContain(`Seed ${r.analysis.seed}`);
+    }
+    expect(html.match(/<svg class="chart toolmix"/g)).toHaveLength(1);
   });
 });

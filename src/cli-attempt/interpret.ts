@@ -1,0 +1,60 @@
+import { TranscriptReader, type TranscriptFacts } from "../transcript/reader.ts";
+import { classifyAttempt } from "../transcript/classify.ts";
+import { computeCost, type CostResult } from "../cost/compute.ts";
+import type { RunFacts } from "../ledger/schema.ts";
+import type { AttemptStatus, Arm } from "../terms/terms.ts";
+import { expectedInitTools } from "../claude/args.ts";
+import { runFactsFrom } from "./record.ts";
+
+/**
+ * What a finished CLI run means, from its transcript and how its container ended: the facts, the
+ * cost check, the shared record fields and the status with its reason. The one interpretation of a
+ * run: the container stage applies it as the run ends, and `ledger verify` applies it again to the
+ * stored transcript, so the two cannot drift apart.
+ */
+
+export interface RunEnding {
+  exitCode: number | null;
+  /** Killed by the runner after the result event and its grace period: not a CLI failure. */
+  killedAfterResult?: boolean;
+  timedOut: boolean;
+  truncated: boolean;
+  /** The stdout bound that applied. */
+  stdoutLimitBytes: number;
+  oomKilled?: boolean;
+  /** The tmpfs HOME was full when the CLI exited. */
+  homeFull?: boolean;
+  /** The run was stopped by a signal: failed, whatever the transcript says. */
+  interruptedBy?: string;
+}
+
+export interface Interpretation {
+  facts: TranscriptFacts;
+  cost: CostResult;
+  fields: Partial<RunFacts>;
+  status: AttemptStatus;
+  reason: string;
+}
+
+/** A reader for a run of `arm` with `model` under the pinned version. */
+export function runReader(arm: Arm, model: string, cliVersion: string | undefined): TranscriptReader {
+  return new TranscriptReader({ arm, model, expectedTools: expectedInitTools(arm), cliVersion });
+}
+
+/** `facts` may carry setup problems found outside the transcript (the doc-bridge record). */
+export function interpretRun(facts: TranscriptFacts, model: string, ending: RunEnding): Interpretation {
+  const cost = computeCost({ ...facts, model });
+  const fields = runFactsFrom(facts, cost);
+  const done = (status: AttemptStatus, reason: string): Interpretation => ({ facts, cost, fields, status, reason });
+  if (ending.interruptedBy !== undefined) return done("failed", `interrupted by ${ending.interruptedBy}`);
+  const exitCode = ending.killedAfterResult ? 0 : ending.exitCode;
+  const verdict = classifyAttempt({ facts, exitCode, timedOut: ending.timedOut, truncated: ending.truncated, stdoutLimitBytes: ending.stdoutLimitBytes, cost });
+  if (verdict.status === "invalid-setup" && (fields.setupProblems ?? []).length === 0) fields.setupProblems = [verdict.reason];
+  if (verdict.status === "invalid-cost" && fields.costProblem === null) fields.costProblem = verdict.reason;
+  if (verdict.status !== "completed" && ending.oomKilled) return done(verdict.status, `${verdict.reason} (the container was killed by its memory limit)`);
+  if (ending.homeFull) {
+    const bound = "the attempt's HOME (a size-bounded tmpfs) was full when the CLI exited";
+    return verdict.status === "completed" ? done("failed", bound) : done(verdict.status, `${verdict.reason} (${bound})`);
+  }
+  return done(verdict.status, verdict.reason);
+}
