@@ -14,6 +14,7 @@ import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
 import type { Checkpoint } from "../loop/loop.ts";
 import { runFactsFrom } from "./record.ts";
+import { instructionFilesIn } from "../corpus/filter.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
@@ -89,6 +90,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     const exported = await exportAtPin(input.export);
     cleanups.push(() => removeExport(exported.dir));
     record.exportHash = exported.exportHash;
+    record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
 
     const homeParent = await makeFolder("home");
     cleanups.push(() => removeTree(homeParent));
