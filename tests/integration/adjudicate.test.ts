@@ -149,7 +149,7 @@ describe("adjudicate a pilot of the demo", () => {
       const argv = rec.argv;
       expect(argv[argv.indexOf("--tools") + 1]).toBe("Read,Grep,Glob");
       expect(argv[argv.indexOf("--mcp-config") + 1]).toBe('{"mcpServers":{}}');
-      expect(JSON.parse(argv[argv.indexOf("--json-schema") + 1]!).required).toEqual(["outcome", "propositions", "contradictions", "reasons"]);
+      expect(JSON.parse(argv[argv.indexOf("--json-schema") + 1]!).required).toEqual(["outcome", "propositions", "contradictions", "reasons", "armGuess"]);
       const prompt = argv.at(-1)!;
       expect(argv.at(-2)).toBe("--");
       expect(prompt.toLowerCase()).not.toMatch(/repository-only|doc-bridge|mcp/);
