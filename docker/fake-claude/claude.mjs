@@ -539,6 +539,9 @@ async function okTranscript(options, b, version, prompt) {
       mcpTools.push(...allowed.filter((t) => t.startsWith(`mcp__${name}__`) && !denied.has(t)));
     }
   }
+  // Measured on 2.1.296 (tests/conformance/adjudicator-structured.test.ts): --json-schema adds a
+  // StructuredOutput tool, listed in init, whose input is the structured output.
+  if (options["--json-schema"] !== undefined) builtins.push("StructuredOutput");
   const tools = [...builtins, ...new Set(mcpTools)];
 
   emit({
@@ -658,7 +661,19 @@ async function okTranscript(options, b, version, prompt) {
   const answer = b.answer ?? (structured !== undefined ? JSON.stringify(structured) : DEFAULT_ANSWER);
   if (b.delayMs) await sleep(b.delayMs);
   const last = startTurn();
-  assistant(last.id, last.usage, { type: "text", text: answer });
+  if (structured !== undefined && b.structuredOutput !== false && b.answer === undefined) {
+    // Measured: the model answers by calling StructuredOutput; the CLI acknowledges it and ends
+    // the run with no further request, the tool's input as structured_output and as result text.
+    const toolUseId = `toolu_fake_structured_${randomUUID().slice(0, 8)}`;
+    assistant(last.id, last.usage, { type: "tool_use", id: toolUseId, name: "StructuredOutput", input: structured });
+    emit({
+      type: "user",
+      message: { role: "user", content: [{ tool_use_id: toolUseId, type: "tool_result", content: "Structured output provided successfully" }] },
+      parent_tool_use_id: null, session_id: sessionId, uuid: randomUUID(), timestamp: new Date().toISOString(),
+    });
+  } else {
+    assistant(last.id, last.usage, { type: "text", text: answer });
+  }
   await Promise.all([...clients.values()].map((c) => c.close()));
 
   const sum = (key) => turns.reduce((s, t) => s + t[key], 0);

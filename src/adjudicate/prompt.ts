@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { z } from "zod";
-import { BUILTIN_READ_TOOLS, EMPTY_MCP_CONFIG, hardenedArguments } from "../claude/args.ts";
+import { BUILTIN_READ_TOOLS, EMPTY_MCP_CONFIG, expectedInitTools, hardenedArguments } from "../claude/args.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
 import { ArmGuessSchema, VerdictSchema } from "./schema.ts";
@@ -84,6 +84,19 @@ export function verdictJsonSchema(): string {
   const asked = VerdictSchema.extend({ armGuess: ArmGuessSchema });
   const { $schema: _ignored, ...schema } = z.toJSONSchema(asked, { io: "output" }) as Record<string, unknown>;
   return JSON.stringify(schema);
+}
+
+/**
+ * Measured on 2.1.296 (tests/conformance/adjudicator-structured.test.ts): `--json-schema` adds
+ * a tool of this name, whose input schema is the verdict's; the init event lists it beside the
+ * read tools, and the model answers by calling it (the CLI then ends the run without another
+ * request, the call's input as `structured_output`).
+ */
+export const STRUCTURED_OUTPUT_TOOL = "StructuredOutput";
+
+/** The tools the adjudicator's init event must list: the attempts' read tools and StructuredOutput. */
+export function adjudicatorInitTools(): string[] {
+  return [...expectedInitTools("repository"), STRUCTURED_OUTPUT_TOOL].sort();
 }
 
 export interface AdjudicatorArgumentOptions {

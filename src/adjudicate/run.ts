@@ -15,7 +15,7 @@ import { runLoop, type RunKind } from "../loop/loop.ts";
 import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { emptyRunFacts } from "../cli-attempt/record.ts";
 import { MASK } from "./mask.ts";
-import { adjudicatorArguments } from "./prompt.ts";
+import { adjudicatorArguments, adjudicatorInitTools } from "./prompt.ts";
 import { armGuessOf } from "./blinding.ts";
 import { planAdjudication, readResultEvent, readVerdict, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
@@ -49,6 +49,8 @@ export interface AdjudicationConfig {
   claudeConfigDir?: string;
   loginLockTimeoutMs?: number;
   fake?: { behaviourFile?: string; recordsDir?: string };
+  /** A Messages API on a host unix socket (the scripted API of the conformance suite); isolation must be offline. */
+  modelApi?: { socketPath: string };
   timeoutMs?: number;
   stdoutLimitBytes?: number;
   quiet?: boolean;
@@ -229,11 +231,13 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           argv: adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! }),
           arm: "repository",
           model: config.model,
+          expectedTools: adjudicatorInitTools(),
           expectedCliVersion: config.expectedCliVersion,
           network: networkFor(config.isolation),
           labels: runnerLabels(adjudicationId, `adjudicate-${p.position}`),
           attemptIndex: p.position,
           fake: config.fake,
+          modelApiSocket: config.modelApi?.socketPath,
           timeoutMs: config.timeoutMs,
           stdoutLimitBytes: config.stdoutLimitBytes,
           onLine: (line) => readResultEvent(line, out),

@@ -36,9 +36,9 @@ export interface Interpretation {
   reason: string;
 }
 
-/** A reader for a run of `arm` with `model` under the pinned version. */
-export function runReader(arm: Arm, model: string, cliVersion: string | undefined): TranscriptReader {
-  return new TranscriptReader({ arm, model, expectedTools: expectedInitTools(arm), cliVersion });
+/** A reader for a run of `arm` with `model` under the pinned version; the init tools are the arm's unless given. */
+export function runReader(arm: Arm, model: string, cliVersion: string | undefined, expectedTools: readonly string[] = expectedInitTools(arm)): TranscriptReader {
+  return new TranscriptReader({ arm, model, expectedTools, cliVersion });
 }
 
 /** `facts` may carry setup problems found outside the transcript (the doc-bridge record). */

@@ -15,6 +15,7 @@ import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
 import type { Checkpoint } from "../loop/loop.ts";
 import { interpretRun, runReader } from "./interpret.ts";
 import type { TranscriptStore } from "../ledger/transcripts.ts";
+import { instructionFilesIn } from "../corpus/filter.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
@@ -44,6 +45,8 @@ export interface CliRunInput {
   argv: readonly string[];
   /** Which arm's setup the transcript must show (the adjudicator runs as the repository arm). */
   arm: Arm;
+  /** The init event's tools when they are not the arm's (the adjudicator adds StructuredOutput). */
+  expectedTools?: readonly string[];
   model: string;
   expectedCliVersion: string;
   network: NetworkSetting;
@@ -91,6 +94,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     const exported = await exportAtPin(input.export);
     cleanups.push(() => removeExport(exported.dir));
     record.exportHash = exported.exportHash;
+    record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
 
     const homeParent = await makeFolder("home");
     cleanups.push(() => removeTree(homeParent));
@@ -128,7 +132,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       homeBytes: input.homeBytes,
     });
 
-    const reader = runReader(input.arm, input.model, input.expectedCliVersion);
+    const reader = runReader(input.arm, input.model, input.expectedCliVersion, input.expectedTools);
     record.phase = "running";
     record.startedAt = (deps.now?.() ?? new Date()).toISOString();
     await persist(); // the child may spend from here on

@@ -18,6 +18,7 @@ import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, t
 import { callCeiling, usageCostUsd, type UpperPrices } from "./pricing.ts";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
 import { openRepositoryTools } from "./tools.ts";
+import { instructionFilesIn } from "../corpus/filter.ts";
 import { combineTools, openDocBridgeTools, type DocBridgeTools } from "./doc-bridge.ts";
 import { PROTOCOL_LIMITS, runAgentLoop, type CallAccount, type LoopResult } from "./loop.ts";
 
@@ -222,6 +223,7 @@ async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: Att
   const repoDir = config.roots.get(attempt.repository)!;
   const repository = await openRepositoryTools({ repoDir, pin: attempt.pin, answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [] });
   obs.exportHash = repository.exportHash;
+  obs.instructionFiles = instructionFilesIn(repository.files.map((f) => f.path));
   let docBridge: DocBridgeTools | undefined;
   try {
     if (attempt.arm === "mcp") {

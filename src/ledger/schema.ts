@@ -128,6 +128,9 @@ export const RUN_FACTS_SHAPE = {
   costBasis: z.record(z.string(), z.unknown()).nullable().meta({ description: "how computedCostUsd was priced (tier and its source)" }),
   setupProblems: z.array(z.string()),
   costProblem: z.string().nullable(),
+  instructionFiles: z.array(z.string()).optional().meta({
+    description: "paths of the files the CLI takes as instructions (CLAUDE.md, CLAUDE.local.md, AGENTS.md) that the export held; attempts keep them as part of the corpus, the adjudicator's export holds none. Absent in records written before it existed",
+  }),
   wallTimeMs: Count.nullable(),
   status: AttemptStatusSchema.nullable().meta({ description: "null until settled" }),
   chargedUsd: Usd.nullable().meta({ description: "null until settled; then the final charge" }),
@@ -136,7 +139,8 @@ export const RUN_FACTS_SHAPE = {
   }),
 };
 
-const RunFactsObject = z.object(RUN_FACTS_SHAPE);
+// Through an object schema, so that an optional field stays optional in the type.
+const RunFactsObject = z.strictObject(RUN_FACTS_SHAPE);
 type RunFactsShape = z.infer<typeof RunFactsObject>;
 /** The shared part of an observation and of an adjudicator run. */
 export type RunFacts = RunFactsShape;

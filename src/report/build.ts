@@ -158,6 +158,37 @@ export interface ReportData {
    * request does not fail an attempt; it is shown here. Absent when no attempt has a record.
    */
   egress?: EgressRow[];
+  /**
+   * Per repository, which instruction files (CLAUDE.md, CLAUDE.local.md, AGENTS.md) the attempts'
+   * exports held: the corpus may instruct the agent, and a reader should know it did. Paths
+   * only, never contents.
+   */
+  instructionFiles: InstructionFilesRow[];
+}
+
+export interface InstructionFilesRow {
+  repository: string;
+  /** Every path any attempt's export held, sorted. */
+  files: string[];
+  /** Attempts whose record names its export's instruction files. */
+  recorded: number;
+  /** Attempts that ran without such a record (a ledger written before the field existed, or stopped before its export). */
+  unrecorded: number;
+}
+
+function instructionFileRows(observations: readonly Observation[]): InstructionFilesRow[] {
+  const rows = new Map<string, { files: Set<string>; recorded: number; unrecorded: number }>();
+  for (const o of observations) {
+    const row = rows.get(o.repository) ?? { files: new Set<string>(), recorded: 0, unrecorded: 0 };
+    rows.set(o.repository, row);
+    if (o.instructionFiles === undefined) {
+      row.unrecorded++;
+      continue;
+    }
+    row.recorded++;
+    for (const f of o.instructionFiles) row.files.add(f);
+  }
+  return [...rows].map(([repository, r]) => ({ repository, files: [...r.files].sort(), recorded: r.recorded, unrecorded: r.unrecorded }));
 }
 
 export interface EgressRow {
@@ -471,5 +502,6 @@ export function buildReport(input: ReportInput): ReportData {
     spend: { ...(ledger.spendLabel ?? spendLabel(ledger.transport)), adjudicationUsd: record ? ADJUDICATION_USD_LABEL : null },
     gaps,
     ...(egressRows(ledger.observations) ? { egress: egressRows(ledger.observations) } : {}),
+    instructionFiles: instructionFileRows(ledger.observations),
   };
 }

@@ -1,6 +1,6 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
-import { blindingLine, egressTargetsText, fmt, spendLines } from "./markdown.ts";
+import { blindingLine, egressTargetsText, fmt, instructionFilesText, INSTRUCTION_FILES_NOTE, spendLines } from "./markdown.ts";
 import { analysisBlocks, behaviourBlock, num, type Block } from "./sections.ts";
 import type { ArmBehaviour } from "./behaviour.ts";
 
@@ -258,6 +258,11 @@ export function renderHtml(r: ReportData): string {
         r.egress.map((e) => [String(e.index + 1), e.task, e.scenario, String(e.repetition), String(e.requests), String(e.allowed), String(e.refused), egressTargetsText(e)]),
       ),
     );
+  }
+
+  if (r.instructionFiles.length) {
+    body.push(`<h2>Instruction files in the corpus</h2>`, `<p>${esc(INSTRUCTION_FILES_NOTE)}</p>`);
+    body.push(table(["repository", "instruction files"], r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)])));
   }
 
   body.push(`<h2>Gaps</h2>`);

@@ -1,5 +1,5 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
-import { REPORT_OUTCOMES, type EgressRow, type ReportData } from "./build.ts";
+import { REPORT_OUTCOMES, type EgressRow, type InstructionFilesRow, type ReportData } from "./build.ts";
 import { analysisBlocks, behaviourBlock, type Block } from "./sections.ts";
 
 /** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
@@ -39,6 +39,15 @@ export function blindingLine(b: NonNullable<ReportData["adjudication"]>["blindin
   const [lo, hi] = b.interval95!;
   const verdict = lo <= 0.5 && 0.5 <= hi ? "indistinguishable from 50% (blind as far as measured)" : "different from 50%: the adjudicator could tell the arms apart";
   return `Blinding: the adjudicator guessed the arm right in ${b.correct} of ${b.guesses} verdicts (${pct(b.accuracy!)}; exact binomial 95% interval ${pct(lo)} to ${pct(hi)}), ${verdict}${b.missing ? `; ${b.missing} verdicts gave no guess` : ""}.`;
+}
+
+export const INSTRUCTION_FILES_NOTE =
+  "Files the Claude Code CLI takes as instructions, as the attempts' exports held them (paths only). They are part of the corpus: the agent saw them; the adjudicator's export never holds them.";
+
+/** One repository's instruction files in words: the same text in Markdown and HTML. */
+export function instructionFilesText(r: InstructionFilesRow): string {
+  const files = r.recorded === 0 ? "not recorded" : r.files.length ? r.files.join(", ") : "none";
+  return r.unrecorded > 0 ? `${files} (${r.unrecorded} of ${r.recorded + r.unrecorded} attempts have no record of it)` : files;
 }
 
 export function renderMarkdown(r: ReportData): string {
@@ -157,6 +166,11 @@ export function renderMarkdown(r: ReportData): string {
       ),
       "",
     );
+  }
+
+  if (r.instructionFiles.length) {
+    out.push("## Instruction files in the corpus", "", INSTRUCTION_FILES_NOTE, "");
+    out.push(...table(["repository", "instruction files"], r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)])), "");
   }
 
   out.push("## Gaps", "");

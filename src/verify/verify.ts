@@ -1,6 +1,7 @@
 import { isDeepStrictEqual } from "node:util";
 import { readResultEvent, readVerdict } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
+import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { settle } from "../budget/budget.ts";
 import { interpretRun, runReader } from "../cli-attempt/interpret.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
@@ -72,7 +73,7 @@ type StoredRun = RunFacts & { exitCode?: number | null; timedOut?: boolean; trun
  * recomputed field, the status and the charge. Returns the transcript's lines when it was read.
  */
 async function checkRun(
-  o: { privateFile: string; index: number; where: string; run: StoredRun; arm: Arm; model: string; cliVersion: string | undefined; capUsd: number },
+  o: { privateFile: string; index: number; where: string; run: StoredRun; arm: Arm; expectedTools?: readonly string[]; model: string; cliVersion: string | undefined; capUsd: number },
   differences: string[],
   extraFields: (facts: TranscriptFacts) => Record<string, unknown> = () => ({}),
 ): Promise<{ lines: readonly string[]; verified: boolean } | null> {
@@ -92,7 +93,7 @@ async function checkRun(
   const lines = transcriptLines(file.bytes);
   if (run.phase !== "settled") return { lines, verified: false };
 
-  const reader = runReader(o.arm, o.model, o.cliVersion);
+  const reader = runReader(o.arm, o.model, o.cliVersion, o.expectedTools);
   for (const line of lines) reader.pushLine(line);
   const facts = reader.finish();
   facts.setupProblems.push(...run.setupProblems.filter((p) => p.startsWith("doc-bridge record: ")));
@@ -154,7 +155,7 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
     if (run === null || run.phase === "reserved") continue;
     const where = `items[${item.position}] (observation ${item.observationIndex}).run`;
     const checked = await checkRun(
-      { privateFile: path, index: item.observationIndex, where, run, arm: "repository", model: record.adjudicator.model, cliVersion: record.adjudicator.expectedCliVersion, capUsd: record.budget.capUsd },
+      { privateFile: path, index: item.observationIndex, where, run, arm: "repository", expectedTools: adjudicatorInitTools(), model: record.adjudicator.model, cliVersion: record.adjudicator.expectedCliVersion, capUsd: record.budget.capUsd },
       differences,
     );
     if (!checked?.verified) continue;

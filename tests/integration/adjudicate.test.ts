@@ -49,12 +49,16 @@ async function fake(file: object): Promise<FakeDir> {
   return f;
 }
 
+/** What the fake recorded of each study run, by name: the attempts' containers. */
+const studyFakes = new Map<string, FakeDir>();
+
 /** A run of the demo study with the fake model; returns the ledger's path. */
 async function runStudy(name: string, mode: "--pilot" | "--run", behaviour: object = {}): Promise<string> {
   const f = await fake(behaviour);
+  studyFakes.set(name, f);
   const output = join(work, `${name}.ledger.json`);
   const r = await runCli(
-    [mode, "--approve-budget", "--transport", "cli", ...roots(), "--output", output, "--image", demo.image, "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--quiet", "--fake-behaviour", join(f.dir, "behaviour.json")],
+    [mode, "--approve-budget", "--transport", "cli", ...roots(), "--output", output, "--image", demo.image, "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--quiet", "--fake-behaviour", join(f.dir, "behaviour.json"), "--fake-records", join(f.dir, "records")],
     { env: { STUDY_MODEL: MODEL, STUDY_BUDGET_USD: "5" }, timeoutMs: 600_000 },
   );
   expect(r.stderr).not.toMatch(/internal error/);
@@ -151,6 +155,33 @@ describe("adjudicate a pilot of the demo", () => {
       expect(prompt.toLowerCase()).not.toMatch(/repository-only|doc-bridge|mcp/);
       expect(prompt).toContain("How does ledgerlite round an amount");
     }
+  });
+
+  it("gives the adjudicator's container no instruction file, while the attempts' containers held the corpus's; the ledger and the report name them", async () => {
+    const ledger = await readLedger(ledgerPath);
+    const instructionNames = /^(claude\.md|claude\.local\.md|agents\.md|\.claude)$/i;
+    const workspace = (rec: FakeRecord) => {
+      const l = rec.listings["/workspace"];
+      if (!l || !("entries" in l)) throw new Error(`no listing of /workspace in the fake's record: ${JSON.stringify(l)}`);
+      return l.entries;
+    };
+    // The attempts: the demo corpus commits CLAUDE.md and AGENTS.md in every repository, and the attempts keep them.
+    const attempts = (await studyFakes.get("pilot")!.records()).filter((r) => /^\d+-/.test(r.file));
+    expect(attempts).toHaveLength(ledger.observations.length);
+    for (const { record: rec } of attempts) expect(workspace(rec).filter((n) => instructionNames.test(n)).sort()).toEqual(["AGENTS.md", "CLAUDE.md"]);
+    for (const o of ledger.observations) expect(o.instructionFiles).toEqual(["AGENTS.md", "CLAUDE.md"]);
+    // The adjudicator: the same corpus at the same pin, and none of them.
+    const graders = result.records.filter((r) => /^\d+-/.test(r.file));
+    expect(graders).toHaveLength(result.record.items.length);
+    for (const { record: rec } of graders) {
+      expect(workspace(rec).length).toBeGreaterThan(0);
+      expect(workspace(rec).filter((n) => instructionNames.test(n))).toEqual([]);
+    }
+    for (const item of result.record.items) expect(item.run?.instructionFiles).toEqual([]);
+    const md = await runCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "markdown"]);
+    expect(md.code).toBe(0);
+    const repository = ledger.observations[0]!.repository;
+    expect(md.stdout).toContain(`| ${repository} | AGENTS.md, CLAUDE.md |`);
   });
 
   it("adjudicates with a different priced model by default, and every report names it; --force-same-model is reported as a departure", async () => {

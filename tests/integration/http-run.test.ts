@@ -74,7 +74,10 @@ describe("runHttpStudy: completed attempts", () => {
       containerId: null,
       answer: "Half to even, in roundMinor (src/money.js).",
       exportHash: plan.exportHash,
+      // The demo corpus commits both; the http transport's tools show them too.
+      instructionFiles: ["AGENTS.md", "CLAUDE.md"],
     });
+    expect(mcp!.instructionFiles).toEqual(["AGENTS.md", "CLAUDE.md"]);
     expect(repo!.chargedUsd).toBeCloseTo(0.00665, 12);
     expect(repo!.computedCostUsd).toBe(repo!.chargedUsd);
     expect(repo!.calls!.map((k) => [k.turn, k.outcome, k.inputTokens, k.outputTokens])).toEqual([

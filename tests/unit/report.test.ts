@@ -185,3 +185,29 @@ describe("behaviour side by side", () => {
     expect(html.match(/<svg class="chart toolmix"/g)).toHaveLength(1);
   });
 });
+
+describe("instruction files the attempts' exports held", () => {
+  it("are listed per repository by path, and a ledger without the record says so instead of 'none'", () => {
+    const ledger = syntheticLedger({ mode: "full" });
+    const repos = [...new Set(ledger.observations.map((o) => o.repository))];
+    expect(repos.length).toBeGreaterThan(1);
+    const [withFiles, withNone, unrecorded] = repos;
+    for (const o of ledger.observations) {
+      if (o.repository === withFiles) o.instructionFiles = o.index % 2 ? ["CLAUDE.md"] : ["CLAUDE.md", "docs/AGENTS.md"];
+      else if (o.repository === withNone) o.instructionFiles = [];
+    }
+    const report = buildReport({ ledger, ledgerSha256: SHA, record: null, manifest: DEMO });
+    const row = (r: string | undefined) => report.instructionFiles.find((x) => x.repository === r)!;
+    expect(row(withFiles)).toMatchObject({ files: ["CLAUDE.md", "docs/AGENTS.md"], unrecorded: 0 });
+    expect(row(withNone)).toMatchObject({ files: [], unrecorded: 0 });
+    if (unrecorded !== undefined) expect(row(unrecorded)).toMatchObject({ files: [], recorded: 0 });
+    const md = renderMarkdown(report);
+    expect(md).toContain("## Instruction files in the corpus");
+    expect(md).toContain(`| ${withFiles} | CLAUDE.md, docs/AGENTS.md |`);
+    expect(md).toContain(`| ${withNone} | none |`);
+    if (unrecorded !== undefined) expect(md).toMatch(new RegExp(`\\| ${unrecorded} \\| not recorded \\(\\d+ of \\d+ attempts have no record of it\\) \\|`));
+    const html = renderHtml(report);
+    expect(html).toContain("<h2>Instruction files in the corpus</h2>");
+    expect(html).toContain(`<td>${withFiles}</td><td>CLAUDE.md, docs/AGENTS.md</td>`);
+  });
+});

@@ -1,0 +1,180 @@
+/**
+ * The adjudicator with the REAL Claude Code 2.1.296 and the scripted Messages API: how the CLI
+ * asks for `--json-schema` output (measured: a `StructuredOutput` tool whose input schema is the
+ * verdict's, listed in init; the model answers by calling it and the CLI ends the run with the
+ * call's input as `structured_output`), and what the grader is sent: the masked answer, and no
+ * word of either arm's vocabulary. The answers of the pilot are scripted to carry both arms'
+ * vocabularies in spellings that slip past a naive mask (Unicode dashes, a double space, dots).
+ */
+import { createHash } from "node:crypto";
+import { mkdtemp, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { Writable } from "node:stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runAdjudication } from "../../src/adjudicate/run.ts";
+import { planAdjudication } from "../../src/adjudicate/plan.ts";
+import { adjudicatorInitTools, itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
+import { clopperPearson } from "../../src/adjudicate/blinding.ts";
+import { readRecord } from "../../src/adjudicate/store.ts";
+import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
+import { loadManifest } from "../../src/manifest/load.ts";
+import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
+import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, type ConformanceApi, type Corpus, type StudyRun } from "./support.ts";
+
+/** Both arms' answers name their tools, the server and a scenario, in spellings a naive mask lets through. */
+const REPOSITORY_ANSWER =
+  "With Grep and GLOB, then Read of src/money.js, as the repository\u2013only run: ledgerlite rounds half to even with roundMinor (docs/rounding.md).";
+const MCP_ANSWER =
+  "doc\u2010bridge's doc\u00b7search and mcp__doc-bridge__doc_get (MCP, \"snippet\": \"half to even\") showed docs/rounding.md: ledgerlite rounds half to even with roundMinor in src/money.js. Doc  Bridge agreed.";
+
+/** The scripted pilot with the answers above in place of the shared scripts' answers. */
+function withAnswer(script: ScriptInput, name: string, answer: string): ScriptInput {
+  const turns = script.turns.map((t) => ("answer" in t ? { ...t, answer } : t));
+  return { ...script, name, turns };
+}
+
+/** Words that tell an arm: either arm's tools, the doc-bridge server and its tools, MCP, a scenario, an engine field. */
+const ARM_VOCABULARY = [/grep/i, /glob/i, /\bRead\b/, /\bREAD\b/, /doc\W{0,3}bridge/i, /doc\W{0,3}(search|get)/i, /mcp/i, /repository\W{0,3}only/i, /snippet/i];
+
+let image = "";
+let corpus: Corpus;
+let studyApi: ConformanceApi;
+let graderApi: ConformanceApi;
+let run: StudyRun;
+let record: AdjudicationRecord;
+let code = -1;
+let stderr = "";
+let prompts: Map<number, string>;
+
+beforeAll(async () => {
+  image = (await realImage()).id; // by id: other checkouts on this engine retag the same name
+  corpus = await prepareCorpus("adjudicator");
+  studyApi = await startApi([withAnswer(REPOSITORY_SCRIPT, "pilot-repository-vocabulary", REPOSITORY_ANSWER), withAnswer(MCP_SCRIPT, "pilot-mcp-vocabulary", MCP_ANSWER)]);
+  run = await runConformanceStudy({ corpus, api: studyApi, image, plan: "pilot" });
+  expect(run.code, run.stderr).toBe(0);
+  const loaded = await loadManifest(DEMO_MANIFEST);
+  const expected = loaded.manifest.tasks[0]!.expected.length;
+  const ledger = run.ledger;
+  // One script per item, chosen by the item id in its prompt: the model calls StructuredOutput at once.
+  // Observation 0 (files only) is guessed right, observation 1 (with the docs server) wrong.
+  const scripts: ScriptInput[] = ledger.observations.map((o) => ({
+    name: `grader-${o.index}`,
+    marker: itemIdFor(ledger.runId, o.index),
+    turns: [
+      {
+        toolCalls: [
+          {
+            name: STRUCTURED_OUTPUT_TOOL,
+            input: {
+              outcome: "correct",
+              propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "the answer states it and cites docs/rounding.md" })),
+              contradictions: [],
+              reasons: "every proposition is stated and cited",
+              armGuess: "files-only",
+            },
+          },
+        ],
+        usage: { input_tokens: 1800 + o.index, output_tokens: 140 },
+      },
+    ],
+  }));
+  graderApi = await startApi(scripts, { recordBodies: true });
+  const bytes = await readFile(run.summary.ledger);
+  const output = join(await mkdtemp(join(corpus.work, "adjudication-")), "adjudication.json");
+  const seed = 5;
+  prompts = new Map(planAdjudication(ledger, loaded.manifest, seed).items.map((p) => [p.observationIndex, p.prompt!]));
+  code = await runAdjudication(
+    {
+      ledgerPath: run.summary.ledger,
+      ledger,
+      ledgerSha256: createHash("sha256").update(bytes).digest("hex"),
+      loaded,
+      roots: corpus.roots,
+      model: DEFAULT_ADJUDICATOR_MODELS[0]!,
+      forceSameModel: false,
+      capUsd: 1,
+      itemBudgetUsd: 0.1,
+      seed,
+      output,
+      image,
+      expectedCliVersion: CLAUDE_CODE_VERSION,
+      isolation: "offline",
+      claudeConfigDir: corpus.loginDir,
+      modelApi: { socketPath: graderApi.socketPath },
+      timeoutMs: 120_000,
+      quiet: true,
+    },
+    {
+      runtime,
+      stdout: () => {},
+      stderr: new Writable({
+        write(chunk, _enc, cb) {
+          stderr += String(chunk);
+          cb();
+        },
+      }),
+    },
+  );
+  record = await readRecord(output);
+}, 600_000);
+
+afterAll(async () => {
+  await studyApi?.close();
+  await graderApi?.close();
+  await corpus?.cleanup();
+});
+
+/** The text blocks of a request's first user message (where the CLI puts the prompt). */
+function firstUserTexts(body: any): string[] {
+  const first = (body.messages as any[]).find((m) => m.role === "user");
+  if (typeof first.content === "string") return [first.content];
+  return (first.content as any[]).filter((b) => b.type === "text").map((b) => b.text as string);
+}
+
+const answerSection = (prompt: string) => prompt.slice(prompt.indexOf("<<<ANSWER\n") + "<<<ANSWER\n".length, prompt.indexOf("\nANSWER>>>"));
+
+describe("the adjudicator on the real CLI (--json-schema through the scripted API)", () => {
+  it("is asked for a StructuredOutput tool call; its verdicts, with the arm guess, reach the record, and blinding is measured", () => {
+    expect(code, `${stderr}\n${record.items.map((i) => i.reason).join("\n")}`).toBe(0);
+    expect(record.status).toBe("complete");
+    const requests = messageRequests(graderApi);
+    // One request per item: the CLI ends the run at the StructuredOutput call, with no further request.
+    expect(requests).toHaveLength(run.ledger.observations.length);
+    for (const r of requests) {
+      const tools = (r.rawBody as any).tools as Array<{ name: string; input_schema: any }>;
+      const structured = tools.find((t) => t.name === STRUCTURED_OUTPUT_TOOL)!;
+      expect(structured.input_schema.required).toEqual(["outcome", "propositions", "contradictions", "reasons", "armGuess"]);
+      expect(tools.map((t) => t.name).sort()).toEqual(adjudicatorInitTools());
+    }
+    for (const item of record.items) {
+      const arm = run.ledger.observations[item.observationIndex]!.arm;
+      expect(item).toMatchObject({ decidedBy: "adjudicator", outcome: "correct", reason: "adjudicator verdict (from structured_output)" });
+      expect(item.run).toMatchObject({ status: "completed", tools: adjudicatorInitTools(), toolCallsByName: { [STRUCTURED_OUTPUT_TOOL]: 1 }, instructionFiles: [] });
+      expect(item.armGuess).toEqual({ guess: "files-only", arm, correct: arm === "repository" });
+    }
+    expect(record.blinding).toMatchObject({ guesses: 2, correct: 1, missing: 0, interval95: clopperPearson(1, 2) });
+  });
+
+  it("sends the grader the masked answer and no word of either arm's vocabulary", () => {
+    const requests = messageRequests(graderApi);
+    const answers = [REPOSITORY_ANSWER, MCP_ANSWER];
+    for (const o of run.ledger.observations) {
+      expect(o.answer).toBe(answers[o.index]);
+      const prompt = prompts.get(o.index)!;
+      const r = requests.find((q) => JSON.stringify(q.rawBody).includes(itemIdFor(run.ledger.runId, o.index)))!;
+      const texts = firstUserTexts(r.rawBody);
+      // The body carries exactly the runner's prompt, with the answer in its masked form.
+      expect(texts.some((t) => t.includes(prompt))).toBe(true);
+      const masked = answerSection(prompt);
+      expect(masked).toContain("[masked]");
+      expect(masked).toContain("half to even with roundMinor");
+      for (const word of ARM_VOCABULARY) expect(masked, `${word} in the masked answer of observation ${o.index}`).not.toMatch(word);
+      // Nothing the grader is told as a user names a scenario, the docs server by name, or MCP.
+      for (const t of texts) for (const word of [/doc\W{0,3}bridge/i, /mcp/i, /repository\W{0,3}only/i]) expect(t).not.toMatch(word);
+    }
+  });
+});
