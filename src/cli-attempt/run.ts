@@ -14,6 +14,7 @@ import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
 import type { Checkpoint } from "../loop/loop.ts";
 import { runFactsFrom } from "./record.ts";
+import { collectSessionCall, stageSessionCall, type SessionCallInput } from "../session/state.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
@@ -66,6 +67,11 @@ export interface CliRunInput {
   stdoutLimitBytes?: number;
   /** Sees every stdout line. */
   onLine?: (line: string) => void;
+  /**
+   * A session task's call (src/session): its writable worktree replaces the export, the prompt
+   * goes on stdin, and the CLI's session files are staged from and collected into `stateDir`.
+   */
+  session?: SessionCallInput;
 }
 
 export interface CliRunResult {
@@ -86,13 +92,21 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   let bridge: McpBridge | undefined;
   let egress: EgressProxy | undefined;
   try {
-    const exported = await exportAtPin(input.export);
-    cleanups.push(() => removeExport(exported.dir));
-    record.exportHash = exported.exportHash;
+    let workDir: string;
+    if (input.session) {
+      workDir = input.session.worktree;
+      record.exportHash = input.session.exportHash;
+    } else {
+      const exported = await exportAtPin(input.export);
+      cleanups.push(() => removeExport(exported.dir));
+      record.exportHash = exported.exportHash;
+      workDir = exported.dir;
+    }
 
     const homeParent = await makeFolder("home");
     cleanups.push(() => removeTree(homeParent));
     const staged = await stageLogin(input.login, join(homeParent, "home"));
+    const sessionMount = input.session ? await stageSessionCall(staged.homeDir, input.session) : undefined;
 
     if (input.docBridge) {
       const mcpParent = await makeFolder("mcp");
@@ -111,7 +125,8 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     const spec = attemptContainerSpec({
       image: input.image,
       argv: input.argv,
-      exportDir: exported.dir,
+      exportDir: workDir,
+      session: sessionMount,
       homeDir: staged.homeDir,
       mcpSocketDir: bridge?.socketDir,
       network: input.network,
@@ -157,8 +172,11 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
     await writeBackLogin(input.login, staged, { lock: input.lock });
+    if (input.session) await collectSessionCall(staged.homeDir, input.session.stateDir);
 
-    const cost = computeCost({ ...facts, model: input.model });
+    // A resumed session reports usage for the whole session, its stream only this call's messages.
+    const perMessageUsage = input.session ? [...input.session.priorMessageUsage, ...facts.perMessageUsage] : facts.perMessageUsage;
+    const cost = computeCost({ ...facts, perMessageUsage, model: input.model });
     Object.assign(record, runFactsFrom(facts, cost));
     const done = (status: AttemptStatus, reason: string): CliRunResult => ({ status, reason, facts, cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord });
     if (deps.signal?.aborted) return done("failed", `interrupted by ${String(deps.signal.reason ?? "a signal")}`);

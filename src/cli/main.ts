@@ -4,6 +4,7 @@ import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD, DEFAULT_CLI_VERSION } from "./options.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
+import { addSessionCommands } from "../session/cli.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -224,6 +225,9 @@ Correctness is agent-adjudicated: there is no human review.`,
     .addOption(new Option("--format <format>", "what to print on stdout").choices(["markdown", "json", "html"]).default("markdown"))
     .option("--out-dir <dir>", "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing")
     .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));
+
+  // Session tasks: their own manifest and ledger (src/session).
+  addSessionCommands(program, setExit);
 
   program
     .command("demo")

@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { budgetTotals, LedgerSchema } from "./schema.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import { UsageError } from "../util/errors.ts";
+import { checkSessionLedger, isSessionLedger } from "../session/check.ts";
 
 /**
  * `study-runner ledger check`: what a ledger says about its run, read only. The runner writes
@@ -137,6 +138,8 @@ export async function checkLedger(path: string): Promise<LedgerCheck> {
     result.verdict = `invalid: ${result.problems[0]}`;
     return result;
   }
+  // A session ledger is its own record kind (src/session).
+  if (isSessionLedger(json)) return checkSessionLedger(json, result);
   if (typeof json.runId === "string") result.runId = json.runId;
   if (typeof json.status === "string" && RUN_STATUSES.has(json.status)) result.status = json.status;
   if (typeof json.statusReason === "string") result.statusReason = json.statusReason;
