@@ -86,8 +86,11 @@ const usage = (input_tokens: number, output_tokens: number) => ({ input_tokens, 
 
 /**
  * The real CLI's conversations. A resume re-sends the first call's messages, so the same marker
- * selects the same script and the assistant count picks the turn after the question: read,
- * ask (StructuredOutput), then on resume edit and say done.
+ * selects the same script and the assistant count picks the turn: read, ask (StructuredOutput),
+ * then on resume write the fix and say done. Measured on 2.1.296 (tests/conformance/sessions.test.ts):
+ * the resumed history holds a synthetic assistant message "No response requested." after the
+ * StructuredOutput result, so the resume's first request has three assistant turns, not two, and
+ * turn 2 is never served.
  */
 export function sessionDemoScripts(): ScriptInput[] {
   return [
@@ -97,9 +100,9 @@ export function sessionDemoScripts(): ScriptInput[] {
       turns: [
         { toolCalls: [{ name: "Read", input: { file_path: "/workspace/src/invoice.js" } }], usage: usage(1200, 40) },
         { toolCalls: [{ name: "StructuredOutput", input: { status: "question", question: ROUNDING_QUESTION, summary: "Read src/invoice.js; nothing changed yet." } }], usage: usage(1500, 60) },
+        { answer: "never served: the CLI's own synthetic assistant message takes this place", usage: usage(1, 1) },
         { toolCalls: [{ name: "Write", input: { file_path: "/workspace/src/invoice.js", content: FIXED_INVOICE } }], usage: usage(1900, 120) },
         { toolCalls: [{ name: "StructuredOutput", input: { status: "done", summary: "total() now rounds to 2 decimal places." } }], usage: usage(2100, 50) },
-        { answer: "done", usage: usage(10, 1) },
       ],
     },
     {
@@ -108,9 +111,9 @@ export function sessionDemoScripts(): ScriptInput[] {
       turns: [
         { toolCalls: [{ name: "Read", input: { file_path: "/workspace/src/discount.js" } }], usage: usage(1100, 35) },
         { toolCalls: [{ name: "StructuredOutput", input: { status: "question", question: TIER_QUESTION, summary: "Read src/discount.js; nothing changed yet." } }], usage: usage(1400, 55) },
+        { answer: "never served: the CLI's own synthetic assistant message takes this place", usage: usage(1, 1) },
         { toolCalls: [{ name: "Write", input: { file_path: "/workspace/src/discount.js", content: FIXED_DISCOUNT } }], usage: usage(1800, 110) },
         { toolCalls: [{ name: "StructuredOutput", input: { status: "done", summary: "TIERS now holds gold 10 and silver 5." } }], usage: usage(2000, 45) },
-        { answer: "done", usage: usage(10, 1) },
       ],
     },
   ];
