@@ -118,3 +118,63 @@ export function sessionDemoScripts(): ScriptInput[] {
     },
   ];
 }
+
+/**
+ * `study-runner demo --sessions`: both session tasks through the runner (ledger, worktrees,
+ * containers), with the fake image, or with `realCli` the real pinned binary and the scripted
+ * API: start, question, scripted answer, resume in a fresh container, done, tests.
+ */
+export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean } = {}) {
+  const [{ mkdir, mkdtemp, chmod, rm }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startScriptedApi }, { ensureClaudeBinary }] = await Promise.all([
+    import("node:fs/promises"),
+    import("../../src/runtime/docker.ts"),
+    import("../../src/image/build.ts"),
+    import("../../src/image/specs.ts"),
+    import("./setup.ts"),
+    import("../../src/session/run.ts"),
+    import("../../src/scripted-api/server.ts"),
+    import("../../src/image/install.ts"),
+  ]);
+  const runtime = new DockerRuntime();
+  await mkdir(workdir, { recursive: true });
+  const demo = await makeSessionDemo(await mkdtemp(join(workdir, "sessions-")));
+  const loginDir = join(workdir, "login");
+  await writeTestLogin(loginDir);
+  let image: string;
+  let api: Awaited<ReturnType<typeof startScriptedApi>> | undefined;
+  let apiDir: string | undefined;
+  if (options.realCli) {
+    const binary = await ensureClaudeBinary();
+    image = (await buildImage(runtime, await specs.claudeCodeImageSpec({ claudeBinary: binary.path }))).id;
+    apiDir = await mkdtemp(join(workdir, "model-api-"));
+    await chmod(apiDir, 0o755);
+    api = await startScriptedApi({ socketPath: join(apiDir, "api.sock"), script: sessionDemoScripts() });
+  } else {
+    image = (await buildImage(runtime, await specs.fakeClaudeImageSpec())).id;
+  }
+  const ledgers = join(workdir, "ledgers");
+  await mkdir(ledgers, { recursive: true, mode: 0o700 });
+  const output = join(ledgers, `sessions-${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
+  try {
+    return await startSessions(
+      {
+        manifestPath: demo.manifestPath,
+        roots: new Map(Object.entries(demo.roots)),
+        output,
+        model: process.env.STUDY_MODEL ?? "claude-haiku-5-5",
+        image,
+        expectedCliVersion: specs.CLAUDE_CODE_VERSION,
+        capUsd: 1,
+        callBudgetUsd: 0.2,
+        sessionBudgetUsd: 0.5,
+        isolation: "offline",
+        claudeConfigDir: loginDir,
+        ...(api ? { modelApi: { socketPath: api.socketPath! } } : { fake: { behaviourFile: demo.behaviourPath } }),
+      },
+      { runtime, say: options.quiet ? undefined : (line) => process.stderr.write(`study-runner demo --sessions: ${line}\n`) },
+    );
+  } finally {
+    await api?.close();
+    if (apiDir) await rm(apiDir, { recursive: true, force: true });
+  }
+}
