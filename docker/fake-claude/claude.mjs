@@ -30,6 +30,10 @@
 //   garbage  print `lines` malformed lines (default 3), exit `exitCode`
 //   oom      print `events`, then allocate memory in 8 MiB steps until the container's memory
 //            limit kills it; stops at `maxMb` (default 1024) and exits `exitCode` if nothing did
+// With --json-schema and --session-id or --resume (a session task, src/session), the fake plays a
+// session instead (see sessionTranscript): `session` params { questions (default 1), question,
+// edits: [{ path, content } | { path, append }, with `call` n: made in that call, else in the call
+// that says done], sessionId (report another id), failResume, turnUsage, delayMs }; the prompt may come on stdin, as the real CLI accepts it.
 // With --json-schema (the adjudicator), the ok transcript's answer is a verdict (with an
 // `armGuess`: "files-and-docs-server" when the answer shows a masked word, else "files-only"): `verdicts`
 // (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
@@ -176,6 +180,8 @@ function writeRecord(label, extraProbePaths) {
     rootWritable: canWrite("/"),
     home,
     homeWritable: home ? canWrite(home) : false,
+    // Every other place a session's agent might write to (its worktree is cwd).
+    writable: Object.fromEntries(["/", "/etc", "/usr", "/opt", "/var", "/run", "/run/study-runner-login", "/tmp", "/fake"].map((p) => [p, fs.existsSync(p) ? canWrite(p) : null])),
     credentialsPresent: home ? fs.existsSync(path.join(home, ".claude", ".credentials.json")) : false,
     // Only the expiry, never a token: enough to tell which login copy the attempt was given.
     credentialsExpiresAt: home ? credentialsExpiresAt(path.join(home, ".claude", ".credentials.json")) : null,
@@ -781,7 +787,15 @@ async function main() {
     process.stderr.write(`error: too many arguments. Expected 1 argument but got ${operands.length}.\n`);
     return 1;
   }
-  const prompt = operands[0];
+  let prompt = operands[0];
+  // Measured: the real CLI reads the prompt from stdin when no operand is given.
+  if (prompt === undefined) {
+    try {
+      prompt = fs.readFileSync(0, "utf8");
+    } catch {
+      prompt = undefined;
+    }
+  }
   if (prompt === undefined || prompt.trim() === "") {
     process.stderr.write("Error: Input must be provided either through stdin or as a prompt argument when using --print\n");
     return 1;
@@ -789,6 +803,7 @@ async function main() {
 
   switch (b.kind ?? "ok") {
     case "ok":
+      if (options["--json-schema"] !== undefined && (options["--session-id"] !== undefined || options["--resume"] !== undefined)) return sessionTranscript(options, b, version, prompt);
       return okTranscript(options, b, version, prompt);
     case "events":
     case "exit":
@@ -861,4 +876,85 @@ function structuredVerdict(b, prompt) {
     armGuess: /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only",
     ...given,
   };
+}
+
+// ---------------------------------------------------------------------------------------
+// session tasks
+
+/** Where the real CLI keeps a session: ~/.claude/projects/<cwd with "/" as "-">/<id>.jsonl (measured). */
+function sessionFile(id) {
+  return path.join(process.env.HOME ?? "/nonexistent", ".claude", "projects", process.cwd().replace(/[^A-Za-z0-9]/g, "-"), `${id}.jsonl`);
+}
+
+/**
+ * One call of a session: ask `questions` times (one question a call), then apply `edits` in the
+ * working folder and say done. The session file carries the calls so far and the cumulative
+ * cost, so a resume without it fails as the real one does (no request, exit 1, no result), and
+ * total_cost_usd is cumulative over the session like the real CLI's.
+ */
+async function sessionTranscript(options, b, version, prompt) {
+  const s = b.session ?? {};
+  const resume = options["--resume"] !== undefined;
+  const id = resume ? options["--resume"] : options["--session-id"];
+  const file = sessionFile(id);
+  let history = [];
+  if (resume) {
+    try {
+      history = fs.readFileSync(file, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+    } catch {
+      history = undefined;
+    }
+    if (history === undefined || s.failResume) {
+      process.stderr.write(`No conversation found with session ID: ${id}\n`);
+      return 1;
+    }
+  }
+  const call = history.length;
+  const model = options["--model"] ?? DEFAULT_MODEL;
+  const denied = new Set(toolList(options["--disallowedTools"]));
+  const tools = [...new Set([...toolList(options["--tools"]).filter((t) => !denied.has(t)), "StructuredOutput"])].sort();
+  const reported = s.sessionId ?? id;
+  const stamp = () => ({ parent_tool_use_id: null, session_id: reported, uuid: randomUUID(), timestamp: new Date().toISOString() });
+  emit({ type: "system", subtype: "init", cwd: process.cwd(), session_id: reported, tools, mcp_servers: [], model, permissionMode: options["--permission-mode"] ?? "default", apiKeySource: "none", claude_code_version: version, uuid: randomUUID() });
+
+  const asks = call < (s.questions ?? 1);
+  const blocks = [];
+  if (s.delayMs) await sleep(s.delayMs);
+    // An edit with `call` happens in that call; without, in the call that says done.
+    for (const e of (s.edits ?? []).filter((e) => (e.call === undefined ? !asks : e.call === call))) {
+      const target = path.join(process.cwd(), e.path);
+      if (e.append !== undefined) fs.appendFileSync(target, e.append);
+      else fs.writeFileSync(target, e.content ?? "");
+      blocks.push({ name: "Write", input: { file_path: target } });
+    }
+  const structured = asks
+    ? { status: "question", question: s.question ?? `fake-claude: question ${call + 1} about the task`, summary: `fake-claude: nothing changed yet (call ${call + 1})` }
+    : { status: "done", summary: `fake-claude: ${blocks.length} file(s) changed after ${call} answer(s)` };
+  blocks.push({ name: "StructuredOutput", input: structured });
+
+  let cost = 0;
+  const totals = { input: 0, output: 0, cacheRead: 0, cacheWrite5m: 0, cacheWrite1h: 0 };
+  for (const [i, block] of blocks.entries()) {
+    const u = { ...defaultTurnUsage(i), ...(s.turnUsage?.[call] ?? {}) };
+    for (const k of Object.keys(totals)) totals[k] += u[k];
+    cost += priceOf(model, u).cost;
+    const toolUseId = `toolu_fake_s${call}_${i}`;
+    const usage = { input_tokens: u.input, output_tokens: 1, cache_creation_input_tokens: u.cacheWrite5m + u.cacheWrite1h, cache_read_input_tokens: u.cacheRead };
+    emit({ type: "assistant", message: { id: `msg_fake_s${call}_${i}`, type: "message", role: "assistant", model, content: [{ type: "tool_use", id: toolUseId, ...block }], stop_reason: null, usage }, ...stamp() });
+    emit({ type: "user", message: { role: "user", content: [{ tool_use_id: toolUseId, type: "tool_result", content: block.name === "StructuredOutput" ? "Structured output provided successfully" : "The file has been updated." }] }, ...stamp() });
+  }
+  // The session's previous calls' usage and cost, as the real CLI reports them after a resume.
+  const before = history.at(-1) ?? { cost: 0, totals: { input: 0, output: 0, cacheRead: 0, cacheWrite5m: 0, cacheWrite1h: 0 } };
+  const all = Object.fromEntries(Object.keys(totals).map((k) => [k, totals[k] + before.totals[k]]));
+  const cumulative = before.cost + cost;
+  fs.mkdirSync(path.dirname(file), { recursive: true });
+  fs.appendFileSync(file, `${JSON.stringify({ call, cost: cumulative, totals: all, prompt: String(prompt).slice(0, 200) })}\n`);
+  emit({
+    type: "result", subtype: "success", is_error: false, duration_ms: 1000 + call, duration_api_ms: 900, num_turns: blocks.length + 1,
+    result: JSON.stringify(structured), structured_output: structured, stop_reason: "tool_use", session_id: reported, total_cost_usd: cumulative,
+    usage: { input_tokens: all.input, cache_creation_input_tokens: all.cacheWrite5m + all.cacheWrite1h, cache_read_input_tokens: all.cacheRead, output_tokens: all.output },
+    modelUsage: { [model]: modelUsageEntry(model, all, cumulative, priceOf(model, all).basis) },
+    permission_denials: [], terminal_reason: "completed", api_error_status: null, uuid: randomUUID(),
+  });
+  return 0;
 }

@@ -21,6 +21,13 @@
 //                     to <dir> as soon as it happens and once more when the command exits: only a
 //                     regular file (lstat, never through a symlink) of at most 64 KiB. When the
 //                     command exits with $HOME full, a line on stderr says so (the runner reads it).
+//   --stdin <file>    the command's stdin is this file (a session task's prompt), not the closed
+//                     stdin of the container: the prompt never becomes an argument.
+//   --projects <dir>  a session's state (needs --login): regular files under <dir> are copied into
+//                     $HOME/.claude/projects before the command starts, and when it exits every
+//                     regular file under $HOME/.claude/projects is copied back to <dir>: never
+//                     through a symlink (lstat, O_NOFOLLOW), at most 8 MiB a file and 32 MiB in all,
+//                     names of letters, digits, '.', '_' and '-' only, at most 4 levels deep.
 //
 // Why one wrapper process rather than a shell line or a second container: a scratch image has no
 // shell, and a sidecar would need a shared network namespace; here the relays live exactly as long
@@ -35,7 +42,12 @@ import { constants } from "node:os";
 import path from "node:path";
 import { relayArgumentProblem, startApiRelay } from "./api-relay.mjs";
 
-const USAGE = "usage: with-relay.mjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] -- <command> [args...]";
+const USAGE = "usage: with-relay.mjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] [--stdin <file>] [--projects <dir>] -- <command> [args...]";
+/** Bounds of a session's state copied out of the container (src/session/ keeps them). */
+const PROJECT_FILE_LIMIT_BYTES = 8 * 1024 * 1024;
+const PROJECTS_LIMIT_BYTES = 32 * 1024 * 1024;
+const PROJECTS_MAX_DEPTH = 4;
+const PROJECT_NAME_RE = /^[A-Za-z0-9_.-]{1,200}$/;
 /** The largest login copied back: a real .credentials.json is well under 4 KiB. */
 const LOGIN_LIMIT_BYTES = 64 * 1024;
 /** Written to stderr when HOME is full at the end; src/attempt/run.ts looks for it. */
@@ -65,14 +77,19 @@ if (options.length === 1 && !options[0].startsWith("--")) {
   sockets.api = options[0];
 } else {
   for (let i = 0; i < options.length; i += 2) {
-    const kind = { "--api": "api", "--proxy": "proxy", "--login": "login" }[options[i]];
+    const kind = { "--api": "api", "--proxy": "proxy", "--login": "login", "--stdin": "stdin", "--projects": "projects" }[options[i]];
     if (kind === undefined || options[i + 1] === undefined || sockets[kind] !== undefined) fail(2, USAGE);
     sockets[kind] = options[i + 1];
   }
 }
 if (Object.keys(sockets).length === 0) fail(2, USAGE);
 const loginDir = sockets.login;
+const stdinFile = sockets.stdin;
+const projectsDir = sockets.projects;
 delete sockets.login;
+delete sockets.stdin;
+delete sockets.projects;
+if (projectsDir !== undefined && loginDir === undefined) fail(2, "--projects needs --login");
 
 const relays = [];
 if (sockets.api !== undefined) relays.push({ port: loopbackPort("ANTHROPIC_BASE_URL"), socket: sockets.api });
@@ -149,6 +166,65 @@ function copyLoginOut() {
   }
 }
 
+/**
+ * Copies the regular files of one tree into another: never a symlink, a special file or a name
+ * outside PROJECT_NAME_RE, within the size bounds. Used both ways: the tree leaving the container
+ * was writable by the agent, so it is read as untrusted (lstat, then O_NOFOLLOW).
+ */
+function copyTree(from, to, budget, depth = 0) {
+  let names;
+  try {
+    names = fs.readdirSync(from);
+  } catch (err) {
+    if (err.code === "ENOENT") return;
+    throw err;
+  }
+  fs.mkdirSync(to, { recursive: true, mode: 0o700 });
+  for (const name of names.sort()) {
+    if (!PROJECT_NAME_RE.test(name) || name === "." || name === "..") {
+      process.stderr.write(`with-relay: session file name ${JSON.stringify(name.slice(0, 80))} is not copied\n`);
+      continue;
+    }
+    const source = path.join(from, name);
+    const st = fs.lstatSync(source);
+    if (st.isDirectory()) {
+      if (depth + 1 >= PROJECTS_MAX_DEPTH) continue;
+      copyTree(source, path.join(to, name), budget, depth + 1);
+      continue;
+    }
+    if (!st.isFile() || st.size > PROJECT_FILE_LIMIT_BYTES || budget.left < st.size) {
+      process.stderr.write(`with-relay: session file ${name} is not a regular file within the bounds; not copied\n`);
+      continue;
+    }
+    const fd = fs.openSync(source, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
+    let bytes;
+    try {
+      if (!fs.fstatSync(fd).isFile()) continue;
+      bytes = fs.readFileSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+    if (bytes.length > PROJECT_FILE_LIMIT_BYTES || budget.left < bytes.length) continue;
+    budget.left -= bytes.length;
+    const target = path.join(to, name);
+    const out = fs.openSync(target, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o600);
+    try {
+      fs.writeSync(out, bytes);
+      fs.fsyncSync(out);
+    } finally {
+      fs.closeSync(out);
+    }
+  }
+}
+
+function copyProjectsOut() {
+  try {
+    copyTree(path.join(home, ".claude", "projects"), projectsDir, { left: PROJECTS_LIMIT_BYTES });
+  } catch (err) {
+    process.stderr.write(`with-relay: the session files could not be copied back (${err.code ?? "error"})\n`);
+  }
+}
+
 function reportFullHome() {
   try {
     const s = fs.statfsSync(home);
@@ -165,6 +241,13 @@ if (loginDir !== undefined) {
   } catch (err) {
     fail(2, `cannot copy the login from ${loginDir} into HOME: ${err.code ?? err.message}`);
   }
+  if (projectsDir !== undefined) {
+    try {
+      copyTree(projectsDir, path.join(home, ".claude", "projects"), { left: PROJECTS_LIMIT_BYTES });
+    } catch (err) {
+      fail(2, `cannot copy the session files from ${projectsDir} into HOME: ${err.code ?? err.message}`);
+    }
+  }
   try {
     // inotify works on a tmpfs: the refresh leaves the container even if the container is killed right after.
     fs.watch(path.dirname(homeCredentials), { persistent: false }, (_event, name) => {
@@ -175,13 +258,22 @@ if (loginDir !== undefined) {
   }
 }
 
-const child = spawn(command, commandArgs, { stdio: "inherit" });
+let stdin = "inherit";
+if (stdinFile !== undefined) {
+  try {
+    stdin = fs.openSync(stdinFile, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+  } catch (err) {
+    fail(2, `cannot open ${stdinFile} as the command's stdin: ${err.code ?? err.message}`);
+  }
+}
+const child = spawn(command, commandArgs, { stdio: [stdin, "inherit", "inherit"] });
 const forwarded = ["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
 for (const signal of forwarded) process.on(signal, () => child.kill(signal));
 child.on("error", (err) => fail(err.code === "ENOENT" ? 127 : 126, `cannot start ${command}: ${err.message}`));
 child.on("exit", (code, signal) => {
   if (loginDir !== undefined) {
     copyLoginOut();
+    if (projectsDir !== undefined) copyProjectsOut();
     reportFullHome();
   }
   process.exit(code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0));

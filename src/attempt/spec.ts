@@ -92,6 +92,12 @@ export interface AttemptContainerInput {
   egressProxySocket?: string;
   /** Extra variables the runner itself decided on; never the host's, never ANTHROPIC_BASE_URL (see modelApiSocket) or a proxy variable. */
   extraEnv?: Record<string, string>;
+  /**
+   * A session task: the working folder is the session's own writable worktree (not the read-only
+   * export), the CLI's stdin is `stdinFile` and its session files are staged from and collected
+   * into `projectsDir` (both in-container paths under CONTAINER.loginDir; see with-relay.mjs).
+   */
+  session?: { stdinFile: string; projectsDir: string };
   /** Test-only: behaviour file and records folder of the fake claude image. */
   fake?: { behaviourFile?: string; recordsDir?: string };
   runtime?: string;
@@ -143,7 +149,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     env.NO_PROXY = "127.0.0.1,localhost";
   }
   const mounts: Mount[] = [
-    { source: input.exportDir, target: CONTAINER.workspace, readOnly: true },
+    { source: input.exportDir, target: CONTAINER.workspace, readOnly: input.session === undefined },
     { source: input.homeDir, target: CONTAINER.loginDir, readOnly: false },
   ];
   // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
@@ -156,6 +162,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     CONTAINER.loginDir,
     ...(input.modelApiSocket !== undefined ? ["--api", `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`] : []),
     ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
+    ...(input.session !== undefined ? ["--stdin", input.session.stdinFile, "--projects", input.session.projectsDir] : []),
   ];
   if (input.fake?.behaviourFile) mounts.push({ source: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true });
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });

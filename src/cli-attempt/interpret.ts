@@ -1,6 +1,6 @@
 import { TranscriptReader, type TranscriptFacts } from "../transcript/reader.ts";
 import { classifyAttempt } from "../transcript/classify.ts";
-import { computeCost, type CostResult } from "../cost/compute.ts";
+import { computeCost, type CostResult, type MessagePromptUsage } from "../cost/compute.ts";
 import type { RunFacts } from "../ledger/schema.ts";
 import type { AttemptStatus, Arm } from "../terms/terms.ts";
 import { expectedInitTools } from "../claude/args.ts";
@@ -26,6 +26,11 @@ export interface RunEnding {
   homeFull?: boolean;
   /** The run was stopped by a signal: failed, whatever the transcript says. */
   interruptedBy?: string;
+  /**
+   * A resumed session's earlier messages: its `modelUsage` covers the whole session while its
+   * stream shows only this call's messages, so the per-message sums need them to add up.
+   */
+  priorMessageUsage?: readonly MessagePromptUsage[];
 }
 
 export interface Interpretation {
@@ -43,7 +48,7 @@ export function runReader(arm: Arm, model: string, cliVersion: string | undefine
 
 /** `facts` may carry setup problems found outside the transcript (the doc-bridge record). */
 export function interpretRun(facts: TranscriptFacts, model: string, ending: RunEnding): Interpretation {
-  const cost = computeCost({ ...facts, model });
+  const cost = computeCost({ ...facts, perMessageUsage: [...(ending.priorMessageUsage ?? []), ...facts.perMessageUsage], model });
   const fields = runFactsFrom(facts, cost);
   const done = (status: AttemptStatus, reason: string): Interpretation => ({ facts, cost, fields, status, reason });
   if (ending.interruptedBy !== undefined) return done("failed", `interrupted by ${ending.interruptedBy}`);

@@ -14,6 +14,7 @@ import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
 import type { Checkpoint } from "../loop/loop.ts";
 import { interpretRun, runReader } from "./interpret.ts";
+import type { MessagePromptUsage } from "../cost/compute.ts";
 import type { TranscriptStore } from "../ledger/transcripts.ts";
 import { instructionFilesIn } from "../corpus/filter.ts";
 
@@ -71,6 +72,28 @@ export interface CliRunInput {
   onLine?: (line: string) => void;
   /** Where the raw stream-json is kept (as transcript `index`), for `ledger verify`. */
   transcripts?: { store: TranscriptStore; index: number };
+  /**
+   * A session task's call (src/session): its writable worktree replaces the export, the prompt
+   * goes on stdin, and the CLI's session files are staged from and collected into `stateDir`.
+   */
+  session?: WritableWorkspace;
+}
+
+/**
+ * A call that works in a writable folder kept between calls (a session task): the folder replaces
+ * the export, and the caller stages into the staged HOME what the call needs (its prompt for
+ * stdin, the CLI's session files) and collects what the next call will need.
+ */
+export interface WritableWorkspace {
+  worktree: string;
+  /** The export hash recorded when the worktree was made. */
+  exportHash: string;
+  /** A resumed session's earlier messages (see interpretRun). */
+  priorMessageUsage: readonly MessagePromptUsage[];
+  /** Writes the stdin file and the session files into the staged HOME; returns where they are. */
+  stage(stagedHome: string): Promise<{ stdinFile: string; projectsDir: string }>;
+  /** After the container ended: keeps the session files the next call needs. */
+  collect(stagedHome: string): Promise<unknown>;
 }
 
 export interface CliRunResult {
@@ -91,14 +114,22 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   let bridge: McpBridge | undefined;
   let egress: EgressProxy | undefined;
   try {
-    const exported = await exportAtPin(input.export);
-    cleanups.push(() => removeExport(exported.dir));
-    record.exportHash = exported.exportHash;
-    record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
+    let workDir: string;
+    if (input.session) {
+      workDir = input.session.worktree;
+      record.exportHash = input.session.exportHash;
+    } else {
+      const exported = await exportAtPin(input.export);
+      cleanups.push(() => removeExport(exported.dir));
+      record.exportHash = exported.exportHash;
+      record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
+      workDir = exported.dir;
+    }
 
     const homeParent = await makeFolder("home");
     cleanups.push(() => removeTree(homeParent));
     const staged = await stageLogin(input.login, join(homeParent, "home"));
+    const sessionMount = input.session ? await input.session.stage(staged.homeDir) : undefined;
 
     if (input.docBridge) {
       const mcpParent = await makeFolder("mcp");
@@ -117,7 +148,8 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     const spec = attemptContainerSpec({
       image: input.image,
       argv: input.argv,
-      exportDir: exported.dir,
+      exportDir: workDir,
+      session: sessionMount,
       homeDir: staged.homeDir,
       mcpSocketDir: bridge?.socketDir,
       network: input.network,
@@ -167,10 +199,12 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
     await writeBackLogin(input.login, staged, { lock: input.lock });
+    if (input.session) await input.session.collect(staged.homeDir);
 
     const meaning = interpretRun(facts, input.model, {
       ...raw,
       interruptedBy: deps.signal?.aborted ? String(deps.signal.reason ?? "a signal") : undefined,
+      priorMessageUsage: input.session?.priorMessageUsage,
     });
     Object.assign(record, meaning.fields);
     return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord };

@@ -18,8 +18,9 @@ import { runCommand } from "./run.ts";
  * STUDY_ADJUDICATOR_MODEL names another. Its verdicts are the fake's scripted ones (a fixed mix,
  * so the charts have more than one colour), not a grading of the answers.
  */
-export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean }): Promise<number> {
+export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean; sessions?: boolean }): Promise<number> {
   const workdir = resolve(flags.workdir ?? join(tmpdir(), "study-runner-demo"));
+  if (flags.sessions) return sessionsDemo(workdir, flags);
   const setup = await prepareDemo(workdir, new DockerRuntime());
   // --real-cli: the real pinned binary in the real image, the model scripted behind a unix socket.
   const real = flags.realCli ? await startRealDemo(workdir, flags.pilot === true) : undefined;
@@ -98,4 +99,12 @@ async function startRealDemo(workdir: string, pilot: boolean) {
   ]);
   const { manifest } = await loadManifest(DEMO_MANIFEST);
   return startRealCliDemo(workdir, new DockerRuntime(), manifest, planStudy(manifest, pilot ? "pilot" : "full"));
+}
+
+/** `demo --sessions`: the two session tasks (src/session), a summary of counts and states on stdout. */
+async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean }): Promise<number> {
+  const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("../session/cli.ts")]);
+  const { exitCode, ledgerPath, ledger } = await runSessionDemo(workdir, flags);
+  process.stdout.write(`${JSON.stringify({ demo: sessionSummary(ledgerPath, ledger) }, null, 2)}\n`);
+  return exitCode;
 }

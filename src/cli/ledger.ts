@@ -1,4 +1,5 @@
-import { assertReadableLedger, checkLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
+import { assertReadableLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
+import { checkAnyLedger } from "../session/check.ts";
 
 export interface LedgerCheckFlags {
   json?: boolean;
@@ -10,7 +11,7 @@ export interface LedgerCheckFlags {
  * Exit 0 valid and finished, 4 valid but interrupted (status running), 1 invalid, 2 unreadable.
  */
 export async function ledgerCheckCommand(path: string, flags: LedgerCheckFlags): Promise<number> {
-  const check = checkLedger(path, await assertReadableLedger(path));
+  const check = checkAnyLedger(path, await assertReadableLedger(path));
   if (flags.json) {
     process.stdout.write(JSON.stringify(check, null, 2) + "\n");
   } else {

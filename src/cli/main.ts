@@ -8,6 +8,7 @@ import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";
 import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import { exitCodeHelp } from "./exit-codes.ts";
+import { addSessionCommands } from "../session/cli.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -242,12 +243,16 @@ Correctness is agent-adjudicated: there is no human review.`,
     .option("--effect <points...>", "score effects (points, > 0 and ≤ 1) the planning table sizes a study for", ["0.1", "0.2", "0.3"])
     .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));
 
+  // Session tasks: their own manifest and ledger (src/session).
+  addSessionCommands(program, setExit);
+
   program
     .command("demo")
     .description("run the bundled demo study end to end: demo corpus, doc-bridge indexes, the fake claude image (no network, no cost), ledger")
     .option("--workdir <dir>", "where the demo corpus, test login and ledgers go (default: study-runner-demo under the system temp dir)")
     .option("--pilot", "run the pilot (2 attempts) instead of the full study (36)")
     .option("--real-cli", "the real pinned Claude Code binary (installed from npm once, image built offline) with a scripted model on a unix socket, instead of the fake image")
+    .option("--sessions", "run the two session tasks instead (an invoice rounding question, a discount-tier question): start, question, scripted answer, resume in a fresh container, done, tests")
     .option("--quiet", "no progress lines on stderr")
     .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));
 

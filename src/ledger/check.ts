@@ -111,8 +111,14 @@ export async function assertReadableLedger(path: string): Promise<Buffer> {
   }
 }
 
-/** Judges the bytes of the ledger read from `path`; never throws: whatever is wrong is a problem in the result. */
-export function checkLedger(path: string, bytes: Buffer): LedgerCheck {
+/** A checker of another private record kind, chosen by the file's `kind` field (a session ledger). */
+export type RecordKindCheck = (json: Record<string, unknown>, result: LedgerCheck) => LedgerCheck;
+
+/**
+ * Judges the bytes of the ledger read from `path`; never throws: whatever is wrong is a problem in
+ * the result. A file whose `kind` names one of `kinds` is judged by that checker instead.
+ */
+export function checkLedger(path: string, bytes: Buffer, kinds: Readonly<Record<string, RecordKindCheck>> = {}): LedgerCheck {
   const result: LedgerCheck = {
     path,
     state: "invalid",
@@ -140,6 +146,9 @@ export function checkLedger(path: string, bytes: Buffer): LedgerCheck {
     result.verdict = `invalid: ${result.problems[0]}`;
     return result;
   }
+  // Another record kind (a session ledger, src/session) has its own checker.
+  const other = typeof json.kind === "string" && Object.hasOwn(kinds, json.kind) ? kinds[json.kind] : undefined;
+  if (other) return other(json, result);
   if (typeof json.runId === "string") result.runId = json.runId;
   if (typeof json.status === "string" && RUN_STATUSES.has(json.status)) result.status = json.status;
   if (typeof json.statusReason === "string") result.statusReason = json.statusReason;

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { AdjudicationRecordSchema } from "../adjudicate/schema.ts";
 import { LedgerSchema } from "../ledger/schema.ts";
 import { ManifestSchema } from "../manifest/schema.ts";
+import { SessionLedgerSchema, SessionManifestSchema } from "../session/schema.ts";
 
 /**
  * JSON Schema files in docs/schemas are generated from the zod schemas that validate the files,
@@ -39,6 +40,18 @@ export function generateSchemas(): Record<string, object> {
       "output",
       "study-runner adjudication record",
       "The private agent adjudication of one ledger (method agent, no human review): one item per observation, bound to the ledger's run, protocol hash and bytes, with the adjudicator runs' budget. Holds verdicts that quote answers; never publish it as is.",
+    ),
+    "session-manifest.schema.json": document(
+      SessionManifestSchema,
+      "input",
+      "study-runner session manifest",
+      "Session tasks (kind session): a working agent with edit tools that finishes or asks one question, is answered, and resumes the same CLI session in a fresh container.",
+    ),
+    "session-ledger.schema.json": document(
+      SessionLedgerSchema,
+      "output",
+      "study-runner session ledger",
+      "The private ledger of session tasks: each session's id, calls, questions (untrusted text) and answers, costs per call, and the harness events. Holds private text; never publish it as is.",
     ),
   };
 }

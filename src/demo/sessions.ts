@@ -1,0 +1,181 @@
+/**
+ * The session demo: two small synthetic repositories like the field notes' (an invoice whose
+ * rounding is undecided, discounts whose tier percentages are undecided), a session manifest whose
+ * scripted answers settle each question, a fake-claude behaviour that plays each session (ask,
+ * then on resume edit a file and say done) and scripted Messages API conversations that make the
+ * real CLI do the same with real tool calls.
+ */
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { makeRepository } from "./corpus.ts";
+import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
+import type { ScriptInput } from "../scripted-api/script.ts";
+
+const PACKAGE = '{ "name": "demo", "version": "1.0.0", "type": "module", "private": true }\n';
+
+export const SESSION_REPOSITORIES = {
+  invoicer: {
+    "package.json": PACKAGE,
+    "README.md": "# invoicer\n\nTotals of invoice lines. The total must be rounded for display; how is not decided yet.\n",
+    "src/invoice.js": "export function total(lines) {\n  const sum = lines.reduce((n, l) => n + l.qty * l.price, 0);\n  return sum;\n}\n",
+    "test/invoice.test.js":
+      "import { test } from 'node:test';\nimport assert from 'node:assert/strict';\nimport { total } from '../src/invoice.js';\n\n" +
+      "test('a total has at most two decimals', () => {\n  assert.equal(total([{ qty: 3, price: 41.152 }]), 123.46);\n});\n",
+  },
+  discounts: {
+    "package.json": PACKAGE,
+    "README.md": "# discounts\n\nCustomers ACME Test Ltd (gold) and Example Traders (silver). Tier percentages are not decided yet.\n",
+    "src/discount.js": "export const TIERS = {};\n\nexport function discounted(price, tier) {\n  return price * (1 - (TIERS[tier] ?? 0) / 100);\n}\n",
+    "test/discount.test.js":
+      "import { test } from 'node:test';\nimport assert from 'node:assert/strict';\nimport { discounted } from '../src/discount.js';\n\n" +
+      "test('gold gets 10%, silver 5%', () => {\n  assert.equal(discounted(200, 'gold'), 180);\n  assert.equal(discounted(200, 'silver'), 190);\n});\n",
+  },
+} as const;
+
+export const FIXED_INVOICE = "export function total(lines) {\n  const sum = lines.reduce((n, l) => n + l.qty * l.price, 0);\n  return Math.round(sum * 100) / 100;\n}\n";
+export const FIXED_DISCOUNT = "export const TIERS = { gold: 10, silver: 5 };\n\nexport function discounted(price, tier) {\n  return price * (1 - (TIERS[tier] ?? 0) / 100);\n}\n";
+
+export const ROUNDING_QUESTION = "2 decimal places (123.456 -> 123.46) or the nearest whole unit (-> 123)?";
+export const TIER_QUESTION = "What discount percentage for each tier: gold and silver?";
+
+/** Markers in the task prompts: the scripted API picks each session's conversation by them. */
+const MARK_ROUNDING = "session-demo: invoice rounding";
+const MARK_TIERS = "session-demo: discount tiers";
+
+export interface SessionDemo {
+  roots: Record<string, string>;
+  manifestPath: string;
+  /** Behaviour file for the fake image (attempt index = the session's position). */
+  behaviourPath: string;
+}
+
+export async function makeSessionDemo(dir: string): Promise<SessionDemo> {
+  const roots: Record<string, string> = {};
+  const pins: Record<string, string> = {};
+  for (const [name, files] of Object.entries(SESSION_REPOSITORIES)) {
+    roots[name] = join(dir, "repos", name);
+    pins[name] = await makeRepository(roots[name]!, files);
+  }
+  const test = ["/usr/local/bin/node", "--test"];
+  const manifest = {
+    version: 1,
+    title: "session demo: a question, a scripted answer, a resume in a fresh container",
+    repositories: pins,
+    tasks: [
+      { id: "invoice-rounding", kind: "session", repository: "invoicer", prompt: `${MARK_ROUNDING}\nRound invoice totals in src/invoice.js for display.`, testCommand: test, answers: ["2 decimal places"] },
+      { id: "discount-tiers", kind: "session", repository: "discounts", prompt: `${MARK_TIERS}\nFill in the tier percentages in src/discount.js for our two customers.`, testCommand: test, answers: ["gold 10%, silver 5%"] },
+    ],
+  };
+  const manifestPath = join(dir, "sessions.json");
+  await writeFile(manifestPath, `${JSON.stringify(manifest, null, 2)}\n`);
+  const behaviourPath = join(dir, "fake-sessions.json");
+  await writeFile(behaviourPath, JSON.stringify(fakeSessionBehaviour()));
+  return { roots, manifestPath, behaviourPath };
+}
+
+/** The fake image plays each session: one question, then the edit and done. */
+export function fakeSessionBehaviour() {
+  return {
+    attempts: {
+      "0": { kind: "ok", session: { questions: 1, question: ROUNDING_QUESTION, edits: [{ path: "src/invoice.js", content: FIXED_INVOICE }] } },
+      "1": { kind: "ok", session: { questions: 1, question: TIER_QUESTION, edits: [{ path: "src/discount.js", content: FIXED_DISCOUNT }] } },
+    },
+  };
+}
+
+const usage = (input_tokens: number, output_tokens: number) => ({ input_tokens, output_tokens });
+
+/**
+ * The real CLI's conversations. A resume re-sends the first call's messages, so the same marker
+ * selects the same script and the assistant count picks the turn: read, ask (StructuredOutput),
+ * then on resume write the fix and say done. Measured on 2.1.296 (tests/conformance/sessions.test.ts):
+ * the resumed history holds a synthetic assistant message "No response requested." after the
+ * StructuredOutput result, so the resume's first request has three assistant turns, not two, and
+ * turn 2 is never served.
+ */
+export function sessionDemoScripts(): ScriptInput[] {
+  return [
+    {
+      name: "session-rounding",
+      marker: MARK_ROUNDING,
+      turns: [
+        { toolCalls: [{ name: "Read", input: { file_path: "/workspace/src/invoice.js" } }], usage: usage(1200, 40) },
+        { toolCalls: [{ name: "StructuredOutput", input: { status: "question", question: ROUNDING_QUESTION, summary: "Read src/invoice.js; nothing changed yet." } }], usage: usage(1500, 60) },
+        { answer: "never served: the CLI's own synthetic assistant message takes this place", usage: usage(1, 1) },
+        { toolCalls: [{ name: "Write", input: { file_path: "/workspace/src/invoice.js", content: FIXED_INVOICE } }], usage: usage(1900, 120) },
+        { toolCalls: [{ name: "StructuredOutput", input: { status: "done", summary: "total() now rounds to 2 decimal places." } }], usage: usage(2100, 50) },
+      ],
+    },
+    {
+      name: "session-tiers",
+      marker: MARK_TIERS,
+      turns: [
+        { toolCalls: [{ name: "Read", input: { file_path: "/workspace/src/discount.js" } }], usage: usage(1100, 35) },
+        { toolCalls: [{ name: "StructuredOutput", input: { status: "question", question: TIER_QUESTION, summary: "Read src/discount.js; nothing changed yet." } }], usage: usage(1400, 55) },
+        { answer: "never served: the CLI's own synthetic assistant message takes this place", usage: usage(1, 1) },
+        { toolCalls: [{ name: "Write", input: { file_path: "/workspace/src/discount.js", content: FIXED_DISCOUNT } }], usage: usage(1800, 110) },
+        { toolCalls: [{ name: "StructuredOutput", input: { status: "done", summary: "TIERS now holds gold 10 and silver 5." } }], usage: usage(2000, 45) },
+      ],
+    },
+  ];
+}
+
+/**
+ * `study-runner demo --sessions`: both session tasks through the runner (ledger, worktrees,
+ * containers), with the fake image, or with `realCli` the real pinned binary and the scripted
+ * API: start, question, scripted answer, resume in a fresh container, done, tests.
+ */
+export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean } = {}) {
+  const [{ mkdir, mkdtemp, chmod, rm }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startScriptedApi }, { ensureClaudeBinary }] = await Promise.all([
+    import("node:fs/promises"),
+    import("../runtime/docker.ts"),
+    import("../image/build.ts"),
+    import("../image/specs.ts"),
+    import("./setup.ts"),
+    import("../session/run.ts"),
+    import("../scripted-api/server.ts"),
+    import("../image/install.ts"),
+  ]);
+  const runtime = new DockerRuntime();
+  await mkdir(workdir, { recursive: true });
+  const demo = await makeSessionDemo(await mkdtemp(join(workdir, "sessions-")));
+  const loginDir = join(workdir, "login");
+  await writeTestLogin(loginDir);
+  let image: string;
+  let api: Awaited<ReturnType<typeof startScriptedApi>> | undefined;
+  let apiDir: string | undefined;
+  if (options.realCli) {
+    const binary = await ensureClaudeBinary();
+    image = (await buildImage(runtime, await specs.claudeCodeImageSpec({ claudeBinary: binary.path }))).id;
+    apiDir = await mkdtemp(join(workdir, "model-api-"));
+    await chmod(apiDir, 0o755);
+    api = await startScriptedApi({ socketPath: join(apiDir, "api.sock"), script: sessionDemoScripts() });
+  } else {
+    image = (await buildImage(runtime, await specs.fakeClaudeImageSpec())).id;
+  }
+  const ledgers = join(workdir, "ledgers");
+  await mkdir(ledgers, { recursive: true, mode: 0o700 });
+  const output = join(ledgers, `sessions-${new Date().toISOString().replace(/[:.]/g, "-")}.json`);
+  try {
+    return await startSessions(
+      {
+        manifestPath: demo.manifestPath,
+        roots: new Map(Object.entries(demo.roots)),
+        output,
+        model: process.env.STUDY_MODEL ?? "claude-haiku-5-5",
+        image,
+        expectedCliVersion: CLAUDE_CODE_VERSION,
+        capUsd: 1,
+        callBudgetUsd: 0.2,
+        sessionBudgetUsd: 0.5,
+        isolation: "offline",
+        claudeConfigDir: loginDir,
+        ...(api ? { modelApi: { socketPath: api.socketPath! } } : { fake: { behaviourFile: demo.behaviourPath } }),
+      },
+      { runtime, say: options.quiet ? undefined : (line) => process.stderr.write(`study-runner demo --sessions: ${line}\n`) },
+    );
+  } finally {
+    await api?.close();
+    if (apiDir) await rm(apiDir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,45 @@
+import { formatIssues } from "../util/zod-errors.ts";
+import { SESSION_LEDGER_KIND, SessionLedgerSchema } from "./schema.ts";
+import { checkLedger, type LedgerCheck } from "../ledger/check.ts";
+
+/** True when the JSON is a session ledger (its own record kind beside the study ledger). */
+export function isSessionLedger(json: Record<string, unknown>): boolean {
+  return json.kind === SESSION_LEDGER_KIND;
+}
+
+/**
+ * `ledger check` of a session ledger: its schema (every harness event's fields, the events naming
+ * its sessions, spent = calls' charges + open reservations, a foreign session_id only as
+ * invalid-setup). A call left open is an interruption: `study-runner resume` settles it at its
+ * reservation and ends that session, and continues the others.
+ */
+export function checkSessionLedger(json: Record<string, unknown>, result: LedgerCheck): LedgerCheck {
+  const parsed = SessionLedgerSchema.safeParse(json);
+  if (!parsed.success) {
+    result.problems.push(...formatIssues(parsed.error.issues));
+    result.verdict = `invalid session ledger: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}`;
+    return result;
+  }
+  const l = parsed.data;
+  result.valid = true;
+  result.runId = l.runId;
+  result.status = l.status;
+  result.statusReason = l.statusReason ?? null;
+  const calls = l.sessions.flatMap((s) => s.calls);
+  const open = calls.filter((c) => c.phase !== "settled");
+  result.observations = { total: calls.length, settled: calls.length - open.length, open: open.length };
+  const states = l.sessions.map((s) => `${s.taskId} ${s.state}`).join(", ");
+  if (l.status === "running" || open.length > 0) {
+    result.state = "interrupted";
+    result.verdict = `interrupted: ${open.length} call(s) open, counted at their reservation; sessions: ${states}; spent ${l.budget.spentUsd} USD. \`study-runner resume\` continues the answered sessions`;
+  } else {
+    result.state = "finished";
+    result.verdict = `${l.status}: sessions: ${states}; ${l.events.length} events; spent ${l.budget.spentUsd} USD`;
+  }
+  return result;
+}
+
+/** `ledger check` of any private ledger the runner writes: a study ledger, or a session ledger. */
+export function checkAnyLedger(path: string, bytes: Buffer): LedgerCheck {
+  return checkLedger(path, bytes, { [SESSION_LEDGER_KIND]: checkSessionLedger });
+}

@@ -1,0 +1,162 @@
+import { readFile } from "node:fs/promises";
+import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
+import { UsageError } from "../util/errors.ts";
+import { parseRoots } from "../settings/run-options.ts";
+import { answerSession, resumeSessions, startSessions, type SessionRuntimeOptions } from "./run.ts";
+import type { SessionLedger } from "./schema.ts";
+
+export interface SessionRuntimeFlags {
+  claudeConfigDir?: string;
+  isolation?: string;
+  modelApiSocket?: string;
+  fakeBehaviour?: string;
+  fakeRecords?: string;
+  quiet?: boolean;
+}
+
+function runtimeOptions(flags: SessionRuntimeFlags): SessionRuntimeOptions {
+  const isolation = flags.isolation ?? (flags.modelApiSocket || flags.fakeBehaviour ? "offline" : "standard");
+  if (isolation !== "standard" && isolation !== "offline") throw new UsageError(`--isolation ${isolation}: sessions run 'standard' or 'offline'`);
+  return {
+    claudeConfigDir: flags.claudeConfigDir,
+    isolation,
+    modelApi: flags.modelApiSocket ? { socketPath: flags.modelApiSocket } : undefined,
+    fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour, recordsDir: flags.fakeRecords } : undefined,
+  };
+}
+
+function usd(name: string, value: string | undefined, problems: string[]): number {
+  const n = Number(value);
+  if (value === undefined || !/^[0-9]+(\.[0-9]+)?$/.test(value) || !(n > 0)) problems.push(`${name} must be a positive decimal number of USD, e.g. 0.5`);
+  return n;
+}
+
+const say = (quiet: boolean | undefined) => (line: string) => {
+  if (!quiet) process.stderr.write(`study-runner sessions: ${line}\n`);
+};
+
+/** Counts and states only: the questions and answers stay in the private ledger. */
+export function sessionSummary(ledgerPath: string, ledger: SessionLedger) {
+  return {
+    ledger: ledgerPath,
+    status: ledger.status,
+    statusReason: ledger.statusReason ?? null,
+    spentUsd: ledger.budget.spentUsd,
+    sessions: ledger.sessions.map((s) => ({ id: s.id, task: s.taskId, state: s.state, questions: s.questions.length, calls: s.calls.length, spentUsd: s.spentUsd, testExitCode: s.test?.exitCode ?? null })),
+  };
+}
+
+export async function sessionsStartCommand(flags: SessionRuntimeFlags & { manifest?: string; root?: string[]; output?: string; image?: string; model?: string; capUsd?: string; callBudgetUsd?: string; sessionBudgetUsd?: string; cliVersion?: string }): Promise<number> {
+  const problems: string[] = [];
+  if (!flags.manifest) problems.push("--manifest is required: the session manifest (tasks of kind \"session\")");
+  if (!flags.output) problems.push("--output is required: a new private ledger file outside every checkout and the project");
+  if (!flags.image) problems.push("--image is required: the Claude Code image (study-runner image build)");
+  const model = flags.model ?? process.env.STUDY_MODEL;
+  if (!model) problems.push("--model or STUDY_MODEL is required");
+  const capUsd = usd("--cap-usd", flags.capUsd, problems);
+  const callBudgetUsd = usd("--call-budget-usd", flags.callBudgetUsd, problems);
+  const sessionBudgetUsd = usd("--session-budget-usd", flags.sessionBudgetUsd, problems);
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  const started = await startSessions(
+    {
+      ...runtimeOptions(flags),
+      manifestPath: flags.manifest!,
+      roots: parseRoots(flags.root ?? []),
+      output: flags.output!,
+      model: model!,
+      image: flags.image!,
+      expectedCliVersion: flags.cliVersion ?? CLAUDE_CODE_VERSION,
+      capUsd,
+      callBudgetUsd,
+      sessionBudgetUsd,
+    },
+    { runtime: await dockerRuntime(), say: say(flags.quiet) },
+  );
+  process.stdout.write(`${JSON.stringify(sessionSummary(started.ledgerPath, started.ledger), null, 2)}\n`);
+  return started.exitCode;
+}
+
+export async function answerCommand(ledgerPath: string, session: string, flags: { text?: string; file?: string }): Promise<number> {
+  if ((flags.text === undefined) === (flags.file === undefined)) throw new UsageError("give the answer with exactly one of --text TEXT and --file PATH");
+  const text = flags.text ?? (await readFile(flags.file!, "utf8").catch((err: NodeJS.ErrnoException) => {
+    throw new UsageError(`cannot read --file ${flags.file} (${err.code})`);
+  }));
+  const ledger = await answerSession(ledgerPath, session, text);
+  process.stdout.write(`${JSON.stringify(sessionSummary(ledgerPath, ledger), null, 2)}\n`);
+  return 0;
+}
+
+export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
+  const resumed = await resumeSessions(ledgerPath, { ...runtimeOptions(flags), manifestPath: flags.manifest }, { runtime: await dockerRuntime(), say: say(flags.quiet) });
+  process.stdout.write(`${JSON.stringify(sessionSummary(ledgerPath, resumed.ledger), null, 2)}\n`);
+  return resumed.exitCode;
+}
+
+/** `sessions status`: the open questions, fenced as untrusted text, and each session's state. */
+export function statusText(ledger: SessionLedger): string {
+  const lines: string[] = [`session ledger ${ledger.runId}: ${ledger.status}${ledger.statusReason ? ` (${ledger.statusReason})` : ""}`];
+  for (const s of ledger.sessions) {
+    lines.push(`- ${s.id} ${s.taskId}: ${s.state}, ${s.questions.length} question(s), ${s.calls.length} call(s), ${s.spentUsd} USD`);
+    const q = s.questions.at(-1);
+    if (s.state === "awaiting-answer" && q) {
+      // The agent's words are data: fenced so that neither a person nor a tool reads them as instructions.
+      const fence = "~".repeat(Math.max(3, ...[...q.question.text.matchAll(/~+/g)].map((m) => m[0].length + 1)));
+      lines.push(`  question ${q.cycle} (untrusted text from the agent, not an instruction):`, `  ${fence}text`, ...q.question.text.split("\n").map((l) => `  ${l}`), `  ${fence}`);
+    }
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+/** Registers `sessions start|status`, `answer` and `resume` on the program (src/cli/main.ts). */
+export function addSessionCommands(program: import("commander").Command, setExit: (code: number) => void): void {
+  const collect = (value: string, previous: string[] = []) => [...previous, value];
+  const runtimeFlags = (c: import("commander").Command) =>
+    c
+      .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+      .option("--isolation <profile>", "network of the session containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)")
+      .option("--model-api-socket <path>", "tests and the demo: a Messages API on this host unix socket (the scripted API); implies --isolation offline")
+      .option("--fake-behaviour <file>", "tests and the demo: behaviour file of the fake claude image")
+      .option("--fake-records <dir>", "tests: folder where the fake claude image writes its records")
+      .option("--quiet", "no progress lines on stderr");
+  const sessions = program.command("sessions").description("session tasks: an agent with edit tools that may ask one question at a time, is answered, and resumes the same CLI session in a fresh container");
+  runtimeFlags(
+    sessions
+      .command("start")
+      .description("start one session per task of a session manifest; scripted answers are given at once, other questions park the session (awaiting-answer)")
+      .option("--manifest <path>", "the session manifest (tasks of kind \"session\")")
+      .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
+      .option("--output <path>", "the private session ledger: a new file outside every checkout and the project; worktrees and session files go into <output>.sessions/")
+      .option("--image <ref>", "the Claude Code image")
+      .option("--model <model>", "the model (default: $STUDY_MODEL)")
+      .option("--cap-usd <usd>", "cumulative cap of every call of this ledger")
+      .option("--call-budget-usd <usd>", "per call: reserved and passed as --max-budget-usd (measured: it caps the call, not the session)", "0.5")
+      .option("--session-budget-usd <usd>", "per session: when its calls' costs reach it, the session parks budget-spent before any further call", "10")
+      .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION),
+  ).action(async (opts) => setExit(await sessionsStartCommand(opts)));
+  sessions
+    .command("status <ledger>")
+    .description("each session's state; an open question is shown fenced, as untrusted text from the agent")
+    .action(async (ledger) => {
+      const { readSessionLedger } = await import("./run.ts");
+      process.stdout.write(statusText(await readSessionLedger(ledger)));
+      setExit(0);
+    });
+  program
+    .command("answer <ledger> <session>")
+    .description("answer the open question of a session (its id or task id); `study-runner resume LEDGER` then continues it")
+    .option("--text <text>", "the answer")
+    .option("--file <path>", "read the answer from this file")
+    .action(async (ledger, session, opts) => setExit(await answerCommand(ledger, session, opts)));
+  runtimeFlags(
+    program
+      .command("resume <ledger>")
+      .description("continue every answered session of a session ledger: the same session id, the same worktree, a fresh container")
+      .option("--manifest <path>", "the session manifest, when it moved (its sha256 must match the ledger's)"),
+  ).action(async (ledger, opts) => setExit(await resumeCommand(ledger, opts)));
+}
+
+/** Loaded only when a session command runs, so that every other command starts without dockerode. */
+async function dockerRuntime() {
+  const { DockerRuntime } = await import("../runtime/docker.ts");
+  return new DockerRuntime();
+}

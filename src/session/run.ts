@@ -1,0 +1,447 @@
+import { randomUUID } from "node:crypto";
+import { mkdir, readFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
+import { resolveLogin, acquireLoginLock, type LoginLock } from "../attempt/login.ts";
+import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
+import { emptyRunFacts } from "../cli-attempt/record.ts";
+import { runLoop, type Book, type RunKind } from "../loop/loop.ts";
+import { probeVersion } from "../image/build.ts";
+import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
+import { runnerLabels } from "../runtime/reaper.ts";
+import type { ContainerRuntime } from "../runtime/port.ts";
+import { createPrivateFile, LEDGER_MODE } from "../ledger/store.ts";
+import { writeFileAtomic } from "../util/atomic-file.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+import { RefusalError, UsageError } from "../util/errors.ts";
+import { formatIssues } from "../util/zod-errors.ts";
+import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, sessionPrompt } from "./args.ts";
+import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
+import { runTestCommand } from "./test-command.ts";
+import {
+  MAX_QUESTIONS,
+  SESSION_LEDGER_KIND,
+  SessionLedgerSchema,
+  SessionManifestSchema,
+  type HarnessEvent,
+  type Session,
+  type SessionCall,
+  type SessionLedger,
+  type SessionManifest,
+} from "./schema.ts";
+
+/** What a pass needs besides the ledger: the things that are not recorded (sockets, test hooks). */
+export interface SessionRuntimeOptions {
+  claudeConfigDir?: string;
+  /** A Messages API on a host unix socket (the scripted API); needs isolation offline. */
+  modelApi?: { socketPath: string };
+  isolation: IsolationProfile;
+  fake?: { behaviourFile?: string; recordsDir?: string };
+  timeoutMs?: number;
+  loginLockTimeoutMs?: number;
+  /** The manifest's path when it moved since the start (its sha256 must still match). */
+  manifestPath?: string;
+}
+
+export interface SessionDeps {
+  runtime: ContainerRuntime;
+  now?: () => Date;
+  signal?: AbortSignal;
+  say?: (line: string) => void;
+}
+
+export interface StartConfig extends SessionRuntimeOptions {
+  manifestPath: string;
+  roots: ReadonlyMap<string, string>;
+  output: string;
+  model: string;
+  image: string;
+  expectedCliVersion: string;
+  capUsd: number;
+  callBudgetUsd: number;
+  sessionBudgetUsd: number;
+}
+
+export async function loadSessionManifest(path: string): Promise<{ manifest: SessionManifest; sha256: string }> {
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(path);
+  } catch (err) {
+    throw new UsageError(`cannot read the session manifest ${path} (${(err as NodeJS.ErrnoException).code}); check --manifest`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    throw new UsageError(`the session manifest ${path} is not valid JSON`);
+  }
+  const parsed = SessionManifestSchema.safeParse(json);
+  if (!parsed.success) {
+    const problems = formatIssues(parsed.error.issues);
+    throw new UsageError(`the session manifest ${path} is invalid:\n  ${problems.join("\n  ")}`, problems);
+  }
+  return { manifest: parsed.data, sha256: createHash("sha256").update(bytes).digest("hex") };
+}
+
+function serialize(ledger: SessionLedger, path: string): string {
+  const parsed = SessionLedgerSchema.safeParse(ledger);
+  if (!parsed.success) throw new Error(`refusing to write the session ledger ${path}: it does not match its schema (a runner bug):\n  ${formatIssues(parsed.error.issues).join("\n  ")}`);
+  return `${JSON.stringify(parsed.data, null, 2)}\n`;
+}
+
+export async function writeSessionLedger(path: string, ledger: SessionLedger): Promise<void> {
+  await writeFileAtomic(path, serialize(ledger, path), { mode: LEDGER_MODE });
+}
+
+export async function readSessionLedger(path: string): Promise<SessionLedger> {
+  let text: string;
+  try {
+    text = await readFile(path, "utf8");
+  } catch (err) {
+    throw new UsageError(`cannot read the session ledger ${path} (${(err as NodeJS.ErrnoException).code}); give the path --output named at the start`);
+  }
+  let json: unknown;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    throw new UsageError(`the session ledger ${path} is not valid JSON`);
+  }
+  const parsed = SessionLedgerSchema.safeParse(json);
+  if (!parsed.success) throw new UsageError(`the session ledger ${path} does not match its schema:\n  ${formatIssues(parsed.error.issues).join("\n  ")}`);
+  return parsed.data;
+}
+
+/**
+ * Starts one session per task: the ledger (with each session's generated id) and the worktrees
+ * exist before the first launch, then every session gets its first call, and sessions answered
+ * by the manifest's scripted answers are resumed until each is done, parked or ended.
+ */
+export async function startSessions(config: StartConfig, deps: SessionDeps): Promise<{ exitCode: number; ledgerPath: string; ledger: SessionLedger }> {
+  const { manifest, sha256 } = await loadSessionManifest(config.manifestPath);
+  const problems: string[] = [];
+  for (const repo of new Set(manifest.tasks.map((t) => t.repository))) if (!config.roots.has(repo)) problems.push(`--root ${repo}=PATH is missing: the checkout of '${repo}' at its pin`);
+  if (!(config.capUsd > 0)) problems.push("--cap-usd must be a positive number of USD");
+  if (!(config.callBudgetUsd > 0)) problems.push("--call-budget-usd must be a positive number of USD");
+  if (!(config.sessionBudgetUsd > 0)) problems.push("--session-budget-usd must be a positive number of USD");
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe") });
+  if (probed.version !== config.expectedCliVersion) throw new RefusalError(`the image ${config.image} reports Claude Code ${probed.version}, not the expected ${config.expectedCliVersion}`);
+
+  const runId = randomUUID();
+  const now = () => (deps.now?.() ?? new Date()).toISOString();
+  const ledger: SessionLedger = {
+    kind: SESSION_LEDGER_KIND,
+    schemaVersion: 1,
+    runId,
+    createdAt: now(),
+    manifestPath: config.manifestPath,
+    manifestSha256: sha256,
+    roots: Object.fromEntries(config.roots),
+    model: config.model,
+    image: probed.imageId,
+    expectedCliVersion: config.expectedCliVersion,
+    capUsd: config.capUsd,
+    callBudgetUsd: config.callBudgetUsd,
+    sessionBudgetUsd: config.sessionBudgetUsd,
+    maxQuestions: MAX_QUESTIONS,
+    storageDir: `${config.output}.sessions`,
+    status: "running",
+    budget: { reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false },
+    sessions: [],
+    events: [],
+  };
+  const ledgerPath = await createPrivateFile(config.output, serialize(ledger, config.output), { checkouts: config.roots, projectRoot: PROJECT_ROOT }, "session ledger");
+  ledger.storageDir = `${ledgerPath}.sessions`;
+  // Beside the ledger, so the same checks (outside every checkout and the project) hold for it; private.
+  await mkdir(ledger.storageDir, { mode: 0o700 });
+  for (const task of manifest.tasks) {
+    const id = randomUUID();
+    const made = await makeWorktree(ledger.storageDir, id, {
+      repoDir: config.roots.get(task.repository)!,
+      pin: manifest.repositories[task.repository]!,
+      answerKeys: manifest.answerKeys?.[task.repository] ?? [],
+      labels: { run: runId, attempt: `session-${task.id}` },
+    });
+    ledger.sessions.push({
+      id,
+      taskId: task.id,
+      repository: task.repository,
+      attempt: 1,
+      state: "new",
+      stateReason: null,
+      worktree: made.worktree,
+      exportHash: made.exportHash,
+      questions: [],
+      calls: [],
+      spentUsd: 0,
+      lastTotalCostUsd: 0,
+      lastComputedCostUsd: 0,
+      messageUsage: [],
+      summary: null,
+      test: null,
+    });
+  }
+  // The session ids are on disk before any container starts.
+  await writeSessionLedger(ledgerPath, ledger);
+  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps);
+  return { exitCode, ledgerPath, ledger };
+}
+
+/** Records a person's answer to the session's open question; the session becomes ready to resume. */
+export async function answerSession(ledgerPath: string, sessionId: string, text: string, deps: { now?: () => Date } = {}): Promise<SessionLedger> {
+  const ledger = await readSessionLedger(ledgerPath);
+  const session = ledger.sessions.find((s) => s.id === sessionId || s.taskId === sessionId);
+  if (!session) throw new UsageError(`the ledger has no session ${sessionId}; give a session id (or task id) that \`study-runner sessions status\` lists`);
+  if (session.state !== "awaiting-answer") throw new UsageError(`session ${session.id} (${session.taskId}) is ${session.state}, not awaiting an answer`);
+  if (text.trim() === "" || Buffer.byteLength(text, "utf8") > 4096 || text.includes("\0")) throw new UsageError("the answer must be non-empty text of at most 4096 bytes without NUL bytes");
+  const q = session.questions.at(-1)!;
+  q.answer = { source: "person", text, answeredAt: (deps.now?.() ?? new Date()).toISOString() };
+  session.state = "answered";
+  await writeSessionLedger(ledgerPath, ledger);
+  return ledger;
+}
+
+/** Continues every answered session (same worktree, same session id) and any session not started yet. */
+export async function resumeSessions(ledgerPath: string, options: SessionRuntimeOptions, deps: SessionDeps): Promise<{ exitCode: number; ledger: SessionLedger }> {
+  const ledger = await readSessionLedger(ledgerPath);
+  const { manifest, sha256 } = await loadSessionManifest(options.manifestPath ?? ledger.manifestPath);
+  if (sha256 !== ledger.manifestSha256) throw new RefusalError(`the manifest ${options.manifestPath ?? ledger.manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);
+  // A call left open by a killed runner never gets a result: its session ended, its reservation stays charged.
+  for (const s of ledger.sessions) {
+    const open = s.calls.find((c) => c.phase !== "settled");
+    if (open) {
+      Object.assign(open, { phase: "settled", status: "failed", chargedUsd: open.reservationUsd, statusReason: "the runner stopped during this call; its outcome is unknown and its reservation stays charged" });
+      await endSession(ledger, s, "failed", "a call was interrupted by the runner's end; a session is never continued from an unknown state");
+    }
+  }
+  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, { ...options, model: ledger.model, image: ledger.image, expectedCliVersion: ledger.expectedCliVersion, roots: new Map(Object.entries(ledger.roots)), capUsd: ledger.capUsd, callBudgetUsd: ledger.callBudgetUsd, sessionBudgetUsd: ledger.sessionBudgetUsd }, deps);
+  return { exitCode, ledger };
+}
+
+async function endSession(ledger: SessionLedger, s: Session, state: Session["state"], reason: string | null): Promise<void> {
+  s.state = state;
+  s.stateReason = reason;
+  await removeSessionStorage(ledger.storageDir, s.id);
+  s.worktree = null;
+}
+
+type PassConfig = SessionRuntimeOptions & Pick<StartConfig, "model" | "image" | "expectedCliVersion" | "roots" | "capUsd" | "callBudgetUsd" | "sessionBudgetUsd">;
+
+const ready = (s: Session) => s.state === "new" || s.state === "answered";
+
+/** Passes over the ready sessions, one call each, through the one loop, until none is ready or a pass stops. */
+async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manifest: SessionManifest, config: PassConfig, deps: SessionDeps): Promise<number> {
+  const say = deps.say ?? (() => {});
+  const now = () => deps.now?.() ?? new Date();
+  const event = (e: HarnessEvent extends infer E ? (E extends HarnessEvent ? Omit<E, "at"> : never) : never) => ledger.events.push({ at: now().toISOString(), ...e } as HarnessEvent);
+  const login = resolveLogin({ configDir: config.claudeConfigDir });
+  let exitCode = 0;
+  ledger.status = "running";
+  delete ledger.statusReason;
+  for (;;) {
+    const units = ledger.sessions.filter(ready);
+    if (units.length === 0) break;
+    // The loop keeps its own book for the pass; the ledger's budget is what earlier passes spent plus it.
+    const base = { ...ledger.budget };
+    const book: Book<"running" | "blocked" | "finished"> = { status: "running", budget: { reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false } };
+    const persist = async () => {
+      ledger.budget = {
+        reservedUsd: book.budget.reservedUsd,
+        spentUsd: Math.round((base.spentUsd + book.budget.spentUsd) * 1e12) / 1e12,
+        cumulativeCapExceeded: base.cumulativeCapExceeded || book.budget.cumulativeCapExceeded,
+      };
+      for (const s of ledger.sessions) s.spentUsd = Math.round(s.calls.reduce((n, c) => n + (c.chargedUsd ?? c.reservationUsd), 0) * 1e12) / 1e12;
+      await writeSessionLedger(ledgerPath, ledger);
+    };
+    const locks = new Map<Session, LoginLock>();
+    const results = new Map<Session, { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }>();
+    const kind: RunKind<Session, SessionCall> = {
+      noun: "call",
+      number: (s) => units.indexOf(s) + 1,
+      describe: (s) => `call ${s.calls.length} of session ${s.id} (${s.taskId})`,
+      limitUsd: null,
+      recordWithoutRun(s) {
+        // The session's budget is checked before every further call (its calls' own costs, summed).
+        if (s.spentUsd < config.sessionBudgetUsd - 1e-12) return false;
+        event({ type: "harness.budget_spent", session: s.id, spent_usd: s.spentUsd, budget_usd: config.sessionBudgetUsd });
+        s.state = "budget-spent";
+        s.stateReason = `the session's calls cost ${s.spentUsd} USD, which reaches its budget of ${config.sessionBudgetUsd} USD; no further call`;
+        say(`session ${s.taskId}: budget spent (${s.spentUsd} of ${config.sessionBudgetUsd} USD)`);
+        return true;
+      },
+      async acquire(s) {
+        const started = Date.now();
+        try {
+          const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ledger.runId, signal: deps.signal });
+          event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
+          locks.set(s, lock);
+          return { release: () => (locks.delete(s), lock.release()) };
+        } catch (err) {
+          event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: true });
+          throw err;
+        }
+      },
+      open(s) {
+        const call: SessionCall = {
+          ...emptyRunFacts(0),
+          index: s.calls.length,
+          mode: s.calls.length === 0 ? "start" : "resume",
+          sessionIdReported: null,
+          resultStatus: null,
+          durationMs: null,
+          callCostUsd: null,
+          callComputedCostUsd: null,
+          exitCode: null,
+          timedOut: null,
+          truncated: null,
+          statusReason: null,
+        };
+        s.calls.push(call);
+        return call;
+      },
+      async runOne(s, ctx) {
+        const call = ctx.entry;
+        const task = manifest.tasks.find((t) => t.id === s.taskId)!;
+        // Each call reserves the full per-call cap: the session's budget is checked before each call
+        // (recordWithoutRun), so a session can pass it by at most one call, as the field notes' harness did.
+        const reserved = ctx.meter.reserve(config.callBudgetUsd);
+        if (!reserved.ok) return { status: "failed", reason: `not started: ${reserved.reason}`, reportedCostUsd: null, computedCostUsd: null };
+        call.reservationUsd = reserved.reservation.reservedUsd;
+        if (call.mode === "start") event({ type: "harness.start", session: s.id, task: s.taskId, attempt: s.attempt });
+        else {
+          const q = s.questions.at(-1)!;
+          event({ type: "harness.resume", session: s.id, waited_s: (Date.parse(q.answer!.answeredAt) - Date.parse(q.askedAt)) / 1000 });
+        }
+        const prompt = call.mode === "start" ? sessionPrompt(task.prompt) : answerPrompt(s.questions.at(-1)!.answer!.text);
+        const out = { structuredOutput: undefined as unknown, resultText: null as string | null, sessionId: null as string | null, durationMs: null as number | null };
+        results.set(s, out);
+        const paths = sessionPaths(ledger.storageDir, s.id);
+        const cliDeps: CliRunDeps = { runtime: deps.runtime, now: deps.now, signal: deps.signal };
+        const result = await runCliInContainer(
+          cliDeps,
+          {
+            export: { repoDir: config.roots.get(s.repository)!, pin: manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
+            login,
+            lock: locks.get(s)!,
+            image: config.image,
+            argv: sessionArguments({ model: config.model, maxBudgetUsd: call.reservationUsd, sessionId: s.id, resume: call.mode === "resume" }),
+            arm: "repository",
+            model: config.model,
+            expectedTools: SESSION_INIT_TOOLS,
+            expectedCliVersion: config.expectedCliVersion,
+            network: networkFor(config.isolation),
+            modelApiSocket: config.modelApi?.socketPath,
+            labels: runnerLabels(ledger.runId, `session-${s.id}-${call.index}`),
+            attemptIndex: ledger.sessions.indexOf(s),
+            fake: config.fake,
+            timeoutMs: config.timeoutMs,
+            onLine: (line) => readResult(line, out),
+            session: {
+              worktree: paths.worktree,
+              exportHash: s.exportHash,
+              priorMessageUsage: s.messageUsage,
+              stage: (stagedHome) => stageSessionCall(stagedHome, { worktree: paths.worktree, stateDir: paths.state, prompt, exportHash: s.exportHash, priorMessageUsage: s.messageUsage }),
+              collect: (stagedHome) => collectSessionCall(stagedHome, paths.state),
+            },
+          },
+          call,
+          ctx.persist,
+        );
+        call.sessionIdReported = out.sessionId;
+        if (result.status === "completed") s.messageUsage.push(...result.facts.perMessageUsage.map((m) => ({ messageId: m.messageId, inputTokens: m.inputTokens, cacheReadInputTokens: m.cacheReadInputTokens, cacheCreationInputTokens: m.cacheCreationInputTokens })));
+        call.durationMs = out.durationMs;
+        call.resultStatus = null;
+        // The CLI reports the session's cumulative cost: the call's own is the difference from the previous result.
+        const total = call.cliReportedCostUsd;
+        const computed = call.computedCostUsd;
+        call.callCostUsd = total === null ? null : Math.max(0, round12(total - s.lastTotalCostUsd));
+        call.callComputedCostUsd = computed === null ? null : Math.max(0, round12(computed - s.lastComputedCostUsd));
+        let status = result.status;
+        let reason = result.reason;
+        if (out.sessionId !== null && out.sessionId !== s.id) {
+          status = "invalid-setup";
+          reason = `the result's session_id ${out.sessionId} is not the session's ${s.id}`;
+          call.setupProblems.push(reason);
+        }
+        let reading: ReturnType<typeof readSessionResult> | undefined;
+        if (status === "completed") {
+          reading = readSessionResult(out.structuredOutput, out.resultText);
+          if (!reading.ok) {
+            status = "failed";
+            reason = `the session result is unusable: ${reading.problem}`;
+          } else call.resultStatus = reading.result.status;
+        }
+        const settled = ctx.meter.settle(reserved.reservation, { status, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd });
+        if (settled.status !== "completed" && status === "completed") reason = `the call cost ${settled.chargedUsd} USD, above its reservation of ${call.reservationUsd} USD`;
+        status = settled.status;
+        call.statusReason = status === "completed" ? null : reason;
+        if (total !== null) s.lastTotalCostUsd = total;
+        if (computed !== null) s.lastComputedCostUsd = computed;
+        event({ type: "harness.result", session: s.id, status: status === "completed" ? (call.resultStatus ?? status) : status, num_turns: call.numTurns, duration_ms: call.durationMs, total_cost_usd: total, call_cost_usd: call.callCostUsd });
+        s.spentUsd = round12(s.spentUsd + settled.chargedUsd);
+
+        if (status !== "completed" || !reading?.ok) {
+          // A failed call ends its session: a failed resume is never handed to another session.
+          await endSession(ledger, s, "failed", `call ${call.index} ended ${status}: ${reason}`);
+          say(`session ${s.taskId}: call ${call.index} ${status}: ${reason}`);
+          return { status, reason, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd };
+        }
+        const r = reading.result;
+        if (r.status === "question") {
+          const cycle = s.questions.length + 1;
+          s.questions.push({ cycle, question: { untrusted: true, text: r.question }, summary: { untrusted: true, text: r.summary }, askedAt: now().toISOString(), answer: null });
+          if (cycle > MAX_QUESTIONS) {
+            event({ type: "harness.too_many_questions", session: s.id, questions: cycle });
+            await endSession(ledger, s, "too-many-questions", `question ${cycle} after ${MAX_QUESTIONS}: the session ends; a retry starts a new session`);
+            say(`session ${s.taskId}: too many questions (${cycle})`);
+          } else {
+            event({ type: "harness.question", session: s.id, item: cycle - 1, cycle });
+            s.state = "awaiting-answer";
+            const scripted = task.answers?.[cycle - 1];
+            if (scripted !== undefined) {
+              s.questions.at(-1)!.answer = { source: "scripted", text: scripted, answeredAt: now().toISOString() };
+              s.state = "answered";
+            }
+            say(`session ${s.taskId}: question ${cycle}${scripted !== undefined ? " (scripted answer)" : ", awaiting an answer"}`);
+          }
+        } else {
+          s.summary = { untrusted: true, text: r.summary };
+          if (task.testCommand) {
+            s.test = await runTestCommand(deps.runtime, { image: config.image, worktree: paths.worktree, command: task.testCommand, labels: runnerLabels(ledger.runId, `session-${s.id}-test`) });
+            event({ type: "harness.test", session: s.id, exit_code: s.test.exitCode });
+          }
+          await endSession(ledger, s, "done", null);
+          say(`session ${s.taskId}: done${s.test ? `, tests exit ${s.test.exitCode}` : ""}`);
+        }
+        return { status, reason, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd };
+      },
+    };
+    const end = await runLoop({ kind, units, book, capUsd: Math.max(config.capUsd - base.spentUsd, 0), doneStatus: "finished", persist });
+    if (end.exitCode !== 0) {
+      exitCode = end.exitCode;
+      ledger.status = "blocked";
+      ledger.statusReason = end.stopReason ?? book.statusReason ?? "blocked";
+      await writeSessionLedger(ledgerPath, ledger);
+      return exitCode;
+    }
+  }
+  ledger.status = ledger.sessions.some((s) => s.state === "awaiting-answer") ? "parked" : "finished";
+  await writeSessionLedger(ledgerPath, ledger);
+  return exitCode;
+}
+
+const round12 = (n: number) => Math.round(n * 1e12) / 1e12;
+
+function readResult(line: string, out: { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }): void {
+  if (!line.includes('"result"')) return;
+  let event: Record<string, unknown>;
+  try {
+    event = JSON.parse(line) as Record<string, unknown>;
+  } catch {
+    return;
+  }
+  if (event.type !== "result") return;
+  out.structuredOutput = event.structured_output;
+  out.resultText = typeof event.result === "string" ? event.result : null;
+  out.sessionId = typeof event.session_id === "string" ? event.session_id : null;
+  out.durationMs = typeof event.duration_ms === "number" && Number.isInteger(event.duration_ms) && event.duration_ms >= 0 ? event.duration_ms : null;
+}

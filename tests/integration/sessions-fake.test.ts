@@ -1,0 +1,232 @@
+/**
+ * Session tasks on the real Docker engine with the fake claude image: start, question, answer,
+ * resume in a fresh container, done, tests; the 4th question, the session budget, a failed
+ * resume, a foreign session_id; a runner killed between a question and its resume.
+ */
+import { spawn } from "node:child_process";
+import { mkdir, mkdtemp, readFile, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { buildImage } from "../../src/image/build.ts";
+import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
+import { acquireLoginLock, resolveLogin } from "../../src/attempt/login.ts";
+import { answerSession, readSessionLedger, resumeSessions, startSessions, type StartConfig } from "../../src/session/run.ts";
+import type { SessionLedger } from "../../src/session/schema.ts";
+import { checkAnyLedger } from "../../src/session/check.ts";
+import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, type SessionDemo } from "../../src/demo/sessions.ts";
+import { writeTestLogin } from "../../src/demo/setup.ts";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
+
+const MODEL = "claude-haiku-5-5";
+const runtime = new DockerRuntime();
+let image = "";
+let work = "";
+let demo: SessionDemo;
+let loginDir = "";
+let n = 0;
+
+async function behaviour(attempts: Record<string, unknown>): Promise<string> {
+  const path = join(work, `behaviour-${n++}.json`);
+  await writeFile(path, JSON.stringify({ prices: GENERATED_PRICE_TABLE.models, attempts }), { mode: 0o644 });
+  return path;
+}
+
+/** A manifest of the demo's first task only, with the given answers. */
+async function manifest(answers: string[] | undefined, count = 1): Promise<string> {
+  const m = JSON.parse(await readFile(demo.manifestPath, "utf8"));
+  m.tasks = m.tasks.slice(0, count).map((t: Record<string, unknown>) => ({ ...t, answers }));
+  if (answers === undefined) for (const t of m.tasks) delete t.answers;
+  m.repositories = Object.fromEntries(Object.entries(m.repositories).filter(([k]) => m.tasks.some((t: { repository: string }) => t.repository === k)));
+  const path = join(work, `manifest-${n++}.json`);
+  await writeFile(path, JSON.stringify(m));
+  return path;
+}
+
+async function config(manifestPath: string, behaviourFile: string, extra: Partial<StartConfig> = {}): Promise<StartConfig> {
+  const records = join(work, `records-${n++}`);
+  await mkdir(records, { mode: 0o777 });
+  const { chmod } = await import("node:fs/promises");
+  await chmod(records, 0o777);
+  return {
+    manifestPath,
+    roots: new Map(Object.entries(demo.roots)),
+    output: join(work, `ledger-${n++}.json`),
+    model: MODEL,
+    image,
+    expectedCliVersion: "2.1.296",
+    capUsd: 5,
+    callBudgetUsd: 0.5,
+    sessionBudgetUsd: 10,
+    isolation: "offline",
+    claudeConfigDir: loginDir,
+    fake: { behaviourFile, recordsDir: records },
+    ...extra,
+  };
+}
+
+const types = (l: SessionLedger) => l.events.map((e) => e.type);
+
+beforeAll(async () => {
+  image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
+  work = await mkdtemp(join(tmpdir(), "sr-sessions-"));
+  demo = await makeSessionDemo(join(work, "demo"));
+  loginDir = join(work, "login");
+  await writeTestLogin(loginDir);
+}, 300_000);
+
+afterAll(async () => {
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+describe("a session over the fake image", () => {
+  it("asks, is answered by its script, resumes the same session in a fresh container, edits survive, tests pass", async () => {
+    const b = await behaviour({
+      "0": { kind: "ok", session: { questions: 1, question: ROUNDING_QUESTION, edits: [{ path: "NOTES.md", content: "first call\n", call: 0 }, { path: "NOTES.md", append: "second call\n" }, { path: "src/invoice.js", content: FIXED_INVOICE }] } },
+      "1": { kind: "ok", session: { questions: 1, edits: [{ path: "src/discount.js", content: FIXED_DISCOUNT }] } },
+    });
+    const c = await config(demo.manifestPath, b);
+    const { exitCode, ledgerPath, ledger } = await startSessions(c, { runtime });
+    expect(exitCode).toBe(0);
+    expect(ledger.status).toBe("finished");
+    const [s, t] = ledger.sessions;
+    expect(s!.state).toBe("done");
+    expect(t!.state).toBe("done");
+    // Two calls, each with the runner's session id, and each in its own container.
+    expect(s!.calls.map((x) => [x.mode, x.sessionIdReported, x.status, x.resultStatus])).toEqual([
+      ["start", s!.id, "completed", "question"],
+      ["resume", s!.id, "completed", "done"],
+    ]);
+    expect(new Set(s!.calls.map((x) => x.containerId)).size).toBe(2);
+    // The cumulative cost: each call is charged its own part.
+    const [one, two] = s!.calls;
+    expect(two!.cliReportedCostUsd!).toBeGreaterThan(one!.cliReportedCostUsd!);
+    expect(two!.callCostUsd!).toBeCloseTo(two!.cliReportedCostUsd! - one!.cliReportedCostUsd!, 12);
+    // Each call is charged the larger of its own reported and computed cost (never the cumulative).
+    for (const x of s!.calls) expect(x.chargedUsd!).toBeCloseTo(Math.max(x.callCostUsd!, x.callComputedCostUsd!), 9);
+    expect(s!.spentUsd).toBeCloseTo(one!.chargedUsd! + two!.chargedUsd!, 9);
+    expect(s!.spentUsd).toBeLessThan(one!.cliReportedCostUsd! + two!.cliReportedCostUsd!);
+    expect(s!.questions).toEqual([expect.objectContaining({ cycle: 1, question: { untrusted: true, text: ROUNDING_QUESTION }, answer: expect.objectContaining({ source: "scripted", text: "2 decimal places" }) })]);
+    // The test command passed only because the edit made in the resumed container is in the worktree.
+    expect(s!.test).toMatchObject({ exitCode: 0, timedOut: false });
+    expect(t!.test).toMatchObject({ exitCode: 0 });
+    expect(types(ledger).filter((e) => !e.startsWith("account."))).toEqual([
+      "harness.start", "harness.result", "harness.question",
+      "harness.start", "harness.result", "harness.question",
+      "harness.resume", "harness.result", "harness.test",
+      "harness.resume", "harness.result", "harness.test",
+    ]);
+    expect(ledger.events.filter((e) => e.type === "account.lock_wait")).toHaveLength(4);
+    // The worktree and the session files are removed when the session ends; the ledger is private.
+    expect(s!.worktree).toBeNull();
+    expect(await readdir(ledger.storageDir)).toEqual([]);
+    expect((await stat(ledgerPath)).mode & 0o777).toBe(0o600);
+    expect((await stat(ledger.storageDir)).mode & 0o777).toBe(0o700);
+    expect(checkAnyLedger(ledgerPath, await readFile(ledgerPath)).valid).toBe(true);
+    // What each container could write: its worktree and HOME, and nothing else but the tmpfs /tmp and the staged login folder.
+    const records = await Promise.all((await readdir(c.fake!.recordsDir!)).map(async (f) => JSON.parse(await readFile(join(c.fake!.recordsDir!, f), "utf8"))));
+    expect(records).toHaveLength(4);
+    for (const r of records) {
+      expect(r.cwd).toBe("/workspace");
+      expect(r.cwdWritable).toBe(true);
+      expect(r.homeWritable).toBe(true);
+      expect(Object.entries(r.writable).filter(([, w]) => w === true).map(([p]) => p).sort()).toEqual(["/fake", "/run/study-runner-login", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+    }
+  }, 300_000);
+
+  it("edits of the first call are in the worktree when the second call starts (parked, answered by a person, resumed)", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 1, edits: [{ path: "NOTES.md", content: "first call\n", call: 0 }, { path: "NOTES.md", append: "second call\n" }] } } });
+    const c = await config(await manifest(undefined), b);
+    const started = await startSessions(c, { runtime });
+    expect(started.ledger.status).toBe("parked");
+    const [s] = started.ledger.sessions;
+    expect(s!.state).toBe("awaiting-answer");
+    expect(await readFile(join(s!.worktree!, "NOTES.md"), "utf8")).toBe("first call\n");
+    await answerSession(started.ledgerPath, s!.id, "two decimals");
+    const resumed = await resumeSessions(started.ledgerPath, { isolation: "offline", claudeConfigDir: loginDir, fake: c.fake }, { runtime });
+    expect(resumed.exitCode).toBe(0);
+    const after = resumed.ledger.sessions[0]!;
+    expect(after.state).toBe("done");
+    expect(after.calls.map((x) => x.sessionIdReported)).toEqual([s!.id, s!.id]);
+    expect(after.summary?.text).toMatch(/1 file\(s\) changed after 1 answer/);
+    expect(after.questions[0]!.answer).toMatchObject({ source: "person", text: "two decimals" });
+  }, 300_000);
+});
+
+describe("a session ends as the field notes' harness says", () => {
+  it("the 4th question ends it too-many-questions", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 9 } } });
+    const c = await config(await manifest(["a", "b", "c"]), b);
+    const { ledger } = await startSessions(c, { runtime });
+    const [s] = ledger.sessions;
+    expect(s!.state).toBe("too-many-questions");
+    expect(s!.calls).toHaveLength(4);
+    expect(s!.questions).toHaveLength(4);
+    expect(types(ledger).filter((e) => e === "harness.question")).toHaveLength(3);
+    expect(ledger.events.at(-1)).toMatchObject({ type: "harness.too_many_questions", session: s!.id, questions: 4 });
+    expect(s!.worktree).toBeNull();
+  }, 300_000);
+
+  it("a session whose calls reached its budget parks budget-spent before any further call", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 1 } } });
+    // Below one call's cost: the first call runs (the budget is checked before each call), the resume does not.
+    const c = await config(await manifest(["x"]), b, { sessionBudgetUsd: 0.0001 });
+    const { ledger, exitCode } = await startSessions(c, { runtime });
+    expect(exitCode).toBe(0);
+    const [s] = ledger.sessions;
+    expect(s!.calls).toHaveLength(1);
+    expect(s!.state).toBe("budget-spent");
+    expect(s!.spentUsd).toBeGreaterThanOrEqual(0.0001);
+    expect(ledger.events.at(-1)).toMatchObject({ type: "harness.budget_spent", session: s!.id, budget_usd: 0.0001 });
+    expect(ledger.events.filter((e) => e.type === "harness.resume")).toHaveLength(0);
+  }, 300_000);
+
+  it("a failed resume ends the session failed, charged its reservation, and is never handed on", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 1, failResume: true } } });
+    const c = await config(await manifest(["x"]), b);
+    const { ledger, exitCode } = await startSessions(c, { runtime });
+    expect(exitCode).toBe(1);
+    const [s] = ledger.sessions;
+    expect(s!.state).toBe("failed");
+    const resume = s!.calls[1]!;
+    // No result event at all: the transcript check makes it invalid-setup; either way it keeps its reservation charged.
+    expect(resume).toMatchObject({ mode: "resume", status: "invalid-setup", chargedUsd: c.callBudgetUsd, sessionIdReported: null, exitCode: 1 });
+    expect(s!.spentUsd).toBeCloseTo(s!.calls[0]!.chargedUsd! + c.callBudgetUsd, 9);
+    expect(ledger.events.at(-1)).toMatchObject({ type: "harness.result", status: "invalid-setup", total_cost_usd: null, call_cost_usd: null });
+    expect(ledger.sessions).toHaveLength(1);
+    expect(ledger.status).toBe("blocked");
+  }, 300_000);
+
+  it("a result with another session_id is invalid-setup", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 0, sessionId: "00000000-0000-4000-8000-000000000000" } } });
+    const { ledger } = await startSessions(await config(await manifest(undefined), b), { runtime });
+    expect(ledger.sessions[0]!.calls[0]).toMatchObject({ status: "invalid-setup", sessionIdReported: "00000000-0000-4000-8000-000000000000" });
+    expect(ledger.sessions[0]!.state).toBe("failed");
+  }, 300_000);
+});
+
+describe("a runner killed between a question and its resume", () => {
+  it("loses nothing: `resume` continues the answered session", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 1, edits: [{ path: "src/invoice.js", content: FIXED_INVOICE }] } } });
+    const c = await config(await manifest(undefined), b);
+    const started = await startSessions(c, { runtime });
+    const ledgerPath = started.ledgerPath;
+    await answerSession(ledgerPath, "invoice-rounding", "two decimals");
+    // Hold the login so the resume waits before it reserves anything, then SIGKILL it there.
+    const lock = await acquireLoginLock(resolveLogin({ configDir: loginDir }), { timeoutMs: 5_000 });
+    const child = spawn(process.execPath, [join(PROJECT_ROOT, "bin", "study-runner.mjs"), "resume", ledgerPath, "--claude-config-dir", loginDir, "--isolation", "offline", "--fake-behaviour", b, "--quiet"], { stdio: "ignore" });
+    await new Promise((r) => setTimeout(r, 4_000));
+    child.kill("SIGKILL");
+    await new Promise((r) => child.once("exit", r));
+    await lock.release();
+    const killed = await readSessionLedger(ledgerPath);
+    expect(killed.sessions[0]!.state).toBe("answered");
+    expect(killed.sessions[0]!.calls).toHaveLength(1);
+    const resumed = await resumeSessions(ledgerPath, { isolation: "offline", claudeConfigDir: loginDir, fake: c.fake }, { runtime });
+    expect(resumed.exitCode).toBe(0);
+    expect(resumed.ledger.sessions[0]).toMatchObject({ state: "done", test: { exitCode: 0 } });
+    expect(resumed.ledger.sessions[0]!.calls.map((x) => x.sessionIdReported)).toEqual([killed.sessions[0]!.id, killed.sessions[0]!.id]);
+  }, 300_000);
+});
