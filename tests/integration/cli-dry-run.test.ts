@@ -146,17 +146,17 @@ describe("study-runner execution refusals", () => {
   it("refuses a model the runner cannot price before anything is written or started, naming the priced models", async () => {
     const output = join(work, "unpriced.json");
     const r = await runCli(["--pilot", "--approve-budget", "--transport", "cli", ...rootArgs(["ledgerlite"]), "--output", output, "--image", "study-runner/claude-code:0.0.0-never-built"], {
-      env: { STUDY_MODEL: "claude-sonnet-5", STUDY_BUDGET_USD: "1" },
+      env: { STUDY_MODEL: "claude-unpriced-9", STUDY_BUDGET_USD: "1" },
     });
     expect(r.code).toBe(2);
     expect(r.stdout).toBe("");
-    expect(r.stderr).toMatch(/STUDY_MODEL=claude-sonnet-5 has no row in the runner's price table \(CLI_PRICES\).*set STUDY_MODEL to a model the runner can price: claude-haiku-5-5/);
+    expect(r.stderr).toMatch(/STUDY_MODEL=claude-unpriced-9 has no row in the runner's price table \(CLI_PRICES\).*set STUDY_MODEL to a model the runner can price: .*claude-haiku-5-5/);
     await expect(stat(output)).rejects.toThrow(/ENOENT/);
 
-    const dry = await runCli(["--dry-run", "--pilot", "--transport", "cli", ...rootArgs(["ledgerlite"])], { env: { STUDY_MODEL: "claude-sonnet-5" } });
+    const dry = await runCli(["--dry-run", "--pilot", "--transport", "cli", ...rootArgs(["ledgerlite"])], { env: { STUDY_MODEL: "claude-unpriced-9" } });
     expect(dry.code).toBe(2);
     expect(dry.stdout).toBe("");
-    expect(dry.stderr).toMatch(/STUDY_MODEL=claude-sonnet-5 has no row .*claude-haiku-5-5/);
+    expect(dry.stderr).toMatch(/STUDY_MODEL=claude-unpriced-9 has no row .*claude-haiku-5-5/);
     const priced = await runCli(["--dry-run", "--pilot", "--transport", "cli", ...rootArgs(["ledgerlite"])], { env: { STUDY_MODEL: "claude-haiku-5-5" } });
     expect(priced.code).toBe(0);
   });

@@ -79,7 +79,7 @@ describe("a run that ends with each documented code", () => {
   }, 180_000);
 
   it("2: a refused start, nothing spent and nothing written", async () => {
-    const r = await runPipeline(p, { loginDir: await freshLogin(p), env: { STUDY_MODEL: "claude-sonnet-5" } });
+    const r = await runPipeline(p, { loginDir: await freshLogin(p), env: { STUDY_MODEL: "claude-unpriced-9" } });
     expect(r.code, r.stderr).toBe(2);
     expect(r.stdout).toBe("");
     await expect(readFile(r.run.output)).rejects.toThrow(/ENOENT/);
