@@ -14,6 +14,9 @@ import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
 import type { Checkpoint } from "../loop/loop.ts";
 import { runFactsFrom } from "./record.ts";
+import { stagePlaceholderLogin } from "../gateway/credential.ts";
+import { compareMeteredUsage } from "../gateway/check.ts";
+import type { AttemptGateway, Gateway, GatewayRecord } from "../gateway/gateway.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
@@ -37,8 +40,22 @@ export interface CliRunDeps {
 export interface CliRunInput {
   export: ExportOptions;
   login: LoginLocation;
-  /** Held by the caller for the whole run: the refreshed login is written back under it. */
-  lock: LoginLock;
+  /** Login-copy mode: held by the caller for the whole run, the refreshed login is written back under it. */
+  lock?: LoginLock;
+  /**
+   * The model gateway (docs/gateway.md): the container gets a placeholder login and reaches the
+   * API only through this attempt's gateway socket, with network "none"; nothing is written back.
+   */
+  gateway?: {
+    gateway: Gateway;
+    /** The real credential for this attempt, swapped in by the gateway on the host. */
+    credential: string;
+    /** The attempt's reservation: the gateway refuses a request whose worst case would pass it. */
+    limitUsd: number;
+    runRemainingUsd?: () => number;
+    /** Compare metered and transcript usage (false only for the fake image, which sends no request). */
+    compareUsage: boolean;
+  };
   image: string;
   argv: readonly string[];
   /** Which arm's setup the transcript must show (the adjudicator runs as the repository arm). */
@@ -76,6 +93,7 @@ export interface CliRunResult {
   oomKilled: boolean;
   mcp?: McpBridgeRecord;
   egress?: EgressRecord;
+  gateway?: GatewayRecord;
 }
 
 /** Fills `record` (export hash, container, transcript facts, cost) and persists it once before the container starts. */
@@ -85,6 +103,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   const cleanups: Array<() => Promise<unknown>> = [];
   let bridge: McpBridge | undefined;
   let egress: EgressProxy | undefined;
+  let attemptGateway: AttemptGateway | undefined;
   try {
     const exported = await exportAtPin(input.export);
     cleanups.push(() => removeExport(exported.dir));
@@ -92,7 +111,25 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
 
     const homeParent = await makeFolder("home");
     cleanups.push(() => removeTree(homeParent));
-    const staged = await stageLogin(input.login, join(homeParent, "home"));
+    let staged: Awaited<ReturnType<typeof stageLogin>> | undefined;
+    let modelApiSocket = input.modelApiSocket;
+    if (input.gateway) {
+      const gatewayParent = await makeFolder("gateway");
+      cleanups.push(() => removeTree(gatewayParent));
+      attemptGateway = await input.gateway.gateway.openAttempt({
+        socketDir: join(gatewayParent, "socket"),
+        credential: input.gateway.credential,
+        limitUsd: input.gateway.limitUsd,
+        runRemainingUsd: input.gateway.runRemainingUsd,
+      });
+      const g = attemptGateway;
+      cleanups.push(() => g.stop());
+      modelApiSocket = g.socketPath;
+      await stagePlaceholderLogin(join(homeParent, "home"), g.placeholder, { globalConfigPath: input.login.globalConfigPath });
+    } else {
+      staged = await stageLogin(input.login, join(homeParent, "home"));
+    }
+    const homeDir = join(homeParent, "home");
 
     if (input.docBridge) {
       const mcpParent = await makeFolder("mcp");
@@ -101,7 +138,8 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       const b = bridge;
       cleanups.push(() => b.stop());
     }
-    if (input.egress) {
+    // With the gateway the container has no network and no proxy: the gateway is its one way out.
+    if (input.egress && !input.gateway) {
       const egressParent = await makeFolder("egress");
       cleanups.push(() => removeTree(egressParent));
       egress = await startEgressProxy({ ...input.egress, socketDir: join(egressParent, "socket") });
@@ -112,10 +150,10 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       image: input.image,
       argv: input.argv,
       exportDir: exported.dir,
-      homeDir: staged.homeDir,
+      homeDir,
       mcpSocketDir: bridge?.socketDir,
-      network: input.network,
-      modelApiSocket: input.modelApiSocket,
+      network: input.gateway ? { mode: "none" } : input.network,
+      modelApiSocket,
       egressProxySocket: egress?.socketPath,
       runtime: input.runtimeName,
       labels: input.labels,
@@ -156,16 +194,28 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       if (mcpRecord.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
-    await writeBackLogin(input.login, staged, { lock: input.lock });
+    if (staged) await writeBackLogin(input.login, staged, { lock: input.lock });
+    let gatewayRecord: GatewayRecord | undefined;
+    if (attemptGateway) {
+      gatewayRecord = await attemptGateway.stop();
+      const problems = [...gatewayRecord.setupProblems, ...(input.gateway!.compareUsage ? compareMeteredUsage(gatewayRecord, facts) : [])];
+      facts.setupProblems.push(...problems.map((p) => `gateway: ${p}`));
+      if (problems.length > 0) facts.setupProblemCodes.push("gateway");
+    }
 
     const cost = computeCost({ ...facts, model: input.model });
     Object.assign(record, runFactsFrom(facts, cost));
-    const done = (status: AttemptStatus, reason: string): CliRunResult => ({ status, reason, facts, cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord });
+    const done = (status: AttemptStatus, reason: string): CliRunResult => ({ status, reason, facts, cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord, gateway: gatewayRecord });
     if (deps.signal?.aborted) return done("failed", `interrupted by ${String(deps.signal.reason ?? "a signal")}`);
     // A kill after the result event and its grace period is the runner's doing, not a CLI failure.
     const exitCode = raw.killedAfterResult ? 0 : raw.exitCode;
     const verdict = classifyAttempt({ facts, exitCode, timedOut: raw.timedOut, truncated: raw.truncated, cost });
     if (verdict.status === "invalid-setup" && record.setupProblems.length === 0) record.setupProblems = [verdict.reason];
+    // The host stopped a request before it was sent: the CLI saw an API error, the attempt is over budget.
+    if (gatewayRecord?.budgetRefused && verdict.status !== "invalid-setup") {
+      const refusal = gatewayRecord.requests.find((r) => r.refused?.kind === "budget");
+      return done("budget-exceeded", `the gateway refused a request before sending it: ${refusal?.refused?.reason ?? "its worst-case cost would pass the limit"}`);
+    }
     if (verdict.status === "invalid-cost" && record.costProblem === null) record.costProblem = verdict.reason;
     if (verdict.status !== "completed" && raw.oomKilled) return done(verdict.status, `${verdict.reason} (the container was killed by its memory limit)`);
     const bounded = withHomeBound(raw, verdict);

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTlsServer } from "node:https";
 import { chmod, lstat, unlink } from "node:fs/promises";
 import { parseScripts, TurnSchema, type Script, type ScriptInput, type ScriptedUsage, type Turn } from "./script.ts";
 
@@ -25,6 +26,8 @@ export interface StartScriptedApiOptions {
   respond?: (request: DynamicRequest) => Turn | undefined;
   /** Keep each request's parsed JSON body in its record (large: the system prompt is in it). */
   recordBodies?: boolean;
+  /** Serve HTTPS with this key and certificate (the gateway's upstream in tests: TLS on loopback with a test CA). */
+  tls?: { key: string | Buffer; cert: string | Buffer };
 }
 
 /** What `respond` sees of one Messages request. */
@@ -474,12 +477,13 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     writeMessage(res, stream, model, messageId, content, "tool_use", turn.usage);
   }
 
-  const server: Server = createServer((req, res) => {
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
     handle(req, res).catch((err: unknown) => {
       if (!res.headersSent) writeError(res, 500, "api_error", `scripted API fault: ${(err as Error).message}`);
       else res.destroy();
     });
-  });
+  };
+  const server: Server = options.tls ? createTlsServer({ key: options.tls.key, cert: options.tls.cert }, listener) : createServer(listener);
   // The CLI keeps connections alive between turns; close() must not wait for it to hang up.
   server.keepAliveTimeout = 5_000;
 
@@ -504,7 +508,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
   } else {
     const address = server.address();
     if (address === null || typeof address === "string") throw new Error("scripted API: no TCP address");
-    url = `http://127.0.0.1:${address.port}`;
+    url = `${options.tls ? "https" : "http"}://127.0.0.1:${address.port}`;
   }
 
   return {
