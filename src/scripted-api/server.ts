@@ -26,6 +26,11 @@ export interface StartScriptedApiOptions {
   respond?: (request: DynamicRequest) => Turn | undefined;
   /** Keep each request's parsed JSON body in its record (large: the system prompt is in it). */
   recordBodies?: boolean;
+  /**
+   * Awaited before each Messages request is answered, while the client waits (tests inspect the
+   * attempt's container at that moment: it is running and blocked on this reply).
+   */
+  onRequest?: (record: RecordedRequest) => Promise<void> | void;
   /** Serve HTTPS with this key and certificate (the gateway's upstream in tests: TLS on loopback with a test CA). */
   tls?: { key: string | Buffer; cert: string | Buffer };
 }
@@ -408,6 +413,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     };
 
     record.conversation = conversationKey(headers, body.metadata, first);
+    await options.onRequest?.(record);
 
     if (path === "/v1/messages/count_tokens") {
       // Only the size matters to the CLI; a rough count keeps it from deciding to compact.
