@@ -134,6 +134,8 @@ export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<Prepa
   const args = [
     spec.mode === "run" ? "--run" : "--pilot",
     "--transport", "cli",
+    // The fake image makes no model request; these runs exercise the login copy and its write-back.
+    "--credentials", "login-copy",
     "--isolation", "offline",
     "--image", p.demo.image,
     "--claude-config-dir", spec.loginDir ?? p.demo.loginDir,
