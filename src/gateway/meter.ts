@@ -102,6 +102,8 @@ export class SseMeter {
       // Later API versions may restate the prompt side here; the newest figure is the reply's word.
       const input = count(u.input_tokens);
       if (this.facts.usage && input !== undefined) this.facts.usage.inputTokens = input;
+      const read = count(u.cache_read_input_tokens);
+      if (this.facts.usage && read !== undefined) this.facts.usage.cacheReadInputTokens = read;
     } else if (json.type === "message_stop") {
       this.facts.complete = true;
     }

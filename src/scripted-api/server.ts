@@ -238,6 +238,7 @@ function writeMessage(
   content: ContentBlock[],
   stopReason: "tool_use" | "end_turn",
   usage: ScriptedUsage | undefined,
+  deltaUsage?: Record<string, number | undefined>,
 ): void {
   const headers = { "request-id": id("req") };
   if (!stream) {
@@ -279,7 +280,7 @@ function writeMessage(
     }
     sse(res, "content_block_stop", { type: "content_block_stop", index });
   });
-  sse(res, "message_delta", { type: "message_delta", delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { output_tokens: usage.output_tokens } } : {}) });
+  sse(res, "message_delta", { type: "message_delta", delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { ...deltaUsage, output_tokens: usage.output_tokens } } : {}) });
   sse(res, "message_stop", { type: "message_stop" });
   res.end();
 }
@@ -474,13 +475,13 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     const messageId = id("msg");
     if ("answer" in turn) {
       record.answer = { kind: "answer", script: script.name, turn: index, messageId };
-      writeMessage(res, stream, model, messageId, [{ type: "text", text: turn.answer }], "end_turn", turn.usage);
+      writeMessage(res, stream, model, messageId, [{ type: "text", text: turn.answer }], "end_turn", turn.usage, turn.deltaUsage);
       return;
     }
     const toolBlocks = turn.toolCalls.map((c) => ({ type: "tool_use" as const, id: id("toolu"), name: c.name, input: c.input }));
     record.answer = { kind: "tool-calls", script: script.name, turn: index, toolUseIds: toolBlocks.map((b) => b.id), messageId };
     const content: ContentBlock[] = turn.text ? [{ type: "text", text: turn.text }, ...toolBlocks] : toolBlocks;
-    writeMessage(res, stream, model, messageId, content, "tool_use", turn.usage);
+    writeMessage(res, stream, model, messageId, content, "tool_use", turn.usage, turn.deltaUsage);
   }
 
   const listener = (req: IncomingMessage, res: ServerResponse) => {

@@ -156,7 +156,6 @@ describe("the host-enforced ceiling", () => {
 
   it("refuses the turn that would pass the reservation before it is sent; the spend stays under it; the attempt is budget-exceeded", () => {
     const o = run.ledger.observations[0]!;
-    if (o.status !== "budget-exceeded") console.log(JSON.stringify({ setup: o.setupProblems, reqs: o.gateway?.requests.map((r) => [r.status, r.requestBytes, r.inputTokens, r.outputTokens, r.boundUsd, r.costUsd, r.refused?.kind]) }));
     expect(o.status).toBe("budget-exceeded");
     const g = o.gateway!;
     const refusedAt = g.requests.findIndex((r) => r.refused?.kind === "budget");
@@ -174,5 +173,35 @@ describe("the host-enforced ceiling", () => {
     expect(o.setupProblems).toEqual([]);
     // Charge rules unchanged: a budget-exceeded attempt keeps its reservation charged.
     expect(o.chargedUsd).toBe(RESERVATION);
+  });
+});
+
+describe("metering against the transcript", () => {
+  let corpus: Corpus;
+  let api: ScriptedApi;
+  let run: Awaited<ReturnType<typeof runConformanceStudy>>;
+  beforeAll(async () => {
+    corpus = await prepareCorpus("gateway-mismatch");
+    // The stream restates a larger prompt in message_delta than message_start gave: the gateway
+    // meters the newest figure; the CLI's per-message usage in its transcript keeps message_start's.
+    api = await startScriptedApi({
+      port: 0,
+      tls: { key: ca.key, cert: ca.cert },
+      script: { name: "mismatch", turns: [{ answer: "done", usage: { input_tokens: 1000, output_tokens: 10 }, deltaUsage: { input_tokens: 1500 } }] },
+    });
+    run = await runConformanceStudy({ corpus, gateway: { url: api.url!, ca: ca.ca }, image: image.id, plan: "repository", timeoutMs: 120_000 });
+  }, 600_000);
+  afterAll(async () => {
+    await api?.close();
+    await corpus?.cleanup();
+  });
+
+  it("makes the attempt invalid-setup when the transcript reports fewer tokens than the stream carried", () => {
+    const o = run.ledger.observations[0]!;
+    expect(o.gateway!.requests[0]!.inputTokens).toBe(1500);
+    // Measured: the CLI's modelUsage takes the restated figure, its per-message usage keeps message_start's.
+    expect(o.inputTokens).toBe(1500);
+    expect(o.status).toBe("invalid-setup");
+    expect(o.setupProblems.join("\n")).toMatch(/metered prompt 1500\/0\/0 vs transcript 1000\/0\/0/);
   });
 });
