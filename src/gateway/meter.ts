@@ -1,5 +1,6 @@
 import { picoToUsd } from "../cost/money.ts";
 import { pricesFor, tier1MaxPromptTokens, type TierPrices } from "../cost/prices.ts";
+import { INPUT_CEILING_SLACK_TOKENS } from "../http/pricing.ts";
 
 /**
  * Metering of Messages API replies as they pass through the runner (the CLI's gateway, the http
@@ -165,16 +166,19 @@ export interface RequestBound {
 
 /**
  * The most a request of `bodyBytes` UTF-8 bytes asking for `maxTokens` output can cost:
- * every prompt token is at least one byte of the body, so the prompt has at most `bodyBytes`
- * tokens; each is priced at the dearest prompt rate (a 1-hour cache write), at the second tier
- * when that many tokens would pass the boundary; output at most `maxTokens` at the same tier.
+ * every prompt token of the body's text is at least one byte of the body, and the API adds a
+ * bounded preamble of its own around tools (the http transport's slack, the same constant), so
+ * the prompt has at most `bodyBytes` + INPUT_CEILING_SLACK_TOKENS tokens; each is priced at the
+ * dearest prompt rate (a 1-hour cache write), at the second tier when that many tokens would pass
+ * the boundary; output at most `maxTokens` at the same tier.
  */
 export function requestBound(model: string, bodyBytes: number, maxTokens: number): RequestBound {
   const row = pricesFor(model);
   if (!row) throw new Error(`no price row for ${model}`);
-  const tier: 1 | 2 = bodyBytes > tier1MaxPromptTokens(model)! ? 2 : 1;
+  const prompt = bodyBytes + INPUT_CEILING_SLACK_TOKENS;
+  const tier: 1 | 2 = prompt > tier1MaxPromptTokens(model)! ? 2 : 1;
   const p = tier === 2 ? row.tier2 : row.tier1;
   const promptRate = [p.input, p.cacheRead, p.cacheWrite5m, p.cacheWrite1h].reduce((a, b) => (rate(b) > rate(a) ? b : a));
-  const costPico = BigInt(bodyBytes) * rate(promptRate) + BigInt(maxTokens) * rate(p.output);
-  return { promptTokens: bodyBytes, outputTokens: maxTokens, tier, costPico };
+  const costPico = BigInt(prompt) * rate(promptRate) + BigInt(maxTokens) * rate(p.output);
+  return { promptTokens: prompt, outputTokens: maxTokens, tier, costPico };
 }

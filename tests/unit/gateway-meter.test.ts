@@ -54,11 +54,12 @@ describe("the request bound", () => {
   });
 
   it("prices at the second tier once the body could hold more prompt tokens than the first tier allows", () => {
-    expect(requestBound(MODEL, 100_000, 1000).tier).toBe(1);
-    expect(requestBound(MODEL, 100_001, 1000).tier).toBe(2);
+    // The body's bytes plus the API's own preamble (8,192 tokens) against the 100,000-token boundary.
+    expect(requestBound(MODEL, 100_000 - 8192, 1000).tier).toBe(1);
+    expect(requestBound(MODEL, 100_001 - 8192, 1000).tier).toBe(2);
     // haiku-5-5 (measured table): 1-hour writes 0.2 / 1 USD per Mtok, output 0.5 / 2.5.
-    expect(requestBound(MODEL, 100_000, 128_000).costPico).toBe(100_000n * 200_000n + 128_000n * 500_000n);
-    expect(requestBound(MODEL, 100_001, 128_000).costPico).toBe(100_001n * 1_000_000n + 128_000n * 2_500_000n);
+    expect(requestBound(MODEL, 100_000 - 8192, 128_000).costPico).toBe(100_000n * 200_000n + 128_000n * 500_000n);
+    expect(requestBound(MODEL, 100_001 - 8192, 128_000).costPico).toBe(100_001n * 1_000_000n + 128_000n * 2_500_000n);
   });
 });
 
