@@ -151,6 +151,9 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   const credentials = flags.credentials ?? (flags.modelApiSocket ? "login-copy" : "gateway");
   if (credentials === "gateway" && flags.modelApiSocket) problems.push("--model-api-socket reaches the API directly; use it with --credentials login-copy");
   if (credentials !== "gateway" && (flags.oauthTokenFile !== undefined || flags.testGatewayUpstream !== undefined)) problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
+  if (flags.transport === "cli" && credentials === "gateway" && flags.egressAllow !== undefined && isolation === "strict") {
+    problems.push("--egress-allow has no effect with --credentials gateway (every attempt container has network none and no proxy; the gateway is its only way out); use --credentials login-copy for the strict profile's proxy");
+  }
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
   if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
   if (flags.runtime !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(flags.runtime)) problems.push(`--runtime ${JSON.stringify(flags.runtime)} is not a runtime name such as runsc`);
