@@ -247,7 +247,7 @@ export async function containersOfRun(p: Pipeline, runId: string) {
 /** Runner-owned leftovers in a TMPDIR: export folders and attempt HOMEs (which hold a login copy). */
 export async function leftovers(tmp: string, pid?: number): Promise<string[]> {
   const names = await readdir(tmp).catch(() => [] as string[]);
-  return names.filter((n) => /^study-runner-(export|home|mcp|egress)-\d+-/.test(n) && (pid === undefined || n.includes(`-${pid}-`)));
+  return names.filter((n) => /^study-runner-(export|home|mcp|egress|gateway)-\d+-/.test(n) && (pid === undefined || n.includes(`-${pid}-`)));
 }
 
 /** Polls until `check` returns a value other than undefined. */
