@@ -297,7 +297,11 @@ export class Gateway {
       inflight.add(flight);
       record.forwarded++;
 
+      let settledOnce = false;
       const settle = (facts: ReplyFacts | undefined) => {
+        // A reply can end in more than one way (an error after the response began): count it once.
+        if (settledOnce) return;
+        settledOnce = true;
         inflight.delete(flight);
         r.durationMs = performance.now() - t0;
         if (facts) {
@@ -308,7 +312,8 @@ export class Gateway {
         }
         let cost = 0n;
         if (facts?.usage && facts.complete) cost = meteredCostPico(model, facts.usage);
-        else if (facts?.usage || (r.status >= 200 && r.status < 300)) cost = bound.costPico; // broke off: the worst case stays counted
+        // Broke off after the request left (it may have been billed): the worst case stays counted.
+        else if (facts?.usage || (r.status >= 200 && r.status < 300) || upstreamReq.writableFinished) cost = bound.costPico;
         spentPico += cost;
         r.costUsd = picoToUsd(cost);
         record.meteredCostUsd = picoToUsd(spentPico);
@@ -333,6 +338,7 @@ export class Gateway {
       const aborted = () => upstreamReq.destroy();
       res.on("close", aborted);
       upstreamReq.on("error", (err) => {
+        if (settledOnce) return;
         settle(undefined);
         r.status = 502;
         r.refused = { kind: "upstream-unreachable", reason: `the upstream did not answer (${(err as NodeJS.ErrnoException).code ?? "error"})` };

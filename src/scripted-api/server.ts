@@ -467,7 +467,15 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     if ("fault" in turn) {
       record.answer = { kind: "fault", fault: turn.fault, script: script.name, turn: index };
       // A TCP RST where there is TCP (the client sees ECONNRESET); a unix socket can only be closed.
-      if (turn.fault === "connection-reset") req.socket.remoteFamily ? req.socket.resetAndDestroy() : req.socket.destroy();
+      if (turn.fault === "connection-reset") {
+        // A TLS socket cannot always send a RST (it throws); then the connection is closed unanswered.
+        try {
+          if (req.socket.remoteFamily) req.socket.resetAndDestroy();
+          else req.socket.destroy();
+        } catch {
+          req.socket.destroy();
+        }
+      }
       else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
       // "hang": no reply; close() ends the connection.
       return;

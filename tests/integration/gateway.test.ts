@@ -42,6 +42,7 @@ describe("model gateway (scripted API over TLS on loopback, test CA)", () => {
       tls: { key: ca.key, cert: ca.cert },
       script: [
         { name: "plain", marker: "plain", turns: [{ answer: "hello", usage: { input_tokens: 50, output_tokens: 7, cache_read_input_tokens: 20, cache_creation_input_tokens: 30, cache_creation: { ephemeral_5m_input_tokens: 10, ephemeral_1h_input_tokens: 20 } } }] },
+        { name: "reset", marker: "reset-me", turns: [{ fault: "connection-reset" }, { answer: "after", usage: { input_tokens: 1, output_tokens: 1 } }] },
         { name: "liar", marker: "liar", turns: [{ answer: "big", usage: { input_tokens: 5_000_000, output_tokens: 1 } }] },
       ],
     });
@@ -115,6 +116,19 @@ describe("model gateway (scripted API over TLS on loopback, test CA)", () => {
       expect(a.record.budgetRefused).toBe(true);
       expect(a.record.meteredCostUsd).toBeLessThanOrEqual(limitUsd);
       expect(a.record.setupProblems).toEqual([]);
+    } finally {
+      await a.stop();
+    }
+  });
+
+  it("counts a request whose reply broke off after it was sent at its worst case", async () => {
+    const a = await gateway.openAttempt({ credential: REAL, limitUsd: 1 });
+    try {
+      expect((await post(a.socketPath, { token: a.placeholder, body: message("reset-me") })).status).toBe(502);
+      const r = a.record.requests[0]!;
+      expect(r.refused?.kind).toBe("upstream-unreachable");
+      expect(r.costUsd).toBe(r.boundUsd);
+      expect(a.record.meteredCostUsd).toBe(r.boundUsd);
     } finally {
       await a.stop();
     }
