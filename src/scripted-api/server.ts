@@ -475,8 +475,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
         } catch {
           req.socket.destroy();
         }
-      }
-      else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
+      } else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
       // "hang": no reply; close() ends the connection.
       return;
     }
