@@ -5,6 +5,7 @@ import type { RunFacts } from "../ledger/schema.ts";
 import type { AttemptStatus, Arm } from "../terms/terms.ts";
 import { expectedInitTools } from "../claude/args.ts";
 import { runFactsFrom } from "./record.ts";
+import type { GatewayRecord } from "../gateway/gateway.ts";
 
 /**
  * What a finished CLI run means, from its transcript and how its container ended: the facts, the
@@ -31,6 +32,12 @@ export interface RunEnding {
    * stream shows only this call's messages, so the per-message sums need them to add up.
    */
   priorMessageUsage?: readonly MessagePromptUsage[];
+  /**
+   * Why the host refused one of the run's requests before sending it because its worst-case cost
+   * would pass the attempt's limit (the gateway's ceiling): the CLI saw an API error, the attempt
+   * is over budget.
+   */
+  refusedByHost?: string;
 }
 
 export interface Interpretation {
@@ -55,6 +62,9 @@ export function interpretRun(facts: TranscriptFacts, model: string, ending: RunE
   const exitCode = ending.killedAfterResult ? 0 : ending.exitCode;
   const verdict = classifyAttempt({ facts, exitCode, timedOut: ending.timedOut, truncated: ending.truncated, stdoutLimitBytes: ending.stdoutLimitBytes, cost });
   if (verdict.status === "invalid-setup" && (fields.setupProblems ?? []).length === 0) fields.setupProblems = [verdict.reason];
+  if (ending.refusedByHost !== undefined && verdict.status !== "invalid-setup") {
+    return done("budget-exceeded", `the gateway refused a request before sending it: ${ending.refusedByHost}`);
+  }
   if (verdict.status === "invalid-cost" && fields.costProblem === null) fields.costProblem = verdict.reason;
   if (verdict.status !== "completed" && ending.oomKilled) return done(verdict.status, `${verdict.reason} (the container was killed by its memory limit)`);
   if (ending.homeFull) {
@@ -62,4 +72,10 @@ export function interpretRun(facts: TranscriptFacts, model: string, ending: RunE
     return verdict.status === "completed" ? done("failed", bound) : done(verdict.status, `${verdict.reason} (${bound})`);
   }
   return done(verdict.status, verdict.reason);
+}
+
+/** The reason of the gateway's budget refusal in this attempt, if it refused a request for its cost. */
+export function gatewayBudgetRefusal(record: Pick<GatewayRecord, "budgetRefused" | "requests"> | undefined): string | undefined {
+  if (!record?.budgetRefused) return undefined;
+  return record.requests.find((r) => r.refused?.kind === "budget")?.refused?.reason ?? "its worst-case cost would pass the limit";
 }

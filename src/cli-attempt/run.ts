@@ -13,10 +13,13 @@ import type { CostResult } from "../cost/compute.ts";
 import type { EgressRecord, RunFacts } from "../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../util/orphans.ts";
 import type { Checkpoint } from "../loop/loop.ts";
-import { interpretRun, runReader } from "./interpret.ts";
+import { gatewayBudgetRefusal, interpretRun, runReader } from "./interpret.ts";
 import type { MessagePromptUsage } from "../cost/compute.ts";
 import type { TranscriptStore } from "../ledger/transcripts.ts";
 import { instructionFilesIn } from "../corpus/filter.ts";
+import { stagePlaceholderLogin } from "../gateway/credential.ts";
+import { compareMeteredUsage } from "../gateway/check.ts";
+import type { AttemptGateway, Gateway, GatewayRecord } from "../gateway/gateway.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
@@ -40,8 +43,22 @@ export interface CliRunDeps {
 export interface CliRunInput {
   export: ExportOptions;
   login: LoginLocation;
-  /** Held by the caller for the whole run: the refreshed login is written back under it. */
-  lock: LoginLock;
+  /** Login-copy mode: held by the caller for the whole run, the refreshed login is written back under it. */
+  lock?: LoginLock;
+  /**
+   * The model gateway (docs/gateway.md): the container gets a placeholder login and reaches the
+   * API only through this attempt's gateway socket, with network "none"; nothing is written back.
+   */
+  gateway?: {
+    gateway: Gateway;
+    /** The real credential for this attempt, swapped in by the gateway on the host. */
+    credential: string;
+    /** The attempt's reservation: the gateway refuses a request whose worst case would pass it. */
+    limitUsd: number;
+    runRemainingUsd?: () => number;
+    /** Compare metered and transcript usage (false only for the fake image, which sends no request). */
+    compareUsage: boolean;
+  };
   image: string;
   argv: readonly string[];
   /** Which arm's setup the transcript must show (the adjudicator runs as the repository arm). */
@@ -104,6 +121,7 @@ export interface CliRunResult {
   oomKilled: boolean;
   mcp?: McpBridgeRecord;
   egress?: EgressRecord;
+  gateway?: GatewayRecord;
 }
 
 /** Fills `record` (export hash, container, transcript facts, cost) and persists it once before the container starts. */
@@ -113,6 +131,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   const cleanups: Array<() => Promise<unknown>> = [];
   let bridge: McpBridge | undefined;
   let egress: EgressProxy | undefined;
+  let attemptGateway: AttemptGateway | undefined;
   try {
     let workDir: string;
     if (input.session) {
@@ -128,8 +147,26 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
 
     const homeParent = await makeFolder("home");
     cleanups.push(() => removeTree(homeParent));
-    const staged = await stageLogin(input.login, join(homeParent, "home"));
-    const sessionMount = input.session ? await input.session.stage(staged.homeDir) : undefined;
+    let staged: Awaited<ReturnType<typeof stageLogin>> | undefined;
+    let modelApiSocket = input.modelApiSocket;
+    if (input.gateway) {
+      const gatewayParent = await makeFolder("gateway");
+      cleanups.push(() => removeTree(gatewayParent));
+      attemptGateway = await input.gateway.gateway.openAttempt({
+        socketDir: join(gatewayParent, "socket"),
+        credential: input.gateway.credential,
+        limitUsd: input.gateway.limitUsd,
+        runRemainingUsd: input.gateway.runRemainingUsd,
+      });
+      const g = attemptGateway;
+      cleanups.push(() => g.stop());
+      modelApiSocket = g.socketPath;
+      await stagePlaceholderLogin(join(homeParent, "home"), g.placeholder, { globalConfigPath: input.login.globalConfigPath });
+    } else {
+      staged = await stageLogin(input.login, join(homeParent, "home"));
+    }
+    const homeDir = join(homeParent, "home");
+    const sessionMount = input.session ? await input.session.stage(homeDir) : undefined;
 
     if (input.docBridge) {
       const mcpParent = await makeFolder("mcp");
@@ -138,7 +175,8 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       const b = bridge;
       cleanups.push(() => b.stop());
     }
-    if (input.egress) {
+    // With the gateway the container has no network and no proxy: the gateway is its one way out.
+    if (input.egress && !input.gateway) {
       const egressParent = await makeFolder("egress");
       cleanups.push(() => removeTree(egressParent));
       egress = await startEgressProxy({ ...input.egress, socketDir: join(egressParent, "socket") });
@@ -150,10 +188,10 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       argv: input.argv,
       exportDir: workDir,
       session: sessionMount,
-      homeDir: staged.homeDir,
+      homeDir,
       mcpSocketDir: bridge?.socketDir,
-      network: input.network,
-      modelApiSocket: input.modelApiSocket,
+      network: input.gateway ? { mode: "none" } : input.network,
+      modelApiSocket,
       egressProxySocket: egress?.socketPath,
       runtime: input.runtimeName,
       labels: input.labels,
@@ -198,17 +236,26 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       if (mcpRecord.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
-    await writeBackLogin(input.login, staged, { lock: input.lock });
-    if (input.session) await input.session.collect(staged.homeDir);
+    if (staged) await writeBackLogin(input.login, staged, { lock: input.lock });
+    if (input.session) await input.session.collect(homeDir);
+    let gatewayRecord: GatewayRecord | undefined;
+    if (attemptGateway) {
+      gatewayRecord = await attemptGateway.stop();
+      const problems = [...gatewayRecord.setupProblems, ...(input.gateway!.compareUsage ? compareMeteredUsage(gatewayRecord, facts) : [])];
+      facts.setupProblems.push(...problems.map((p) => `gateway: ${p}`));
+      if (problems.length > 0) facts.setupProblemCodes.push("gateway");
+    }
 
     const meaning = interpretRun(facts, input.model, {
       ...raw,
       interruptedBy: deps.signal?.aborted ? String(deps.signal.reason ?? "a signal") : undefined,
       priorMessageUsage: input.session?.priorMessageUsage,
+      refusedByHost: gatewayBudgetRefusal(gatewayRecord),
     });
     Object.assign(record, meaning.fields);
-    return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord };
+    return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord, gateway: gatewayRecord };
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
   }
 }
+

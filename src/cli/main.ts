@@ -56,6 +56,15 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--runtime <name>", "OCI runtime of attempt containers, e.g. runsc (gVisor) where the engine has it; the run refuses to start if it is missing")
     .option("--cpus <n>", "CPUs each attempt container may use (Docker's --cpus, e.g. 0.5 or 2); recorded in the ledger", "1")
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .addOption(
+      new Option(
+        "--credentials <mode>",
+        "cli transport (docs/gateway.md): 'gateway' (default: the login stays on the host, containers hold a placeholder, have no network and reach the API only through the runner's metering gateway, which refuses a request before it could pass the attempt's budget) or 'login-copy' (each container gets a copy of the CLI login; needed for --isolation standard/strict to mean anything)",
+      ).choices(["gateway", "login-copy"]),
+    )
+    .option("--oauth-token-file <file>", "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each attempt")
+    .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream instead of https://api.anthropic.com (an https:// origin)").hideHelp())
+    .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp())
     .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array, run with each checkout as cwd, e.g. '[\"node\",\"/opt/ak/bin/ak-docs.js\",\"mcp\"]' (default: the bundled reference server)")
     .option("--quiet", "no progress lines on stderr")
     .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())

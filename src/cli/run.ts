@@ -37,6 +37,12 @@ export interface RunFlags extends RawRunFlags {
   testMemoryLimitMb?: string;
   testHomeSizeMb?: string;
   modelApiSocket?: string;
+  /** cli transport: gateway (default unless --model-api-socket) or login-copy. */
+  credentials?: "gateway" | "login-copy";
+  oauthTokenFile?: string;
+  /** Tests only: the gateway's upstream origin and the CA it trusts. */
+  testGatewayUpstream?: string;
+  testGatewayCa?: string;
   /** Tests only: the Messages API base of the http transport (loopback or the real API). */
   apiBaseUrl?: string;
 }
@@ -158,6 +164,15 @@ export async function runCommand(flags: RunFlags): Promise<number> {
       }
     }
   }
+  if (flags.transport !== "cli" && (flags.credentials !== undefined || flags.oauthTokenFile !== undefined)) problems.push("--credentials and --oauth-token-file apply to --transport cli only");
+  // A Messages API socket given for tests is the direct route: it bypasses the gateway by design.
+  const credentials = flags.credentials ?? (flags.modelApiSocket ? "login-copy" : "gateway");
+  if (credentials === "gateway" && flags.modelApiSocket) problems.push("--model-api-socket reaches the API directly; use it with --credentials login-copy");
+  if (credentials !== "gateway" && (flags.oauthTokenFile !== undefined || flags.testGatewayUpstream !== undefined)) problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
+  if (flags.transport === "cli" && credentials === "gateway" && flags.egressAllow !== undefined && isolation === "strict") {
+    problems.push("--egress-allow has no effect with --credentials gateway (every attempt container has network none and no proxy; the gateway is its only way out); use --credentials login-copy for the strict profile's proxy");
+  }
+  if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
   if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
   if (flags.runtime !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(flags.runtime)) problems.push(`--runtime ${JSON.stringify(flags.runtime)} is not a runtime name such as runsc`);
   const cpus = parseCpus(flags.cpus, problems);
@@ -226,6 +241,11 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         ...(cpus !== undefined ? { cpus } : {}),
         docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
         claudeConfigDir: flags.claudeConfigDir,
+        credentials,
+        ...(flags.oauthTokenFile !== undefined ? { oauthTokenFile: resolve(flags.oauthTokenFile) } : {}),
+        ...(flags.testGatewayUpstream !== undefined
+          ? { gatewayUpstream: { url: flags.testGatewayUpstream, ...(flags.testGatewayCa ? { ca: await (await import("node:fs/promises")).readFile(resolve(flags.testGatewayCa), "utf8") } : {}) } }
+          : {}),
         modelApi: flags.modelApiSocket ? { socketPath: resolve(flags.modelApiSocket) } : undefined,
         fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
         timeoutMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,

@@ -1,4 +1,5 @@
 import { PICO_PER_MICRO, picoToUsd, usdToPico } from "../cost/money.ts";
+import { INPUT_CEILING_SLACK_TOKENS } from "../terms/limits.ts";
 
 /**
  * Per-call money of the Messages API transport (contract R29, R30). Prices are the
@@ -13,8 +14,7 @@ export interface UpperPrices {
 
 /** The protocol's output allowance per turn: `max_tokens` of every request. */
 export const MAX_OUTPUT_TOKENS = 1024;
-/** Added to the byte-based input ceiling: the tool definitions' and system prompt's overhead on the API side. */
-export const INPUT_CEILING_SLACK_TOKENS = 8192;
+export { INPUT_CEILING_SLACK_TOKENS };
 
 /**
  * A conservative input token ceiling for a request body: twice its UTF-8 bytes plus 8,192.

@@ -98,6 +98,47 @@ export const EgressRecordSchema = z
     }
   });
 
+const MeteredTokens = Count.nullable();
+
+/** One request through the model gateway (docs/gateway.md, src/gateway/gateway.ts). */
+export const GatewayRequestSchema = z.strictObject({
+  seq: Count,
+  method: z.string(),
+  path: z.string(),
+  status: z.number().int().meta({ description: "the HTTP status the CLI got" }),
+  requestBytes: Count,
+  requestModel: z.string().nullable(),
+  messageId: z.string().nullable(),
+  model: z.string().nullable().meta({ description: "the reply's model" }),
+  inputTokens: MeteredTokens,
+  cacheReadInputTokens: MeteredTokens,
+  cacheWrite5mInputTokens: MeteredTokens.meta({ description: "5-minute cache writes, and writes the reply gave no TTL split for" }),
+  cacheWrite1hInputTokens: MeteredTokens,
+  outputTokens: MeteredTokens,
+  complete: z.boolean().meta({ description: "the stream ended with message_stop" }),
+  boundUsd: Usd.nullable().meta({ description: "the worst-case cost checked against the limit before sending" }),
+  costUsd: Usd.nullable().meta({ description: "list-price cost of the metered usage (the bound when the reply broke off)" }),
+  ttfbMs: z.number().nonnegative().nullable(),
+  durationMs: z.number().nonnegative(),
+  refused: z
+    .strictObject({
+      kind: z.enum(["budget", "unknown-token", "foreign-placeholder", "model", "path", "size", "body", "upstream-redirect", "upstream-unreachable"]),
+      reason: z.string(),
+    })
+    .nullable(),
+});
+
+/** What the model gateway saw of one attempt: every request, metered. */
+export const GatewayRecordSchema = z.strictObject({
+  requests: z.array(GatewayRequestSchema),
+  dropped: Count,
+  forwarded: Count,
+  refused: Count,
+  meteredCostUsd: Usd,
+  budgetRefused: z.boolean(),
+  setupProblems: z.array(z.string()),
+});
+
 /**
  * What every paid run of the CLI records, an attempt of the study or a run of the adjudicator:
  * its money, its container and the facts of its transcript. The observation and the adjudicator
@@ -204,6 +245,7 @@ export const ObservationSchema = z
     // Extension fields; absent until the stage that records them ran.
     mcp: z.record(z.string(), z.unknown()).optional().meta({ description: "the doc-bridge server's own record of the attempt" }),
     egress: EgressRecordSchema.optional().meta({ description: "strict isolation only: every request to the egress proxy" }),
+    gateway: GatewayRecordSchema.optional().meta({ description: "cli with --credentials gateway: every model request, metered on the host" }),
     exitCode: z.number().int().nullable().optional(),
     timedOut: z.boolean().optional(),
     truncated: z.boolean().optional(),
@@ -310,6 +352,10 @@ export const LedgerSchema = z
       .optional()
       .meta({ description: "who answered: the model through the real API (anthropic), or a test stand-in (the fake claude image, a scripted API on a unix socket, a test-only --api-base-url): such a run is no evidence about the model" }),
     egressAllow: z.array(z.string().min(1)).optional().meta({ description: "strict isolation: the host names the egress proxy allowed, port 443 only" }),
+    credentials: z
+      .enum(["gateway", "login-copy"])
+      .optional()
+      .meta({ description: "cli: gateway = the credential stayed on the host and every request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login" }),
     model: z.string().min(1),
     prices: PriceTableSchema,
     mode: z.enum(["pilot", "full"]),

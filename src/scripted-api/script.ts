@@ -31,17 +31,25 @@ export const ToolCallSchema = z.strictObject({
   input: z.record(z.string(), z.unknown()),
 });
 
+/**
+ * Usage figures restated in `message_delta` (the API may restate the prompt side there): lets a
+ * test make the stream carry more than message_start said, to see who reads which.
+ */
+const DeltaUsageSchema = z.strictObject({ input_tokens: count.optional(), cache_read_input_tokens: count.optional(), cache_creation_input_tokens: count.optional() }).optional();
+
 /** One or more `tool_use` blocks (optionally after a text block); stop_reason `tool_use`. */
 export const ToolTurnSchema = z.strictObject({
   toolCalls: z.array(ToolCallSchema).min(1),
   text: z.string().min(1).optional(),
   usage: ScriptedUsageSchema,
+  deltaUsage: DeltaUsageSchema,
 });
 
 /** The final answer: one text block, stop_reason `end_turn`. */
 export const AnswerTurnSchema = z.strictObject({
   answer: z.string().min(1),
   usage: ScriptedUsageSchema,
+  deltaUsage: DeltaUsageSchema,
 });
 
 /**

@@ -1,5 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
+import { createServer as createTlsServer } from "node:https";
 import { chmod, lstat, unlink } from "node:fs/promises";
 import { parseScripts, TurnSchema, type Script, type ScriptInput, type ScriptedUsage, type Turn } from "./script.ts";
 
@@ -25,6 +26,13 @@ export interface StartScriptedApiOptions {
   respond?: (request: DynamicRequest) => Turn | undefined;
   /** Keep each request's parsed JSON body in its record (large: the system prompt is in it). */
   recordBodies?: boolean;
+  /**
+   * Awaited before each Messages request is answered, while the client waits (tests inspect the
+   * attempt's container at that moment: it is running and blocked on this reply).
+   */
+  onRequest?: (record: RecordedRequest) => Promise<void> | void;
+  /** Serve HTTPS with this key and certificate (the gateway's upstream in tests: TLS on loopback with a test CA). */
+  tls?: { key: string | Buffer; cert: string | Buffer };
 }
 
 /** What `respond` sees of one Messages request. */
@@ -230,6 +238,7 @@ function writeMessage(
   content: ContentBlock[],
   stopReason: "tool_use" | "end_turn",
   usage: ScriptedUsage | undefined,
+  deltaUsage?: Record<string, number | undefined>,
 ): void {
   const headers = { "request-id": id("req") };
   if (!stream) {
@@ -271,7 +280,7 @@ function writeMessage(
     }
     sse(res, "content_block_stop", { type: "content_block_stop", index });
   });
-  sse(res, "message_delta", { type: "message_delta", delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { output_tokens: usage.output_tokens } } : {}) });
+  sse(res, "message_delta", { type: "message_delta", delta: { stop_reason: stopReason, stop_sequence: null }, ...(usage ? { usage: { ...deltaUsage, output_tokens: usage.output_tokens } } : {}) });
   sse(res, "message_stop", { type: "message_stop" });
   res.end();
 }
@@ -405,6 +414,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     };
 
     record.conversation = conversationKey(headers, body.metadata, first);
+    await options.onRequest?.(record);
 
     if (path === "/v1/messages/count_tokens") {
       // Only the size matters to the CLI; a rough count keeps it from deciding to compact.
@@ -457,29 +467,37 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     if ("fault" in turn) {
       record.answer = { kind: "fault", fault: turn.fault, script: script.name, turn: index };
       // A TCP RST where there is TCP (the client sees ECONNRESET); a unix socket can only be closed.
-      if (turn.fault === "connection-reset") req.socket.remoteFamily ? req.socket.resetAndDestroy() : req.socket.destroy();
-      else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
+      if (turn.fault === "connection-reset") {
+        // A TLS socket cannot always send a RST (it throws); then the connection is closed unanswered.
+        try {
+          if (req.socket.remoteFamily) req.socket.resetAndDestroy();
+          else req.socket.destroy();
+        } catch {
+          req.socket.destroy();
+        }
+      } else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
       // "hang": no reply; close() ends the connection.
       return;
     }
     const messageId = id("msg");
     if ("answer" in turn) {
       record.answer = { kind: "answer", script: script.name, turn: index, messageId };
-      writeMessage(res, stream, model, messageId, [{ type: "text", text: turn.answer }], "end_turn", turn.usage);
+      writeMessage(res, stream, model, messageId, [{ type: "text", text: turn.answer }], "end_turn", turn.usage, turn.deltaUsage);
       return;
     }
     const toolBlocks = turn.toolCalls.map((c) => ({ type: "tool_use" as const, id: id("toolu"), name: c.name, input: c.input }));
     record.answer = { kind: "tool-calls", script: script.name, turn: index, toolUseIds: toolBlocks.map((b) => b.id), messageId };
     const content: ContentBlock[] = turn.text ? [{ type: "text", text: turn.text }, ...toolBlocks] : toolBlocks;
-    writeMessage(res, stream, model, messageId, content, "tool_use", turn.usage);
+    writeMessage(res, stream, model, messageId, content, "tool_use", turn.usage, turn.deltaUsage);
   }
 
-  const server: Server = createServer((req, res) => {
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
     handle(req, res).catch((err: unknown) => {
       if (!res.headersSent) writeError(res, 500, "api_error", `scripted API fault: ${(err as Error).message}`);
       else res.destroy();
     });
-  });
+  };
+  const server: Server = options.tls ? createTlsServer({ key: options.tls.key, cert: options.tls.cert }, listener) : createServer(listener);
   // The CLI keeps connections alive between turns; close() must not wait for it to hang up.
   server.keepAliveTimeout = 5_000;
 
@@ -504,7 +522,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
   } else {
     const address = server.address();
     if (address === null || typeof address === "string") throw new Error("scripted API: no TCP address");
-    url = `http://127.0.0.1:${address.port}`;
+    url = `${options.tls ? "https" : "http"}://127.0.0.1:${address.port}`;
   }
 
   return {

@@ -21,11 +21,13 @@ import { containerMcpConfig } from "../mcp/bridge.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
-import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
+import { runCliInContainer, type CliRunDeps, type CliRunInput } from "../cli-attempt/run.ts";
 import { observationExtras, reservedObservation } from "./observation.ts";
 import { runAttempts, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 import { summarize } from "./summary.ts";
+import { prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
+import type { UpstreamOptions } from "../gateway/gateway.ts";
 
 export interface StudyConfig extends StudyRunBase {
   attemptBudgetUsd: number;
@@ -60,6 +62,16 @@ export interface StudyConfig extends StudyRunBase {
   modelApi?: { socketPath: string };
   /** Test/CI only: the fake claude image's behaviour file and records folder. */
   fake?: { behaviourFile?: string; recordsDir?: string };
+  /**
+   * gateway: the credential stays on the host, containers hold a placeholder and reach the API
+   * only through the runner's metering gateway (docs/gateway.md); login-copy (the default here,
+   * `--credentials` defaults to gateway): each container gets a copy of the CLI login.
+   */
+  credentials?: CredentialMode;
+  /** Gateway: the file holding a `claude setup-token` token (else CLAUDE_CODE_OAUTH_TOKEN, else the host login). */
+  oauthTokenFile?: string;
+  /** Tests only (a hidden flag): the gateway's upstream and the CA it trusts. */
+  gatewayUpstream?: UpstreamOptions;
   timeoutMs?: number;
   stdoutLimitBytes?: number;
 }
@@ -101,6 +113,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("mcp", removeTree);
   await reapOrphanFolders("egress", removeTree);
+  await reapOrphanFolders("gateway", removeTree);
   if (config.modelApi) await assertModelApiSocket(config.modelApi.socketPath);
   const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
   if (probed.version !== config.expectedCliVersion) {
@@ -124,12 +137,18 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
   const fakeImage = (await runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
-  return { probed, login, docBridge, modelApi: config.modelApi || fakeImage ? ("test" as const) : ("anthropic" as const) };
+  let gateway: RunGateway | undefined;
+  if (config.credentials === "gateway") {
+    if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
+    gateway = await prepareRunGateway({ model: config.model, login, tokenFile: config.oauthTokenFile, upstream: config.gatewayUpstream, timeoutMs: config.timeoutMs, lockTimeoutMs: config.loginLockTimeoutMs, lockStaleMs: config.loginLockStaleMs, holder: runId });
+  }
+  const testApi = config.modelApi || fakeImage || config.gatewayUpstream !== undefined;
+  return { probed, login, docBridge, fakeImage, gateway, modelApi: testApi ? ("test" as const) : ("anthropic" as const) };
 }
 
 export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
   const runId = newRunId();
-  const { probed, login, docBridge, modelApi } = await preflight(config, deps, runId);
+  const { probed, login, docBridge, modelApi, gateway, fakeImage } = await preflight(config, deps, runId);
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   const ledger: Ledger = {
@@ -143,7 +162,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     attemptCpus: config.cpus ?? DEFAULT_ATTEMPT_CPUS,
     modelApi,
     runtime: config.runtime ?? null,
-    ...(config.isolation === "strict" ? { egressAllow: [...egressAllowOf(config)] } : {}),
+    ...(config.isolation === "strict" && !gateway ? { egressAllow: [...egressAllowOf(config)] } : {}),
+    credentials: gateway ? "gateway" : "login-copy",
     model: config.model,
     prices: pricesForLedger(),
     mode: config.mode,
@@ -157,12 +177,18 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const transcripts = await TranscriptStore.create(handle.path);
 
   const locks = new Map<PlannedAttempt, LoginLock>();
+  const credentials = new Map<PlannedAttempt, string>();
   const kind: AttemptKind = {
     limitUsd: config.attemptBudgetUsd,
     // The login lock comes before the reservation: a run that never gets the login (another run
     // holds it past the timeout, or a signal ends the wait) has reserved nothing for this attempt.
     // It is held until the attempt's login has been written back.
     async acquire(a) {
+      if (gateway) {
+        // Read under the login lock and released at once: nothing is written back in this mode.
+        credentials.set(a, await gateway.credentialFor(deps.signal));
+        return { release: async () => void credentials.delete(a) };
+      }
       const lock = await acquireLoginLock(login, {
         timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
         staleMs: config.loginLockStaleMs,
@@ -180,11 +206,20 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       return obs;
     },
     async runOne(a, ctx) {
-      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd, transcripts }, ctx.entry, ctx.persist);
+      const reservedUsd = ctx.reservation!.reservedUsd;
+      const viaGateway = gateway && {
+        gateway: gateway.gateway,
+        credential: credentials.get(a)!,
+        limitUsd: reservedUsd,
+        // What this attempt may still spend under the run's cap: the cap less every charge and hold but its own.
+        runRemainingUsd: () => config.capUsd - ledger.budget.spentUsd + reservedUsd,
+        compareUsage: !fakeImage,
+      };
+      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a), gateway: viaGateway || undefined, denied: docBridge?.denyList ?? [], maxBudgetUsd: reservedUsd, transcripts }, ctx.entry, ctx.persist);
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };
-  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint });
+  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint }).finally(() => gateway?.close());
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   return end.exitCode;
 }
@@ -193,8 +228,9 @@ interface AttemptContext {
   runId: string;
   attempt: PlannedAttempt;
   login: LoginLocation;
-  /** The login lock, held by the loop for the whole attempt. */
-  lock: LoginLock;
+  /** Login-copy mode: the login lock, held by the loop for the whole attempt. */
+  lock?: LoginLock;
+  gateway?: CliRunInput["gateway"];
   denied: string[];
   maxBudgetUsd: number;
   transcripts: TranscriptStore;
@@ -224,6 +260,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       },
       login: ctx.login,
       lock: ctx.lock,
+      gateway: ctx.gateway,
       image: config.image,
       argv,
       arm: attempt.arm,
@@ -251,6 +288,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   Object.assign(obs, observationExtras(result.facts), { oomKilled: result.oomKilled });
   if (result.mcp) obs.mcp = { toolCalls: result.mcp.toolCalls, connections: result.mcp.connections, messages: result.mcp.messages };
   if (result.egress) obs.egress = result.egress;
+  if (result.gateway) obs.gateway = result.gateway;
   return result;
 }
 

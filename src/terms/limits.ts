@@ -21,3 +21,9 @@ export function formatByteBound(bytes: number): string {
   if (bytes > 0 && bytes % 1024 === 0) return `${bytes / 1024} KiB`;
   return `${bytes} bytes`;
 }
+
+/**
+ * Added to a byte-based bound of a request's input tokens: the tool definitions' and system
+ * prompt's overhead on the API side (the http transport's ceiling and the gateway's bound).
+ */
+export const INPUT_CEILING_SLACK_TOKENS = 8192;

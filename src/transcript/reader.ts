@@ -57,7 +57,9 @@ export type SetupProblemCode =
   /** init `apiKeySource` is not "none": the CLI used a key, not its own login (contract R38). */
   | "api-key-source"
   /** init `claude_code_version` is not the pinned version. */
-  | "cli-version";
+  | "cli-version"
+  /** The model gateway refused a foreign request, or its metered usage differs from the transcript's (set by the CLI stage). */
+  | "gateway";
 
 export interface McpServerFact {
   name: string;

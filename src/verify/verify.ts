@@ -3,7 +3,7 @@ import { readResultEvent, readVerdict } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { settle } from "../budget/budget.ts";
-import { interpretRun, runReader } from "../cli-attempt/interpret.ts";
+import { gatewayBudgetRefusal, interpretRun, runReader } from "../cli-attempt/interpret.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
 import { observationExtras } from "../study/observation.ts";
 import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
@@ -20,9 +20,9 @@ import { readTranscriptFile, sha256Hex, transcriptFile, transcriptLines } from "
  * never quote an answer, a verdict or a tool input (all private).
  *
  * What the transcript cannot tell is taken from the record as given: the container's exit code,
- * timeout and output-bound flags, and the doc-bridge server's own record (setup problems that
- * begin with "doc-bridge record:"), since those come from the engine and the bridge, not from
- * stdout. A CLI that the runner killed after its result event, or an OOM or full-HOME ending, is
+ * timeout and output-bound flags, the doc-bridge server's and the gateway's own records (setup
+ * problems that begin with "doc-bridge record:" or "gateway:", and the gateway's refusals), since
+ * those come from the engine, the bridge and the gateway, not from stdout. A CLI that the runner killed after its result event, or an OOM or full-HOME ending, is
  * not told apart from the exit code alone, so such an entry may differ in its status.
  */
 
@@ -66,7 +66,10 @@ function differ(where: string, field: string, ledger: unknown, recomputed: unkno
   return `${where}.${field}: ledger ${show(ledger)}, transcript gives ${show(recomputed)}`;
 }
 
-type StoredRun = RunFacts & { exitCode?: number | null; timedOut?: boolean; truncated?: boolean };
+type StoredRun = RunFacts & { exitCode?: number | null; timedOut?: boolean; truncated?: boolean; gateway?: Parameters<typeof gatewayBudgetRefusal>[0] };
+
+/** Setup problems found outside the transcript (the bridge's and the gateway's own records): taken as recorded. */
+const OUTSIDE_PROBLEMS = ["doc-bridge record: ", "gateway: "];
 
 /**
  * One stored run against its transcript: the file's mode and hash, then (when settled) every
@@ -96,8 +99,14 @@ async function checkRun(
   const reader = runReader(o.arm, o.model, o.cliVersion, o.expectedTools);
   for (const line of lines) reader.pushLine(line);
   const facts = reader.finish();
-  facts.setupProblems.push(...run.setupProblems.filter((p) => p.startsWith("doc-bridge record: ")));
-  const again = interpretRun(facts, o.model, { exitCode: run.exitCode ?? null, timedOut: run.timedOut ?? false, truncated: run.truncated ?? false, stdoutLimitBytes: STDOUT_LIMIT_BYTES });
+  facts.setupProblems.push(...run.setupProblems.filter((p) => OUTSIDE_PROBLEMS.some((prefix) => p.startsWith(prefix))));
+  const again = interpretRun(facts, o.model, {
+    exitCode: run.exitCode ?? null,
+    timedOut: run.timedOut ?? false,
+    truncated: run.truncated ?? false,
+    stdoutLimitBytes: STDOUT_LIMIT_BYTES,
+    refusedByHost: gatewayBudgetRefusal(run.gateway),
+  });
   const fields: Record<string, unknown> = { ...pick(again.fields, RUN_FIELDS), ...extraFields(facts) };
   for (const [field, recomputed] of Object.entries(fields)) {
     const recorded = (run as Record<string, unknown>)[field];

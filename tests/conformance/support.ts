@@ -99,7 +99,10 @@ export interface StudyRun {
 
 export interface StudyRunOptions {
   corpus: Corpus;
-  api: { socketPath: string };
+  /** The scripted API on a unix socket, reached directly through the relay (login-copy mode). */
+  api?: { socketPath: string };
+  /** Or: through the runner's model gateway, with this HTTPS upstream and the CA it trusts. */
+  gateway?: { url: string; ca: string };
   image: string;
   /** The pilot (both arms of the first task), or one attempt of that task in one arm. */
   plan: "pilot" | Arm;
@@ -129,7 +132,7 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
     isolation: "offline",
     docBridgeCommand: referenceEngineCommand(),
     claudeConfigDir: o.corpus.loginDir,
-    modelApi: { socketPath: o.api.socketPath },
+    ...(o.gateway ? { credentials: "gateway" as const, gatewayUpstream: { url: o.gateway.url, ca: o.gateway.ca } } : { modelApi: { socketPath: o.api!.socketPath } }),
     timeoutMs: o.timeoutMs,
     quiet: true,
   };

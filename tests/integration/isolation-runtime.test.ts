@@ -57,7 +57,8 @@ describe("isolation flags of the shipped command", () => {
 
   it("records strict isolation, its allowlist and the runtime in the ledger header of a real run", async () => {
     const output = join(f.work, "cli-strict-ledger.json");
-    const r = await runCli([...base(output), "--isolation", "strict", "--egress-allow", "Api.Anthropic.com,platform.claude.com", "--runtime", "runc"], { env });
+    // The proxy and its allowlist belong to the login-copy mode: with the gateway no container has either.
+    const r = await runCli([...base(output), "--credentials", "login-copy", "--isolation", "strict", "--egress-allow", "Api.Anthropic.com,platform.claude.com", "--runtime", "runc"], { env });
     expect(r.code, r.stderr).toBe(0);
     const { readLedger } = await import("../../src/ledger/store.ts");
     const ledger = await readLedger(output);

@@ -134,6 +134,8 @@ export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<Prepa
   const args = [
     spec.mode === "run" ? "--run" : "--pilot",
     "--transport", "cli",
+    // The fake image makes no model request; these runs exercise the login copy and its write-back.
+    "--credentials", "login-copy",
     "--isolation", "offline",
     "--image", p.demo.image,
     "--claude-config-dir", spec.loginDir ?? p.demo.loginDir,
@@ -245,7 +247,7 @@ export async function containersOfRun(p: Pipeline, runId: string) {
 /** Runner-owned leftovers in a TMPDIR: export folders and attempt HOMEs (which hold a login copy). */
 export async function leftovers(tmp: string, pid?: number): Promise<string[]> {
   const names = await readdir(tmp).catch(() => [] as string[]);
-  return names.filter((n) => /^study-runner-(export|home|mcp|egress)-\d+-/.test(n) && (pid === undefined || n.includes(`-${pid}-`)));
+  return names.filter((n) => /^study-runner-(export|home|mcp|egress|gateway)-\d+-/.test(n) && (pid === undefined || n.includes(`-${pid}-`)));
 }
 
 /** Polls until `check` returns a value other than undefined. */

@@ -1,0 +1,58 @@
+import type { LoginLocation } from "../attempt/login.ts";
+import { ATTEMPT_TIMEOUT_MS } from "../terms/limits.ts";
+import { assertSocketOwner } from "../util/container-socket.ts";
+import { RefusalError, errorMessage } from "../util/errors.ts";
+import { readCredential, resolveCredentialSource, type CredentialSource } from "./credential.ts";
+import { Gateway, type UpstreamOptions } from "./gateway.ts";
+
+/** How attempts of `--transport cli` are authenticated (docs/gateway.md, docs/isolation.md). */
+export const CREDENTIAL_MODES = ["gateway", "login-copy"] as const;
+export type CredentialMode = (typeof CREDENTIAL_MODES)[number];
+
+/** Time beyond the attempt's time limit that the token must still be valid: the container's start and the last reply. */
+export const EXPIRY_MARGIN_MS = 5 * 60_000;
+
+export interface RunGateway {
+  gateway: Gateway;
+  source: CredentialSource;
+  /** The real credential for the next attempt; a RefusalError when the host login would expire during it. */
+  credentialFor(signal?: AbortSignal): Promise<string>;
+  close(): void;
+}
+
+/**
+ * Everything the gateway needs before anything is reserved: the runner can share a socket with
+ * the container user, the credential is there and outlives the first attempt. Throws RefusalError
+ * (exit 2, nothing reserved).
+ */
+export async function prepareRunGateway(o: {
+  model: string;
+  login: LoginLocation;
+  tokenFile?: string;
+  upstream?: UpstreamOptions;
+  timeoutMs?: number;
+  lockTimeoutMs?: number;
+  lockStaleMs?: number;
+  holder?: string;
+  now?: () => number;
+}): Promise<RunGateway> {
+  try {
+    assertSocketOwner("the model gateway");
+  } catch (err) {
+    throw new RefusalError(`${errorMessage(err)}; or use --credentials login-copy`);
+  }
+  const now = o.now ?? Date.now;
+  const source = await resolveCredentialSource({ tokenFile: o.tokenFile, login: o.login });
+  const lastUntil = () => now() + (o.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + EXPIRY_MARGIN_MS;
+  const read = (signal?: AbortSignal) =>
+    readCredential(source, { mustLastUntil: lastUntil(), lock: { timeoutMs: o.lockTimeoutMs, staleMs: o.lockStaleMs, holder: o.holder, signal } });
+  // Checked here too, so an expiring login refuses the run before the first reservation.
+  await read();
+  let gateway: Gateway;
+  try {
+    gateway = new Gateway({ model: o.model, upstream: o.upstream });
+  } catch (err) {
+    throw new RefusalError(errorMessage(err));
+  }
+  return { gateway, source, credentialFor: async (signal) => (await read(signal)).token, close: () => gateway.close() };
+}

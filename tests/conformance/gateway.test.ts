@@ -1,0 +1,207 @@
+/**
+ * Acceptance of the model gateway with the REAL Claude Code 2.1.296 in the real image: the
+ * scripted Messages API is the gateway's upstream over TLS on loopback (a test CA made here with
+ * openssl); the containers get a placeholder login and no network; the runner holds the
+ * (test) credential on the host.
+ */
+import { createHash } from "node:crypto";
+import { readdir, readFile, lstat } from "node:fs/promises";
+import { join } from "node:path";
+import Docker from "dockerode";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import type { Turn } from "../../src/scripted-api/script.ts";
+import { LABELS } from "../../src/runtime/reaper.ts";
+import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { makeTestCa, type TestCa } from "../support/test-ca.ts";
+import { prepareCorpus, realImage, runConformanceStudy, TEST_TOKEN, type Corpus } from "./support.ts";
+import { pilotScripts } from "./scripts.ts";
+
+const docker = new Docker();
+const sha12 = (t: string) => createHash("sha256").update(t).digest("hex").slice(0, 12);
+
+/** Every regular file under `dir` (bounded), as text. */
+async function filesUnder(dir: string, out: Array<{ path: string; text: string }> = [], depth = 0): Promise<Array<{ path: string; text: string }>> {
+  if (depth > 12 || out.length > 5000) return out;
+  for (const name of await readdir(dir).catch(() => [] as string[])) {
+    const p = join(dir, name);
+    const st = await lstat(p).catch(() => undefined);
+    if (!st) continue;
+    if (st.isDirectory()) await filesUnder(p, out, depth + 1);
+    else if (st.isFile() && st.size < 8 * 1024 * 1024) out.push({ path: p, text: await readFile(p, "utf8").catch(() => "") });
+  }
+  return out;
+}
+
+interface ContainerScan {
+  id: string;
+  networkMode: string;
+  interfaces: string[];
+  envHasRealToken: boolean;
+  envNames: string[];
+  mountFilesWithRealToken: string[];
+  placeholderFiles: number;
+}
+
+/** Inspects this process's running attempt containers: env, mounts (read on the host), network, interfaces seen inside. */
+async function scanContainers(seen: Map<string, ContainerScan>): Promise<void> {
+  const list = await docker.listContainers({ filters: { label: [`${LABELS.pid}=${process.pid}`], status: ["running"] } });
+  for (const c of list) {
+    if (seen.has(c.Id)) continue;
+    const info = await docker.getContainer(c.Id).inspect();
+    const env = info.Config.Env ?? [];
+    const mountFilesWithRealToken: string[] = [];
+    let placeholderFiles = 0;
+    for (const m of info.Mounts) {
+      for (const f of await filesUnder(m.Source)) {
+        if (f.text.includes(TEST_TOKEN)) mountFilesWithRealToken.push(f.path);
+        if (f.text.includes("study-runner-placeholder-")) placeholderFiles++;
+      }
+    }
+    const exec = await docker.getContainer(c.Id).exec({ Cmd: [IMAGE_LAYOUT.node, "-e", "process.stdout.write(JSON.stringify(Object.keys(require('os').networkInterfaces())))"], AttachStdout: true, AttachStderr: true, User: "1000:1000" });
+    const stream = await exec.start({ hijack: true, stdin: false });
+    const raw = await new Promise<Buffer>((resolve) => {
+      const chunks: Buffer[] = [];
+      stream.on("data", (d: Buffer) => chunks.push(d));
+      stream.on("end", () => resolve(Buffer.concat(chunks)));
+    });
+    // The multiplexed stream has 8-byte frame headers; the JSON array is the printable part.
+    const interfaces = JSON.parse(/\[.*\]/.exec(raw.toString("latin1"))?.[0] ?? "null") as string[];
+    seen.set(c.Id, { id: c.Id, networkMode: info.HostConfig.NetworkMode ?? "", interfaces, envHasRealToken: env.some((e) => e.includes(TEST_TOKEN)), envNames: env.map((e) => e.split("=")[0]!), mountFilesWithRealToken, placeholderFiles });
+  }
+}
+
+let ca: TestCa;
+let image: { tag: string; id: string };
+beforeAll(async () => {
+  ca = makeTestCa();
+  image = await realImage();
+}, 600_000);
+
+describe("the pilot through the gateway", () => {
+  let corpus: Corpus;
+  let api: ScriptedApi;
+  const scans = new Map<string, ContainerScan>();
+  let run: Awaited<ReturnType<typeof runConformanceStudy>>;
+  beforeAll(async () => {
+    corpus = await prepareCorpus("gateway-pilot");
+    api = await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, script: pilotScripts(), onRequest: () => scanContainers(scans) });
+    run = await runConformanceStudy({ corpus, gateway: { url: api.url!, ca: ca.ca }, image: image.id, plan: "pilot", timeoutMs: 120_000 });
+  }, 600_000);
+  afterAll(async () => {
+    await api?.close();
+    await corpus?.cleanup();
+  });
+
+  it("completes both arms with metered usage equal to the transcript's", () => {
+    expect(run.ledger.credentials).toBe("gateway");
+    expect(run.ledger.observations.map((o) => o.status)).toEqual(["completed", "completed"]);
+    for (const o of run.ledger.observations) {
+      const g = o.gateway!;
+      const metered = g.requests.filter((r) => r.messageId !== null);
+      expect(metered.length).toBeGreaterThan(0);
+      expect(metered.reduce((n, r) => n + r.inputTokens!, 0)).toBe(o.inputTokens);
+      expect(metered.reduce((n, r) => n + r.outputTokens!, 0)).toBe(o.outputTokens);
+      expect(metered.reduce((n, r) => n + r.cacheReadInputTokens!, 0)).toBe(o.cacheReadInputTokens);
+      expect(metered.reduce((n, r) => n + r.cacheWrite5mInputTokens! + r.cacheWrite1hInputTokens!, 0)).toBe(o.cacheCreationInputTokens);
+      expect(g.setupProblems).toEqual([]);
+      expect(g.refused).toBe(0);
+      expect(metered.every((r) => r.ttfbMs !== null && r.complete)).toBe(true);
+    }
+  });
+
+  it("keeps the real credential out of every container: the upstream saw only it, the containers only placeholders", () => {
+    const messages = api.requests.filter((r) => r.path.startsWith("/v1/messages"));
+    expect(messages.length).toBeGreaterThan(0);
+    expect(new Set(messages.map((r) => r.auth.bearerSha256Prefix))).toEqual(new Set([sha12(TEST_TOKEN)]));
+    expect(messages.every((r) => !r.auth.apiKey)).toBe(true);
+    expect(scans.size).toBe(2);
+    for (const s of scans.values()) {
+      expect(s.envHasRealToken).toBe(false);
+      expect(s.envNames).not.toContain("ANTHROPIC_API_KEY");
+      expect(s.mountFilesWithRealToken).toEqual([]);
+      expect(s.placeholderFiles).toBeGreaterThan(0);
+    }
+  });
+
+  it("runs every attempt container with network none and only the loopback interface", () => {
+    for (const s of scans.values()) {
+      expect(s.networkMode).toBe("none");
+      expect(s.interfaces).toEqual(["lo"]);
+    }
+  });
+});
+
+describe("the host-enforced ceiling", () => {
+  let corpus: Corpus;
+  let api: ScriptedApi;
+  let run: Awaited<ReturnType<typeof runConformanceStudy>>;
+  const RESERVATION = 0.2;
+  beforeAll(async () => {
+    corpus = await prepareCorpus("gateway-ceiling");
+    // A conversation that grows as a real one does: each prompt is about the request's size in
+    // tokens (a quarter of its bytes), so it holds the previous prompt, its output (the long text
+    // the CLI sends back) and the tool result; each answer writes 8,000 tokens of text and reads a file.
+    const respond = ({ body, record }: { body: Record<string, unknown>; record: RecordedRequest }): Turn => {
+      const bytes = Buffer.byteLength(JSON.stringify(body));
+      return { text: `${"words ".repeat(5000)}turn ${record.body!.assistantTurns}`, toolCalls: [{ name: "Read", input: { file_path: "/workspace/README.md" } }], usage: { input_tokens: Math.floor(bytes / 4), output_tokens: 8000, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 } };
+    };
+    api = await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, respond });
+    run = await runConformanceStudy({ corpus, gateway: { url: api.url!, ca: ca.ca }, image: image.id, plan: "repository", attemptBudgetUsd: RESERVATION, capUsd: 1, timeoutMs: 120_000 });
+  }, 600_000);
+  afterAll(async () => {
+    await api?.close();
+    await corpus?.cleanup();
+  });
+
+  it("refuses the turn that would pass the reservation before it is sent; the spend stays under it; the attempt is budget-exceeded", () => {
+    const o = run.ledger.observations[0]!;
+    expect(o.status).toBe("budget-exceeded");
+    const g = o.gateway!;
+    const refusedAt = g.requests.findIndex((r) => r.refused?.kind === "budget");
+    expect(refusedAt).toBeGreaterThan(0);
+    // The upstream got exactly the forwarded requests: the refused turn never left the host.
+    expect(api.requests.filter((r) => r.path.startsWith("/v1/messages")).length).toBe(g.forwarded);
+    expect(g.meteredCostUsd).toBeLessThanOrEqual(RESERVATION);
+    // Before the refused request, every forwarded one fit: metered so far plus its bound within the reservation.
+    let spent = 0;
+    for (const r of g.requests.slice(0, refusedAt)) {
+      expect(spent + r.boundUsd!).toBeLessThanOrEqual(RESERVATION + 1e-12);
+      spent += r.costUsd!;
+    }
+    expect(spent + g.requests[refusedAt]!.boundUsd!).toBeGreaterThan(RESERVATION);
+    expect(o.setupProblems).toEqual([]);
+    // Charge rules unchanged: a budget-exceeded attempt keeps its reservation charged.
+    expect(o.chargedUsd).toBe(RESERVATION);
+  });
+});
+
+describe("metering against the transcript", () => {
+  let corpus: Corpus;
+  let api: ScriptedApi;
+  let run: Awaited<ReturnType<typeof runConformanceStudy>>;
+  beforeAll(async () => {
+    corpus = await prepareCorpus("gateway-mismatch");
+    // The stream restates a larger prompt in message_delta than message_start gave: the gateway
+    // meters the newest figure; the CLI's per-message usage in its transcript keeps message_start's.
+    api = await startScriptedApi({
+      port: 0,
+      tls: { key: ca.key, cert: ca.cert },
+      script: { name: "mismatch", turns: [{ answer: "done", usage: { input_tokens: 1000, output_tokens: 10 }, deltaUsage: { input_tokens: 1500 } }] },
+    });
+    run = await runConformanceStudy({ corpus, gateway: { url: api.url!, ca: ca.ca }, image: image.id, plan: "repository", timeoutMs: 120_000 });
+  }, 600_000);
+  afterAll(async () => {
+    await api?.close();
+    await corpus?.cleanup();
+  });
+
+  it("makes the attempt invalid-setup when the transcript reports fewer tokens than the stream carried", () => {
+    const o = run.ledger.observations[0]!;
+    expect(o.gateway!.requests[0]!.inputTokens).toBe(1500);
+    // Measured: the CLI's modelUsage takes the restated figure, its per-message usage keeps message_start's.
+    expect(o.inputTokens).toBe(1500);
+    expect(o.status).toBe("invalid-setup");
+    expect(o.setupProblems.join("\n")).toMatch(/metered prompt 1500\/0\/0 vs transcript 1000\/0\/0/);
+  });
+});
