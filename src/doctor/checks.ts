@@ -226,7 +226,10 @@ export async function checkRootOf(manifest: Manifest, repository: string, dir: s
       `make ${dir} a clean checkout of ${pin} (each problem names its own fix); a fresh clone checked out at the pin is one`,
     );
   }
-  return pass(name, `${dir}: clean, HEAD at the pin ${pin.slice(0, 12)}, ${result.sources} task source${result.sources === 1 ? "" : "s"} public at the pin`);
+  const keys = result.answerKeys.length
+    ? `; answer keys kept out: ${result.answerKeys.map((k) => `'${k.key}' → ${[...k.byName, ...k.byContent.map((p) => `${p} (same content)`)].join(", ")}`).join("; ")}`
+    : "; no answer keys";
+  return pass(name, `${dir}: clean, HEAD at the pin ${pin.slice(0, 12)}, ${result.sources} task source${result.sources === 1 ? "" : "s"} public at the pin${keys}`);
 }
 
 const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);

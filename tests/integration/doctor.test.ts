@@ -117,7 +117,7 @@ describe("study-runner doctor after the demo's set-up", () => {
     for (const [name, line] of l) expect(line, name).toMatch(/^ok\s/);
     expect(l.get("claude-version")).toMatch(/prints 2\.1\.296 \(Claude Code\), the pinned version/);
     expect(l.get("login")).toMatch(/valid until 2099-01-01T00:00:00\.000Z/);
-    expect(l.get("root:ledgerlite")).toMatch(new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin`));
+    expect(l.get("root:ledgerlite")).toMatch(new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin; answer keys kept out: 'eval/answer-key\\.md' → eval/answer-key\\.md$`));
     expect(l.get("doc-bridge")).toMatch(/the bundled reference engine answers doc\.search from an index fresh at the pin in ledgerlite; .*denied to the agent: gate\.status, memory\.promoteDraft/);
     expect(l.get("attempts")).toMatch(/the cap holds 10 attempts .*the pilot plans 2$/);
     expect(r.stdout.trimEnd().split("\n").at(-1)).toBe("the pilot (--transport cli) could start with these flags and this environment");
