@@ -9,6 +9,7 @@ import type { ContainerRuntime } from "../runtime/port.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
+import { exportSourceFor } from "../export/options.ts";
 import { hasCommit } from "../corpus/git.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation } from "../attempt/login.ts";
 import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
@@ -332,12 +333,7 @@ async function runItem(config: AdjudicationConfig, deps: AdjudicationDeps, ctx: 
   const cleanups: Array<() => Promise<unknown>> = [];
   const label = `adjudicate-${p.position}`;
   try {
-    const exported = await exportAtPin({
-      repoDir: config.roots.get(p.repository)!,
-      pin: p.pin,
-      answerKeys: config.loaded.manifest.answerKeys?.[p.repository] ?? [],
-      labels: { run: ctx.id, attempt: label },
-    });
+    const exported = await exportAtPin({ ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)), labels: { run: ctx.id, attempt: label } });
     cleanups.push(() => removeExport(exported.dir));
     run.exportHash = exported.exportHash;
     const lock = await acquireLoginLock(ctx.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ctx.id });

@@ -6,6 +6,7 @@ import { createLedger, writeLedger, type LedgerHandle } from "../ledger/store.ts
 import { budgetTotals, type HttpCall, type Ledger, type Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId } from "../study/header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
+import { exportSourceFor } from "../export/options.ts";
 import { DOC_BRIDGE_SERVER } from "../mcp/names.ts";
 import { ExitCode, RefusalError, errorMessage } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
@@ -271,7 +272,7 @@ async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: Att
   const { attempt, obs } = ctx;
   const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
   const repoDir = config.roots.get(attempt.repository)!;
-  const repository = await openRepositoryTools({ repoDir, pin: attempt.pin, answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [] });
+  const repository = await openRepositoryTools(await exportSourceFor(config.loaded, attempt.repository, repoDir));
   obs.exportHash = repository.exportHash;
   let docBridge: DocBridgeTools | undefined;
   try {

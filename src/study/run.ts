@@ -6,6 +6,7 @@ import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree } from "../export/export.ts";
+import { exportSourceFor } from "../export/options.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { attemptContainerSpec } from "../attempt/spec.ts";
 import { checkModelApiSocket } from "../attempt/model-api.ts";
@@ -326,12 +327,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   let bridge: McpBridge | undefined;
   let egress: EgressProxy | undefined;
   try {
-    const exported = await exportAtPin({
-      repoDir,
-      pin: attempt.pin,
-      answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [],
-      labels: { run: ctx.runId, attempt: attemptLabel },
-    });
+    const exported = await exportAtPin({ ...(await exportSourceFor(config.loaded, attempt.repository, repoDir)), labels: { run: ctx.runId, attempt: attemptLabel } });
     cleanups.push(() => removeExport(exported.dir));
     obs.exportHash = exported.exportHash;
 
