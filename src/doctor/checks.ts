@@ -252,7 +252,7 @@ export async function checkDocBridge(command: readonly string[], checkouts: read
     return fail(
       "doc-bridge",
       errorMessage(err),
-      `in each checkout, build the index at the pin with ${indexCommand} (run in the checkout), keep the index git-ignored so the checkout stays clean, and check --doc-bridge-command`,
+      `in each checkout, build the index at the pin with ${indexCommand} (run in the checkout; an index written into the checkout must be git-ignored so it stays clean), and check --doc-bridge-command`,
     );
   }
 }

@@ -1,3 +1,5 @@
+import { defaultIndexRoot, INDEX_DIR_ENV } from "./index-store.ts";
+
 /** The MCP server name in `--mcp-config`; the CLI prefixes its tools with `mcp__doc-bridge__`. */
 export const DOC_BRIDGE_SERVER = "doc-bridge";
 
@@ -31,7 +33,9 @@ export function isDocBridgeCliName(name: string): boolean {
 export const SERVER_ENV_ALLOWLIST = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TZ", "TMPDIR"] as const;
 
 export function serverEnvironment(source: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  const env: Record<string, string> = {};
+  // Always explicit: the engine must find the index where this runner's indexer put it, even
+  // when the cache variables that choose that folder are not on the allowlist.
+  const env: Record<string, string> = { [INDEX_DIR_ENV]: defaultIndexRoot(source) };
   for (const key of SERVER_ENV_ALLOWLIST) {
     const value = source[key];
     // A value starting with "()" is an exported shell function; never pass those on.

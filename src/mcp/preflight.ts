@@ -3,10 +3,10 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { RefusalError, errorMessage } from "../util/errors.ts";
-import { resolveConfigPath } from "./config.ts";
+import { resolveConfigAtPin } from "./config.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, serverEnvironment } from "./names.ts";
 
-export { resolveConfigPath, type ConfigResolution } from "./config.ts";
+export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 
 /**
  * The bundled reference engine as a command: this Node, tsx's ESM loader resolved from this
@@ -159,7 +159,7 @@ export async function preflightDocBridge(opts: {
   const toolSets: Array<{ checkout: CheckoutToProbe; tools: string[] }> = [];
   for (const checkout of opts.checkouts) {
     const name = `checkout ${checkout.repository} (${checkout.dir})`;
-    const config = await resolveConfigPath(checkout.dir);
+    const config = await resolveConfigAtPin(checkout.dir, checkout.pin);
     if (!config.ok) throw new RefusalError(`doc-bridge preflight refused for ${name}: ${config.reason}`);
     let probe: ProbeResult;
     try {

@@ -3,7 +3,7 @@ import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import { preflightDocBridge, probeServer, referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { RefusalError } from "../../src/util/errors.ts";
-import { DOC_CONFIG, ENGINE, docFiles, makeRepo, runIndex, writeStandInServer } from "./mcp-fixtures.ts";
+import { DOC_CONFIG, ENGINE, INDEX_ROOT, docFiles, makeRepo, runIndex, writeStandInServer } from "./mcp-fixtures.ts";
 
 const execFileP = promisify(execFile);
 const cleanup: Array<() => Promise<unknown>> = [];
@@ -185,7 +185,7 @@ describe("doc-bridge preflight", () => {
     const cmd = referenceEngineCommand();
     // `--import tsx` by bare name would resolve from the checkout, which has no tsx.
     expect(cmd[2]).toMatch(/^file:\/\/.*\/tsx\/dist\/loader\.mjs$/);
-    const { stderr } = await execFileP(cmd[0]!, [...cmd.slice(1), "index"], { cwd: a.dir, env: { PATH: process.env.PATH ?? "" } });
+    const { stderr } = await execFileP(cmd[0]!, [...cmd.slice(1), "index"], { cwd: a.dir, env: { PATH: process.env.PATH ?? "", STUDY_RUNNER_DOC_INDEX: INDEX_ROOT } });
     expect(stderr).toContain(`indexed 2 documents at ${a.commit}`);
     const probe = await probeServer({ command: cmd, cwd: a.dir, pin: a.commit });
     expect(probe.tools).toContain("doc.search");

@@ -145,6 +145,6 @@ describe("names and container config", () => {
 
   it("passes only allowlisted variables to a server, never ANTHROPIC_API_KEY or shell functions", () => {
     const env = serverEnvironment({ PATH: "/bin", HOME: "/h", ANTHROPIC_API_KEY: "sk-canary", AWS_SECRET_ACCESS_KEY: "x", SHELL: "() { :; }", NODE_OPTIONS: "--require x" });
-    expect(env).toEqual({ PATH: "/bin", HOME: "/h" });
+    expect(env).toEqual({ PATH: "/bin", HOME: "/h", STUDY_RUNNER_DOC_INDEX: "/h/.cache/study-runner/doc-bridge-index" });
   });
 });
