@@ -1,6 +1,7 @@
 import { execFile } from "node:child_process";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
+import type { LoadedManifest } from "../manifest/load.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { probeVersion } from "../image/build.ts";
@@ -235,17 +236,18 @@ export async function checkRootOf(manifest: Manifest, repository: string, dir: s
 const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 
 /** The run's doc-bridge preflight: config in the server's order, doc.search fresh at the pin, one tool list, the deny list. */
-export async function checkDocBridge(command: readonly string[], checkouts: readonly CheckoutToProbe[], timeoutMs?: number): Promise<Check> {
+export async function checkDocBridge(command: readonly string[], checkouts: readonly CheckoutToProbe[], timeoutMs?: number, loaded?: Pick<LoadedManifest, "path" | "manifest" | "bytes">): Promise<Check> {
   const reference = referenceEngineCommand();
   const isReference = command.length === reference.length && command.every((c, i) => c === reference[i]);
   const engine = isReference ? "the bundled reference engine" : JSON.stringify(command);
   try {
-    const result = await preflightDocBridge({ command, checkouts, timeoutMs });
+    const result = await preflightDocBridge({ command, checkouts, timeoutMs, loaded });
     const revision = result.checkouts[0]?.engineRevision;
     return pass(
       "doc-bridge",
       `${engine} answers doc.search from an index fresh at the pin in ${checkouts.map((c) => c.repository).join(", ")}; ` +
-        `tools ${result.tools.join(", ")}; denied to the agent: ${result.deniedTools.join(", ") || "none"}${revision ? `; engine revision ${revision}` : ""}`,
+        `tools ${result.tools.join(", ")}; denied to the agent: ${result.deniedTools.join(", ") || "none"}${revision ? `; engine revision ${revision}` : ""}; ` +
+        `serves none of the answer keys (${result.checkouts.map((c) => `${c.repository}: ${c.forbiddenPathsChecked} path${c.forbiddenPathsChecked === 1 ? "" : "s"} refused by doc.get and absent from doc.search`).join("; ")})`,
     );
   } catch (err) {
     const indexCommand = isReference ? [...reference, "index"].map(shellWord).join(" ") : "your engine's index command (e.g. ak-docs index)";

@@ -81,7 +81,7 @@ async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; do
     dir: config.roots.get(repository)!,
     pin: config.loaded.manifest.repositories[repository]!,
   }));
-  const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
+  const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts, loaded: config.loaded });
   // The http transport offers only the three allowed tools; the rest is recorded as the CLI's deny list would be.
   return { baseUrl, docBridge: { engineRevision: result.checkouts[0]?.engineRevision ?? null, bundleHash: null, denyList: result.deniedCliTools } };
 }

@@ -12,7 +12,7 @@ import { checkSocketOwner, listenForContainer, makeSocketDir } from "../util/con
 import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER, serverEnvironment } from "./names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER, serverEnvironment } from "./names.ts";
 
 export const SOCKET_NAME = "mcp.sock";
 export const CONTAINER_SOCKET_DIR = "/run/study-runner";
@@ -70,6 +70,8 @@ export interface McpBridgeRecord {
   toolCalls: McpToolCallRecord[];
   /** tools/call requests that never got an answer. */
   unansweredToolCalls: Array<{ name: string; id: string | number }>;
+  /** Requests the bridge refused and never passed on: a tool outside the allowed set, or a line it could not check. */
+  refusedToolCalls: Array<{ name: string; id: string | number | null }>;
   serverExits: Array<{ code: number | null; signal: string | null }>;
   spawnErrors: string[];
   /** The last bytes of the server's stderr, for diagnosis. */
@@ -94,7 +96,7 @@ export class JsonRpcRecorder {
     "to-client": { chunks: [], size: 0, oversized: false },
   };
   private readonly pending = new Map<string, { name: string; id: string | number; at: number }>();
-  readonly record: Omit<McpBridgeRecord, "connections" | "refusedConnections" | "serverExits" | "spawnErrors" | "serverStderrTail"> = {
+  readonly record: Omit<McpBridgeRecord, "connections" | "refusedConnections" | "refusedToolCalls" | "serverExits" | "spawnErrors" | "serverStderrTail"> = {
     messages: 0,
     messageLog: [],
     messageLogTruncated: false,
@@ -185,6 +187,82 @@ export class JsonRpcRecorder {
   }
 }
 
+export interface GateOutput {
+  /** Lines to hand the server, each re-serialized from what was checked, newline-terminated. */
+  forward: Buffer[];
+  /** JSON-RPC error answers for refused requests, to send back to the client. */
+  replies: Buffer[];
+  refused: Array<{ name: string; id: string | number | null }>;
+}
+
+/**
+ * The bridge's own deny list: only `tools/call` of an allowed tool reaches the server. The CLI's
+ * --disallowedTools is the first fence; this one holds even when a client ignores it. The server
+ * gets the re-serialized form of what was checked, never the original bytes, so a line that
+ * another JSON parser would read differently (duplicate keys, odd whitespace) cannot smuggle a
+ * call past the check; a line that does not parse, or is over the size bound, is dropped.
+ */
+export class ToolCallGate {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private oversized = false;
+
+  constructor(private readonly allowed: ReadonlySet<string>) {}
+
+  push(chunk: Buffer): GateOutput {
+    const out: GateOutput = { forward: [], replies: [], refused: [] };
+    let from = 0;
+    for (let nl = chunk.indexOf(0x0a, from); nl >= 0; nl = chunk.indexOf(0x0a, from)) {
+      this.add(chunk.subarray(from, nl));
+      const line = this.oversized ? undefined : Buffer.concat(this.chunks);
+      this.chunks = [];
+      this.size = 0;
+      this.oversized = false;
+      this.line(line, out);
+      from = nl + 1;
+    }
+    if (from < chunk.length) this.add(chunk.subarray(from));
+    return out;
+  }
+
+  private add(part: Buffer): void {
+    this.size += part.length;
+    if (this.size > MAX_PARSED_LINE_BYTES) {
+      this.oversized = true;
+      this.chunks = [];
+    } else if (part.length) this.chunks.push(Buffer.from(part));
+  }
+
+  private line(line: Buffer | undefined, out: GateOutput): void {
+    if (line === undefined) return void out.refused.push({ name: "(oversized line)", id: null });
+    const text = line.toString("utf8");
+    if (text.trim() === "") return;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return void out.refused.push({ name: "(unparsed line)", id: null });
+    }
+    const batch = Array.isArray(parsed);
+    const kept = (batch ? (parsed as unknown[]) : [parsed]).filter((m) => {
+      if (!m || typeof m !== "object") return true;
+      const msg = m as Json;
+      if (msg.method !== "tools/call") return true;
+      const name = (msg.params as Json | undefined)?.name;
+      if (typeof name === "string" && this.allowed.has(name)) return true;
+      const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : null;
+      const shown = typeof name === "string" ? name.slice(0, 200) : "(unnamed)";
+      out.refused.push({ name: shown, id });
+      if (id !== null) {
+        const error = { code: -32601, message: `study-runner: tool ${shown} is not allowed in this study (allowed: ${[...this.allowed].join(", ")})` };
+        out.replies.push(Buffer.from(JSON.stringify({ jsonrpc: "2.0", id, error }) + "\n"));
+      }
+      return false;
+    });
+    if (kept.length) out.forward.push(Buffer.from(JSON.stringify(batch ? kept : kept[0]) + "\n"));
+  }
+}
+
 export interface McpBridgeOptions {
   /** Executable and arguments of the doc-bridge engine (never a shell string). */
   command: readonly string[];
@@ -192,6 +270,8 @@ export interface McpBridgeOptions {
   cwd: string;
   /** A directory to create for the socket (must not exist); default: a fresh one under the temp dir. */
   socketDir?: string;
+  /** Server tool names a client may call (default: the three allowed doc-bridge tools). */
+  allowedTools?: readonly string[];
   /** Owner of the socket when the runner is root (default 1000:1000, the container user). */
   containerUid?: number;
   containerGid?: number;
@@ -228,7 +308,8 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
   const socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
 
   const recorder = new JsonRpcRecorder();
-  const state = { connections: 0, refusedConnections: 0, serverExits: [] as McpBridgeRecord["serverExits"], spawnErrors: [] as string[], serverStderrTail: "" };
+  const gate = new ToolCallGate(new Set(opts.allowedTools ?? ALLOWED_DOC_BRIDGE_TOOLS));
+  const state = { connections: 0, refusedConnections: 0, refusedToolCalls: [] as McpBridgeRecord["refusedToolCalls"], serverExits: [] as McpBridgeRecord["serverExits"], spawnErrors: [] as string[], serverStderrTail: "" };
   let child: ChildProcess | undefined;
   let active: Socket | undefined;
 
@@ -260,9 +341,17 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     proc.stderr.on("data", (d: Buffer) => {
       state.serverStderrTail = (state.serverStderrTail + d.toString("utf8")).slice(-STDERR_TAIL);
     });
-    socket.on("data", (d: Buffer) => recorder.push("to-server", d));
+    socket.on("data", (d: Buffer) => {
+      const out = gate.push(d);
+      state.refusedToolCalls.push(...out.refused);
+      for (const line of out.forward) {
+        recorder.push("to-server", line);
+        proc.stdin.write(line);
+      }
+      for (const reply of out.replies) socket.write(reply);
+    });
+    socket.on("end", () => proc.stdin.end());
     proc.stdout.on("data", (d: Buffer) => recorder.push("to-client", d));
-    socket.pipe(proc.stdin);
     proc.stdout.pipe(socket, { end: false });
   });
 
@@ -272,6 +361,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     connections: state.connections,
     refusedConnections: state.refusedConnections,
     ...recorder.record,
+    refusedToolCalls: state.refusedToolCalls,
     serverExits: state.serverExits,
     spawnErrors: state.spawnErrors,
     serverStderrTail: state.serverStderrTail,
@@ -315,7 +405,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
  * outside `mcp__doc-bridge__*` are ignored.
  */
 export function compareMcpRecord(
-  record: Pick<McpBridgeRecord, "toolCalls" | "unansweredToolCalls" | "refusedConnections">,
+  record: Pick<McpBridgeRecord, "toolCalls" | "unansweredToolCalls" | "refusedConnections"> & Partial<Pick<McpBridgeRecord, "refusedToolCalls">>,
   transcriptCalls: readonly string[] | Readonly<Record<string, number>>,
 ): string[] {
   const claimed = new Map<string, number>();
@@ -335,6 +425,7 @@ export function compareMcpRecord(
     else if (a > c) problems.push(`the doc-bridge server answered ${a} call(s) of ${name} but the transcript shows ${c}`);
   }
   for (const u of record.unansweredToolCalls) problems.push(`the doc-bridge server never answered ${cliToolName(u.name)} (request id ${String(u.id)})`);
+  for (const r of record.refusedToolCalls ?? []) problems.push(`the bridge refused ${r.name.startsWith("(") ? `a request ${r.name}` : `a call of ${cliToolName(r.name)}`}: only the allowed doc-bridge tools reach the server`);
   if (record.refusedConnections > 0) problems.push(`${record.refusedConnections} extra connection(s) to the doc-bridge socket were refused`);
   return problems;
 }

@@ -17,6 +17,9 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
 import { gitHead, lsTree, readBlobs } from "../corpus/git.ts";
+import { publicFilter, type PublicPathOptions } from "../corpus/filter.ts";
+import { exportSourceFor } from "../export/options.ts";
+import { loadManifest } from "../manifest/load.ts";
 import { defaultIndexRoot, indexedPins, indexLocation, readIndexFile, repositoryKey, writeIndexFile } from "./index-store.ts";
 import { loadReferenceConfig, type ReferenceConfig } from "./config.ts";
 
@@ -60,19 +63,19 @@ export function globToRegExp(glob: string): RegExp {
 export interface BuildIndexOptions {
   /** The runner-owned index folder (default: defaultIndexRoot()). */
   indexRoot?: string;
+  /** What the export of this repository leaves out (answer keys, the manifest): the index leaves out the same. */
+  exclude?: PublicPathOptions;
 }
 
 export async function buildIndex(checkout: string, opts: BuildIndexOptions = {}): Promise<{ indexPath: string; index: DocIndex }> {
   const pin = await gitHead(checkout);
   const { config } = await loadReferenceConfig(checkout, pin);
   const patterns = config.docs.map(globToRegExp);
-  const entries = (await lsTree(checkout, pin)).filter(
-    (e) =>
-      e.type === "blob" &&
-      (e.mode === "100644" || e.mode === "100755") &&
-      (e.size ?? Infinity) <= MAX_DOC_BYTES &&
-      patterns.some((p) => p.test(e.path)),
-  );
+  const tree = await lsTree(checkout, pin);
+  // The export's own filter: a document the agent may not read in its working folder (an answer
+  // key, a dot-folder, node_modules) must not reach it through doc.get or doc.search either.
+  const filter = publicFilter(tree, opts.exclude);
+  const entries = tree.filter((e) => filter.reason(e) === undefined && (e.size ?? Infinity) <= MAX_DOC_BYTES && patterns.some((p) => p.test(e.path)));
   const docs: DocIndex["docs"] = [];
   await readBlobs(checkout, entries.map((e) => e.oid), (i, data) => {
     docs.push({ path: entries[i]!.path, text: data.toString("utf8") });
@@ -215,17 +218,39 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig,
   return server;
 }
 
+/**
+ * `index --manifest PATH --repository NAME`: leave out what that repository's export leaves out
+ * (its answer keys and the manifest), built by the export's own function. Without them only the
+ * path rules apply, and the runner's preflight refuses an index that serves an answer key.
+ */
+async function excludeFromArgs(args: readonly string[], cwd: string): Promise<PublicPathOptions | undefined> {
+  const value = (flag: string) => {
+    const i = args.indexOf(flag);
+    return i >= 0 ? args[i + 1] : undefined;
+  };
+  const manifest = value("--manifest");
+  const repository = value("--repository");
+  const known = new Set(["--manifest", "--repository"]);
+  const unknown = args.filter((a, i) => a.startsWith("--") && !known.has(a) && !known.has(args[i - 1] ?? ""));
+  if (unknown.length) throw new Error(`unknown option ${unknown[0]}; usage: reference-server.ts index [--manifest PATH --repository NAME]`);
+  if (manifest === undefined && repository === undefined) return undefined;
+  if (!manifest || !repository) throw new Error("index: give --manifest PATH and --repository NAME together");
+  const loaded = await loadManifest(manifest);
+  if (!(repository in loaded.manifest.repositories)) throw new Error(`index: --repository '${repository}' is not pinned in ${manifest}`);
+  return exportSourceFor(loaded, repository, cwd);
+}
+
 /** Entry point; returns the exit code for `index`, or 0 once the stdio server is serving. */
 export async function main(argv: readonly string[] = process.argv.slice(2), cwd: string = process.cwd()): Promise<number> {
   const command = argv[0] ?? "serve";
   try {
     if (command === "index") {
-      const { indexPath, index } = await buildIndex(cwd);
+      const { indexPath, index } = await buildIndex(cwd, { exclude: await excludeFromArgs(argv.slice(1), cwd) });
       process.stderr.write(`indexed ${index.docs.length} documents at ${index.pin} into ${indexPath}\n`);
       return 0;
     }
     if (command !== "serve") {
-      process.stderr.write(`usage: reference-server.ts [serve|index]\n`);
+      process.stderr.write(`usage: reference-server.ts [serve|index [--manifest PATH --repository NAME]]\n`);
       return 2;
     }
     const { config } = await loadReferenceConfig(cwd, await gitHead(cwd));

@@ -151,7 +151,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
       dir: config.roots.get(repository)!,
       pin: config.loaded.manifest.repositories[repository]!,
     }));
-    const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
+    const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts, loaded: config.loaded });
     docBridge = { denyList: denyList(result.tools), engineRevision: result.checkouts[0]?.engineRevision ?? null };
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
