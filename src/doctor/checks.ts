@@ -247,6 +247,7 @@ export async function checkDocBridge(command: readonly string[], checkouts: read
       "doc-bridge",
       `${engine} answers doc.search from an index fresh at the pin in ${checkouts.map((c) => c.repository).join(", ")}; ` +
         `tools ${result.tools.join(", ")}; denied to the agent: ${result.deniedTools.join(", ") || "none"}${revision ? `; engine revision ${revision}` : ""}; ` +
+        `the engine ${result.privileges.summary}; ` +
         `serves none of the answer keys (${result.checkouts.map((c) => `${c.repository}: ${c.forbiddenPathsChecked} path${c.forbiddenPathsChecked === 1 ? "" : "s"} refused by doc.get and absent from doc.search`).join("; ")})`,
     );
   } catch (err) {

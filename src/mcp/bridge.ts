@@ -12,7 +12,9 @@ import { checkSocketOwner, listenForContainer, makeSocketDir } from "../util/con
 import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER, serverEnvironment } from "./names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER } from "./names.ts";
+import { prepareEngineSandbox } from "./engine-sandbox.ts";
+import { gitHead } from "../corpus/git.ts";
 
 export const SOCKET_NAME = "mcp.sock";
 export const CONTAINER_SOCKET_DIR = "/run/study-runner";
@@ -266,8 +268,10 @@ export class ToolCallGate {
 export interface McpBridgeOptions {
   /** Executable and arguments of the doc-bridge engine (never a shell string). */
   command: readonly string[];
-  /** The checkout at the pin; the server runs with it as cwd. */
+  /** The checkout at the pin; the server runs in its own clone of it (src/mcp/engine-sandbox.ts). */
   cwd: string;
+  /** The pin; default: the checkout's HEAD (the preflight checked it is the pin). */
+  pin?: string;
   /** A directory to create for the socket (must not exist); default: a fresh one under the temp dir. */
   socketDir?: string;
   /** Server tool names a client may call (default: the three allowed doc-bridge tools). */
@@ -301,11 +305,18 @@ function waitForExit(child: ChildProcess, ms: number): Promise<boolean> {
 }
 
 export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge> {
-  const [command, ...args] = opts.command;
-  if (!command) throw new Error("MCP bridge: the engine command is empty");
+  if (!opts.command[0]) throw new Error("MCP bridge: the engine command is empty");
   // The socket must be reachable by the container user and by nobody else.
   checkSocketOwner("MCP bridge", opts);
-  const socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
+  const sandbox = await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)) });
+  const [command, ...args] = sandbox.command as [string, ...string[]];
+  let socketDir: string;
+  try {
+    socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
+  } catch (err) {
+    await sandbox.remove();
+    throw err;
+  }
 
   const recorder = new JsonRpcRecorder();
   const gate = new ToolCallGate(new Set(opts.allowedTools ?? ALLOWED_DOC_BRIDGE_TOOLS));
@@ -324,7 +335,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     state.connections++;
     active = socket;
     socket.on("error", () => {});
-    const proc = spawn(command, args, { cwd: opts.cwd, env: serverEnvironment(), stdio: ["pipe", "pipe", "pipe"] });
+    const proc = spawn(command, args, { cwd: sandbox.cwd, env: sandbox.env, stdio: ["pipe", "pipe", "pipe"] });
     child = proc;
     proc.on("error", (err) => {
       state.spawnErrors.push(err.message);
@@ -386,6 +397,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
       await closed;
       recorder.finish();
       await rm(socketDir, { recursive: true, force: true });
+      await sandbox.remove();
       return snapshot();
     })());
 

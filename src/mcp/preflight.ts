@@ -8,7 +8,8 @@ import { lsTree, readBlobs } from "../corpus/git.ts";
 import { exportSourceFor } from "../export/options.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { resolveConfigAtPin } from "./config.ts";
-import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, serverEnvironment } from "./names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "./names.ts";
+import { enginePrivileges, prepareEngineSandbox, type EnginePrivileges, type EngineSandbox } from "./engine-sandbox.ts";
 
 export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 
@@ -125,6 +126,8 @@ export interface ProbeResult {
   serverInfo: ServerInfo | undefined;
   /** `engineRevision` from the doc.search result, when the engine reports one. */
   engineRevision: string | undefined;
+  /** Who the engine ran as. */
+  privileges: EnginePrivileges;
 }
 
 const PROBE_QUERY = "documentation";
@@ -158,10 +161,15 @@ function resultText(res: Record<string, unknown>): string {
  */
 export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
   const timeoutMs = opts.timeoutMs ?? 20_000;
-  const [command, ...args] = opts.command;
-  if (!command) throw new RefusalError(`doc-bridge probe in ${opts.cwd}: the engine command is empty`);
-
-  const transport = new StdioClientTransport({ command, args, cwd: opts.cwd, env: serverEnvironment(), stderr: "pipe" });
+  if (!opts.command[0]) throw new RefusalError(`doc-bridge probe in ${opts.cwd}: the engine command is empty`);
+  let sandbox: EngineSandbox;
+  try {
+    sandbox = await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin });
+  } catch (err) {
+    throw new RefusalError(`doc-bridge probe in ${opts.cwd}: cannot prepare the engine's sandbox: ${errorMessage(err)}`);
+  }
+  const [command, ...args] = sandbox.command as [string, ...string[]];
+  const transport = new StdioClientTransport({ command, args, cwd: sandbox.cwd, env: sandbox.env, stderr: "pipe" });
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);
@@ -198,6 +206,7 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
       tools,
       serverInfo: info ? { name: info.name, version: info.version } : undefined,
       engineRevision: typeof revision === "string" ? revision : undefined,
+      privileges: sandbox.privileges,
     };
   } catch (err) {
     const tail = stderr.trim().replace(/\s+/g, " ");
@@ -206,6 +215,7 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
     clearTimeout(timer);
     // close() ends stdin, then SIGTERM, then SIGKILL: the engine never outlives the probe.
     await client.close().catch(() => {});
+    await sandbox.remove().catch(() => {});
   }
 }
 
@@ -225,6 +235,8 @@ export interface DocBridgePreflight {
   /** The same two lists as Claude Code names them, for --allowedTools and --disallowedTools. */
   allowedCliTools: string[];
   deniedCliTools: string[];
+  /** Who the engine runs as (the same for every checkout). */
+  privileges: EnginePrivileges;
   checkouts: Array<CheckoutToProbe & { configFile: string; serverInfo: ServerInfo | undefined; engineRevision: string | undefined; /** Answer-key and manifest paths proven unserved (doc.get and doc.search). */ forbiddenPathsChecked: number }>;
 }
 
@@ -299,6 +311,7 @@ export async function preflightDocBridge(opts: {
     deniedTools,
     allowedCliTools: allowedTools.map(cliToolName),
     deniedCliTools: deniedTools.map(cliToolName),
+    privileges: enginePrivileges(),
     checkouts: results,
   };
 }

@@ -121,6 +121,9 @@ describe("study-runner doctor after the demo's set-up", () => {
     expect(l.get("login")).toMatch(/valid until 2099-01-01T00:00:00\.000Z/);
     expect(l.get("root:ledgerlite")).toMatch(new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin; answer keys kept out: 'eval/answer-key\\.md' → eval/answer-key\\.md$`));
     expect(l.get("doc-bridge")).toMatch(/the bundled reference engine answers doc\.search from an index fresh at the pin in ledgerlite; .*denied to the agent: gate\.status, memory\.promoteDraft/);
+    // Who the engine runs as (the tests run as root, so it is dropped), and the answer-key proof.
+    expect(l.get("doc-bridge")).toMatch(/the engine runs as uid 65534 \(gid 65534, no supplementary groups, no capabilities, no new privileges\), with an empty HOME/);
+    expect(l.get("doc-bridge")).toMatch(/serves none of the answer keys \(ledgerlite: 1 path refused by doc\.get and absent from doc\.search\)$/);
     expect(l.get("attempts")).toMatch(/the cap holds 10 attempts .*the pilot plans 2$/);
     expect(r.stdout.trimEnd().split("\n").at(-1)).toBe("the pilot (--transport cli) could start with these flags and this environment");
     expect(r.stdout).not.toContain("test-access-token");

@@ -177,7 +177,7 @@ describe("MCP bridge", () => {
     expect(await within(first.exited, 5000, "the relay exit after stop")).toBe(0);
   });
 
-  it("starts the server in the checkout with an allowlisted environment", async () => {
+  it("starts the server in its own clone of the checkout with an allowlisted environment", async () => {
     const repo = await makeRepo(docFiles(), cleanup);
     const saved = { key: process.env.ANTHROPIC_API_KEY, canary: process.env.STUDY_RUNNER_CANARY };
     process.env.ANTHROPIC_API_KEY = "sk-ant-canary-not-a-key";
@@ -187,8 +187,10 @@ describe("MCP bridge", () => {
       const r = relay(bridge.socketPath);
       await within(r.exited, 5000, "the relay exit");
       const seen = JSON.parse(r.output().toString()) as { cwd: string; keys: string[] };
-      expect(seen.cwd).toBe(repo.dir);
+      expect(seen.cwd).not.toBe(repo.dir);
+      expect(seen.cwd).toMatch(/\/study-runner-engine-\d+-[^/]+\/checkout$/);
       expect(seen.keys).toContain("PATH");
+      expect(seen.keys).not.toContain("USER");
       expect(seen.keys).not.toContain("ANTHROPIC_API_KEY");
       expect(seen.keys).not.toContain("STUDY_RUNNER_CANARY");
     } finally {
@@ -220,7 +222,8 @@ describe("MCP bridge", () => {
     expect(await within(r.exited, 5000, "the relay exit")).toBe(0);
     const record = await bridge.stop();
     expect(record.connections).toBe(1);
-    expect(record.spawnErrors.join(" ")).toContain("ENOENT");
+    // Started through setpriv when the runner is root (it reports the missing file), else spawned directly.
+    expect(`${record.spawnErrors.join(" ")} ${record.serverStderrTail}`).toMatch(/ENOENT|No such file or directory/);
   });
 
   it("creates the socket folder fresh: an existing folder is refused", async () => {

@@ -6,7 +6,7 @@
  */
 import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
@@ -100,6 +100,8 @@ const SDK = (sub: string) => new URL(`../../node_modules/@modelcontextprotocol/s
 export async function writeStandInServer(cleanup: Array<() => Promise<unknown>>): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), "mcp-standin-"));
   cleanup.push(() => rm(dir, { recursive: true, force: true }));
+  // The runner starts engines as an unprivileged uid when it is root: their code must be readable to it.
+  await chmod(dir, 0o755);
   const file = join(dir, "stand-in-server.mjs");
   await writeFile(
     file,

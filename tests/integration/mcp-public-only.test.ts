@@ -5,7 +5,7 @@
  * only for the allowed tools, whatever the client asks.
  */
 import { execFile } from "node:child_process";
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -99,6 +99,8 @@ describe("doc-bridge serves only what the export lets through", () => {
     const { repo, manifest } = await corpus();
     const dir = await mkdtemp(join(tmpdir(), "mcp-leaky-"));
     cleanup.push(() => rm(dir, { recursive: true, force: true }));
+    // The engine runs as an unprivileged uid: its own code must be readable to it.
+    await chmod(dir, 0o755);
     const engine = join(dir, "leaky.mjs");
     await writeFile(
       engine,

@@ -6,7 +6,8 @@ import {
   compareMcpRecord,
   containerMcpConfig,
 } from "../../src/mcp/bridge.ts";
-import { cliToolName, serverEnvironment } from "../../src/mcp/names.ts";
+import { cliToolName } from "../../src/mcp/names.ts";
+import { enginePrivileges } from "../../src/mcp/engine-sandbox.ts";
 
 const line = (o: unknown) => Buffer.from(JSON.stringify(o) + "\n");
 const call = (id: number | string, name: string) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: { query: "x" } } });
@@ -143,8 +144,10 @@ describe("names and container config", () => {
     });
   });
 
-  it("passes only allowlisted variables to a server, never ANTHROPIC_API_KEY or shell functions", () => {
-    const env = serverEnvironment({ PATH: "/bin", HOME: "/h", ANTHROPIC_API_KEY: "sk-canary", AWS_SECRET_ACCESS_KEY: "x", SHELL: "() { :; }", NODE_OPTIONS: "--require x" });
-    expect(env).toEqual({ PATH: "/bin", HOME: "/h", STUDY_RUNNER_DOC_INDEX: "/h/.cache/study-runner/doc-bridge-index" });
+  it("says who the doc-bridge engine runs as: uid 65534 when the runner is root, else the runner's own uid and what that leaves open", () => {
+    expect(enginePrivileges(0)).toMatchObject({ uid: 65534, gid: 65534, dropped: true });
+    const own = enginePrivileges(1000);
+    expect(own).toMatchObject({ uid: 1000, dropped: false });
+    expect(own.summary).toMatch(/could still read files of that user \(such as the CLI login\)/);
   });
 });
