@@ -57,6 +57,7 @@ export interface PublicPathOptions {
 /** Format and ignorable characters that render as nothing (zero-width space, BOM, bidi marks, soft hyphen, …). */
 const INVISIBLE = /[\p{Cf}\p{Default_Ignorable_Code_Point}]/gu;
 const EDGE_SPACE = /^\p{White_Space}+|\p{White_Space}+$/gu;
+const PLAIN_ASCII = /^[!-~]*$/;
 
 /**
  * The form answer keys are compared in, per path component: Unicode NFC, invisible characters
@@ -64,6 +65,9 @@ const EDGE_SPACE = /^\p{White_Space}+|\p{White_Space}+$/gu;
  * (or to a case-insensitive file system) as a key is the key.
  */
 export function matchForm(path: string): string {
+  // Printable ASCII without spaces has nothing to normalize, strip or fold beyond case: the
+  // common case, kept cheap because every entry of every export takes this path.
+  if (PLAIN_ASCII.test(path)) return path.toLowerCase();
   return path
     .split("/")
     .map((c) => c.normalize("NFC").replace(INVISIBLE, "").replace(EDGE_SPACE, "").toUpperCase().toLowerCase().normalize("NFC"))
