@@ -4,6 +4,7 @@ import type { LoadedManifest } from "../manifest/load.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { probeVersion } from "../image/build.ts";
 import { reapOrphanExports, removeTree } from "../export/export.ts";
+import { exportSourceFor } from "../export/options.ts";
 import { hasCommit } from "../corpus/git.ts";
 import { adjudicatorFilterOptions } from "../corpus/filter.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLock } from "../attempt/login.ts";
@@ -220,9 +221,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
         {
           // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
           export: adjudicatorFilterOptions({
-            repoDir: config.roots.get(p.repository)!,
-            pin: p.pin,
-            answerKeys: config.loaded.manifest.answerKeys?.[p.repository] ?? [],
+            ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)),
             labels: { run: adjudicationId, attempt: `adjudicate-${p.position}` },
           }),
           login,

@@ -135,6 +135,8 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         root: byName.get(name)?.root ?? null,
         checked: byName.has(name),
         sourcesChecked: byName.get(name)?.sources ?? 0,
+        // What no export of this repository will hold as an answer key: by name, and copies by content.
+        excludedAsAnswerKeys: byName.get(name)?.answerKeys ?? null,
       })),
       ...measured!.finish(),
     };

@@ -1,6 +1,6 @@
 import { realpath, stat } from "node:fs/promises";
 import type { Manifest } from "../manifest/schema.ts";
-import { exclusionReason } from "./filter.ts";
+import { publicFilter, type AnswerKeyMatch } from "./filter.ts";
 import { gitHead, gitStatus, gitTopLevel, hasCommit, lsTree } from "./git.ts";
 
 export interface RootCheck {
@@ -9,6 +9,8 @@ export interface RootCheck {
   root: string;
   /** Number of task sources verified as public files at the pin. */
   sources: number;
+  /** What each answer key of this repository keeps out of every export at the pin. */
+  answerKeys: AnswerKeyMatch[];
   problems: string[];
 }
 
@@ -18,7 +20,7 @@ export interface RootCheck {
  */
 export async function checkRoot(manifest: Manifest, repository: string, root: string): Promise<RootCheck> {
   const pin = manifest.repositories[repository]!;
-  const result: RootCheck = { repository, pin, root, sources: 0, problems: [] };
+  const result: RootCheck = { repository, pin, root, sources: 0, answerKeys: [], problems: [] };
   const fail = (p: string) => (result.problems.push(`root '${repository}' (${root}): ${p}`), result);
 
   try {
@@ -39,8 +41,16 @@ export async function checkRoot(manifest: Manifest, repository: string, root: st
     fail(`checkout is not clean (${dirty.length} change${dirty.length > 1 ? "s" : ""}: ${shown}${dirty.length > 3 ? ", …" : ""}); commit, stash or remove them`);
   }
 
-  const byPath = new Map((await lsTree(root, pin)).map((e) => [e.path, e]));
-  const answerKeys = manifest.answerKeys?.[repository] ?? [];
+  const entries = await lsTree(root, pin);
+  const byPath = new Map(entries.map((e) => [e.path, e]));
+  const filter = publicFilter(entries, { answerKeys: manifest.answerKeys?.[repository] ?? [] });
+  result.answerKeys = filter.answerKeys;
+  // A key that names nothing is most likely misspelt, and then the file it meant is public.
+  for (const [i, match] of filter.answerKeys.entries()) {
+    if (match.byName.length === 0) {
+      fail(`answerKeys.${repository}[${i}] '${match.key}' matches no entry at the pin ${pin.slice(0, 12)}; correct the path (it is compared case- and Unicode-insensitively) or remove the key`);
+    }
+  }
   for (const [i, task] of manifest.tasks.entries()) {
     if (task.repository !== repository) continue;
     for (const [j, source] of task.sources.entries()) {
@@ -50,7 +60,7 @@ export async function checkRoot(manifest: Manifest, repository: string, root: st
         fail(`${where} does not exist at the pin ${pin.slice(0, 12)}`);
         continue;
       }
-      const reason = exclusionReason(entry, { answerKeys });
+      const reason = filter.reason(entry);
       if (reason) fail(`${where} is not a public file at the pin (${reason}); the agent could never read it`);
       else result.sources++;
     }

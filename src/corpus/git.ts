@@ -54,9 +54,9 @@ export interface TreeEntry {
   rawPath: Buffer;
 }
 
-/** `git ls-tree -r -z --long <pin>`: every entry of the commit's tree, recursively. */
-export async function lsTree(cwd: string, pin: string): Promise<TreeEntry[]> {
-  const out = await git(cwd, ["ls-tree", "-r", "-z", "--long", "--full-tree", pin]);
+/** `git ls-tree -r -z --long <pin>`: every entry of the commit's tree, recursively (or only the top level). */
+export async function lsTree(cwd: string, pin: string, opts: { recursive?: boolean } = {}): Promise<TreeEntry[]> {
+  const out = await git(cwd, ["ls-tree", ...(opts.recursive === false ? [] : ["-r"]), "-z", "--long", "--full-tree", pin]);
   const entries: TreeEntry[] = [];
   let start = 0;
   while (start < out.length) {

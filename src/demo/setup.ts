@@ -1,12 +1,16 @@
 /**
  * Everything the demo (and the end-to-end tests) needs besides the runner itself: the demo
- * corpus at its pins, a doc-bridge index per checkout (git-ignored, so checkouts stay clean),
+ * corpus at its pins, a doc-bridge index per checkout (in the runner's index folder, built with
+ * the export's own exclusions: the manifest's answer keys never reach it),
  * the fake claude image built offline, and a test login that holds no real credential.
  */
 import { chmod, mkdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { makeDemoCorpus } from "./corpus.ts";
 import { buildIndex } from "../mcp/reference-server.ts";
+import { exportSourceFor } from "../export/options.ts";
+import { loadManifest } from "../manifest/load.ts";
+import { DEMO_MANIFEST } from "../util/paths.ts";
 import { buildImage } from "../image/build.ts";
 import { fakeClaudeImageSpec } from "../image/specs.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
@@ -38,7 +42,8 @@ export async function writeTestLogin(dir: string, token = "test-access-token-not
 
 export async function prepareDemo(workdir: string, runtime: ContainerRuntime): Promise<DemoSetup> {
   const corpus = await makeDemoCorpus(join(workdir, "corpus"));
-  for (const { dir } of Object.values(corpus)) await buildIndex(dir);
+  const loaded = await loadManifest(DEMO_MANIFEST);
+  for (const [name, { dir }] of Object.entries(corpus)) await buildIndex(dir, { exclude: await exportSourceFor(loaded, name, dir) });
   const image = await buildImage(runtime, await fakeClaudeImageSpec());
   const loginDir = join(workdir, "login");
   await writeTestLogin(loginDir);

@@ -1,5 +1,6 @@
 import { resolve } from "node:path";
 import { runChild } from "../process/child.ts";
+import type { LoadedManifest } from "../manifest/load.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { probeVersion } from "../image/build.ts";
@@ -226,30 +227,35 @@ export async function checkRootOf(manifest: Manifest, repository: string, dir: s
       `make ${dir} a clean checkout of ${pin} (each problem names its own fix); a fresh clone checked out at the pin is one`,
     );
   }
-  return pass(name, `${dir}: clean, HEAD at the pin ${pin.slice(0, 12)}, ${result.sources} task source${result.sources === 1 ? "" : "s"} public at the pin`);
+  const keys = result.answerKeys.length
+    ? `; answer keys kept out: ${result.answerKeys.map((k) => `'${k.key}' → ${[...k.byName, ...k.byContent.map((p) => `${p} (same content)`)].join(", ")}`).join("; ")}`
+    : "; no answer keys";
+  return pass(name, `${dir}: clean, HEAD at the pin ${pin.slice(0, 12)}, ${result.sources} task source${result.sources === 1 ? "" : "s"} public at the pin${keys}`);
 }
 
 const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 
 /** The run's doc-bridge preflight: config in the server's order, doc.search fresh at the pin, one tool list, the deny list. */
-export async function checkDocBridge(command: readonly string[], checkouts: readonly CheckoutToProbe[], timeoutMs?: number): Promise<Check> {
+export async function checkDocBridge(command: readonly string[], checkouts: readonly CheckoutToProbe[], timeoutMs?: number, loaded?: Pick<LoadedManifest, "path" | "manifest" | "bytes">): Promise<Check> {
   const reference = referenceEngineCommand();
   const isReference = command.length === reference.length && command.every((c, i) => c === reference[i]);
   const engine = isReference ? "the bundled reference engine" : JSON.stringify(command);
   try {
-    const result = await preflightDocBridge({ command, checkouts, timeoutMs });
+    const result = await preflightDocBridge({ command, checkouts, timeoutMs, loaded });
     const revision = result.checkouts[0]?.engineRevision;
     return pass(
       "doc-bridge",
       `${engine} answers doc.search from an index fresh at the pin in ${checkouts.map((c) => c.repository).join(", ")}; ` +
-        `tools ${result.tools.join(", ")}; denied to the agent: ${result.deniedTools.join(", ") || "none"}${revision ? `; engine revision ${revision}` : ""}`,
+        `tools ${result.tools.join(", ")}; denied to the agent: ${result.deniedTools.join(", ") || "none"}${revision ? `; engine revision ${revision}` : ""}; ` +
+        `the engine ${result.privileges.summary}; ` +
+        `serves none of the answer keys (${result.checkouts.map((c) => `${c.repository}: ${c.forbiddenPathsChecked} path${c.forbiddenPathsChecked === 1 ? "" : "s"} refused by doc.get and absent from doc.search`).join("; ")})`,
     );
   } catch (err) {
     const indexCommand = isReference ? [...reference, "index"].map(shellWord).join(" ") : "your engine's index command (e.g. ak-docs index)";
     return fail(
       "doc-bridge",
       errorMessage(err),
-      `in each checkout, build the index at the pin with ${indexCommand} (run in the checkout), keep the index git-ignored so the checkout stays clean, and check --doc-bridge-command`,
+      `in each checkout, build the index at the pin with ${indexCommand} (run in the checkout; an index written into the checkout must be git-ignored so it stays clean), and check --doc-bridge-command`,
     );
   }
 }

@@ -92,7 +92,7 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
         checks.push(skip("doc-bridge", `needs clean checkouts at their pins (${unready.map((r) => r.name).join(", ") || "git"})`));
       } else {
         const checkouts = planned.map((repository) => ({ repository, dir: input.roots.get(repository)!, pin: loaded.manifest.repositories[repository]! }));
-        checks.push(await checkDocBridge(input.docBridgeCommand ?? referenceEngineCommand(), checkouts, deps.docBridgeTimeoutMs));
+        checks.push(await checkDocBridge(input.docBridgeCommand ?? referenceEngineCommand(), checkouts, deps.docBridgeTimeoutMs, loaded));
       }
     }
   } else {

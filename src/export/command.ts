@@ -1,10 +1,11 @@
-import { mkdir, realpath } from "node:fs/promises";
-import { isAbsolute, relative, resolve, sep } from "node:path";
+import { mkdir } from "node:fs/promises";
+import { resolve } from "node:path";
 import type { ExclusionReason } from "../corpus/filter.ts";
 import { gitTopLevel } from "../corpus/git.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { UsageError } from "../util/errors.ts";
 import { planExport, removeTree, writeExport } from "./export.ts";
+import { exportSourceFor } from "./options.ts";
 
 export interface ExportCommandOptions {
   /** The study manifest: it pins the repository and lists its answer keys. */
@@ -28,21 +29,12 @@ export interface ExportSummary {
 }
 
 /**
- * The manifest's repository-relative path when the manifest file lives inside the checkout
- * whose top is `checkoutTop` (pass the result as `manifestPaths`: it is never exported).
- */
-export async function manifestPathsInCheckout(checkoutTop: string, manifestPath: string): Promise<string[]> {
-  const rel = relative(await realpath(checkoutTop), await realpath(manifestPath));
-  if (rel === "" || rel === ".." || rel.startsWith(`..${sep}`) || isAbsolute(rel)) return [];
-  return [rel.split(sep).join("/")];
-}
-
-/**
  * `study-runner export`: writes exactly what an attempt on `repository` would see (same
  * filter, same code, same modes) into `out`, so a person can inspect it.
  */
 export async function exportCommand(opts: ExportCommandOptions): Promise<ExportSummary> {
-  const { manifest } = await loadManifest(opts.manifest);
+  const loaded = await loadManifest(opts.manifest);
+  const { manifest } = loaded;
   const pinned = Object.keys(manifest.repositories);
   const pin = manifest.repositories[opts.repository];
   if (pin === undefined) {
@@ -53,12 +45,7 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
   const top = await gitTopLevel(resolve(root));
   if (top === undefined) throw new UsageError(`--root ${opts.repository}=${root} is not inside a git checkout`);
 
-  const plan = await planExport({
-    repoDir: top,
-    pin,
-    answerKeys: manifest.answerKeys?.[opts.repository] ?? [],
-    manifestPaths: await manifestPathsInCheckout(top, opts.manifest),
-  });
+  const plan = await planExport(await exportSourceFor(loaded, opts.repository, top));
 
   const out = resolve(opts.out);
   try {

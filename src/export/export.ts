@@ -4,7 +4,7 @@ import { chmod, lstat, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve, sep } from "node:path";
 import { hasCommit, lsTree, readBlobs, type TreeEntry } from "../corpus/git.ts";
-import { exclusionReason, type ExclusionReason, type PublicPathOptions } from "../corpus/filter.ts";
+import { publicFilter, type AnswerKeyMatch, type ExclusionReason, type PublicPathOptions } from "../corpus/filter.ts";
 import { COMMIT_RE } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
 import { folderPrefix, makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
@@ -47,6 +47,8 @@ export interface ExportPlan {
   files: ExportedFile[];
   /** How many tree entries each filter rule kept out. */
   excluded: Record<ExclusionReason, number>;
+  /** What each answer key kept out, by name and by content. */
+  answerKeys: AnswerKeyMatch[];
   exportHash: string;
 }
 
@@ -96,14 +98,15 @@ export async function planExport(source: ExportSource): Promise<ExportPlan> {
   }
   const excluded = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<ExclusionReason, number>;
   const kept: { file: ExportedFile; key: Buffer }[] = [];
+  const filter = publicFilter(entries, source);
   for (const entry of entries) {
-    const reason = exclusionReason(entry, source);
+    const reason = filter.reason(entry);
     if (reason) excluded[reason]++;
     else kept.push({ file: { path: entry.path, oid: entry.oid, size: entry.size!, mode: entry.mode }, key: entry.rawPath });
   }
   kept.sort((a, b) => Buffer.compare(a.key, b.key));
   const files = kept.map((k) => k.file);
-  return { files, excluded, exportHash: computeExportHash(files) };
+  return { files, excluded, answerKeys: filter.answerKeys, exportHash: computeExportHash(files) };
 }
 
 /** Joins a tree path under `dir`, refusing anything that could land outside it. */

@@ -1,7 +1,9 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { ChildStdioTransport } from "../process/mcp-stdio.ts";
 import { errorMessage } from "../util/errors.ts";
-import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, serverEnvironment } from "../mcp/names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "../mcp/names.ts";
+import { prepareEngineSandbox } from "../mcp/engine-sandbox.ts";
+import { gitHead } from "../corpus/git.ts";
 import type { ToolDefinition, ToolResult, ToolSet } from "./tools.ts";
 
 /**
@@ -46,10 +48,11 @@ function resultText(res: Record<string, unknown>): string {
  * when it does not start within `timeoutMs` or lacks one of the three allowed tools.
  */
 export async function openDocBridgeTools(o: { command: readonly string[]; cwd: string; timeoutMs: number; now?: () => number }): Promise<DocBridgeTools> {
-  const [command, ...args] = o.command;
-  if (!command) throw new Error("the doc-bridge engine command is empty");
+  if (!o.command[0]) throw new Error("the doc-bridge engine command is empty");
   const now = o.now ?? (() => performance.now());
-  const transport = new ChildStdioTransport({ command, args, cwd: o.cwd, env: serverEnvironment() });
+  const sandbox = await prepareEngineSandbox({ command: o.command, checkout: o.cwd, pin: await gitHead(o.cwd) });
+  const [command, ...args] = sandbox.command as [string, ...string[]];
+  const transport = new ChildStdioTransport({ command, args, cwd: sandbox.cwd, env: sandbox.env });
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);
@@ -79,6 +82,7 @@ export async function openDocBridgeTools(o: { command: readonly string[]; cwd: s
     }
   } catch (err) {
     await client.close().catch(() => {});
+    await sandbox.remove().catch(() => {});
     const tail = stderr.trim().replace(/\s+/g, " ");
     throw new Error(`the doc-bridge server in ${o.cwd} did not start: ${errorMessage(err)}${tail ? ` (server stderr: ${tail.slice(-500)})` : ""}`);
   }
@@ -107,6 +111,7 @@ export async function openDocBridgeTools(o: { command: readonly string[]; cwd: s
     async close() {
       // close() ends stdin, then SIGTERM, then SIGKILL: the server never outlives its attempt.
       await client.close().catch(() => {});
+      await sandbox.remove().catch(() => {});
     },
   };
 }

@@ -5,6 +5,7 @@ import { createLedger, writeLedger } from "../ledger/store.ts";
 import type { HttpCall, Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId, type StudyRunBase } from "../study/header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
+import { exportSourceFor } from "../export/options.ts";
 import { DOC_BRIDGE_SERVER } from "../mcp/names.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import type { Meter } from "../loop/loop.ts";
@@ -71,7 +72,7 @@ async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; do
     dir: config.roots.get(repository)!,
     pin: config.loaded.manifest.repositories[repository]!,
   }));
-  const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
+  const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts, loaded: config.loaded });
   // The http transport offers only the three allowed tools; the rest is recorded as the CLI's deny list would be.
   return { baseUrl, docBridge: { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: result.deniedCliTools } };
 }
@@ -221,7 +222,7 @@ async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: Att
   const { attempt, obs } = ctx;
   const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
   const repoDir = config.roots.get(attempt.repository)!;
-  const repository = await openRepositoryTools({ repoDir, pin: attempt.pin, answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [] });
+  const repository = await openRepositoryTools(await exportSourceFor(config.loaded, attempt.repository, repoDir));
   obs.exportHash = repository.exportHash;
   obs.instructionFiles = instructionFilesIn(repository.files.map((f) => f.path));
   let docBridge: DocBridgeTools | undefined;

@@ -1,7 +1,6 @@
 import { z } from "zod";
 import { readBlobs } from "../corpus/git.ts";
-import { planExport, type ExportedFile } from "../export/export.ts";
-import type { PublicPathOptions } from "../corpus/filter.ts";
+import { planExport, type ExportedFile, type ExportSource } from "../export/export.ts";
 
 /**
  * The Messages API transport's repository tools (contract R58): list, read and literal search over
@@ -141,8 +140,9 @@ export interface RepositoryTools extends ToolSet {
  * Lists the pinned tree once and filters it exactly like the export. Blobs are read on demand
  * through `git cat-file --batch` (one process per tool call) and kept for the attempt.
  */
-export async function openRepositoryTools(o: { repoDir: string; pin: string } & PublicPathOptions): Promise<RepositoryTools> {
-  const plan = await planExport({ repoDir: o.repoDir, pin: o.pin, answerKeys: o.answerKeys, manifestPaths: o.manifestPaths });
+export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTools> {
+  // The source goes through whole: a field copied by hand here is a filter rule the http arm misses.
+  const plan = await planExport(o);
   const files = [...plan.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const byPath = new Map(files.map((f) => [f.path, f]));
   const cache = new Map<string, Buffer>();

@@ -13,7 +13,9 @@ import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/co
 import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER, serverEnvironment } from "./names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER } from "./names.ts";
+import { prepareEngineSandbox } from "./engine-sandbox.ts";
+import { gitHead } from "../corpus/git.ts";
 
 export const SOCKET_NAME = "mcp.sock";
 export const CONTAINER_SOCKET_DIR = "/run/study-runner";
@@ -71,6 +73,8 @@ export interface McpBridgeRecord {
   toolCalls: McpToolCallRecord[];
   /** tools/call requests that never got an answer. */
   unansweredToolCalls: Array<{ name: string; id: string | number }>;
+  /** Requests the bridge refused and never passed on: a tool outside the allowed set, or a line it could not check. */
+  refusedToolCalls: Array<{ name: string; id: string | number | null }>;
   serverExits: Array<{ code: number | null; signal: string | null }>;
   spawnErrors: string[];
   /** The last bytes of the server's stderr, for diagnosis. */
@@ -95,7 +99,7 @@ export class JsonRpcRecorder {
     "to-client": { chunks: [], size: 0, oversized: false },
   };
   private readonly pending = new Map<string, { name: string; id: string | number; at: number }>();
-  readonly record: Omit<McpBridgeRecord, "connections" | "refusedConnections" | "serverExits" | "spawnErrors" | "serverStderrTail"> = {
+  readonly record: Omit<McpBridgeRecord, "connections" | "refusedConnections" | "refusedToolCalls" | "serverExits" | "spawnErrors" | "serverStderrTail"> = {
     messages: 0,
     messageLog: [],
     messageLogTruncated: false,
@@ -186,13 +190,93 @@ export class JsonRpcRecorder {
   }
 }
 
+export interface GateOutput {
+  /** Lines to hand the server, each re-serialized from what was checked, newline-terminated. */
+  forward: Buffer[];
+  /** JSON-RPC error answers for refused requests, to send back to the client. */
+  replies: Buffer[];
+  refused: Array<{ name: string; id: string | number | null }>;
+}
+
+/**
+ * The bridge's own deny list: only `tools/call` of an allowed tool reaches the server. The CLI's
+ * --disallowedTools is the first fence; this one holds even when a client ignores it. The server
+ * gets the re-serialized form of what was checked, never the original bytes, so a line that
+ * another JSON parser would read differently (duplicate keys, odd whitespace) cannot smuggle a
+ * call past the check; a line that does not parse, or is over the size bound, is dropped.
+ */
+export class ToolCallGate {
+  private chunks: Buffer[] = [];
+  private size = 0;
+  private oversized = false;
+
+  constructor(private readonly allowed: ReadonlySet<string>) {}
+
+  push(chunk: Buffer): GateOutput {
+    const out: GateOutput = { forward: [], replies: [], refused: [] };
+    let from = 0;
+    for (let nl = chunk.indexOf(0x0a, from); nl >= 0; nl = chunk.indexOf(0x0a, from)) {
+      this.add(chunk.subarray(from, nl));
+      const line = this.oversized ? undefined : Buffer.concat(this.chunks);
+      this.chunks = [];
+      this.size = 0;
+      this.oversized = false;
+      this.line(line, out);
+      from = nl + 1;
+    }
+    if (from < chunk.length) this.add(chunk.subarray(from));
+    return out;
+  }
+
+  private add(part: Buffer): void {
+    this.size += part.length;
+    if (this.size > MAX_PARSED_LINE_BYTES) {
+      this.oversized = true;
+      this.chunks = [];
+    } else if (part.length) this.chunks.push(Buffer.from(part));
+  }
+
+  private line(line: Buffer | undefined, out: GateOutput): void {
+    if (line === undefined) return void out.refused.push({ name: "(oversized line)", id: null });
+    const text = line.toString("utf8");
+    if (text.trim() === "") return;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      return void out.refused.push({ name: "(unparsed line)", id: null });
+    }
+    const batch = Array.isArray(parsed);
+    const kept = (batch ? (parsed as unknown[]) : [parsed]).filter((m) => {
+      if (!m || typeof m !== "object") return true;
+      const msg = m as Json;
+      if (msg.method !== "tools/call") return true;
+      const name = (msg.params as Json | undefined)?.name;
+      if (typeof name === "string" && this.allowed.has(name)) return true;
+      const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : null;
+      const shown = typeof name === "string" ? name.slice(0, 200) : "(unnamed)";
+      out.refused.push({ name: shown, id });
+      if (id !== null) {
+        const error = { code: -32601, message: `study-runner: tool ${shown} is not allowed in this study (allowed: ${[...this.allowed].join(", ")})` };
+        out.replies.push(Buffer.from(JSON.stringify({ jsonrpc: "2.0", id, error }) + "\n"));
+      }
+      return false;
+    });
+    if (kept.length) out.forward.push(Buffer.from(JSON.stringify(batch ? kept : kept[0]) + "\n"));
+  }
+}
+
 export interface McpBridgeOptions {
   /** Executable and arguments of the doc-bridge engine (never a shell string). */
   command: readonly string[];
-  /** The checkout at the pin; the server runs with it as cwd. */
+  /** The checkout at the pin; the server runs in its own clone of it (src/mcp/engine-sandbox.ts). */
   cwd: string;
+  /** The pin; default: the checkout's HEAD (the preflight checked it is the pin). */
+  pin?: string;
   /** A directory to create for the socket (must not exist); default: a fresh one under the temp dir. */
   socketDir?: string;
+  /** Server tool names a client may call (default: the three allowed doc-bridge tools). */
+  allowedTools?: readonly string[];
   /** Owner of the socket when the runner is root (default 1000:1000, the container user). */
   containerUid?: number;
   containerGid?: number;
@@ -222,14 +306,22 @@ function waitForExit(child: ChildProcess, ms: number): Promise<boolean> {
 }
 
 export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge> {
-  const [command, ...args] = opts.command;
-  if (!command) throw new Error("MCP bridge: the engine command is empty");
+  if (!opts.command[0]) throw new Error("MCP bridge: the engine command is empty");
   // The socket must be reachable by the container user and by nobody else.
   assertSocketOwner("MCP bridge", opts);
-  const socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
+  const sandbox = await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)) });
+  const [command, ...args] = sandbox.command as [string, ...string[]];
+  let socketDir: string;
+  try {
+    socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
+  } catch (err) {
+    await sandbox.remove();
+    throw err;
+  }
 
   const recorder = new JsonRpcRecorder();
-  const state = { connections: 0, refusedConnections: 0, serverExits: [] as McpBridgeRecord["serverExits"], spawnErrors: [] as string[], serverStderrTail: "" };
+  const gate = new ToolCallGate(new Set(opts.allowedTools ?? ALLOWED_DOC_BRIDGE_TOOLS));
+  const state = { connections: 0, refusedConnections: 0, refusedToolCalls: [] as McpBridgeRecord["refusedToolCalls"], serverExits: [] as McpBridgeRecord["serverExits"], spawnErrors: [] as string[], serverStderrTail: "" };
   let child: ChildProcess | undefined;
   let active: Socket | undefined;
 
@@ -244,7 +336,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     state.connections++;
     active = socket;
     socket.on("error", () => {});
-    const proc = startChild(command, args, { cwd: opts.cwd, env: serverEnvironment() });
+    const proc = startChild(command, args, { cwd: sandbox.cwd, env: sandbox.env });
     child = proc;
     proc.on("error", (err) => {
       state.spawnErrors.push(err.message);
@@ -261,9 +353,17 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     proc.stderr.on("data", (d: Buffer) => {
       state.serverStderrTail = (state.serverStderrTail + d.toString("utf8")).slice(-STDERR_TAIL);
     });
-    socket.on("data", (d: Buffer) => recorder.push("to-server", d));
+    socket.on("data", (d: Buffer) => {
+      const out = gate.push(d);
+      state.refusedToolCalls.push(...out.refused);
+      for (const line of out.forward) {
+        recorder.push("to-server", line);
+        proc.stdin.write(line);
+      }
+      for (const reply of out.replies) socket.write(reply);
+    });
+    socket.on("end", () => proc.stdin.end());
     proc.stdout.on("data", (d: Buffer) => recorder.push("to-client", d));
-    socket.pipe(proc.stdin);
     proc.stdout.pipe(socket, { end: false });
   });
 
@@ -273,6 +373,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     connections: state.connections,
     refusedConnections: state.refusedConnections,
     ...recorder.record,
+    refusedToolCalls: state.refusedToolCalls,
     serverExits: state.serverExits,
     spawnErrors: state.spawnErrors,
     serverStderrTail: state.serverStderrTail,
@@ -297,6 +398,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
       await closed;
       recorder.finish();
       await rm(socketDir, { recursive: true, force: true });
+      await sandbox.remove();
       return snapshot();
     })());
 
@@ -316,7 +418,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
  * outside `mcp__doc-bridge__*` are ignored.
  */
 export function compareMcpRecord(
-  record: Pick<McpBridgeRecord, "toolCalls" | "unansweredToolCalls" | "refusedConnections">,
+  record: Pick<McpBridgeRecord, "toolCalls" | "unansweredToolCalls" | "refusedConnections"> & Partial<Pick<McpBridgeRecord, "refusedToolCalls">>,
   transcriptCalls: readonly string[] | Readonly<Record<string, number>>,
 ): string[] {
   const claimed = new Map<string, number>();
@@ -336,6 +438,7 @@ export function compareMcpRecord(
     else if (a > c) problems.push(`the doc-bridge server answered ${a} call(s) of ${name} but the transcript shows ${c}`);
   }
   for (const u of record.unansweredToolCalls) problems.push(`the doc-bridge server never answered ${cliToolName(u.name)} (request id ${String(u.id)})`);
+  for (const r of record.refusedToolCalls ?? []) problems.push(`the bridge refused ${r.name.startsWith("(") ? `a request ${r.name}` : `a call of ${cliToolName(r.name)}`}: only the allowed doc-bridge tools reach the server`);
   if (record.refusedConnections > 0) problems.push(`${record.refusedConnections} extra connection(s) to the doc-bridge socket were refused`);
   return problems;
 }

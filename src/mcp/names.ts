@@ -23,19 +23,3 @@ export function cliToolName(serverToolName: string): string {
 export function isDocBridgeCliName(name: string): boolean {
   return name.startsWith(CLI_PREFIX);
 }
-
-/**
- * Variables a doc-bridge server process may inherit. An allowlist, so credentials such as
- * `ANTHROPIC_API_KEY` never reach it (contract R68).
- */
-export const SERVER_ENV_ALLOWLIST = ["PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "TZ", "TMPDIR"] as const;
-
-export function serverEnvironment(source: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const key of SERVER_ENV_ALLOWLIST) {
-    const value = source[key];
-    // A value starting with "()" is an exported shell function; never pass those on.
-    if (value !== undefined && !value.startsWith("()")) env[key] = value;
-  }
-  return env;
-}

@@ -3,10 +3,15 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { ChildStdioTransport } from "../process/mcp-stdio.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
-import { resolveConfigPath } from "./config.ts";
-import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, serverEnvironment } from "./names.ts";
+import { publicFilter, type PublicPathOptions } from "../corpus/filter.ts";
+import { lsTree, readBlobs } from "../corpus/git.ts";
+import { exportSourceFor } from "../export/options.ts";
+import type { LoadedManifest } from "../manifest/load.ts";
+import { resolveConfigAtPin } from "./config.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "./names.ts";
+import { enginePrivileges, prepareEngineSandbox, type EnginePrivileges, type EngineSandbox } from "./engine-sandbox.ts";
 
-export { resolveConfigPath, type ConfigResolution } from "./config.ts";
+export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 
 /**
  * The bundled reference engine as a command: this Node, tsx's ESM loader resolved from this
@@ -25,6 +30,89 @@ export interface ProbeOptions {
   /** The commit the index must have been built at. */
   pin: string;
   timeoutMs?: number;
+  /** What the engine must not serve: the repository's answer keys (see forbiddenContent). */
+  forbidden?: Forbidden;
+}
+
+/** Answer-key paths `doc.get` must refuse, and one distinctive line per key file that `doc.search` must not return. */
+export interface Forbidden {
+  paths: string[];
+  lines: Array<{ path: string; line: string }>;
+}
+
+/** Bounds on the proof, so a corpus with thousands of key files cannot stall the preflight. */
+const MAX_FORBIDDEN_PATHS = 50;
+const MAX_FORBIDDEN_LINES = 20;
+/** A leaked line is recognised by its start: the reference snippet begins at most 60 characters before the first hit. */
+const LEAK_PREFIX_CHARS = 40;
+
+const flat = (s: string) => s.replace(/\s+/g, " ").trim().toLowerCase();
+
+/** The longest line of a key file, the one least likely to occur in a legitimate document. */
+function distinctiveLine(text: string): string | undefined {
+  const lines = text.split("\n").map((l) => l.trim()).filter((l) => l.length >= 4).sort((a, b) => b.length - a.length);
+  return lines[0]?.slice(0, 500);
+}
+
+/**
+ * What the doc-bridge engine must not serve at the pin: every path the export leaves out as an
+ * answer key or as the manifest (by name or by content), and a distinctive line of each key
+ * file, so that a copy under another name or inside another document is caught by search.
+ */
+export async function forbiddenContent(dir: string, pin: string, exclude: PublicPathOptions): Promise<Forbidden> {
+  const entries = await lsTree(dir, pin);
+  const filter = publicFilter(entries, exclude);
+  const keyed = entries.filter((e) => {
+    const reason = filter.reason(e);
+    return reason === "answer-key" || reason === "manifest";
+  });
+  const paths = keyed.map((e) => e.path).slice(0, MAX_FORBIDDEN_PATHS);
+  const seen = new Set<string>();
+  const files = keyed.filter((e) => e.type === "blob" && (e.mode === "100644" || e.mode === "100755") && !seen.has(e.oid) && seen.add(e.oid)).slice(0, MAX_FORBIDDEN_LINES);
+  const lines: Forbidden["lines"] = [];
+  await readBlobs(dir, files.map((f) => f.oid), (i, data) => {
+    const line = distinctiveLine(data.toString("utf8"));
+    if (line !== undefined) lines.push({ path: files[i]!.path, line });
+  });
+  return { paths, lines };
+}
+
+/** Every string in a tool result (structured content and text blocks, JSON inside text decoded too). */
+function strings(value: unknown, out: string[] = []): string[] {
+  if (typeof value === "string") {
+    out.push(value);
+    if (/^\s*[[{]/.test(value)) {
+      try {
+        strings(JSON.parse(value), out);
+      } catch {
+        // plain text that happens to start with a bracket
+      }
+    }
+  } else if (Array.isArray(value)) for (const v of value) strings(v, out);
+  else if (value && typeof value === "object") for (const v of Object.values(value)) strings(v, out);
+  return out;
+}
+
+/**
+ * Proves on the live engine that it serves none of `forbidden`: `doc.get` of each path fails and
+ * `doc.search` for each distinctive line returns neither the line nor a key's path. Messages name
+ * the key's path only, never its content.
+ */
+async function proveForbidden(client: Client, forbidden: Forbidden, timeoutMs: number, bounded: <T>(p: Promise<T>) => Promise<T>): Promise<void> {
+  for (const path of forbidden.paths) {
+    const res: Record<string, unknown> = await bounded(client.callTool({ name: "doc.get", arguments: { path } }, undefined, { timeout: timeoutMs }));
+    if (!res.isError) throw new Error(`doc.get serves '${path}', which every export leaves out (an answer key or the manifest)`);
+  }
+  const keyPaths = new Set(forbidden.paths);
+  for (const { path, line } of forbidden.lines) {
+    const res: Record<string, unknown> = await bounded(client.callTool({ name: "doc.search", arguments: { query: line, limit: 20 } }, undefined, { timeout: timeoutMs }));
+    if (res.isError) continue;
+    const found = strings([res.structuredContent, res.content]);
+    const needle = flat(line).slice(0, LEAK_PREFIX_CHARS);
+    if (found.some((s) => keyPaths.has(s)) || found.some((s) => flat(s).includes(needle))) {
+      throw new Error(`doc.search for a line of '${path}' returns it, though every export leaves that file out (an answer key or the manifest)`);
+    }
+  }
 }
 
 export interface ServerInfo {
@@ -38,6 +126,8 @@ export interface ProbeResult {
   serverInfo: ServerInfo | undefined;
   /** `engineRevision` from the doc.search result, when the engine reports one. */
   engineRevision: string | undefined;
+  /** Who the engine ran as. */
+  privileges: EnginePrivileges;
 }
 
 const PROBE_QUERY = "documentation";
@@ -71,10 +161,15 @@ function resultText(res: Record<string, unknown>): string {
  */
 export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
   const timeoutMs = opts.timeoutMs ?? 20_000;
-  const [command, ...args] = opts.command;
-  if (!command) throw new RefusalError(`doc-bridge probe in ${opts.cwd}: the engine command is empty`);
-
-  const transport = new ChildStdioTransport({ command, args, cwd: opts.cwd, env: serverEnvironment() });
+  if (!opts.command[0]) throw new RefusalError(`doc-bridge probe in ${opts.cwd}: the engine command is empty`);
+  let sandbox: EngineSandbox;
+  try {
+    sandbox = await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin });
+  } catch (err) {
+    throw new RefusalError(`doc-bridge probe in ${opts.cwd}: cannot prepare the engine's sandbox: ${errorMessage(err)}`);
+  }
+  const [command, ...args] = sandbox.command as [string, ...string[]];
+  const transport = new ChildStdioTransport({ command, args, cwd: sandbox.cwd, env: sandbox.env });
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => {
     stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);
@@ -104,12 +199,14 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
     const indexPin = resultField(res, "pin");
     if (typeof indexPin !== "string") throw new Error("doc.search does not report the pin its index was built at, so freshness cannot be checked");
     if (indexPin !== opts.pin) throw new Error(`the index is not fresh at the pin: built at ${indexPin}, the pin is ${opts.pin}`);
+    if (opts.forbidden) await proveForbidden(client, opts.forbidden, timeoutMs, bounded);
     const revision = resultField(res, "engineRevision");
     const info = client.getServerVersion();
     return {
       tools,
       serverInfo: info ? { name: info.name, version: info.version } : undefined,
       engineRevision: typeof revision === "string" ? revision : undefined,
+      privileges: sandbox.privileges,
     };
   } catch (err) {
     const tail = stderr.trim().replace(/\s+/g, " ");
@@ -118,6 +215,7 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
     clearTimeout(timer);
     // close() ends stdin, then SIGTERM, then SIGKILL: the engine never outlives the probe.
     await client.close().catch(() => {});
+    await sandbox.remove().catch(() => {});
   }
 }
 
@@ -137,7 +235,9 @@ export interface DocBridgePreflight {
   /** The same two lists as Claude Code names them, for --allowedTools and --disallowedTools. */
   allowedCliTools: string[];
   deniedCliTools: string[];
-  checkouts: Array<CheckoutToProbe & { configFile: string; serverInfo: ServerInfo | undefined; engineRevision: string | undefined }>;
+  /** Who the engine runs as (the same for every checkout). */
+  privileges: EnginePrivileges;
+  checkouts: Array<CheckoutToProbe & { configFile: string; serverInfo: ServerInfo | undefined; engineRevision: string | undefined; /** Answer-key and manifest paths proven unserved (doc.get and doc.search). */ forbiddenPathsChecked: number }>;
 }
 
 function sorted(names: Iterable<string>): string[] {
@@ -153,19 +253,25 @@ export async function preflightDocBridge(opts: {
   command: readonly string[];
   checkouts: readonly CheckoutToProbe[];
   timeoutMs?: number;
+  /** The manifest: with it, the engine must also prove it serves none of each checkout's answer keys. */
+  loaded?: Pick<LoadedManifest, "path" | "manifest" | "bytes">;
 }): Promise<DocBridgePreflight> {
   if (opts.checkouts.length === 0) throw new RefusalError("doc-bridge preflight: no checkout to probe");
   const results: DocBridgePreflight["checkouts"] = [];
   const toolSets: Array<{ checkout: CheckoutToProbe; tools: string[] }> = [];
   for (const checkout of opts.checkouts) {
     const name = `checkout ${checkout.repository} (${checkout.dir})`;
-    const config = await resolveConfigPath(checkout.dir);
+    const config = await resolveConfigAtPin(checkout.dir, checkout.pin);
     if (!config.ok) throw new RefusalError(`doc-bridge preflight refused for ${name}: ${config.reason}`);
     let probe: ProbeResult;
+    const forbidden = opts.loaded ? await forbiddenContent(checkout.dir, checkout.pin, await exportSourceFor(opts.loaded, checkout.repository, checkout.dir)) : undefined;
     try {
-      probe = await probeServer({ command: opts.command, cwd: checkout.dir, pin: checkout.pin, timeoutMs: opts.timeoutMs });
+      probe = await probeServer({ command: opts.command, cwd: checkout.dir, pin: checkout.pin, timeoutMs: opts.timeoutMs, forbidden });
     } catch (err) {
-      throw new RefusalError(`doc-bridge preflight refused for ${name}: ${errorMessage(err)}`);
+      const fix = opts.loaded && /every export leaves/.test(errorMessage(err))
+        ? `; rebuild its index so it leaves out what the export leaves out (the reference engine: \`reference-server.ts index --manifest ${opts.loaded.path} --repository ${checkout.repository}\` in the checkout)`
+        : "";
+      throw new RefusalError(`doc-bridge preflight refused for ${name}: ${errorMessage(err)}${fix}`);
     }
     const dupes = probe.tools.filter((t, i) => probe.tools.indexOf(t) !== i);
     if (dupes.length) throw new RefusalError(`doc-bridge preflight refused for ${name}: tools/list repeats ${sorted(new Set(dupes)).join(", ")}`);
@@ -179,7 +285,7 @@ export async function preflightDocBridge(opts: {
     const missing = ALLOWED_DOC_BRIDGE_TOOLS.filter((t) => !probe.tools.includes(t));
     if (missing.length) throw new RefusalError(`doc-bridge preflight refused for ${name}: the server does not list ${missing.join(", ")}`);
     toolSets.push({ checkout, tools: probe.tools });
-    results.push({ ...checkout, configFile: config.file, serverInfo: probe.serverInfo, engineRevision: probe.engineRevision });
+    results.push({ ...checkout, configFile: config.file, serverInfo: probe.serverInfo, engineRevision: probe.engineRevision, forbiddenPathsChecked: forbidden?.paths.length ?? 0 });
   }
 
   const first = toolSets[0]!;
@@ -205,6 +311,7 @@ export async function preflightDocBridge(opts: {
     deniedTools,
     allowedCliTools: allowedTools.map(cliToolName),
     deniedCliTools: deniedTools.map(cliToolName),
+    privileges: enginePrivileges(),
     checkouts: results,
   };
 }

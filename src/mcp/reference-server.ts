@@ -5,19 +5,22 @@
  *   node --import tsx src/mcp/reference-server.ts          serve MCP on stdio (cwd = checkout)
  *   node --import tsx src/mcp/reference-server.ts index    build the index at HEAD and exit
  *
- * It reads Markdown from the commit at HEAD through git (never the work tree), stores the
- * index with the commit it was built at (its pin), and refuses to answer from an index whose
- * pin is not HEAD, like the real engine's `ak-docs index` freshness rule.
+ * It reads its config and Markdown from the commit at HEAD through git (never the work tree),
+ * stores the index in the runner's index folder outside the checkout (src/mcp/index-store.ts)
+ * keyed by repository, pin and engine revision, and refuses to answer from an index whose pin
+ * is not HEAD, like the real engine's `ak-docs index` freshness rule.
  */
 import { createHash } from "node:crypto";
 import { readFileSync, realpathSync } from "node:fs";
-import { mkdir, readFile, rename, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
-import { git, gitHead, lsTree, readBlobs } from "../corpus/git.ts";
+import { gitHead, lsTree, readBlobs } from "../corpus/git.ts";
+import { publicFilter, type PublicPathOptions } from "../corpus/filter.ts";
+import { exportSourceFor } from "../export/options.ts";
+import { loadManifest } from "../manifest/load.ts";
+import { defaultIndexRoot, indexedPins, indexLocation, readIndexFile, repositoryKey, writeIndexFile } from "./index-store.ts";
 import { loadReferenceConfig, type ReferenceConfig } from "./config.ts";
 
 const SELF = fileURLToPath(import.meta.url);
@@ -57,43 +60,51 @@ export function globToRegExp(glob: string): RegExp {
   return new RegExp(`^${re}$`);
 }
 
-export async function buildIndex(checkout: string): Promise<{ indexPath: string; index: DocIndex }> {
-  const { config } = await loadReferenceConfig(checkout);
+export interface BuildIndexOptions {
+  /** The runner-owned index folder (default: defaultIndexRoot()). */
+  indexRoot?: string;
+  /** What the export of this repository leaves out (answer keys, the manifest): the index leaves out the same. */
+  exclude?: PublicPathOptions;
+}
+
+export async function buildIndex(checkout: string, opts: BuildIndexOptions = {}): Promise<{ indexPath: string; index: DocIndex }> {
   const pin = await gitHead(checkout);
+  const { config } = await loadReferenceConfig(checkout, pin);
   const patterns = config.docs.map(globToRegExp);
-  const entries = (await lsTree(checkout, pin)).filter(
-    (e) =>
-      e.type === "blob" &&
-      (e.mode === "100644" || e.mode === "100755") &&
-      (e.size ?? Infinity) <= MAX_DOC_BYTES &&
-      patterns.some((p) => p.test(e.path)),
-  );
+  const tree = await lsTree(checkout, pin);
+  // The export's own filter: a document the agent may not read in its working folder (an answer
+  // key, a dot-folder, node_modules) must not reach it through doc.get or doc.search either.
+  const filter = publicFilter(tree, opts.exclude);
+  const entries = tree.filter((e) => filter.reason(e) === undefined && (e.size ?? Infinity) <= MAX_DOC_BYTES && patterns.some((p) => p.test(e.path)));
   const docs: DocIndex["docs"] = [];
   await readBlobs(checkout, entries.map((e) => e.oid), (i, data) => {
     docs.push({ path: entries[i]!.path, text: data.toString("utf8") });
   });
   docs.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const index: DocIndex = { format: INDEX_FORMAT, pin, engineRevision: REFERENCE_ENGINE_REVISION, docs };
-  const indexPath = join(checkout, config.index);
-  await mkdir(dirname(indexPath), { recursive: true });
-  const tmp = `${indexPath}.${process.pid}.tmp`;
-  await writeFile(tmp, JSON.stringify(index) + "\n");
-  await rename(tmp, indexPath);
-  return { indexPath, index };
+  const loc = indexLocation(opts.indexRoot ?? defaultIndexRoot(), await repositoryKey(checkout, pin), pin, REFERENCE_ENGINE_REVISION);
+  await writeIndexFile(loc, JSON.stringify(index) + "\n");
+  return { indexPath: loc.file, index };
 }
 
 /** The index when it was built at HEAD; otherwise an Error whose message says what to run. */
-async function freshIndex(checkout: string, config: ReferenceConfig): Promise<DocIndex> {
+async function freshIndex(checkout: string, indexRoot: string): Promise<DocIndex> {
   const head = await gitHead(checkout);
+  const loc = indexLocation(indexRoot, await repositoryKey(checkout, head), head, REFERENCE_ENGINE_REVISION);
+  const text = await readIndexFile(loc.file);
+  if (text === undefined) {
+    const pins = await indexedPins(loc);
+    if (pins.includes(head)) throw new Error(`the index at ${head} was built by another engine revision, not ${REFERENCE_ENGINE_REVISION}; run \`reference-server.ts index\``);
+    if (pins.length) throw new Error(`index is stale: built at ${pins.join(", ")}, HEAD is ${head}; run \`reference-server.ts index\``);
+    throw new Error(`index is missing at ${loc.file}; HEAD is ${head}; run \`reference-server.ts index\``);
+  }
   let index: DocIndex;
   try {
-    index = IndexSchema.parse(JSON.parse(await readFile(join(checkout, config.index), "utf8")));
+    index = IndexSchema.parse(JSON.parse(text));
   } catch {
-    throw new Error(`index is missing or unreadable at ${config.index}; HEAD is ${head}; run \`reference-server.ts index\``);
+    throw new Error(`index at ${loc.file} is unreadable; HEAD is ${head}; run \`reference-server.ts index\``);
   }
-  if (index.pin !== head) {
-    throw new Error(`index is stale: built at ${index.pin}, HEAD is ${head}; run \`reference-server.ts index\``);
-  }
+  if (index.pin !== head) throw new Error(`index is stale: built at ${index.pin}, HEAD is ${head}; run \`reference-server.ts index\``);
   return index;
 }
 
@@ -148,7 +159,7 @@ function result(structured: Record<string, unknown>) {
   return { content: [{ type: "text" as const, text: JSON.stringify(structured) }], structuredContent: structured };
 }
 
-export function createReferenceServer(checkout: string, config: ReferenceConfig): McpServer {
+export function createReferenceServer(checkout: string, config: ReferenceConfig, indexRoot: string = defaultIndexRoot()): McpServer {
   const server = new McpServer({ name: "doc-bridge-reference", version: `0.1.0+${REFERENCE_ENGINE_REVISION}` });
 
   server.registerTool(
@@ -158,7 +169,7 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig)
       inputSchema: { query: z.string().min(1).max(500), limit: z.number().int().min(1).max(20).optional() },
     },
     async ({ query, limit }) => {
-      const index = await freshIndex(checkout, config);
+      const index = await freshIndex(checkout, indexRoot);
       const matches = search(index, query, limit ?? 5);
       return result({ pin: index.pin, engineRevision: index.engineRevision, matches });
     },
@@ -168,7 +179,7 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig)
     "doc.get",
     { description: "Return one indexed document's text.", inputSchema: { path: z.string().min(1).max(1000) } },
     async ({ path }) => {
-      const index = await freshIndex(checkout, config);
+      const index = await freshIndex(checkout, indexRoot);
       const doc = index.docs.find((d) => d.path === path);
       if (!doc) throw new Error(`no such document in the index: ${path}`);
       return result({ pin: index.pin, path: doc.path, text: doc.text });
@@ -184,7 +195,7 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig)
     async ({ id }) => {
       const target = config.handoffs?.[id];
       if (target !== undefined) return result({ id, source: "config", target });
-      const index = await freshIndex(checkout, config);
+      const index = await freshIndex(checkout, indexRoot);
       const doc = index.docs.find((d) => d.path === `docs/handoffs/${id}.md`);
       if (!doc) throw new Error(`unknown handoff: ${id}`);
       return result({ pin: index.pin, id, source: "docs", path: doc.path, text: doc.text });
@@ -207,22 +218,42 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig)
   return server;
 }
 
+/**
+ * `index --manifest PATH --repository NAME`: leave out what that repository's export leaves out
+ * (its answer keys and the manifest), built by the export's own function. Without them only the
+ * path rules apply, and the runner's preflight refuses an index that serves an answer key.
+ */
+async function excludeFromArgs(args: readonly string[], cwd: string): Promise<PublicPathOptions | undefined> {
+  const value = (flag: string) => {
+    const i = args.indexOf(flag);
+    return i >= 0 ? args[i + 1] : undefined;
+  };
+  const manifest = value("--manifest");
+  const repository = value("--repository");
+  const known = new Set(["--manifest", "--repository"]);
+  const unknown = args.filter((a, i) => a.startsWith("--") && !known.has(a) && !known.has(args[i - 1] ?? ""));
+  if (unknown.length) throw new Error(`unknown option ${unknown[0]}; usage: reference-server.ts index [--manifest PATH --repository NAME]`);
+  if (manifest === undefined && repository === undefined) return undefined;
+  if (!manifest || !repository) throw new Error("index: give --manifest PATH and --repository NAME together");
+  const loaded = await loadManifest(manifest);
+  if (!(repository in loaded.manifest.repositories)) throw new Error(`index: --repository '${repository}' is not pinned in ${manifest}`);
+  return exportSourceFor(loaded, repository, cwd);
+}
+
 /** Entry point; returns the exit code for `index`, or 0 once the stdio server is serving. */
 export async function main(argv: readonly string[] = process.argv.slice(2), cwd: string = process.cwd()): Promise<number> {
   const command = argv[0] ?? "serve";
   try {
     if (command === "index") {
-      const { indexPath, index } = await buildIndex(cwd);
+      const { indexPath, index } = await buildIndex(cwd, { exclude: await excludeFromArgs(argv.slice(1), cwd) });
       process.stderr.write(`indexed ${index.docs.length} documents at ${index.pin} into ${indexPath}\n`);
-      const ignored = await git(cwd, ["check-ignore", "-q", indexPath]).then(() => true, () => false);
-      if (!ignored) process.stderr.write(`warning: ${indexPath} is not git-ignored; the checkout will not be clean\n`);
       return 0;
     }
     if (command !== "serve") {
-      process.stderr.write(`usage: reference-server.ts [serve|index]\n`);
+      process.stderr.write(`usage: reference-server.ts [serve|index [--manifest PATH --repository NAME]]\n`);
       return 2;
     }
-    const { config } = await loadReferenceConfig(cwd);
+    const { config } = await loadReferenceConfig(cwd, await gitHead(cwd));
     await createReferenceServer(cwd, config).connect(new StdioServerTransport());
     return 0;
   } catch (err) {

@@ -17,6 +17,7 @@ import { formatIssues } from "../util/zod-errors.ts";
 import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, sessionPrompt } from "./args.ts";
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { runTestCommand } from "./test-command.ts";
+import { exportSourceFor } from "../export/options.ts";
 import {
   MAX_QUESTIONS,
   SESSION_LEDGER_KIND,
@@ -61,7 +62,7 @@ export interface StartConfig extends SessionRuntimeOptions {
   sessionBudgetUsd: number;
 }
 
-export async function loadSessionManifest(path: string): Promise<{ manifest: SessionManifest; sha256: string }> {
+export async function loadSessionManifest(path: string): Promise<{ manifest: SessionManifest; sha256: string; bytes: Buffer }> {
   let bytes: Buffer;
   try {
     bytes = await readFile(path);
@@ -79,7 +80,7 @@ export async function loadSessionManifest(path: string): Promise<{ manifest: Ses
     const problems = formatIssues(parsed.error.issues);
     throw new UsageError(`the session manifest ${path} is invalid:\n  ${problems.join("\n  ")}`, problems);
   }
-  return { manifest: parsed.data, sha256: createHash("sha256").update(bytes).digest("hex") };
+  return { manifest: parsed.data, sha256: createHash("sha256").update(bytes).digest("hex"), bytes };
 }
 
 function serialize(ledger: SessionLedger, path: string): string {
@@ -116,7 +117,7 @@ export async function readSessionLedger(path: string): Promise<SessionLedger> {
  * by the manifest's scripted answers are resumed until each is done, parked or ended.
  */
 export async function startSessions(config: StartConfig, deps: SessionDeps): Promise<{ exitCode: number; ledgerPath: string; ledger: SessionLedger }> {
-  const { manifest, sha256 } = await loadSessionManifest(config.manifestPath);
+  const { manifest, sha256, bytes: manifestBytes } = await loadSessionManifest(config.manifestPath);
   const problems: string[] = [];
   for (const repo of new Set(manifest.tasks.map((t) => t.repository))) if (!config.roots.has(repo)) problems.push(`--root ${repo}=PATH is missing: the checkout of '${repo}' at its pin`);
   if (!(config.capUsd > 0)) problems.push("--cap-usd must be a positive number of USD");
@@ -156,9 +157,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   for (const task of manifest.tasks) {
     const id = randomUUID();
     const made = await makeWorktree(ledger.storageDir, id, {
-      repoDir: config.roots.get(task.repository)!,
-      pin: manifest.repositories[task.repository]!,
-      answerKeys: manifest.answerKeys?.[task.repository] ?? [],
+      ...(await exportSourceFor({ path: config.manifestPath, bytes: manifestBytes, manifest }, task.repository, config.roots.get(task.repository)!)),
       labels: { run: runId, attempt: `session-${task.id}` },
     });
     ledger.sessions.push({

@@ -7,6 +7,7 @@ import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type 
 import { assertModelApiSocket } from "../attempt/model-api.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../attempt/spec.ts";
 import { checkEgressRunner, type EgressProxyOptions } from "../isolation/proxy.ts";
+import { exportSourceFor } from "../export/options.ts";
 import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { buildPrompt, cliArguments, denyList, EMPTY_MCP_CONFIG } from "../claude/args.ts";
@@ -132,7 +133,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
       dir: config.roots.get(repository)!,
       pin: config.loaded.manifest.repositories[repository]!,
     }));
-    const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts });
+    const result = await preflightDocBridge({ command: config.docBridgeCommand, checkouts, loaded: config.loaded });
     docBridge = { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: denyList(result.tools) };
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
@@ -252,12 +253,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   const result = await runCliInContainer(
     deps,
     {
-      export: {
-        repoDir,
-        pin: attempt.pin,
-        answerKeys: config.loaded.manifest.answerKeys?.[attempt.repository] ?? [],
-        labels: { run: ctx.runId, attempt: String(attempt.index) },
-      },
+      export: { ...(await exportSourceFor(config.loaded, attempt.repository, repoDir)), labels: { run: ctx.runId, attempt: String(attempt.index) } },
       login: ctx.login,
       lock: ctx.lock,
       gateway: ctx.gateway,

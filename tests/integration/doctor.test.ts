@@ -1,3 +1,4 @@
+import { defaultIndexRoot } from "../../src/mcp/index-store.ts";
 import { execFile } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -39,7 +40,8 @@ afterAll(() => rm(work, { recursive: true, force: true }));
 
 /** A HOME without a login and a cache without a binary: a fresh host as far as the doctor can tell. */
 function doctor(args: string[], env: Record<string, string | undefined> = {}): Promise<CliResult> {
-  return runCli(["doctor", ...args], { env: { HOME: home, STUDY_RUNNER_CACHE: emptyCache, ...env }, cwd: work });
+  // The demo's indexes were built into this process's index folder, not into the test HOME's.
+  return runCli(["doctor", ...args], { env: { HOME: home, STUDY_RUNNER_CACHE: emptyCache, STUDY_RUNNER_DOC_INDEX: defaultIndexRoot(), ...env }, cwd: work });
 }
 
 /** name -> the whole line, from the doctor's plain output. */
@@ -117,8 +119,11 @@ describe("study-runner doctor after the demo's set-up", () => {
     for (const [name, line] of l) expect(line, name).toMatch(/^ok\s/);
     expect(l.get("claude-version")).toMatch(/prints 2\.1\.296 \(Claude Code\), the pinned version/);
     expect(l.get("login")).toMatch(/valid until 2099-01-01T00:00:00\.000Z/);
-    expect(l.get("root:ledgerlite")).toMatch(new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin`));
+    expect(l.get("root:ledgerlite")).toMatch(new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin; answer keys kept out: 'eval/answer-key\\.md' → eval/answer-key\\.md$`));
     expect(l.get("doc-bridge")).toMatch(/the bundled reference engine answers doc\.search from an index fresh at the pin in ledgerlite; .*denied to the agent: gate\.status, memory\.promoteDraft/);
+    // Who the engine runs as (the tests run as root, so it is dropped), and the answer-key proof.
+    expect(l.get("doc-bridge")).toMatch(/the engine runs as uid 65534 \(gid 65534, no supplementary groups, no capabilities, no new privileges\), with an empty HOME/);
+    expect(l.get("doc-bridge")).toMatch(/serves none of the answer keys \(ledgerlite: 1 path refused by doc\.get and absent from doc\.search\)$/);
     expect(l.get("attempts")).toMatch(/the cap holds 10 attempts .*the pilot plans 2$/);
     expect(r.stdout.trimEnd().split("\n").at(-1)).toBe("the pilot (--transport cli) could start with these flags and this environment");
     expect(r.stdout).not.toContain("test-access-token");
@@ -155,19 +160,20 @@ describe("study-runner doctor: each checkout and the doc-bridge index", () => {
   });
 
   it("fails the doc-bridge check on a clean checkout without its index, naming the command that builds it", async () => {
-    // The index is git-ignored, so a fresh clone is clean and at the pin but has none.
+    // A fresh clone with an index folder of its own that holds nothing yet.
     const fresh = join(work, "fresh");
     await execFileP("git", ["clone", "--quiet", demo.roots.ledgerlite!, fresh]);
-    const r = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), STUDY_ENV);
+    const indexEnv = { ...STUDY_ENV, STUDY_RUNNER_DOC_INDEX: join(work, "fresh-index") };
+    const r = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), indexEnv);
     expect(r.code).toBe(2);
     const l = lines(r.stdout);
     expect(l.get("root:ledgerlite")).toMatch(/^ok\s/);
-    expect(l.get("doc-bridge")).toMatch(/^FAIL\s+doc-bridge\s+doc-bridge preflight refused for checkout ledgerlite .*index.*-> fix: in each checkout, build the index at the pin with \S+ --import \S+ \S+\/src\/mcp\/reference-server\.ts index \(run in the checkout\)/);
+    expect(l.get("doc-bridge")).toMatch(/^FAIL\s+doc-bridge\s+doc-bridge preflight refused for checkout ledgerlite .*index.*-> fix: in each checkout, build the index at the pin with \S+ --import \S+ \S+\/src\/mcp\/reference-server\.ts index \(run in the checkout;/);
 
     // The command the fix names really builds it: then the check passes.
-    const fix = /build the index at the pin with (.*) \(run in the checkout\)/.exec(l.get("doc-bridge")!)![1]!;
-    await execFileP("sh", ["-c", fix], { cwd: fresh });
-    const again = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), STUDY_ENV);
+    const fix = /build the index at the pin with (.*) \(run in the checkout;/.exec(l.get("doc-bridge")!)![1]!;
+    await execFileP("sh", ["-c", fix], { cwd: fresh, env: { PATH: process.env.PATH ?? "", STUDY_RUNNER_DOC_INDEX: indexEnv.STUDY_RUNNER_DOC_INDEX } });
+    const again = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), indexEnv);
     expect(lines(again.stdout).get("doc-bridge")).toMatch(/^ok\s/);
     expect(again.code).toBe(0);
   });

@@ -1,5 +1,6 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { chmod, mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from "vitest";
+import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { planExport } from "../../src/export/export.ts";
@@ -308,8 +309,11 @@ describe("runHttpStudy: the protocol's other outcomes", () => {
   }, 60_000);
 
   it("a doc-bridge server that does not start for its attempt is invalid-setup; nothing is spent on it", async () => {
-    // Serves the run's preflight, then fails: the attempt's fresh server is a new process.
-    const dir = await mkdtemp(join(c.work, "flaky-"));
+    // Serves the run's preflight, then fails: the attempt's fresh server is a new process. The
+    // engine runs as an unprivileged uid, so its script and marker live in a folder it may use.
+    const dir = await mkdtemp(join(tmpdir(), "sr-flaky-"));
+    onTestFinished(() => rm(dir, { recursive: true, force: true }));
+    await chmod(dir, 0o777);
     const marker = join(dir, "started-once");
     const script = join(dir, "server.sh");
     const q = (x: string) => `'${x}'`;

@@ -104,8 +104,8 @@ describe("MCP bridge", () => {
     expect(stranger.stderr()).toContain("EACCES");
 
     const user = relay(bridge.socketPath, { uid: 1000, gid: 1000 });
-    user.child.stdin.write("hello\n");
-    await waitFor(() => user.output().toString() === "hello\n", 5000, "the echo through the uid-1000 relay");
+    user.child.stdin.write('{"jsonrpc":"2.0","method":"hello"}\n');
+    await waitFor(() => user.output().toString() === '{"jsonrpc":"2.0","method":"hello"}\n', 5000, "the echo through the uid-1000 relay");
     user.child.stdin.end();
     expect(await within(user.exited, 5000, "the relay exit")).toBe(0);
     expect(bridge.snapshot().connections).toBe(1);
@@ -130,19 +130,20 @@ describe("MCP bridge", () => {
     expect(out.trim()).toBe("MCP bridge: the runner must run as root or as uid 1000 (the container user) to share the socket; it runs as uid 1001");
   });
 
-  it("relays bytes unchanged in both directions and exits when its stdin closes", async () => {
+  it("relays checked JSON-RPC to the server, bytes unchanged back, drops what it cannot check, and exits when its stdin closes", async () => {
     const repo = await makeRepo(docFiles(), cleanup);
     const bridge = await bridgeFor(NODE_ECHO, repo.dir);
     const r = relay(bridge.socketPath);
-    // Not JSON, not UTF-8, no trailing newline, larger than one pipe buffer.
-    const payload = Buffer.concat([Buffer.from('{"jsonrpc":"2.0","method":"x"}\n'), randomBytes(300_000), Buffer.from([0xff, 0xfe, 0x0a, 0x00])]);
+    // Larger than one pipe buffer; a line that is not JSON (and not UTF-8) never reaches the server.
+    const big = { jsonrpc: "2.0", method: "x", params: { pad: randomBytes(150_000).toString("hex") } };
+    const payload = Buffer.concat([Buffer.from(JSON.stringify(big) + "\n"), randomBytes(1000).filter((b) => b !== 0x0a), Buffer.from([0xff, 0xfe, 0x0a]), Buffer.from('{"jsonrpc":"2.0","method":"y"}\n')]);
     r.child.stdin.end(payload);
     expect(await within(r.exited, 5000, "the relay exit")).toBe(0);
-    expect(r.output().equals(payload)).toBe(true);
+    expect(r.output().toString()).toBe(JSON.stringify(big) + "\n" + '{"jsonrpc":"2.0","method":"y"}\n');
     await waitFor(() => bridge.snapshot().serverExits.length === 1, 5000, "the server's exit after EOF");
     const record = await bridge.stop();
-    expect(record.messageLog[0]).toMatchObject({ direction: "to-server", kind: "notification", method: "x" });
-    expect(record.messageLog.some((m) => m.kind === "unparsed")).toBe(true);
+    expect(record.messageLog.filter((m) => m.direction === "to-server").map((m) => m.method)).toEqual(["x", "y"]);
+    expect(record.refusedToolCalls).toEqual([{ name: "(unparsed line)", id: null }]);
   });
 
   it("the relay exits when the server side closes", async () => {
@@ -159,13 +160,15 @@ describe("MCP bridge", () => {
     const repo = await makeRepo(docFiles(), cleanup);
     const bridge = await bridgeFor(NODE_ECHO, repo.dir);
     const first = relay(bridge.socketPath);
-    first.child.stdin.write("one\n");
-    await waitFor(() => first.output().toString() === "one\n", 5000, "the first echo");
+    const one = '{"jsonrpc":"2.0","method":"one"}\n';
+    const still = '{"jsonrpc":"2.0","method":"still"}\n';
+    first.child.stdin.write(one);
+    await waitFor(() => first.output().toString() === one, 5000, "the first echo");
 
     const second = connect(bridge.socketPath);
     await within(new Promise((resolve) => second.on("close", resolve)), 5000, "the second connection's close");
-    first.child.stdin.write("still\n");
-    await waitFor(() => first.output().toString() === "one\nstill\n", 5000, "the first connection still served");
+    first.child.stdin.write(still);
+    await waitFor(() => first.output().toString() === one + still, 5000, "the first connection still served");
 
     const record = await bridge.stop();
     expect(record.connections).toBe(1);
@@ -174,7 +177,7 @@ describe("MCP bridge", () => {
     expect(await within(first.exited, 5000, "the relay exit after stop")).toBe(0);
   });
 
-  it("starts the server in the checkout with an allowlisted environment", async () => {
+  it("starts the server in its own clone of the checkout with an allowlisted environment", async () => {
     const repo = await makeRepo(docFiles(), cleanup);
     const saved = { key: process.env.ANTHROPIC_API_KEY, canary: process.env.STUDY_RUNNER_CANARY };
     process.env.ANTHROPIC_API_KEY = "sk-ant-canary-not-a-key";
@@ -184,8 +187,10 @@ describe("MCP bridge", () => {
       const r = relay(bridge.socketPath);
       await within(r.exited, 5000, "the relay exit");
       const seen = JSON.parse(r.output().toString()) as { cwd: string; keys: string[] };
-      expect(seen.cwd).toBe(repo.dir);
+      expect(seen.cwd).not.toBe(repo.dir);
+      expect(seen.cwd).toMatch(/\/study-runner-engine-\d+-[^/]+\/checkout$/);
       expect(seen.keys).toContain("PATH");
+      expect(seen.keys).not.toContain("USER");
       expect(seen.keys).not.toContain("ANTHROPIC_API_KEY");
       expect(seen.keys).not.toContain("STUDY_RUNNER_CANARY");
     } finally {
@@ -217,7 +222,8 @@ describe("MCP bridge", () => {
     expect(await within(r.exited, 5000, "the relay exit")).toBe(0);
     const record = await bridge.stop();
     expect(record.connections).toBe(1);
-    expect(record.spawnErrors.join(" ")).toContain("ENOENT");
+    // Started through setpriv when the runner is root (it reports the missing file), else spawned directly.
+    expect(`${record.spawnErrors.join(" ")} ${record.serverStderrTail}`).toMatch(/ENOENT|No such file or directory/);
   });
 
   it("creates the socket folder fresh: an existing folder is refused", async () => {

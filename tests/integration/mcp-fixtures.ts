@@ -1,14 +1,17 @@
 /**
  * Helpers of the mcp*.test.ts files: git repositories made with execFile (no stdin, so no
- * EPIPE race when git exits first), the reference engine's `index` command, and a small
+ * EPIPE race when git exits first), the reference engine's `index` command into a private
+ * index folder, and a small
  * stand-in MCP server whose tool list shows what it was started with.
  */
 import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdtempSync, rmSync } from "node:fs";
+import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
+import { INDEX_DIR_ENV } from "../../src/mcp/index-store.ts";
 import { FIXTURE_ENV } from "../support/git-fixture.ts";
 
 const execFileP = promisify(execFile);
@@ -25,16 +28,30 @@ export interface Repo {
   commitFiles(files: readonly RepoFile[]): Promise<string>;
 }
 
-export async function git(dir: string, args: readonly string[]): Promise<string> {
-  const { stdout } = await execFileP("git", [...GIT_CONFIG, ...args], { cwd: dir, env: { ...process.env, ...FIXTURE_ENV } });
+export async function git(dir: string, args: readonly string[], env: Record<string, string> = {}): Promise<string> {
+  const { stdout } = await execFileP("git", [...GIT_CONFIG, ...args], { cwd: dir, env: { ...process.env, ...FIXTURE_ENV, ...env } });
   return stdout.trim();
 }
+
+/**
+ * The runner-owned index folder of this test process: indexes never land in the user's cache,
+ * and the engines the tests start (runIndex, the preflight, the bridge) all look there.
+ */
+export const INDEX_ROOT = mkdtempSync(join(tmpdir(), "mcp-index-"));
+process.env[INDEX_DIR_ENV] = INDEX_ROOT;
+process.once("exit", () => rmSync(INDEX_ROOT, { recursive: true, force: true }));
+
+let repoSerial = 0;
 
 /** A fresh repository with `files` committed; `cleanup` receives its removal. */
 export async function makeRepo(files: readonly RepoFile[], cleanup: Array<() => Promise<unknown>>): Promise<Repo> {
   const dir = await mkdtemp(join(tmpdir(), "mcp-repo-"));
   cleanup.push(() => rm(dir, { recursive: true, force: true }));
   await git(dir, ["init", "-q"]);
+  // A date of its own gives each repository its own root commit, so its own index key: two
+  // fixtures with the same files never find each other's index.
+  const serial = ++repoSerial;
+  const dated = { GIT_AUTHOR_DATE: `@${1767225600 + (process.pid % 10_000) * 10_000 + serial} +0000`, GIT_COMMITTER_DATE: `@${1767225600 + (process.pid % 10_000) * 10_000 + serial} +0000` };
   const repo: Repo = {
     dir,
     commit: "",
@@ -46,7 +63,7 @@ export async function makeRepo(files: readonly RepoFile[], cleanup: Array<() => 
         else await writeFile(file, f.content);
       }
       await git(dir, ["add", "-A"]);
-      await git(dir, ["commit", "-q", "--allow-empty", "-m", "fixture"]);
+      await git(dir, ["commit", "-q", "--allow-empty", "-m", "fixture"], dated);
       repo.commit = await git(dir, ["rev-parse", "HEAD"]);
       return repo.commit;
     },
@@ -69,7 +86,7 @@ export function docFiles(config: Record<string, unknown> = DOC_CONFIG): RepoFile
 
 /** `reference-server.ts index` in `dir`, as an operator would run it. */
 export async function runIndex(dir: string): Promise<{ stdout: string; stderr: string }> {
-  return execFileP(ENGINE[0]!, [...ENGINE.slice(1), "index"], { cwd: dir, env: { PATH: process.env.PATH ?? "" } });
+  return execFileP(ENGINE[0]!, [...ENGINE.slice(1), "index"], { cwd: dir, env: { PATH: process.env.PATH ?? "", [INDEX_DIR_ENV]: INDEX_ROOT } });
 }
 
 const SDK = (sub: string) => new URL(`../../node_modules/@modelcontextprotocol/sdk/dist/esm/${sub}`, import.meta.url).href;
@@ -83,6 +100,8 @@ const SDK = (sub: string) => new URL(`../../node_modules/@modelcontextprotocol/s
 export async function writeStandInServer(cleanup: Array<() => Promise<unknown>>): Promise<string> {
   const dir = await mkdtemp(join(tmpdir(), "mcp-standin-"));
   cleanup.push(() => rm(dir, { recursive: true, force: true }));
+  // The runner starts engines as an unprivileged uid when it is root: their code must be readable to it.
+  await chmod(dir, 0o755);
   const file = join(dir, "stand-in-server.mjs");
   await writeFile(
     file,

@@ -1,11 +1,13 @@
-import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { existsSync } from "node:fs";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterEach, describe, expect, it } from "vitest";
-import { resolveConfigPath } from "../../src/mcp/config.ts";
-import { ENGINE, makeRepo, runIndex, type RepoFile } from "./mcp-fixtures.ts";
+import { resolveConfigAtPin } from "../../src/mcp/config.ts";
+import { INDEX_DIR_ENV } from "../../src/mcp/index-store.ts";
+import { ENGINE, INDEX_ROOT, makeRepo, runIndex, type RepoFile } from "./mcp-fixtures.ts";
 
 const CONFIG = JSON.stringify({ docs: ["docs/**/*.md", "README.md"], index: ".doc-bridge/index.json", handoffs: { billing: "team-billing" } });
 
@@ -18,7 +20,7 @@ const repo = (files: readonly RepoFile[]) => makeRepo(files, cleanup);
 
 async function connect(dir: string) {
   const client = new Client({ name: "test", version: "1" });
-  const transport = new StdioClientTransport({ command: ENGINE[0]!, args: ENGINE.slice(1), cwd: dir, stderr: "pipe" });
+  const transport = new StdioClientTransport({ command: ENGINE[0]!, args: ENGINE.slice(1), cwd: dir, stderr: "pipe", env: { PATH: process.env.PATH ?? "", [INDEX_DIR_ENV]: INDEX_ROOT } });
   let stderr = "";
   transport.stderr?.on("data", (d: Buffer) => (stderr += d.toString()));
   cleanup.push(() => client.close());
@@ -48,8 +50,12 @@ describe("reference doc-bridge server", () => {
     await writeFile(join(r.dir, "docs/rounding.md"), "# Rounding\n\nUNCOMMITTED EDIT\n");
     const { stderr } = await runIndex(r.dir);
     expect(stderr).toContain(`at ${r.commit}`);
-    expect(stderr).not.toContain("not git-ignored");
-    const index = JSON.parse(await readFile(join(r.dir, ".doc-bridge/index.json"), "utf8"));
+    // The index lives in the runner's folder, keyed by repository (root commit) and pin; nothing is written into the checkout.
+    const indexPath = /into (\S+)\n/.exec(stderr)![1]!;
+    expect(indexPath.startsWith(`${INDEX_ROOT}/`)).toBe(true);
+    expect(indexPath).toContain(`/${r.commit}/reference-`);
+    expect(existsSync(join(r.dir, ".doc-bridge"))).toBe(false);
+    const index = JSON.parse(await readFile(indexPath, "utf8"));
     expect(index.pin).toBe(r.commit);
     expect(index.docs.map((d: { path: string }) => d.path)).toEqual(["README.md", "docs/handoffs/h-1.md", "docs/rounding.md"]);
 
@@ -100,10 +106,27 @@ describe("reference doc-bridge server", () => {
     expect(res.content[0]!.text).toContain("index is missing");
   });
 
-  it("warns when the index path is not git-ignored", async () => {
-    const r = await repo(BASE.filter((e) => e.path !== ".gitignore"));
-    const { stderr } = await runIndex(r.dir);
-    expect(stderr).toContain("is not git-ignored");
+  it("never writes the index through a committed symlink: a config index path through a link is refused, naming it, and nothing lands outside", async () => {
+    const outside = await mkdtemp(join(tmpdir(), "mcp-outside-"));
+    cleanup.push(() => rm(outside, { recursive: true, force: true }));
+    const r = await repo([
+      { path: "x", symlink: outside },
+      { path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/**/*.md"], index: "x/.bashrc" }) },
+      { path: "docs/a.md", content: "# A\n\necho pwned\n" },
+    ]);
+    const err = await runIndex(r.dir).then(() => undefined, (e: { stderr: string; code: number }) => e);
+    expect(err?.code).toBe(1);
+    expect(err?.stderr).toContain("index path 'x/.bashrc' runs through the symlink 'x' committed at the pin; refusing");
+    expect(await readdir(outside)).toEqual([]);
+
+    // An escaping path is refused by name too; a config swapped in the work tree is never read.
+    const esc = await repo([{ path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"], index: "../../escape.json" }) }]);
+    const escErr = await runIndex(esc.dir).then(() => undefined, (e: { stderr: string; code: number }) => e);
+    expect(escErr?.stderr).toContain("index path '../../escape.json' leaves the checkout; refusing");
+    const swapped = await repo([{ path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"] }) }, { path: "docs/a.md", content: "# A\n" }]);
+    await writeFile(join(swapped.dir, "doc-bridge.config.json"), JSON.stringify({ docs: ["docs/*.md"], index: "../../escape.json" }));
+    const { stderr } = await runIndex(swapped.dir);
+    expect(stderr).toContain(`indexed 1 documents at ${swapped.commit} into ${INDEX_ROOT}/`);
   });
 
   it("reads its config from package.json's docBridge key and says a .ts config is unsupported", async () => {
@@ -112,8 +135,8 @@ describe("reference doc-bridge server", () => {
       { path: "package.json", content: JSON.stringify({ name: "x", docBridge: { docs: ["notes/*.md"], index: ".doc-bridge/i.json" } }) },
       { path: "notes/a.md", content: "# A\n\nalpha\n" },
     ]);
-    await runIndex(pkg.dir);
-    expect(JSON.parse(await readFile(join(pkg.dir, ".doc-bridge/i.json"), "utf8")).docs).toHaveLength(1);
+    const { stderr } = await runIndex(pkg.dir);
+    expect(JSON.parse(await readFile(/into (\S+)\n/.exec(stderr)![1]!, "utf8")).docs).toHaveLength(1);
 
     const ts = await repo([{ path: "doc-bridge.config.ts", content: "export default {}\n" }, { path: "doc-bridge.config.json", content: CONFIG }]);
     const err = await runIndex(ts.dir).then(() => undefined, (e: { stderr: string; code: number }) => e);
@@ -123,14 +146,9 @@ describe("reference doc-bridge server", () => {
 });
 
 describe("config resolution", () => {
-  async function dirWith(files: Record<string, string>): Promise<string> {
-    const dir = await mkdtemp(join(tmpdir(), "mcp-config-"));
-    cleanup.push(() => rm(dir, { recursive: true, force: true }));
-    for (const [name, content] of Object.entries(files)) await writeFile(join(dir, name), content);
-    return dir;
-  }
   const file = async (files: Record<string, string>) => {
-    const res = await resolveConfigPath(await dirWith(files));
+    const r = await repo(Object.entries(files).map(([path, content]) => ({ path, content })));
+    const res = await resolveConfigAtPin(r.dir, r.commit);
     return res.ok ? res.file : `refused: ${res.reason}`;
   };
 
@@ -146,8 +164,17 @@ describe("config resolution", () => {
   });
 
   it("ignores package.json without a docBridge key and says why nothing was found", async () => {
-    expect(await file({ "package.json": '{"name":"x"}' })).toMatch(/^refused: no doc-bridge config: none of doc-bridge\.config\.ts, .* and package\.json has no "docBridge" key$/);
+    expect(await file({ "package.json": '{"name":"x"}' })).toMatch(/^refused: no doc-bridge config at the pin [0-9a-f]{12}: none of doc-bridge\.config\.ts, .* and package\.json has no "docBridge" key$/);
     expect(await file({ "package.json": "{oops" })).toContain("package.json is not valid JSON");
     expect(await file({})).toContain("no doc-bridge config");
+  });
+});
+
+describe("config at the pin", () => {
+  it("refuses a config that is a symlink at the pin instead of following it", async () => {
+    const r = await repo([{ path: "real.json", content: JSON.stringify({ docs: ["*.md"] }) }, { path: "doc-bridge.config.json", symlink: "real.json" }]);
+    const res = await resolveConfigAtPin(r.dir, r.commit);
+    expect(res.ok).toBe(false);
+    expect(res.ok ? "" : res.reason).toMatch(/doc-bridge\.config\.json at the pin [0-9a-f]{12} is not a regular file \(mode 120000\)/);
   });
 });

@@ -1,5 +1,5 @@
 import { execFile, spawn } from "node:child_process";
-import { access, mkdtemp, readFile, rm } from "node:fs/promises";
+import { access, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -153,7 +153,10 @@ describe("docs/pilot.md, run in order on the demo corpus", () => {
       const dir = join(home, "study", name);
       expect((await execFileP("git", ["-C", dir, "rev-parse", "HEAD"])).stdout.trim()).toBe(pin);
       expect((await execFileP("git", ["-C", dir, "status", "--porcelain"])).stdout).toBe("");
-      await access(join(dir, ".doc-bridge", "index.json"));
+      // The index lives in the runner's folder under $HOME, keyed by repository and pin, never in the checkout.
+      const root = (await execFileP("git", ["-C", dir, "rev-list", "--max-parents=0", pin])).stdout.trim().split("\n").sort()[0]!;
+      expect((await readdir(join(home, ".cache", "study-runner", "doc-bridge-index", root, pin))).filter((f) => f.endsWith(".json"))).toHaveLength(1);
+      await expect(access(join(dir, ".doc-bridge"))).rejects.toThrow();
     }
   });
 

@@ -5,9 +5,12 @@
  * preflight refusals: exit code 2, nothing charged, no ledger.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile, } from "node:fs/promises";
 import { join } from "node:path";
 import type { Observation } from "../../src/ledger/schema.ts";
+import { gitHead } from "../../src/corpus/git.ts";
+import { defaultIndexRoot, indexLocation, repositoryKey, writeIndexFile } from "../../src/mcp/index-store.ts";
+import { REFERENCE_ENGINE_REVISION } from "../../src/mcp/reference-server.ts";
 import {
   containersOfRun,
   exists,
@@ -174,18 +177,18 @@ describe("preflight refusals: exit 2, nothing charged, no ledger", () => {
   }, 120_000);
 
   it("a doc-bridge index that is not fresh at the pin", async () => {
-    const indexPath = join(p.demo.roots.ledgerlite!, ".doc-bridge", "index.json");
-    const original = await readFile(indexPath, "utf8");
-    const index = JSON.parse(original) as { pin: string };
+    // A tampered copy in an index folder of this test's own: the shared one stays intact.
+    const dir = p.demo.roots.ledgerlite!;
+    const pin = await gitHead(dir);
+    const key = await repositoryKey(dir, pin);
+    const shared = indexLocation(defaultIndexRoot(), key, pin, REFERENCE_ENGINE_REVISION);
+    const own = indexLocation(join(p.work, "stale-index"), key, pin, REFERENCE_ENGINE_REVISION);
+    const index = JSON.parse(await readFile(shared.file, "utf8")) as { pin: string };
     const stalePin = "0123456789abcdef0123456789abcdef01234567";
     expect(index.pin).not.toBe(stalePin);
-    await writeFile(indexPath, JSON.stringify({ ...index, pin: stalePin }));
-    try {
-      const r = await runPipeline(p);
-      await expectRefused(r, new RegExp(`doc-bridge preflight refused for checkout ledgerlite .*(stale|not fresh).*${stalePin}`));
-    } finally {
-      await writeFile(indexPath, original);
-    }
+    await writeIndexFile(own, JSON.stringify({ ...index, pin: stalePin }));
+    const r = await runPipeline(p, { env: { STUDY_RUNNER_DOC_INDEX: own.root } });
+    await expectRefused(r, new RegExp(`doc-bridge preflight refused for checkout ledgerlite .*(stale|not fresh).*${stalePin}`));
   }, 120_000);
 
   it("a login folder that does not exist", async () => {

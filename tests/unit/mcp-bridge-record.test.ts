@@ -3,10 +3,12 @@ import {
   JsonRpcRecorder,
   MAX_LOGGED_MESSAGES,
   MAX_PARSED_LINE_BYTES,
+  ToolCallGate,
   compareMcpRecord,
   containerMcpConfig,
 } from "../../src/mcp/bridge.ts";
-import { cliToolName, serverEnvironment } from "../../src/mcp/names.ts";
+import { cliToolName } from "../../src/mcp/names.ts";
+import { enginePrivileges } from "../../src/mcp/engine-sandbox.ts";
 
 const line = (o: unknown) => Buffer.from(JSON.stringify(o) + "\n");
 const call = (id: number | string, name: string) => ({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: { query: "x" } } });
@@ -143,8 +145,36 @@ describe("names and container config", () => {
     });
   });
 
-  it("passes only allowlisted variables to a server, never ANTHROPIC_API_KEY or shell functions", () => {
-    const env = serverEnvironment({ PATH: "/bin", HOME: "/h", ANTHROPIC_API_KEY: "sk-canary", AWS_SECRET_ACCESS_KEY: "x", SHELL: "() { :; }", NODE_OPTIONS: "--require x" });
-    expect(env).toEqual({ PATH: "/bin", HOME: "/h" });
+  it("says who the doc-bridge engine runs as: uid 65534 when the runner is root, else the runner's own uid and what that leaves open", () => {
+    expect(enginePrivileges(0)).toMatchObject({ uid: 65534, gid: 65534, dropped: true });
+    const own = enginePrivileges(1000);
+    expect(own).toMatchObject({ uid: 1000, dropped: false });
+    expect(own.summary).toMatch(/could still read files of that user \(such as the CLI login\)/);
+  });
+
+  it("the bridge's gate passes allowed calls re-serialized, refuses others with an error, and cannot be fooled by duplicate keys, batches or split lines", () => {
+    const gate = new ToolCallGate(new Set(["doc.search", "doc.get", "handoff.resolve"]));
+    const call = (id: number, name: string) => JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: {} } });
+    // A line split across chunks is judged whole.
+    const first = gate.push(Buffer.from(call(1, "doc.search").slice(0, 10)));
+    expect(first).toEqual({ forward: [], replies: [], refused: [] });
+    const rest = gate.push(Buffer.from(call(1, "doc.search").slice(10) + "\n"));
+    expect(rest.forward.map(String)).toEqual([call(1, "doc.search") + "\n"]);
+
+    // Duplicate keys: JSON.parse keeps the last, and the server only ever sees the checked form.
+    const dup = gate.push(Buffer.from('{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"doc.get","name":"gate.status"}}\n'));
+    expect(dup.forward).toEqual([]);
+    expect(dup.refused).toEqual([{ name: "gate.status", id: 2 }]);
+    expect(JSON.parse(String(dup.replies[0]))).toMatchObject({ id: 2, error: { code: -32601 } });
+
+    // A batch keeps its allowed members only.
+    const batch = gate.push(Buffer.from(`[${call(3, "doc.get")},${call(4, "memory.promoteDraft")}]\n`));
+    expect(JSON.parse(String(batch.forward[0]))).toEqual([JSON.parse(call(3, "doc.get"))]);
+    expect(batch.refused).toEqual([{ name: "memory.promoteDraft", id: 4 }]);
+
+    // Notifications and other methods pass; a line that does not parse is dropped and recorded.
+    expect(gate.push(Buffer.from('{"jsonrpc":"2.0","method":"notifications/initialized"}\n')).forward).toHaveLength(1);
+    expect(gate.push(Buffer.from("not json\n"))).toEqual({ forward: [], replies: [], refused: [{ name: "(unparsed line)", id: null }] });
   });
 });
+

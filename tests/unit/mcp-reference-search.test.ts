@@ -43,7 +43,7 @@ describe("reference server search", () => {
 
 describe("reference server config", () => {
   it("refuses unknown keys and an index path outside the checkout", () => {
-    expect(ReferenceConfigSchema.safeParse({ docs: ["README.md"] }).data?.index).toBe(".doc-bridge/index.json");
+    expect(ReferenceConfigSchema.safeParse({ docs: ["README.md"] }).data?.index).toBeUndefined();
     expect(ReferenceConfigSchema.safeParse({ docs: ["README.md"], indx: "x" }).success).toBe(false);
     expect(ReferenceConfigSchema.safeParse({ docs: ["README.md"], index: "../elsewhere.json" }).success).toBe(false);
     expect(ReferenceConfigSchema.safeParse({ docs: ["README.md"], index: "/tmp/i.json" }).success).toBe(false);
