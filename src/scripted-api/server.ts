@@ -25,6 +25,12 @@ export interface StartScriptedApiOptions {
   respond?: (request: DynamicRequest) => Turn | undefined;
   /** Keep each request's parsed JSON body in its record (large: the system prompt is in it). */
   recordBodies?: boolean;
+  /**
+   * Wait this long before answering each Messages request (scripted turns, errors and faults
+   * alike), as a model that takes time to answer: benchmarks of concurrent attempts need the
+   * wait that dominates a real attempt.
+   */
+  turnDelayMs?: number;
 }
 
 /** What `respond` sees of one Messages request. */
@@ -447,6 +453,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
       return;
     }
     const { turn, index } = picked;
+    if (options.turnDelayMs) await new Promise((r) => setTimeout(r, options.turnDelayMs));
     const stream = body.stream === true;
     if ("error" in turn) {
       record.answer = { kind: "error", status: turn.error.status, errorType: turn.error.type, script: script.name, turn: index, reason: "scripted" };

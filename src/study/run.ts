@@ -21,7 +21,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
 import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { observationExtras, reservedObservation } from "./observation.ts";
-import { runAttempts, type AttemptKind } from "./attempts.ts";
+import { concurrencyProblem, rateLimitStatus, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 
 export interface StudyConfig extends StudyRunBase {
@@ -59,6 +59,8 @@ export interface StudyConfig extends StudyRunBase {
   fake?: { behaviourFile?: string; recordsDir?: string };
   timeoutMs?: number;
   stdoutLimitBytes?: number;
+  /** How many attempts may run at once (--concurrency, default 1); see concurrencyProblem. */
+  concurrency?: number;
 }
 
 export interface StudyDeps extends CliRunDeps {
@@ -145,6 +147,9 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
 export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
   const runId = newRunId();
   const { probed, login, docBridge, modelApi } = await preflight(config, deps, runId);
+  const concurrency = config.concurrency ?? 1;
+  const refused = concurrencyProblem({ concurrency, credentials: "login-copy", modelApi });
+  if (refused) throw new RefusalError(refused);
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   const ledger: Ledger = {
@@ -171,21 +176,25 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const persist = () => writeLedger(handle, ledger);
 
   const locks = new Map<PlannedAttempt, LoginLock>();
+  const lockLogin = () =>
+    acquireLoginLock(login, {
+      timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
+      staleMs: config.loginLockStaleMs,
+      holder: runId,
+      signal: deps.signal,
+      // Not silent: a dead run's lock is only taken over once it is stale (30 s).
+      onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
+    });
+  // Attempts in flight at once share the run's one hold on the login (only test stand-ins, see concurrencyProblem).
+  const takeLogin = concurrency > 1 ? sharedHold(lockLogin) : async () => { const lock = await lockLogin(); return { lock, release: () => lock.release() }; };
   const kind: AttemptKind = {
     limitUsd: config.attemptBudgetUsd,
     // The login lock comes before the reservation: a run that never gets the login (another run
     // holds it past the timeout, or a signal ends the wait) has reserved nothing for this attempt.
     // It is held until the attempt's login has been written back.
     async acquire(a) {
-      const lock = await acquireLoginLock(login, {
-        timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
-        staleMs: config.loginLockStaleMs,
-        holder: runId,
-        signal: deps.signal,
-        // Not silent: a dead run's lock is only taken over once it is stale (30 s).
-        onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
-      });
-      locks.set(a, lock);
+      const lock = await takeLogin();
+      locks.set(a, lock.lock);
       return { release: () => (locks.delete(a), lock.release()) };
     },
     open(a, reservationUsd) {
@@ -194,11 +203,11 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       return obs;
     },
     async runOne(a, ctx) {
-      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd }, ctx.entry, ctx.persist);
+      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd, onLine: (line) => { const status = rateLimitStatus(line); if (status !== null) ctx.rateLimited(status); } }, ctx.entry, ctx.persist);
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };
-  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint });
+  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency });
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   return end.exitCode;
 }
@@ -211,6 +220,8 @@ interface AttemptContext {
   lock: LoginLock;
   denied: string[];
   maxBudgetUsd: number;
+  /** Sees every stdout line (rate limits slow new starts). */
+  onLine?: (line: string) => void;
 }
 
 /** One attempt of the study: its arguments and container, through the shared CLI stage. Fills `obs`. */
@@ -256,7 +267,10 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       homeBytes: config.homeBytes,
       timeoutMs: config.timeoutMs,
       stdoutLimitBytes: config.stdoutLimitBytes,
-      onLine: deps.onTranscriptLine && ((line) => deps.onTranscriptLine!(attempt, line)),
+      onLine: (line) => {
+        ctx.onLine?.(line);
+        deps.onTranscriptLine?.(attempt, line);
+      },
     },
     obs,
     persist,
