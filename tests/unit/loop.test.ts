@@ -378,6 +378,7 @@ describe("the bookkeeping loop with units in flight (--concurrency)", () => {
     expect(Math.max(...h.writes.map((w) => atCap(w).open))).toBe(3);
   });
 
+  // contract: R103
   it("a unit starts only when its whole limit fits under the cap minus charges minus every open reservation; it waits for settlements rather than refusing", async () => {
     const g = gates(4);
     // Cap 0.25 and limit 0.1: two reservations fit, a third only after a settlement freed money.
@@ -413,6 +414,7 @@ describe("the bookkeeping loop with units in flight (--concurrency)", () => {
     expect(h.notReached).toEqual([2]);
   });
 
+  // contract: R103
   it("after the first unit that does not complete no new unit starts; the units in flight finish, are settled and recorded; blocked with the first failure, exit 1", async () => {
     const g = gates(6);
     const h = harness(g.scripts);
@@ -442,6 +444,7 @@ describe("the bookkeeping loop with units in flight (--concurrency)", () => {
     expect(h.writes.at(-1)).toMatchObject({ status: "blocked", reservedUsd: 0, spentUsd: 0.23 });
   });
 
+  // contract: R103
   it("a signal stops new starts at once; the running units end (the kind stops them) and are charged by the rules", async () => {
     const g = gates(5);
     const controller = new AbortController();
@@ -483,6 +486,7 @@ describe("the bookkeeping loop with units in flight (--concurrency)", () => {
     });
   });
 
+  // contract: R103
   it("one writer: settlements at the same moment never overlap two writes, and every write is a consistent record", async () => {
     const g = gates(8);
     const h = harness(g.scripts);
@@ -515,6 +519,7 @@ describe("the bookkeeping loop with units in flight (--concurrency)", () => {
     expect(h.writes.at(-1)).toMatchObject({ status: "done", spentUsd: 0.08 });
   });
 
+  // contract: R103
   it("pairs are dispatched together: both reserved and started before anything else, and a stop never leaves one half-run", async () => {
     const g = gates(6);
     const h = harness(g.scripts);
@@ -552,6 +557,7 @@ describe("the bookkeeping loop with units in flight (--concurrency)", () => {
     expect(h.notReached).toEqual([1]);
   });
 
+  // contract: R103
   it("a rate limit halves how many units may start, recorded; clean settlements bring it back", async () => {
     const g = gates(10);
     const h = harness(g.scripts);
