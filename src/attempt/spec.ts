@@ -1,5 +1,6 @@
 import { basename, dirname } from "node:path";
 import type { ContainerSpec, Mount } from "../runtime/port.ts";
+import { treeFromFolder } from "../runtime/tree.ts";
 import { IMAGE_LAYOUT } from "../image/specs.ts";
 
 /** Where things live inside the attempt container (the image's layout, see src/image). */
@@ -142,10 +143,9 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     // A model API behind the relay (and anything else on loopback) is reached directly.
     env.NO_PROXY = "127.0.0.1,localhost";
   }
-  const mounts: Mount[] = [
-    { source: input.exportDir, target: CONTAINER.workspace, readOnly: true },
-    { source: input.homeDir, target: CONTAINER.loginDir, readOnly: false },
-  ];
+  // The export is handed over as a tree (content), not as a host path: see docs/scaling.md.
+  const workspace = treeFromFolder(CONTAINER.workspace, input.exportDir);
+  const mounts: Mount[] = [{ source: input.homeDir, target: CONTAINER.loginDir, readOnly: false }];
   // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
   // side from replacing the socket or leaving files beside it.
   if (input.mcpSocketDir) mounts.push({ source: input.mcpSocketDir, target: CONTAINER.mcpDir, readOnly: true });
@@ -167,6 +167,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     env,
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
+    workspace,
     mounts,
     tmpfs: {
       "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",
