@@ -99,8 +99,12 @@ describe("attempts in flight on the real engine", () => {
         args: ["--concurrency", String(2 + (trial % 3) * 2), "--quiet", ...FAST_STALE],
       });
       const started = startPipeline(run);
-      // From before the first write to well into the attempts.
-      await new Promise((r) => setTimeout(r, 300 + Math.floor(next() * 7000)));
+      // A random moment of the run: after its ledger exists (preflight takes a few seconds on a
+      // loaded machine), anywhere from the first reservation to well into the attempts.
+      let ended = false;
+      void started.done.then(() => (ended = true));
+      while (!ended && !(await exists(run.output))) await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, Math.floor(next() * 12_000)));
       started.child.kill("SIGKILL");
       await started.done;
       dead.push(started.pid);
