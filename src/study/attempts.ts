@@ -45,6 +45,14 @@ export function rateLimitStatus(line: string): number | null {
   return status === 429 || status === 529 ? status : null;
 }
 
+/** A transcript line handler that tells the loop of each 429 or 529 the attempt meets. */
+export function rateLimitWatch(ctx: { rateLimited(httpStatus: number): void }): (line: string) => void {
+  return (line) => {
+    const status = rateLimitStatus(line);
+    if (status !== null) ctx.rateLimited(status);
+  };
+}
+
 /**
  * One lock taken by the first of several holders and released by the last: attempts running at
  * once share the run's hold on the CLI login instead of waiting for each other.

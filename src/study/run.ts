@@ -21,7 +21,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
 import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { observationExtras, reservedObservation } from "./observation.ts";
-import { concurrencyProblem, rateLimitStatus, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
+import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 
 export interface StudyConfig extends StudyRunBase {
@@ -186,7 +186,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
     });
   // Attempts in flight at once share the run's one hold on the login (only test stand-ins, see concurrencyProblem).
-  const takeLogin = concurrency > 1 ? sharedHold(lockLogin) : async () => { const lock = await lockLogin(); return { lock, release: () => lock.release() }; };
+  const takeLogin = sharedHold(lockLogin);
   const kind: AttemptKind = {
     limitUsd: config.attemptBudgetUsd,
     // The login lock comes before the reservation: a run that never gets the login (another run
@@ -203,7 +203,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       return obs;
     },
     async runOne(a, ctx) {
-      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd, onLine: (line) => { const status = rateLimitStatus(line); if (status !== null) ctx.rateLimited(status); } }, ctx.entry, ctx.persist);
+      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a)!, denied: docBridge?.denyList ?? [], maxBudgetUsd: ctx.reservation!.reservedUsd, onLine: rateLimitWatch(ctx) }, ctx.entry, ctx.persist);
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { FakeRuntime, type FakeProcess } from "../../src/runtime/fake.ts";
 import { runStudy, type StudyConfig } from "../../src/study/run.ts";
-import { concurrencyProblem, rateLimitStatus } from "../../src/study/attempts.ts";
+import { concurrencyProblem, rateLimitStatus, sharedHold } from "../../src/study/attempts.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
 import { planStudy } from "../../src/plan/plan.ts";
 import { readLedger } from "../../src/ledger/store.ts";
@@ -210,6 +210,27 @@ describe("attempts in flight on the in-memory runtime", () => {
     // Six attempts, six containers: nothing was run twice.
     expect(runtime.created.filter((s) => !s.cmd.includes("--version"))).toHaveLength(6);
     expect(seen.max).toBe(2);
+  });
+
+  it("attempts in flight share one hold on the login: taken by the first, released by the last, taken anew afterwards", async () => {
+    const log: string[] = [];
+    let n = 0;
+    const take = sharedHold(async () => {
+      const id = ++n;
+      log.push(`take ${id}`);
+      return { release: async () => void log.push(`release ${id}`) };
+    });
+    const a = await take();
+    const b = await take();
+    expect(b.lock).toBe(a.lock);
+    await a.release();
+    await a.release(); // twice is once
+    expect(log).toEqual(["take 1"]);
+    await b.release();
+    expect(log).toEqual(["take 1", "release 1"]);
+    const c = await take();
+    await c.release();
+    expect(log).toEqual(["take 1", "release 1", "take 2", "release 2"]);
   });
 
   it("reads the status of a rate limit from the CLI's retry event and its result", () => {
