@@ -12,6 +12,11 @@ import { errorMessage, ExitCode, RefusalError } from "../util/errors.ts";
  * and every way out of it. A kind hands it one function that runs one unit and returns one
  * outcome; the kind never reserves, settles or decides whether the run goes on.
  *
+ * With `concurrency` above 1 several units run at once (contract R103): each holds its whole
+ * reservation while it runs, a group (the two arms of a pair) is reserved in one write and
+ * started whole, the first unit that does not complete stops new starts while the others finish
+ * and settle, and every write goes through one writer. At 1 it is the loop one unit at a time.
+ *
  * Money rules (docs/contract.md, "Budget and charging"): a unit starts only when its full limit
  * fits under the cap minus the charges and the open reservations; a completed unit is charged the
  * larger of its valid costs; anything else keeps at least its reservation charged. A kind that
