@@ -11,7 +11,20 @@ import { join } from "node:path";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
 import { runCli } from "../support/cli.ts";
-import { exists, freshLogin, leftovers, ledgerOf, prepareRun, preparePipeline, runPipeline, startPipeline, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
+import {
+  exists,
+  freshLogin,
+  leftovers,
+  ledgerOf,
+  prepareRun,
+  preparePipeline,
+  repositoryInit,
+  runPipeline,
+  startPipeline,
+  waitFor,
+  RESERVATION_USD,
+  type Pipeline,
+} from "../support/pipeline.ts";
 
 let p: Pipeline;
 beforeAll(async () => {
@@ -82,6 +95,36 @@ describe("attempts in flight on the real engine", () => {
     expect(ledger.observations.filter((o) => o.status !== "completed").map((o) => o.index)).toEqual([4]);
     const check = await runCli(["ledger", "check", run.output, "--json"]);
     expect(check.code).toBe(0);
+  }, 300_000);
+
+  it("SIGINT with four attempts in flight: no new start, every running container stopped and charged its reservation, exit 130, nothing left", async () => {
+    const run = await prepareRun(p, {
+      mode: "run",
+      loginDir: await freshLogin(p),
+      behaviour: { default: { kind: "sleep", seconds: 120, events: [repositoryInit()] } },
+      args: ["--concurrency", "4"],
+    });
+    const started = startPipeline(run);
+    // Two pairs in flight: four running containers of this runner.
+    await waitFor("four running attempt containers", async () => {
+      const found = (await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid) })).filter((c) => c.running && c.labels[LABELS.attempt] !== "probe");
+      return found.length >= 4 ? found : undefined;
+    }, 120_000);
+    started.child.kill("SIGINT");
+    const r = await started.done;
+    expect(r.code, r.stderr).toBe(130);
+    const ledger = await ledgerOf(run);
+    expect(ledger.status).toBe("blocked");
+    expect(ledger.statusReason).toMatch(/SIGINT/);
+    expect(ledger.observations).toHaveLength(4);
+    for (const o of ledger.observations) {
+      expect(o.phase).toBe("settled");
+      expect(o.status).not.toBe("completed");
+      expect(o.chargedUsd).toBeGreaterThanOrEqual(RESERVATION_USD);
+    }
+    expect(ledger.budget).toMatchObject({ reservedUsd: 0, spentUsd: 4 * RESERVATION_USD });
+    expect(await p.runtime.listByLabel({ [LABELS.run]: ledger.runId })).toEqual([]);
+    expect(await leftovers(run.tmp)).toEqual([]);
   }, 300_000);
 
   it("SIGKILL at random moments of 20 concurrent runs: every ledger passes ledger check, every started attempt's reservation still charged, nothing left after the next run", async () => {
