@@ -1,5 +1,6 @@
 import { basename, dirname } from "node:path";
 import type { ContainerSpec, Mount } from "../runtime/port.ts";
+import { treeFromFolder } from "../runtime/tree.ts";
 import { IMAGE_LAYOUT } from "../image/specs.ts";
 
 /** Where things live inside the attempt container (the image's layout, see src/image). */
@@ -148,8 +149,12 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     // A model API behind the relay (and anything else on loopback) is reached directly.
     env.NO_PROXY = "127.0.0.1,localhost";
   }
+  // The export is handed over as a tree (content), not as a host path: see docs/scaling.md. A
+  // session's worktree is different: the agent edits it and the next call must find the edits, so
+  // it is a writable folder of the host, bound read-write.
+  const workspace = input.session === undefined ? treeFromFolder(CONTAINER.workspace, input.exportDir) : undefined;
   const mounts: Mount[] = [
-    { source: input.exportDir, target: CONTAINER.workspace, readOnly: input.session === undefined },
+    ...(input.session !== undefined ? [{ source: input.exportDir, target: CONTAINER.workspace, readOnly: false }] : []),
     { source: input.homeDir, target: CONTAINER.loginDir, readOnly: false },
   ];
   // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
@@ -174,6 +179,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     env,
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
+    ...(workspace ? { workspace } : {}),
     mounts,
     tmpfs: {
       "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",

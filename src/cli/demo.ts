@@ -18,7 +18,7 @@ import { runCommand } from "./run.ts";
  * STUDY_ADJUDICATOR_MODEL names another. Its verdicts are the fake's scripted ones (a fixed mix,
  * so the charts have more than one colour), not a grading of the answers.
  */
-export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean; sessions?: boolean }): Promise<number> {
+export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean; sessions?: boolean; concurrency?: string }): Promise<number> {
   const workdir = resolve(flags.workdir ?? join(tmpdir(), "study-runner-demo"));
   if (flags.sessions) return sessionsDemo(workdir, flags);
   const setup = await prepareDemo(workdir, new DockerRuntime());
@@ -44,6 +44,7 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
     image: real?.image ?? setup.image,
     isolation: "offline",
     claudeConfigDir: setup.loginDir,
+    concurrency: flags.concurrency,
     quiet: flags.quiet,
   }).finally(() => real?.close());
   // A run refused before its ledger existed has nothing to adjudicate or report.

@@ -55,6 +55,11 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--egress-allow <hosts>", `--isolation strict: host names the proxy allows on port 443, comma-separated (repeatable; replaces the default ${DEFAULT_EGRESS_ALLOW.join(",")})`, collect)
     .option("--runtime <name>", "OCI runtime of attempt containers, e.g. runsc (gVisor) where the engine has it; the run refuses to start if it is missing")
     .option("--cpus <n>", "CPUs each attempt container may use (Docker's --cpus, e.g. 0.5 or 2); recorded in the ledger", "1")
+    .option(
+      "--concurrency <n>",
+      "cli transport: attempts running at once (default 1); above 1 the two arms of a task x repetition start together, each attempt's whole limit stays reserved while it runs, and a 429/529 slows new starts. Refused while attempts get a copy of the CLI login (two containers would hold one single-use refresh token)",
+      "1",
+    )
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
     .addOption(
       new Option(
@@ -262,6 +267,7 @@ Correctness is agent-adjudicated: there is no human review.`,
     .option("--pilot", "run the pilot (2 attempts) instead of the full study (36)")
     .option("--real-cli", "the real pinned Claude Code binary (installed from npm once, image built offline) with a scripted model on a unix socket, instead of the fake image")
     .option("--sessions", "run the two session tasks instead (an invoice rounding question, a discount-tier question): start, question, scripted answer, resume in a fresh container, done, tests")
+    .option("--concurrency <n>", "attempts running at once (the demo's model is a test stand-in, so no login is shared)", "1")
     .option("--quiet", "no progress lines on stderr")
     .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));
 

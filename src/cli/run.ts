@@ -25,6 +25,8 @@ export interface RunFlags extends RawRunFlags {
   runtime?: string;
   /** CPUs per attempt container (Docker's --cpus). */
   cpus?: string;
+  /** How many attempts may run at once. */
+  concurrency?: string;
   claudeConfigDir?: string;
   docBridgeCommand?: string;
   quiet?: boolean;
@@ -55,6 +57,18 @@ export function parseCpus(value: string | undefined, problems: string[]): number
     problems.push(`--cpus must be a number of CPUs between 0.01 and 1024, e.g. --cpus 1 or --cpus 0.5; got '${value}'`);
     return undefined;
   }
+  return n;
+}
+
+/** `--concurrency`: a whole number of attempts at once, 1 to 64; pushes a problem otherwise. */
+export function parseConcurrency(value: string | undefined, transport: "cli" | "http", problems: string[]): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (value.trim() === "" || !Number.isSafeInteger(n) || n < 1 || n > 64) {
+    problems.push(`--concurrency must be a whole number of attempts from 1 to 64, e.g. --concurrency 4; got '${value}'`);
+    return undefined;
+  }
+  if (n > 1 && transport !== "cli") problems.push("--concurrency above 1 applies to --transport cli only (the http transport runs one attempt at a time)");
   return n;
 }
 
@@ -178,6 +192,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
   if (flags.runtime !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(flags.runtime)) problems.push(`--runtime ${JSON.stringify(flags.runtime)} is not a runtime name such as runsc`);
   const cpus = parseCpus(flags.cpus, problems);
+  const concurrency = parseConcurrency(flags.concurrency, flags.transport, problems);
   if (flags.output) {
     const { checkOutputPath } = await import("../ledger/store.ts");
     problems.push(...(await checkOutputPath(flags.output, { checkouts: [...roots.values()], projectRoot: PROJECT_ROOT })));
@@ -241,6 +256,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         ...(egressAllow ? { egress: { allow: egressAllow } } : {}),
         ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
         ...(cpus !== undefined ? { cpus } : {}),
+        ...(concurrency !== undefined ? { concurrency } : {}),
         docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
         claudeConfigDir: flags.claudeConfigDir,
         credentials,

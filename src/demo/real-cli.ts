@@ -25,9 +25,22 @@ export interface RealCliDemo {
   close(): Promise<void>;
 }
 
-/** One scripted conversation per planned attempt, in plan order (the runner runs them one by one). */
+/**
+ * One scripted conversation per task and arm, selected by the task's question (in the first user
+ * message) and, for the doc-bridge arm, by the doc-bridge tool it offers: attempts that run at
+ * once (--concurrency) each get their own task's conversation whatever order they reach the API.
+ * The doc-bridge scripts come first, since the question alone matches both arms.
+ */
 export function demoScripts(manifest: Manifest, plan: readonly PlannedAttempt[]): ScriptInput[] {
-  return plan.map((a) => {
+  const seen = new Set<string>();
+  const distinct = plan.filter((a) => {
+    const key = `${a.taskIndex}/${a.arm}`;
+    if (seen.has(key)) return false;
+    seen.add(key);
+    return true;
+  });
+  distinct.sort((x, y) => (x.arm === y.arm ? 0 : x.arm === "mcp" ? -1 : 1));
+  return distinct.map((a) => {
     const task = manifest.tasks[a.taskIndex]!;
     const doc = task.sources.find((s) => s.endsWith(".md")) ?? task.sources[0]!;
     const answer = `Scripted demo answer (no model ran): see ${task.sources.join(", ")}.`;
@@ -43,18 +56,24 @@ export function demoScripts(manifest: Manifest, plan: readonly PlannedAttempt[])
             { toolCalls: task.sources.map((s) => ({ name: "Read", input: { file_path: `/workspace/${s}` } })), usage: { input_tokens: 3000, output_tokens: 30, cache_read_input_tokens: 2500 } },
             { answer, usage: { input_tokens: 4200, output_tokens: 50, cache_read_input_tokens: 3000 } },
           ];
-    return { name: `attempt-${a.index}-${a.arm}`, turns };
+    return { name: `task-${a.taskIndex}-${a.arm}`, marker: task.question, ...(a.arm === "mcp" ? { tool: "mcp__doc-bridge__doc_search" } : {}), turns };
   });
 }
 
 /** Installs the pinned binary when missing, builds the real image (cached), starts the scripted API. */
-export async function startRealCliDemo(workdir: string, runtime: ContainerRuntime, manifest: Manifest, plan: readonly PlannedAttempt[]): Promise<RealCliDemo> {
+export async function startRealCliDemo(
+  workdir: string,
+  runtime: ContainerRuntime,
+  manifest: Manifest,
+  plan: readonly PlannedAttempt[],
+  options: { turnDelayMs?: number } = {},
+): Promise<RealCliDemo> {
   const binary = await ensureClaudeBinary();
   const image = await buildImage(runtime, await claudeCodeImageSpec({ claudeBinary: binary.path }));
   // A folder of its own: it is mounted into every attempt container, so it holds only the socket.
   const dir = await mkdtemp(join(workdir, "model-api-"));
   await chmod(dir, 0o755);
-  const api = await startScriptedApi({ socketPath: join(dir, "api.sock"), script: demoScripts(manifest, plan) });
+  const api = await startScriptedApi({ socketPath: join(dir, "api.sock"), script: demoScripts(manifest, plan), turnDelayMs: options.turnDelayMs });
   return {
     image: image.tag,
     socketPath: api.socketPath!,

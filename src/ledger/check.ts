@@ -51,8 +51,10 @@ export interface LedgerCheck {
   statusReason: string | null;
   observations: { total: number; settled: number; open: number } | null;
   arithmetic: LedgerArithmetic | null;
-  /** The unsettled observation, if any (only the last one may be). */
+  /** The first unsettled observation, if any. */
   openReservation: OpenReservation | null;
+  /** Every unsettled observation: one at a time only the last, with --concurrency up to that many. */
+  openReservations: OpenReservation[];
   /** Schema and arithmetic problems; never quote the file's content (it holds answers). */
   problems: string[];
   /** One line for a person. */
@@ -70,7 +72,7 @@ const num = (v: unknown): number | null => (typeof v === "number" && Number.isFi
  * other field breaks the schema (whose cross-field rules then do not run). Null when the
  * figures themselves are missing or not numbers.
  */
-function arithmeticOf(json: Record<string, unknown>): { arithmetic: LedgerArithmetic; open: OpenReservation | null; counts: LedgerCheck["observations"] } | null {
+function arithmeticOf(json: Record<string, unknown>): { arithmetic: LedgerArithmetic; open: OpenReservation[]; counts: LedgerCheck["observations"] } | null {
   const budget = json.budget;
   const observations = json.observations;
   if (!isRecord(budget) || !Array.isArray(observations)) return null;
@@ -78,7 +80,7 @@ function arithmeticOf(json: Record<string, unknown>): { arithmetic: LedgerArithm
   const reservedUsd = num(budget.reservedUsd);
   if (spentUsd === null || reservedUsd === null) return null;
   const rows: Array<{ phase: "settled" | "open"; reservationUsd: number; chargedUsd: number | null }> = [];
-  let open: OpenReservation | null = null;
+  const open: OpenReservation[] = [];
   for (const [i, o] of observations.entries()) {
     if (!isRecord(o)) return null;
     const reservationUsd = num(o.reservationUsd);
@@ -86,7 +88,7 @@ function arithmeticOf(json: Record<string, unknown>): { arithmetic: LedgerArithm
     const settled = o.phase === "settled";
     if (settled && num(o.chargedUsd) === null) return null;
     rows.push({ phase: settled ? "settled" : "open", reservationUsd, chargedUsd: settled ? num(o.chargedUsd) : null });
-    if (!settled && open === null) open = { index: i, phase: typeof o.phase === "string" ? o.phase : "(none)", reservationUsd };
+    if (!settled) open.push({ index: i, phase: typeof o.phase === "string" ? o.phase : "(none)", reservationUsd });
   }
   const totals = budgetTotals(rows.map((r) => ({ phase: r.phase === "settled" ? "settled" : "running", reservationUsd: r.reservationUsd, chargedUsd: r.chargedUsd })));
   const settledChargesUsd = totals.spentUsd - totals.reservedUsd;
@@ -129,6 +131,7 @@ export function checkLedger(path: string, bytes: Buffer, kinds: Readonly<Record<
     observations: null,
     arithmetic: null,
     openReservation: null,
+    openReservations: [],
     problems: [],
     verdict: "",
   };
@@ -156,7 +159,8 @@ export function checkLedger(path: string, bytes: Buffer, kinds: Readonly<Record<
   const money = arithmeticOf(json);
   if (money) {
     result.arithmetic = money.arithmetic;
-    result.openReservation = money.open;
+    result.openReservation = money.open[0] ?? null;
+    result.openReservations = money.open;
     result.observations = money.counts;
   }
   const parsed = LedgerSchema.safeParse(json);
@@ -172,8 +176,13 @@ export function checkLedger(path: string, bytes: Buffer, kinds: Readonly<Record<
   result.valid = result.problems.length === 0;
 
   const spend = a ? `spent ${usd(a.spentUsd)} = settled charges ${usd(a.settledChargesUsd)} + open reservations ${usd(a.openReservationsUsd)}` : "spend unknown";
-  const open = result.openReservation;
-  const openText = open ? `observation ${open.index} is unsettled (phase ${open.phase}); its reservation of ${usd(open.reservationUsd)} is counted as spent` : null;
+  const opens = result.openReservations;
+  const openText =
+    opens.length === 0
+      ? null
+      : opens.length === 1
+        ? `observation ${opens[0]!.index} is unsettled (phase ${opens[0]!.phase}); its reservation of ${usd(opens[0]!.reservationUsd)} is counted as spent`
+        : `observations ${opens.map((o) => `${o.index} (phase ${o.phase}, ${usd(o.reservationUsd)})`).join(", ")} are unsettled; their reservations are counted as spent`;
   if (!result.valid) {
     result.state = "invalid";
     result.verdict = `invalid: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}${a ? `; ${spend}` : ""}`;

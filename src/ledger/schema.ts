@@ -302,6 +302,28 @@ export const BudgetSchema = z.strictObject({
   cumulativeCapExceeded: z.boolean(),
 });
 
+/**
+ * How attempts were scheduled: how many could run at once, whether the two arms of a task and
+ * repetition were started together, and every change of the running limit a rate limit caused.
+ */
+export const SchedulingSchema = z.strictObject({
+  concurrency: z.number().int().min(1).meta({ description: "--concurrency: how many attempts could run at once (1: one after another)" }),
+  pairs: z.enum(["sequential", "together"]).meta({
+    description: "together: both arms of a task x repetition were reserved and started at the same moment, so a stop never left a pair half-run; sequential: one after another",
+  }),
+  rateEvents: z
+    .array(
+      z.strictObject({
+        at: z.iso.datetime(),
+        event: z.enum(["backoff", "recover"]),
+        observation: Count.meta({ description: "the attempt that met the limit (backoff) or whose clean settlement raised it (recover)" }),
+        httpStatus: z.number().int().nullable().meta({ description: "429 or 529 for a backoff; null for a recover" }),
+        concurrency: z.number().int().min(1).meta({ description: "how many attempts could start from then on" }),
+      }),
+    )
+    .meta({ description: "a 429 or 529 seen in an attempt's transcript halves the running limit; never retried by the runner" }),
+});
+
 export const LedgerSchema = z
   .strictObject({
     $schema: z.string().optional(),
@@ -359,6 +381,7 @@ export const LedgerSchema = z
     model: z.string().min(1),
     prices: PriceTableSchema,
     mode: z.enum(["pilot", "full"]),
+    scheduling: SchedulingSchema.optional().meta({ description: "absent in ledgers of runs that ran one attempt at a time before concurrency existed" }),
     budget: BudgetSchema,
     spendLabel: z
       .strictObject({ usd: z.string().min(1), tokens: z.string().min(1) })
@@ -385,11 +408,17 @@ export const LedgerSchema = z
     } else if (l.budget.attemptBudgetUsd !== null) {
       ctx.addIssue({ code: "custom", path: ["budget", "attemptBudgetUsd"], message: "must be null for the http transport, which reserves per call" });
     }
+    // With attempts in flight, each running attempt holds its own open reservation.
+    const concurrency = l.scheduling?.concurrency ?? 1;
+    const open = l.observations.filter((o) => o.phase !== "settled").length;
+    if (open > concurrency) {
+      ctx.addIssue({ code: "custom", path: ["observations"], message: `${open} observations are unsettled, but at most ${concurrency} attempts run at once (scheduling.concurrency)` });
+    }
     l.observations.forEach((o, i) => {
       if (o.index !== i) ctx.addIssue({ code: "custom", path: ["observations", i, "index"], message: `is ${o.index}, expected ${i}; observations are appended in run order` });
       if (o.transport !== l.transport) ctx.addIssue({ code: "custom", path: ["observations", i, "transport"], message: `differs from the run's transport '${l.transport}'` });
-      // Attempts run one at a time: only the newest may still hold an open reservation.
-      if (o.phase !== "settled" && i !== l.observations.length - 1) {
+      // One at a time: only the newest may still hold an open reservation.
+      if (concurrency === 1 && o.phase !== "settled" && i !== l.observations.length - 1) {
         ctx.addIssue({ code: "custom", path: ["observations", i, "phase"], message: "only the last observation may be unsettled" });
       }
       if (o.status !== null && o.status !== "completed" && l.status !== "blocked") {
@@ -446,6 +475,7 @@ export type HttpCall = z.infer<typeof HttpCallSchema>;
 export type EgressRecord = z.infer<typeof EgressRecordSchema>;
 export type EgressRequest = z.infer<typeof EgressRequestSchema>;
 export type Budget = z.infer<typeof BudgetSchema>;
+export type Scheduling = z.infer<typeof SchedulingSchema>;
 export type PriceTable = z.infer<typeof PriceTableSchema>;
 export type RunStatus = z.infer<typeof RunStatusSchema>;
 export type Phase = z.infer<typeof PhaseSchema>;

@@ -151,6 +151,12 @@ export class DockerRuntime implements ContainerRuntime {
 
   async create(spec: ContainerSpec): Promise<string> {
     assertValidSpec(spec);
+    // This engine runs on the runner's host: the workspace's host copy is bound read-only. Copying
+    // the tar in instead would need a writable target, and the root filesystem is read-only.
+    if (spec.workspace && spec.workspace.hostPath === undefined) {
+      throw new ContainerRuntimeError(`invalid container spec: the Docker adapter binds the workspace from the runner's host; give workspace.hostPath`, "invalid-spec");
+    }
+    const binds = spec.workspace ? [...spec.mounts, { source: spec.workspace.hostPath!, target: spec.workspace.target, readOnly: true }] : spec.mounts;
     try {
       const container = await this.docker.createContainer({
         ...(spec.name !== undefined ? { name: spec.name } : {}),
@@ -170,7 +176,7 @@ export class DockerRuntime implements ContainerRuntime {
         AttachStdout: true,
         AttachStderr: true,
         HostConfig: {
-          Mounts: spec.mounts.map((m) => ({ Type: "bind" as const, Source: m.source, Target: m.target, ReadOnly: m.readOnly })),
+          Mounts: binds.map((m) => ({ Type: "bind" as const, Source: m.source, Target: m.target, ReadOnly: m.readOnly })),
           Tmpfs: spec.tmpfs,
           ReadonlyRootfs: spec.readOnlyRootfs,
           NetworkMode: spec.networkMode,

@@ -118,10 +118,10 @@ export class FakeRuntime implements ContainerRuntime {
     const id = randomBytes(32).toString("hex");
     let finish!: (exit: ContainerExit) => void;
     const done = new Promise<ContainerExit>((resolve) => (finish = resolve));
-    const container: FakeContainer = { id, spec: structuredClone(spec), image, state: "created", abort: new AbortController(), done, finish };
+    const container: FakeContainer = { id, spec: copySpec(spec), image, state: "created", abort: new AbortController(), done, finish };
     if (spec.name !== undefined) container.name = spec.name;
     this.containers.set(id, container);
-    this.created.push(structuredClone(spec));
+    this.created.push(copySpec(spec));
     return id;
   }
 
@@ -247,4 +247,10 @@ function dockerfileLabels(dockerfile: string): Record<string, string> {
     }
   }
   return labels;
+}
+
+/** A copy the caller cannot change afterwards; the workspace's tar() is a function, kept as is. */
+function copySpec(spec: ContainerSpec): ContainerSpec {
+  const { workspace, ...data } = spec;
+  return { ...structuredClone(data), ...(workspace ? { workspace: { ...workspace } } : {}) };
 }

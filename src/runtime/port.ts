@@ -12,6 +12,21 @@ export interface Mount {
   readOnly: boolean;
 }
 
+/**
+ * A read-only tree the container sees at `target` (the attempt's export), handed to the runtime
+ * as content rather than as a path on the runner's host: a runtime whose containers run
+ * elsewhere (a Kubernetes pod on another node) copies `tar()` in; one on the runner's host may
+ * bind-mount `hostPath` read-only instead (the Docker adapter does, see docs/scaling.md).
+ */
+export interface Workspace {
+  /** Absolute path inside the container. */
+  target: string;
+  /** The tree as an uncompressed tar stream; each call starts a new stream. */
+  tar(): NodeJS.ReadableStream;
+  /** Where the same tree lies on the runner's host, when it does. */
+  hostPath?: string;
+}
+
 /** `none`, `bridge` (only the documented default of a real pilot), or `container:<id>` (a sidecar's namespace). */
 export type NetworkMode = "none" | "bridge" | `container:${string}`;
 
@@ -26,7 +41,10 @@ export interface ContainerSpec {
   /** `uid:gid` or a name from the image's /etc/passwd. */
   user?: string;
   workingDir?: string;
+  /** Host folders bound into the container (socket folders, the staged login, test files). */
   mounts: Mount[];
+  /** The read-only tree the attempt works on (its export). */
+  workspace?: Workspace;
   /** Path inside the container -> tmpfs mount options, e.g. `{ "/tmp": "rw,nosuid,size=64m" }`. */
   tmpfs: Record<string, string>;
   readOnlyRootfs: boolean;
@@ -138,6 +156,11 @@ export function assertValidSpec(spec: ContainerSpec): void {
   for (const m of spec.mounts) {
     if (!ABSOLUTE.test(m.source)) problems.push(`mount source ${JSON.stringify(m.source)} is not absolute`);
     if (!ABSOLUTE.test(m.target)) problems.push(`mount target ${JSON.stringify(m.target)} is not absolute`);
+  }
+  if (spec.workspace) {
+    if (!ABSOLUTE.test(spec.workspace.target)) problems.push(`workspace target ${JSON.stringify(spec.workspace.target)} is not absolute`);
+    if (spec.workspace.hostPath !== undefined && !ABSOLUTE.test(spec.workspace.hostPath)) problems.push(`workspace hostPath ${JSON.stringify(spec.workspace.hostPath)} is not absolute`);
+    if (spec.mounts.some((m) => m.target === spec.workspace!.target)) problems.push(`workspace target ${spec.workspace.target} is also a mount target`);
   }
   for (const path of Object.keys(spec.tmpfs)) {
     if (!ABSOLUTE.test(path)) problems.push(`tmpfs path ${JSON.stringify(path)} is not absolute`);

@@ -33,6 +33,12 @@ export interface StartScriptedApiOptions {
   onRequest?: (record: RecordedRequest) => Promise<void> | void;
   /** Serve HTTPS with this key and certificate (the gateway's upstream in tests: TLS on loopback with a test CA). */
   tls?: { key: string | Buffer; cert: string | Buffer };
+  /**
+   * Wait this long before answering each Messages request (scripted turns, errors and faults
+   * alike), as a model that takes time to answer: benchmarks of concurrent attempts need the
+   * wait that dominates a real attempt.
+   */
+  turnDelayMs?: number;
 }
 
 /** What `respond` sees of one Messages request. */
@@ -457,6 +463,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
       return;
     }
     const { turn, index } = picked;
+    if (options.turnDelayMs) await new Promise((r) => setTimeout(r, options.turnDelayMs));
     const stream = body.stream === true;
     if ("error" in turn) {
       record.answer = { kind: "error", status: turn.error.status, errorType: turn.error.type, script: script.name, turn: index, reason: "scripted" };

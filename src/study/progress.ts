@@ -18,7 +18,8 @@ const CLEAR_LINE = "\r\x1b[2K";
  * only ever holds the plain lines. Silent with --quiet.
  */
 export class Progress {
-  private startedAt = 0;
+  /** The attempts running now and when each started (several with --concurrency). */
+  private readonly inFlight = new Map<number, { tag: string; startedAt: number }>();
   private readonly runStarted = Date.now();
   private spentUsd = 0;
   private readonly live: boolean;
@@ -43,29 +44,47 @@ export class Progress {
 
   start(a: PlannedAttempt): void {
     this.stopLive();
-    this.startedAt = Date.now();
+    this.inFlight.set(a.index, { tag: this.tag(a), startedAt: Date.now() });
     this.write(`${this.tag(a)}: started`);
-    if (!this.live) return;
-    const tag = this.tag(a);
-    this.ticker = setInterval(() => {
-      const secs = Math.round((Date.now() - this.startedAt) / 1000);
-      const total = Math.round((Date.now() - this.runStarted) / 1000);
-      this.out.write(`${CLEAR_LINE}study-runner: ${tag}: running ${secs}s, spent ${usd(this.spentUsd)} of ${usd(this.capUsd)}, run ${total}s`);
-      this.drawn = true;
-    }, this.tickMs);
-    // Never what keeps the process alive: a runner fault must still end it.
-    this.ticker.unref();
+    this.startTicker();
   }
 
   end(a: PlannedAttempt, o: Observation, spentUsd: number): void {
     this.stopLive();
+    const startedAt = this.inFlight.get(a.index)?.startedAt ?? Date.now();
+    this.inFlight.delete(a.index);
     this.spentUsd = spentUsd;
     const tokens = o.inputTokens === null || o.outputTokens === null ? "tokens unknown" : `${o.inputTokens} in / ${o.outputTokens} out`;
-    const secs = ((Date.now() - this.startedAt) / 1000).toFixed(1);
+    const secs = ((Date.now() - startedAt) / 1000).toFixed(1);
     const total = ((Date.now() - this.runStarted) / 1000).toFixed(1);
+    // With attempts in flight the end line says how many still run.
+    const others = this.inFlight.size > 0 ? `, ${this.inFlight.size} still running` : "";
     this.write(
-      `${this.tag(a)}: ${o.status}, ${tokens}, ${o.toolCalls} tool calls, charged ${usd(o.chargedUsd ?? 0)}, spent ${usd(spentUsd)} of ${usd(this.capUsd)}, ${secs}s (run ${total}s)`,
+      `${this.tag(a)}: ${o.status}, ${tokens}, ${o.toolCalls} tool calls, charged ${usd(o.chargedUsd ?? 0)}, spent ${usd(spentUsd)} of ${usd(this.capUsd)}, ${secs}s (run ${total}s)${others}`,
     );
+    this.startTicker();
+  }
+
+  /** The live line: the one running attempt, or how many run and which. */
+  private frame(): string {
+    const now = Date.now();
+    const total = Math.round((now - this.runStarted) / 1000);
+    const money = `spent ${usd(this.spentUsd)} of ${usd(this.capUsd)}, run ${total}s`;
+    const running = [...this.inFlight.values()];
+    if (running.length === 1) return `study-runner: ${running[0]!.tag}: running ${Math.round((now - running[0]!.startedAt) / 1000)}s, ${money}`;
+    const which = running.map((r) => r.tag.slice(0, r.tag.indexOf("]") + 1)).join(" ");
+    return `study-runner: ${running.length} attempts running ${which}, ${money}`;
+  }
+
+  private startTicker(): void {
+    if (!this.live || this.ticker || this.inFlight.size === 0) return;
+    this.ticker = setInterval(() => {
+      if (this.inFlight.size === 0) return;
+      this.out.write(`${CLEAR_LINE}${this.frame()}`);
+      this.drawn = true;
+    }, this.tickMs);
+    // Never what keeps the process alive: a runner fault must still end it.
+    this.ticker.unref();
   }
 
   /** Stops and erases the live line (also when an attempt ends by a runner fault). */

@@ -24,7 +24,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
 import { runCliInContainer, type CliRunDeps, type CliRunInput } from "../cli-attempt/run.ts";
 import { observationExtras, reservedObservation } from "./observation.ts";
-import { runAttempts, type AttemptKind } from "./attempts.ts";
+import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 import { summarize } from "./summary.ts";
 import { prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
@@ -75,6 +75,8 @@ export interface StudyConfig extends StudyRunBase {
   gatewayUpstream?: UpstreamOptions;
   timeoutMs?: number;
   stdoutLimitBytes?: number;
+  /** How many attempts may run at once (--concurrency, default 1); see concurrencyProblem. */
+  concurrency?: number;
 }
 
 export interface StudyDeps extends CliRunDeps {
@@ -150,6 +152,9 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
 export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
   const runId = newRunId();
   const { probed, login, docBridge, modelApi, gateway, fakeImage } = await preflight(config, deps, runId);
+  const concurrency = config.concurrency ?? 1;
+  const refused = concurrencyProblem({ concurrency, credentials: gateway ? "gateway" : "login-copy", modelApi });
+  if (refused) throw new RefusalError(refused);
   const progress = new Progress(deps.stderr, config.plan.length, config.capUsd, config.quiet ?? false);
 
   const ledger: Ledger = {
@@ -179,6 +184,17 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
 
   const locks = new Map<PlannedAttempt, LoginLock>();
   const credentials = new Map<PlannedAttempt, string>();
+  const lockLogin = () =>
+    acquireLoginLock(login, {
+      timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
+      staleMs: config.loginLockStaleMs,
+      holder: runId,
+      signal: deps.signal,
+      // Not silent: a dead run's lock is only taken over once it is stale (30 s).
+      onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
+    });
+  // Attempts in flight at once share the run's one hold on the login (only test stand-ins, see concurrencyProblem).
+  const takeLogin = sharedHold(lockLogin);
   const kind: AttemptKind = {
     limitUsd: config.attemptBudgetUsd,
     // The login lock comes before the reservation: a run that never gets the login (another run
@@ -190,15 +206,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
         credentials.set(a, await gateway.credentialFor(deps.signal));
         return { release: async () => void credentials.delete(a) };
       }
-      const lock = await acquireLoginLock(login, {
-        timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
-        staleMs: config.loginLockStaleMs,
-        holder: runId,
-        signal: deps.signal,
-        // Not silent: a dead run's lock is only taken over once it is stale (30 s).
-        onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
-      });
-      locks.set(a, lock);
+      const lock = await takeLogin();
+      locks.set(a, lock.lock);
       return { release: () => (locks.delete(a), lock.release()) };
     },
     open(a, reservationUsd) {
@@ -216,11 +225,11 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
         runRemainingUsd: () => config.capUsd - ledger.budget.spentUsd + reservedUsd,
         compareUsage: !fakeImage,
       };
-      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a), gateway: viaGateway || undefined, denied: docBridge?.denyList ?? [], maxBudgetUsd: reservedUsd, transcripts }, ctx.entry, ctx.persist);
+      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a), gateway: viaGateway || undefined, denied: docBridge?.denyList ?? [], maxBudgetUsd: reservedUsd, transcripts, onLine: rateLimitWatch(ctx) }, ctx.entry, ctx.persist);
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };
-  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint }).finally(() => gateway?.close());
+  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() => gateway?.close());
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   return end.exitCode;
 }
@@ -235,6 +244,8 @@ interface AttemptContext {
   denied: string[];
   maxBudgetUsd: number;
   transcripts: TranscriptStore;
+  /** Sees every stdout line (rate limits slow new starts). */
+  onLine?: (line: string) => void;
 }
 
 /** One attempt of the study: its arguments and container, through the shared CLI stage. Fills `obs`. */
@@ -275,7 +286,10 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       homeBytes: config.homeBytes,
       timeoutMs: config.timeoutMs,
       stdoutLimitBytes: config.stdoutLimitBytes,
-      onLine: deps.onTranscriptLine && ((line) => deps.onTranscriptLine!(attempt, line)),
+      onLine: (line) => {
+        ctx.onLine?.(line);
+        deps.onTranscriptLine?.(attempt, line);
+      },
       transcripts: { store: ctx.transcripts, index: attempt.index },
     },
     obs,

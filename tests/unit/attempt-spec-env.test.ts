@@ -68,9 +68,8 @@ describe("the attempt container's hardening", () => {
     expect(spec.tmpfs[CONTAINER.home]).toMatch(/size=\d+,uid=1000,gid=1000,mode=0700/);
     expect(spec.workingDir).toBe(CONTAINER.workspace);
     // The staged login is a folder of its own, copied into the tmpfs HOME by the login wrapper.
-    expect(spec.mounts).toEqual([
-      { source: base.exportDir, target: CONTAINER.workspace, readOnly: true },
-      { source: base.homeDir, target: "/run/study-runner-login", readOnly: false },
-    ]);
+    expect(spec.mounts).toEqual([{ source: base.homeDir, target: "/run/study-runner-login", readOnly: false }]);
+    // The export is a read-only tree handed over as content; its host copy is what Docker binds.
+    expect(spec.workspace).toMatchObject({ target: CONTAINER.workspace, hostPath: base.exportDir });
   });
 });

@@ -32,7 +32,8 @@ describe("isolation profiles in the attempt container spec", () => {
     expect(spec.networkMode).toBe("none");
     expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
     for (const v of PROXY_VARS) expect(spec.env[v], v).toBeUndefined();
-    expect(spec.mounts.map((m) => m.target)).toEqual([CONTAINER.workspace, CONTAINER.loginDir]);
+    expect(spec.mounts.map((m) => m.target)).toEqual([CONTAINER.loginDir]);
+    expect(spec.workspace?.target).toBe(CONTAINER.workspace);
   });
 
   it("strict: network none, the proxy socket's folder read-only, the CLI behind the relay, HTTPS_PROXY and HTTP_PROXY on it, loopback exempt", () => {

@@ -59,6 +59,30 @@ describe("ledger check", () => {
     expect(LEDGER_CHECK_EXIT[check.state]).toBe(0);
   });
 
+  it("a concurrent run killed with attempts in flight: interrupted, naming every open reservation counted as spent", async () => {
+    const ledger = sampleLedger({
+      status: "running",
+      scheduling: { concurrency: 4, pairs: "together", rateEvents: [] },
+      observations: [
+        reservedObservation(0, { phase: "running", startedAt: "2026-11-30T05:02:00.000Z" }),
+        completedObservation(1, 0.002, { answer: ANSWER }),
+        reservedObservation(2, { phase: "running", startedAt: "2026-11-30T05:02:01.000Z" }),
+        reservedObservation(3),
+      ],
+      budget: { capUsd: 1, attemptBudgetUsd: 0.1, reservedUsd: 0.3, spentUsd: 0.302, cumulativeCapExceeded: false },
+    });
+    const check = await checkLedger(await write(ledger));
+    expect(check).toMatchObject({ state: "interrupted", valid: true, observations: { total: 4, settled: 1, open: 3 }, problems: [] });
+    expect(check.openReservations.map((o) => [o.index, o.phase])).toEqual([
+      [0, "running"],
+      [2, "running"],
+      [3, "reserved"],
+    ]);
+    expect(check.verdict).toMatch(/observations 0 \(phase running, 0\.1 USD\), 2 \(phase running, 0\.1 USD\), 3 \(phase reserved, 0\.1 USD\) are unsettled; their reservations are counted as spent/);
+    expect(check.arithmetic!.holds).toBe(true);
+    expect(check.arithmetic!.openReservationsUsd).toBeCloseTo(0.3, 12);
+  });
+
   it("a run killed during an attempt: interrupted (exit 4), naming the open reservation counted as spent", async () => {
     const check = await checkLedger(await write(interrupted()));
     expect(check).toMatchObject({

@@ -148,6 +148,21 @@ describe("ledger schema", () => {
     expect(problems(m).join()).toMatch(/observations\[0\]\.phase: only the last observation may be unsettled/);
   });
 
+  it("with --concurrency N several observations may hold open reservations at once, never more than N, each counted as spent", () => {
+    const openFirst = [reservedObservation(0), completedObservation(1, 0.002), reservedObservation(2)];
+    const budget = { capUsd: 1, attemptBudgetUsd: 0.1, reservedUsd: 0.2, spentUsd: 0.202, cumulativeCapExceeded: false };
+    const scheduling = (concurrency: number) => ({ concurrency, pairs: "together" as const, rateEvents: [] });
+    expect(problems(sampleLedger({ observations: openFirst, budget, scheduling: scheduling(2) }))).toEqual([]);
+    expect(problems(sampleLedger({ observations: openFirst, budget, scheduling: scheduling(4) }))).toEqual([]);
+    // Two open at concurrency 1 (or in a ledger without scheduling) is a runner bug.
+    expect(problems(sampleLedger({ observations: openFirst, budget, scheduling: scheduling(1) })).join()).toMatch(/2 observations are unsettled, but at most 1 attempts run at once/);
+    expect(problems(sampleLedger({ observations: openFirst, budget })).join()).toMatch(/observations\[0\]\.phase: only the last observation may be unsettled/);
+    const three = [reservedObservation(0), reservedObservation(1), reservedObservation(2)];
+    expect(problems(sampleLedger({ observations: three, budget: { ...budget, reservedUsd: 0.3, spentUsd: 0.3 }, scheduling: scheduling(2) })).join()).toMatch(/3 observations are unsettled, but at most 2/);
+    // The arithmetic counts every open reservation.
+    expect(problems(sampleLedger({ observations: openFirst, budget: { ...budget, reservedUsd: 0.1, spentUsd: 0.102 }, scheduling: scheduling(2) })).join()).toMatch(/budget\.reservedUsd: is 0\.1, but the open reservations sum to 0\.2/);
+  });
+
   it("records the cli version check: probed must equal expected, and the image is required", () => {
     expect(problems(sampleLedger({ cliVersion: "2.1.297" })).join()).toMatch(/cliVersion: '2\.1\.297' differs from expectedCliVersion '2\.1\.296'/);
     expect(problems(sampleLedger({ cliVersion: null })).join()).toMatch(/cli transport records the probed and the expected CLI version/);

@@ -314,3 +314,276 @@ describe("the bookkeeping loop", () => {
     });
   });
 });
+
+describe("the bookkeeping loop with units in flight (--concurrency)", () => {
+  /** A unit the test ends by hand; `started` resolves when its runOne was called. */
+  interface Gate {
+    started: Promise<UnitContext<TestEntry>>;
+    finish(outcome: UnitOutcome): void;
+    fault(err: Error): void;
+  }
+  function gates(n: number): { gates: Gate[]; scripts: Script[]; inFlight: () => number; maxInFlight: () => number } {
+    let now = 0;
+    let max = 0;
+    const list: Gate[] = [];
+    const scripts: Script[] = [];
+    for (let i = 0; i < n; i++) {
+      let onStart!: (ctx: UnitContext<TestEntry>) => void;
+      let settle!: (r: UnitOutcome | Error) => void;
+      const started = new Promise<UnitContext<TestEntry>>((r) => (onStart = r));
+      const result = new Promise<UnitOutcome | Error>((r) => (settle = r));
+      list.push({ started, finish: (o) => settle(o), fault: (e) => settle(e) });
+      scripts.push(async (ctx) => {
+        now++;
+        max = Math.max(max, now);
+        onStart(ctx);
+        const r = await result;
+        now--;
+        if (r instanceof Error) throw r;
+        return r;
+      });
+    }
+    return { gates: list, scripts, inFlight: () => now, maxInFlight: () => max };
+  }
+  const tick = () => new Promise((r) => setTimeout(r, 5));
+
+  /** Every write: settled charges plus open reservations (what the cap must hold) and the open entries. */
+  function atCap(w: Harness["writes"][number]) {
+    const settled = w.entries.filter((e) => e.phase === "settled").reduce((s, e) => s + (e.chargedUsd ?? 0), 0);
+    const open = w.entries.filter((e) => e.phase !== "settled").reduce((s, e) => s + e.reservationUsd, 0);
+    return { total: settled + open, open: w.entries.filter((e) => e.phase !== "settled").length };
+  }
+
+  it("runs up to N units at once, opens them in plan order, settles each and ends done", async () => {
+    const g = gates(6);
+    const h = harness(g.scripts);
+    const run = h.run({ concurrency: 3 });
+    await Promise.all(g.gates.slice(0, 3).map((x) => x.started));
+    await tick();
+    // Three in flight, the fourth waits for room; the record shows the three open reservations.
+    expect(h.events.filter((e) => e.startsWith("run"))).toEqual(["run 0", "run 1", "run 2"]);
+    expect(h.writes.at(-1)).toMatchObject({ reservedUsd: 0.3, spentUsd: 0.3 });
+    g.gates[1]!.finish(ok(0.01));
+    await g.gates[3]!.started;
+    for (const i of [0, 2, 3, 4, 5]) {
+      g.gates[i]!.finish(ok(0.01));
+      await tick();
+    }
+    const end = await run;
+    expect(end).toEqual({ exitCode: ExitCode.ok, stopReason: null });
+    expect(g.maxInFlight()).toBe(3);
+    expect(h.book.entries.map((e) => e.unit)).toEqual([0, 1, 2, 3, 4, 5]);
+    expect(h.book.entries.every((e) => e.status === "completed" && e.chargedUsd === 0.01)).toBe(true);
+    expect(h.writes.at(-1)).toMatchObject({ status: "done", reservedUsd: 0, spentUsd: 0.06 });
+    expect(Math.max(...h.writes.map((w) => atCap(w).open))).toBe(3);
+  });
+
+  // contract: R108
+  it("a unit starts only when its whole limit fits under the cap minus charges minus every open reservation; it waits for settlements rather than refusing", async () => {
+    const g = gates(4);
+    // Cap 0.25 and limit 0.1: two reservations fit, a third only after a settlement freed money.
+    const h = harness(g.scripts, { capUsd: 0.25 });
+    const run = h.run({ concurrency: 4 });
+    await Promise.all(g.gates.slice(0, 2).map((x) => x.started));
+    await tick();
+    expect(g.inFlight()).toBe(2);
+    g.gates[0]!.finish(ok(0.02));
+    await g.gates[2]!.started;
+    for (const i of [1, 2, 3]) {
+      await g.gates[i]!.started;
+      g.gates[i]!.finish(ok(0.02));
+    }
+    const end = await run;
+    expect(end.exitCode).toBe(ExitCode.ok);
+    expect(g.maxInFlight()).toBe(2);
+    // The invariant on every write: settled charges plus open reservations never above the cap.
+    for (const w of h.writes) expect(atCap(w).total).toBeLessThanOrEqual(0.25 + 1e-12);
+    expect(h.book.budget.spentUsd).toBeCloseTo(0.08, 12);
+  });
+
+  it("refuses for the cap only when nothing is in flight: the same place as one at a time", async () => {
+    const g = gates(3);
+    const h = harness(g.scripts, { capUsd: 0.25 });
+    const run = h.run({ concurrency: 3 });
+    await Promise.all(g.gates.slice(0, 2).map((x) => x.started));
+    g.gates[0]!.finish(ok(0.09));
+    g.gates[1]!.finish(ok(0.09));
+    const end = await run;
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.statusReason).toMatch(/^attempt 3 refused: the per-attempt limit 0\.1 USD does not fit under the remaining budget 0\.07 USD/);
+    expect(h.notReached).toEqual([2]);
+  });
+
+  // contract: R108
+  it("after the first unit that does not complete no new unit starts; the units in flight finish, are settled and recorded; blocked with the first failure, exit 1", async () => {
+    const g = gates(6);
+    const h = harness(g.scripts);
+    const run = h.run({ concurrency: 3 });
+    await Promise.all(g.gates.slice(0, 3).map((x) => x.started));
+    g.gates[1]!.finish(fail("timed-out", 0.02));
+    await tick();
+    // A second failure after the first does not replace the reason.
+    g.gates[2]!.finish(fail("failed"));
+    await tick();
+    expect(h.events.filter((e) => e.startsWith("run"))).toEqual(["run 0", "run 1", "run 2"]);
+    g.gates[0]!.finish(ok(0.03));
+    const end = await run;
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.statusReason).toBe("attempt 2 (task t1) ended timed-out: it timed-out");
+    expect(h.book.entries.map((e) => [e.unit, e.phase, e.status, e.chargedUsd])).toEqual([
+      [0, "settled", "completed", 0.03],
+      [1, "settled", "timed-out", 0.1],
+      [2, "settled", "failed", 0.1],
+    ]);
+    expect(h.notReached).toEqual([3, 4, 5]);
+    expect(h.settledCalls).toEqual([
+      { unit: 1, stopReason: "attempt 2 (task t1) ended timed-out: it timed-out" },
+      { unit: 2, stopReason: null },
+      { unit: 0, stopReason: null },
+    ]);
+    expect(h.writes.at(-1)).toMatchObject({ status: "blocked", reservedUsd: 0, spentUsd: 0.23 });
+  });
+
+  // contract: R108
+  it("a signal stops new starts at once; the running units end (the kind stops them) and are charged by the rules", async () => {
+    const g = gates(5);
+    const controller = new AbortController();
+    const h = harness(g.scripts);
+    const run = h.run({ concurrency: 2, signal: controller.signal });
+    await Promise.all(g.gates.slice(0, 2).map((x) => x.started));
+    controller.abort("SIGTERM");
+    // What the CLI stage does on the signal: the container is stopped, the attempt ends failed.
+    g.gates[0]!.finish(fail("failed"));
+    g.gates[1]!.finish(ok(0.01));
+    const end = await run;
+    expect(end.exitCode).toBe(ExitCode.sigterm);
+    expect(h.events.filter((e) => e.startsWith("run"))).toEqual(["run 0", "run 1"]);
+    expect(h.book.entries.map((e) => [e.status, e.chargedUsd])).toEqual([
+      ["failed", 0.1],
+      ["completed", 0.01],
+    ]);
+    expect(h.notReached).toEqual([2, 3, 4]);
+  });
+
+  it("a fault of the runner in one unit: no new starts, the others in flight are settled and written, then the fault propagates", async () => {
+    const g = gates(4);
+    const h = harness(g.scripts);
+    const run = h.run({ concurrency: 2 });
+    await Promise.all(g.gates.slice(0, 2).map((x) => x.started));
+    g.gates[0]!.fault(new Error("Docker engine unreachable"));
+    await tick();
+    g.gates[1]!.finish(ok(0.01));
+    await expect(run).rejects.toThrow("Docker engine unreachable");
+    expect(h.events.filter((e) => e.startsWith("run"))).toEqual(["run 0", "run 1"]);
+    expect(h.writes.at(-1)).toMatchObject({
+      status: "blocked",
+      reservedUsd: 0.1,
+      spentUsd: 0.11,
+      entries: [
+        { unit: 0, phase: "reserved", chargedUsd: null },
+        { unit: 1, phase: "settled", status: "completed", chargedUsd: 0.01 },
+      ],
+    });
+  });
+
+  // contract: R108
+  it("one writer: settlements at the same moment never overlap two writes, and every write is a consistent record", async () => {
+    const g = gates(8);
+    const h = harness(g.scripts);
+    let writing = 0;
+    let overlapped = false;
+    const run = h.run({
+      concurrency: 4,
+      async persist() {
+        if (writing++) overlapped = true;
+        // Copy at the start of the write, as the ledger store serialises before its first await.
+        const snapshot = { status: h.book.status, ...h.book.budget, entries: h.book.entries.map((e) => ({ ...e })) };
+        await tick();
+        h.writes.push(snapshot);
+        writing--;
+      },
+    });
+    for (let round = 0; round < 2; round++) {
+      await Promise.all(g.gates.slice(round * 4, round * 4 + 4).map((x) => x.started));
+      // All four settle in the same turn of the event loop.
+      for (const x of g.gates.slice(round * 4, round * 4 + 4)) x.finish(ok(0.01));
+    }
+    await run;
+    expect(overlapped).toBe(false);
+    for (const w of h.writes) {
+      const open = w.entries.filter((e) => e.phase !== "settled").reduce((s, e) => s + e.reservationUsd, 0);
+      const charged = w.entries.filter((e) => e.phase === "settled").reduce((s, e) => s + (e.chargedUsd ?? 0), 0);
+      expect(w.reservedUsd).toBeCloseTo(open, 12);
+      expect(w.spentUsd).toBeCloseTo(open + charged, 12);
+    }
+    expect(h.writes.at(-1)).toMatchObject({ status: "done", spentUsd: 0.08 });
+  });
+
+  // contract: R108
+  it("pairs are dispatched together: both reserved and started before anything else, and a stop never leaves one half-run", async () => {
+    const g = gates(6);
+    const h = harness(g.scripts);
+    // Units (0,1), (2,3), (4,5) are pairs; room for three: one pair runs, the next waits for room for both.
+    const run = h.run({ concurrency: 3, groupKey: (u) => `pair ${Math.floor(u / 2)}` });
+    await Promise.all(g.gates.slice(0, 2).map((x) => x.started));
+    await tick();
+    expect(g.inFlight()).toBe(2);
+    // Both arms of a pair were reserved in one write before either ran.
+    const firstWrite = h.writes[0]!;
+    expect(firstWrite.entries.map((e) => e.unit)).toEqual([0, 1]);
+    g.gates[0]!.finish(ok(0.01));
+    await Promise.all(g.gates.slice(2, 4).map((x) => x.started));
+    // Unit 1 fails while pair (2,3) runs: both arms of that pair finish, pair (4,5) never starts.
+    g.gates[1]!.finish(fail("failed"));
+    await tick();
+    g.gates[2]!.finish(ok(0.01));
+    g.gates[3]!.finish(ok(0.01));
+    const end = await run;
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.entries.map((e) => [e.unit, e.status])).toEqual([
+      [0, "completed"],
+      [1, "failed"],
+      [2, "completed"],
+      [3, "completed"],
+    ]);
+    expect(h.notReached).toEqual([4, 5]);
+  });
+
+  it("without concurrency pairs run one after another exactly as before", async () => {
+    const h = harness([() => fail("failed"), () => ok(0.01)]);
+    const end = await h.run({ groupKey: () => "one pair" });
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.events.filter((e) => e.startsWith("run"))).toEqual(["run 0"]);
+    expect(h.notReached).toEqual([1]);
+  });
+
+  // contract: R108
+  it("a rate limit halves how many units may start, recorded; clean settlements bring it back", async () => {
+    const g = gates(10);
+    const h = harness(g.scripts);
+    const events: Array<{ event: string; unit: number; httpStatus: number | null; concurrency: number }> = [];
+    const run = h.run({ concurrency: 4, onRateEvent: (e) => void events.push(e) });
+    const ctx0 = await g.gates[0]!.started;
+    await Promise.all(g.gates.slice(1, 4).map((x) => x.started));
+    ctx0.rateLimited(529);
+    ctx0.rateLimited(529); // the CLI's next retry of the same unit is the same signal
+    expect(events).toEqual([{ event: "backoff", unit: 0, httpStatus: 529, concurrency: 2 }]);
+    // Four in flight, limit two: two must settle before the next starts.
+    g.gates[0]!.finish(ok(0.01));
+    g.gates[1]!.finish(ok(0.01));
+    await tick();
+    expect(h.events).not.toContain("run 4");
+    g.gates[2]!.finish(ok(0.01));
+    await g.gates[4]!.started;
+    await tick();
+    expect(g.inFlight()).toBe(2);
+    // Units started after the back-off and settled without a limit raise it again, one at a time.
+    for (let i = 3; i < 10; i++) {
+      await g.gates[i]!.started;
+      g.gates[i]!.finish(ok(0.01));
+      await tick();
+    }
+    expect((await run).exitCode).toBe(ExitCode.ok);
+    expect(events.filter((e) => e.event === "recover").map((e) => e.concurrency)).toEqual([3, 4]);
+  });
+});

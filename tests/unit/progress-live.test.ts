@@ -91,3 +91,40 @@ describe("Progress on a pipe or a file", () => {
     expect(text()).not.toContain("\r");
   });
 });
+
+describe("Progress with attempts in flight (--concurrency)", () => {
+  const second: PlannedAttempt = { ...attempt, index: 1, scenario: "doc-bridge", arm: "mcp" };
+
+  it("the live line shows how many attempts run and which; each end line says how many still run", async () => {
+    const { out, text } = stream(true);
+    const progress = new Progress(out, 4, 1, false);
+    progress.start(attempt);
+    await vi.advanceTimersByTimeAsync(1_000);
+    progress.start(second);
+    await vi.advanceTimersByTimeAsync(2_000);
+    expect(text().split(CLEAR).at(-1)).toBe("study-runner: 2 attempts running [1/4] [2/4], spent $0.000000 of $1.000000, run 3s");
+    progress.stopLive();
+    progress.end(attempt, observation, 0.002);
+    expect(text()).toMatch(/\[1\/4\] ledgerlite-rounding repository-only rep 1: completed, .*, 3\.0s \(run 3\.0s\), 1 still running\n$/);
+    // The other attempt still runs: its own line comes back, with its own time.
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(text().split(CLEAR).at(-1)).toBe("study-runner: [2/4] ledgerlite-rounding doc-bridge rep 1: running 3s, spent $0.002000 of $1.000000, run 4s");
+    progress.stopLive();
+    progress.end(second, observation, 0.004);
+    expect(text()).toMatch(/\[2\/4\] ledgerlite-rounding doc-bridge rep 1: completed, .*, 3\.0s \(run 4\.0s\)\n$/);
+    const length = text().length;
+    await vi.advanceTimersByTimeAsync(3_000);
+    expect(text().length).toBe(length);
+  });
+
+  it("prints nothing at all with --quiet, however many run", async () => {
+    const { out, text } = stream(true);
+    const progress = new Progress(out, 4, 1, true);
+    progress.start(attempt);
+    progress.start(second);
+    await vi.advanceTimersByTimeAsync(3_000);
+    progress.end(attempt, observation, 0.002);
+    progress.end(second, observation, 0.004);
+    expect(text()).toBe("");
+  });
+});

@@ -99,7 +99,8 @@ describe("the CLI attempt kind on the in-memory runtime", () => {
     expect(attempts).toHaveLength(3);
     for (const spec of attempts) {
       expect(spec).toMatchObject({ networkMode: "none", readOnlyRootfs: true, capDrop: ["ALL"] });
-      expect(spec.mounts.find((m) => m.target === "/workspace")?.readOnly).toBe(true);
+      expect(spec.workspace?.target).toBe("/workspace");
+      expect(spec.mounts.find((m) => m.target === "/workspace")).toBeUndefined();
     }
     expect(points.filter((p) => p === "before-container-start")).toHaveLength(3);
     expect(points.slice(0, 4)).toEqual(["before-reserve-write", "after-reserve-write", "before-container-start", "during-attempt"]);
