@@ -98,7 +98,9 @@ export interface AttemptContainerInput {
    * export), the CLI's stdin is `stdinFile` and its session files are staged from and collected
    * into `projectsDir` (both in-container paths under CONTAINER.loginDir; see with-relay.mjs).
    */
-  session?: { stdinFile: string; projectsDir: string };
+  session?: { stdinFile?: string; projectsDir: string };
+  /** A session's worktree: the working folder is bound read-write (the next call needs the edits). */
+  writableWorkspace?: boolean;
   /** Test-only: behaviour file and records folder of the fake claude image. */
   fake?: { behaviourFile?: string; recordsDir?: string };
   runtime?: string;
@@ -152,9 +154,9 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   // The export is handed over as a tree (content), not as a host path: see docs/scaling.md. A
   // session's worktree is different: the agent edits it and the next call must find the edits, so
   // it is a writable folder of the host, bound read-write.
-  const workspace = input.session === undefined ? treeFromFolder(CONTAINER.workspace, input.exportDir) : undefined;
+  const workspace = input.writableWorkspace ? undefined : treeFromFolder(CONTAINER.workspace, input.exportDir);
   const mounts: Mount[] = [
-    ...(input.session !== undefined ? [{ source: input.exportDir, target: CONTAINER.workspace, readOnly: false }] : []),
+    ...(input.writableWorkspace ? [{ source: input.exportDir, target: CONTAINER.workspace, readOnly: false }] : []),
     { source: input.homeDir, target: CONTAINER.loginDir, readOnly: false },
   ];
   // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
@@ -167,7 +169,8 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     CONTAINER.loginDir,
     ...(input.modelApiSocket !== undefined ? ["--api", `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`] : []),
     ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
-    ...(input.session !== undefined ? ["--stdin", input.session.stdinFile, "--projects", input.session.projectsDir] : []),
+    ...(input.session?.stdinFile !== undefined ? ["--stdin", input.session.stdinFile] : []),
+    ...(input.session !== undefined ? ["--projects", input.session.projectsDir] : []),
   ];
   if (input.fake?.behaviourFile) mounts.push({ source: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true });
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });

@@ -188,6 +188,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       argv: input.argv,
       exportDir: workDir,
       session: sessionMount,
+      writableWorkspace: input.session !== undefined,
       homeDir,
       mcpSocketDir: bridge?.socketDir,
       network: input.gateway ? { mode: "none" } : input.network,
@@ -207,6 +208,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     record.startedAt = (deps.now?.() ?? new Date()).toISOString();
     await persist(); // the child may spend from here on
     const transcript = input.transcripts?.store.begin(input.transcripts.index);
+    let transcriptError: unknown;
     if (transcript) cleanups.push(async () => transcript.finish());
     checkpoint("before-container-start");
     const raw = await runBounded(
@@ -214,13 +216,22 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       spec,
       (line) => {
         checkpoint("during-attempt");
-        transcript?.pushLine(line);
+        // A transcript that cannot be kept (a full disk) is the runner's fault: raised once the
+        // container has ended, so it is stopped and removed first.
+        if (transcript && transcriptError === undefined) {
+          try {
+            transcript.pushLine(line);
+          } catch (err) {
+            transcriptError = err;
+          }
+        }
         reader.pushLine(line);
         input.onLine?.(line);
       },
       { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal },
     );
     Object.assign(record, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
+    if (transcriptError !== undefined) throw transcriptError;
     if (transcript) record.transcriptSha256 = transcript.finish();
 
     const facts = reader.finish();

@@ -12,7 +12,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
 import { runBounded } from "../../src/attempt/run.ts";
-import { attemptContainerSpec } from "../../src/attempt/spec.ts";
+import { attemptContainerSpec, CONTAINER } from "../../src/attempt/spec.ts";
 import { cliArguments } from "../../src/claude/args.ts";
 import { CLI_PRICES } from "../../src/cost/prices.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
@@ -50,9 +50,16 @@ let workspace = "";
 const runs = new Map<string, Run>();
 const sessionId = randomUUID();
 
+/**
+ * A staged login folder with an empty `projects/` that the login wrapper copies into the tmpfs
+ * HOME's `.claude/projects` before the CLI starts and back after it exits (the session files).
+ */
 async function freshHome(): Promise<string> {
   const dir = await mkdtemp(join(corpus.work, "home-"));
-  return (await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(dir, "home"))).homeDir;
+  const home = (await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(dir, "home"))).homeDir;
+  await mkdir(join(home, "projects"), { mode: 0o700 });
+  await chown(join(home, "projects"), 1000, 1000);
+  return home;
 }
 
 /** The runner's own arguments, with the session flags of a resume study in place of --no-session-persistence. */
@@ -76,6 +83,7 @@ async function run(name: string, args: string[], opts: { home?: string; env?: Re
     attemptIndex: 0,
     modelApiSocket: api.socketPath,
     extraEnv: opts.env,
+    session: { projectsDir: `${CONTAINER.loginDir}/projects` },
   });
   const events: Array<Record<string, any>> = [];
   const raw = await runBounded(runtime, spec, (line) => line.startsWith("{") && events.push(JSON.parse(line)), { timeoutMs: 120_000 });
@@ -99,15 +107,15 @@ beforeAll(async () => {
     (async () => {
       const first = await run("resume-1", argv("resume", { session: ["--session-id", sessionId] }));
       // A second container: a fresh HOME with the login and nothing but the session file copied over.
-      const projects = join(first.home, ".claude", "projects");
+      const projects = join(first.home, "projects");
       const home = await freshHome();
       for (const dir of await readdir(projects)) {
         const files = (await readdir(join(projects, dir))).filter((f) => f === `${sessionId}.jsonl`);
         for (const f of files) {
-          await mkdir(join(home, ".claude", "projects", dir), { recursive: true });
-          await cp(join(projects, dir, f), join(home, ".claude", "projects", dir, f));
+          await mkdir(join(home, "projects", dir), { recursive: true });
+          await cp(join(projects, dir, f), join(home, "projects", dir, f));
           // The container user (uid 1000) appends to the session: give it what it wrote.
-          for (const p of [join(home, ".claude", "projects"), join(home, ".claude", "projects", dir), join(home, ".claude", "projects", dir, f)]) await chown(p, 1000, 1000);
+          for (const p of [join(home, "projects", dir), join(home, "projects", dir, f)]) await chown(p, 1000, 1000);
         }
       }
       // Cap below the session's cumulative cost, above this call's own.

@@ -128,8 +128,8 @@ describe("the ledger's file system full", () => {
     expect(ledger.status).toBe("running");
     expect(ledger.observations.map((o) => o.phase)).toEqual(["running"]);
     expect(ledger.budget.spentUsd).toBe(RESERVATION_USD);
-    // No temp file of the failed atomic writes is left beside it.
-    expect((await readdir(fs)).sort()).toEqual(["filler", "ledger.json"]);
+    // No temp file of the failed atomic writes is left beside it; the transcript folder stays private.
+    expect((await readdir(fs)).sort()).toEqual(["filler", "ledger.json", "ledger.json.transcripts"]);
     const check = await runCli(["ledger", "check", output]);
     expect(check.code, check.stdout).toBe(4);
     expect(await containersOfRun(p, ledger.runId)).toEqual([]);

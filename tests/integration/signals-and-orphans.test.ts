@@ -143,7 +143,7 @@ describe("signals and orphans", () => {
     expect(JSON.parse(check.stdout)).toMatchObject({ valid: true, arithmetic: { holds: true } });
     expect(check.code).toBe(ledger.status === "running" ? 4 : 0);
     // No torn ledger beside it either: any temp file of an interrupted write is the runner's own name.
-    for (const name of await readdir(dirname(run.output))) expect(name).toMatch(/^(ledger\.json|\.ledger\.json\.\d+\.[0-9a-f]+\.tmp|fake|tmp)$/);
+    for (const name of await readdir(dirname(run.output))) expect(name).toMatch(/^(ledger\.json|ledger\.json\.transcripts|\.ledger\.json\.\d+\.[0-9a-f]+\.tmp|fake|tmp)$/);
 
     const next = await runPipeline(p, { loginDir, tmp: run.tmp, args: FAST_STALE });
     expect(next.code, next.stderr).toBe(0);

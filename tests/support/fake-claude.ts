@@ -1,4 +1,4 @@
-import { writeFileSync } from "node:fs";
+import { mkdtempSync, writeFileSync } from "node:fs";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
@@ -123,7 +123,8 @@ export function runFakeOnHost(
   opts: { cwd: string; fakeDir?: string; env?: Record<string, string>; timeoutMs?: number },
 ): Promise<HostRun> {
   // The image carries the measured price table; on the host the fake reads the same table from a copy.
-  const prices = join(opts.cwd, ".fake-cli-prices.json");
+  // Outside the workspace: the fake lists the workspace in its transcript and records.
+  const prices = join(mkdtempSync(join(tmpdir(), "fake-cli-prices-")), "prices.json");
   writeFileSync(prices, JSON.stringify(GENERATED_PRICE_TABLE.models));
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [FAKE_CLAUDE_SCRIPT, ...args], {
