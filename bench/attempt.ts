@@ -72,9 +72,7 @@ async function main(): Promise<Record<string, unknown>> {
     };
     for (let round = 0; round < ROUNDS; round++) {
       note(`attempt: round ${round + 1}/${ROUNDS}`);
-      cliFloor.push(
-        ...(await measure(() => execFileP("docker", ["run", "--rm", "--network", "none", image, "--version"]), { warmup: round === 0 ? 2 : 0, runs: FLOORS_PER_ROUND })),
-      );
+      cliFloor.push(...(await measure(() => execFileP("docker", ["run", "--rm", "--network", "none", image, "--version"]), { warmup: round === 0 ? 2 : 0, runs: FLOORS_PER_ROUND })));
       apiFloor.push(
         ...(await measure(
           async () => {

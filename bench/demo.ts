@@ -39,7 +39,13 @@ async function main(): Promise<Record<string, unknown>> {
     });
     const [code] = (await once(child, "exit")) as [number | null];
     const wallMs = performance.now() - t0;
-    if (code !== 0) throw new Error(`the demo exited ${code}: ${lines.slice(-5).map((l) => l.text).join(" | ")}`);
+    if (code !== 0)
+      throw new Error(
+        `the demo exited ${code}: ${lines
+          .slice(-5)
+          .map((l) => l.text)
+          .join(" | ")}`,
+      );
 
     const attemptLines = lines.filter((l) => ATTEMPT_LINE.test(l.text));
     const starts = attemptLines.filter((l) => STARTED_LINE.test(l.text));

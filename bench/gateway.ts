@@ -81,11 +81,20 @@ runMain("gateway", async () => {
   const port = Number(new URL(tls.url!).port);
   try {
     note(`direct-socket, ${RUNS} requests`);
-    const directSocket = await time(sender((o) => httpRequest({ socketPath: plain.socketPath, agent: unixAgent, method: "POST", path: "/v1/messages?beta=true", ...o })), { authorization: "Bearer bench-direct" });
+    const directSocket = await time(
+      sender((o) => httpRequest({ socketPath: plain.socketPath, agent: unixAgent, method: "POST", path: "/v1/messages?beta=true", ...o })),
+      { authorization: "Bearer bench-direct" },
+    );
     note(`direct-tls, ${RUNS} requests`);
-    const directTls = await time(sender((o) => httpsRequest({ host: "127.0.0.1", port, agent: tlsAgent, method: "POST", path: "/v1/messages?beta=true", ...o })), { authorization: "Bearer bench-direct" });
+    const directTls = await time(
+      sender((o) => httpsRequest({ host: "127.0.0.1", port, agent: tlsAgent, method: "POST", path: "/v1/messages?beta=true", ...o })),
+      { authorization: "Bearer bench-direct" },
+    );
     note(`gateway, ${RUNS} requests`);
-    const viaGateway = await time(sender((o) => httpRequest({ socketPath: attempt.socketPath, agent: gwAgent, method: "POST", path: "/v1/messages?beta=true", ...o })), { authorization: `Bearer ${attempt.placeholder}` });
+    const viaGateway = await time(
+      sender((o) => httpRequest({ socketPath: attempt.socketPath, agent: gwAgent, method: "POST", path: "/v1/messages?beta=true", ...o })),
+      { authorization: `Bearer ${attempt.placeholder}` },
+    );
     const metered = attempt.record.requests.filter((r) => r.inputTokens === 12_000 && r.outputTokens === 500).length;
     if (metered !== WARMUP + RUNS) throw new Error(`the gateway metered ${metered} of ${WARMUP + RUNS} requests`);
     const addedFirstByte = round(viaGateway.firstByteMs.median - directTls.firstByteMs.median, 2);

@@ -39,8 +39,7 @@ const SPEC: ContainerSpec = {
   labels: {},
 };
 
-const newReader = () =>
-  new TranscriptReader({ arm: "repository", model: TRANSCRIPT_MODEL, expectedTools: [...TRANSCRIPT_TOOLS], cliVersion: TRANSCRIPT_VERSION });
+const newReader = () => new TranscriptReader({ arm: "repository", model: TRANSCRIPT_MODEL, expectedTools: [...TRANSCRIPT_TOOLS], cliVersion: TRANSCRIPT_VERSION });
 
 /** Writes `chunks()` to the container's stdout, honouring backpressure. */
 function streamingRuntime(chunks: () => Iterable<Buffer>): FakeRuntime {

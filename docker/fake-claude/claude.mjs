@@ -69,24 +69,71 @@ try {
 // argv, as commander parses the real CLI's options (arity from `claude --help` of 2.1.296)
 
 const ALIASES = {
-  "-p": "--print", "-v": "--version", "-h": "--help", "-c": "--continue", "-d": "--debug",
-  "-r": "--resume", "-n": "--name", "-w": "--worktree", "--bg": "--background",
-  "--allowed-tools": "--allowedTools", "--disallowed-tools": "--disallowedTools",
+  "-p": "--print",
+  "-v": "--version",
+  "-h": "--help",
+  "-c": "--continue",
+  "-d": "--debug",
+  "-r": "--resume",
+  "-n": "--name",
+  "-w": "--worktree",
+  "--bg": "--background",
+  "--allowed-tools": "--allowedTools",
+  "--disallowed-tools": "--disallowedTools",
 };
 const FLAGS = new Set([
-  "--allow-dangerously-skip-permissions", "--ax-screen-reader", "--background", "--bare", "--brief",
-  "--chrome", "--continue", "--dangerously-skip-permissions", "--desktop", "--disable-slash-commands",
-  "--exclude-dynamic-system-prompt-sections", "--fork-session", "--forward-subagent-text", "--help",
-  "--ide", "--include-hook-events", "--include-partial-messages", "--no-chrome",
-  "--no-session-persistence", "--print", "--replay-user-messages", "--restricted", "--safe-mode",
-  "--strict-mcp-config", "--verbose", "--version",
+  "--allow-dangerously-skip-permissions",
+  "--ax-screen-reader",
+  "--background",
+  "--bare",
+  "--brief",
+  "--chrome",
+  "--continue",
+  "--dangerously-skip-permissions",
+  "--desktop",
+  "--disable-slash-commands",
+  "--exclude-dynamic-system-prompt-sections",
+  "--fork-session",
+  "--forward-subagent-text",
+  "--help",
+  "--ide",
+  "--include-hook-events",
+  "--include-partial-messages",
+  "--no-chrome",
+  "--no-session-persistence",
+  "--print",
+  "--replay-user-messages",
+  "--restricted",
+  "--safe-mode",
+  "--strict-mcp-config",
+  "--verbose",
+  "--version",
 ]);
 const SINGLE = new Set([
-  "--agent", "--agents", "--append-system-prompt", "--autocompact", "--debug-file", "--effort",
-  "--environment", "--fallback-model", "--input-format", "--json-schema", "--max-budget-usd", "--model",
-  "--name", "--output-format", "--permission-mode", "--permission-prompts", "--plugin-dir", "--plugin-url",
-  "--remote-control-session-name-prefix", "--session-id", "--setting-sources", "--settings",
-  "--system-prompt", "--system-prompt-snapshot",
+  "--agent",
+  "--agents",
+  "--append-system-prompt",
+  "--autocompact",
+  "--debug-file",
+  "--effort",
+  "--environment",
+  "--fallback-model",
+  "--input-format",
+  "--json-schema",
+  "--max-budget-usd",
+  "--model",
+  "--name",
+  "--output-format",
+  "--permission-mode",
+  "--permission-prompts",
+  "--plugin-dir",
+  "--plugin-url",
+  "--remote-control-session-name-prefix",
+  "--session-id",
+  "--setting-sources",
+  "--settings",
+  "--system-prompt",
+  "--system-prompt-snapshot",
 ]);
 const VARIADIC = new Set(["--add-dir", "--allowedTools", "--betas", "--disallowedTools", "--file", "--mcp-config", "--tools"]);
 const OPTIONAL = new Set(["--cloud", "--debug", "--from-pr", "--prompt-suggestions", "--remote-control", "--resume", "--teleport", "--tmux", "--worktree"]);
@@ -268,10 +315,13 @@ function connectOnce(spec, proxy) {
       if (done) return;
       done = true;
       clearTimeout(timer);
-      setTimeout(() => {
-        socket?.destroy();
-        resolve(r);
-      }, r.outcome === "tunnel" ? spec.holdMs ?? 0 : 0);
+      setTimeout(
+        () => {
+          socket?.destroy();
+          resolve(r);
+        },
+        r.outcome === "tunnel" ? (spec.holdMs ?? 0) : 0,
+      );
     };
     const timer = setTimeout(() => end({ outcome: "error timeout" }), spec.timeoutMs ?? 10_000);
     const talk = (s) => {
@@ -460,7 +510,10 @@ function workspaceFiles(root, limit = 200) {
 
 function readTool(file) {
   const text = fs.readFileSync(file, "utf8");
-  return text.split("\n").map((line, i) => `${i + 1}\t${line}`).join("\n");
+  return text
+    .split("\n")
+    .map((line, i) => `${i + 1}\t${line}`)
+    .join("\n");
 }
 
 function grepTool(files, pattern) {
@@ -479,9 +532,7 @@ function priceOf(model, usage) {
   if (!row) return { cost: 0, basis: "unknown" };
   const prompt = usage.input + usage.cacheRead + usage.cacheWrite5m + usage.cacheWrite1h;
   const p = row.tier2 && row.tier1MaxPromptTokens !== null && prompt > row.tier1MaxPromptTokens ? row.tier2 : row.tier1;
-  const cost =
-    (usage.input * p.input + usage.output * p.output + usage.cacheRead * p.cacheRead +
-      usage.cacheWrite5m * p.cacheWrite5m + usage.cacheWrite1h * p.cacheWrite1h) / 1e6;
+  const cost = (usage.input * p.input + usage.output * p.output + usage.cacheRead * p.cacheRead + usage.cacheWrite5m * p.cacheWrite5m + usage.cacheWrite1h * p.cacheWrite1h) / 1e6;
   return { cost, basis: "list" };
 }
 
@@ -612,10 +663,20 @@ async function okTranscript(options, b, version, prompt) {
     emit({
       type: "assistant",
       message: {
-        id: messageId, type: "message", role: "assistant", model, content: [block],
-        stop_reason: null, stop_sequence: null, usage, context_management: null,
+        id: messageId,
+        type: "message",
+        role: "assistant",
+        model,
+        content: [block],
+        stop_reason: null,
+        stop_sequence: null,
+        usage,
+        context_management: null,
       },
-      parent_tool_use_id: null, session_id: sessionId, uuid: randomUUID(), timestamp: new Date().toISOString(),
+      parent_tool_use_id: null,
+      session_id: sessionId,
+      uuid: randomUUID(),
+      timestamp: new Date().toISOString(),
     });
   // Measured: every content block is its own assistant event; blocks of one API message repeat
   // its id and its message_start usage, whose output_tokens is the placeholder 1.
@@ -626,8 +687,10 @@ async function okTranscript(options, b, version, prompt) {
     return {
       id: `msg_fake_${sessionId.slice(0, 8)}_${i + 1}`,
       usage: {
-        input_tokens: u.input, output_tokens: 1,
-        cache_creation_input_tokens: u.cacheWrite5m + u.cacheWrite1h, cache_read_input_tokens: u.cacheRead,
+        input_tokens: u.input,
+        output_tokens: 1,
+        cache_creation_input_tokens: u.cacheWrite5m + u.cacheWrite1h,
+        cache_read_input_tokens: u.cacheRead,
         cache_creation: { ephemeral_5m_input_tokens: u.cacheWrite5m, ephemeral_1h_input_tokens: u.cacheWrite1h },
         service_tier: "standard",
       },
@@ -657,7 +720,10 @@ async function okTranscript(options, b, version, prompt) {
     emit({
       type: "user",
       message: { role: "user", content: [{ tool_use_id: toolUseId, type: "tool_result", content, ...(isError ? { is_error: true } : {}) }] },
-      parent_tool_use_id: null, session_id: sessionId, uuid: randomUUID(), timestamp: new Date().toISOString(),
+      parent_tool_use_id: null,
+      session_id: sessionId,
+      uuid: randomUUID(),
+      timestamp: new Date().toISOString(),
     });
     // Measured: other event types appear between turns.
     if (n === 0) emit({ type: "rate_limit_event", session_id: sessionId, uuid: randomUUID() });
@@ -675,7 +741,10 @@ async function okTranscript(options, b, version, prompt) {
     emit({
       type: "user",
       message: { role: "user", content: [{ tool_use_id: toolUseId, type: "tool_result", content: "Structured output provided successfully" }] },
-      parent_tool_use_id: null, session_id: sessionId, uuid: randomUUID(), timestamp: new Date().toISOString(),
+      parent_tool_use_id: null,
+      session_id: sessionId,
+      uuid: randomUUID(),
+      timestamp: new Date().toISOString(),
     });
   } else {
     assistant(last.id, last.usage, { type: "text", text: answer });
@@ -733,9 +802,17 @@ async function okTranscript(options, b, version, prompt) {
 
 function modelUsageEntry(model, t, cost, basis) {
   return {
-    inputTokens: t.input, outputTokens: t.output, cacheReadInputTokens: t.cacheRead,
-    cacheCreationInputTokens: t.cacheWrite5m + t.cacheWrite1h, webSearchRequests: 0, costUSD: cost,
-    contextWindow: 1000000, maxOutputTokens: 128000, canonicalModel: model, provider: "firstParty", costBasis: basis,
+    inputTokens: t.input,
+    outputTokens: t.output,
+    cacheReadInputTokens: t.cacheRead,
+    cacheCreationInputTokens: t.cacheWrite5m + t.cacheWrite1h,
+    webSearchRequests: 0,
+    costUSD: cost,
+    contextWindow: 1000000,
+    maxOutputTokens: 128000,
+    canonicalModel: model,
+    provider: "firstParty",
+    costBasis: basis,
   };
 }
 
@@ -809,7 +886,7 @@ async function main() {
     case "exit":
       if (b.malformedFirst) emit("this line is not JSON {");
       for (const event of b.events ?? []) emit(event);
-      return b.kind === "exit" ? b.code ?? 1 : b.exitCode ?? 0;
+      return b.kind === "exit" ? (b.code ?? 1) : (b.exitCode ?? 0);
     case "sleep":
       for (const event of b.events ?? []) emit(event);
       await sleep((b.seconds ?? 3600) * 1000);
@@ -855,7 +932,11 @@ if (import.meta.url === `file://${process.argv[1]}` || process.argv[1] === "/usr
 }
 
 function longestWord(text) {
-  return String(text).split(/[^A-Za-z]+/).reduce((a, w) => (w.length > a.length ? w : a), "") || "docs";
+  return (
+    String(text)
+      .split(/[^A-Za-z]+/)
+      .reduce((a, w) => (w.length > a.length ? w : a), "") || "docs"
+  );
 }
 
 /** The adjudicator's scripted verdict (see the header), consistent with the prompt's propositions. */
@@ -900,7 +981,11 @@ async function sessionTranscript(options, b, version, prompt) {
   let history = [];
   if (resume) {
     try {
-      history = fs.readFileSync(file, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l));
+      history = fs
+        .readFileSync(file, "utf8")
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => JSON.parse(l));
     } catch {
       history = undefined;
     }
@@ -915,18 +1000,30 @@ async function sessionTranscript(options, b, version, prompt) {
   const tools = [...new Set([...toolList(options["--tools"]).filter((t) => !denied.has(t)), "StructuredOutput"])].sort();
   const reported = s.sessionId ?? id;
   const stamp = () => ({ parent_tool_use_id: null, session_id: reported, uuid: randomUUID(), timestamp: new Date().toISOString() });
-  emit({ type: "system", subtype: "init", cwd: process.cwd(), session_id: reported, tools, mcp_servers: [], model, permissionMode: options["--permission-mode"] ?? "default", apiKeySource: "none", claude_code_version: version, uuid: randomUUID() });
+  emit({
+    type: "system",
+    subtype: "init",
+    cwd: process.cwd(),
+    session_id: reported,
+    tools,
+    mcp_servers: [],
+    model,
+    permissionMode: options["--permission-mode"] ?? "default",
+    apiKeySource: "none",
+    claude_code_version: version,
+    uuid: randomUUID(),
+  });
 
   const asks = call < (s.questions ?? 1);
   const blocks = [];
   if (s.delayMs) await sleep(s.delayMs);
-    // An edit with `call` happens in that call; without, in the call that says done.
-    for (const e of (s.edits ?? []).filter((e) => (e.call === undefined ? !asks : e.call === call))) {
-      const target = path.join(process.cwd(), e.path);
-      if (e.append !== undefined) fs.appendFileSync(target, e.append);
-      else fs.writeFileSync(target, e.content ?? "");
-      blocks.push({ name: "Write", input: { file_path: target } });
-    }
+  // An edit with `call` happens in that call; without, in the call that says done.
+  for (const e of (s.edits ?? []).filter((e) => (e.call === undefined ? !asks : e.call === call))) {
+    const target = path.join(process.cwd(), e.path);
+    if (e.append !== undefined) fs.appendFileSync(target, e.append);
+    else fs.writeFileSync(target, e.content ?? "");
+    blocks.push({ name: "Write", input: { file_path: target } });
+  }
   const structured = asks
     ? { status: "question", question: s.question ?? `fake-claude: question ${call + 1} about the task`, summary: `fake-claude: nothing changed yet (call ${call + 1})` }
     : { status: "done", summary: `fake-claude: ${blocks.length} file(s) changed after ${call} answer(s)` };
@@ -940,8 +1037,19 @@ async function sessionTranscript(options, b, version, prompt) {
     cost += priceOf(model, u).cost;
     const toolUseId = `toolu_fake_s${call}_${i}`;
     const usage = { input_tokens: u.input, output_tokens: 1, cache_creation_input_tokens: u.cacheWrite5m + u.cacheWrite1h, cache_read_input_tokens: u.cacheRead };
-    emit({ type: "assistant", message: { id: `msg_fake_s${call}_${i}`, type: "message", role: "assistant", model, content: [{ type: "tool_use", id: toolUseId, ...block }], stop_reason: null, usage }, ...stamp() });
-    emit({ type: "user", message: { role: "user", content: [{ tool_use_id: toolUseId, type: "tool_result", content: block.name === "StructuredOutput" ? "Structured output provided successfully" : "The file has been updated." }] }, ...stamp() });
+    emit({
+      type: "assistant",
+      message: { id: `msg_fake_s${call}_${i}`, type: "message", role: "assistant", model, content: [{ type: "tool_use", id: toolUseId, ...block }], stop_reason: null, usage },
+      ...stamp(),
+    });
+    emit({
+      type: "user",
+      message: {
+        role: "user",
+        content: [{ tool_use_id: toolUseId, type: "tool_result", content: block.name === "StructuredOutput" ? "Structured output provided successfully" : "The file has been updated." }],
+      },
+      ...stamp(),
+    });
   }
   // The session's previous calls' usage and cost, as the real CLI reports them after a resume.
   const before = history.at(-1) ?? { cost: 0, totals: { input: 0, output: 0, cacheRead: 0, cacheWrite5m: 0, cacheWrite1h: 0 } };
@@ -950,11 +1058,23 @@ async function sessionTranscript(options, b, version, prompt) {
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.appendFileSync(file, `${JSON.stringify({ call, cost: cumulative, totals: all, prompt: String(prompt).slice(0, 200) })}\n`);
   emit({
-    type: "result", subtype: "success", is_error: false, duration_ms: 1000 + call, duration_api_ms: 900, num_turns: blocks.length + 1,
-    result: JSON.stringify(structured), structured_output: structured, stop_reason: "tool_use", session_id: reported, total_cost_usd: cumulative,
+    type: "result",
+    subtype: "success",
+    is_error: false,
+    duration_ms: 1000 + call,
+    duration_api_ms: 900,
+    num_turns: blocks.length + 1,
+    result: JSON.stringify(structured),
+    structured_output: structured,
+    stop_reason: "tool_use",
+    session_id: reported,
+    total_cost_usd: cumulative,
     usage: { input_tokens: all.input, cache_creation_input_tokens: all.cacheWrite5m + all.cacheWrite1h, cache_read_input_tokens: all.cacheRead, output_tokens: all.output },
     modelUsage: { [model]: modelUsageEntry(model, all, cumulative, priceOf(model, all).basis) },
-    permission_denials: [], terminal_reason: "completed", api_error_status: null, uuid: randomUUID(),
+    permission_denials: [],
+    terminal_reason: "completed",
+    api_error_status: null,
+    uuid: randomUUID(),
   });
   return 0;
 }

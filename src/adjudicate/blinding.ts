@@ -8,8 +8,7 @@ import type { Arm } from "../terms/terms.ts";
  * shown with an exact binomial interval, and "blind" reads as an interval that holds 0.5.
  */
 
-export const BLINDING_METHOD =
-  "share of adjudicator verdicts whose guess of the arm was right, with the exact binomial (Clopper-Pearson) 95% interval; blind means the interval holds 0.5";
+export const BLINDING_METHOD = "share of adjudicator verdicts whose guess of the arm was right, with the exact binomial (Clopper-Pearson) 95% interval; blind means the interval holds 0.5";
 
 /**
  * The Clopper-Pearson interval of k successes in n trials: the beta quantiles

@@ -43,9 +43,7 @@ export async function loadLedgerManifest(ledger: Ledger, manifestPath?: string):
   const path = manifestPath ?? ledger.protocol.manifestPath;
   const loaded = await loadManifest(path);
   if (loaded.protocolHash !== ledger.protocol.protocolHash) {
-    throw new UsageError(
-      `manifest ${path} has protocol hash ${loaded.protocolHash}, but the ledger was run with ${ledger.protocol.protocolHash}; pass --manifest with the manifest the run used`,
-    );
+    throw new UsageError(`manifest ${path} has protocol hash ${loaded.protocolHash}, but the ledger was run with ${ledger.protocol.protocolHash}; pass --manifest with the manifest the run used`);
   }
   return loaded;
 }

@@ -34,10 +34,7 @@ export interface PromptInput {
 
 /** The prompt. A NUL cannot be passed in an argument and the markers must stay unambiguous. */
 export function buildAdjudicatorPrompt(input: PromptInput): string {
-  const answer = input.maskedAnswer
-    .replaceAll("\0", "\uFFFD")
-    .replaceAll(ANSWER_START, "[marker removed]")
-    .replaceAll(ANSWER_END, "[marker removed]");
+  const answer = input.maskedAnswer.replaceAll("\0", "\uFFFD").replaceAll(ANSWER_START, "[marker removed]").replaceAll(ANSWER_END, "[marker removed]");
   return [
     "You are grading one answer to a question about the repository in the current working directory.",
     "The files there are read-only and fixed at one commit. You did not write the answer. Use Read, Grep and Glob",

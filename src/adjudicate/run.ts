@@ -256,7 +256,14 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       } else {
         const reading = readVerdict(out?.structuredOutput, out?.resultText ?? null, p.expectedCount);
         if (reading.ok) {
-          Object.assign(item, { outcome: reading.verdict.outcome, score: OUTCOME_SCORES[reading.verdict.outcome], decidedBy: "adjudicator", reason: `adjudicator verdict (from ${reading.source})`, verdict: reading.verdict, armGuess: armGuessOf(reading.verdict, p.arm) });
+          Object.assign(item, {
+            outcome: reading.verdict.outcome,
+            score: OUTCOME_SCORES[reading.verdict.outcome],
+            decidedBy: "adjudicator",
+            reason: `adjudicator verdict (from ${reading.source})`,
+            verdict: reading.verdict,
+            armGuess: armGuessOf(reading.verdict, p.arm),
+          });
         } else {
           // One unusable verdict says nothing about the others: this item is missing, the rest go on.
           Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: `the adjudicator's output is unusable: ${reading.problem}` });
@@ -283,7 +290,6 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   return end.exitCode;
 }
 
-
 export function summarizeAdjudication(record: AdjudicationRecord, handle: { path: string }): AdjudicationSummary {
   const outcomes: AdjudicationSummary["outcomes"] = { correct: 0, partial: 0, incorrect: 0, incomplete: 0, blocked: 0, undecided: 0 };
   for (const item of record.items) outcomes[item.outcome ?? "undecided"]++;
@@ -305,4 +311,3 @@ export function summarizeAdjudication(record: AdjudicationRecord, handle: { path
     humanReview: false,
   };
 }
-

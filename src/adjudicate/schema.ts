@@ -11,7 +11,6 @@ import { Count, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatus
  * never below the truth.
  */
 
-
 export const ADJUDICATION_SCHEMA_VERSION = 1;
 
 /**
@@ -37,7 +36,8 @@ export const PropositionVerdictSchema = z.enum(["supported", "partial", "contrad
  * is measured. A forced choice, so a blind adjudicator is right half the time.
  */
 export const ArmGuessSchema = z.enum(["files-only", "files-and-docs-server"]).meta({
-  description: "after grading: which run wrote this answer, the one with the repository's files only (files-only) or the one that could also query a documentation server (files-and-docs-server); a guess, it changes nothing in the grade",
+  description:
+    "after grading: which run wrote this answer, the one with the repository's files only (files-only) or the one that could also query a documentation server (files-and-docs-server); a guess, it changes nothing in the grade",
 });
 export type ArmGuess = z.infer<typeof ArmGuessSchema>;
 /** The ledger's arm each guess names. */
@@ -90,10 +90,16 @@ export const ItemSchema = z
     task: z.string().min(1),
     scenario: z.string().min(1),
     repetition: z.number().int().min(1),
-    itemId: z.string().regex(/^item-[0-9a-f]{12}$/).meta({ description: "the opaque id the prompt carries; it does not depend on the scenario or the order" }),
+    itemId: z
+      .string()
+      .regex(/^item-[0-9a-f]{12}$/)
+      .meta({ description: "the opaque id the prompt carries; it does not depend on the scenario or the order" }),
     position: Count.meta({ description: "0-based place in the shuffled order" }),
     outcome: OutcomeSchema.nullable().meta({ description: "null only while the adjudicator run of this item is open" }),
-    score: z.union([z.literal(1), z.literal(0.5), z.literal(0)]).nullable().meta({ description: "1, 0.5 or 0; null for blocked (missing)" }),
+    score: z
+      .union([z.literal(1), z.literal(0.5), z.literal(0)])
+      .nullable()
+      .meta({ description: "1, 0.5 or 0; null for blocked (missing)" }),
     decidedBy: z.enum(["runner", "adjudicator"]).nullable().meta({ description: "runner: blocked or incomplete without a model run; adjudicator: the structured verdict" }),
     reason: z.string().nullable().meta({ description: "why this outcome (runner reasons name the rule); private" }),
     verdict: VerdictSchema.nullable(),
@@ -174,7 +180,10 @@ export const AdjudicationRecordSchema = z
         correct: Count,
         missing: Count.meta({ description: "adjudicator verdicts without a guess" }),
         accuracy: z.number().min(0).max(1).nullable(),
-        interval95: z.tuple([z.number().min(0).max(1), z.number().min(0).max(1)]).nullable().meta({ description: "exact binomial (Clopper-Pearson) 95% interval of the accuracy" }),
+        interval95: z
+          .tuple([z.number().min(0).max(1), z.number().min(0).max(1)])
+          .nullable()
+          .meta({ description: "exact binomial (Clopper-Pearson) 95% interval of the accuracy" }),
         method: z.string(),
       })
       .optional()

@@ -299,11 +299,7 @@ async function writeNew(path: string, data: string | Uint8Array, mode: number): 
  * Copy the host login into `homeDir`, which must not exist yet (a fresh HOME per attempt): the
  * folder and `.claude/` mode 0700, files mode 0600, owned by the container user when running as root.
  */
-export async function stageLogin(
-  location: LoginLocation,
-  homeDir: string,
-  options: { uid?: number; gid?: number; now?: number } = {},
-): Promise<StagedLogin> {
+export async function stageLogin(location: LoginLocation, homeDir: string, options: { uid?: number; gid?: number; now?: number } = {}): Promise<StagedLogin> {
   let bytes: Buffer;
   try {
     bytes = await readFile(location.credentialsPath);
@@ -356,7 +352,8 @@ export const LOGIN_WRITE_BACK_LIMIT_BYTES = 64 * 1024;
 async function readStagedCopy(path: string): Promise<{ bytes: Buffer } | { refused: string }> {
   const st = await lstat(path);
   if (!st.isFile()) return { refused: `the staged login ${path} is no longer a regular file (a ${st.isSymbolicLink() ? "symlink" : "special file"}); the host login was not touched` };
-  if (st.size > LOGIN_WRITE_BACK_LIMIT_BYTES) return { refused: `the staged login ${path} grew to ${st.size} bytes, above the ${LOGIN_WRITE_BACK_LIMIT_BYTES}-byte bound; the host login was not touched` };
+  if (st.size > LOGIN_WRITE_BACK_LIMIT_BYTES)
+    return { refused: `the staged login ${path} grew to ${st.size} bytes, above the ${LOGIN_WRITE_BACK_LIMIT_BYTES}-byte bound; the host login was not touched` };
   // O_NOFOLLOW closes the window between lstat and open; O_NONBLOCK keeps a swapped-in FIFO from blocking.
   const handle = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   try {
@@ -384,11 +381,7 @@ export type WriteBackResult =
  * changed, still parse with an access token, and do not expire earlier; only when the host file is
  * still what was staged; atomically (temp + fsync + rename), mode 0600, keeping the host owner.
  */
-export async function writeBackLogin(
-  location: LoginLocation,
-  staged: StagedLogin,
-  options: { lock?: LoginLock } = {},
-): Promise<WriteBackResult> {
+export async function writeBackLogin(location: LoginLocation, staged: StagedLogin, options: { lock?: LoginLock } = {}): Promise<WriteBackResult> {
   let bytes: Buffer;
   try {
     const copy = await readStagedCopy(staged.credentialsPath);

@@ -41,12 +41,7 @@ export interface RunBounds {
  * results; only the runner's own faults (the engine unreachable) throw. The container is
  * removed whatever happened.
  */
-export async function runBounded(
-  runtime: ContainerRuntime,
-  spec: ContainerSpec,
-  onLine: (line: string) => void,
-  bounds: RunBounds = {},
-): Promise<RawOutcome> {
+export async function runBounded(runtime: ContainerRuntime, spec: ContainerSpec, onLine: (line: string) => void, bounds: RunBounds = {}): Promise<RawOutcome> {
   const limit = bounds.stdoutLimitBytes ?? STDOUT_LIMIT_BYTES;
   const started = Date.now();
   const id = await runtime.create(spec);

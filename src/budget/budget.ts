@@ -7,7 +7,6 @@ import type { AttemptStatus } from "../terms/terms.ts";
  * integers (pico-USD) inside and USD numbers outside.
  */
 
-
 export interface BudgetState {
   /** The cumulative cap (STUDY_BUDGET_USD). */
   capUsd: number;
@@ -22,9 +21,7 @@ export interface Reservation {
   reservedUsd: number;
 }
 
-export type ReserveResult =
-  | { ok: true; reservation: Reservation; state: BudgetState }
-  | { ok: false; reason: string; remainingUsd: number };
+export type ReserveResult = { ok: true; reservation: Reservation; state: BudgetState } | { ok: false; reason: string; remainingUsd: number };
 
 export interface SettlementOutcome {
   status: AttemptStatus;
@@ -90,9 +87,7 @@ export function settle(state: BudgetState, reservation: Reservation, outcome: Se
   if (held > s.reserved) throw new RangeError(`reservation of ${reservation.reservedUsd} USD is not open in this budget state`);
 
   // Costs are rounded up to 1e-12 USD: the ledger's spend is never below the truth.
-  const costs = [outcome.reportedCostUsd, outcome.computedCostUsd]
-    .filter((c): c is number => typeof c === "number" && Number.isFinite(c) && c >= 0)
-    .map((c) => usdToPico(c, "ceil"));
+  const costs = [outcome.reportedCostUsd, outcome.computedCostUsd].filter((c): c is number => typeof c === "number" && Number.isFinite(c) && c >= 0).map((c) => usdToPico(c, "ceil"));
 
   let charged: bigint;
   let status = outcome.status;
@@ -112,7 +107,6 @@ export function settle(state: BudgetState, reservation: Reservation, outcome: Se
     cumulativeCapExceeded: spent > s.cap,
   };
 }
-
 
 function reservationPico(reservation: Reservation): bigint {
   const p = usdToPico(reservation.reservedUsd, "floor");

@@ -51,9 +51,7 @@ export const HOME_READ_DENIALS = ["Read(//home/agent/**)", "Grep(//home/agent/**
  * host paths, its environ and status the runner's pids), `/sys`, and the staged login folder
  * (src/attempt/spec.ts, CONTAINER.loginDir), denied the same way as HOME.
  */
-export const SYSTEM_READ_DENIALS = ["//proc/**", "//sys/**", "//run/study-runner-login/**"].flatMap((path) =>
-  BUILTIN_READ_TOOLS.map((tool) => `${tool}(${path})`),
-);
+export const SYSTEM_READ_DENIALS = ["//proc/**", "//sys/**", "//run/study-runner-login/**"].flatMap((path) => BUILTIN_READ_TOOLS.map((tool) => `${tool}(${path})`));
 
 export { DOC_BRIDGE_SERVER, mcpToolName };
 export const DOC_BRIDGE_ALLOWED = ALLOWED_DOC_BRIDGE_TOOLS;
@@ -132,7 +130,9 @@ export function formatBudgetUsd(usd: number): string {
   if (micros / 1e6 > usd) micros -= 1;
   if (micros <= 0) throw new UsageError(`the attempt budget ${usd} USD is below 0.000001 USD, the smallest amount passed to --max-budget-usd`);
   const whole = Math.floor(micros / 1e6);
-  const fraction = String(micros % 1e6).padStart(6, "0").replace(/0+$/, "");
+  const fraction = String(micros % 1e6)
+    .padStart(6, "0")
+    .replace(/0+$/, "");
   return fraction ? `${whole}.${fraction}` : String(whole);
 }
 

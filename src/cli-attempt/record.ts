@@ -42,8 +42,7 @@ export function tokenCounts(facts: TranscriptFacts) {
   if (!facts.modelUsage) {
     return { inputTokens: facts.inputTokens, outputTokens: facts.outputTokens, cacheCreationInputTokens: facts.cacheCreationInputTokens, cacheReadInputTokens: facts.cacheReadInputTokens };
   }
-  const sum = (key: "inputTokens" | "outputTokens" | "cacheCreationInputTokens" | "cacheReadInputTokens") =>
-    Object.values(facts.modelUsage!).reduce((n, m) => n + m[key], 0);
+  const sum = (key: "inputTokens" | "outputTokens" | "cacheCreationInputTokens" | "cacheReadInputTokens") => Object.values(facts.modelUsage!).reduce((n, m) => n + m[key], 0);
   return { inputTokens: sum("inputTokens"), outputTokens: sum("outputTokens"), cacheCreationInputTokens: sum("cacheCreationInputTokens"), cacheReadInputTokens: sum("cacheReadInputTokens") };
 }
 

@@ -241,7 +241,10 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     if (bridge) {
       mcpRecord = await bridge.stop();
       bridge = undefined;
-      const mismatch = compareMcpRecord(mcpRecord, facts.docBridgeCalls.map((c) => c.name));
+      const mismatch = compareMcpRecord(
+        mcpRecord,
+        facts.docBridgeCalls.map((c) => c.name),
+      );
       // The CLI lists the server's tools before its init event, so a "connected" server that
       // never connected through the runner is a treatment that did not come from the runner.
       if (mcpRecord.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
@@ -269,4 +272,3 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
   }
 }
-

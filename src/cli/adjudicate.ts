@@ -54,7 +54,8 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
   if (!flags.approveBudget) problems.push("--approve-budget is required to spend money; pass it once the adjudication budget (STUDY_ADJUDICATION_BUDGET_USD) is approved");
   let model: string | undefined;
   const cap = Positive("STUDY_ADJUDICATION_BUDGET_USD").safeParse(env.STUDY_ADJUDICATION_BUDGET_USD ?? "");
-  if (env.STUDY_ADJUDICATION_BUDGET_USD === undefined) problems.push("STUDY_ADJUDICATION_BUDGET_USD is not set; export the approved cumulative cap of the adjudication in USD, e.g. STUDY_ADJUDICATION_BUDGET_USD=1");
+  if (env.STUDY_ADJUDICATION_BUDGET_USD === undefined)
+    problems.push("STUDY_ADJUDICATION_BUDGET_USD is not set; export the approved cumulative cap of the adjudication in USD, e.g. STUDY_ADJUDICATION_BUDGET_USD=1");
   else if (!cap.success) problems.push(cap.error.issues[0]!.message);
   const item = Positive("--item-budget-usd").safeParse(flags.itemBudgetUsd ?? String(DEFAULT_ITEM_BUDGET_USD));
   if (!item.success) problems.push(item.error.issues[0]!.message);
@@ -136,7 +137,8 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
         expectedCliVersion: flags.cliVersion ?? input.ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION,
         isolation: flags.isolation ?? "standard",
         claudeConfigDir: flags.claudeConfigDir,
-        fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
+        fake:
+          flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
         timeoutMs: flags.testItemTimeoutMs ? Number(flags.testItemTimeoutMs) : undefined,
         quiet: flags.quiet,
       },

@@ -25,7 +25,12 @@ export interface ClassifyFlags {
 export async function classifyCommand(file: string, flags: ClassifyFlags): Promise<number> {
   const exitCode = flags.exitCode === undefined ? 0 : Number(flags.exitCode);
   if (!Number.isInteger(exitCode)) throw new UsageError(`--exit-code must be a whole number, got '${flags.exitCode}'`);
-  const expectedTools = flags.tools ? flags.tools.split(",").map((t) => t.trim()).filter(Boolean) : expectedInitTools(flags.arm);
+  const expectedTools = flags.tools
+    ? flags.tools
+        .split(",")
+        .map((t) => t.trim())
+        .filter(Boolean)
+    : expectedInitTools(flags.arm);
   const reader = new TranscriptReader({ arm: flags.arm, model: flags.model, expectedTools, cliVersion: flags.cliVersion });
   try {
     const lines = createInterface({ input: createReadStream(file), crlfDelay: Infinity });

@@ -48,7 +48,13 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
     quiet: flags.quiet,
   }).finally(() => real?.close());
   // A run refused before its ledger existed has nothing to adjudicate or report.
-  if (!(await access(output).then(() => true, () => false))) return runCode;
+  if (
+    !(await access(output).then(
+      () => true,
+      () => false,
+    ))
+  )
+    return runCode;
 
   const [{ readLedgerInput }, { itemIdFor }, { adjudicateCommand }, { loadReport, writeReportFiles }] = await Promise.all([
     import("../adjudicate/input.ts"),
@@ -75,7 +81,10 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
     },
     { ...process.env, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "1" },
   );
-  const recordExists = await access(adjudication).then(() => true, () => false);
+  const recordExists = await access(adjudication).then(
+    () => true,
+    () => false,
+  );
   const report = await loadReport({ ledger: output, adjudication: recordExists ? adjudication : undefined, manifest: DEMO_MANIFEST });
   const files = await writeReportFiles(join(workdir, "reports", `${mode}-${stamp}`), report);
   process.stdout.write(`${JSON.stringify({ demo: { ledger: output, adjudication: recordExists ? adjudication : null, report: files } }, null, 2)}\n`);
@@ -93,11 +102,7 @@ export function demoVerdicts(runId: string, observations: number, itemIdFor: (ru
 }
 
 async function startRealDemo(workdir: string, pilot: boolean) {
-  const [{ startRealCliDemo }, { loadManifest }, { planStudy }] = await Promise.all([
-    import("../demo/real-cli.ts"),
-    import("../manifest/load.ts"),
-    import("../plan/plan.ts"),
-  ]);
+  const [{ startRealCliDemo }, { loadManifest }, { planStudy }] = await Promise.all([import("../demo/real-cli.ts"), import("../manifest/load.ts"), import("../plan/plan.ts")]);
   const { manifest } = await loadManifest(DEMO_MANIFEST);
   return startRealCliDemo(workdir, new DockerRuntime(), manifest, planStudy(manifest, pilot ? "pilot" : "full"));
 }

@@ -12,11 +12,7 @@ export async function imageBuildCommand(flags: { fake?: boolean; claudeBinary?: 
   if (flags.fake) {
     spec = await fakeClaudeImageSpec({ version });
   } else {
-    const binary = flags.claudeBinary
-      ? flags.claudeBinary
-      : flags.install
-        ? (await ensureClaudeBinary({ version })).path
-        : (await findClaudeBinary({ version }))?.path;
+    const binary = flags.claudeBinary ? flags.claudeBinary : flags.install ? (await ensureClaudeBinary({ version })).path : (await findClaudeBinary({ version }))?.path;
     if (!binary) {
       throw new RefusalError(
         `no Claude Code ${version} binary found; run \`study-runner image build --install\` (installs @anthropic-ai/claude-code-linux-x64@${version} from the npm registry into the cache) or pass --claude-binary PATH`,
@@ -26,7 +22,9 @@ export async function imageBuildCommand(flags: { fake?: boolean; claudeBinary?: 
   }
   const built = await buildImage(runtime, spec);
   const probed = await probeVersion(runtime, built.tag);
-  process.stdout.write(JSON.stringify({ tag: built.tag, id: built.id, built: built.built, contextDigest: built.contextDigest, version: probed.version, binarySha256: probed.binarySha256 }, null, 2) + "\n");
+  process.stdout.write(
+    JSON.stringify({ tag: built.tag, id: built.id, built: built.built, contextDigest: built.contextDigest, version: probed.version, binarySha256: probed.binarySha256 }, null, 2) + "\n",
+  );
   return ExitCode.ok;
 }
 

@@ -40,7 +40,10 @@ export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags 
   const ok = result.differences.length === 0;
   if (flags.json) process.stdout.write(JSON.stringify({ ...result, verdict: ok ? "verified" : "differs" }, null, 2) + "\n");
   else {
-    const lines = [`ledger ${result.path}: ${ok ? "verified" : `${result.differences.length} difference${result.differences.length === 1 ? "" : "s"}`}`, `${flags.adjudication ? "observations and adjudication items" : "observations"}: ${result.observations} (${result.verified} read again from their transcripts)`];
+    const lines = [
+      `ledger ${result.path}: ${ok ? "verified" : `${result.differences.length} difference${result.differences.length === 1 ? "" : "s"}`}`,
+      `${flags.adjudication ? "observations and adjudication items" : "observations"}: ${result.observations} (${result.verified} read again from their transcripts)`,
+    ];
     for (const d of result.differences) lines.push(`  - ${d}`);
     process.stdout.write(lines.join("\n") + "\n");
   }

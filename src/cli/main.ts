@@ -67,10 +67,16 @@ export function buildProgram(setExit: (code: number) => void): Command {
         "cli transport (docs/gateway.md): 'gateway' (default: the login stays on the host, containers hold a placeholder, have no network and reach the API only through the runner's metering gateway, which refuses a request before it could pass the attempt's budget) or 'login-copy' (each container gets a copy of the CLI login; needed for --isolation standard/strict to mean anything)",
       ).choices(["gateway", "login-copy"]),
     )
-    .option("--oauth-token-file <file>", "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each attempt")
+    .option(
+      "--oauth-token-file <file>",
+      "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each attempt",
+    )
     .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream instead of https://api.anthropic.com (an https:// origin)").hideHelp())
     .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp())
-    .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array, run with each checkout as cwd, e.g. '[\"node\",\"/opt/ak/bin/ak-docs.js\",\"mcp\"]' (default: the bundled reference server)")
+    .option(
+      "--doc-bridge-command <json>",
+      'the doc-bridge engine as a JSON array, run with each checkout as cwd, e.g. \'["node","/opt/ak/bin/ak-docs.js","mcp"]\' (default: the bundled reference server)',
+    )
     .option("--quiet", "no progress lines on stderr")
     .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
     .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())
@@ -79,7 +85,9 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .addOption(new Option("--test-login-lock-stale-ms <ms>", "tests: after how long a dead run's login lock is taken over (default 30 s, at least 2 s)").hideHelp())
     .addOption(new Option("--test-memory-limit-mb <mb>", "tests: the attempt container's memory limit (default 2048)").hideHelp())
     .addOption(new Option("--test-home-size-mb <mb>", "tests: the size of the attempt's tmpfs HOME (default 64)").hideHelp())
-    .addOption(new Option("--model-api-socket <path>", "conformance/demo: a Messages API (e.g. the scripted one) on this unix socket, reached through the in-container relay with no network").hideHelp())
+    .addOption(
+      new Option("--model-api-socket <path>", "conformance/demo: a Messages API (e.g. the scripted one) on this unix socket, reached through the in-container relay with no network").hideHelp(),
+    )
     .addOption(new Option("--api-base-url <url>", "tests: the http transport's Messages API base (http://127.0.0.1:<port>, http://localhost:<port> or https://api.anthropic.com)").hideHelp())
     .option("--input-price-usd-per-mtok <usd>", "http transport: upper input price per million tokens (or STUDY_INPUT_PRICE_USD_PER_MTOK)")
     .option("--output-price-usd-per-mtok <usd>", "http transport: upper output price per million tokens (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)")
@@ -223,7 +231,11 @@ Example:
     .option("--force-same-model", "adjudicate with the answering model (or allow STUDY_ADJUDICATOR_MODEL to equal it): a departure from the protocol, recorded and stated in every report")
     .option("--image <ref>", "the Claude Code image (default: the image the ledger records)")
     .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)")
-    .addOption(new Option("--isolation <profile>", "network of adjudicator containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)").choices(["standard", "offline"]).default("standard"))
+    .addOption(
+      new Option("--isolation <profile>", "network of adjudicator containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)")
+        .choices(["standard", "offline"])
+        .default("standard"),
+    )
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
     .option("--quiet", "no progress lines on stderr")
     .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
@@ -252,7 +264,10 @@ Correctness is agent-adjudicated: there is no human review.`,
     .option("--manifest <path>", "the manifest the run used, for the plan and the pilot extrapolation (default: the path the ledger records)")
     .addOption(new Option("--format <format>", "what to print on stdout").choices(["markdown", "json", "html"]).default("markdown"))
     .option("--out-dir <dir>", "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing")
-    .option("--private", "instead: write the PRIVATE pair viewer <ledger>.pairs.html beside the ledger (mode 600, created exclusively): each task x repetition's two attempts side by side with tool calls and their inputs, answers and verdicts; never publish it")
+    .option(
+      "--private",
+      "instead: write the PRIVATE pair viewer <ledger>.pairs.html beside the ledger (mode 600, created exclusively): each task x repetition's two attempts side by side with tool calls and their inputs, answers and verdicts; never publish it",
+    )
     .option("--seed <n>", "seed of the cluster bootstrap (an integer 0..4294967295; the report states it)", "20261201")
     .option("--effect <points...>", "score effects (points, > 0 and ≤ 1) the planning table sizes a study for", ["0.1", "0.2", "0.3"])
     .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));

@@ -12,7 +12,11 @@ export async function planCommand(flags: { manifest: string; pilot?: boolean; js
   const rows = plan.map((a) => [String(a.index + 1), a.taskId, a.scenario, String(a.repetition), a.repository, a.pin.slice(0, 12)]);
   const head = ["#", "task", "scenario", "rep", "repository", "pin"];
   const widths = head.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));
-  const line = (cells: string[]) => cells.map((c, i) => c.padEnd(widths[i]!)).join("  ").trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((c, i) => c.padEnd(widths[i]!))
+      .join("  ")
+      .trimEnd();
   process.stdout.write([line(head), ...rows.map(line)].join("\n") + "\n");
   return ExitCode.ok;
 }

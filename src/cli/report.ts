@@ -36,7 +36,9 @@ export async function reportCommand(flags: ReportFlags): Promise<number> {
   const { loadReport, renderJson, writeReportFiles, writePrivateViewer } = await import("../report/write.ts");
   if (flags.private) {
     const written = await writePrivateViewer({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });
-    process.stdout.write(`${JSON.stringify({ private: written.path, pairs: written.pairs, attempts: written.attempts, note: "private: holds answers and tool inputs; mode 600; do not publish" }, null, 2)}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ private: written.path, pairs: written.pairs, attempts: written.attempts, note: "private: holds answers and tool inputs; mode 600; do not publish" }, null, 2)}\n`,
+    );
     return ExitCode.ok;
   }
   const report = await loadReport({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });

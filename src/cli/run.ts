@@ -94,10 +94,7 @@ export function parseEngineCommand(value: string | undefined): string[] | undefi
   return parsed as string[];
 }
 
-async function assertRoots(
-  manifest: Awaited<ReturnType<typeof loadManifest>>["manifest"],
-  roots: ReadonlyMap<string, string>,
-): Promise<RootCheck[]> {
+async function assertRoots(manifest: Awaited<ReturnType<typeof loadManifest>>["manifest"], roots: ReadonlyMap<string, string>): Promise<RootCheck[]> {
   const checks = await Promise.all([...roots].map(([name, dir]) => checkRoot(manifest, name, dir)));
   const problems = checks.flatMap((c) => c.problems);
   if (problems.length) throw new RefusalError(problems.join("\n"), problems);
@@ -119,9 +116,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   const roots = parseRoots(flags.root);
   const unknown = [...roots.keys()].filter((name) => !(name in manifest.repositories));
   if (unknown.length) {
-    throw new UsageError(
-      unknown.map((n) => `--root ${n}=…: '${n}' is not a repository of the manifest (known: ${Object.keys(manifest.repositories).join(", ")})`).join("\n"),
-    );
+    throw new UsageError(unknown.map((n) => `--root ${n}=…: '${n}' is not a repository of the manifest (known: ${Object.keys(manifest.repositories).join(", ")})`).join("\n"));
   }
 
   if (flags.dryRun) {
@@ -184,9 +179,12 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   // A Messages API socket given for tests is the direct route: it bypasses the gateway by design.
   const credentials = flags.credentials ?? (flags.modelApiSocket ? "login-copy" : "gateway");
   if (credentials === "gateway" && flags.modelApiSocket) problems.push("--model-api-socket reaches the API directly; use it with --credentials login-copy");
-  if (credentials !== "gateway" && (flags.oauthTokenFile !== undefined || flags.testGatewayUpstream !== undefined)) problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
+  if (credentials !== "gateway" && (flags.oauthTokenFile !== undefined || flags.testGatewayUpstream !== undefined))
+    problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
   if (flags.transport === "cli" && credentials === "gateway" && flags.egressAllow !== undefined && isolation === "strict") {
-    problems.push("--egress-allow has no effect with --credentials gateway (every attempt container has network none and no proxy; the gateway is its only way out); use --credentials login-copy for the strict profile's proxy");
+    problems.push(
+      "--egress-allow has no effect with --credentials gateway (every attempt container has network none and no proxy; the gateway is its only way out); use --credentials login-copy for the strict profile's proxy",
+    );
   }
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
   if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
@@ -265,7 +263,8 @@ export async function runCommand(flags: RunFlags): Promise<number> {
           ? { gatewayUpstream: { url: flags.testGatewayUpstream, ...(flags.testGatewayCa ? { ca: await (await import("node:fs/promises")).readFile(resolve(flags.testGatewayCa), "utf8") } : {}) } }
           : {}),
         modelApi: flags.modelApiSocket ? { socketPath: resolve(flags.modelApiSocket) } : undefined,
-        fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
+        fake:
+          flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
         timeoutMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
         loginLockTimeoutMs: testNumber("--test-login-lock-timeout-ms", flags.testLoginLockTimeoutMs),
         loginLockStaleMs: testNumber("--test-login-lock-stale-ms", flags.testLoginLockStaleMs),

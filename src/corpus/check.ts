@@ -37,7 +37,10 @@ export async function checkRoot(manifest: Manifest, repository: string, root: st
   if (head !== pin) fail(`HEAD is ${head}, not the pin ${pin}; run \`git checkout ${pin}\` there`);
   const dirty = await gitStatus(root);
   if (dirty.length > 0) {
-    const shown = dirty.slice(0, 3).map((l) => l.trim()).join(", ");
+    const shown = dirty
+      .slice(0, 3)
+      .map((l) => l.trim())
+      .join(", ");
     fail(`checkout is not clean (${dirty.length} change${dirty.length > 1 ? "s" : ""}: ${shown}${dirty.length > 3 ? ", …" : ""}); commit, stash or remove them`);
   }
 

@@ -32,16 +32,7 @@ export const LOCKFILES = new Set([
   "conda-lock.yml",
 ]);
 
-export type ExclusionReason =
-  | "not-a-regular-file"
-  | "too-large"
-  | "hidden"
-  | "build-or-dependency-dir"
-  | "lockfile"
-  | "answer-key"
-  | "manifest"
-  | "instruction-file"
-  | "not-utf8-path";
+export type ExclusionReason = "not-a-regular-file" | "too-large" | "hidden" | "build-or-dependency-dir" | "lockfile" | "answer-key" | "manifest" | "instruction-file" | "not-utf8-path";
 
 export interface PublicPathOptions {
   /** Paths (relative to the repository root) that hold answer keys. */

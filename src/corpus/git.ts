@@ -88,13 +88,9 @@ export async function hasCommit(cwd: string, pin: string): Promise<boolean> {
  * file). Calls `onBlob` in request order with each blob's bytes; only the blob being
  * handed over is held in memory. The process is killed if reading stops early.
  */
-export async function readBlobs(
-  cwd: string,
-  oids: readonly string[],
-  onBlob: (index: number, data: Buffer) => void | Promise<void>,
-): Promise<void> {
+export async function readBlobs(cwd: string, oids: readonly string[], onBlob: (index: number, data: Buffer) => void | Promise<void>): Promise<void> {
   if (oids.length === 0) return;
-  const child = startChild("git", ["cat-file", "--batch"], { cwd, env: { ...process.env, ...GIT_ENV }});
+  const child = startChild("git", ["cat-file", "--batch"], { cwd, env: { ...process.env, ...GIT_ENV } });
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => (stderr += d.toString("utf8")));
   const exited = new Promise<number | null>((resolve, reject) => {

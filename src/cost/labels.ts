@@ -22,8 +22,7 @@ const HTTP: SpendLabel = Object.freeze({
 });
 
 /** The adjudicator is a Claude Code run whatever the answering transport was. */
-export const ADJUDICATION_USD_LABEL =
-  "the adjudication's USD figures are the Claude Code CLI's own list-price estimate as well, not a bill";
+export const ADJUDICATION_USD_LABEL = "the adjudication's USD figures are the Claude Code CLI's own list-price estimate as well, not a bill";
 
 export function spendLabel(transport: "cli" | "http"): SpendLabel {
   return transport === "cli" ? CLI : HTTP;

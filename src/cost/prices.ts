@@ -22,12 +22,7 @@ const freezeTier = (t: TierPrices): Readonly<TierPrices> => Object.freeze({ ...t
 export const CLI_PRICES: Readonly<Record<string, Readonly<ModelPrices>>> = Object.freeze(
   Object.assign(
     Object.create(null) as Record<string, Readonly<ModelPrices>>,
-    Object.fromEntries(
-      Object.entries(GENERATED_PRICE_TABLE.models).map(([model, row]) => [
-        model,
-        Object.freeze({ tier1: freezeTier(row.tier1), tier2: freezeTier(row.tier2 ?? row.tier1) }),
-      ]),
-    ),
+    Object.fromEntries(Object.entries(GENERATED_PRICE_TABLE.models).map(([model, row]) => [model, Object.freeze({ tier1: freezeTier(row.tier1), tier2: freezeTier(row.tier2 ?? row.tier1) })])),
   ),
 );
 

@@ -78,8 +78,7 @@ export const DEMO_REPOSITORIES: Record<string, Record<string, FileSpec>> = {
     "docs/config.md":
       "# Configuration\n\n| key | default | meaning |\n| --- | --- | --- |\n| `concurrency` | 4 | jobs run at once |\n" +
       "| `maxAttempts` | 5 | tries before dead-letter |\n| `visibilityTimeoutMs` | 30000 | lease of a claimed job |\n",
-    "src/backoff.js":
-      "const CAP_MS = 300_000;\n\nexport function nextDelay(attempt) {\n  return Math.min(CAP_MS, 2000 * 2 ** (attempt - 1));\n}\n",
+    "src/backoff.js": "const CAP_MS = 300_000;\n\nexport function nextDelay(attempt) {\n  return Math.min(CAP_MS, 2000 * 2 ** (attempt - 1));\n}\n",
     "src/queue.js":
       "import { nextDelay } from './backoff.js';\n\nexport const DEFAULTS = { concurrency: 4, maxAttempts: 5, visibilityTimeoutMs: 30000 };\n\n" +
       "export function fail(job, config = DEFAULTS) {\n  job.attempts += 1;\n" +
@@ -95,10 +94,8 @@ export const DEMO_REPOSITORIES: Record<string, Record<string, FileSpec>> = {
     "docs/middleware.md":
       "# Middleware\n\nMiddleware runs in registration order before the handler, and in reverse order after it (onion model).\n" +
       "A middleware that does not call `next()` ends the request; the handler is not called.\n",
-    "src/match.js":
-      "export function rank(segment) {\n  if (segment === '*') return 0;\n  if (segment.startsWith(':')) return 1;\n  return 2;\n}\n",
-    "src/compose.js":
-      "export function compose(middleware, handler) {\n  return (ctx) => middleware.reduceRight((next, mw) => () => mw(ctx, next), () => handler(ctx))();\n}\n",
+    "src/match.js": "export function rank(segment) {\n  if (segment === '*') return 0;\n  if (segment.startsWith(':')) return 1;\n  return 2;\n}\n",
+    "src/compose.js": "export function compose(middleware, handler) {\n  return (ctx) => middleware.reduceRight((next, mw) => () => mw(ctx, next), () => handler(ctx))();\n}\n",
     "docs/index.md": { symlink: "matching.md" },
   },
 };

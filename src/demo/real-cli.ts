@@ -47,12 +47,18 @@ export function demoScripts(manifest: Manifest, plan: readonly PlannedAttempt[])
     const turns: ScriptInput["turns"] =
       a.arm === "mcp"
         ? [
-            { toolCalls: [{ name: "mcp__doc-bridge__doc_search", input: { query: task.question } }], usage: { input_tokens: 2600, output_tokens: 24, cache_creation_input_tokens: 500, cache_creation: { ephemeral_5m_input_tokens: 500, ephemeral_1h_input_tokens: 0 } } },
+            {
+              toolCalls: [{ name: "mcp__doc-bridge__doc_search", input: { query: task.question } }],
+              usage: { input_tokens: 2600, output_tokens: 24, cache_creation_input_tokens: 500, cache_creation: { ephemeral_5m_input_tokens: 500, ephemeral_1h_input_tokens: 0 } },
+            },
             { toolCalls: [{ name: "mcp__doc-bridge__doc_get", input: { path: doc } }], usage: { input_tokens: 3100, output_tokens: 20, cache_read_input_tokens: 2600 } },
             { answer, usage: { input_tokens: 3600, output_tokens: 45, cache_read_input_tokens: 3100 } },
           ]
         : [
-            { toolCalls: [{ name: "Glob", input: { pattern: "docs/*.md" } }], usage: { input_tokens: 2500, output_tokens: 18, cache_creation_input_tokens: 500, cache_creation: { ephemeral_5m_input_tokens: 500, ephemeral_1h_input_tokens: 0 } } },
+            {
+              toolCalls: [{ name: "Glob", input: { pattern: "docs/*.md" } }],
+              usage: { input_tokens: 2500, output_tokens: 18, cache_creation_input_tokens: 500, cache_creation: { ephemeral_5m_input_tokens: 500, ephemeral_1h_input_tokens: 0 } },
+            },
             { toolCalls: task.sources.map((s) => ({ name: "Read", input: { file_path: `/workspace/${s}` } })), usage: { input_tokens: 3000, output_tokens: 30, cache_read_input_tokens: 2500 } },
             { answer, usage: { input_tokens: 4200, output_tokens: 50, cache_read_input_tokens: 3000 } },
           ];
@@ -61,13 +67,7 @@ export function demoScripts(manifest: Manifest, plan: readonly PlannedAttempt[])
 }
 
 /** Installs the pinned binary when missing, builds the real image (cached), starts the scripted API. */
-export async function startRealCliDemo(
-  workdir: string,
-  runtime: ContainerRuntime,
-  manifest: Manifest,
-  plan: readonly PlannedAttempt[],
-  options: { turnDelayMs?: number } = {},
-): Promise<RealCliDemo> {
+export async function startRealCliDemo(workdir: string, runtime: ContainerRuntime, manifest: Manifest, plan: readonly PlannedAttempt[], options: { turnDelayMs?: number } = {}): Promise<RealCliDemo> {
   const binary = await ensureClaudeBinary();
   const image = await buildImage(runtime, await claudeCodeImageSpec({ claudeBinary: binary.path }));
   // A folder of its own: it is mounted into every attempt container, so it holds only the socket.

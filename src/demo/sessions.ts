@@ -62,8 +62,22 @@ export async function makeSessionDemo(dir: string): Promise<SessionDemo> {
     title: "session demo: a question, a scripted answer, a resume in a fresh container",
     repositories: pins,
     tasks: [
-      { id: "invoice-rounding", kind: "session", repository: "invoicer", prompt: `${MARK_ROUNDING}\nRound invoice totals in src/invoice.js for display.`, testCommand: test, answers: ["2 decimal places"] },
-      { id: "discount-tiers", kind: "session", repository: "discounts", prompt: `${MARK_TIERS}\nFill in the tier percentages in src/discount.js for our two customers.`, testCommand: test, answers: ["gold 10%, silver 5%"] },
+      {
+        id: "invoice-rounding",
+        kind: "session",
+        repository: "invoicer",
+        prompt: `${MARK_ROUNDING}\nRound invoice totals in src/invoice.js for display.`,
+        testCommand: test,
+        answers: ["2 decimal places"],
+      },
+      {
+        id: "discount-tiers",
+        kind: "session",
+        repository: "discounts",
+        prompt: `${MARK_TIERS}\nFill in the tier percentages in src/discount.js for our two customers.`,
+        testCommand: test,
+        answers: ["gold 10%, silver 5%"],
+      },
     ],
   };
   const manifestPath = join(dir, "sessions.json");

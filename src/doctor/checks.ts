@@ -39,7 +39,6 @@ export const pass = (name: string, detail: string): Check => ({ name, ok: true, 
 export const fail = (name: string, detail: string, fix: string): Check => ({ name, ok: false, skipped: false, detail, fix });
 export const skip = (name: string, detail: string): Check => ({ name, ok: false, skipped: true, detail, fix: null });
 
-
 export const MIN_NODE_MAJOR = 20;
 
 export function checkNode(version: string = process.versions.node): Check {
@@ -63,11 +62,7 @@ export async function checkGit(command = "git"): Promise<Check> {
  * Reaches the engine the way every runner command does (dockerode reads DOCKER_HOST, else
  * the default socket). A bound on the ping: an unreachable tcp:// host can hang a while.
  */
-export async function checkDocker(
-  connect: () => ContainerRuntime,
-  env: NodeJS.ProcessEnv,
-  timeoutMs = 15_000,
-): Promise<{ check: Check; runtime?: ContainerRuntime }> {
+export async function checkDocker(connect: () => ContainerRuntime, env: NodeJS.ProcessEnv, timeoutMs = 15_000): Promise<{ check: Check; runtime?: ContainerRuntime }> {
   const from = env.DOCKER_HOST ? `DOCKER_HOST=${env.DOCKER_HOST}` : "the default socket (DOCKER_HOST is not set)";
   let timer: NodeJS.Timeout | undefined;
   try {
@@ -111,7 +106,11 @@ export async function checkRuntime(runtime: ContainerRuntime, name: string): Pro
 export function checkIsolation(profile: string, allow: readonly string[], uid: number | undefined = process.getuid?.()): Check {
   if (profile !== "strict") return pass("isolation", profile);
   if (uid !== 0 && uid !== 1000) {
-    return fail("isolation", `strict needs the runner to run as root or as uid 1000 (the container user) to share the proxy socket; it runs as uid ${uid}`, "run the runner as root (or as uid 1000), or choose --isolation standard or offline");
+    return fail(
+      "isolation",
+      `strict needs the runner to run as root or as uid 1000 (the container user) to share the proxy socket; it runs as uid ${uid}`,
+      "run the runner as root (or as uid 1000), or choose --isolation standard or offline",
+    );
   }
   return pass("isolation", `strict: no network but loopback; out only through the runner's proxy to ${allow.join(", ")} on port 443`);
 }
@@ -153,12 +152,7 @@ export async function checkImage(runtime: ContainerRuntime, image: string, versi
 }
 
 /** The run's own probe: `claude --version` in a throwaway hardened container, then the pin comparison. */
-export async function checkClaudeVersion(
-  runtime: ContainerRuntime,
-  image: string,
-  expected: string,
-  labels: Record<string, string>,
-): Promise<Check> {
+export async function checkClaudeVersion(runtime: ContainerRuntime, image: string, expected: string, labels: Record<string, string>): Promise<Check> {
   const rebuild = `rebuild the image (study-runner image build${expected === CLAUDE_CODE_VERSION ? "" : ` --version ${expected}`})`;
   let probed;
   try {
@@ -236,7 +230,12 @@ export async function checkRootOf(manifest: Manifest, repository: string, dir: s
 const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);
 
 /** The run's doc-bridge preflight: config in the server's order, doc.search fresh at the pin, one tool list, the deny list. */
-export async function checkDocBridge(command: readonly string[], checkouts: readonly CheckoutToProbe[], timeoutMs?: number, loaded?: Pick<LoadedManifest, "path" | "manifest" | "bytes">): Promise<Check> {
+export async function checkDocBridge(
+  command: readonly string[],
+  checkouts: readonly CheckoutToProbe[],
+  timeoutMs?: number,
+  loaded?: Pick<LoadedManifest, "path" | "manifest" | "bytes">,
+): Promise<Check> {
   const reference = referenceEngineCommand();
   const isReference = command.length === reference.length && command.every((c, i) => c === reference[i]);
   const engine = isReference ? "the bundled reference engine" : JSON.stringify(command);
@@ -319,13 +318,7 @@ export function attemptsWithinCap(capUsd: number, attemptLimitUsd: number): numb
  * own rules (checkExecution); the approval flag is the run's to give, never the doctor's.
  */
 export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number; transport?: "cli" | "http" }): Check[] {
-  const { issues, parsed } = checkExecution(
-    { ...input.flags, approveBudget: true, pilot: input.mode === "pilot", run: input.mode === "full" },
-    input.env,
-    input.transport ?? "cli",
-    [],
-    new Map(),
-  );
+  const { issues, parsed } = checkExecution({ ...input.flags, approveBudget: true, pilot: input.mode === "pilot", run: input.mode === "full" }, input.env, input.transport ?? "cli", [], new Map());
   const issue = (about: string) => issues.find((i) => i.about === about)?.message;
   const checks: Check[] = [];
 
@@ -348,20 +341,11 @@ export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEn
     const fits = attemptsWithinCap(parsed.capUsd, parsed.attemptBudgetUsd);
     const each = `--attempt-budget-usd ${parsed.attemptBudgetUsd} (reserved per attempt, passed as --max-budget-usd)`;
     if (fits === 0) {
-      checks.push(
-        fail(
-          "attempts",
-          `${each} does not fit under the cap of ${parsed.capUsd} USD: the first attempt would be refused`,
-          "lower --attempt-budget-usd, or have a larger cap approved",
-        ),
-      );
+      checks.push(fail("attempts", `${each} does not fit under the cap of ${parsed.capUsd} USD: the first attempt would be refused`, "lower --attempt-budget-usd, or have a larger cap approved"));
     } else {
       const count = fits >= ATTEMPT_COUNT_LIMIT ? `${ATTEMPT_COUNT_LIMIT} or more` : String(fits);
       const planned = `the ${input.mode === "pilot" ? "pilot" : "full study"} plans ${input.planned}`;
-      const note =
-        fits >= input.planned
-          ? ""
-          : `; the run ends blocked when the next limit no longer fits, though a completed attempt is charged its cost, not its limit`;
+      const note = fits >= input.planned ? "" : `; the run ends blocked when the next limit no longer fits, though a completed attempt is charged its cost, not its limit`;
       checks.push(pass("attempts", `${each}: the cap holds ${count} attempts even if each is charged its full limit; ${planned}${note}`));
     }
   }

@@ -152,9 +152,7 @@ export function formatReport(report: DoctorReport): string {
   const skipped = report.checks.filter((c) => c.skipped).length;
   const what = `${report.mode === "pilot" ? "the pilot" : "the full run"} (--transport ${report.transport})`;
   lines.push(
-    report.ok
-      ? `${what} could start with these flags and this environment`
-      : `${failed} check${failed === 1 ? "" : "s"} failed${skipped ? `, ${skipped} skipped` : ""}: ${what} would be refused`,
+    report.ok ? `${what} could start with these flags and this environment` : `${failed} check${failed === 1 ? "" : "s"} failed${skipped ? `, ${skipped} skipped` : ""}: ${what} would be refused`,
   );
   return lines.join("\n") + "\n";
 }

@@ -57,17 +57,7 @@ export interface ExportResult extends ExportPlan {
   labels: { run: string; attempt: string };
 }
 
-const REASONS: readonly ExclusionReason[] = [
-  "not-a-regular-file",
-  "not-utf8-path",
-  "hidden",
-  "build-or-dependency-dir",
-  "lockfile",
-  "answer-key",
-  "manifest",
-  "instruction-file",
-  "too-large",
-];
+const REASONS: readonly ExclusionReason[] = ["not-a-regular-file", "not-utf8-path", "hidden", "build-or-dependency-dir", "lockfile", "answer-key", "manifest", "instruction-file", "too-large"];
 
 /**
  * exportHash = hex(sha256( concat over files sorted by UTF-8 path bytes of
@@ -211,7 +201,6 @@ export async function removeExport(dir: string): Promise<void> {
   }
   await removeTree(dir);
 }
-
 
 /** Removes export folders left by runners that died (see src/util/orphans.ts). Returns the removed paths. */
 export function reapOrphanExports(parentDir: string = tmpdir()): Promise<string[]> {

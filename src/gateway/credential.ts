@@ -94,9 +94,7 @@ export async function readCredential(
     throw new RefusalError(`the Claude login ${path} has no usable claudeAiOauth.accessToken and expiresAt; ${RELOGIN}`);
   }
   if (expiresAt <= o.mustLastUntil) {
-    throw new RefusalError(
-      `the Claude login ${path} expires at ${new Date(expiresAt).toISOString()}, before the attempt's latest end ${new Date(o.mustLastUntil).toISOString()}; ${REFRESH_HINT}`,
-    );
+    throw new RefusalError(`the Claude login ${path} expires at ${new Date(expiresAt).toISOString()}, before the attempt's latest end ${new Date(o.mustLastUntil).toISOString()}; ${REFRESH_HINT}`);
   }
   return { token, expiresAt };
 }

@@ -44,8 +44,7 @@ export async function prepareRunGateway(o: {
   const now = o.now ?? Date.now;
   const source = await resolveCredentialSource({ tokenFile: o.tokenFile, login: o.login });
   const lastUntil = () => now() + (o.timeoutMs ?? ATTEMPT_TIMEOUT_MS) + EXPIRY_MARGIN_MS;
-  const read = (signal?: AbortSignal) =>
-    readCredential(source, { mustLastUntil: lastUntil(), lock: { timeoutMs: o.lockTimeoutMs, staleMs: o.lockStaleMs, holder: o.holder, signal } });
+  const read = (signal?: AbortSignal) => readCredential(source, { mustLastUntil: lastUntil(), lock: { timeoutMs: o.lockTimeoutMs, staleMs: o.lockStaleMs, holder: o.holder, signal } });
   // Checked here too, so an expiring login refuses the run before the first reservation.
   await read();
   let gateway: Gateway;

@@ -81,9 +81,7 @@ export interface LoopResult {
 }
 
 type ApiContent = Array<{ type: "text"; text: string } | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> }>;
-type ApiMessage =
-  | { role: "user"; content: string | Array<{ type: "tool_result"; tool_use_id: string; content: string; is_error?: true }> }
-  | { role: "assistant"; content: ApiContent };
+type ApiMessage = { role: "user"; content: string | Array<{ type: "tool_result"; tool_use_id: string; content: string; is_error?: true }> } | { role: "assistant"; content: ApiContent };
 
 /** A dated snapshot id of the requested alias (`claude-x` -> `claude-x-20260101`) is the same model. */
 function sameModel(requested: string, reported: string): boolean {
@@ -192,7 +190,8 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
         r.costProblem = `turn ${turn}: ${outcome.problem}; the call's reservation stays charged`;
         return finish("invalid-cost", where);
       }
-      if (outcome.kind === "lost" && outcome.aborted === "deadline") return finish("timed-out", `${deadlineReason(`during turn ${turn}`)}; the request was abandoned and its reservation stays charged`);
+      if (outcome.kind === "lost" && outcome.aborted === "deadline")
+        return finish("timed-out", `${deadlineReason(`during turn ${turn}`)}; the request was abandoned and its reservation stays charged`);
       if (outcome.kind === "lost" && outcome.aborted === "signal") return finish("failed", `${interrupted() ?? "interrupted"} during turn ${turn}; the request's reservation stays charged`);
       return finish("failed", `${where}; the request's reservation stays charged and it is not retried`);
     }
@@ -235,10 +234,17 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
 
     if (message.stopReason === "end_turn" || message.stopReason === "stop_sequence") {
       if (uses.length) return finish("failed", `turn ${turn}: the reply ends the turn (${message.stopReason}) but holds tool calls`);
-      const answer = message.content.flatMap((b) => (b.type === "text" ? [b.text] : [])).join("\n").trim();
+      const answer = message.content
+        .flatMap((b) => (b.type === "text" ? [b.text] : []))
+        .join("\n")
+        .trim();
       if (answer === "") return finish("failed", `turn ${turn}: the reply ends the turn without answer text`);
-      const dbCalls = Object.entries(r.toolCallsByName).filter(([n]) => docBridge.has(n)).reduce((n, [, c]) => n + c, 0);
-      const dbErrors = Object.entries(r.toolErrorsByName).filter(([n]) => docBridge.has(n)).reduce((n, [, c]) => n + c, 0);
+      const dbCalls = Object.entries(r.toolCallsByName)
+        .filter(([n]) => docBridge.has(n))
+        .reduce((n, [, c]) => n + c, 0);
+      const dbErrors = Object.entries(r.toolErrorsByName)
+        .filter(([n]) => docBridge.has(n))
+        .reduce((n, [, c]) => n + c, 0);
       if (dbCalls > 0 && dbErrors === dbCalls) {
         r.setupProblems.push(`every doc-bridge tool call (${dbCalls}) returned an error: the treatment was lost`);
         r.answer = answer;
@@ -248,7 +254,10 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
       return finish("completed", "an answer was returned");
     }
     if (message.stopReason !== "tool_use") {
-      return finish("failed", `turn ${turn}: the reply stopped with ${message.stopReason ?? "no stop_reason"}${message.stopReason === "max_tokens" ? ` (the ${limits.maxOutputTokens}-token output limit)` : ""}, not with an answer`);
+      return finish(
+        "failed",
+        `turn ${turn}: the reply stopped with ${message.stopReason ?? "no stop_reason"}${message.stopReason === "max_tokens" ? ` (the ${limits.maxOutputTokens}-token output limit)` : ""}, not with an answer`,
+      );
     }
     if (uses.length === 0) return finish("failed", `turn ${turn}: stop_reason tool_use without a tool call`);
     if (uses.length > limits.maxToolCallsPerTurn) {

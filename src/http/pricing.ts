@@ -35,7 +35,10 @@ function picoPerMtok(usd: number, what: string): bigint {
 
 /** Cost in pico-USD of `input` and `output` tokens at the upper prices, rounded up. */
 function costPico(input: number, output: number, prices: UpperPrices): bigint {
-  for (const [name, n] of [["input", input], ["output", output]] as const) {
+  for (const [name, n] of [
+    ["input", input],
+    ["output", output],
+  ] as const) {
     if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`${name} tokens must be a non-negative integer, got ${n}`);
   }
   const sum = BigInt(input) * picoPerMtok(prices.inputUsdPerMtok, "input") + BigInt(output) * picoPerMtok(prices.outputUsdPerMtok, "output");

@@ -160,19 +160,23 @@ export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTo
       for (; !stopped && next < limit; next++) if (!visit(next, cache.get(wanted[next]!.oid)!)) stopped = true;
     };
     try {
-      await readBlobs(o.repoDir, missing.map((i) => wanted[i]!.oid), (k, data) => {
-        if (signal.aborted) throw new Error("the tool call was stopped");
-        const i = missing[k]!;
-        visitCachedBefore(i);
-        if (stopped) throw STOP;
-        if (!cache.has(wanted[i]!.oid) && cached + data.length <= CACHE_BYTES) {
-          cache.set(wanted[i]!.oid, data);
-          cached += data.length;
-        }
-        next = i + 1;
-        if (!visit(i, data)) stopped = true;
-        if (stopped) throw STOP;
-      });
+      await readBlobs(
+        o.repoDir,
+        missing.map((i) => wanted[i]!.oid),
+        (k, data) => {
+          if (signal.aborted) throw new Error("the tool call was stopped");
+          const i = missing[k]!;
+          visitCachedBefore(i);
+          if (stopped) throw STOP;
+          if (!cache.has(wanted[i]!.oid) && cached + data.length <= CACHE_BYTES) {
+            cache.set(wanted[i]!.oid, data);
+            cached += data.length;
+          }
+          next = i + 1;
+          if (!visit(i, data)) stopped = true;
+          if (stopped) throw STOP;
+        },
+      );
     } catch (err) {
       if (err !== STOP) throw err;
     }
@@ -186,7 +190,8 @@ export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTo
     if (inScope.length === 0) return `no files under ${scopeName(dir)}`;
     const shown = inScope.slice(0, REPOSITORY_LIMITS.listPaths).map((f) => f.path);
     const more = inScope.length - shown.length;
-    const head = `${inScope.length} files under ${scopeName(dir)}` + (more > 0 ? `; the first ${shown.length} are shown (limit ${REPOSITORY_LIMITS.listPaths}), ${more} more: narrow with directory` : "");
+    const head =
+      `${inScope.length} files under ${scopeName(dir)}` + (more > 0 ? `; the first ${shown.length} are shown (limit ${REPOSITORY_LIMITS.listPaths}), ${more} more: narrow with directory` : "");
     return [head, ...shown].join("\n");
   }
 
@@ -238,7 +243,10 @@ export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTo
     const notes: string[] = [];
     notes.push(`${matches.length} matching lines in ${scopeName(dir)}; searched ${searched.length} of ${eligible.length} files`);
     if (stoppedAt !== undefined) notes.push(`stopped at the limit of ${REPOSITORY_LIMITS.searchMatches} matches (in ${stoppedAt}); narrow the query or the directory`);
-    if (searched.length < eligible.length) notes.push(`the limit of ${REPOSITORY_LIMITS.searchFiles} files was reached: ${eligible.length - searched.length} files after ${searched[searched.length - 1]!.path} were not searched; narrow with directory`);
+    if (searched.length < eligible.length)
+      notes.push(
+        `the limit of ${REPOSITORY_LIMITS.searchFiles} files was reached: ${eligible.length - searched.length} files after ${searched[searched.length - 1]!.path} were not searched; narrow with directory`,
+      );
     return [...notes, ...matches].join("\n");
   }
 

@@ -82,9 +82,7 @@ function cmp(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
 }
 
-type Entry =
-  | { name: string; type: "directory"; mode: number }
-  | { name: string; type: "file"; mode: number; source: ImageFile["source"] };
+type Entry = { name: string; type: "directory"; mode: number } | { name: string; type: "file"; mode: number; source: ImageFile["source"] };
 
 /** Every tar entry of the context, parents included, sorted by name, duplicates rejected. */
 function contextEntries(spec: ImageSpec): Entry[] {

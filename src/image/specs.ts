@@ -67,10 +67,7 @@ export async function findClaudeBinary(opts: FindClaudeOptions = {}): Promise<Fo
   const version = opts.version ?? CLAUDE_CODE_VERSION;
   const roots = opts.roots ?? [process.cwd(), REPO_ROOT];
   const packageDirs = [
-    ...roots.flatMap((r) => [
-      join(r, "node_modules", NATIVE_PACKAGE),
-      join(r, "node_modules", "@anthropic-ai", "claude-code", "node_modules", NATIVE_PACKAGE),
-    ]),
+    ...roots.flatMap((r) => [join(r, "node_modules", NATIVE_PACKAGE), join(r, "node_modules", "@anthropic-ai", "claude-code", "node_modules", NATIVE_PACKAGE)]),
     join(opts.cacheDir ?? defaultCacheDir(), `claude-code-${version}`, "node_modules", NATIVE_PACKAGE),
   ];
   const problems: string[] = [];

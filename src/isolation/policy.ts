@@ -50,16 +50,37 @@ export function parseEgressAllow(values: readonly string[]): string[] {
 
 const NON_PUBLIC = new BlockList();
 for (const [net, prefix] of [
-  ["0.0.0.0", 8], ["10.0.0.0", 8], ["100.64.0.0", 10], ["127.0.0.0", 8], ["169.254.0.0", 16], ["172.16.0.0", 12],
-  ["192.0.0.0", 24], ["192.0.2.0", 24], ["192.88.99.0", 24], ["192.168.0.0", 16], ["198.18.0.0", 15],
-  ["198.51.100.0", 24], ["203.0.113.0", 24], ["224.0.0.0", 4], ["240.0.0.0", 4],
-] as const) NON_PUBLIC.addSubnet(net, prefix, "ipv4");
+  ["0.0.0.0", 8],
+  ["10.0.0.0", 8],
+  ["100.64.0.0", 10],
+  ["127.0.0.0", 8],
+  ["169.254.0.0", 16],
+  ["172.16.0.0", 12],
+  ["192.0.0.0", 24],
+  ["192.0.2.0", 24],
+  ["192.88.99.0", 24],
+  ["192.168.0.0", 16],
+  ["198.18.0.0", 15],
+  ["198.51.100.0", 24],
+  ["203.0.113.0", 24],
+  ["224.0.0.0", 4],
+  ["240.0.0.0", 4],
+] as const)
+  NON_PUBLIC.addSubnet(net, prefix, "ipv4");
 // IPv6 blocks that are not public whatever they carry: discard, documentation, IETF assignments
 // (Teredo among them, whose IPv4 is obfuscated), NAT64 local use, unique local, link-local,
 // site-local, multicast. The IPv4-embedding forms are judged by their IPv4 address (below).
 for (const [net, prefix] of [
-  ["64:ff9b:1::", 48], ["100::", 64], ["2001::", 23], ["2001:db8::", 32], ["fc00::", 7], ["fe80::", 10], ["fec0::", 10], ["ff00::", 8],
-] as const) NON_PUBLIC.addSubnet(net, prefix, "ipv6");
+  ["64:ff9b:1::", 48],
+  ["100::", 64],
+  ["2001::", 23],
+  ["2001:db8::", 32],
+  ["fc00::", 7],
+  ["fe80::", 10],
+  ["fec0::", 10],
+  ["ff00::", 8],
+] as const)
+  NON_PUBLIC.addSubnet(net, prefix, "ipv6");
 
 /** The eight 16-bit groups of an IPv6 address in any textual form (compressed, dotted tail, zone). */
 function ipv6Groups(address: string): number[] | undefined {

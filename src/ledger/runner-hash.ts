@@ -23,12 +23,7 @@ async function filesUnder(projectRoot: string, dir: string, keep: (rel: string) 
 
 /** The files whose content defines what the runner does: sources, image build inputs, dependency pins. */
 export async function runnerFiles(projectRoot: string): Promise<string[]> {
-  const files = [
-    ...(await filesUnder(projectRoot, "src", (rel) => rel.endsWith(".ts"))),
-    ...(await filesUnder(projectRoot, "docker", () => true)),
-    "package.json",
-    "package-lock.json",
-  ];
+  const files = [...(await filesUnder(projectRoot, "src", (rel) => rel.endsWith(".ts"))), ...(await filesUnder(projectRoot, "docker", () => true)), "package.json", "package-lock.json"];
   return [...new Set(files)].sort();
 }
 

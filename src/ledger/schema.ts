@@ -170,7 +170,8 @@ export const RUN_FACTS_SHAPE = {
   setupProblems: z.array(z.string()),
   costProblem: z.string().nullable(),
   instructionFiles: z.array(z.string()).optional().meta({
-    description: "paths of the files the CLI takes as instructions (CLAUDE.md, CLAUDE.local.md, AGENTS.md) that the export held; attempts keep them as part of the corpus, the adjudicator's export holds none. Absent in records written before it existed",
+    description:
+      "paths of the files the CLI takes as instructions (CLAUDE.md, CLAUDE.local.md, AGENTS.md) that the export held; attempts keep them as part of the corpus, the adjudicator's export holds none. Absent in records written before it existed",
   }),
   wallTimeMs: Count.nullable(),
   status: AttemptStatusSchema.nullable().meta({ description: "null until settled" }),
@@ -271,7 +272,10 @@ export const ObservationSchema = z
  * settled call its charge, the open one its reservation), only the last call may be open, and
  * a settled attempt is charged exactly its calls' charges.
  */
-function checkHttpCalls(o: { attemptBudgetUsd: number | null; reservationUsd: number; chargedUsd: number | null; phase: string; calls?: Array<{ reservationUsd: number; chargedUsd: number | null }> }, ctx: z.core.$RefinementCtx) {
+function checkHttpCalls(
+  o: { attemptBudgetUsd: number | null; reservationUsd: number; chargedUsd: number | null; phase: string; calls?: Array<{ reservationUsd: number; chargedUsd: number | null }> },
+  ctx: z.core.$RefinementCtx,
+) {
   if (o.attemptBudgetUsd !== null) ctx.addIssue({ code: "custom", path: ["attemptBudgetUsd"], message: "must be null for the http transport, which reserves per call" });
   if (o.calls === undefined) {
     ctx.addIssue({ code: "custom", path: ["calls"], message: "the http transport records every call" });
@@ -372,12 +376,17 @@ export const LedgerSchema = z
     modelApi: z
       .enum(["anthropic", "test"])
       .optional()
-      .meta({ description: "who answered: the model through the real API (anthropic), or a test stand-in (the fake claude image, a scripted API on a unix socket, a test-only --api-base-url): such a run is no evidence about the model" }),
+      .meta({
+        description:
+          "who answered: the model through the real API (anthropic), or a test stand-in (the fake claude image, a scripted API on a unix socket, a test-only --api-base-url): such a run is no evidence about the model",
+      }),
     egressAllow: z.array(z.string().min(1)).optional().meta({ description: "strict isolation: the host names the egress proxy allowed, port 443 only" }),
     credentials: z
       .enum(["gateway", "login-copy"])
       .optional()
-      .meta({ description: "cli: gateway = the credential stayed on the host and every request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login" }),
+      .meta({
+        description: "cli: gateway = the credential stayed on the host and every request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login",
+      }),
     model: z.string().min(1),
     prices: PriceTableSchema,
     mode: z.enum(["pilot", "full"]),

@@ -25,7 +25,10 @@ export interface LedgerHandle {
 /** A ledger that does not match the schema: a runner bug, caught before anything is written. */
 export class InvalidLedgerError extends Error {
   override readonly name = "InvalidLedgerError";
-  constructor(message: string, readonly problems: readonly string[]) {
+  constructor(
+    message: string,
+    readonly problems: readonly string[],
+  ) {
     super(message);
   }
 }

@@ -61,7 +61,10 @@ export class TranscriptWriter {
 }
 
 export class TranscriptStore {
-  private constructor(readonly dir: string, private readonly privateFile: string) {}
+  private constructor(
+    readonly dir: string,
+    private readonly privateFile: string,
+  ) {}
 
   /**
    * Creates `<privateFile>.transcripts/` exclusively (mode 700). `privateFile` must be the real
@@ -85,7 +88,6 @@ export class TranscriptStore {
     return new TranscriptWriter(transcriptFile(this.privateFile, index));
   }
 }
-
 
 /** Reads a stored transcript; null when it is missing. Never prints its content. */
 export async function readTranscriptFile(privateFile: string, index: number): Promise<{ path: string; bytes: Buffer; mode: number } | null> {

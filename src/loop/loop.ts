@@ -69,12 +69,7 @@ export interface UnitContext<E extends Entry> {
 }
 
 /** Named points between writes where a test may stop the process (see docs/reliability.md). */
-export type Checkpoint =
-  | "before-reserve-write"
-  | "after-reserve-write"
-  | "before-container-start"
-  | "during-attempt"
-  | "after-attempt-before-write";
+export type Checkpoint = "before-reserve-write" | "after-reserve-write" | "before-container-start" | "during-attempt" | "after-attempt-before-write";
 
 export interface RunKind<U, E extends Entry> {
   /** What a unit is called in stop reasons: "attempt", "item". */
@@ -324,7 +319,7 @@ export async function runLoop<U, E extends Entry, S extends string>(o: LoopOptio
 
   const launch = (unit: U, entry: E, reservation: Reservation | null, held: { release(): Promise<void> } | undefined) => {
     // Assigned before its first await ends: runUnit always awaits.
-    let task: Promise<void> | undefined ;
+    let task: Promise<void> | undefined;
     task = (async () => {
       try {
         await runUnit(unit, entry, reservation, held);

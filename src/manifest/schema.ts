@@ -30,13 +30,9 @@ export const SafePath = z.string().superRefine((p, ctx) => {
   if (reason) ctx.addIssue({ code: "custom", message: `'${p}' ${reason}` });
 });
 
-const Commit = z
-  .string()
-  .regex(COMMIT_RE, "must be a full 40-character lowercase hex commit id (get it with `git rev-parse HEAD` in the checkout)");
+const Commit = z.string().regex(COMMIT_RE, "must be a full 40-character lowercase hex commit id (get it with `git rev-parse HEAD` in the checkout)");
 
-const RepoName = z
-  .string()
-  .regex(NAME_RE, "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit");
+const RepoName = z.string().regex(NAME_RE, "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit");
 
 export const TaskSchema = z.strictObject({
   id: z.string().regex(NAME_RE, "must be 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit"),
@@ -77,7 +73,11 @@ export const ManifestSchema = z
   .superRefine((m, ctx) => {
     const attempts = m.tasks.length * m.repetitions * m.scenarios.length;
     if (attempts > MAX_ATTEMPTS) {
-      ctx.addIssue({ code: "custom", path: ["tasks"], message: `${m.tasks.length} tasks x ${m.repetitions} repetitions x ${m.scenarios.length} scenarios is ${attempts} attempts; at most ${MAX_ATTEMPTS} are planned` });
+      ctx.addIssue({
+        code: "custom",
+        path: ["tasks"],
+        message: `${m.tasks.length} tasks x ${m.repetitions} repetitions x ${m.scenarios.length} scenarios is ${attempts} attempts; at most ${MAX_ATTEMPTS} are planned`,
+      });
     }
     if (m.scenarios.length === 2 && m.scenarios[0] === m.scenarios[1]) {
       ctx.addIssue({ code: "custom", path: ["scenarios", 1], message: "must differ from scenarios[0]" });

@@ -321,7 +321,14 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
 
   const recorder = new JsonRpcRecorder();
   const gate = new ToolCallGate(new Set(opts.allowedTools ?? ALLOWED_DOC_BRIDGE_TOOLS));
-  const state = { connections: 0, refusedConnections: 0, refusedToolCalls: [] as McpBridgeRecord["refusedToolCalls"], serverExits: [] as McpBridgeRecord["serverExits"], spawnErrors: [] as string[], serverStderrTail: "" };
+  const state = {
+    connections: 0,
+    refusedConnections: 0,
+    refusedToolCalls: [] as McpBridgeRecord["refusedToolCalls"],
+    serverExits: [] as McpBridgeRecord["serverExits"],
+    spawnErrors: [] as string[],
+    serverStderrTail: "",
+  };
   let child: ChildProcess | undefined;
   let active: Socket | undefined;
 
@@ -369,15 +376,16 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
 
   const socketPath = await listenForContainer(server, socketDir, SOCKET_NAME, opts);
 
-  const snapshot = (): McpBridgeRecord => structuredClone({
-    connections: state.connections,
-    refusedConnections: state.refusedConnections,
-    ...recorder.record,
-    refusedToolCalls: state.refusedToolCalls,
-    serverExits: state.serverExits,
-    spawnErrors: state.spawnErrors,
-    serverStderrTail: state.serverStderrTail,
-  });
+  const snapshot = (): McpBridgeRecord =>
+    structuredClone({
+      connections: state.connections,
+      refusedConnections: state.refusedConnections,
+      ...recorder.record,
+      refusedToolCalls: state.refusedToolCalls,
+      serverExits: state.serverExits,
+      spawnErrors: state.spawnErrors,
+      serverStderrTail: state.serverStderrTail,
+    });
 
   let stopped: Promise<McpBridgeRecord> | undefined;
   const stop = () =>
@@ -438,7 +446,8 @@ export function compareMcpRecord(
     else if (a > c) problems.push(`the doc-bridge server answered ${a} call(s) of ${name} but the transcript shows ${c}`);
   }
   for (const u of record.unansweredToolCalls) problems.push(`the doc-bridge server never answered ${cliToolName(u.name)} (request id ${String(u.id)})`);
-  for (const r of record.refusedToolCalls ?? []) problems.push(`the bridge refused ${r.name.startsWith("(") ? `a request ${r.name}` : `a call of ${cliToolName(r.name)}`}: only the allowed doc-bridge tools reach the server`);
+  for (const r of record.refusedToolCalls ?? [])
+    problems.push(`the bridge refused ${r.name.startsWith("(") ? `a request ${r.name}` : `a call of ${cliToolName(r.name)}`}: only the allowed doc-bridge tools reach the server`);
   if (record.refusedConnections > 0) problems.push(`${record.refusedConnections} extra connection(s) to the doc-bridge socket were refused`);
   return problems;
 }

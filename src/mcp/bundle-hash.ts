@@ -64,8 +64,7 @@ async function resolveExecutable(name: string, cwd: string, env: NodeJS.ProcessE
     try {
       await access(path, constants.X_OK);
       return await realpath(path);
-    } catch {
-    }
+    } catch {}
   }
   return undefined;
 }
@@ -106,7 +105,7 @@ export async function referenceServerFiles(): Promise<string[]> {
 /** The bundle of `command` as run with `cwd`; refuses an executable that cannot be found. */
 export async function engineBundle(command: readonly string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<EngineBundle> {
   const [exe, ...args] = command;
-  if (!exe) throw new RefusalError("the doc-bridge engine command is empty; pass --doc-bridge-command as a JSON array such as [\"node\",\"/opt/doc-bridge/dist/cli.js\",\"mcp\"]");
+  if (!exe) throw new RefusalError('the doc-bridge engine command is empty; pass --doc-bridge-command as a JSON array such as ["node","/opt/doc-bridge/dist/cli.js","mcp"]');
   const exePath = await resolveExecutable(exe, cwd, env);
   if (!exePath) throw new RefusalError(`the doc-bridge engine executable ${JSON.stringify(exe)} is not a file${exe.includes("/") ? "" : " on PATH"}; give its absolute path in --doc-bridge-command`);
   const files: BundleFile[] = [{ label: `argv[0] ${basename(exePath)}`, path: exePath, sha256: await sha256File(exePath) }];

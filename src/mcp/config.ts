@@ -18,9 +18,7 @@ export const CONFIG_CANDIDATES = [
 
 export const PACKAGE_JSON_KEY = "docBridge";
 
-export type ConfigResolution =
-  | { ok: true; /** Its name at the repository root. */ file: string; /** The blob at the pin. */ entry: TreeEntry }
-  | { ok: false; reason: string };
+export type ConfigResolution = { ok: true /** Its name at the repository root. */; file: string /** The blob at the pin. */; entry: TreeEntry } | { ok: false; reason: string };
 
 const isRegular = (e: TreeEntry) => e.type === "blob" && (e.mode === "100644" || e.mode === "100755");
 
@@ -87,7 +85,9 @@ export type ReferenceConfig = z.infer<typeof ReferenceConfigSchema>;
  */
 function checkIndexPath(index: string, entries: readonly TreeEntry[], file: string): void {
   const byPath = new Map(entries.map((e) => [e.path, e]));
-  const parts = normalize(index).split(/[\\/]/).filter((p) => p !== "" && p !== ".");
+  const parts = normalize(index)
+    .split(/[\\/]/)
+    .filter((p) => p !== "" && p !== ".");
   for (let i = 1; i <= parts.length; i++) {
     const prefix = parts.slice(0, i).join("/");
     const entry = byPath.get(prefix);

@@ -177,7 +177,9 @@ export async function prepareEngineSandbox(o: { command: readonly string[]; chec
 async function copyIgnored(checkout: string, view: string): Promise<void> {
   const listed = (await git(checkout, ["ls-files", "-z", "--others", "--ignored", "--exclude-standard"])).toString("utf8").split("\0").filter(Boolean);
   if (listed.length > MAX_IGNORED_FILES) {
-    throw new Error(`the checkout ${checkout} holds ${listed.length} ignored files (more than ${MAX_IGNORED_FILES}) that the doc-bridge engine's clone would copy; remove what the engine does not need`);
+    throw new Error(
+      `the checkout ${checkout} holds ${listed.length} ignored files (more than ${MAX_IGNORED_FILES}) that the doc-bridge engine's clone would copy; remove what the engine does not need`,
+    );
   }
   let bytes = 0;
   for (const path of listed) {
@@ -185,7 +187,8 @@ async function copyIgnored(checkout: string, view: string): Promise<void> {
     const st = await lstat(join(checkout, path));
     if (!st.isFile()) continue;
     bytes += st.size;
-    if (bytes > MAX_IGNORED_BYTES) throw new Error(`the ignored files of ${checkout} exceed ${MAX_IGNORED_BYTES} bytes; the doc-bridge engine's clone would copy them; remove what the engine does not need`);
+    if (bytes > MAX_IGNORED_BYTES)
+      throw new Error(`the ignored files of ${checkout} exceed ${MAX_IGNORED_BYTES} bytes; the doc-bridge engine's clone would copy them; remove what the engine does not need`);
     const dst = join(view, path);
     await mkdir(dirname(dst), { recursive: true, mode: 0o755 });
     await copyFile(join(checkout, path), dst);

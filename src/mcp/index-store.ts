@@ -39,7 +39,11 @@ export interface IndexLocation {
 }
 
 export function indexLocation(root: string, repoKey: string, pin: string, revision: string): IndexLocation {
-  for (const [what, value] of [["repository key", repoKey], ["pin", pin], ["engine revision", revision]] as const) {
+  for (const [what, value] of [
+    ["repository key", repoKey],
+    ["pin", pin],
+    ["engine revision", revision],
+  ] as const) {
     if (!/^[A-Za-z0-9._-]{1,80}$/.test(value) || value.startsWith(".")) throw new Error(`index ${what} '${value}' is not a plain name`);
   }
   const repoDir = join(root, repoKey);

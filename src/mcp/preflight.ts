@@ -50,7 +50,11 @@ const flat = (s: string) => s.replace(/\s+/g, " ").trim().toLowerCase();
 
 /** The longest line of a key file, the one least likely to occur in a legitimate document. */
 function distinctiveLine(text: string): string | undefined {
-  const lines = text.split("\n").map((l) => l.trim()).filter((l) => l.length >= 4).sort((a, b) => b.length - a.length);
+  const lines = text
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l.length >= 4)
+    .sort((a, b) => b.length - a.length);
   return lines[0]?.slice(0, 500);
 }
 
@@ -70,10 +74,14 @@ export async function forbiddenContent(dir: string, pin: string, exclude: Public
   const seen = new Set<string>();
   const files = keyed.filter((e) => e.type === "blob" && (e.mode === "100644" || e.mode === "100755") && !seen.has(e.oid) && seen.add(e.oid)).slice(0, MAX_FORBIDDEN_LINES);
   const lines: Forbidden["lines"] = [];
-  await readBlobs(dir, files.map((f) => f.oid), (i, data) => {
-    const line = distinctiveLine(data.toString("utf8"));
-    if (line !== undefined) lines.push({ path: files[i]!.path, line });
-  });
+  await readBlobs(
+    dir,
+    files.map((f) => f.oid),
+    (i, data) => {
+      const line = distinctiveLine(data.toString("utf8"));
+      if (line !== undefined) lines.push({ path: files[i]!.path, line });
+    },
+  );
   return { paths, lines };
 }
 
@@ -151,7 +159,10 @@ function resultField(res: Record<string, unknown>, key: string): unknown {
 
 function resultText(res: Record<string, unknown>): string {
   const blocks = Array.isArray(res.content) ? (res.content as { type?: string; text?: unknown }[]) : [];
-  return blocks.map((b) => (b.type === "text" && typeof b.text === "string" ? b.text : "")).join(" ").slice(0, 500);
+  return blocks
+    .map((b) => (b.type === "text" && typeof b.text === "string" ? b.text : ""))
+    .join(" ")
+    .slice(0, 500);
 }
 
 /**
@@ -192,9 +203,7 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
     } while (cursor);
     if (!tools.includes("doc.search")) throw new Error(`the server does not list doc.search (tools: ${tools.join(", ") || "none"})`);
 
-    const res: Record<string, unknown> = await bounded(
-      client.callTool({ name: "doc.search", arguments: { query: PROBE_QUERY, limit: 1 } }, undefined, { timeout: timeoutMs }),
-    );
+    const res: Record<string, unknown> = await bounded(client.callTool({ name: "doc.search", arguments: { query: PROBE_QUERY, limit: 1 } }, undefined, { timeout: timeoutMs }));
     if (res.isError) throw new Error(`doc.search returned an error: ${resultText(res)}`);
     const indexPin = resultField(res, "pin");
     if (typeof indexPin !== "string") throw new Error("doc.search does not report the pin its index was built at, so freshness cannot be checked");
@@ -237,7 +246,14 @@ export interface DocBridgePreflight {
   deniedCliTools: string[];
   /** Who the engine runs as (the same for every checkout). */
   privileges: EnginePrivileges;
-  checkouts: Array<CheckoutToProbe & { configFile: string; serverInfo: ServerInfo | undefined; engineRevision: string | undefined; /** Answer-key and manifest paths proven unserved (doc.get and doc.search). */ forbiddenPathsChecked: number }>;
+  checkouts: Array<
+    CheckoutToProbe & {
+      configFile: string;
+      serverInfo: ServerInfo | undefined;
+      engineRevision: string | undefined /** Answer-key and manifest paths proven unserved (doc.get and doc.search). */;
+      forbiddenPathsChecked: number;
+    }
+  >;
 }
 
 function sorted(names: Iterable<string>): string[] {
@@ -268,9 +284,10 @@ export async function preflightDocBridge(opts: {
     try {
       probe = await probeServer({ command: opts.command, cwd: checkout.dir, pin: checkout.pin, timeoutMs: opts.timeoutMs, forbidden });
     } catch (err) {
-      const fix = opts.loaded && /every export leaves/.test(errorMessage(err))
-        ? `; rebuild its index so it leaves out what the export leaves out (the reference engine: \`reference-server.ts index --manifest ${opts.loaded.path} --repository ${checkout.repository}\` in the checkout)`
-        : "";
+      const fix =
+        opts.loaded && /every export leaves/.test(errorMessage(err))
+          ? `; rebuild its index so it leaves out what the export leaves out (the reference engine: \`reference-server.ts index --manifest ${opts.loaded.path} --repository ${checkout.repository}\` in the checkout)`
+          : "";
       throw new RefusalError(`doc-bridge preflight refused for ${name}: ${errorMessage(err)}${fix}`);
     }
     const dupes = probe.tools.filter((t, i) => probe.tools.indexOf(t) !== i);

@@ -77,9 +77,13 @@ export async function buildIndex(checkout: string, opts: BuildIndexOptions = {})
   const filter = publicFilter(tree, opts.exclude);
   const entries = tree.filter((e) => filter.reason(e) === undefined && (e.size ?? Infinity) <= MAX_DOC_BYTES && patterns.some((p) => p.test(e.path)));
   const docs: DocIndex["docs"] = [];
-  await readBlobs(checkout, entries.map((e) => e.oid), (i, data) => {
-    docs.push({ path: entries[i]!.path, text: data.toString("utf8") });
-  });
+  await readBlobs(
+    checkout,
+    entries.map((e) => e.oid),
+    (i, data) => {
+      docs.push({ path: entries[i]!.path, text: data.toString("utf8") });
+    },
+  );
   docs.sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const index: DocIndex = { format: INDEX_FORMAT, pin, engineRevision: REFERENCE_ENGINE_REVISION, docs };
   const loc = indexLocation(opts.indexRoot ?? defaultIndexRoot(), await repositoryKey(checkout, pin), pin, REFERENCE_ENGINE_REVISION);
@@ -175,16 +179,12 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig,
     },
   );
 
-  server.registerTool(
-    "doc.get",
-    { description: "Return one indexed document's text.", inputSchema: { path: z.string().min(1).max(1000) } },
-    async ({ path }) => {
-      const index = await freshIndex(checkout, indexRoot);
-      const doc = index.docs.find((d) => d.path === path);
-      if (!doc) throw new Error(`no such document in the index: ${path}`);
-      return result({ pin: index.pin, path: doc.path, text: doc.text });
-    },
-  );
+  server.registerTool("doc.get", { description: "Return one indexed document's text.", inputSchema: { path: z.string().min(1).max(1000) } }, async ({ path }) => {
+    const index = await freshIndex(checkout, indexRoot);
+    const doc = index.docs.find((d) => d.path === path);
+    if (!doc) throw new Error(`no such document in the index: ${path}`);
+    return result({ pin: index.pin, path: doc.path, text: doc.text });
+  });
 
   server.registerTool(
     "handoff.resolve",
@@ -204,13 +204,9 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig,
 
   // Tools the study must deny (contract R16: every listed tool but the three above goes into
   // --disallowedTools). They exist here so that the deny-list derivation has something to do.
-  server.registerTool("gate.status", { description: "Report the release gate status." }, async () =>
-    result({ gate: "open", engine: "reference" }),
-  );
-  server.registerTool(
-    "memory.promoteDraft",
-    { description: "Promote a memory draft.", inputSchema: { draftId: z.string().max(200).optional() } },
-    async () => result({ promoted: false, reason: "the reference server keeps no memory" }),
+  server.registerTool("gate.status", { description: "Report the release gate status." }, async () => result({ gate: "open", engine: "reference" }));
+  server.registerTool("memory.promoteDraft", { description: "Promote a memory draft.", inputSchema: { draftId: z.string().max(200).optional() } }, async () =>
+    result({ promoted: false, reason: "the reference server keeps no memory" }),
   );
   for (const name of config.extraTools ?? []) {
     server.registerTool(name, { description: `Extra tool ${name} (reference server test option).` }, async () => result({ tool: name }));

@@ -249,7 +249,9 @@ export function checkBinding(ledger: Ledger, ledgerSha256: string, record: Adjud
   for (const item of record.items) {
     const o = ledger.observations[item.observationIndex];
     if (!o || o.task !== item.task || o.scenario !== item.scenario || o.repetition !== item.repetition) {
-      problems.push(`adjudication item ${item.itemId} is bound to observation ${item.observationIndex} (${item.task}, ${item.scenario}, repetition ${item.repetition}), which the ledger does not hold`);
+      problems.push(
+        `adjudication item ${item.itemId} is bound to observation ${item.observationIndex} (${item.task}, ${item.scenario}, repetition ${item.repetition}), which the ledger does not hold`,
+      );
     }
   }
   return problems;
@@ -364,7 +366,10 @@ export function buildReport(input: ReportInput): ReportData {
   if (record === null) gaps.push("no adjudication record: correctness is unknown for every attempt");
   else {
     if (record.status !== "complete") gaps.push(`the adjudication is ${record.status}${record.statusReason ? `: ${record.statusReason}` : ""}`);
-    if (record.adjudicator.sameModel) gaps.push(`departure from the protocol: the adjudicator used the answering model ${record.adjudicator.model} (forced with --force-same-model): a different run of the same model, not a different model`);
+    if (record.adjudicator.sameModel)
+      gaps.push(
+        `departure from the protocol: the adjudicator used the answering model ${record.adjudicator.model} (forced with --force-same-model): a different run of the same model, not a different model`,
+      );
   }
 
   const scenarios = [scenarioOf.repository, scenarioOf.mcp];

@@ -58,8 +58,12 @@ export function dotPlot(m: PairedMetric, r: ReportData, tasks: readonly string[]
       const pair = m.pairs.find((p) => p.task === task && p.repetition === rep);
       if (pair) {
         parts.push(`<line x1="${x(pair.repository).toFixed(1)}" y1="${cy}" x2="${x(pair.mcp).toFixed(1)}" y2="${cy}" stroke="#777777" stroke-width="1.5"/>`);
-        parts.push(`<circle cx="${x(pair.repository).toFixed(1)}" cy="${cy}" r="5" fill="${ARM_COLOURS.repository}"><title>${esc(`${task} rep ${rep} ${r.scenarios.repository}: ${fmt(pair.repository, m.unit)}`)}</title></circle>`);
-        parts.push(`<circle cx="${x(pair.mcp).toFixed(1)}" cy="${cy}" r="5" fill="${ARM_COLOURS.mcp}"><title>${esc(`${task} rep ${rep} ${r.scenarios.mcp}: ${fmt(pair.mcp, m.unit)}`)}</title></circle>`);
+        parts.push(
+          `<circle cx="${x(pair.repository).toFixed(1)}" cy="${cy}" r="5" fill="${ARM_COLOURS.repository}"><title>${esc(`${task} rep ${rep} ${r.scenarios.repository}: ${fmt(pair.repository, m.unit)}`)}</title></circle>`,
+        );
+        parts.push(
+          `<circle cx="${x(pair.mcp).toFixed(1)}" cy="${cy}" r="5" fill="${ARM_COLOURS.mcp}"><title>${esc(`${task} rep ${rep} ${r.scenarios.mcp}: ${fmt(pair.mcp, m.unit)}`)}</title></circle>`,
+        );
       } else {
         const why = m.missing.find((p) => p.task === task && p.repetition === rep)?.why ?? "no pair";
         parts.push(`<text x="${left + 6}" y="${cy + 4}" class="gap">${esc(`rep ${rep}: no pair (${why})`)}</text>`);
@@ -147,15 +151,14 @@ export function armBars(r: ReportData, cls: string, title: string, groups: Array
 /** The behaviour charts: the tool mix, then each per-attempt figure on its own scale. */
 export function behaviourCharts(r: ReportData): string {
   const b = r.behaviour;
-  const pair = <T,>(f: (x: ArmBehaviour) => T): [T, T] => [f(b.arms.repository), f(b.arms.mcp)];
+  const pair = <T>(f: (x: ArmBehaviour) => T): [T, T] => [f(b.arms.repository), f(b.arms.mcp)];
   const mix = armBars(
     r,
     "toolmix",
     "tool mix (calls per tool name)",
     b.tools.map((t) => ({ label: t, values: pair((x) => x.toolMix[t] ?? 0), text: pair((x) => String(x.toolMix[t] ?? 0)) })),
   );
-  const scalar = (label: string, f: (x: ArmBehaviour) => number | null, unit?: string) =>
-    armBars(r, "behaviour", label, [{ label, values: pair(f), text: pair((x) => num(f(x), unit)) }]);
+  const scalar = (label: string, f: (x: ArmBehaviour) => number | null, unit?: string) => armBars(r, "behaviour", label, [{ label, values: pair(f), text: pair((x) => num(f(x), unit)) }]);
   return [
     mix,
     scalar("doc-bridge calls per attempt", (x) => x.docBridgeCallsPerAttempt, "rate"),
@@ -187,10 +190,20 @@ export function renderHtml(r: ReportData): string {
     const s = adjudicatorSentence(r.adjudication);
     body.push(`<p${s.departure ? ' class="warn"' : ""}>${esc(s.text)}</p>`);
   }
-  body.push(table(["run", "mode", "model", "status", "CLI", "isolation"], [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation]]));
+  body.push(
+    table(
+      ["run", "mode", "model", "status", "CLI", "isolation"],
+      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation]],
+    ),
+  );
   if (r.adjudication) {
     const a = r.adjudication;
-    body.push(table(["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"], [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]]));
+    body.push(
+      table(
+        ["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"],
+        [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]],
+      ),
+    );
     body.push(`<p class="blinding">${esc(blindingLine(a.blinding))}</p>`);
   } else body.push(`<p class="warn">No adjudication record: correctness is unknown (every outcome is missing).</p>`);
 
@@ -217,7 +230,11 @@ export function renderHtml(r: ReportData): string {
       .map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`)
       .join("")}</tbody></table>`,
   );
-  body.push(`<p class="spend-label" id="spend-label">${spendLines(r).map((line) => esc(`${line}.`)).join("<br>")}</p>`);
+  body.push(
+    `<p class="spend-label" id="spend-label">${spendLines(r)
+      .map((line) => esc(`${line}.`))
+      .join("<br>")}</p>`,
+  );
 
   body.push(`<h2>Correctness per arm</h2>`, outcomeChart(r));
   body.push(
@@ -238,15 +255,37 @@ export function renderHtml(r: ReportData): string {
   body.push(`<h2 id="pairs">Attempt pairs (${esc(r.paired.direction)})</h2>`);
   for (const key of PLOTTED) body.push(dotPlot(r.paired.metrics.find((m) => m.metric === key)!, r, tasks));
   body.push(`<p>${esc(r.paired.method)}.</p>`);
-  body.push(table(["metric", "pairs", "mean difference", "pairs left out"], r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), String(m.missing.length)])));
+  body.push(
+    table(
+      ["metric", "pairs", "mean difference", "pairs left out"],
+      r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), String(m.missing.length)]),
+    ),
+  );
 
   body.push(`<h2>Attempt statuses</h2>`);
   const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
-  body.push(table(["scenario", ...statuses], sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))])));
+  body.push(
+    table(
+      ["scenario", ...statuses],
+      sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))]),
+    ),
+  );
   body.push(
     table(
       ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD"],
-      r.attempts.map((a) => [a.index === null ? "—" : String(a.index + 1), a.task, a.scenario, String(a.repetition), a.status, a.outcome, fmt(a.inputTokens), fmt(a.outputTokens), fmt(a.toolCalls), fmt(a.wallTimeMs), fmt(a.chargedUsd, "USD")]),
+      r.attempts.map((a) => [
+        a.index === null ? "—" : String(a.index + 1),
+        a.task,
+        a.scenario,
+        String(a.repetition),
+        a.status,
+        a.outcome,
+        fmt(a.inputTokens),
+        fmt(a.outputTokens),
+        fmt(a.toolCalls),
+        fmt(a.wallTimeMs),
+        fmt(a.chargedUsd, "USD"),
+      ]),
     ),
   );
 
@@ -262,7 +301,12 @@ export function renderHtml(r: ReportData): string {
 
   if (r.instructionFiles.length) {
     body.push(`<h2>Instruction files in the corpus</h2>`, `<p>${esc(INSTRUCTION_FILES_NOTE)}</p>`);
-    body.push(table(["repository", "instruction files"], r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)])));
+    body.push(
+      table(
+        ["repository", "instruction files"],
+        r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)]),
+      ),
+    );
   }
 
   body.push(`<h2>Gaps</h2>`);

@@ -80,7 +80,21 @@ export function renderMarkdown(r: ReportData): string {
   const t = r.totals;
   out.push(
     ...table(
-      ["planned", "run", "not run", "input tokens", "output tokens", "cache-write tokens", "cache-read tokens", "tool calls", "wall time ms", "usage complete", "answering USD", "adjudication USD", "total USD"],
+      [
+        "planned",
+        "run",
+        "not run",
+        "input tokens",
+        "output tokens",
+        "cache-write tokens",
+        "cache-read tokens",
+        "tool calls",
+        "wall time ms",
+        "usage complete",
+        "answering USD",
+        "adjudication USD",
+        "total USD",
+      ],
       [
         [
           fmt(t.planned),
@@ -122,7 +136,13 @@ export function renderMarkdown(r: ReportData): string {
 
   out.push("## Attempt statuses", "");
   const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
-  out.push(...table(["scenario", ...statuses], sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))])), "");
+  out.push(
+    ...table(
+      ["scenario", ...statuses],
+      sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))]),
+    ),
+    "",
+  );
 
   for (const b of analysisBlocks(r)) out.push(...block(b));
   out.push(...block(behaviourBlock(r)));
@@ -170,7 +190,13 @@ export function renderMarkdown(r: ReportData): string {
 
   if (r.instructionFiles.length) {
     out.push("## Instruction files in the corpus", "", INSTRUCTION_FILES_NOTE, "");
-    out.push(...table(["repository", "instruction files"], r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)])), "");
+    out.push(
+      ...table(
+        ["repository", "instruction files"],
+        r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)]),
+      ),
+      "",
+    );
   }
 
   out.push("## Gaps", "");

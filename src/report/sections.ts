@@ -34,7 +34,16 @@ export function pValueText(p: { p: number; exact: boolean } | null): string {
 }
 
 function metricRow(m: TaskMetric): string[] {
-  return [`${m.label} (${m.unit})`, String(m.n), num(m.meanDiff, m.unit), interval(m.bootstrapInterval, m.unit), interval(m.tInterval, m.unit), pValueText(m.permutation), num(m.mde80, m.unit), String(m.leftOut.length)];
+  return [
+    `${m.label} (${m.unit})`,
+    String(m.n),
+    num(m.meanDiff, m.unit),
+    interval(m.bootstrapInterval, m.unit),
+    interval(m.tInterval, m.unit),
+    pValueText(m.permutation),
+    num(m.mde80, m.unit),
+    String(m.leftOut.length),
+  ];
 }
 
 export function analysisBlocks(r: ReportData): Block[] {

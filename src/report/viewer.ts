@@ -139,7 +139,10 @@ export function renderViewer(input: ViewerInput): string {
   const metricTables = r.analysis.metrics.map(
     (m) =>
       `<h3>${esc(`${m.label} (${m.unit}) per task`)}</h3><table><thead><tr><th>task</th><th>${esc(r.scenarios.repository)}</th><th>${esc(r.scenarios.mcp)}</th><th>difference</th></tr></thead><tbody>${m.tasks
-        .map((t) => `<tr><td><a href="#task=${esc(encodeURIComponent(t.task))}">${esc(t.task)}</a></td><td>${esc(num(t.repository, m.unit))}</td><td>${esc(num(t.mcp, m.unit))}</td><td>${esc(num(t.diff, m.unit))}</td></tr>`)
+        .map(
+          (t) =>
+            `<tr><td><a href="#task=${esc(encodeURIComponent(t.task))}">${esc(t.task)}</a></td><td>${esc(num(t.repository, m.unit))}</td><td>${esc(num(t.mcp, m.unit))}</td><td>${esc(num(t.diff, m.unit))}</td></tr>`,
+        )
         .join("")}</tbody></table>`,
   );
   const outcomeTests = blocks.find((b) => b.id === "outcome-tests")!;
@@ -152,7 +155,10 @@ export function renderViewer(input: ViewerInput): string {
   ];
 
   const filterLinks = (["all", "win", "loss", "tie", "unscored"] as const)
-    .map((f) => `<a class="filter" href="#filter=${f}">${f === "all" ? `all (${keys.length})` : `${f === "win" ? "wins" : f === "loss" ? "losses" : f === "tie" ? "ties" : "unscored"} (${counts[f]})`}</a>`)
+    .map(
+      (f) =>
+        `<a class="filter" href="#filter=${f}">${f === "all" ? `all (${keys.length})` : `${f === "win" ? "wins" : f === "loss" ? "losses" : f === "tie" ? "ties" : "unscored"} (${counts[f]})`}</a>`,
+    )
     .join(" ");
 
   return `<!DOCTYPE html>

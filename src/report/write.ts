@@ -55,7 +55,13 @@ export async function writePrivateViewer(sources: ReportSources): Promise<{ path
   }
   const html = renderViewer({ report, ledger: input.ledger, record, transcripts });
   const path = viewerPath(ledgerPath);
-  if (await stat(path).then(() => true, () => false)) throw new UsageError(`${path} already exists; the pair viewer is never overwritten: remove it first (it is private: rm, do not publish)`);
+  if (
+    await stat(path).then(
+      () => true,
+      () => false,
+    )
+  )
+    throw new UsageError(`${path} already exists; the pair viewer is never overwritten: remove it first (it is private: rm, do not publish)`);
   const checkouts = input.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []));
   const real = await createPrivateFile(path, html, { checkouts, projectRoot: PROJECT_ROOT }, "pair viewer");
   const pairs = new Set(input.ledger.observations.map((o) => `${o.task}\0${o.repetition}`)).size;
@@ -77,7 +83,14 @@ export async function writeReportFiles(dir: string, report: ReportData): Promise
   await mkdir(dir, { recursive: true });
   const files: ReportFiles = { markdown: join(resolve(dir), "report.md"), json: join(resolve(dir), "report.json"), html: join(resolve(dir), "report.html") };
   const existing: string[] = [];
-  for (const path of Object.values(files)) if (await stat(path).then(() => true, () => false)) existing.push(path);
+  for (const path of Object.values(files))
+    if (
+      await stat(path).then(
+        () => true,
+        () => false,
+      )
+    )
+      existing.push(path);
   if (existing.length) throw new UsageError(`${existing.join(", ")} already exists; a report is never overwritten: choose another --out-dir`);
   await writeFile(files.markdown, renderMarkdown(report), { flag: "wx", mode: 0o644 });
   await writeFile(files.json, renderJson(report), { flag: "wx", mode: 0o644 });

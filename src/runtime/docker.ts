@@ -122,9 +122,7 @@ export class DockerRuntime implements ContainerRuntime {
         forcerm: true,
         networkmode: "none",
       });
-      output = await new Promise<unknown[]>((resolve, reject) =>
-        this.modem.followProgress(stream, (err, out) => (err ? reject(err) : resolve(out))),
-      );
+      output = await new Promise<unknown[]>((resolve, reject) => this.modem.followProgress(stream, (err, out) => (err ? reject(err) : resolve(out))));
     } catch (err) {
       const wrapped = wrap(err, `build ${opts.tag}`);
       // An HTTP error from /build (no Dockerfile, a bad instruction) is the context's fault.

@@ -152,7 +152,7 @@ export class FakeRuntime implements ContainerRuntime {
       let exit: ContainerExit;
       try {
         const r = await this.options.program({ spec: c.spec, image: { id: c.image.id, labels: { ...c.image.labels } }, stdout, stderr, signal: c.abort.signal });
-        exit = typeof r === "number" ? { exitCode: r, oomKilled: false } : r ?? { exitCode: 0, oomKilled: false };
+        exit = typeof r === "number" ? { exitCode: r, oomKilled: false } : (r ?? { exitCode: 0, oomKilled: false });
       } catch (err) {
         stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
         exit = { exitCode: 1, oomKilled: false };

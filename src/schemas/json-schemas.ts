@@ -21,12 +21,7 @@ function document(schema: z.ZodType, io: "input" | "output", title: string, desc
 export function generateSchemas(): Record<string, object> {
   return {
     // The manifest is what people write, so it documents the accepted input.
-    "manifest.schema.json": document(
-      ManifestSchema,
-      "input",
-      "study-runner manifest",
-      "A paired study: pinned repositories, tasks with their questions and expected propositions, two scenarios.",
-    ),
+    "manifest.schema.json": document(ManifestSchema, "input", "study-runner manifest", "A paired study: pinned repositories, tasks with their questions and expected propositions, two scenarios."),
     // The ledger is what the runner writes.
     "ledger.schema.json": document(
       LedgerSchema,

@@ -15,16 +15,11 @@ export const ScriptedUsageSchema = z
     cache_read_input_tokens: count.default(0),
     cache_creation_input_tokens: count.default(0),
     /** Omitted: the answer carries no split (measured: the CLI then prices writes at the 5-minute rate). */
-    cache_creation: z
-      .strictObject({ ephemeral_5m_input_tokens: count, ephemeral_1h_input_tokens: count })
-      .optional(),
+    cache_creation: z.strictObject({ ephemeral_5m_input_tokens: count, ephemeral_1h_input_tokens: count }).optional(),
   })
-  .refine(
-    (u) =>
-      u.cache_creation === undefined ||
-      u.cache_creation.ephemeral_5m_input_tokens + u.cache_creation.ephemeral_1h_input_tokens === u.cache_creation_input_tokens,
-    { message: "cache_creation split must sum to cache_creation_input_tokens" },
-  );
+  .refine((u) => u.cache_creation === undefined || u.cache_creation.ephemeral_5m_input_tokens + u.cache_creation.ephemeral_1h_input_tokens === u.cache_creation_input_tokens, {
+    message: "cache_creation split must sum to cache_creation_input_tokens",
+  });
 
 export const ToolCallSchema = z.strictObject({
   name: z.string().min(1),
@@ -123,7 +118,10 @@ export type ScriptInput = z.input<typeof ScriptSchema>;
 
 /** Validates scripts (throws a zod error naming the field) and checks names are unique. */
 export function parseScripts(input: ScriptInput | readonly ScriptInput[]): Script[] {
-  const scripts = z.array(ScriptSchema).min(1).parse(Array.isArray(input) ? input : [input]);
+  const scripts = z
+    .array(ScriptSchema)
+    .min(1)
+    .parse(Array.isArray(input) ? input : [input]);
   const names = new Set<string>();
   for (const s of scripts) {
     if (names.has(s.name)) throw new Error(`script name ${JSON.stringify(s.name)} is used twice`);

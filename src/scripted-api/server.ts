@@ -115,7 +115,11 @@ export interface ScriptedApi {
 }
 
 /** The name records give the turns a `respond` function chose. */
-const DYNAMIC_SCRIPT: Script = { name: "dynamic", turns: [{ answer: "dynamic", usage: { input_tokens: 0, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 } }], neverEnd: false };
+const DYNAMIC_SCRIPT: Script = {
+  name: "dynamic",
+  turns: [{ answer: "dynamic", usage: { input_tokens: 0, output_tokens: 0, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 } }],
+  neverEnd: false,
+};
 
 const MAX_BODY_BYTES = 32 * 1024 * 1024;
 const RESULT_TEXT_LIMIT = 4000;
@@ -232,9 +236,7 @@ function startUsage(u: ScriptedUsage): Record<string, unknown> {
   };
 }
 
-type ContentBlock =
-  | { type: "text"; text: string }
-  | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> };
+type ContentBlock = { type: "text"; text: string } | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> };
 
 function writeMessage(
   res: ServerResponse,
@@ -346,9 +348,7 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
 
   function scriptFor(firstText: string, conversation: string, toolNames: readonly string[]): Script | undefined {
     const selects = (s: Script) => s.marker !== undefined || s.tool !== undefined;
-    const marked = scripts.find(
-      (s) => selects(s) && (s.marker === undefined || firstText.includes(s.marker)) && (s.tool === undefined || toolNames.includes(s.tool)),
-    );
+    const marked = scripts.find((s) => selects(s) && (s.marker === undefined || firstText.includes(s.marker)) && (s.tool === undefined || toolNames.includes(s.tool)));
     if (marked) return marked;
     const key = conversation;
     const claimed = claims.get(key);

@@ -38,8 +38,8 @@ export function sessionJsonSchema(): string {
 export function sessionPrompt(taskPrompt: string): string {
   return [
     "You work in the repository in the current working directory and may edit its files.",
-    "When the work is finished, return status \"done\" with a summary.",
-    "If one decision is needed that the repository does not settle, do not guess: return status \"question\" with the question and a summary of what you did so far.",
+    'When the work is finished, return status "done" with a summary.',
+    'If one decision is needed that the repository does not settle, do not guess: return status "question" with the question and a summary of what you did so far.',
     "",
     "Task:",
     taskPrompt,
@@ -48,7 +48,7 @@ export function sessionPrompt(taskPrompt: string): string {
 
 /** The prompt of a resume: the answer, marked as the person's reply to the question. */
 export function answerPrompt(answer: string): string {
-  return ["The answer to your question:", answer, "", "Continue the task. Return status \"done\" with a summary when it is finished, or \"question\" if you need one more decision."].join("\n");
+  return ["The answer to your question:", answer, "", 'Continue the task. Return status "done" with a summary when it is finished, or "question" if you need one more decision.'].join("\n");
 }
 
 export interface SessionArgumentOptions {
@@ -114,6 +114,10 @@ export function readSessionResult(structuredOutput: unknown, resultText: string 
     }
   }
   const parsed = SessionResultSchema.safeParse(candidate);
-  if (!parsed.success) return { ok: false, problem: `the structured result is neither done with a summary nor question with a question and a summary (${parsed.error.issues.map((i) => i.path.join(".") || "(root)").join(", ")})` };
+  if (!parsed.success)
+    return {
+      ok: false,
+      problem: `the structured result is neither done with a summary nor question with a question and a summary (${parsed.error.issues.map((i) => i.path.join(".") || "(root)").join(", ")})`,
+    };
   return { ok: true, result: parsed.data, source };
 }

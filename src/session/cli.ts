@@ -42,13 +42,33 @@ export function sessionSummary(ledgerPath: string, ledger: SessionLedger) {
     status: ledger.status,
     statusReason: ledger.statusReason ?? null,
     spentUsd: ledger.budget.spentUsd,
-    sessions: ledger.sessions.map((s) => ({ id: s.id, task: s.taskId, state: s.state, questions: s.questions.length, calls: s.calls.length, spentUsd: s.spentUsd, testExitCode: s.test?.exitCode ?? null })),
+    sessions: ledger.sessions.map((s) => ({
+      id: s.id,
+      task: s.taskId,
+      state: s.state,
+      questions: s.questions.length,
+      calls: s.calls.length,
+      spentUsd: s.spentUsd,
+      testExitCode: s.test?.exitCode ?? null,
+    })),
   };
 }
 
-export async function sessionsStartCommand(flags: SessionRuntimeFlags & { manifest?: string; root?: string[]; output?: string; image?: string; model?: string; capUsd?: string; callBudgetUsd?: string; sessionBudgetUsd?: string; cliVersion?: string }): Promise<number> {
+export async function sessionsStartCommand(
+  flags: SessionRuntimeFlags & {
+    manifest?: string;
+    root?: string[];
+    output?: string;
+    image?: string;
+    model?: string;
+    capUsd?: string;
+    callBudgetUsd?: string;
+    sessionBudgetUsd?: string;
+    cliVersion?: string;
+  },
+): Promise<number> {
   const problems: string[] = [];
-  if (!flags.manifest) problems.push("--manifest is required: the session manifest (tasks of kind \"session\")");
+  if (!flags.manifest) problems.push('--manifest is required: the session manifest (tasks of kind "session")');
   if (!flags.output) problems.push("--output is required: a new private ledger file outside every checkout and the project");
   if (!flags.image) problems.push("--image is required: the Claude Code image (study-runner image build)");
   const model = flags.model ?? process.env.STUDY_MODEL;
@@ -78,9 +98,11 @@ export async function sessionsStartCommand(flags: SessionRuntimeFlags & { manife
 
 export async function answerCommand(ledgerPath: string, session: string, flags: { text?: string; file?: string }): Promise<number> {
   if ((flags.text === undefined) === (flags.file === undefined)) throw new UsageError("give the answer with exactly one of --text TEXT and --file PATH");
-  const text = flags.text ?? (await readFile(flags.file!, "utf8").catch((err: NodeJS.ErrnoException) => {
-    throw new UsageError(`cannot read --file ${flags.file} (${err.code})`);
-  }));
+  const text =
+    flags.text ??
+    (await readFile(flags.file!, "utf8").catch((err: NodeJS.ErrnoException) => {
+      throw new UsageError(`cannot read --file ${flags.file} (${err.code})`);
+    }));
   const ledger = await answerSession(ledgerPath, session, text);
   process.stdout.write(`${JSON.stringify(sessionSummary(ledgerPath, ledger), null, 2)}\n`);
   return 0;
@@ -118,12 +140,14 @@ export function addSessionCommands(program: import("commander").Command, setExit
       .option("--fake-behaviour <file>", "tests and the demo: behaviour file of the fake claude image")
       .option("--fake-records <dir>", "tests: folder where the fake claude image writes its records")
       .option("--quiet", "no progress lines on stderr");
-  const sessions = program.command("sessions").description("session tasks: an agent with edit tools that may ask one question at a time, is answered, and resumes the same CLI session in a fresh container");
+  const sessions = program
+    .command("sessions")
+    .description("session tasks: an agent with edit tools that may ask one question at a time, is answered, and resumes the same CLI session in a fresh container");
   runtimeFlags(
     sessions
       .command("start")
       .description("start one session per task of a session manifest; scripted answers are given at once, other questions park the session (awaiting-answer)")
-      .option("--manifest <path>", "the session manifest (tasks of kind \"session\")")
+      .option("--manifest <path>", 'the session manifest (tasks of kind "session")')
       .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
       .option("--output <path>", "the private session ledger: a new file outside every checkout and the project; worktrees and session files go into <output>.sessions/")
       .option("--image <ref>", "the Claude Code image")

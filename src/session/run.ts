@@ -203,16 +203,37 @@ export async function answerSession(ledgerPath: string, sessionId: string, text:
 export async function resumeSessions(ledgerPath: string, options: SessionRuntimeOptions, deps: SessionDeps): Promise<{ exitCode: number; ledger: SessionLedger }> {
   const ledger = await readSessionLedger(ledgerPath);
   const { manifest, sha256 } = await loadSessionManifest(options.manifestPath ?? ledger.manifestPath);
-  if (sha256 !== ledger.manifestSha256) throw new RefusalError(`the manifest ${options.manifestPath ?? ledger.manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);
+  if (sha256 !== ledger.manifestSha256)
+    throw new RefusalError(`the manifest ${options.manifestPath ?? ledger.manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);
   // A call left open by a killed runner never gets a result: its session ended, its reservation stays charged.
   for (const s of ledger.sessions) {
     const open = s.calls.find((c) => c.phase !== "settled");
     if (open) {
-      Object.assign(open, { phase: "settled", status: "failed", chargedUsd: open.reservationUsd, statusReason: "the runner stopped during this call; its outcome is unknown and its reservation stays charged" });
+      Object.assign(open, {
+        phase: "settled",
+        status: "failed",
+        chargedUsd: open.reservationUsd,
+        statusReason: "the runner stopped during this call; its outcome is unknown and its reservation stays charged",
+      });
       await endSession(ledger, s, "failed", "a call was interrupted by the runner's end; a session is never continued from an unknown state");
     }
   }
-  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, { ...options, model: ledger.model, image: ledger.image, expectedCliVersion: ledger.expectedCliVersion, roots: new Map(Object.entries(ledger.roots)), capUsd: ledger.capUsd, callBudgetUsd: ledger.callBudgetUsd, sessionBudgetUsd: ledger.sessionBudgetUsd }, deps);
+  const exitCode = await advanceSessions(
+    ledgerPath,
+    ledger,
+    manifest,
+    {
+      ...options,
+      model: ledger.model,
+      image: ledger.image,
+      expectedCliVersion: ledger.expectedCliVersion,
+      roots: new Map(Object.entries(ledger.roots)),
+      capUsd: ledger.capUsd,
+      callBudgetUsd: ledger.callBudgetUsd,
+      sessionBudgetUsd: ledger.sessionBudgetUsd,
+    },
+    deps,
+  );
   return { exitCode, ledger };
 }
 
@@ -346,7 +367,15 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
           ctx.persist,
         );
         call.sessionIdReported = out.sessionId;
-        if (result.status === "completed") s.messageUsage.push(...result.facts.perMessageUsage.map((m) => ({ messageId: m.messageId, inputTokens: m.inputTokens, cacheReadInputTokens: m.cacheReadInputTokens, cacheCreationInputTokens: m.cacheCreationInputTokens })));
+        if (result.status === "completed")
+          s.messageUsage.push(
+            ...result.facts.perMessageUsage.map((m) => ({
+              messageId: m.messageId,
+              inputTokens: m.inputTokens,
+              cacheReadInputTokens: m.cacheReadInputTokens,
+              cacheCreationInputTokens: m.cacheCreationInputTokens,
+            })),
+          );
         call.durationMs = out.durationMs;
         call.resultStatus = null;
         // The CLI reports the session's cumulative cost: the call's own is the difference from the previous result.
@@ -375,7 +404,15 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
         call.statusReason = status === "completed" ? null : reason;
         if (total !== null) s.lastTotalCostUsd = total;
         if (computed !== null) s.lastComputedCostUsd = computed;
-        event({ type: "harness.result", session: s.id, status: status === "completed" ? (call.resultStatus ?? status) : status, num_turns: call.numTurns, duration_ms: call.durationMs, total_cost_usd: total, call_cost_usd: call.callCostUsd });
+        event({
+          type: "harness.result",
+          session: s.id,
+          status: status === "completed" ? (call.resultStatus ?? status) : status,
+          num_turns: call.numTurns,
+          duration_ms: call.durationMs,
+          total_cost_usd: total,
+          call_cost_usd: call.callCostUsd,
+        });
         s.spentUsd = round12(s.spentUsd + settled.chargedUsd);
 
         if (status !== "completed" || !reading?.ok) {

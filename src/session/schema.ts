@@ -33,8 +33,13 @@ export const SessionTaskSchema = z.strictObject({
   repository: Name,
   prompt: boundedText("prompt").meta({ description: "what the agent is asked to do; passed on stdin" }),
   testCommand: z
-    .array(z.string().min(1).refine((a) => !a.includes("\0"), "contains a NUL byte"))
-    .min(1, "must name the program, e.g. [\"node\", \"--test\"]")
+    .array(
+      z
+        .string()
+        .min(1)
+        .refine((a) => !a.includes("\0"), "contains a NUL byte"),
+    )
+    .min(1, 'must name the program, e.g. ["node", "--test"]')
     .optional()
     .meta({ description: "argv run after `done` in its own hardened container over the worktree (no shell); exit code and bounded output recorded" }),
   answers: z
@@ -80,8 +85,7 @@ export const SessionResultSchema = z.discriminatedUnion("status", [
 export type SessionResult = z.infer<typeof SessionResultSchema>;
 
 export const SessionStateSchema = z.enum(["new", "awaiting-answer", "answered", "done", "too-many-questions", "budget-spent", "failed"]).meta({
-  description:
-    "new: not called yet; awaiting-answer: parked on a question; answered: ready to resume; done: the agent finished; too-many-questions, budget-spent, failed: ended without finishing",
+  description: "new: not called yet; awaiting-answer: parked on a question; answered: ready to resume; done: the agent finished; too-many-questions, budget-spent, failed: ended without finishing",
 });
 export type SessionState = z.infer<typeof SessionStateSchema>;
 

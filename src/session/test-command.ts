@@ -42,7 +42,10 @@ export function testContainerSpec(o: { image: string; worktree: string; command:
   };
 }
 
-export async function runTestCommand(runtime: ContainerRuntime, o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; timeoutMs?: number }): Promise<TestRun> {
+export async function runTestCommand(
+  runtime: ContainerRuntime,
+  o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; timeoutMs?: number },
+): Promise<TestRun> {
   let stdout = "";
   let truncated = false;
   const raw = await runBounded(

@@ -6,7 +6,10 @@ import { emptyRunFacts, runFactsFrom } from "../cli-attempt/record.ts";
 import type { Transport } from "../terms/terms.ts";
 
 /** A fresh observation for a planned attempt whose budget is reserved and nothing has started. */
-export function reservedObservation(a: PlannedAttempt, o: { transport: Transport; cliVersion: string | null; expectedCliVersion: string | null; attemptBudgetUsd: number | null; reservationUsd: number }): Observation {
+export function reservedObservation(
+  a: PlannedAttempt,
+  o: { transport: Transport; cliVersion: string | null; expectedCliVersion: string | null; attemptBudgetUsd: number | null; reservationUsd: number },
+): Observation {
   return {
     index: a.index,
     task: a.taskId,
@@ -43,4 +46,3 @@ export function observationExtras(facts: TranscriptFacts): Partial<Observation> 
 export function factsToObservation(facts: TranscriptFacts, cost: CostResult): Partial<Observation> {
   return { ...runFactsFrom(facts, cost), ...observationExtras(facts) };
 }
-

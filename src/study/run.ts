@@ -120,9 +120,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   if (config.modelApi) await assertModelApiSocket(config.modelApi.socketPath);
   const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
   if (probed.version !== config.expectedCliVersion) {
-    throw new RefusalError(
-      `image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`,
-    );
+    throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
   }
   const login = resolveLogin({ configDir: config.claudeConfigDir });
   const facts = await inspectLogin(login);
@@ -143,7 +141,16 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   let gateway: RunGateway | undefined;
   if (config.credentials === "gateway") {
     if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
-    gateway = await prepareRunGateway({ model: config.model, login, tokenFile: config.oauthTokenFile, upstream: config.gatewayUpstream, timeoutMs: config.timeoutMs, lockTimeoutMs: config.loginLockTimeoutMs, lockStaleMs: config.loginLockStaleMs, holder: runId });
+    gateway = await prepareRunGateway({
+      model: config.model,
+      login,
+      tokenFile: config.oauthTokenFile,
+      upstream: config.gatewayUpstream,
+      timeoutMs: config.timeoutMs,
+      lockTimeoutMs: config.loginLockTimeoutMs,
+      lockStaleMs: config.loginLockStaleMs,
+      holder: runId,
+    });
   }
   const testApi = config.modelApi || fakeImage || config.gatewayUpstream !== undefined;
   return { probed, login, docBridge, fakeImage, gateway, modelApi: testApi ? ("test" as const) : ("anthropic" as const) };
@@ -225,11 +232,19 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
         runRemainingUsd: () => config.capUsd - ledger.budget.spentUsd + reservedUsd,
         compareUsage: !fakeImage,
       };
-      const result = await runAttempt(config, deps, { runId, attempt: a, login, lock: locks.get(a), gateway: viaGateway || undefined, denied: docBridge?.denyList ?? [], maxBudgetUsd: reservedUsd, transcripts, onLine: rateLimitWatch(ctx) }, ctx.entry, ctx.persist);
+      const result = await runAttempt(
+        config,
+        deps,
+        { runId, attempt: a, login, lock: locks.get(a), gateway: viaGateway || undefined, denied: docBridge?.denyList ?? [], maxBudgetUsd: reservedUsd, transcripts, onLine: rateLimitWatch(ctx) },
+        ctx.entry,
+        ctx.persist,
+      );
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };
-  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() => gateway?.close());
+  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() =>
+    gateway?.close(),
+  );
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   return end.exitCode;
 }

@@ -44,9 +44,7 @@ export function classifyAttempt(input: AttemptClassificationInput): AttemptClass
   // Killed before it wrote anything (e.g. while the CLI still connected to its MCP servers):
   // the missing init is the kill's doing too, as long as nothing but a cut line was written.
   const killedBeforeInit = interrupted && facts.lines <= 1;
-  const setupCodes = facts.setupProblemCodes.filter(
-    (c) => !(interrupted && INTERRUPTION_PROBLEMS.has(c)) && !(killedBeforeInit && c === "no-init"),
-  );
+  const setupCodes = facts.setupProblemCodes.filter((c) => !(interrupted && INTERRUPTION_PROBLEMS.has(c)) && !(killedBeforeInit && c === "no-init"));
   if (setupCodes.length > 0) {
     return { status: "invalid-setup", reason: facts.setupProblems[0] ?? `setup problem ${setupCodes[0]}` };
   }

@@ -377,11 +377,7 @@ export class TranscriptReader {
     const missing = [...this.expected].filter((t) => !seen.has(t));
     const extra = [...seen].filter((t) => !this.expected.has(t));
     if (missing.length + extra.length + duplicated.size > 0) {
-      const parts = [
-        missing.length ? `missing ${list(missing)}` : "",
-        extra.length ? `extra ${list(extra)}` : "",
-        duplicated.size ? `duplicated ${list([...duplicated])}` : "",
-      ].filter(Boolean);
+      const parts = [missing.length ? `missing ${list(missing)}` : "", extra.length ? `extra ${list(extra)}` : "", duplicated.size ? `duplicated ${list([...duplicated])}` : ""].filter(Boolean);
       this.problem("init-tools", `init tools are not exactly the expected set: ${parts.join("; ")}`);
     }
 
@@ -421,11 +417,7 @@ export class TranscriptReader {
         };
         const before = this.messages.get(message.id);
         if (before === undefined) this.messages.set(message.id, u);
-        else if (
-          before.inputTokens !== u.inputTokens ||
-          before.cacheReadInputTokens !== u.cacheReadInputTokens ||
-          before.cacheCreationInputTokens !== u.cacheCreationInputTokens
-        ) {
+        else if (before.inputTokens !== u.inputTokens || before.cacheReadInputTokens !== u.cacheReadInputTokens || before.cacheCreationInputTokens !== u.cacheCreationInputTokens) {
           this.problem("inconsistent-usage", `line ${n}: message ${quote(message.id)} repeats with a different prompt usage`);
         }
       }
@@ -524,9 +516,7 @@ export class TranscriptReader {
       modelUsage,
       reportedCostUsd: typeof cost === "number" && Number.isFinite(cost) ? cost : null,
       usageComplete: usage.success && modelUsage !== null && Object.keys(modelUsage).length > 0,
-      permissionDenials: (denials ?? [])
-        .slice(0, MAX_LISTED)
-        .map((d) => ({ toolName: cap(d.tool_name), toolUseId: cap(d.tool_use_id), toolInput: d.tool_input })),
+      permissionDenials: (denials ?? []).slice(0, MAX_LISTED).map((d) => ({ toolName: cap(d.tool_name), toolUseId: cap(d.tool_use_id), toolInput: d.tool_input })),
       // Every denial is checked, also those beyond the stored list.
       deniedOthers: new Set(
         (denials ?? [])

@@ -22,7 +22,10 @@ export const ExitCode = {
 /** Input that cannot be used as given; the message names the field and the fix. */
 export class UsageError extends Error {
   override readonly name = "UsageError";
-  constructor(message: string, readonly problems: readonly string[] = [message]) {
+  constructor(
+    message: string,
+    readonly problems: readonly string[] = [message],
+  ) {
     super(message);
   }
 }
@@ -30,7 +33,10 @@ export class UsageError extends Error {
 /** A check before anything is spent failed (preflight); nothing was charged. */
 export class RefusalError extends Error {
   override readonly name = "RefusalError";
-  constructor(message: string, readonly problems: readonly string[] = [message]) {
+  constructor(
+    message: string,
+    readonly problems: readonly string[] = [message],
+  ) {
     super(message);
   }
 }

@@ -22,11 +22,7 @@ export function makeRunnerFolder(kind: FolderKind, parentDir: string = tmpdir())
  * folder even if the pid was reused: keeping a stray folder is cheaper than deleting a running
  * attempt's. Only folders owned by this user are touched. Returns the removed paths.
  */
-export async function reapOrphanFolders(
-  kind: FolderKind,
-  remove: (dir: string) => Promise<void>,
-  parentDir: string = tmpdir(),
-): Promise<string[]> {
+export async function reapOrphanFolders(kind: FolderKind, remove: (dir: string) => Promise<void>, parentDir: string = tmpdir()): Promise<string[]> {
   let names: string[];
   try {
     names = await readdir(parentDir);

@@ -113,11 +113,15 @@ async function checkRun(
     if (!isDeepStrictEqual(recomputed, recorded)) differences.push(differ(where, field, recorded, recomputed));
   }
   // The reservation alone in a budget: settle's charge depends only on it and the outcome.
-  const settled = settle({ capUsd: Math.max(o.capUsd, run.reservationUsd), spentUsd: 0, reservedUsd: run.reservationUsd }, { reservedUsd: run.reservationUsd }, {
-    status: again.status,
-    reportedCostUsd: again.cost.reportedCostUsd,
-    computedCostUsd: again.cost.computedCostUsd,
-  });
+  const settled = settle(
+    { capUsd: Math.max(o.capUsd, run.reservationUsd), spentUsd: 0, reservedUsd: run.reservationUsd },
+    { reservedUsd: run.reservationUsd },
+    {
+      status: again.status,
+      reportedCostUsd: again.cost.reportedCostUsd,
+      computedCostUsd: again.cost.computedCostUsd,
+    },
+  );
   if (settled.status !== run.status) differences.push(differ(where, "status", run.status, settled.status));
   if (run.chargedUsd === null || Math.abs(settled.chargedUsd - run.chargedUsd) > 1e-12) differences.push(differ(where, "chargedUsd", run.chargedUsd, settled.chargedUsd));
   return { lines, verified: true };
@@ -164,7 +168,17 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
     if (run === null || run.phase === "reserved") continue;
     const where = `items[${item.position}] (observation ${item.observationIndex}).run`;
     const checked = await checkRun(
-      { privateFile: path, index: item.observationIndex, where, run, arm: "repository", expectedTools: adjudicatorInitTools(), model: record.adjudicator.model, cliVersion: record.adjudicator.expectedCliVersion, capUsd: record.budget.capUsd },
+      {
+        privateFile: path,
+        index: item.observationIndex,
+        where,
+        run,
+        arm: "repository",
+        expectedTools: adjudicatorInitTools(),
+        model: record.adjudicator.model,
+        cliVersion: record.adjudicator.expectedCliVersion,
+        capUsd: record.budget.capUsd,
+      },
       differences,
     );
     if (!checked?.verified) continue;
@@ -172,7 +186,8 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
       const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
       for (const line of checked.lines) readResultEvent(line, out);
       const reading = readVerdict(out.structuredOutput, out.resultText, item.verdict.propositions.length);
-      if (!reading.ok || !isDeepStrictEqual(reading.verdict, item.verdict)) differences.push(`items[${item.position}].verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
+      if (!reading.ok || !isDeepStrictEqual(reading.verdict, item.verdict))
+        differences.push(`items[${item.position}].verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
     }
     verified++;
   }

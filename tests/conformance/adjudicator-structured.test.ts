@@ -26,10 +26,9 @@ import { MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
 import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, type ConformanceApi, type Corpus, type StudyRun } from "./support.ts";
 
 /** Both arms' answers name their tools, the server and a scenario, in spellings a naive mask lets through. */
-const REPOSITORY_ANSWER =
-  "With Grep and GLOB, then Read of src/money.js, as the repository\u2013only run: ledgerlite rounds half to even with roundMinor (docs/rounding.md).";
+const REPOSITORY_ANSWER = "With Grep and GLOB, then Read of src/money.js, as the repository\u2013only run: ledgerlite rounds half to even with roundMinor (docs/rounding.md).";
 const MCP_ANSWER =
-  "doc\u2010bridge's doc\u00b7search and mcp__doc-bridge__doc_get (MCP, \"snippet\": \"half to even\") showed docs/rounding.md: ledgerlite rounds half to even with roundMinor in src/money.js. Doc  Bridge agreed.";
+  'doc\u2010bridge\'s doc\u00b7search and mcp__doc-bridge__doc_get (MCP, "snippet": "half to even") showed docs/rounding.md: ledgerlite rounds half to even with roundMinor in src/money.js. Doc  Bridge agreed.';
 
 /** The scripted pilot with the answers above in place of the shared scripts' answers. */
 function withAnswer(script: ScriptInput, name: string, answer: string): ScriptInput {

@@ -54,7 +54,13 @@ describe("a tool outside the allowed set", () => {
     ["Write", { file_path: "/workspace/NOTES.md", content: "written by the agent" }],
   ] as const) {
     it(`a ${name} call is invalid-setup; the CLI refuses it as an unknown tool, not by a permission denial`, async () => {
-      const run = await attempt({ name: `call-${name}`, turns: [{ toolCalls: [{ name, input }], usage: small }, { answer: "done", usage: small }] });
+      const run = await attempt({
+        name: `call-${name}`,
+        turns: [
+          { toolCalls: [{ name, input }], usage: small },
+          { answer: "done", usage: small },
+        ],
+      });
       expect(run.obs).toMatchObject({ status: "invalid-setup", cliSubtype: "success", isError: false, permissionDenials: [], toolCallsByName: { [name]: 1 }, toolErrorsByName: { [name]: 1 } });
       expect(run.obs.setupProblems).toEqual([`tool call to "${name}", which is outside the allowed set`]);
       // Measured on 2.1.296: the tool is absent, so the call never ran.
@@ -67,7 +73,13 @@ describe("a tool outside the allowed set", () => {
 
   it("a doc-bridge tool the runner denied is invalid-setup in the MCP arm", async () => {
     const run = await attempt(
-      { name: "call-gate-status", turns: [{ toolCalls: [{ name: "mcp__doc-bridge__gate_status", input: {} }], usage: small }, { answer: "done", usage: small }] },
+      {
+        name: "call-gate-status",
+        turns: [
+          { toolCalls: [{ name: "mcp__doc-bridge__gate_status", input: {} }], usage: small },
+          { answer: "done", usage: small },
+        ],
+      },
       "mcp",
     );
     expect(run.obs.status).toBe("invalid-setup");
@@ -81,7 +93,13 @@ describe("a tool outside the allowed set", () => {
 describe("the doc-bridge treatment lost", () => {
   it("an MCP arm whose every doc-bridge call failed is invalid-setup", async () => {
     const run = await attempt(
-      { name: "doc-get-missing", turns: [{ toolCalls: [{ name: "mcp__doc-bridge__doc_get", input: { path: "docs/no-such-page.md" } }], usage: small }, { answer: "done", usage: small }] },
+      {
+        name: "doc-get-missing",
+        turns: [
+          { toolCalls: [{ name: "mcp__doc-bridge__doc_get", input: { path: "docs/no-such-page.md" } }], usage: small },
+          { answer: "done", usage: small },
+        ],
+      },
       "mcp",
     );
     expect(run.obs.status).toBe("invalid-setup");

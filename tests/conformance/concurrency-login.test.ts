@@ -33,7 +33,23 @@ describe("--concurrency with the login copy", () => {
   it("--concurrency 2 with the real image and a copied login is refused before any reservation, naming the single-use refresh token", async () => {
     const output = join(work, "ledger.json");
     const r = await runCli(
-      ["--pilot", "--transport", "cli", "--approve-budget", "--image", image, "--isolation", "offline", "--claude-config-dir", join(work, "login"), "--output", output, "--concurrency", "2", ...rootArgs],
+      [
+        "--pilot",
+        "--transport",
+        "cli",
+        "--approve-budget",
+        "--image",
+        image,
+        "--isolation",
+        "offline",
+        "--claude-config-dir",
+        join(work, "login"),
+        "--output",
+        output,
+        "--concurrency",
+        "2",
+        ...rootArgs,
+      ],
       { env: { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" }, timeoutMs: 120_000 },
     );
     expect(r.code, r.stderr).toBe(2);

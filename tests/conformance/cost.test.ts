@@ -18,7 +18,13 @@ import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
 import { MODEL, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
 
-type Usage = { input_tokens: number; output_tokens: number; cache_read_input_tokens?: number; cache_creation_input_tokens?: number; cache_creation?: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number } };
+type Usage = {
+  input_tokens: number;
+  output_tokens: number;
+  cache_read_input_tokens?: number;
+  cache_creation_input_tokens?: number;
+  cache_creation?: { ephemeral_5m_input_tokens: number; ephemeral_1h_input_tokens: number };
+};
 const writes = (m5: number, h1: number) => ({ cache_creation_input_tokens: m5 + h1, cache_creation: { ephemeral_5m_input_tokens: m5, ephemeral_1h_input_tokens: h1 } });
 const answer = (usage: Usage) => ({ answer: "scripted", usage });
 const readThen = (usage: Usage) => ({ toolCalls: [{ name: "Read", input: { file_path: "/workspace/README.md" } }], usage });
@@ -54,7 +60,10 @@ const GRID: Record<string, GridPoint> = {
   // Seed 000: "if the largest single prompt exceeds 100k tokens, every token is priced in the second tier"; the CLI tiers each turn.
   "a second-tier turn and a first-tier turn": {
     turns: [readThen({ input_tokens: 120_000, output_tokens: 40 }), answer({ input_tokens: 3_000, output_tokens: 25 })],
-    above: { why: "every token is priced in the second tier when one prompt exceeds 100,000 tokens, the CLI tiers each turn", usd: (3_000 * (ROW.tier2.input - ROW.tier1.input) + 25 * (ROW.tier2.output - ROW.tier1.output)) / 1e6 },
+    above: {
+      why: "every token is priced in the second tier when one prompt exceeds 100,000 tokens, the CLI tiers each turn",
+      usd: (3_000 * (ROW.tier2.input - ROW.tier1.input) + 25 * (ROW.tier2.output - ROW.tier1.output)) / 1e6,
+    },
   },
 };
 

@@ -102,7 +102,23 @@ describe("cliArguments() against `claude --help` of the real image", () => {
         }
       }
       // The parse really walked the whole flag list: every flag the runner relies on was checked.
-      expect(seen).toEqual(expect.arrayContaining(["-p", "--output-format", "--verbose", "--model", "--max-budget-usd", "--tools", "--allowedTools", "--disallowedTools", "--permission-mode", "--permission-prompts", "--strict-mcp-config", "--mcp-config", "--no-session-persistence"]));
+      expect(seen).toEqual(
+        expect.arrayContaining([
+          "-p",
+          "--output-format",
+          "--verbose",
+          "--model",
+          "--max-budget-usd",
+          "--tools",
+          "--allowedTools",
+          "--disallowedTools",
+          "--permission-mode",
+          "--permission-prompts",
+          "--strict-mcp-config",
+          "--mcp-config",
+          "--no-session-persistence",
+        ]),
+      );
     }
   });
 
@@ -125,7 +141,10 @@ describe("the init event of each arm, as the runner ran it through the real CLI"
   });
 
   it("shows exactly the expected tools, permission mode dontAsk, the login (no key) and the MCP server status", () => {
-    for (const [index, arm] of [[0, "repository"], [1, "mcp"]] as const) {
+    for (const [index, arm] of [
+      [0, "repository"],
+      [1, "mcp"],
+    ] as const) {
       const inits = pilot.events(index).filter((e) => e.type === "system" && e.subtype === "init");
       expect(inits).toHaveLength(1);
       const init = inits[0]!;
@@ -139,14 +158,21 @@ describe("the init event of each arm, as the runner ran it through the real CLI"
 
   it("the tools the CLI offers the model are the init tools; every tool_use id the API issued came back as a result", () => {
     const requests = messageRequests(api!);
-    for (const [index, arm] of [[0, "repository"], [1, "mcp"]] as const) {
+    for (const [index, arm] of [
+      [0, "repository"],
+      [1, "mcp"],
+    ] as const) {
       const session = pilot.events(index).find((e) => e.type === "system" && e.subtype === "init")!.session_id as string;
       const mine = requests.filter((r) => r.conversation === `session:${session}`);
       expect(mine.length).toBeGreaterThan(1);
       for (const r of mine) expect([...r.body!.toolNames].sort()).toEqual(expectedInitTools(arm));
       const issued = mine.flatMap((r) => (r.answer.kind === "tool-calls" ? r.answer.toolUseIds : []));
       const answered = mine.flatMap((r) => r.body!.newestToolResults.map((t) => t.toolUseId));
-      expect(toolUses(pilot.events(index)).map((u) => u.id).sort()).toEqual([...issued].sort());
+      expect(
+        toolUses(pilot.events(index))
+          .map((u) => u.id)
+          .sort(),
+      ).toEqual([...issued].sort());
       expect([...answered].sort()).toEqual([...issued].sort());
     }
   });

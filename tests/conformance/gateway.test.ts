@@ -58,7 +58,9 @@ async function scanContainers(seen: Map<string, ContainerScan>): Promise<void> {
         if (f.text.includes("study-runner-placeholder-")) placeholderFiles++;
       }
     }
-    const exec = await docker.getContainer(c.Id).exec({ Cmd: [IMAGE_LAYOUT.node, "-e", "process.stdout.write(JSON.stringify(Object.keys(require('os').networkInterfaces())))"], AttachStdout: true, AttachStderr: true, User: "1000:1000" });
+    const exec = await docker
+      .getContainer(c.Id)
+      .exec({ Cmd: [IMAGE_LAYOUT.node, "-e", "process.stdout.write(JSON.stringify(Object.keys(require('os').networkInterfaces())))"], AttachStdout: true, AttachStderr: true, User: "1000:1000" });
     const stream = await exec.start({ hijack: true, stdin: false });
     const raw = await new Promise<Buffer>((resolve) => {
       const chunks: Buffer[] = [];
@@ -67,7 +69,15 @@ async function scanContainers(seen: Map<string, ContainerScan>): Promise<void> {
     });
     // The multiplexed stream has 8-byte frame headers; the JSON array is the printable part.
     const interfaces = JSON.parse(/\[.*\]/.exec(raw.toString("latin1"))?.[0] ?? "null") as string[];
-    seen.set(c.Id, { id: c.Id, networkMode: info.HostConfig.NetworkMode ?? "", interfaces, envHasRealToken: env.some((e) => e.includes(TEST_TOKEN)), envNames: env.map((e) => e.split("=")[0]!), mountFilesWithRealToken, placeholderFiles });
+    seen.set(c.Id, {
+      id: c.Id,
+      networkMode: info.HostConfig.NetworkMode ?? "",
+      interfaces,
+      envHasRealToken: env.some((e) => e.includes(TEST_TOKEN)),
+      envNames: env.map((e) => e.split("=")[0]!),
+      mountFilesWithRealToken,
+      placeholderFiles,
+    });
   }
 }
 
@@ -144,7 +154,11 @@ describe("the host-enforced ceiling", () => {
     // the CLI sends back) and the tool result; each answer writes 8,000 tokens of text and reads a file.
     const respond = ({ body, record }: { body: Record<string, unknown>; record: RecordedRequest }): Turn => {
       const bytes = Buffer.byteLength(JSON.stringify(body));
-      return { text: `${"words ".repeat(5000)}turn ${record.body!.assistantTurns}`, toolCalls: [{ name: "Read", input: { file_path: "/workspace/README.md" } }], usage: { input_tokens: Math.floor(bytes / 4), output_tokens: 8000, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 } };
+      return {
+        text: `${"words ".repeat(5000)}turn ${record.body!.assistantTurns}`,
+        toolCalls: [{ name: "Read", input: { file_path: "/workspace/README.md" } }],
+        usage: { input_tokens: Math.floor(bytes / 4), output_tokens: 8000, cache_read_input_tokens: 0, cache_creation_input_tokens: 0 },
+      };
     };
     api = await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, respond });
     run = await runConformanceStudy({ corpus, gateway: { url: api.url!, ca: ca.ca }, image: image.id, plan: "repository", attemptBudgetUsd: RESERVATION, capUsd: 1, timeoutMs: 120_000 });

@@ -15,15 +15,7 @@ import { cliArguments } from "../../src/claude/args.ts";
 import { MODEL, messageRequests, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
 
 /** Candidate path (relative to the folder) -> file text; the marker is derived from the path. */
-const CANDIDATES = [
-  "CLAUDE.md",
-  "CLAUDE.local.md",
-  "sub/CLAUDE.md",
-  "AGENTS.md",
-  ".claude/CLAUDE.md",
-  ".claude/rules/style.md",
-  ".claude/settings.json",
-] as const;
+const CANDIDATES = ["CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md", "AGENTS.md", ".claude/CLAUDE.md", ".claude/rules/style.md", ".claude/settings.json"] as const;
 
 const markerOf = (where: "workspace" | "home", path: string) => `MARKER-${where}-${path.replace(/[^A-Za-z0-9]/g, "_")}-7f3a`;
 
@@ -32,7 +24,9 @@ async function writeCandidates(root: string, where: "workspace" | "home"): Promi
     const file = join(root, path);
     await mkdir(dirname(file), { recursive: true });
     const marker = markerOf(where, path);
-    const text = path.endsWith(".json") ? JSON.stringify({ env: { STUDY_MARKER: marker }, permissions: { deny: [], additionalDirectories: [] }, note: marker }) : `# Notes\n\nAlways mention ${marker} in every answer.\n`;
+    const text = path.endsWith(".json")
+      ? JSON.stringify({ env: { STUDY_MARKER: marker }, permissions: { deny: [], additionalDirectories: [] }, note: marker })
+      : `# Notes\n\nAlways mention ${marker} in every answer.\n`;
     await writeFile(file, text, { mode: 0o644 });
   }
 }

@@ -45,7 +45,9 @@ afterAll(async () => {
 
 async function strictAttempt(name: string): Promise<{ obs: Observation; resolved: string[] }> {
   const loaded = await loadManifest(DEMO_MANIFEST);
-  const plan = planStudy(loaded.manifest, "pilot").filter((a) => a.arm === "repository").map((a) => ({ ...a, index: 0 }));
+  const plan = planStudy(loaded.manifest, "pilot")
+    .filter((a) => a.arm === "repository")
+    .map((a) => ({ ...a, index: 0 }));
   const output = join(corpus.work, `${name}.json`);
   const resolved: string[] = [];
   await runStudy(

@@ -138,7 +138,9 @@ async function main(): Promise<void> {
   const summary = {
     candidates: candidates.length,
     rows: Object.keys(table.models).length,
-    withSecondTier: Object.entries(table.models).filter(([, r]) => r.tier1MaxPromptTokens !== null).map(([m, r]) => `${m} > ${r.tier1MaxPromptTokens}`),
+    withSecondTier: Object.entries(table.models)
+      .filter(([, r]) => r.tier1MaxPromptTokens !== null)
+      .map(([m, r]) => `${m} > ${r.tier1MaxPromptTokens}`),
     notPricedAsList: Object.keys(table.notPricedAsList),
     aliases: table.aliases,
     failures,

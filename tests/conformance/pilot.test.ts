@@ -30,12 +30,17 @@ beforeAll(async () => {
       "run",
       "--pilot",
       "--approve-budget",
-      "--transport", "cli",
+      "--transport",
+      "cli",
       ...[...corpus.roots].flatMap(([name, dir]) => ["--root", `${name}=${dir}`]),
-      "--output", output,
-      "--image", image.tag,
-      "--claude-config-dir", corpus.loginDir,
-      "--model-api-socket", api.socketPath,
+      "--output",
+      output,
+      "--image",
+      image.tag,
+      "--claude-config-dir",
+      corpus.loginDir,
+      "--model-api-socket",
+      api.socketPath,
       "--quiet",
     ],
     { env: { STUDY_MODEL: MODEL, STUDY_BUDGET_USD: "1" }, timeoutMs: 240_000 },
@@ -94,7 +99,10 @@ describe("the demo pilot through the real CLI", () => {
     const reads = repoConversation![2]!.body!.newestToolResults;
     expect(reads).toHaveLength(3);
     // Results come back in completion order, not call order (measured).
-    const read = reads.filter((t) => !t.isError).map((t) => t.content).join("\n");
+    const read = reads
+      .filter((t) => !t.isError)
+      .map((t) => t.content)
+      .join("\n");
     expect(read).toContain("export function roundMinor");
     expect(read).toContain("half to even");
     expect(reads.filter((t) => t.isError)).toEqual([expect.objectContaining({ content: expect.stringMatching(/does not exist/i) })]);

@@ -60,7 +60,10 @@ describe("a session with the real CLI", () => {
   it("asks, is answered, resumes in a new container with the same session id, and finishes with passing tests", async () => {
     expect(exitCode, JSON.stringify(ledger.sessions.map((s) => [s.state, s.stateReason]))).toBe(0);
     expect(ledger.status).toBe("finished");
-    for (const [s, question] of [[ledger.sessions[0]!, ROUNDING_QUESTION], [ledger.sessions[1]!, TIER_QUESTION]] as const) {
+    for (const [s, question] of [
+      [ledger.sessions[0]!, ROUNDING_QUESTION],
+      [ledger.sessions[1]!, TIER_QUESTION],
+    ] as const) {
       expect(s.state).toBe("done");
       expect(s.questions.map((q) => q.question.text)).toEqual([question]);
       expect(s.calls.map((c) => [c.mode, c.status, c.resultStatus, c.sessionIdReported])).toEqual([
@@ -112,7 +115,11 @@ describe("a session with the real CLI", () => {
   it("the worktree's edits are the agent's and were tested before the worktree was removed", async () => {
     // The fixes the scripted turns wrote are what made the tests pass; the worktree is gone afterwards.
     expect(ledger.sessions.map((s) => s.worktree)).toEqual([null, null]);
-    expect(bodiesOf("session-demo: discount tiers").at(-1)!.body!.newestToolResults.map((r) => r.isError)).toEqual([false]);
+    expect(
+      bodiesOf("session-demo: discount tiers")
+        .at(-1)!
+        .body!.newestToolResults.map((r) => r.isError),
+    ).toEqual([false]);
     expect(FIXED_INVOICE).toContain("Math.round");
     expect(FIXED_DISCOUNT).toContain("gold: 10");
     const text = await readFile(ledgerPath, "utf8");

@@ -58,7 +58,26 @@ async function runStudy(name: string, mode: "--pilot" | "--run", behaviour: obje
   studyFakes.set(name, f);
   const output = join(work, `${name}.ledger.json`);
   const r = await runCli(
-    [mode, "--approve-budget", "--transport", "cli", ...roots(), "--output", output, "--image", demo.image, "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--quiet", "--fake-behaviour", join(f.dir, "behaviour.json"), "--fake-records", join(f.dir, "records")],
+    [
+      mode,
+      "--approve-budget",
+      "--transport",
+      "cli",
+      ...roots(),
+      "--output",
+      output,
+      "--image",
+      demo.image,
+      "--isolation",
+      "offline",
+      "--claude-config-dir",
+      demo.loginDir,
+      "--quiet",
+      "--fake-behaviour",
+      join(f.dir, "behaviour.json"),
+      "--fake-records",
+      join(f.dir, "records"),
+    ],
     { env: { STUDY_MODEL: MODEL, STUDY_BUDGET_USD: "5" }, timeoutMs: 600_000 },
   );
   expect(r.stderr).not.toMatch(/internal error/);
@@ -79,7 +98,26 @@ async function adjudicate(name: string, ledger: string, behaviour: object, extra
   const f = await fake(behaviour);
   const path = join(work, `${name}.adjudication.json`);
   const r = await runCli(
-    ["adjudicate", "--ledger", ledger, "--output", path, "--approve-budget", "--seed", "11", ...(protocol ? [] : ["--force-same-model"]), "--isolation", "offline", "--claude-config-dir", demo.loginDir, "--fake-behaviour", join(f.dir, "behaviour.json"), "--fake-records", join(f.dir, "records"), ...extra],
+    [
+      "adjudicate",
+      "--ledger",
+      ledger,
+      "--output",
+      path,
+      "--approve-budget",
+      "--seed",
+      "11",
+      ...(protocol ? [] : ["--force-same-model"]),
+      "--isolation",
+      "offline",
+      "--claude-config-dir",
+      demo.loginDir,
+      "--fake-behaviour",
+      join(f.dir, "behaviour.json"),
+      "--fake-records",
+      join(f.dir, "records"),
+      ...extra,
+    ],
     { env: { STUDY_ADJUDICATOR_MODEL: protocol ? undefined : MODEL, STUDY_ADJUDICATION_BUDGET_USD: "5", ...env } as Record<string, string>, timeoutMs: 600_000 },
   );
   expect(r.stderr).not.toMatch(/internal error/);
@@ -168,7 +206,12 @@ describe("adjudicate a pilot of the demo", () => {
     // The attempts: the demo corpus commits CLAUDE.md and AGENTS.md in every repository, and the attempts keep them.
     const attempts = (await studyFakes.get("pilot")!.records()).filter((r) => /^\d+-/.test(r.file));
     expect(attempts).toHaveLength(ledger.observations.length);
-    for (const { record: rec } of attempts) expect(workspace(rec).filter((n) => instructionNames.test(n)).sort()).toEqual(["AGENTS.md", "CLAUDE.md"]);
+    for (const { record: rec } of attempts)
+      expect(
+        workspace(rec)
+          .filter((n) => instructionNames.test(n))
+          .sort(),
+      ).toEqual(["AGENTS.md", "CLAUDE.md"]);
     for (const o of ledger.observations) expect(o.instructionFiles).toEqual(["AGENTS.md", "CLAUDE.md"]);
     // The adjudicator: the same corpus at the same pin, and none of them.
     const graders = result.records.filter((r) => /^\d+-/.test(r.file));
@@ -310,7 +353,9 @@ describe("the adjudicate command refuses before anything starts", () => {
     const alias = await runCli(["adjudicate", "--ledger", ledgerPath, "--output", out, "--approve-budget"], { env: { STUDY_ADJUDICATOR_MODEL: "sonnet", STUDY_ADJUDICATION_BUDGET_USD: "1" } });
     expect(alias.code).toBe(2);
     expect(alias.stderr).toMatch(/STUDY_ADJUDICATOR_MODEL 'sonnet' is an alias the CLI resolves on its own \(the pinned CLI runs it as claude-sonnet-5-5\)/);
-    const unpriced = await runCli(["adjudicate", "--ledger", ledgerPath, "--output", out, "--approve-budget"], { env: { STUDY_ADJUDICATOR_MODEL: "claude-3-opus", STUDY_ADJUDICATION_BUDGET_USD: "1" } });
+    const unpriced = await runCli(["adjudicate", "--ledger", ledgerPath, "--output", out, "--approve-budget"], {
+      env: { STUDY_ADJUDICATOR_MODEL: "claude-3-opus", STUDY_ADJUDICATION_BUDGET_USD: "1" },
+    });
     expect(unpriced.code).toBe(2);
     expect(unpriced.stderr).toMatch(/'claude-3-opus' has no row in the measured price table/);
     await expect(stat(out)).rejects.toThrow(/ENOENT/);
@@ -329,7 +374,9 @@ describe("the adjudicate command refuses before anything starts", () => {
     const { writeFile } = await import("node:fs/promises");
     const runningPath = join(work, "running.ledger.json");
     await writeFile(runningPath, JSON.stringify(running));
-    const s = await runCli(["adjudicate", "--ledger", runningPath, "--output", out, "--approve-budget", "--force-same-model"], { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "1" } });
+    const s = await runCli(["adjudicate", "--ledger", runningPath, "--output", out, "--approve-budget", "--force-same-model"], {
+      env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "1" },
+    });
     expect(s.code).toBe(2);
     expect(s.stderr).toMatch(/is still running/);
   });

@@ -9,8 +9,7 @@ import { runCli } from "../support/cli.ts";
 let work: string;
 let corpus: Record<string, { dir: string; commit: string }>;
 const rootArgs = (names = Object.keys(corpus)) => names.flatMap((n) => ["--root", `${n}=${corpus[n]!.dir}`]);
-const gitIn = (dir: string, ...args: string[]) =>
-  execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t.invalid", "-c", "commit.gpgsign=false", ...args], { cwd: dir });
+const gitIn = (dir: string, ...args: string[]) => execFileSync("git", ["-c", "user.name=t", "-c", "user.email=t@t.invalid", "-c", "commit.gpgsign=false", ...args], { cwd: dir });
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-cli-"));
@@ -43,7 +42,13 @@ describe("study-runner --dry-run", () => {
       );
     // The namespace has the loopback device alone, and it is down: nothing can be reached.
     const devices = await run(["cat", "/proc/self/net/dev"]);
-    expect(devices.stdout.split("\n").slice(2).filter(Boolean).map((l) => l.trim().split(":")[0])).toEqual(["lo"]);
+    expect(
+      devices.stdout
+        .split("\n")
+        .slice(2)
+        .filter(Boolean)
+        .map((l) => l.trim().split(":")[0]),
+    ).toEqual(["lo"]);
     const r = await run([process.execPath, "bin/study-runner.mjs", "--dry-run", "--run", "--transport", "cli", ...rootArgs()]);
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
@@ -128,7 +133,14 @@ describe("study-runner execution refusals", () => {
     const r = await runCli(["--transport", "cli"], { env: { STUDY_MODEL: undefined, STUDY_BUDGET_USD: undefined } });
     expect(r.code).toBe(2);
     expect(r.stdout).toBe("");
-    for (const missing of [/--pilot .* or --run/, /--approve-budget is required/, /STUDY_MODEL is not set/, /STUDY_BUDGET_USD is not set/, /--root ledgerlite=<path> is missing/, /--output PATH is required/]) {
+    for (const missing of [
+      /--pilot .* or --run/,
+      /--approve-budget is required/,
+      /STUDY_MODEL is not set/,
+      /STUDY_BUDGET_USD is not set/,
+      /--root ledgerlite=<path> is missing/,
+      /--output PATH is required/,
+    ]) {
       expect(r.stderr).toMatch(missing);
     }
   });

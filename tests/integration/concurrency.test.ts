@@ -11,20 +11,7 @@ import { join } from "node:path";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
 import { runCli } from "../support/cli.ts";
-import {
-  exists,
-  freshLogin,
-  leftovers,
-  ledgerOf,
-  prepareRun,
-  preparePipeline,
-  repositoryInit,
-  runPipeline,
-  startPipeline,
-  waitFor,
-  RESERVATION_USD,
-  type Pipeline,
-} from "../support/pipeline.ts";
+import { exists, freshLogin, leftovers, ledgerOf, prepareRun, preparePipeline, repositoryInit, runPipeline, startPipeline, waitFor, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
 
 let p: Pipeline;
 beforeAll(async () => {
@@ -106,10 +93,14 @@ describe("attempts in flight on the real engine", () => {
     });
     const started = startPipeline(run);
     // Two pairs in flight: four running containers of this runner.
-    await waitFor("four running attempt containers", async () => {
-      const found = (await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid) })).filter((c) => c.running && c.labels[LABELS.attempt] !== "probe");
-      return found.length >= 4 ? found : undefined;
-    }, 120_000);
+    await waitFor(
+      "four running attempt containers",
+      async () => {
+        const found = (await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid) })).filter((c) => c.running && c.labels[LABELS.attempt] !== "probe");
+        return found.length >= 4 ? found : undefined;
+      },
+      120_000,
+    );
     started.child.kill("SIGINT");
     const r = await started.done;
     expect(r.code, r.stderr).toBe(130);

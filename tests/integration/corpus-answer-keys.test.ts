@@ -93,10 +93,9 @@ describe("answer keys", () => {
     expect(dry.code).toBe(2);
     expect(dry.stdout).toBe("");
     expect(dry.stderr).toMatch(/root 'corpus' .*answerKeys\.corpus\[1\] 'answer-key\.md' matches no entry at the pin/);
-    const run = await runCli(
-      ["--pilot", "--approve-budget", "--transport", "cli", "--manifest", path, "--root", `corpus=${repo.dir}`, "--output", join(work, "ledger.json")],
-      { env: { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" } },
-    );
+    const run = await runCli(["--pilot", "--approve-budget", "--transport", "cli", "--manifest", path, "--root", `corpus=${repo.dir}`, "--output", join(work, "ledger.json")], {
+      env: { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" },
+    });
     expect(run.code).toBe(2);
     expect(run.stderr).toMatch(/answerKeys\.corpus\[1\] 'answer-key\.md' matches no entry at the pin/);
   });

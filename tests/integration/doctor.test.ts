@@ -56,16 +56,28 @@ function lines(stdout: string): Map<string, string> {
 }
 
 const passingFlags = (over: { roots?: string[]; output?: string } = {}) => [
-  "--transport", "cli",
-  "--image", demo.image,
-  "--claude-config-dir", demo.loginDir,
+  "--transport",
+  "cli",
+  "--image",
+  demo.image,
+  "--claude-config-dir",
+  demo.loginDir,
   ...(over.roots ?? [`ledgerlite=${demo.roots.ledgerlite}`]).flatMap((r) => ["--root", r]),
-  "--output", over.output ?? join(work, "ledgers", "pilot.json"),
+  "--output",
+  over.output ?? join(work, "ledgers", "pilot.json"),
 ];
 const STUDY_ENV = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" };
 
 async function git(dir: string, ...args: string[]): Promise<string> {
-  const env = { ...process.env, GIT_CONFIG_NOSYSTEM: "1", GIT_CONFIG_GLOBAL: "/dev/null", GIT_AUTHOR_NAME: "t", GIT_AUTHOR_EMAIL: "t@example.invalid", GIT_COMMITTER_NAME: "t", GIT_COMMITTER_EMAIL: "t@example.invalid" };
+  const env = {
+    ...process.env,
+    GIT_CONFIG_NOSYSTEM: "1",
+    GIT_CONFIG_GLOBAL: "/dev/null",
+    GIT_AUTHOR_NAME: "t",
+    GIT_AUTHOR_EMAIL: "t@example.invalid",
+    GIT_COMMITTER_NAME: "t",
+    GIT_COMMITTER_EMAIL: "t@example.invalid",
+  };
   return (await execFileP("git", ["-C", dir, ...args], { env })).stdout.trim();
 }
 
@@ -77,12 +89,16 @@ describe("study-runner doctor on a fresh host", () => {
     expect(l.get("node")).toMatch(/^ok\s+node\s+Node \d+\./);
     expect(l.get("docker")).toMatch(/^ok\s+docker\s+Docker .* at unix:\/\/\/.*docker\.sock/);
     expect(l.get("image")).toMatch(
-      new RegExp(`^FAIL\\s+image\\s+${MISSING_IMAGE} is not in the Docker engine  -> fix: study-runner image build --install \\(downloads @anthropic-ai/claude-code-linux-x64@2\\.1\\.296, about 257 MB, from the npm registry into ${emptyCache}\\).*then pass --image study-runner/claude-code:2\\.1\\.296$`),
+      new RegExp(
+        `^FAIL\\s+image\\s+${MISSING_IMAGE} is not in the Docker engine  -> fix: study-runner image build --install \\(downloads @anthropic-ai/claude-code-linux-x64@2\\.1\\.296, about 257 MB, from the npm registry into ${emptyCache}\\).*then pass --image study-runner/claude-code:2\\.1\\.296$`,
+      ),
     );
     expect(l.get("claude-version")).toMatch(/^skip\s+claude-version\s+needs the image$/);
     expect(l.get("login")).toMatch(new RegExp(`^FAIL\\s+login\\s+no Claude login at ${home}/\\.claude/\\.credentials\\.json \\(ENOENT\\).*-> fix: run \`claude\` on this machine and log in`));
     expect(l.get("root:ledgerlite")).toMatch(
-      new RegExp(`^FAIL\\s+root:ledgerlite\\s+no --root ledgerlite=… given; the pilot needs a checkout of ledgerlite at ${PINS.ledgerlite}  -> fix: git clone <ledgerlite's repository> DIR && git -C DIR checkout --detach ${PINS.ledgerlite}, then pass --root ledgerlite=DIR$`),
+      new RegExp(
+        `^FAIL\\s+root:ledgerlite\\s+no --root ledgerlite=… given; the pilot needs a checkout of ledgerlite at ${PINS.ledgerlite}  -> fix: git clone <ledgerlite's repository> DIR && git -C DIR checkout --detach ${PINS.ledgerlite}, then pass --root ledgerlite=DIR$`,
+      ),
     );
     expect(l.get("doc-bridge")).toMatch(/^skip\s+doc-bridge\s+needs clean checkouts at their pins \(root:ledgerlite\)$/);
     expect(l.get("output")).toMatch(/^FAIL\s+output\s.*-> fix: pass --output with a new file/);
@@ -97,13 +113,18 @@ describe("study-runner doctor on a fresh host", () => {
     const r = await doctor(["--transport", "cli"], { DOCKER_HOST: `unix://${join(work, "no-engine.sock")}` });
     expect(r.code).toBe(2);
     const l = lines(r.stdout);
-    expect(l.get("docker")).toMatch(new RegExp(`^FAIL\\s+docker\\s+no Docker engine answers at DOCKER_HOST=unix://${work}/no-engine\\.sock: .*-> fix: start the engine DOCKER_HOST names, or correct DOCKER_HOST`));
+    expect(l.get("docker")).toMatch(
+      new RegExp(`^FAIL\\s+docker\\s+no Docker engine answers at DOCKER_HOST=unix://${work}/no-engine\\.sock: .*-> fix: start the engine DOCKER_HOST names, or correct DOCKER_HOST`),
+    );
     expect(l.get("image")).toMatch(/^skip\s+image\s+needs the Docker engine$/);
     expect(l.get("claude-version")).toMatch(/^skip\s+claude-version\s+needs the Docker engine$/);
   });
 
   it("fails the default transport (http) without a key and upper prices, as run would refuse it", async () => {
-    const r = await doctor(passingFlags().filter((f, i, all) => f !== "--transport" && all[i - 1] !== "--transport"), STUDY_ENV);
+    const r = await doctor(
+      passingFlags().filter((f, i, all) => f !== "--transport" && all[i - 1] !== "--transport"),
+      STUDY_ENV,
+    );
     expect(r.code).toBe(2);
     expect(lines(r.stdout).get("transport")).toMatch(/^FAIL\s+transport\s+http .*ANTHROPIC_API_KEY is not set.*-> fix: .*or pass --transport cli/);
   });
@@ -119,7 +140,9 @@ describe("study-runner doctor after the demo's set-up", () => {
     for (const [name, line] of l) expect(line, name).toMatch(/^ok\s/);
     expect(l.get("claude-version")).toMatch(/prints 2\.1\.296 \(Claude Code\), the pinned version/);
     expect(l.get("login")).toMatch(/valid until 2099-01-01T00:00:00\.000Z/);
-    expect(l.get("root:ledgerlite")).toMatch(new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin; answer keys kept out: 'eval/answer-key\\.md' → eval/answer-key\\.md$`));
+    expect(l.get("root:ledgerlite")).toMatch(
+      new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin; answer keys kept out: 'eval/answer-key\\.md' → eval/answer-key\\.md$`),
+    );
     expect(l.get("doc-bridge")).toMatch(/the bundled reference engine answers doc\.search from an index fresh at the pin in ledgerlite; .*denied to the agent: gate\.status, memory\.promoteDraft/);
     // Who the engine runs as (the tests run as root, so it is dropped), and the answer-key proof.
     expect(l.get("doc-bridge")).toMatch(/the engine runs as uid 65534 \(gid 65534, no supplementary groups, no capabilities, no new privileges\), with an empty HOME/);
@@ -153,9 +176,13 @@ describe("study-runner doctor: each checkout and the doc-bridge index", () => {
     const r = await doctor([...passingFlags({ roots: [`ledgerlite=${dirty}`, `queuekit=${moved}`, `nosuchrepo=${dirty}`] })], STUDY_ENV);
     expect(r.code).toBe(2);
     const l = lines(r.stdout);
-    expect(l.get("root:ledgerlite")).toMatch(/^FAIL\s+root:ledgerlite\s+.*checkout is not clean \(1 change: \?\? notes\.txt\); commit, stash or remove them  -> fix: make .* a clean checkout of e2ff563dc35b/);
+    expect(l.get("root:ledgerlite")).toMatch(
+      /^FAIL\s+root:ledgerlite\s+.*checkout is not clean \(1 change: \?\? notes\.txt\); commit, stash or remove them  -> fix: make .* a clean checkout of e2ff563dc35b/,
+    );
     expect(l.get("root:queuekit")).toMatch(new RegExp(`^FAIL\\s+root:queuekit\\s+.*HEAD is [0-9a-f]{40}, not the pin ${PINS.queuekit}; run \`git checkout ${PINS.queuekit}\` there`));
-    expect(l.get("root:nosuchrepo")).toMatch(/^FAIL\s+root:nosuchrepo\s+.*not a repository of the manifest  -> fix: give checkouts of the manifest's repositories only: ledgerlite, queuekit, routekit$/);
+    expect(l.get("root:nosuchrepo")).toMatch(
+      /^FAIL\s+root:nosuchrepo\s+.*not a repository of the manifest  -> fix: give checkouts of the manifest's repositories only: ledgerlite, queuekit, routekit$/,
+    );
     expect(l.get("doc-bridge")).toMatch(/^skip\s+doc-bridge\s+needs clean checkouts at their pins \(root:ledgerlite\)$/);
   });
 
@@ -168,7 +195,9 @@ describe("study-runner doctor: each checkout and the doc-bridge index", () => {
     expect(r.code).toBe(2);
     const l = lines(r.stdout);
     expect(l.get("root:ledgerlite")).toMatch(/^ok\s/);
-    expect(l.get("doc-bridge")).toMatch(/^FAIL\s+doc-bridge\s+doc-bridge preflight refused for checkout ledgerlite .*index.*-> fix: in each checkout, build the index at the pin with \S+ --import \S+ \S+\/src\/mcp\/reference-server\.ts index \(run in the checkout;/);
+    expect(l.get("doc-bridge")).toMatch(
+      /^FAIL\s+doc-bridge\s+doc-bridge preflight refused for checkout ledgerlite .*index.*-> fix: in each checkout, build the index at the pin with \S+ --import \S+ \S+\/src\/mcp\/reference-server\.ts index \(run in the checkout;/,
+    );
 
     // The command the fix names really builds it: then the check passes.
     const fix = /build the index at the pin with (.*) \(run in the checkout;/.exec(l.get("doc-bridge")!)![1]!;
@@ -207,7 +236,9 @@ describe("study-runner doctor: image version, output path, budget", () => {
     const r = await doctor(passingFlags(), { ...STUDY_ENV, STUDY_MODEL: "claude-unpriced-9" });
     expect(r.code).toBe(2);
     const l = lines(r.stdout);
-    expect(l.get("model")).toMatch(/^FAIL\s+model\s+STUDY_MODEL=claude-unpriced-9 has no row in the runner's price table \(CLI_PRICES\).*-> fix: set STUDY_MODEL to a model the runner can price: .*claude-haiku-5-5.*$/);
+    expect(l.get("model")).toMatch(
+      /^FAIL\s+model\s+STUDY_MODEL=claude-unpriced-9 has no row in the runner's price table \(CLI_PRICES\).*-> fix: set STUDY_MODEL to a model the runner can price: .*claude-haiku-5-5.*$/,
+    );
     for (const [name, line] of l) if (name !== "model") expect(line, name).toMatch(/^ok\s/);
   });
 

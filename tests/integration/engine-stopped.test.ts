@@ -37,14 +37,22 @@ class SecondEngine {
     this.child = spawn(
       "dockerd",
       [
-        "--config-file", join(this.root, "daemon.json"),
-        "--bridge=none", "--iptables=false", "--ip6tables=false",
+        "--config-file",
+        join(this.root, "daemon.json"),
+        "--bridge=none",
+        "--iptables=false",
+        "--ip6tables=false",
         // overlay2 on a nested data root is not a given; vfs always works (a test, not a benchmark).
-        "--storage-driver", "vfs",
-        "--data-root", join(this.root, "data"),
-        "--exec-root", join(this.root, "exec"),
-        "--pidfile", join(this.root, "docker.pid"),
-        "-H", this.host,
+        "--storage-driver",
+        "vfs",
+        "--data-root",
+        join(this.root, "data"),
+        "--exec-root",
+        join(this.root, "exec"),
+        "--pidfile",
+        join(this.root, "docker.pid"),
+        "-H",
+        this.host,
       ],
       { stdio: ["ignore", log.fd, log.fd] },
     );
@@ -53,10 +61,18 @@ class SecondEngine {
     child.on("exit", () => (exited = true));
     await log.close();
     const runtime = new DockerRuntime({ socketPath: this.socket });
-    await waitFor("the second dockerd to answer", async () => {
-      if (exited) throw new Error(`dockerd exited at start:\n${await this.log()}`);
-      return runtime.ping().then(() => true, () => undefined);
-    }, 90_000, 250);
+    await waitFor(
+      "the second dockerd to answer",
+      async () => {
+        if (exited) throw new Error(`dockerd exited at start:\n${await this.log()}`);
+        return runtime.ping().then(
+          () => true,
+          () => undefined,
+        );
+      },
+      90_000,
+      250,
+    );
   }
   /** The engine dies at once, as on a crash or `kill -9`: connections drop mid-request. */
   async kill(): Promise<void> {
@@ -89,7 +105,10 @@ class SecondEngine {
     }
     // dockerd bind-mounts its data root onto itself and keeps network namespaces under its exec root.
     const mounts = (await readFile("/proc/self/mounts", "utf8")).split("\n").map((l) => l.split(" ")[1] ?? "");
-    for (const m of mounts.filter((m) => m.startsWith(`${this.root}/`)).sort().reverse()) {
+    for (const m of mounts
+      .filter((m) => m.startsWith(`${this.root}/`))
+      .sort()
+      .reverse()) {
       await execFileP("umount", ["-l", m]).catch(() => undefined);
     }
   }

@@ -13,17 +13,7 @@ import { EXIT_CODES } from "../../src/cli/exit-codes.ts";
 import { ExitCode } from "../../src/util/errors.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { runCli } from "../support/cli.ts";
-import {
-  freshLogin,
-  ledgerOf,
-  prepareRun,
-  preparePipeline,
-  runPipeline,
-  startPipeline,
-  summaryOf,
-  waitForAttemptContainer,
-  type Pipeline,
-} from "../support/pipeline.ts";
+import { freshLogin, ledgerOf, prepareRun, preparePipeline, runPipeline, startPipeline, summaryOf, waitForAttemptContainer, type Pipeline } from "../support/pipeline.ts";
 
 const execFileP = promisify(execFile);
 
@@ -41,7 +31,10 @@ describe("the documented exit codes are the code's", () => {
       expect(r.code).toBe(0);
       const block = r.stdout.slice(r.stdout.indexOf("Exit codes:\n"));
       const lines = block.split("\n").slice(1);
-      const rows = lines.slice(0, lines.findIndex((l) => !/^ {2}\d/.test(l)));
+      const rows = lines.slice(
+        0,
+        lines.findIndex((l) => !/^ {2}\d/.test(l)),
+      );
       expect(new Map(rows.map((l) => [Number(l.trim().split(/\s+/)[0]), l.trim().replace(/^\d+\s+/, "")]))).toEqual(table);
     }
   });
@@ -106,16 +99,20 @@ describe("a run that ends with each documented code", () => {
   it.each([
     ["SIGINT", 130],
     ["SIGTERM", 143],
-  ] as const)("%s during an attempt: exit %i, blocked, summary on stdout, the ledger names the signal", async (signal, code) => {
-    const run = await prepareRun(p, { loginDir: await freshLogin(p), behaviour: { attempts: { "0": { kind: "sleep", seconds: 120 } } } });
-    const started = startPipeline(run);
-    await waitForAttemptContainer(p, started);
-    started.child.kill(signal);
-    const r = await started.done;
-    expect(r.code, r.stderr).toBe(code);
-    expect(summaryOf(r.stdout).status).toBe("blocked");
-    expect((await ledgerOf(run)).statusReason).toMatch(new RegExp(signal));
-  }, 180_000);
+  ] as const)(
+    "%s during an attempt: exit %i, blocked, summary on stdout, the ledger names the signal",
+    async (signal, code) => {
+      const run = await prepareRun(p, { loginDir: await freshLogin(p), behaviour: { attempts: { "0": { kind: "sleep", seconds: 120 } } } });
+      const started = startPipeline(run);
+      await waitForAttemptContainer(p, started);
+      started.child.kill(signal);
+      const r = await started.done;
+      expect(r.code, r.stderr).toBe(code);
+      expect(summaryOf(r.stdout).status).toBe("blocked");
+      expect((await ledgerOf(run)).statusReason).toMatch(new RegExp(signal));
+    },
+    180_000,
+  );
 
   // A refusal after the attempt's reservation (here: the login expired between two attempts) is an
   // attempt that did not complete, so it must end like one: exit 1, the summary on stdout, and its

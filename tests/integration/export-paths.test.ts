@@ -64,7 +64,25 @@ describe("every export path builds its options in one place", () => {
     try {
       const record = join(p.work, "adjudication.json");
       const adjudicated = await runCli(
-        ["adjudicate", "--ledger", cli.run.output, "--output", record, "--approve-budget", "--seed", "3", "--force-same-model", "--isolation", "offline", "--claude-config-dir", p.demo.loginDir, "--fake-behaviour", join(fake.dir, "behaviour.json"), "--fake-records", join(fake.dir, "records")],
+        [
+          "adjudicate",
+          "--ledger",
+          cli.run.output,
+          "--output",
+          record,
+          "--approve-budget",
+          "--seed",
+          "3",
+          "--force-same-model",
+          "--isolation",
+          "offline",
+          "--claude-config-dir",
+          p.demo.loginDir,
+          "--fake-behaviour",
+          join(fake.dir, "behaviour.json"),
+          "--fake-records",
+          join(fake.dir, "records"),
+        ],
         { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "1" }, timeoutMs: 300_000 },
       );
       expect(adjudicated.stderr).not.toMatch(/internal error/);

@@ -112,17 +112,13 @@ describe("exportAtPin", () => {
       expect(existsSync(join(result.dir, ".git"))).toBe(false);
       for (const [path, mode] of tree.files) expect(mode.toString(8), path).toBe("444");
       for (const [path, mode] of tree.dirs) expect(mode.toString(8), path || "(root)").toBe("555");
-      expect([...tree.dirs.keys()].sort()).toEqual(
-        ["", "assets", "big", "bin", "docs", "notes with spaces", "src", "src/nested", "src/nested/deep", "日本語"].sort(),
-      );
+      expect([...tree.dirs.keys()].sort()).toEqual(["", "assets", "big", "bin", "docs", "notes with spaces", "src", "src/nested", "src/nested/deep", "日本語"].sort());
       for (const path of EXPECTED_PATHS) {
         const atPin = await repo.git(["show", `${pin}:${path}`]);
         expect((await readFile(join(result.dir, path))).equals(atPin), path).toBe(true);
       }
 
-      expect(result.files.map((f) => f.path)).toEqual(
-        [...EXPECTED_PATHS].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))),
-      );
+      expect(result.files.map((f) => f.path)).toEqual([...EXPECTED_PATHS].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b))));
       for (const f of result.files) {
         expect(f.oid, f.path).toBe((await repo.git(["rev-parse", `${pin}:${f.path}`])).toString().trim());
         expect(f.size, f.path).toBe((await readFile(join(result.dir, f.path))).length);
@@ -152,9 +148,7 @@ describe("exportAtPin", () => {
     try {
       expect(a.dir).not.toBe(b.dir);
       expect(a.exportHash).toBe(b.exportHash);
-      const lines = await Promise.all(
-        EXPECTED_PATHS.map(async (p) => Buffer.from(`${p}\0${(await repo.git(["rev-parse", `${pin}:${p}`])).toString().trim()}\n`)),
-      );
+      const lines = await Promise.all(EXPECTED_PATHS.map(async (p) => Buffer.from(`${p}\0${(await repo.git(["rev-parse", `${pin}:${p}`])).toString().trim()}\n`)));
       lines.sort(Buffer.compare);
       expect(a.exportHash).toBe(createHash("sha256").update(Buffer.concat(lines)).digest("hex"));
     } finally {
@@ -167,7 +161,10 @@ describe("exportAtPin", () => {
     const other = await makeGitRepo([...PUBLIC, ...EXCLUDED]);
     try {
       const base = await exportAtPin({ repoDir: other.dir, pin: other.commit, ...FILTER, parentDir: parent, labels: LABELS });
-      const hiddenOnly = await other.commitEntries([{ path: ".env", content: "SECRET=2\n" }, { path: "answers/q1.md", content: "new\n" }]);
+      const hiddenOnly = await other.commitEntries([
+        { path: ".env", content: "SECRET=2\n" },
+        { path: "answers/q1.md", content: "new\n" },
+      ]);
       const same = await exportAtPin({ repoDir: other.dir, pin: hiddenOnly, ...FILTER, parentDir: parent, labels: LABELS });
       const changed = await other.commitEntries([{ path: "src/index.ts", content: "export const x = 2;\n" }]);
       const diff = await exportAtPin({ repoDir: other.dir, pin: changed, ...FILTER, parentDir: parent, labels: LABELS });
@@ -245,9 +242,7 @@ describe("exportAtPin", () => {
 
   it("refuses a pin that is not in the repository and leaves no folder behind", async () => {
     const before = await readdir(parent);
-    await expect(
-      exportAtPin({ repoDir: repo.dir, pin: "f".repeat(40), parentDir: parent, labels: LABELS }),
-    ).rejects.toBeInstanceOf(UsageError);
+    await expect(exportAtPin({ repoDir: repo.dir, pin: "f".repeat(40), parentDir: parent, labels: LABELS })).rejects.toBeInstanceOf(UsageError);
     await expect(exportAtPin({ repoDir: repo.dir, pin: "HEAD", parentDir: parent, labels: LABELS })).rejects.toBeInstanceOf(UsageError);
     expect(await readdir(parent)).toEqual(before);
   });
@@ -346,7 +341,10 @@ describe("reapOrphanExports", () => {
 describe("readBlobs", () => {
   it("returns a multi-megabyte blob byte for byte and fails on an unknown object", async () => {
     const big = binary(3 * 1024 * 1024 + 17, 5);
-    const repo = await makeGitRepo([{ path: "huge.bin", content: big }, { path: "small.txt", content: "s\n" }]);
+    const repo = await makeGitRepo([
+      { path: "huge.bin", content: big },
+      { path: "small.txt", content: "s\n" },
+    ]);
     try {
       const oid = (await repo.git(["rev-parse", `${repo.commit}:huge.bin`])).toString().trim();
       const small = (await repo.git(["rev-parse", `${repo.commit}:small.txt`])).toString().trim();

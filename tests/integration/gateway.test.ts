@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { request } from "node:http";
 import { createServer as createTlsServer } from "node:https";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Gateway, } from "../../src/gateway/gateway.ts";
+import { Gateway } from "../../src/gateway/gateway.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { meteredCostPico, meteredCostUsd, requestBound } from "../../src/gateway/meter.ts";
@@ -16,7 +16,12 @@ function post(socketPath: string, o: { token?: string; body?: unknown; path?: st
   return new Promise((resolve, reject) => {
     const body = o.body === undefined ? "" : JSON.stringify(o.body);
     const req = request(
-      { socketPath, method: o.method ?? "POST", path: o.path ?? "/v1/messages?beta=true", headers: { "content-type": "application/json", ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), "anthropic-beta": "oauth-2025-04-20" } },
+      {
+        socketPath,
+        method: o.method ?? "POST",
+        path: o.path ?? "/v1/messages?beta=true",
+        headers: { "content-type": "application/json", ...(o.token ? { authorization: `Bearer ${o.token}` } : {}), "anthropic-beta": "oauth-2025-04-20" },
+      },
       (res) => {
         let text = "";
         res.setEncoding("utf8");
@@ -41,7 +46,22 @@ describe("model gateway (scripted API over TLS on loopback, test CA)", () => {
       port: 0,
       tls: { key: ca.key, cert: ca.cert },
       script: [
-        { name: "plain", marker: "plain", turns: [{ answer: "hello", usage: { input_tokens: 50, output_tokens: 7, cache_read_input_tokens: 20, cache_creation_input_tokens: 30, cache_creation: { ephemeral_5m_input_tokens: 10, ephemeral_1h_input_tokens: 20 } } }] },
+        {
+          name: "plain",
+          marker: "plain",
+          turns: [
+            {
+              answer: "hello",
+              usage: {
+                input_tokens: 50,
+                output_tokens: 7,
+                cache_read_input_tokens: 20,
+                cache_creation_input_tokens: 30,
+                cache_creation: { ephemeral_5m_input_tokens: 10, ephemeral_1h_input_tokens: 20 },
+              },
+            },
+          ],
+        },
         { name: "reset", marker: "reset-me", turns: [{ fault: "connection-reset" }, { answer: "after", usage: { input_tokens: 1, output_tokens: 1 } }] },
         { name: "liar", marker: "liar", turns: [{ answer: "big", usage: { input_tokens: 5_000_000, output_tokens: 1 } }] },
       ],
@@ -65,7 +85,17 @@ describe("model gateway (scripted API over TLS on loopback, test CA)", () => {
       // The upstream saw the real credential only, as a bearer token; never the placeholder.
       expect(seen[0]!.auth).toMatchObject({ bearer: true, bearerSha256Prefix: sha12(REAL), apiKey: false });
       const r = a.record.requests[0]!;
-      expect(r).toMatchObject({ status: 200, model: MODEL, inputTokens: 50, cacheReadInputTokens: 20, cacheWrite5mInputTokens: 10, cacheWrite1hInputTokens: 20, outputTokens: 7, complete: true, refused: null });
+      expect(r).toMatchObject({
+        status: 200,
+        model: MODEL,
+        inputTokens: 50,
+        cacheReadInputTokens: 20,
+        cacheWrite5mInputTokens: 10,
+        cacheWrite1hInputTokens: 20,
+        outputTokens: 7,
+        complete: true,
+        refused: null,
+      });
       expect(r.messageId).toBe((seen[0]!.answer as { messageId: string }).messageId);
       expect(r.ttfbMs).toBeGreaterThan(0);
       expect(r.durationMs).toBeGreaterThanOrEqual(r.ttfbMs!);

@@ -72,7 +72,16 @@ beforeAll(async () => {
       repetitions: 1,
       scenarios: ["repository-only", "doc-bridge"],
       repositories: { big: pin },
-      tasks: [{ id: "big-limits", repository: "big", category: "behaviour", question: "Where is the retry limit documented?", sources: ["docs/readme.md", ODD_NAMES[1], deepPath], expected: ["docs/limits.md"] }],
+      tasks: [
+        {
+          id: "big-limits",
+          repository: "big",
+          category: "behaviour",
+          question: "Where is the retry limit documented?",
+          sources: ["docs/readme.md", ODD_NAMES[1], deepPath],
+          expected: ["docs/limits.md"],
+        },
+      ],
     }),
   );
 }, 180_000);

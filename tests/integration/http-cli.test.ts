@@ -58,11 +58,16 @@ async function run(script: ScriptInput[], o: { args?: string[]; env?: Record<str
       [
         "--pilot",
         "--approve-budget",
-        "--output", output,
-        "--root", `ledgerlite=${c.roots.get("ledgerlite")}`,
-        "--api-base-url", o.baseUrl ?? api.url!,
-        "--doc-bridge-command", serverCommand,
-        "--input-price-usd-per-mtok", "1",
+        "--output",
+        output,
+        "--root",
+        `ledgerlite=${c.roots.get("ledgerlite")}`,
+        "--api-base-url",
+        o.baseUrl ?? api.url!,
+        "--doc-bridge-command",
+        serverCommand,
+        "--input-price-usd-per-mtok",
+        "1",
         ...(o.args ?? []),
       ],
       {
@@ -112,7 +117,13 @@ describe("study-runner with the http transport", () => {
 
   it("keeps the key out of every file and output when the API echoes it back in an error body", async () => {
     const r = await run([
-      { name: "repository", turns: [{ error: { status: 401, type: "authentication_error", message: `invalid x-api-key: ${TEST_KEY}` }, echoApiKey: true }, { answer: "x", usage: usage() }] },
+      {
+        name: "repository",
+        turns: [
+          { error: { status: 401, type: "authentication_error", message: `invalid x-api-key: ${TEST_KEY}` }, echoApiKey: true },
+          { answer: "x", usage: usage() },
+        ],
+      },
     ]);
     expect(r.code).toBe(1);
     const summary = JSON.parse(r.stdout);

@@ -36,7 +36,13 @@ const send = (baseUrl: string, o: { timeoutMs?: number; signal?: AbortSignal; b?
 async function rawServer(handler: Parameters<typeof createServer>[1]): Promise<{ url: string; server: Server }> {
   const server = createServer(handler);
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  closers.push(() => new Promise((r) => { server.closeAllConnections(); server.close(r); }));
+  closers.push(
+    () =>
+      new Promise((r) => {
+        server.closeAllConnections();
+        server.close(r);
+      }),
+  );
   const port = (server.address() as { port: number }).port;
   return { url: `http://127.0.0.1:${port}`, server };
 }
@@ -49,7 +55,14 @@ describe("sendMessages", () => {
       kind: "message",
       httpStatus: 200,
       usage: { inputTokens: 321, outputTokens: 12, cacheCreationInputTokens: 0, cacheReadInputTokens: 0 },
-      message: { model: MODEL, stopReason: "tool_use", content: [{ type: "text", text: "Looking." }, { type: "tool_use", name: "read_file", input: { path: "a.md" } }] },
+      message: {
+        model: MODEL,
+        stopReason: "tool_use",
+        content: [
+          { type: "text", text: "Looking." },
+          { type: "tool_use", name: "read_file", input: { path: "a.md" } },
+        ],
+      },
     });
     const [req] = a.requests;
     expect(req!.path).toBe("/v1/messages");
@@ -60,7 +73,13 @@ describe("sendMessages", () => {
   });
 
   it("an HTTP error is an api-error whose text never holds the key, even when the API echoes it", async () => {
-    const a = await api({ name: "s", turns: [{ error: { status: 401, type: "authentication_error", message: "invalid x-api-key" }, echoApiKey: true }, { answer: "x", usage: { input_tokens: 1, output_tokens: 1 } }] });
+    const a = await api({
+      name: "s",
+      turns: [
+        { error: { status: 401, type: "authentication_error", message: "invalid x-api-key" }, echoApiKey: true },
+        { answer: "x", usage: { input_tokens: 1, output_tokens: 1 } },
+      ],
+    });
     const out = await send(a.url!);
     expect(out).toEqual({ kind: "api-error", httpStatus: 401, errorType: "authentication_error", problem: "HTTP 401 authentication_error: invalid x-api-key (x-api-key: [redacted])" });
     expect(JSON.stringify(out)).not.toContain(KEY);
@@ -117,7 +136,11 @@ describe("sendMessages", () => {
       res.end(JSON.stringify({ pad: "x".repeat(5000), usage: { input_tokens: 1, output_tokens: 1 } }));
     });
     expect(await send(url, { maxResponseBytes: 1000 })).toEqual({ kind: "lost", aborted: null, problem: "the reply is larger than 1000 bytes" });
-    expect(await send(url)).toMatchObject({ kind: "bad-message", usage: { inputTokens: 1, outputTokens: 1, cacheCreationInputTokens: null }, problem: expect.stringMatching(/not an assistant message/) });
+    expect(await send(url)).toMatchObject({
+      kind: "bad-message",
+      usage: { inputTokens: 1, outputTokens: 1, cacheCreationInputTokens: null },
+      problem: expect.stringMatching(/not an assistant message/),
+    });
   });
 });
 

@@ -156,7 +156,13 @@ describe("runHttpStudy: the protocol's other outcomes", () => {
   }, 60_000);
 
   it("usage above the call's ceiling is budget-exceeded, charged at least the measured cost; passing the cap is recorded", async () => {
-    const over = await runHttp(c, firstAttempt([{ toolCalls: [{ name: "list_files", input: {} }], usage: usage(40_000, 40) }, { answer: "x", usage: usage() }]));
+    const over = await runHttp(
+      c,
+      firstAttempt([
+        { toolCalls: [{ name: "list_files", input: {} }], usage: usage(40_000, 40) },
+        { answer: "x", usage: usage() },
+      ]),
+    );
     expect(over.code).toBe(1);
     const o = over.ledger.observations[0]!;
     expect(o).toMatchObject({ status: "budget-exceeded", usageComplete: true, inputTokens: 40_000 });
@@ -188,7 +194,13 @@ describe("runHttpStudy: the protocol's other outcomes", () => {
 
   it("more than 20 tool calls in a turn fail the attempt without running one", async () => {
     const calls = Array.from({ length: 21 }, (_, i) => ({ name: "read_file", input: { path: `f${i}` } }));
-    const r = await runHttp(c, firstAttempt([{ toolCalls: calls, usage: usage() }, { answer: "x", usage: usage() }]));
+    const r = await runHttp(
+      c,
+      firstAttempt([
+        { toolCalls: calls, usage: usage() },
+        { answer: "x", usage: usage() },
+      ]),
+    );
     expect(r.code).toBe(1);
     const o = r.ledger.observations[0]!;
     expect(o).toMatchObject({ status: "failed", toolCalls: 21, toolCallsByName: { read_file: 21 }, toolErrorsByName: {}, usageComplete: true });
@@ -259,7 +271,13 @@ describe("runHttpStudy: the protocol's other outcomes", () => {
   }, 60_000);
 
   it("an API error that echoes the key ends the attempt failed; the key is in no file and no output", async () => {
-    const r = await runHttp(c, firstAttempt([{ error: { status: 401, type: "authentication_error", message: `invalid x-api-key ${TEST_KEY}` }, echoApiKey: true }, { answer: "x", usage: usage() }]));
+    const r = await runHttp(
+      c,
+      firstAttempt([
+        { error: { status: 401, type: "authentication_error", message: `invalid x-api-key ${TEST_KEY}` }, echoApiKey: true },
+        { answer: "x", usage: usage() },
+      ]),
+    );
     expect(r.code).toBe(1);
     const o = r.ledger.observations[0]!;
     expect(o.status).toBe("failed");
@@ -276,7 +294,13 @@ describe("runHttpStudy: the protocol's other outcomes", () => {
         name: "doc-bridge",
         tool: DOC_SEARCH,
         turns: [
-          { toolCalls: [{ name: "mcp__doc-bridge__doc_get", input: { path: "docs/none.md" } }, { name: "read_file", input: { path: "nope.md" } }], usage: usage() },
+          {
+            toolCalls: [
+              { name: "mcp__doc-bridge__doc_get", input: { path: "docs/none.md" } },
+              { name: "read_file", input: { path: "nope.md" } },
+            ],
+            usage: usage(),
+          },
           { answer: "no docs", usage: usage() },
         ],
       },

@@ -80,7 +80,17 @@ describe("fake claude: the generated ok transcript", () => {
     expect(r.exitCode).toBe(0);
     const events = parseEvents(r.stdout);
     const init = events[0]!;
-    expect(init).toMatchObject({ type: "system", subtype: "init", model: "claude-haiku-5-5", tools: ["Glob", "Grep", "Read"], mcp_servers: [], permissionMode: "dontAsk", apiKeySource: "none", claude_code_version: "2.1.296", cwd: workspace });
+    expect(init).toMatchObject({
+      type: "system",
+      subtype: "init",
+      model: "claude-haiku-5-5",
+      tools: ["Glob", "Grep", "Read"],
+      mcp_servers: [],
+      permissionMode: "dontAsk",
+      apiKeySource: "none",
+      claude_code_version: "2.1.296",
+      cwd: workspace,
+    });
     expect(events.filter((e) => e.type === "system" && e.subtype === "init")).toHaveLength(1);
     const results = events.filter((e) => e.type === "result");
     expect(results).toHaveLength(1);
@@ -89,9 +99,17 @@ describe("fake claude: the generated ok transcript", () => {
     expect(result).toMatchObject({ subtype: "success", is_error: false, result: "It prints a greeting.", permission_denials: [] });
 
     // Tool calls on real files: Read returns the README with line numbers.
-    const uses = events.filter((e) => e.type === "assistant").flatMap((e) => e.message.content).filter((c: any) => c.type === "tool_use");
+    const uses = events
+      .filter((e) => e.type === "assistant")
+      .flatMap((e) => e.message.content)
+      .filter((c: any) => c.type === "tool_use");
     expect(uses.map((u: any) => u.name)).toEqual(["Glob", "Grep", "Read"]);
-    const toolResults = new Map(events.filter((e) => e.type === "user").flatMap((e) => e.message.content).map((c: any) => [c.tool_use_id, c]));
+    const toolResults = new Map(
+      events
+        .filter((e) => e.type === "user")
+        .flatMap((e) => e.message.content)
+        .map((c: any) => [c.tool_use_id, c]),
+    );
     const read = uses.find((u: any) => u.name === "Read");
     expect(read.input.file_path).toBe(join(workspace, "README.md"));
     expect(toolResults.get(read.id).content).toBe("1\t# Demo\n2\tthe demo project prints a greeting\n3\t");
@@ -126,13 +144,18 @@ describe("fake claude: the generated ok transcript", () => {
     const r = await run(["-p", "--output-format", "stream-json", "--verbose", "--tools", "Read", "Grep", "--disallowedTools", "Grep", "--", "q"]);
     const events = parseEvents(r.stdout);
     expect(events[0]!.tools).toEqual(["Read"]);
-    const uses = events.filter((e) => e.type === "assistant").flatMap((e) => e.message.content).filter((c: any) => c.type === "tool_use");
+    const uses = events
+      .filter((e) => e.type === "assistant")
+      .flatMap((e) => e.message.content)
+      .filter((c: any) => c.type === "tool_use");
     expect(uses.map((u: any) => u.name)).toEqual(["Read"]);
   });
 
   it("on request, simulates a connected doc-bridge with the MCP names --allowedTools grants", async () => {
     const config = JSON.stringify({ mcpServers: { "doc-bridge": { command: "/absent/server" } } });
-    const r = await run(streamJsonArgs({ allowed: ["Read", "Grep", "Glob", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get"], mcpConfig: config }), { default: { kind: "ok", simulateMcp: true } });
+    const r = await run(streamJsonArgs({ allowed: ["Read", "Grep", "Glob", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get"], mcpConfig: config }), {
+      default: { kind: "ok", simulateMcp: true },
+    });
     const init = parseEvents(r.stdout)[0]!;
     expect(init.tools).toEqual(["Glob", "Grep", "Read", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get"]);
     expect(init.mcp_servers).toEqual([{ name: "doc-bridge", status: "connected", source: "dynamic" }]);
@@ -166,10 +189,16 @@ describe("fake claude: the generated ok transcript", () => {
     const denied = await run(streamJsonArgs(), { default: { kind: "ok", callTool: { name: "Bash", input: { command: "ls" }, denied: true }, exitCode: 2 } });
     expect(denied.exitCode).toBe(2);
     const events = parseEvents(denied.stdout);
-    const bash = events.filter((e) => e.type === "assistant").flatMap((e) => e.message.content).find((c: any) => c.name === "Bash");
+    const bash = events
+      .filter((e) => e.type === "assistant")
+      .flatMap((e) => e.message.content)
+      .find((c: any) => c.name === "Bash");
     expect(bash).toMatchObject({ type: "tool_use", input: { command: "ls" } });
     expect(events.at(-1)!.permission_denials).toEqual([{ tool_name: "Bash", tool_use_id: bash.id, tool_input: { command: "ls" } }]);
-    const bashResult = events.filter((e) => e.type === "user").flatMap((e) => e.message.content).find((c: any) => c.tool_use_id === bash.id);
+    const bashResult = events
+      .filter((e) => e.type === "user")
+      .flatMap((e) => e.message.content)
+      .find((c: any) => c.tool_use_id === bash.id);
     expect(bashResult.is_error).toBe(true);
   });
 
@@ -271,19 +300,50 @@ await server.connect(new StdioServerTransport());
   it("connects, lists live tools minus the deny list, and puts real tool results into the transcript", async () => {
     const config = JSON.stringify({ mcpServers: { "doc-bridge": { command: process.execPath, args: [await server()] } } });
     const args = [
-      "-p", "--output-format", "stream-json", "--verbose", "--model", "claude-haiku-5-5", "--tools", "Read",
-      "--allowedTools", "Read", "mcp__doc-bridge__doc_search", "--disallowedTools", "mcp__doc-bridge__gate_status",
-      "--mcp-config", config, "--strict-mcp-config", "--", "find docs",
+      "-p",
+      "--output-format",
+      "stream-json",
+      "--verbose",
+      "--model",
+      "claude-haiku-5-5",
+      "--tools",
+      "Read",
+      "--allowedTools",
+      "Read",
+      "mcp__doc-bridge__doc_search",
+      "--disallowedTools",
+      "mcp__doc-bridge__gate_status",
+      "--mcp-config",
+      config,
+      "--strict-mcp-config",
+      "--",
+      "find docs",
     ];
-    const r = await run(args, { default: { kind: "ok", mcpCalls: [{ tool: "doc.search", arguments: { query: "pins" } }, { tool: "doc.get", arguments: { id: "x" } }] } });
+    const r = await run(args, {
+      default: {
+        kind: "ok",
+        mcpCalls: [
+          { tool: "doc.search", arguments: { query: "pins" } },
+          { tool: "doc.get", arguments: { id: "x" } },
+        ],
+      },
+    });
     expect(r.stderr).toBe("");
     const events = parseEvents(r.stdout);
     expect(events[0]).toMatchObject({
       tools: ["Read", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get"],
       mcp_servers: [{ name: "doc-bridge", status: "connected", source: "dynamic" }],
     });
-    const uses = events.filter((e) => e.type === "assistant").flatMap((e) => e.message.content).filter((c: any) => c.type === "tool_use");
-    const results = new Map(events.filter((e) => e.type === "user").flatMap((e) => e.message.content).map((c: any) => [c.tool_use_id, c]));
+    const uses = events
+      .filter((e) => e.type === "assistant")
+      .flatMap((e) => e.message.content)
+      .filter((c: any) => c.type === "tool_use");
+    const results = new Map(
+      events
+        .filter((e) => e.type === "user")
+        .flatMap((e) => e.message.content)
+        .map((c: any) => [c.tool_use_id, c]),
+    );
     const search = uses.find((u: any) => u.name === "mcp__doc-bridge__doc_search");
     const get = uses.find((u: any) => u.name === "mcp__doc-bridge__doc_get");
     expect(search.input).toEqual({ query: "pins" });

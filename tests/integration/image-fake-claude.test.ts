@@ -57,7 +57,10 @@ describe("the fake claude image on the real engine", () => {
     expect(run.exitCode).toBe(0);
     const events = parseEvents(run.stdout);
     expect(events[0]).toMatchObject({ cwd: "/workspace", tools: ["Glob", "Grep", "Read"], apiKeySource: "none" });
-    const reads = events.filter((e) => e.type === "user").flatMap((e) => e.message.content).map((c: any) => c.content);
+    const reads = events
+      .filter((e) => e.type === "user")
+      .flatMap((e) => e.message.content)
+      .map((c: any) => c.content);
     expect(reads).toContain("1\t# Exported\n2\tthe exported corpus\n3\t");
     expect(events.at(-1)).toMatchObject({ type: "result", subtype: "success", result: "exported" });
 

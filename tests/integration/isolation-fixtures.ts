@@ -99,20 +99,40 @@ export async function prepareFixture(name: string): Promise<Fixture> {
 export class SpyRuntime implements ContainerRuntime {
   readonly specs: ContainerSpec[] = [];
   constructor(private readonly inner: ContainerRuntime) {}
-  ping() { return this.inner.ping(); }
-  buildImage(...a: Parameters<ContainerRuntime["buildImage"]>) { return this.inner.buildImage(...a); }
-  inspectImage(ref: string) { return this.inner.inspectImage(ref); }
+  ping() {
+    return this.inner.ping();
+  }
+  buildImage(...a: Parameters<ContainerRuntime["buildImage"]>) {
+    return this.inner.buildImage(...a);
+  }
+  inspectImage(ref: string) {
+    return this.inner.inspectImage(ref);
+  }
   create(spec: ContainerSpec) {
     this.specs.push(structuredClone(spec));
     return this.inner.create(spec);
   }
-  attach(id: string) { return this.inner.attach(id); }
-  start(id: string) { return this.inner.start(id); }
-  wait(id: string) { return this.inner.wait(id); }
-  kill(id: string, signal?: string) { return this.inner.kill(id, signal); }
-  inspect(id: string) { return this.inner.inspect(id); }
-  remove(id: string) { return this.inner.remove(id); }
-  listByLabel(labels: Record<string, string>) { return this.inner.listByLabel(labels); }
+  attach(id: string) {
+    return this.inner.attach(id);
+  }
+  start(id: string) {
+    return this.inner.start(id);
+  }
+  wait(id: string) {
+    return this.inner.wait(id);
+  }
+  kill(id: string, signal?: string) {
+    return this.inner.kill(id, signal);
+  }
+  inspect(id: string) {
+    return this.inner.inspect(id);
+  }
+  remove(id: string) {
+    return this.inner.remove(id);
+  }
+  listByLabel(labels: Record<string, string>) {
+    return this.inner.listByLabel(labels);
+  }
 }
 
 /** The parts of the fake's record of its container these tests read. */
@@ -197,7 +217,14 @@ export async function runIsolated(
   for (const name of (await readdir(recordsDir)).sort()) {
     const text = await readFile(join(recordsDir, name), "utf8");
     const connect = /^connect-(\d+)-/.exec(name);
-    if (connect) connects.set(Number(connect[1]), text.trim().split("\n").map((l) => JSON.parse(l) as ConnectOutcome));
+    if (connect)
+      connects.set(
+        Number(connect[1]),
+        text
+          .trim()
+          .split("\n")
+          .map((l) => JSON.parse(l) as ConnectOutcome),
+      );
     const record = /^(\d+)-.*\.json$/.exec(name);
     if (record) records.set(Number(record[1]), JSON.parse(text));
   }

@@ -25,10 +25,13 @@ async function echoServer(): Promise<{ port: number; connections: () => number }
     s.on("data", (d: Buffer) => s.write(Buffer.concat([Buffer.from("echo:"), d])));
   });
   await new Promise<void>((r) => server.listen(0, "127.0.0.1", r));
-  cleanups.push(() => new Promise<void>((r) => {
-    for (const s of sockets) s.destroy();
-    server.close(() => r());
-  }));
+  cleanups.push(
+    () =>
+      new Promise<void>((r) => {
+        for (const s of sockets) s.destroy();
+        server.close(() => r());
+      }),
+  );
   return { port: (server.address() as AddressInfo).port, connections: () => connections };
 }
 

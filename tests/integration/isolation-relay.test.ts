@@ -76,7 +76,11 @@ describe("with-relay.mjs --proxy", () => {
     const good = "http://127.0.0.1:3128";
     const child = [process.execPath, "-e", "process.stdout.write('child ran')"];
     const cases: Array<[string[], Record<string, string>, RegExp]> = [
-      [["--proxy", "/tmp/p.sock", "--", ...child], { HTTPS_PROXY: "http://10.0.0.1:3128", HTTP_PROXY: "http://10.0.0.1:3128" }, /HTTPS_PROXY "http:\/\/10\.0\.0\.1:3128" is not http:\/\/127\.0\.0\.1:<port>/],
+      [
+        ["--proxy", "/tmp/p.sock", "--", ...child],
+        { HTTPS_PROXY: "http://10.0.0.1:3128", HTTP_PROXY: "http://10.0.0.1:3128" },
+        /HTTPS_PROXY "http:\/\/10\.0\.0\.1:3128" is not http:\/\/127\.0\.0\.1:<port>/,
+      ],
       [["--proxy", "/tmp/p.sock", "--", ...child], {}, /HTTPS_PROXY "" is not/],
       [["--proxy", "/tmp/p.sock", "--", ...child], { HTTPS_PROXY: good, HTTP_PROXY: "http://127.0.0.1:9999" }, /HTTP_PROXY .* differs from HTTPS_PROXY/],
       [["--proxy", "/tmp/p.sock", "--", ...child], { HTTPS_PROXY: good }, /HTTP_PROXY "" differs/],

@@ -35,8 +35,17 @@ describe("--runtime", () => {
 
 describe("isolation flags of the shipped command", () => {
   const base = (output: string) => [
-    "--pilot", "--transport", "cli", "--approve-budget", "--quiet",
-    "--image", f.demo.image, "--claude-config-dir", f.demo.loginDir, "--output", output,
+    "--pilot",
+    "--transport",
+    "cli",
+    "--approve-budget",
+    "--quiet",
+    "--image",
+    f.demo.image,
+    "--claude-config-dir",
+    f.demo.loginDir,
+    "--output",
+    output,
     ...Object.entries(f.demo.roots).flatMap(([n, d]) => ["--root", `${n}=${d}`]),
   ];
   const env = { STUDY_MODEL: MODEL, STUDY_BUDGET_USD: "1" };

@@ -50,8 +50,19 @@ describe("--isolation strict", () => {
       expect(record.networkInterfaces).toEqual(["lo"]);
       // The environment is the runner's allowlist plus the proxy variables (HOSTNAME is Docker's).
       expect(record.envNames).toEqual([
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER", "HOME", "HOSTNAME", "HTTPS_PROXY", "HTTP_PROXY",
-        "LANG", "NO_PROXY", "PATH", "STUDY_RUNNER_ATTEMPT", "TERM", "TMPDIR", "USER",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+        "DISABLE_AUTOUPDATER",
+        "HOME",
+        "HOSTNAME",
+        "HTTPS_PROXY",
+        "HTTP_PROXY",
+        "LANG",
+        "NO_PROXY",
+        "PATH",
+        "STUDY_RUNNER_ATTEMPT",
+        "TERM",
+        "TMPDIR",
+        "USER",
       ]);
       // A fresh HOME with the login copy only (no host CLAUDE.md, no memory), no .git, no host checkout,
       // and the proxy's socket alone in its folder.
@@ -72,12 +83,7 @@ describe("--isolation strict", () => {
       ]);
       expect(egress.entries[0]).toMatchObject({ bytesUp: 5, bytesDown: 10 });
       expect(egress.entries[0]!.error).toBeUndefined();
-      expect(egress.entries.slice(1).map((e) => e.error)).toEqual([
-        "not on the allowlist",
-        expect.stringMatching(/raw IP/),
-        expect.stringMatching(/raw IP/),
-        "port 80 is not 443",
-      ]);
+      expect(egress.entries.slice(1).map((e) => e.error)).toEqual(["not on the allowlist", expect.stringMatching(/raw IP/), expect.stringMatching(/raw IP/), "port 80 is not 443"]);
     }
     // Only the allowed name was ever resolved, and only its tunnels reached the echo server.
     expect([...new Set(f.resolved)]).toEqual([`${ALLOWED}:443`]);
@@ -85,7 +91,15 @@ describe("--isolation strict", () => {
     expect(ledger.observations[1]!.mcp?.connections).toBe(1);
     for (const spec of run.specs) {
       expect(spec.networkMode).toBe("none");
-      expect(spec.entrypoint?.slice(1)).toEqual(["/opt/study-runner/with-relay.mjs", "--login", "/run/study-runner-login", "--proxy", "/run/study-runner-egress/egress.sock", "--", "/usr/local/bin/claude"]);
+      expect(spec.entrypoint?.slice(1)).toEqual([
+        "/opt/study-runner/with-relay.mjs",
+        "--login",
+        "/run/study-runner-login",
+        "--proxy",
+        "/run/study-runner-egress/egress.sock",
+        "--",
+        "/usr/local/bin/claude",
+      ]);
     }
   }, 180_000);
 

@@ -12,19 +12,7 @@ import { join } from "node:path";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
 import { runCli } from "../support/cli.ts";
-import {
-  containersOfRun,
-  exists,
-  freshLogin,
-  ledgerOf,
-  leftovers,
-  prepareRun,
-  preparePipeline,
-  runPipeline,
-  startPipeline,
-  RESERVATION_USD,
-  type Pipeline,
-} from "../support/pipeline.ts";
+import { containersOfRun, exists, freshLogin, ledgerOf, leftovers, prepareRun, preparePipeline, runPipeline, startPipeline, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
 
 let p: Pipeline;
 beforeAll(async () => {

@@ -202,7 +202,10 @@ describe("the private pair viewer of the demo", () => {
       const expected = [...results.values()].filter((x) => x === f).length;
       const filtered = await dumpDom(chromium, `${url}#filter=${f}`);
       const visible = filtered.match(/<section class="pair"[^>]*data-result="[a-z]+">/g) ?? [];
-      expect(visible.every((v) => v.includes(`data-result="${f}"`)), f).toBe(true);
+      expect(
+        visible.every((v) => v.includes(`data-result="${f}"`)),
+        f,
+      ).toBe(true);
       expect(visible.length, f).toBe(expected);
       expect(filtered).toContain(`showing ${expected} of 18 pairs`);
     }

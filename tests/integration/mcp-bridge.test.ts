@@ -136,7 +136,12 @@ describe("MCP bridge", () => {
     const r = relay(bridge.socketPath);
     // Larger than one pipe buffer; a line that is not JSON (and not UTF-8) never reaches the server.
     const big = { jsonrpc: "2.0", method: "x", params: { pad: randomBytes(150_000).toString("hex") } };
-    const payload = Buffer.concat([Buffer.from(JSON.stringify(big) + "\n"), randomBytes(1000).filter((b) => b !== 0x0a), Buffer.from([0xff, 0xfe, 0x0a]), Buffer.from('{"jsonrpc":"2.0","method":"y"}\n')]);
+    const payload = Buffer.concat([
+      Buffer.from(JSON.stringify(big) + "\n"),
+      randomBytes(1000).filter((b) => b !== 0x0a),
+      Buffer.from([0xff, 0xfe, 0x0a]),
+      Buffer.from('{"jsonrpc":"2.0","method":"y"}\n'),
+    ]);
     r.child.stdin.end(payload);
     expect(await within(r.exited, 5000, "the relay exit")).toBe(0);
     expect(r.output().toString()).toBe(JSON.stringify(big) + "\n" + '{"jsonrpc":"2.0","method":"y"}\n');
@@ -194,7 +199,10 @@ describe("MCP bridge", () => {
       expect(seen.keys).not.toContain("ANTHROPIC_API_KEY");
       expect(seen.keys).not.toContain("STUDY_RUNNER_CANARY");
     } finally {
-      for (const [k, v] of [["ANTHROPIC_API_KEY", saved.key], ["STUDY_RUNNER_CANARY", saved.canary]] as const) {
+      for (const [k, v] of [
+        ["ANTHROPIC_API_KEY", saved.key],
+        ["STUDY_RUNNER_CANARY", saved.canary],
+      ] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }
@@ -236,4 +244,3 @@ describe("MCP bridge", () => {
     expect(bridge.mount).toEqual({ source: join(parent, "attempt-1"), target: "/run/study-runner", readOnly: true });
   });
 });
-

@@ -118,9 +118,7 @@ describe("doc-bridge preflight", () => {
         ],
       }),
     );
-    expect(msg).toBe(
-      `doc-bridge preflight refused: checkouts alpha (${a.dir}) and beta (${b.dir}) list different tools; only in alpha: none; only in beta: gate.override`,
-    );
+    expect(msg).toBe(`doc-bridge preflight refused: checkouts alpha (${a.dir}) and beta (${b.dir}) list different tools; only in alpha: none; only in beta: gate.override`);
   });
 
   it("refuses a server that crashes at start, naming the checkout and showing its stderr", async () => {
@@ -154,9 +152,7 @@ describe("doc-bridge preflight", () => {
     const standIn = await writeStandInServer(cleanup);
     const ok = await preflightDocBridge({ command: [process.execPath, standIn], checkouts: [{ repository: "alpha", dir: a.dir, pin: a.commit }] });
     expect(ok.checkouts[0]!.engineRevision).toBe("stand-in-rev");
-    const msg = await refusal(
-      preflightDocBridge({ command: [process.execPath, standIn, "--without-handoff"], checkouts: [{ repository: "alpha", dir: a.dir, pin: a.commit }] }),
-    );
+    const msg = await refusal(preflightDocBridge({ command: [process.execPath, standIn, "--without-handoff"], checkouts: [{ repository: "alpha", dir: a.dir, pin: a.commit }] }));
     expect(msg).toContain("checkout alpha");
     expect(msg).toContain("the server does not list handoff.resolve");
   });
@@ -174,7 +170,10 @@ describe("doc-bridge preflight", () => {
       expect(probe.tools).not.toContain("env.STUDY_RUNNER_CANARY");
       expect(probe.serverInfo).toEqual({ name: "stand-in", version: "9.9.9" });
     } finally {
-      for (const [k, v] of [["ANTHROPIC_API_KEY", saved.key], ["STUDY_RUNNER_CANARY", saved.canary]] as const) {
+      for (const [k, v] of [
+        ["ANTHROPIC_API_KEY", saved.key],
+        ["STUDY_RUNNER_CANARY", saved.canary],
+      ] as const) {
         if (v === undefined) delete process.env[k];
         else process.env[k] = v;
       }

@@ -86,8 +86,13 @@ describe("doc-bridge serves only what the export lets through", () => {
     await index(repo.dir);
     const loaded = await loadManifest(manifest);
     const checkouts = [{ repository: "corpus", dir: repo.dir, pin: repo.commit }];
-    const refused = await preflightDocBridge({ command: ENGINE, checkouts, loaded }).then(() => undefined, (e: Error) => e);
-    expect(refused?.message).toMatch(/doc-bridge preflight refused for checkout corpus .*doc\.get serves 'answers\.md', which every export leaves out .*reference-server\.ts index --manifest \S+manifest\.json --repository corpus/);
+    const refused = await preflightDocBridge({ command: ENGINE, checkouts, loaded }).then(
+      () => undefined,
+      (e: Error) => e,
+    );
+    expect(refused?.message).toMatch(
+      /doc-bridge preflight refused for checkout corpus .*doc\.get serves 'answers\.md', which every export leaves out .*reference-server\.ts index --manifest \S+manifest\.json --repository corpus/,
+    );
     expect(refused?.message).not.toContain("17:30");
 
     await index(repo.dir, ["--manifest", manifest, "--repository", "corpus"]);
@@ -117,7 +122,11 @@ s.registerTool("handoff.resolve", {}, async () => ok({}));
 await s.connect(new StdioServerTransport());
 `,
     );
-    const refused = await preflightDocBridge({ command: [process.execPath, engine], checkouts: [{ repository: "corpus", dir: repo.dir, pin: repo.commit }], loaded: await loadManifest(manifest) }).then(
+    const refused = await preflightDocBridge({
+      command: [process.execPath, engine],
+      checkouts: [{ repository: "corpus", dir: repo.dir, pin: repo.commit }],
+      loaded: await loadManifest(manifest),
+    }).then(
       () => undefined,
       (e: Error) => e,
     );
@@ -134,7 +143,10 @@ await s.connect(new StdioServerTransport());
     await c.connect(new StdioClientTransport({ command: process.execPath, args: [RELAY_SCRIPT_PATH, bridge.socketPath], cwd: "/", stderr: "pipe" }));
     // The server lists gate.status; a client that ignores --disallowedTools calls it anyway.
     expect((await c.listTools()).tools.map((t) => t.name)).toContain("gate.status");
-    const denied = await c.callTool({ name: "gate.status", arguments: {} }).then(() => "answered", (e: Error) => e.message);
+    const denied = await c.callTool({ name: "gate.status", arguments: {} }).then(
+      () => "answered",
+      (e: Error) => e.message,
+    );
     expect(denied).toMatch(/tool gate\.status is not allowed in this study/);
     expect((await c.callTool({ name: "doc.search", arguments: { query: "settlement" } })).isError).toBeFalsy();
     await c.close();

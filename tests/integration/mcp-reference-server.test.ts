@@ -114,16 +114,25 @@ describe("reference doc-bridge server", () => {
       { path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/**/*.md"], index: "x/.bashrc" }) },
       { path: "docs/a.md", content: "# A\n\necho pwned\n" },
     ]);
-    const err = await runIndex(r.dir).then(() => undefined, (e: { stderr: string; code: number }) => e);
+    const err = await runIndex(r.dir).then(
+      () => undefined,
+      (e: { stderr: string; code: number }) => e,
+    );
     expect(err?.code).toBe(1);
     expect(err?.stderr).toContain("index path 'x/.bashrc' runs through the symlink 'x' committed at the pin; refusing");
     expect(await readdir(outside)).toEqual([]);
 
     // An escaping path is refused by name too; a config swapped in the work tree is never read.
     const esc = await repo([{ path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"], index: "../../escape.json" }) }]);
-    const escErr = await runIndex(esc.dir).then(() => undefined, (e: { stderr: string; code: number }) => e);
+    const escErr = await runIndex(esc.dir).then(
+      () => undefined,
+      (e: { stderr: string; code: number }) => e,
+    );
     expect(escErr?.stderr).toContain("index path '../../escape.json' leaves the checkout; refusing");
-    const swapped = await repo([{ path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"] }) }, { path: "docs/a.md", content: "# A\n" }]);
+    const swapped = await repo([
+      { path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"] }) },
+      { path: "docs/a.md", content: "# A\n" },
+    ]);
     await writeFile(join(swapped.dir, "doc-bridge.config.json"), JSON.stringify({ docs: ["docs/*.md"], index: "../../escape.json" }));
     const { stderr } = await runIndex(swapped.dir);
     expect(stderr).toContain(`indexed 1 documents at ${swapped.commit} into ${INDEX_ROOT}/`);
@@ -138,8 +147,14 @@ describe("reference doc-bridge server", () => {
     const { stderr } = await runIndex(pkg.dir);
     expect(JSON.parse(await readFile(/into (\S+)\n/.exec(stderr)![1]!, "utf8")).docs).toHaveLength(1);
 
-    const ts = await repo([{ path: "doc-bridge.config.ts", content: "export default {}\n" }, { path: "doc-bridge.config.json", content: CONFIG }]);
-    const err = await runIndex(ts.dir).then(() => undefined, (e: { stderr: string; code: number }) => e);
+    const ts = await repo([
+      { path: "doc-bridge.config.ts", content: "export default {}\n" },
+      { path: "doc-bridge.config.json", content: CONFIG },
+    ]);
+    const err = await runIndex(ts.dir).then(
+      () => undefined,
+      (e: { stderr: string; code: number }) => e,
+    );
     expect(err?.code).toBe(1);
     expect(err?.stderr).toContain("doc-bridge.config.ts is unsupported by the reference server");
   });
@@ -164,7 +179,9 @@ describe("config resolution", () => {
   });
 
   it("ignores package.json without a docBridge key and says why nothing was found", async () => {
-    expect(await file({ "package.json": '{"name":"x"}' })).toMatch(/^refused: no doc-bridge config at the pin [0-9a-f]{12}: none of doc-bridge\.config\.ts, .* and package\.json has no "docBridge" key$/);
+    expect(await file({ "package.json": '{"name":"x"}' })).toMatch(
+      /^refused: no doc-bridge config at the pin [0-9a-f]{12}: none of doc-bridge\.config\.ts, .* and package\.json has no "docBridge" key$/,
+    );
     expect(await file({ "package.json": "{oops" })).toContain("package.json is not valid JSON");
     expect(await file({})).toContain("no doc-bridge config");
   });
@@ -172,7 +189,10 @@ describe("config resolution", () => {
 
 describe("config at the pin", () => {
   it("refuses a config that is a symlink at the pin instead of following it", async () => {
-    const r = await repo([{ path: "real.json", content: JSON.stringify({ docs: ["*.md"] }) }, { path: "doc-bridge.config.json", symlink: "real.json" }]);
+    const r = await repo([
+      { path: "real.json", content: JSON.stringify({ docs: ["*.md"] }) },
+      { path: "doc-bridge.config.json", symlink: "real.json" },
+    ]);
     const res = await resolveConfigAtPin(r.dir, r.commit);
     expect(res.ok).toBe(false);
     expect(res.ok ? "" : res.reason).toMatch(/doc-bridge\.config\.json at the pin [0-9a-f]{12} is not a regular file \(mode 120000\)/);

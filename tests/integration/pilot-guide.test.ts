@@ -98,11 +98,15 @@ beforeAll(async () => {
 
   blocks = shellBlocks(await readFile(GUIDE, "utf8"));
   const replacements = standIns();
-  for (const key of replacements.keys()) expect(blocks.filter((b) => b === key), `the guide no longer has the block:\n${key}`).toHaveLength(1);
+  for (const key of replacements.keys())
+    expect(
+      blocks.filter((b) => b === key),
+      `the guide no longer has the block:\n${key}`,
+    ).toHaveLength(1);
   const script = [
     "set -euo pipefail",
     ...blocks.map((block, i) => {
-      const body = i === 0 ? substituteVariables(block, testVariables()) : replacements.get(block) ?? block;
+      const body = i === 0 ? substituteVariables(block, testVariables()) : (replacements.get(block) ?? block);
       return `printf '\\n@@block ${i}@@\\n'; printf '\\n@@block ${i}@@\\n' >&2\n${body}`;
     }),
   ].join("\n");
@@ -172,7 +176,11 @@ describe("docs/pilot.md, run in order on the demo corpus", () => {
   it("the dry run checks all three checkouts without a Claude process", () => {
     const dry = JSON.parse(step("--dry-run").stdout);
     expect(dry).toMatchObject({ dryRun: true, mode: "full", attempts: 36, claudeProcesses: 0, networkCalls: 0 });
-    expect(dry.repositories.map((r: { name: string; checked: boolean }) => [r.name, r.checked])).toEqual([["ledgerlite", true], ["queuekit", true], ["routekit", true]]);
+    expect(dry.repositories.map((r: { name: string; checked: boolean }) => [r.name, r.checked])).toEqual([
+      ["ledgerlite", true],
+      ["queuekit", true],
+      ["routekit", true],
+    ]);
   });
 
   it("the pilot spends under its 1 USD cap and ends awaiting adjudication, with progress on stderr", async () => {

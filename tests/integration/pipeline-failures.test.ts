@@ -5,7 +5,7 @@
  * preflight refusals: exit code 2, nothing charged, no ledger.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFile, } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Observation } from "../../src/ledger/schema.ts";
 import { gitHead } from "../../src/corpus/git.ts";

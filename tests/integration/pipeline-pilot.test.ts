@@ -125,11 +125,17 @@ describe("study-runner --pilot --transport cli, end to end", () => {
 
     expect(ledgerText).toContain(answer);
     expect((await ledgerOf(r.run)).observations.map((o) => o.answer)).toEqual([answer, answer]);
-    for (const [where, text] of [["stdout", r.stdout], ["stderr", r.stderr]] as const) {
+    for (const [where, text] of [
+      ["stdout", r.stdout],
+      ["stderr", r.stderr],
+    ] as const) {
       expect(text, where).not.toContain(answer);
       expect(text, where).not.toContain(tag);
     }
-    for (const [where, text] of [["ledger", ledgerText], ["records", allRecords]] as const) {
+    for (const [where, text] of [
+      ["ledger", ledgerText],
+      ["records", allRecords],
+    ] as const) {
       expect(text, where).not.toContain(apiKey);
       expect(text, where).not.toContain(token);
     }
@@ -166,7 +172,10 @@ describe("study-runner --pilot --transport cli, end to end", () => {
       // Rejected by the transport decision: --bare needs an API key, --safe-mode disables MCP
       // servers, --system-prompt would change the agent measured.
       for (const flag of ["--bare", "--safe-mode", "--system-prompt", "--append-system-prompt"]) {
-        expect(record.argv.some((a) => a === flag || a.startsWith(`${flag}=`)), flag).toBe(false);
+        expect(
+          record.argv.some((a) => a === flag || a.startsWith(`${flag}=`)),
+          flag,
+        ).toBe(false);
       }
       // stdin is closed: the container has none, so the CLI's fd 0 is /dev/null.
       expect(record.stdinTarget).toBe("/dev/null");

@@ -31,13 +31,24 @@ const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
 function runOnTerminal(extra: string[], ledger: string): Promise<{ code: number | null; output: string }> {
   const argv = [
-    process.execPath, resolve(PROJECT_ROOT, "bin", "study-runner.mjs"),
-    "--pilot", "--approve-budget", "--transport", "cli",
-    "--root", `ledgerlite=${demo.roots.ledgerlite}`,
-    "--output", ledger,
-    "--image", demo.image, "--isolation", "offline",
-    "--claude-config-dir", demo.loginDir,
-    "--fake-behaviour", behaviour,
+    process.execPath,
+    resolve(PROJECT_ROOT, "bin", "study-runner.mjs"),
+    "--pilot",
+    "--approve-budget",
+    "--transport",
+    "cli",
+    "--root",
+    `ledgerlite=${demo.roots.ledgerlite}`,
+    "--output",
+    ledger,
+    "--image",
+    demo.image,
+    "--isolation",
+    "offline",
+    "--claude-config-dir",
+    demo.loginDir,
+    "--fake-behaviour",
+    behaviour,
     ...extra,
   ];
   return new Promise((resolvePromise, reject) => {
@@ -65,7 +76,10 @@ describe("progress on a terminal", () => {
     expect(code).toBe(0);
     expect(summaryOf(output)).toMatchObject({ status: "awaiting-adjudication", attempts: { run: 2 } });
 
-    for (const [k, scenario] of [[1, "repository-only"], [2, "doc-bridge"]] as const) {
+    for (const [k, scenario] of [
+      [1, "repository-only"],
+      [2, "doc-bridge"],
+    ] as const) {
       const tag = `study-runner: [${k}/2] ledgerlite-rounding ${scenario} rep 1`;
       const lines = output.split("\n");
       const startAt = lines.indexOf(`${tag}: started`);

@@ -61,19 +61,29 @@ async function homeWithLogin(): Promise<{ home: string; credentials: string }> {
 function claudeArgs(prompt: string): string[] {
   return [
     "-p",
-    "--output-format", "stream-json",
+    "--output-format",
+    "stream-json",
     "--verbose",
-    "--model", "claude-haiku-5-5",
-    "--max-budget-usd", "0.1",
-    "--tools", "Read,Grep,Glob",
-    "--allowedTools", "Read,Grep,Glob",
-    "--disallowedTools", "Bash,Edit,Write",
-    "--permission-mode", "dontAsk",
-    "--permission-prompts", "none",
+    "--model",
+    "claude-haiku-5-5",
+    "--max-budget-usd",
+    "0.1",
+    "--tools",
+    "Read,Grep,Glob",
+    "--allowedTools",
+    "Read,Grep,Glob",
+    "--disallowedTools",
+    "Bash,Edit,Write",
+    "--permission-mode",
+    "dontAsk",
+    "--permission-prompts",
+    "none",
     "--strict-mcp-config",
-    "--mcp-config", '{"mcpServers":{}}',
+    "--mcp-config",
+    '{"mcpServers":{}}',
     "--no-session-persistence",
-    "--", prompt,
+    "--",
+    prompt,
   ];
 }
 
@@ -165,10 +175,7 @@ describe("real Claude Code 2.1.296 against the scripted API", () => {
   });
 
   it("an API error answer ends the run with is_error, the status, and exit code 1", async () => {
-    const { run, events } = await runClaude(
-      { name: "bad-request", turns: [{ error: { status: 400, type: "invalid_request_error", message: "scripted bad request" } }] },
-      "Anything?",
-    );
+    const { run, events } = await runClaude({ name: "bad-request", turns: [{ error: { status: 400, type: "invalid_request_error", message: "scripted bad request" } }] }, "Anything?");
     expect(run.exitCode).toBe(1);
     const result = events.at(-1)!;
     // Measured: the subtype stays "success"; only is_error and api_error_status tell.

@@ -195,9 +195,21 @@ describe("with-relay.mjs in a NetworkMode none container", () => {
       expect(run.stdout.toString(), url).toBe("");
       expect(run.stderr).toMatch(/with-relay: ANTHROPIC_BASE_URL/);
     }
-    const noDash = await runHardened(runtime, { image, socketDir: dir, entrypoint: [IMAGE_LAYOUT.node, WITH_RELAY], cmd: [SOCKET, IMAGE_LAYOUT.node], env: { ANTHROPIC_BASE_URL: "http://127.0.0.1:8080" } });
+    const noDash = await runHardened(runtime, {
+      image,
+      socketDir: dir,
+      entrypoint: [IMAGE_LAYOUT.node, WITH_RELAY],
+      cmd: [SOCKET, IMAGE_LAYOUT.node],
+      env: { ANTHROPIC_BASE_URL: "http://127.0.0.1:8080" },
+    });
     expect(noDash.exitCode).toBe(2);
-    const missing = await runHardened(runtime, { image, socketDir: dir, entrypoint: [IMAGE_LAYOUT.node, WITH_RELAY], cmd: [SOCKET, "--", "/no/such/program"], env: { ANTHROPIC_BASE_URL: "http://127.0.0.1:8080" } });
+    const missing = await runHardened(runtime, {
+      image,
+      socketDir: dir,
+      entrypoint: [IMAGE_LAYOUT.node, WITH_RELAY],
+      cmd: [SOCKET, "--", "/no/such/program"],
+      env: { ANTHROPIC_BASE_URL: "http://127.0.0.1:8080" },
+    });
     expect(missing.exitCode).toBe(127);
   });
 });

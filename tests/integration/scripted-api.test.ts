@@ -20,25 +20,16 @@ interface Reply {
   body: string;
 }
 
-function send(
-  target: { url?: string; socketPath?: string },
-  method: string,
-  path: string,
-  body?: unknown,
-  headers: Record<string, string> = {},
-): Promise<Reply> {
+function send(target: { url?: string; socketPath?: string }, method: string, path: string, body?: unknown, headers: Record<string, string> = {}): Promise<Reply> {
   const payload = body === undefined ? undefined : JSON.stringify(body);
   const where = target.url ? { host: "127.0.0.1", port: Number(new URL(target.url).port) } : { socketPath: target.socketPath };
   return new Promise((resolve, reject) => {
-    const req = request(
-      { ...where, method, path, headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, ...headers } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on("data", (c: Buffer) => chunks.push(c));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
-        res.on("error", reject);
-      },
-    );
+    const req = request({ ...where, method, path, headers: { "content-type": "application/json", authorization: `Bearer ${TOKEN}`, ...headers } }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on("data", (c: Buffer) => chunks.push(c));
+      res.on("end", () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks).toString("utf8") }));
+      res.on("error", reject);
+    });
     req.on("error", reject);
     req.end(payload);
   });
@@ -170,12 +161,7 @@ describe("scripted Messages API: streaming answers", () => {
     });
     expect(turn1.outputTokens).toBe(40);
 
-    const second = await send(
-      api,
-      "POST",
-      "/v1/messages?beta=true",
-      laterRequest("What is the answer?", [{ toolUseId: ids[0]!, result: "1\tthe answer is 42" }], "claude-sonnet-5"),
-    );
+    const second = await send(api, "POST", "/v1/messages?beta=true", laterRequest("What is the answer?", [{ toolUseId: ids[0]!, result: "1\tthe answer is 42" }], "claude-sonnet-5"));
     const turn2 = assemble(parseSse(second.body));
     expect(turn2.stopReason).toBe("end_turn");
     expect(turn2.content).toEqual([{ type: "text", text: "The answer is 42." }]);
@@ -206,7 +192,7 @@ describe("scripted Messages API: turn selection", () => {
     expect(retried.stopReason).toBe("tool_use");
     const later = laterRequest("q", [{ toolUseId: "toolu_x", result: "r" }]);
     expect(assemble(parseSse((await send(api, "POST", "/v1/messages?beta=true", later)).body)).stopReason).toBe("end_turn");
-    expect(api.requests.map((r) => r.answer.kind === "tool-calls" || r.answer.kind === "answer" ? r.answer.turn : -1)).toEqual([0, 0, 1]);
+    expect(api.requests.map((r) => (r.answer.kind === "tool-calls" || r.answer.kind === "answer" ? r.answer.turn : -1))).toEqual([0, 0, 1]);
   });
 
   it("refuses (400, not retried by the CLI) a conversation longer than its script", async () => {
@@ -226,7 +212,10 @@ describe("scripted Messages API: turn selection", () => {
       port: 0,
       script: { name: "loop", neverEnd: true, turns: [{ toolCalls: [{ name: "Glob", input: { pattern: "*" } }], usage: { input_tokens: 10, output_tokens: 1 } }] },
     });
-    const deep = laterRequest("q", Array.from({ length: 7 }, (_, i) => ({ toolUseId: `toolu_${i}`, result: "r" })));
+    const deep = laterRequest(
+      "q",
+      Array.from({ length: 7 }, (_, i) => ({ toolUseId: `toolu_${i}`, result: "r" })),
+    );
     const turn = assemble(parseSse((await send(api, "POST", "/v1/messages?beta=true", deep)).body));
     expect(turn.stopReason).toBe("tool_use");
     expect(turn.content[0]).toMatchObject({ type: "tool_use", name: "Glob", input: { pattern: "*" } });
@@ -274,8 +263,7 @@ describe("scripted Messages API: script selection", () => {
       ],
     });
     const ask = async (prompt: string, session: string) =>
-      assemble(parseSse((await send(api!, "POST", "/v1/messages?beta=true", firstRequest(prompt), { "x-claude-code-session-id": session })).body))
-        .content[0].text as string;
+      assemble(parseSse((await send(api!, "POST", "/v1/messages?beta=true", firstRequest(prompt), { "x-claude-code-session-id": session })).body)).content[0].text as string;
     expect(await ask("question for [task-b]", "s-1")).toBe("marked");
     expect(await ask("same question", "s-2")).toBe("one");
     // The same session keeps its script (a retry, a later turn).
@@ -289,7 +277,13 @@ describe("scripted Messages API: script selection", () => {
   });
 
   it("falls back to metadata.user_id's session, then to the first message, to tell conversations apart", async () => {
-    api = await startScriptedApi({ port: 0, script: [{ name: "q1", turns: [answer("one")] }, { name: "q2", turns: [answer("two")] }] });
+    api = await startScriptedApi({
+      port: 0,
+      script: [
+        { name: "q1", turns: [answer("one")] },
+        { name: "q2", turns: [answer("two")] },
+      ],
+    });
     const withMetadata = { ...firstRequest("p"), metadata: { user_id: JSON.stringify({ device_id: "d", session_id: "meta-1" }) } };
     await send(api, "POST", "/v1/messages?beta=true", withMetadata);
     await send(api, "POST", "/v1/messages?beta=true", firstRequest("plain prompt"));
@@ -308,13 +302,9 @@ describe("scripted Messages API: records", () => {
     api = await startScriptedApi({ port: 0, script: TWO_TURNS });
     await send(api, "HEAD", "/api/hello");
     await send(api, "POST", "/v1/messages?beta=true", firstRequest("What is the answer?"), { "x-api-key": "not-a-key-either" });
-    await send(
-      api,
-      "POST",
-      "/v1/messages?beta=true",
-      laterRequest("What is the answer?", [{ toolUseId: "toolu_r", result: "No such tool available: Bash", isError: true }]),
-      { "x-claude-code-session-id": "sess-1" },
-    );
+    await send(api, "POST", "/v1/messages?beta=true", laterRequest("What is the answer?", [{ toolUseId: "toolu_r", result: "No such tool available: Bash", isError: true }]), {
+      "x-claude-code-session-id": "sess-1",
+    });
     const [hello, one, two] = api.requests;
     expect(hello).toMatchObject({ seq: 0, method: "HEAD", path: "/api/hello", answer: { kind: "hello" } });
     expect(one).toMatchObject({
@@ -322,7 +312,16 @@ describe("scripted Messages API: records", () => {
       method: "POST",
       path: "/v1/messages?beta=true",
       auth: { bearer: true, apiKey: true, bearerSha256Prefix: createHash("sha256").update(TOKEN).digest("hex").slice(0, 12) },
-      body: { model: "claude-haiku-5-5", stream: true, maxTokens: 128000, messageCount: 2, roles: ["user", "system"], toolNames: ["Glob", "Grep", "Read"], newestToolResults: [], firstUserText: "What is the answer?" },
+      body: {
+        model: "claude-haiku-5-5",
+        stream: true,
+        maxTokens: 128000,
+        messageCount: 2,
+        roles: ["user", "system"],
+        toolNames: ["Glob", "Grep", "Read"],
+        newestToolResults: [],
+        firstUserText: "What is the answer?",
+      },
       answer: { kind: "tool-calls", script: "two-turns", turn: 0 },
     });
     expect(one!.headers.authorization).toBe("[redacted]");
@@ -399,7 +398,12 @@ describe("scripts", () => {
       }),
     ).toThrow(/sum to cache_creation_input_tokens/);
     expect(() => parseScripts({ name: "n", neverEnd: true, turns: [{ answer: "a", usage }] })).toThrow(/neverEnd/);
-    expect(() => parseScripts([{ name: "same", turns: [{ answer: "a", usage }] }, { name: "same", turns: [{ answer: "b", usage }] }])).toThrow(/twice/);
+    expect(() =>
+      parseScripts([
+        { name: "same", turns: [{ answer: "a", usage }] },
+        { name: "same", turns: [{ answer: "b", usage }] },
+      ]),
+    ).toThrow(/twice/);
     expect(() => parseScripts({ name: "neg", turns: [{ answer: "a", usage: { input_tokens: -1, output_tokens: 1 } }] })).toThrow();
     expect(() => parseScripts({ name: "none", turns: [] })).toThrow();
     expect(() => parseScripts({ name: "extra", turns: [{ answer: "a", usage, stop: "x" } as never] })).toThrow();
@@ -420,10 +424,20 @@ describe("scripts", () => {
   });
 
   it("finds the newest tool results only when no assistant message follows them", () => {
-    const result = { role: "user", content: [{ type: "tool_result", tool_use_id: "t1", content: [{ type: "text", text: "a" }, { type: "text", text: "b" }] }] };
-    expect(newestToolResults([result, { role: "system", content: "x" }, { role: "system", content: "y" }])).toEqual([
-      { toolUseId: "t1", isError: false, content: "a\nb" },
-    ]);
+    const result = {
+      role: "user",
+      content: [
+        {
+          type: "tool_result",
+          tool_use_id: "t1",
+          content: [
+            { type: "text", text: "a" },
+            { type: "text", text: "b" },
+          ],
+        },
+      ],
+    };
+    expect(newestToolResults([result, { role: "system", content: "x" }, { role: "system", content: "y" }])).toEqual([{ toolUseId: "t1", isError: false, content: "a\nb" }]);
     expect(newestToolResults([result, { role: "assistant", content: "z" }, { role: "system", content: "y" }])).toEqual([]);
     expect(newestToolResults([])).toEqual([]);
   });

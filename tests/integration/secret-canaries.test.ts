@@ -85,8 +85,26 @@ describe("secret canaries", () => {
     fake = await makeFakeDir({ default: { kind: "ok" } });
     const recordPath = join(p.work, "canary-adjudication.json");
     const adj = await runCli(
-      ["adjudicate", "--ledger", run.output, "--output", recordPath, "--approve-budget", "--seed", "7", "--force-same-model", "--isolation", "offline", "--claude-config-dir", loginDir, "--quiet",
-        "--fake-behaviour", join(fake.dir, "behaviour.json"), "--fake-records", join(fake.dir, "records")],
+      [
+        "adjudicate",
+        "--ledger",
+        run.output,
+        "--output",
+        recordPath,
+        "--approve-budget",
+        "--seed",
+        "7",
+        "--force-same-model",
+        "--isolation",
+        "offline",
+        "--claude-config-dir",
+        loginDir,
+        "--quiet",
+        "--fake-behaviour",
+        join(fake.dir, "behaviour.json"),
+        "--fake-records",
+        join(fake.dir, "records"),
+      ],
       { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "1", ANTHROPIC_API_KEY: apiKey }, timeoutMs: 300_000 },
     );
     expect(adj.code, adj.stderr).toBe(0);

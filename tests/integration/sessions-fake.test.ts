@@ -84,7 +84,18 @@ afterAll(async () => {
 describe("a session over the fake image", () => {
   it("asks, is answered by its script, resumes the same session in a fresh container, edits survive, tests pass", async () => {
     const b = await behaviour({
-      "0": { kind: "ok", session: { questions: 1, question: ROUNDING_QUESTION, edits: [{ path: "NOTES.md", content: "first call\n", call: 0 }, { path: "NOTES.md", append: "second call\n" }, { path: "src/invoice.js", content: FIXED_INVOICE }] } },
+      "0": {
+        kind: "ok",
+        session: {
+          questions: 1,
+          question: ROUNDING_QUESTION,
+          edits: [
+            { path: "NOTES.md", content: "first call\n", call: 0 },
+            { path: "NOTES.md", append: "second call\n" },
+            { path: "src/invoice.js", content: FIXED_INVOICE },
+          ],
+        },
+      },
       "1": { kind: "ok", session: { questions: 1, edits: [{ path: "src/discount.js", content: FIXED_DISCOUNT }] } },
     });
     const c = await config(demo.manifestPath, b);
@@ -108,15 +119,25 @@ describe("a session over the fake image", () => {
     for (const x of s!.calls) expect(x.chargedUsd!).toBeCloseTo(Math.max(x.callCostUsd!, x.callComputedCostUsd!), 9);
     expect(s!.spentUsd).toBeCloseTo(one!.chargedUsd! + two!.chargedUsd!, 9);
     expect(s!.spentUsd).toBeLessThan(one!.cliReportedCostUsd! + two!.cliReportedCostUsd!);
-    expect(s!.questions).toEqual([expect.objectContaining({ cycle: 1, question: { untrusted: true, text: ROUNDING_QUESTION }, answer: expect.objectContaining({ source: "scripted", text: "2 decimal places" }) })]);
+    expect(s!.questions).toEqual([
+      expect.objectContaining({ cycle: 1, question: { untrusted: true, text: ROUNDING_QUESTION }, answer: expect.objectContaining({ source: "scripted", text: "2 decimal places" }) }),
+    ]);
     // The test command passed only because the edit made in the resumed container is in the worktree.
     expect(s!.test).toMatchObject({ exitCode: 0, timedOut: false });
     expect(t!.test).toMatchObject({ exitCode: 0 });
     expect(types(ledger).filter((e) => !e.startsWith("account."))).toEqual([
-      "harness.start", "harness.result", "harness.question",
-      "harness.start", "harness.result", "harness.question",
-      "harness.resume", "harness.result", "harness.test",
-      "harness.resume", "harness.result", "harness.test",
+      "harness.start",
+      "harness.result",
+      "harness.question",
+      "harness.start",
+      "harness.result",
+      "harness.question",
+      "harness.resume",
+      "harness.result",
+      "harness.test",
+      "harness.resume",
+      "harness.result",
+      "harness.test",
     ]);
     expect(ledger.events.filter((e) => e.type === "account.lock_wait")).toHaveLength(4);
     // The worktree and the session files are removed when the session ends; the ledger is private.
@@ -132,12 +153,28 @@ describe("a session over the fake image", () => {
       expect(r.cwd).toBe("/workspace");
       expect(r.cwdWritable).toBe(true);
       expect(r.homeWritable).toBe(true);
-      expect(Object.entries(r.writable).filter(([, w]) => w === true).map(([p]) => p).sort()).toEqual(["/fake", "/run/study-runner-login", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+      expect(
+        Object.entries(r.writable)
+          .filter(([, w]) => w === true)
+          .map(([p]) => p)
+          .sort(),
+      ).toEqual(["/fake", "/run/study-runner-login", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
     }
   }, 300_000);
 
   it("edits of the first call are in the worktree when the second call starts (parked, answered by a person, resumed)", async () => {
-    const b = await behaviour({ "0": { kind: "ok", session: { questions: 1, edits: [{ path: "NOTES.md", content: "first call\n", call: 0 }, { path: "NOTES.md", append: "second call\n" }] } } });
+    const b = await behaviour({
+      "0": {
+        kind: "ok",
+        session: {
+          questions: 1,
+          edits: [
+            { path: "NOTES.md", content: "first call\n", call: 0 },
+            { path: "NOTES.md", append: "second call\n" },
+          ],
+        },
+      },
+    });
     const c = await config(await manifest(undefined), b);
     const started = await startSessions(c, { runtime });
     expect(started.ledger.status).toBe("parked");
@@ -216,7 +253,11 @@ describe("a runner killed between a question and its resume", () => {
     await answerSession(ledgerPath, "invoice-rounding", "two decimals");
     // Hold the login so the resume waits before it reserves anything, then SIGKILL it there.
     const lock = await acquireLoginLock(resolveLogin({ configDir: loginDir }), { timeoutMs: 5_000 });
-    const child = spawn(process.execPath, [join(PROJECT_ROOT, "bin", "study-runner.mjs"), "resume", ledgerPath, "--claude-config-dir", loginDir, "--isolation", "offline", "--fake-behaviour", b, "--quiet"], { stdio: "ignore" });
+    const child = spawn(
+      process.execPath,
+      [join(PROJECT_ROOT, "bin", "study-runner.mjs"), "resume", ledgerPath, "--claude-config-dir", loginDir, "--isolation", "offline", "--fake-behaviour", b, "--quiet"],
+      { stdio: "ignore" },
+    );
     await new Promise((r) => setTimeout(r, 4_000));
     child.kill("SIGKILL");
     await new Promise((r) => child.once("exit", r));

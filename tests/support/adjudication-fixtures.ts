@@ -77,7 +77,9 @@ export function syntheticLedger(run: SyntheticRun): Ledger {
     mode: run.mode,
     budget: { capUsd: 5, attemptBudgetUsd: 0.1, reservedUsd: 0, spentUsd: charged, cumulativeCapExceeded: false },
     status: failed ? "blocked" : "awaiting-adjudication",
-    ...(failed ? { statusReason: `attempt ${run.failAt! + 1} (${plan[run.failAt!]!.taskId}, ${plan[run.failAt!]!.scenario}, repetition ${plan[run.failAt!]!.repetition}) ended failed: exit code 1` } : {}),
+    ...(failed
+      ? { statusReason: `attempt ${run.failAt! + 1} (${plan[run.failAt!]!.taskId}, ${plan[run.failAt!]!.scenario}, repetition ${plan[run.failAt!]!.repetition}) ended failed: exit code 1` }
+      : {}),
     observations,
   });
 }
@@ -116,12 +118,41 @@ export function syntheticRecord(ledger: Ledger, ledgerSha256: string, opts: { ou
       const item = items.at(-1)!;
       item.decidedBy = "adjudicator";
       item.reason = "adjudicator verdict";
-      item.verdict = { outcome: outcome as "correct" | "partial" | "incorrect", propositions: [{ id: "P1", verdict: outcome === "correct" ? "supported" : outcome === "partial" ? "partial" : "missing", citation: "valid", reason: "VERDICT-TEXT" }], contradictions: ["VERDICT-TEXT"], reasons: "VERDICT-TEXT" };
+      item.verdict = {
+        outcome: outcome as "correct" | "partial" | "incorrect",
+        propositions: [{ id: "P1", verdict: outcome === "correct" ? "supported" : outcome === "partial" ? "partial" : "missing", citation: "valid", reason: "VERDICT-TEXT" }],
+        contradictions: ["VERDICT-TEXT"],
+        reasons: "VERDICT-TEXT",
+      };
       item.run = {
-        phase: "settled", reservationUsd: 0.1, startedAt: "2026-11-30T05:00:00.000Z", containerId: "e".repeat(64), exportHash: "c".repeat(64), model: "claude-haiku-5-5", tools: ["Glob", "Grep", "Read"],
-        toolCalls: 2, toolCallsByName: { Read: 2 }, inputTokens: 5000, outputTokens: 100, cacheCreationInputTokens: 0, cacheReadInputTokens: 0, numTurns: 3, cliSubtype: "success", isError: false,
-        usageComplete: true, cliReportedCostUsd: 0.001, computedCostUsd: 0.001, costBasis: null, setupProblems: [], costProblem: null, exitCode: 0, timedOut: false, truncated: false, wallTimeMs: 800,
-        status: "completed", chargedUsd: 0.001,
+        phase: "settled",
+        reservationUsd: 0.1,
+        startedAt: "2026-11-30T05:00:00.000Z",
+        containerId: "e".repeat(64),
+        exportHash: "c".repeat(64),
+        model: "claude-haiku-5-5",
+        tools: ["Glob", "Grep", "Read"],
+        toolCalls: 2,
+        toolCallsByName: { Read: 2 },
+        inputTokens: 5000,
+        outputTokens: 100,
+        cacheCreationInputTokens: 0,
+        cacheReadInputTokens: 0,
+        numTurns: 3,
+        cliSubtype: "success",
+        isError: false,
+        usageComplete: true,
+        cliReportedCostUsd: 0.001,
+        computedCostUsd: 0.001,
+        costBasis: null,
+        setupProblems: [],
+        costProblem: null,
+        exitCode: 0,
+        timedOut: false,
+        truncated: false,
+        wallTimeMs: 800,
+        status: "completed",
+        chargedUsd: 0.001,
       };
     }
   }
@@ -134,10 +165,25 @@ export function syntheticRecord(ledger: Ledger, ledgerSha256: string, opts: { ou
     createdAt: "2026-11-30T06:00:00.000Z",
     method: "agent",
     humanReview: false,
-    ledger: { path: "/private/ledger.json", runId: ledger.runId, protocolHash: ledger.protocol.protocolHash, sha256: ledgerSha256, status: ledger.status, mode: ledger.mode, observations: ledger.observations.length },
+    ledger: {
+      path: "/private/ledger.json",
+      runId: ledger.runId,
+      protocolHash: ledger.protocol.protocolHash,
+      sha256: ledgerSha256,
+      status: ledger.status,
+      mode: ledger.mode,
+      observations: ledger.observations.length,
+    },
     adjudicator: {
-      model: "claude-haiku-5-5", answeringModel: ledger.model, sameModel: ledger.model === "claude-haiku-5-5", forcedSameModel: true, transport: "cli",
-      image: { ref: "study-runner/fake-claude:2.1.296", id: "sha256:" + "f".repeat(64), binarySha256: "f".repeat(64) }, cliVersion: "2.1.296", expectedCliVersion: "2.1.296", isolation: "offline",
+      model: "claude-haiku-5-5",
+      answeringModel: ledger.model,
+      sameModel: ledger.model === "claude-haiku-5-5",
+      forcedSameModel: true,
+      transport: "cli",
+      image: { ref: "study-runner/fake-claude:2.1.296", id: "sha256:" + "f".repeat(64), binarySha256: "f".repeat(64) },
+      cliVersion: "2.1.296",
+      expectedCliVersion: "2.1.296",
+      isolation: "offline",
     },
     order: { seed: opts.seed ?? 1, observationIndices: order },
     masking: { replacement: "[masked]", terms: ["scenario doc-bridge"] },

@@ -118,10 +118,7 @@ export interface HostRun {
 }
 
 /** Runs the fake directly with this Node (no container): quick checks of its own logic. */
-export function runFakeOnHost(
-  args: string[],
-  opts: { cwd: string; fakeDir?: string; env?: Record<string, string>; timeoutMs?: number },
-): Promise<HostRun> {
+export function runFakeOnHost(args: string[], opts: { cwd: string; fakeDir?: string; env?: Record<string, string>; timeoutMs?: number }): Promise<HostRun> {
   // The image carries the measured price table; on the host the fake reads the same table from a copy.
   // Outside the workspace: the fake lists the workspace in its transcript and records.
   const prices = join(mkdtempSync(join(tmpdir(), "fake-cli-prices-")), "prices.json");

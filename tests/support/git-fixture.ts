@@ -26,13 +26,20 @@ export const FIXTURE_ENV: Readonly<Record<string, string>> = {
 };
 
 const CONFIG = [
-  "-c", "commit.gpgsign=false",
-  "-c", "tag.gpgsign=false",
-  "-c", "init.defaultBranch=main",
-  "-c", "core.autocrlf=false",
-  "-c", "core.symlinks=true",
-  "-c", "core.filemode=true",
-  "-c", "core.hooksPath=/dev/null",
+  "-c",
+  "commit.gpgsign=false",
+  "-c",
+  "tag.gpgsign=false",
+  "-c",
+  "init.defaultBranch=main",
+  "-c",
+  "core.autocrlf=false",
+  "-c",
+  "core.symlinks=true",
+  "-c",
+  "core.filemode=true",
+  "-c",
+  "core.hooksPath=/dev/null",
 ];
 
 export type FixtureEntry =
@@ -57,15 +64,10 @@ export interface GitFixture {
 
 function runGit(dir: string, args: readonly string[], input?: Buffer | string): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    const child = execFile(
-      "git",
-      [...CONFIG, ...args],
-      { cwd: dir, env: { ...process.env, ...FIXTURE_ENV }, encoding: "buffer", maxBuffer: 256 * 1024 * 1024 },
-      (err, stdout, stderr) => {
-        if (err) reject(new Error(`git ${args.join(" ")} failed: ${stderr.toString("utf8")}`, { cause: err }));
-        else resolve(stdout);
-      },
-    );
+    const child = execFile("git", [...CONFIG, ...args], { cwd: dir, env: { ...process.env, ...FIXTURE_ENV }, encoding: "buffer", maxBuffer: 256 * 1024 * 1024 }, (err, stdout, stderr) => {
+      if (err) reject(new Error(`git ${args.join(" ")} failed: ${stderr.toString("utf8")}`, { cause: err }));
+      else resolve(stdout);
+    });
     // git may exit before reading its input (or not read it at all): EPIPE is not an error here.
     child.stdin?.on("error", () => {});
     if (input === undefined) child.stdin?.end();

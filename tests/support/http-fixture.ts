@@ -55,7 +55,13 @@ export function pilotScripts(): ScriptInput[] {
       name: "repository",
       turns: [
         { toolCalls: [{ name: "search_files", input: { query: "roundMinor" } }], usage: usage(1500, 40) },
-        { toolCalls: [{ name: "read_file", input: { path: "src/money.js" } }, { name: "list_files", input: { directory: "docs" } }], usage: usage(1900, 60) },
+        {
+          toolCalls: [
+            { name: "read_file", input: { path: "src/money.js" } },
+            { name: "list_files", input: { directory: "docs" } },
+          ],
+          usage: usage(1900, 60),
+        },
         { answer: "Half to even, in roundMinor (src/money.js).", usage: usage(2600, 30) },
       ],
     },

@@ -133,17 +133,25 @@ export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<Prepa
   const output = join(dir, "ledger.json");
   const args = [
     spec.mode === "run" ? "--run" : "--pilot",
-    "--transport", "cli",
+    "--transport",
+    "cli",
     // The fake image makes no model request; these runs exercise the login copy and its write-back.
-    "--credentials", "login-copy",
-    "--isolation", "offline",
-    "--image", p.demo.image,
-    "--claude-config-dir", spec.loginDir ?? p.demo.loginDir,
+    "--credentials",
+    "login-copy",
+    "--isolation",
+    "offline",
+    "--image",
+    p.demo.image,
+    "--claude-config-dir",
+    spec.loginDir ?? p.demo.loginDir,
     "--approve-budget",
-    "--output", output,
+    "--output",
+    output,
     ...p.rootArgs,
-    "--fake-behaviour", behaviourFile,
-    "--fake-records", recordsDir,
+    "--fake-behaviour",
+    behaviourFile,
+    "--fake-records",
+    recordsDir,
     ...(spec.args ?? []),
   ];
   return { dir, output, tmp, recordsDir, args, env: { ...RUN_ENV, TMPDIR: tmp, ...spec.env }, timeoutMs: spec.timeoutMs ?? 180_000 };
@@ -269,11 +277,15 @@ export async function waitForAttemptContainer(p: Pipeline, started: StartedRun, 
   let ended: CliResult | undefined;
   void started.done.then((r) => (ended = r));
   try {
-    return await waitFor(`a running container of attempt ${attempt} of pid ${started.pid}`, async () => {
-      if (ended) throw new Error(`the runner ended (exit ${ended.code}) before attempt ${attempt} had a container`);
-      const found = await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid), [LABELS.attempt]: attempt });
-      return found.find((c) => c.running)?.id;
-    }, timeoutMs);
+    return await waitFor(
+      `a running container of attempt ${attempt} of pid ${started.pid}`,
+      async () => {
+        if (ended) throw new Error(`the runner ended (exit ${ended.code}) before attempt ${attempt} had a container`);
+        const found = await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid), [LABELS.attempt]: attempt });
+        return found.find((c) => c.running)?.id;
+      },
+      timeoutMs,
+    );
   } catch (err) {
     started.child.kill("SIGKILL");
     const { stdout, stderr } = started.output();

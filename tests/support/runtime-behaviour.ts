@@ -200,9 +200,7 @@ export function runtimeBehaviourSuite(name: string, setup: () => Promise<SuiteHa
       const { runtime } = await h();
       const host = { ...(await spec("echo")), networkMode: "host" } as unknown as ContainerSpec;
       await expect(runtime.create(host)).rejects.toMatchObject({ code: "invalid-spec" });
-      await expect(runtime.create(await spec("echo", { mounts: [{ source: "relative/dir", target: "/x", readOnly: true }] }))).rejects.toBeInstanceOf(
-        ContainerRuntimeError,
-      );
+      await expect(runtime.create(await spec("echo", { mounts: [{ source: "relative/dir", target: "/x", readOnly: true }] }))).rejects.toBeInstanceOf(ContainerRuntimeError);
       await expect(runtime.create(await spec("echo", { image: `study-runner-test/absent:${randomUUID()}` }))).rejects.toMatchObject({ code: "not-found" });
       expect(await runtime.listByLabel({ "suite.run": run, "suite.kind": "never-created" })).toEqual([]);
     });

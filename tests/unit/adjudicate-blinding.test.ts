@@ -6,7 +6,11 @@ import { verdictJsonSchema } from "../../src/adjudicate/prompt.ts";
 const ledger = {
   observations: [
     { scenario: "repository-only", toolCallsByName: { Grep: 2, Read: 1 }, tools: ["Glob", "Grep", "Read"] },
-    { scenario: "doc-bridge", toolCallsByName: { "mcp__doc-bridge__doc_search": 1 }, tools: ["Glob", "Grep", "Read", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get", "mcp__doc-bridge__handoff_resolve"] },
+    {
+      scenario: "doc-bridge",
+      toolCallsByName: { "mcp__doc-bridge__doc_search": 1 },
+      tools: ["Glob", "Grep", "Read", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__doc_get", "mcp__doc-bridge__handoff_resolve"],
+    },
   ],
   docBridge: { engineRevision: "r", bundleHash: null, denyList: ["mcp__doc-bridge__gate_status", "mcp__doc-bridge__memory_promoteDraft"] },
 } as never;
@@ -24,10 +28,34 @@ describe("blinding: symmetric masking", () => {
   it("masks an answer that names each arm's vocabulary in variant spellings identically for both arms", () => {
     // [repository-only arm, doc-bridge arm], each spelled with a case, dash, dot, space or invisible-character variant.
     const variants: Array<[string, string][]> = [
-      [["repository-only", "doc-bridge"], ["Grep", "doc.search"], ["Read", "doc_get"], ['"path": "x"', '"snippet": "x"'], ["GLOB", "mcp__doc-bridge__doc_search"]],
-      [["Repository\u2013Only", "Doc\u2014Bridge"], ["grep", "DOC\u00B7SEARCH"], ["READ", "doc  get"], ['"text": "x"', '"engineRevision": "x"'], ["Glob", "MCP"]],
-      [["repository  only", "doc\u200Bbridge"], ["G\u200Brep", "doc\uFF0Esearch"], ["Read", "handoff/resolve"], ['"id": 1', '"matches": 1'], ["glob", "doc bridge"]],
-      [["REPOSITORY_ONLY", "docbridge"], ["grep", "doc\u2011search"], ["Read", "memory promote draft"], ['"score": 3', '"heading": 3'], ["Grep", "gate.status"]],
+      [
+        ["repository-only", "doc-bridge"],
+        ["Grep", "doc.search"],
+        ["Read", "doc_get"],
+        ['"path": "x"', '"snippet": "x"'],
+        ["GLOB", "mcp__doc-bridge__doc_search"],
+      ],
+      [
+        ["Repository\u2013Only", "Doc\u2014Bridge"],
+        ["grep", "DOC\u00B7SEARCH"],
+        ["READ", "doc  get"],
+        ['"text": "x"', '"engineRevision": "x"'],
+        ["Glob", "MCP"],
+      ],
+      [
+        ["repository  only", "doc\u200Bbridge"],
+        ["G\u200Brep", "doc\uFF0Esearch"],
+        ["Read", "handoff/resolve"],
+        ['"id": 1', '"matches": 1'],
+        ["glob", "doc bridge"],
+      ],
+      [
+        ["REPOSITORY_ONLY", "docbridge"],
+        ["grep", "doc\u2011search"],
+        ["Read", "memory promote draft"],
+        ['"score": 3', '"heading": 3'],
+        ["Grep", "gate.status"],
+      ],
     ];
     for (const slots of variants) {
       const [repo, docs] = answers(slots);

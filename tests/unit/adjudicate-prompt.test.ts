@@ -100,8 +100,7 @@ describe("the seeded order", () => {
     expect(a.order).not.toEqual(b.order);
     expect(a.items.map((i) => i.observationIndex)).toEqual(a.order);
     expect(b.items.map((i) => i.observationIndex)).toEqual(b.order);
-    const byIndex = (plan: typeof a) =>
-      new Map(plan.items.map(({ position: _position, ...rest }) => [rest.observationIndex, rest]));
+    const byIndex = (plan: typeof a) => new Map(plan.items.map(({ position: _position, ...rest }) => [rest.observationIndex, rest]));
     expect(byIndex(b)).toEqual(byIndex(a));
     expect(b.terms).toEqual(a.terms);
   });

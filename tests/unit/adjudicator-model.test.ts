@@ -16,13 +16,19 @@ describe("the adjudicator's model", () => {
 
   it("--force-same-model alone adjudicates with the answering model; an explicit equal model needs it", () => {
     expect(chooseAdjudicatorModel({ requested: undefined, answeringModel: "claude-haiku-5-5", forceSameModel: true })).toEqual({ model: "claude-haiku-5-5", source: "--force-same-model" });
-    expect(chooseAdjudicatorModel({ requested: "claude-haiku-5-5", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toMatchObject({ problem: expect.stringMatching(/is the answering run's model; .*--force-same-model/) });
+    expect(chooseAdjudicatorModel({ requested: "claude-haiku-5-5", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toMatchObject({
+      problem: expect.stringMatching(/is the answering run's model; .*--force-same-model/),
+    });
     expect(chooseAdjudicatorModel({ requested: "claude-opus-5", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toEqual({ model: "claude-opus-5", source: "STUDY_ADJUDICATOR_MODEL" });
   });
 
   it("refuses aliases and unpriced names, naming the fix", () => {
-    expect(chooseAdjudicatorModel({ requested: "opus", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toMatchObject({ problem: expect.stringMatching(/'opus' is an alias .* runs it as claude-opus-5-5.*give the full model id/) });
-    expect(chooseAdjudicatorModel({ requested: "claude-opus-4-1", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toMatchObject({ problem: expect.stringMatching(/no row in the measured price table/) });
+    expect(chooseAdjudicatorModel({ requested: "opus", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toMatchObject({
+      problem: expect.stringMatching(/'opus' is an alias .* runs it as claude-opus-5-5.*give the full model id/),
+    });
+    expect(chooseAdjudicatorModel({ requested: "claude-opus-4-1", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toMatchObject({
+      problem: expect.stringMatching(/no row in the measured price table/),
+    });
     expect(aliasProblem("claude-haiku-5-5", "STUDY_MODEL")).toBeNull();
   });
 

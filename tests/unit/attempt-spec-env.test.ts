@@ -12,17 +12,7 @@ const base: AttemptContainerInput = {
 };
 
 /** What the container's environment may hold without any relay or proxy: nothing from the host. */
-const ALLOWLIST = [
-  "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
-  "DISABLE_AUTOUPDATER",
-  "HOME",
-  "LANG",
-  "PATH",
-  "STUDY_RUNNER_ATTEMPT",
-  "TERM",
-  "TMPDIR",
-  "USER",
-];
+const ALLOWLIST = ["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "DISABLE_AUTOUPDATER", "HOME", "LANG", "PATH", "STUDY_RUNNER_ATTEMPT", "TERM", "TMPDIR", "USER"];
 
 describe("the attempt container's environment", () => {
   const saved = { ...process.env };

@@ -14,7 +14,16 @@ const base: AttemptContainerInput = {
 describe("attemptContainerSpec with a model API on a unix socket", () => {
   it("mounts the socket's folder read-only, starts the CLI behind with-relay.mjs, and points ANTHROPIC_BASE_URL at the relay", () => {
     const spec = attemptContainerSpec({ ...base, modelApiSocket: "/tmp/api-folder/api.sock" });
-    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--api", "/run/study-runner-api/api.sock", "--", "/usr/local/bin/claude"]);
+    expect(spec.entrypoint).toEqual([
+      "/usr/local/bin/node",
+      "/opt/study-runner/with-relay.mjs",
+      "--login",
+      CONTAINER.loginDir,
+      "--api",
+      "/run/study-runner-api/api.sock",
+      "--",
+      "/usr/local/bin/claude",
+    ]);
     expect(spec.cmd).toEqual(base.argv);
     expect(spec.env.ANTHROPIC_BASE_URL).toBe(`http://127.0.0.1:${MODEL_API_RELAY_PORT}`);
     expect(spec.mounts).toContainEqual({ source: "/tmp/api-folder", target: CONTAINER.modelApiDir, readOnly: true });

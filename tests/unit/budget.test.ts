@@ -87,18 +87,15 @@ describe("settle (seed 000 and the 001 amendment: charging)", () => {
     expect(settle(state, reservation, outcome("completed", 0.1, 0.1)).status).toBe("completed");
   });
 
-  it.each(["failed", "timed-out", "budget-exceeded", "invalid-setup", "invalid-cost"] as const)(
-    "%s: max(reservation, every valid cost)",
-    (status) => {
-      const { state, reservation } = open();
-      expect(settle(state, reservation, outcome(status, null, null)).chargedUsd).toBe(0.1);
-      expect(settle(state, reservation, outcome(status, 0.01, 0.02)).chargedUsd).toBe(0.1);
-      expect(settle(state, reservation, outcome(status, 0.3, 0.02)).chargedUsd).toBe(0.3);
-      expect(settle(state, reservation, outcome(status, 0.02, 0.25)).chargedUsd).toBe(0.25);
-      expect(settle(state, reservation, outcome(status, -3, Infinity)).chargedUsd).toBe(0.1);
-      expect(settle(state, reservation, outcome(status, 0.3, 0.02)).status).toBe(status);
-    },
-  );
+  it.each(["failed", "timed-out", "budget-exceeded", "invalid-setup", "invalid-cost"] as const)("%s: max(reservation, every valid cost)", (status) => {
+    const { state, reservation } = open();
+    expect(settle(state, reservation, outcome(status, null, null)).chargedUsd).toBe(0.1);
+    expect(settle(state, reservation, outcome(status, 0.01, 0.02)).chargedUsd).toBe(0.1);
+    expect(settle(state, reservation, outcome(status, 0.3, 0.02)).chargedUsd).toBe(0.3);
+    expect(settle(state, reservation, outcome(status, 0.02, 0.25)).chargedUsd).toBe(0.25);
+    expect(settle(state, reservation, outcome(status, -3, Infinity)).chargedUsd).toBe(0.1);
+    expect(settle(state, reservation, outcome(status, 0.3, 0.02)).status).toBe(status);
+  });
 
   it("never charges below a reported cost, rounding up at 1e-12 USD", () => {
     const { state, reservation } = open();
@@ -116,7 +113,10 @@ describe("settle (seed 000 and the 001 amendment: charging)", () => {
   });
 
   it("over a run: spend is exact, reservations return to zero, and every charge covers its valid costs", () => {
-    const cost = fc.option(fc.integer({ min: 0, max: 300_000 }).map((m) => m / 1e6), { nil: null });
+    const cost = fc.option(
+      fc.integer({ min: 0, max: 300_000 }).map((m) => m / 1e6),
+      { nil: null },
+    );
     const attempt = fc.record({
       status: fc.constantFrom<AttemptStatus>("completed", "failed", "timed-out", "budget-exceeded", "invalid-setup", "invalid-cost"),
       reported: cost,

@@ -110,9 +110,7 @@ describe("cliArguments", () => {
     expect(mcp).toHaveLength(repo.length);
     const differing = repo.flatMap((token, i) => (token === mcp[i] ? [] : [repo[i - 1]]));
     expect(differing.sort()).toEqual(["--allowedTools", "--mcp-config"]);
-    expect(flagValue(mcp, "--allowedTools")).toBe(
-      `${flagValue(repo, "--allowedTools")},mcp__doc-bridge__doc_search,mcp__doc-bridge__doc_get,mcp__doc-bridge__handoff_resolve`,
-    );
+    expect(flagValue(mcp, "--allowedTools")).toBe(`${flagValue(repo, "--allowedTools")},mcp__doc-bridge__doc_search,mcp__doc-bridge__doc_get,mcp__doc-bridge__handoff_resolve`);
     expect(JSON.parse(flagValue(mcp, "--mcp-config"))).toEqual(MCP_CONFIG);
   });
 
@@ -164,14 +162,7 @@ describe("tool names", () => {
 
   it("expects exactly the read tools, plus the three doc-bridge tools in the doc-bridge arm", () => {
     expect(expectedInitTools("repository")).toEqual(["Glob", "Grep", "Read"]);
-    expect(expectedInitTools("mcp")).toEqual([
-      "Glob",
-      "Grep",
-      "Read",
-      "mcp__doc-bridge__doc_get",
-      "mcp__doc-bridge__doc_search",
-      "mcp__doc-bridge__handoff_resolve",
-    ]);
+    expect(expectedInitTools("mcp")).toEqual(["Glob", "Grep", "Read", "mcp__doc-bridge__doc_get", "mcp__doc-bridge__doc_search", "mcp__doc-bridge__handoff_resolve"]);
   });
 
   it("denies every listed doc-bridge tool except the three allowed ones", () => {
@@ -237,15 +228,15 @@ describe("flags the transport decision rejects are never passed", () => {
 
   it("neither arm's attempt arguments, nor the adjudicator's, carry one", async () => {
     const { adjudicatorArguments } = await import("../../src/adjudicate/prompt.ts");
-    const sets = [
-      cliArguments(options("repository")),
-      cliArguments(options("mcp")),
-      adjudicatorArguments({ model: "claude-haiku-5-5", maxBudgetUsd: 0.05, prompt: "Judge the answer." }),
-    ];
+    const sets = [cliArguments(options("repository")), cliArguments(options("mcp")), adjudicatorArguments({ model: "claude-haiku-5-5", maxBudgetUsd: 0.05, prompt: "Judge the answer." })];
     for (const argv of sets) {
       const flags = flagsOf(argv);
       expect(flags.length).toBeGreaterThan(5);
-      for (const flag of REJECTED) expect(flags.filter((f) => f === flag || f.startsWith(`${flag}=`)), flag).toEqual([]);
+      for (const flag of REJECTED)
+        expect(
+          flags.filter((f) => f === flag || f.startsWith(`${flag}=`)),
+          flag,
+        ).toEqual([]);
     }
   });
 });

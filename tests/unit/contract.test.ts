@@ -9,13 +9,7 @@ import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 
-const SOURCES = [
-  "the study's runner contract",
-  "its decision record",
-  "the decision record's amendment of 2026-10-10",
-  "the session-harness field notes",
-  "project decision",
-] as const;
+const SOURCES = ["the study's runner contract", "its decision record", "the decision record's amendment of 2026-10-10", "the session-harness field notes", "project decision"] as const;
 
 interface TestRef {
   file: string;
@@ -223,10 +217,13 @@ describe("docs/contract.md", () => {
   it("is cited by the code instead of documents that do not ship", () => {
     const stale: string[] = [];
     for (const file of projectFiles.sources) {
-      projectFiles.read(file)!.split("\n").forEach((text, i) => {
-        const comment = /^\s*(\/\/|\/?\*)/.test(text);
-        if (/seed 00\d|\b00[01] amendment|the seed's|issue #?\d+|decision record/i.test(text) || (comment && /\(seed[:,)]/i.test(text))) stale.push(`${file}:${i + 1}: ${text.trim()}`);
-      });
+      projectFiles
+        .read(file)!
+        .split("\n")
+        .forEach((text, i) => {
+          const comment = /^\s*(\/\/|\/?\*)/.test(text);
+          if (/seed 00\d|\b00[01] amendment|the seed's|issue #?\d+|decision record/i.test(text) || (comment && /\(seed[:,)]/i.test(text))) stale.push(`${file}:${i + 1}: ${text.trim()}`);
+        });
     }
     expect(stale).toEqual([]);
   });

@@ -34,10 +34,12 @@ let work: string;
 beforeAll(async () => (work = await mkdtemp(join(tmpdir(), "sr-doctor-unit-"))));
 afterAll(() => rm(work, { recursive: true, force: true }));
 
-const prints = (text: string): FakeProgram => ({ stdout }) => {
-  stdout.write(text);
-  return 0;
-};
+const prints =
+  (text: string): FakeProgram =>
+  ({ stdout }) => {
+    stdout.write(text);
+    return 0;
+  };
 
 function runtimeWith(version = "2.1.296", labels: Record<string, string> = { [IMAGE_LABELS.claudeSha256]: SHA, [IMAGE_LABELS.kind]: "fake-claude" }) {
   const runtime = new FakeRuntime({ program: prints(`${version} (Claude Code)\n`) });
@@ -63,8 +65,7 @@ async function login(dir: string, body: string): Promise<string> {
   await writeFile(join(dir, ".credentials.json"), body, { mode: 0o600 });
   return dir;
 }
-const credentials = (expiresAt: number) =>
-  JSON.stringify({ claudeAiOauth: { accessToken: ACCESS, refreshToken: REFRESH, expiresAt, scopes: ["user:inference"], subscriptionType: "pro" } });
+const credentials = (expiresAt: number) => JSON.stringify({ claudeAiOauth: { accessToken: ACCESS, refreshToken: REFRESH, expiresAt, scopes: ["user:inference"], subscriptionType: "pro" } });
 
 function expectPass(c: Check, name: string) {
   expect(c, c.detail).toMatchObject({ name, ok: true, skipped: false, fix: null });
@@ -111,9 +112,12 @@ describe("docker", () => {
     expect(down.check.detail).toMatch(/the default socket .*ECONNREFUSED/);
     expect(down.runtime).toBeUndefined();
 
-    const badHost = await checkDocker(() => {
-      throw new Error("unsupported protocol");
-    }, { DOCKER_HOST: "bogus://x" });
+    const badHost = await checkDocker(
+      () => {
+        throw new Error("unsupported protocol");
+      },
+      { DOCKER_HOST: "bogus://x" },
+    );
     expectFail(badHost.check, "docker", /correct DOCKER_HOST/);
     expect(badHost.check.detail).toContain("DOCKER_HOST=bogus://x");
 
@@ -261,9 +265,7 @@ describe("transport and settings", () => {
     for (const c of checks) expect(c.ok, c.detail).toBe(true);
     expect(checks[0]!.detail).toMatch(/^STUDY_MODEL=claude-haiku-5-5/);
     expect(checks[1]!.detail).toMatch(/^STUDY_BUDGET_USD=1: /);
-    expect(checks[2]!.detail).toBe(
-      "--attempt-budget-usd 0.1 (reserved per attempt, passed as --max-budget-usd): the cap holds 10 attempts even if each is charged its full limit; the pilot plans 2",
-    );
+    expect(checks[2]!.detail).toBe("--attempt-budget-usd 0.1 (reserved per attempt, passed as --max-budget-usd): the cap holds 10 attempts even if each is charged its full limit; the pilot plans 2");
     const full = checkSettings({ flags: { attemptBudgetUsd: "0.3" }, env: { STUDY_MODEL: "m", STUDY_BUDGET_USD: "1" }, mode: "full", planned: 36 });
     expect(full[2]!.ok).toBe(true);
     expect(full[2]!.detail).toMatch(/the cap holds 3 attempts .*the full study plans 36; the run ends blocked when the next limit no longer fits/);
@@ -328,7 +330,20 @@ describe("runDoctor", () => {
     expect(byName["root:ledgerlite"]).toMatchObject({ ok: false, skipped: false });
     expect(byName["doc-bridge"]).toMatchObject({ skipped: true });
     expect(report.checks.map((c) => c.name)).toEqual([
-      "node", "git", "docker", "image", "claude-version", "login", "manifest", "root:ledgerlite", "doc-bridge", "output", "transport", "model", "budget", "attempts",
+      "node",
+      "git",
+      "docker",
+      "image",
+      "claude-version",
+      "login",
+      "manifest",
+      "root:ledgerlite",
+      "doc-bridge",
+      "output",
+      "transport",
+      "model",
+      "budget",
+      "attempts",
     ]);
 
     const missingImage = await runDoctor(base({ image: "study-runner/fake-claude:0.0.0-none" }), { connect: () => runtimeWith(), env: {}, now: NOW });

@@ -19,9 +19,7 @@ describe("public-path filter", () => {
 
   it("keeps out symlinks, submodules and anything that is not a regular blob", () => {
     expect(exclusionReason(blob("link", 4, "120000"))).toBe("not-a-regular-file");
-    expect(exclusionReason({ mode: "160000", type: "commit", oid: OID, size: undefined, path: "vendor/sub", rawPath: Buffer.from("vendor/sub") })).toBe(
-      "not-a-regular-file",
-    );
+    expect(exclusionReason({ mode: "160000", type: "commit", oid: OID, size: undefined, path: "vendor/sub", rawPath: Buffer.from("vendor/sub") })).toBe("not-a-regular-file");
     // A legacy group-writable mode is not one of the two regular-file modes.
     expect(exclusionReason(blob("old.txt", 4, "100664"))).toBe("not-a-regular-file");
   });

@@ -34,7 +34,12 @@ describe("the streaming meter", () => {
         }
         if (at < bytes.length) m.push(bytes.subarray(at));
         m.end();
-        expect(m.facts).toEqual({ messageId: "msg_1", model: MODEL, complete: true, usage: { inputTokens: 100, cacheReadInputTokens: 5, cacheWrite5mInputTokens: 10, cacheWrite1hInputTokens: 20, outputTokens: 42 } });
+        expect(m.facts).toEqual({
+          messageId: "msg_1",
+          model: MODEL,
+          complete: true,
+          usage: { inputTokens: 100, cacheReadInputTokens: 5, cacheWrite5mInputTokens: 10, cacheWrite1hInputTokens: 20, outputTokens: 42 },
+        });
       }),
     );
   });
@@ -47,7 +52,13 @@ describe("the request bound", () => {
         // Split at most `bytes` prompt tokens over the four kinds.
         const total = parts.reduce((a, b) => a + b, 0) || 1;
         const scale = (n: number) => Math.floor((n / total) * bytes);
-        const u = { inputTokens: scale(parts[0]!), cacheReadInputTokens: scale(parts[1]!), cacheWrite5mInputTokens: scale(parts[2]!), cacheWrite1hInputTokens: scale(parts[3]!), outputTokens: out % (maxTokens + 1) };
+        const u = {
+          inputTokens: scale(parts[0]!),
+          cacheReadInputTokens: scale(parts[1]!),
+          cacheWrite5mInputTokens: scale(parts[2]!),
+          cacheWrite1hInputTokens: scale(parts[3]!),
+          outputTokens: out % (maxTokens + 1),
+        };
         expect(meteredCostPico(MODEL, u)).toBeLessThanOrEqual(requestBound(MODEL, bytes, maxTokens).costPico);
       }),
     );
@@ -64,17 +75,41 @@ describe("the request bound", () => {
 });
 
 function request(over: Partial<GatewayRequestRecord>): GatewayRequestRecord {
-  return { seq: 0, method: "POST", path: "/v1/messages", status: 200, requestBytes: 10_000, requestModel: MODEL, messageId: "msg_1", model: MODEL, inputTokens: 100, cacheReadInputTokens: 0, cacheWrite5mInputTokens: 0, cacheWrite1hInputTokens: 0, outputTokens: 10, complete: true, boundUsd: 0.1, costUsd: 0.00001, ttfbMs: 1, durationMs: 2, refused: null, ...over };
+  return {
+    seq: 0,
+    method: "POST",
+    path: "/v1/messages",
+    status: 200,
+    requestBytes: 10_000,
+    requestModel: MODEL,
+    messageId: "msg_1",
+    model: MODEL,
+    inputTokens: 100,
+    cacheReadInputTokens: 0,
+    cacheWrite5mInputTokens: 0,
+    cacheWrite1hInputTokens: 0,
+    outputTokens: 10,
+    complete: true,
+    boundUsd: 0.1,
+    costUsd: 0.00001,
+    ttfbMs: 1,
+    durationMs: 2,
+    refused: null,
+    ...over,
+  };
 }
 const record = (requests: GatewayRequestRecord[]): GatewayRecord => ({ requests, dropped: 0, forwarded: requests.length, refused: 0, meteredCostUsd: 0, budgetRefused: false, setupProblems: [] });
-const modelUsage = (input: number, output: number) => ({ [MODEL]: { inputTokens: input, outputTokens: output, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costUSD: 0, costBasis: "list" } }) as never;
+const modelUsage = (input: number, output: number) =>
+  ({ [MODEL]: { inputTokens: input, outputTokens: output, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costUSD: 0, costBasis: "list" } }) as never;
 
 describe("metered against transcript usage", () => {
   it("agrees when every figure matches, and names each difference otherwise", () => {
     const r = record([request({})]);
     expect(compareMeteredUsage(r, { modelUsage: modelUsage(100, 10), perMessageUsage: [{ messageId: "msg_1", inputTokens: 100, cacheReadInputTokens: 0, cacheCreationInputTokens: 0 }] })).toEqual([]);
     expect(compareMeteredUsage(r, { modelUsage: modelUsage(90, 10), perMessageUsage: [] })).toEqual(["metered usage differs from the transcript's modelUsage: input metered 100 vs transcript 90"]);
-    expect(compareMeteredUsage(r, { modelUsage: modelUsage(100, 10), perMessageUsage: [{ messageId: "msg_2", inputTokens: 5, cacheReadInputTokens: 0, cacheCreationInputTokens: 0 }] })[0]).toMatch(/never metered/);
+    expect(compareMeteredUsage(r, { modelUsage: modelUsage(100, 10), perMessageUsage: [{ messageId: "msg_2", inputTokens: 5, cacheReadInputTokens: 0, cacheCreationInputTokens: 0 }] })[0]).toMatch(
+      /never metered/,
+    );
     expect(compareMeteredUsage(record([request({ complete: false })]), { modelUsage: modelUsage(100, 10), perMessageUsage: [] })[0]).toMatch(/broke off/);
   });
 });

@@ -56,10 +56,13 @@ async function mounted(proc: FakeProcess): Promise<{ placeholder: string; socket
 function send(socket: string, token: string, o: { model?: string; method?: string; path?: string } = {}): Promise<number> {
   return new Promise((resolve, reject) => {
     const body = JSON.stringify({ model: o.model ?? MODEL, max_tokens: 100, stream: true, messages: [{ role: "user", content: "hi" }] });
-    const req = request({ socketPath: socket, method: o.method ?? "POST", path: o.path ?? "/v1/messages?beta=true", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } }, (res) => {
-      res.resume();
-      res.on("end", () => resolve(res.statusCode ?? 0));
-    });
+    const req = request(
+      { socketPath: socket, method: o.method ?? "POST", path: o.path ?? "/v1/messages?beta=true", headers: { authorization: `Bearer ${token}`, "content-type": "application/json" } },
+      (res) => {
+        res.resume();
+        res.on("end", () => resolve(res.statusCode ?? 0));
+      },
+    );
     req.on("error", reject);
     req.end(body);
   });
@@ -176,7 +179,13 @@ describe("the study through the gateway (in-memory runtime)", () => {
       await writeFile(path, JSON.stringify(login));
     };
     await setExpiry(Date.now() + 60_000);
-    await expect(run("expiring-start", runtimeWith(async (_n, proc) => answer(proc)), { loginDir })).rejects.toBeInstanceOf(RefusalError);
+    await expect(
+      run(
+        "expiring-start",
+        runtimeWith(async (_n, proc) => answer(proc)),
+        { loginDir },
+      ),
+    ).rejects.toBeInstanceOf(RefusalError);
 
     await setExpiry(Date.parse("2099-01-01T00:00:00Z"));
     const runtime = runtimeWith(async (n, proc) => {

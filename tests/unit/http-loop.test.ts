@@ -13,7 +13,11 @@ const reply = (content: ContentBlock[], stopReason: string | null, u = usage(), 
   message: { model, content, stopReason },
 });
 const answer = (text = "the answer", u = usage()) => reply([{ type: "text", text }], "end_turn", u);
-const tools = (n: number) => reply(Array.from({ length: n }, (_, i) => toolUse(`t${Math.random().toString(36).slice(2)}${i}`)), "tool_use");
+const tools = (n: number) =>
+  reply(
+    Array.from({ length: n }, (_, i) => toolUse(`t${Math.random().toString(36).slice(2)}${i}`)),
+    "tool_use",
+  );
 
 interface Harness {
   options: LoopOptions;
@@ -236,7 +240,15 @@ describe("the agent loop", () => {
     expect(r.setupProblems[0]).toMatch(/model is claude-opus-9/);
     const dated = harness([reply([{ type: "text", text: "a" }], "end_turn", usage(), `${MODEL}-20261001`)]);
     expect((await runAgentLoop(dated.options)).status).toBe("completed");
-    const thinking = harness([reply([{ type: "other", blockType: "thinking" }, { type: "text", text: "a" }], "end_turn")]);
+    const thinking = harness([
+      reply(
+        [
+          { type: "other", blockType: "thinking" },
+          { type: "text", text: "a" },
+        ],
+        "end_turn",
+      ),
+    ]);
     expect((await runAgentLoop(thinking.options)).setupProblems[0]).toMatch(/thinking block/);
     const unknown = harness([reply([toolUse("z", "Bash", { command: "ls" })], "tool_use"), answer()]);
     const u = await runAgentLoop(unknown.options);

@@ -28,7 +28,17 @@ async function entries(context: Buffer): Promise<TarEntry[]> {
       const chunks: Buffer[] = [];
       stream.on("data", (c: unknown) => chunks.push(c as Buffer));
       stream.on("end", () => {
-        out.push({ name: h.name, type: h.type ?? "file", mode: h.mode ?? 0, uid: h.uid ?? -1, gid: h.gid ?? -1, uname: h.uname ?? "", gname: h.gname ?? "", mtime: h.mtime?.getTime() ?? -1, body: Buffer.concat(chunks) });
+        out.push({
+          name: h.name,
+          type: h.type ?? "file",
+          mode: h.mode ?? 0,
+          uid: h.uid ?? -1,
+          gid: h.gid ?? -1,
+          uname: h.uname ?? "",
+          gname: h.gname ?? "",
+          mtime: h.mtime?.getTime() ?? -1,
+          body: Buffer.concat(chunks),
+        });
         next();
       });
     });
@@ -117,7 +127,11 @@ describe("deterministic build contexts", () => {
     shuffled.dirs.reverse();
     expect(await contextDigest(shuffled)).toBe(a);
     expect(await contextDigest(await packContext(spec()))).toBe(a);
-    expect(a).toBe(`sha256:${createHash("sha256").update(await packContext(spec())).digest("hex")}`);
+    expect(a).toBe(
+      `sha256:${createHash("sha256")
+        .update(await packContext(spec()))
+        .digest("hex")}`,
+    );
 
     expect(await contextDigest(spec({ labels: { "a.label": "other" } }))).not.toBe(a);
     expect(await contextDigest(spec({ env: { A: "1", B: "3" } }))).not.toBe(a);

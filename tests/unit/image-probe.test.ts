@@ -12,10 +12,12 @@ function setup(program: FakeProgram, labels: Record<string, string> = { [IMAGE_L
   return { runtime, image };
 }
 
-const prints = (text: string, code = 0): FakeProgram => ({ stdout }) => {
-  stdout.write(text);
-  return code;
-};
+const prints =
+  (text: string, code = 0): FakeProgram =>
+  ({ stdout }) => {
+    stdout.write(text);
+    return code;
+  };
 
 describe("probeVersion", () => {
   it("returns the printed version with the image id and binary hash, from a hardened throwaway container", async () => {

@@ -35,7 +35,12 @@ function record(entries: EgressRequest[], extra: Partial<EgressRecord> = {}): Eg
   };
 }
 
-const mixed = record([entry("api.anthropic.com", 443, true), entry("evil.example", 443, false, "not on the allowlist"), entry("10.0.0.1", 443, false, "raw IP"), entry("evil.example", 443, false, "not on the allowlist")]);
+const mixed = record([
+  entry("api.anthropic.com", 443, true),
+  entry("evil.example", 443, false, "not on the allowlist"),
+  entry("10.0.0.1", 443, false, "raw IP"),
+  entry("evil.example", 443, false, "not on the allowlist"),
+]);
 
 describe("EgressRecordSchema", () => {
   it("accepts a record whose totals agree with its entries", () => {
@@ -51,7 +56,13 @@ describe("EgressRecordSchema", () => {
   });
 
   it("is what the ledger holds per observation, with the header's allowlist and runtime", () => {
-    const ledger = sampleLedger({ isolation: "strict", egressAllow: ["api.anthropic.com"], runtime: "runsc", status: "awaiting-adjudication", observations: [completedObservation(0, 0.002, { egress: mixed })] });
+    const ledger = sampleLedger({
+      isolation: "strict",
+      egressAllow: ["api.anthropic.com"],
+      runtime: "runsc",
+      status: "awaiting-adjudication",
+      observations: [completedObservation(0, 0.002, { egress: mixed })],
+    });
     ledger.budget = { ...ledger.budget, spentUsd: 0.002 };
     expect(LedgerSchema.parse(ledger).observations[0]!.egress).toEqual(mixed);
     const broken = structuredClone(ledger);

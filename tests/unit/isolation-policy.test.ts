@@ -4,11 +4,7 @@ import { UsageError } from "../../src/util/errors.ts";
 
 describe("parseEgressAllow (--egress-allow)", () => {
   it("splits commas, repeats, normalizes case and a trailing dot, and drops duplicates", () => {
-    expect(parseEgressAllow(["API.Anthropic.com.,platform.claude.com", " api.anthropic.com ", "example.org"])).toEqual([
-      "api.anthropic.com",
-      "platform.claude.com",
-      "example.org",
-    ]);
+    expect(parseEgressAllow(["API.Anthropic.com.,platform.claude.com", " api.anthropic.com ", "example.org"])).toEqual(["api.anthropic.com", "platform.claude.com", "example.org"]);
   });
 
   it("refuses IP literals, wildcards, ports, schemes and an empty list, naming each entry", () => {
@@ -35,9 +31,32 @@ describe("parseEgressAllow (--egress-allow)", () => {
 describe("isPublicAddress", () => {
   it("refuses loopback, private, link-local, shared, reserved and multicast ranges of both families", () => {
     for (const a of [
-      "127.0.0.1", "127.255.0.9", "10.1.2.3", "172.16.0.1", "172.31.255.255", "192.168.1.1", "169.254.169.254", "100.64.0.1",
-      "0.0.0.0", "192.0.2.1", "198.18.0.1", "224.0.0.1", "255.255.255.255", "::", "::1", "fc00::1", "fd12::1", "fe80::1",
-      "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::a00:1", "2001:db8::1", "2002:a00:1::", "not-an-address", "",
+      "127.0.0.1",
+      "127.255.0.9",
+      "10.1.2.3",
+      "172.16.0.1",
+      "172.31.255.255",
+      "192.168.1.1",
+      "169.254.169.254",
+      "100.64.0.1",
+      "0.0.0.0",
+      "192.0.2.1",
+      "198.18.0.1",
+      "224.0.0.1",
+      "255.255.255.255",
+      "::",
+      "::1",
+      "fc00::1",
+      "fd12::1",
+      "fe80::1",
+      "ff02::1",
+      "::ffff:127.0.0.1",
+      "::ffff:10.0.0.1",
+      "64:ff9b::a00:1",
+      "2001:db8::1",
+      "2002:a00:1::",
+      "not-an-address",
+      "",
     ]) {
       expect(isPublicAddress(a), a).toBe(false);
     }
@@ -51,9 +70,23 @@ describe("isPublicAddress", () => {
 
   it("judges IPv4-compatible (::/96), mapped, translated, NAT64 (64:ff9b::/96) and 6to4 (2002::/16) addresses by the IPv4 address they embed", () => {
     const inner = [
-      "::127.0.0.1", "::7f00:1", "::10.0.0.1", "::a00:1", "0:0:0:0:0:0:c0a8:101", "::169.254.169.254", "::ffff:7f00:1",
-      "::ffff:0:10.1.2.3", "64:ff9b::127.0.0.1", "64:ff9b::a9fe:a9fe", "64:ff9b::0a00:0001", "2002:7f00:1::", "2002:c0a8:101::1",
-      "2002:a9fe:a9fe:1:2:3:4:5", "::1", "::", "::127.0.0.1%lo",
+      "::127.0.0.1",
+      "::7f00:1",
+      "::10.0.0.1",
+      "::a00:1",
+      "0:0:0:0:0:0:c0a8:101",
+      "::169.254.169.254",
+      "::ffff:7f00:1",
+      "::ffff:0:10.1.2.3",
+      "64:ff9b::127.0.0.1",
+      "64:ff9b::a9fe:a9fe",
+      "64:ff9b::0a00:0001",
+      "2002:7f00:1::",
+      "2002:c0a8:101::1",
+      "2002:a9fe:a9fe:1:2:3:4:5",
+      "::1",
+      "::",
+      "::127.0.0.1%lo",
     ];
     for (const a of inner) expect(isPublicAddress(a), a).toBe(false);
     const outer = ["::8.8.8.8", "::808:808", "64:ff9b::8.8.8.8", "64:ff9b::a04f:680a", "2002:808:808::1", "::ffff:0:8.8.8.8"];

@@ -39,7 +39,16 @@ describe("isolation profiles in the attempt container spec", () => {
   it("strict: network none, the proxy socket's folder read-only, the CLI behind the relay, HTTPS_PROXY and HTTP_PROXY on it, loopback exempt", () => {
     const spec = attemptContainerSpec({ ...base, network: networkFor("strict"), egressProxySocket: "/tmp/egress-x/egress.sock" });
     expect(spec.networkMode).toBe("none");
-    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--proxy", "/run/study-runner-egress/egress.sock", "--", "/usr/local/bin/claude"]);
+    expect(spec.entrypoint).toEqual([
+      "/usr/local/bin/node",
+      "/opt/study-runner/with-relay.mjs",
+      "--login",
+      CONTAINER.loginDir,
+      "--proxy",
+      "/run/study-runner-egress/egress.sock",
+      "--",
+      "/usr/local/bin/claude",
+    ]);
     expect(spec.cmd).toEqual(base.argv);
     expect(spec.env.HTTPS_PROXY).toBe(`http://127.0.0.1:${EGRESS_RELAY_PORT}`);
     expect(spec.env.HTTP_PROXY).toBe(spec.env.HTTPS_PROXY);
@@ -51,9 +60,16 @@ describe("isolation profiles in the attempt container spec", () => {
   it("strict beside a model API socket: two relays on two ports, the API reached directly", () => {
     const spec = attemptContainerSpec({ ...base, network: networkFor("strict"), modelApiSocket: "/tmp/api/api.sock", egressProxySocket: "/tmp/egress-x/egress.sock" });
     expect(spec.entrypoint).toEqual([
-      "/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir,
-      "--api", "/run/study-runner-api/api.sock", "--proxy", "/run/study-runner-egress/egress.sock",
-      "--", "/usr/local/bin/claude",
+      "/usr/local/bin/node",
+      "/opt/study-runner/with-relay.mjs",
+      "--login",
+      CONTAINER.loginDir,
+      "--api",
+      "/run/study-runner-api/api.sock",
+      "--proxy",
+      "/run/study-runner-egress/egress.sock",
+      "--",
+      "/usr/local/bin/claude",
     ]);
     expect(spec.env.ANTHROPIC_BASE_URL).toBe(`http://127.0.0.1:${MODEL_API_RELAY_PORT}`);
     expect(MODEL_API_RELAY_PORT).not.toBe(EGRESS_RELAY_PORT);
@@ -65,7 +81,10 @@ describe("isolation profiles in the attempt container spec", () => {
     expect(spec.mounts.map((m) => m.target)).not.toContain(CONTAINER.home);
     expect(spec.mounts).toContainEqual({ source: "/tmp/mcp-x/socket", target: CONTAINER.mcpDir, readOnly: true });
     expect(spec.nanoCpus).toBe(1e9);
-    expect(attemptContainerSpec({ ...base, network: networkFor("offline"), cpus: 2.5, homeBytes: 8 << 20 })).toMatchObject({ nanoCpus: 2.5e9, tmpfs: { [CONTAINER.home]: expect.stringContaining("size=8388608,") } });
+    expect(attemptContainerSpec({ ...base, network: networkFor("offline"), cpus: 2.5, homeBytes: 8 << 20 })).toMatchObject({
+      nanoCpus: 2.5e9,
+      tmpfs: { [CONTAINER.home]: expect.stringContaining("size=8388608,") },
+    });
     expect(() => attemptContainerSpec({ ...base, network: networkFor("offline"), cpus: 0 })).toThrow(/CPU limit/);
     expect(() => attemptContainerSpec({ ...base, network: networkFor("offline"), homeBytes: 1000 })).toThrow(/HOME size bound/);
   });

@@ -158,9 +158,13 @@ describe("ledger schema", () => {
     expect(problems(sampleLedger({ observations: openFirst, budget, scheduling: scheduling(1) })).join()).toMatch(/2 observations are unsettled, but at most 1 attempts run at once/);
     expect(problems(sampleLedger({ observations: openFirst, budget })).join()).toMatch(/observations\[0\]\.phase: only the last observation may be unsettled/);
     const three = [reservedObservation(0), reservedObservation(1), reservedObservation(2)];
-    expect(problems(sampleLedger({ observations: three, budget: { ...budget, reservedUsd: 0.3, spentUsd: 0.3 }, scheduling: scheduling(2) })).join()).toMatch(/3 observations are unsettled, but at most 2/);
+    expect(problems(sampleLedger({ observations: three, budget: { ...budget, reservedUsd: 0.3, spentUsd: 0.3 }, scheduling: scheduling(2) })).join()).toMatch(
+      /3 observations are unsettled, but at most 2/,
+    );
     // The arithmetic counts every open reservation.
-    expect(problems(sampleLedger({ observations: openFirst, budget: { ...budget, reservedUsd: 0.1, spentUsd: 0.102 }, scheduling: scheduling(2) })).join()).toMatch(/budget\.reservedUsd: is 0\.1, but the open reservations sum to 0\.2/);
+    expect(problems(sampleLedger({ observations: openFirst, budget: { ...budget, reservedUsd: 0.1, spentUsd: 0.102 }, scheduling: scheduling(2) })).join()).toMatch(
+      /budget\.reservedUsd: is 0\.1, but the open reservations sum to 0\.2/,
+    );
   });
 
   it("records the cli version check: probed must equal expected, and the image is required", () => {

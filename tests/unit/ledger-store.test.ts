@@ -35,13 +35,9 @@ describe("checkOutputPath", () => {
 
   it("refuses a path inside a checkout, naming the checkout, its root name and the fix", async () => {
     const path = join(checkout, "sub", "..", "ledger.json");
-    expect(await checkOutputPath(path, context())).toEqual([
-      `--output ${path} is inside the checkout ${checkout} (root 'docs'); choose a path outside every checkout and outside the project`,
-    ]);
+    expect(await checkOutputPath(path, context())).toEqual([`--output ${path} is inside the checkout ${checkout} (root 'docs'); choose a path outside every checkout and outside the project`]);
     // Plain paths work too (no root name then).
-    expect((await checkOutputPath(join(checkout, "l.json"), { checkouts: [checkout], projectRoot: project })).join()).toMatch(
-      /is inside the checkout .*docs; choose a path outside/,
-    );
+    expect((await checkOutputPath(join(checkout, "l.json"), { checkouts: [checkout], projectRoot: project })).join()).toMatch(/is inside the checkout .*docs; choose a path outside/);
   });
 
   it("refuses a path inside the project", async () => {

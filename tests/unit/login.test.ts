@@ -3,16 +3,7 @@ import { execFileSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import {
-  acquireLoginLock,
-  LOGIN_WRITE_BACK_LIMIT_BYTES,
-  inspectLogin,
-  resolveLogin,
-  stageLogin,
-  writeBackLogin,
-  type LoginLocation,
-  type LoginLock,
-} from "../../src/attempt/login.ts";
+import { acquireLoginLock, LOGIN_WRITE_BACK_LIMIT_BYTES, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../../src/attempt/login.ts";
 import { RefusalError } from "../../src/util/errors.ts";
 
 const ACCESS = "test-oat-ACCESS-TOKEN-NEVER-PRINTED";
@@ -266,8 +257,15 @@ describe("writeBackLogin", () => {
     execFileSync("mkfifo", [fifo.credentialsPath]);
     const huge = await staged();
     // Valid JSON with a later expiry, padded past the bound.
-    await writeFile(huge.credentialsPath, JSON.stringify({ claudeAiOauth: { accessToken: ACCESS, refreshToken: REFRESH, expiresAt: Date.now() + 9 * HOUR, pad: "x".repeat(LOGIN_WRITE_BACK_LIMIT_BYTES) } }));
-    for (const [s, reason] of [[linked, /symlink/], [fifo, /special file/], [huge, /above the 65536-byte bound/]] as const) {
+    await writeFile(
+      huge.credentialsPath,
+      JSON.stringify({ claudeAiOauth: { accessToken: ACCESS, refreshToken: REFRESH, expiresAt: Date.now() + 9 * HOUR, pad: "x".repeat(LOGIN_WRITE_BACK_LIMIT_BYTES) } }),
+    );
+    for (const [s, reason] of [
+      [linked, /symlink/],
+      [fifo, /special file/],
+      [huge, /above the 65536-byte bound/],
+    ] as const) {
       const result = await writeBackLogin(location, s);
       expect(result.action).toBe("refused");
       expect(JSON.stringify(result)).toMatch(reason);

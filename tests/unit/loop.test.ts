@@ -25,7 +25,10 @@ interface Harness {
   run(extra?: Partial<LoopOptions<number, TestEntry, string>>): Promise<{ exitCode: number; stopReason: string | null }>;
 }
 
-function harness(scripts: Script[], o: { limitUsd?: number | null; capUsd?: number; acquire?: (unit: number) => Promise<{ release(): Promise<void> }>; recordWithoutRun?: (unit: number) => boolean } = {}): Harness {
+function harness(
+  scripts: Script[],
+  o: { limitUsd?: number | null; capUsd?: number; acquire?: (unit: number) => Promise<{ release(): Promise<void> }>; recordWithoutRun?: (unit: number) => boolean } = {},
+): Harness {
   const book: Harness["book"] = { status: "running", budget: { reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false }, entries: [] };
   const h: Harness = {
     book,

@@ -66,8 +66,29 @@ const value = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }),
   fc.string({ maxLength: 30, unit: "binary" }),
   fc.constantFrom(
-    0, -1, 1.5, 1e9, Number.MAX_SAFE_INTEGER, 2 ** 53 + 2, 1e308, "", "..", "../etc/passwd", "/abs", "a\\b", ".hidden", "a//b", "x".repeat(7000),
-    "__proto__", "constructor", "0000000000000000000000000000000000000000", "E2FF563DC35B3DA1D8B11AB55F4447489DB3F3E5", [], {}, null, true,
+    0,
+    -1,
+    1.5,
+    1e9,
+    Number.MAX_SAFE_INTEGER,
+    2 ** 53 + 2,
+    1e308,
+    "",
+    "..",
+    "../etc/passwd",
+    "/abs",
+    "a\\b",
+    ".hidden",
+    "a//b",
+    "x".repeat(7000),
+    "__proto__",
+    "constructor",
+    "0000000000000000000000000000000000000000",
+    "E2FF563DC35B3DA1D8B11AB55F4447489DB3F3E5",
+    [],
+    {},
+    null,
+    true,
   ),
 );
 
@@ -75,14 +96,11 @@ describe("manifest fuzzing", () => {
   it("3,000 mutations of the demo manifest: a UsageError naming the field, or a manifest that plans in bounded time", () => {
     const outcomes = { valid: 0, refused: 0 };
     fc.assert(
-      fc.property(
-        fc.array(fc.record({ path: fc.array(fc.nat(40), { minLength: 1, maxLength: 5 }), value, del: fc.boolean() }), { minLength: 1, maxLength: 4 }),
-        (edits) => {
-          let m: unknown = structuredClone(DEMO);
-          for (const e of edits) m = mutate(m, e.path, e.value, e.del);
-          outcomes[judge(text(m))]++;
-        },
-      ),
+      fc.property(fc.array(fc.record({ path: fc.array(fc.nat(40), { minLength: 1, maxLength: 5 }), value, del: fc.boolean() }), { minLength: 1, maxLength: 4 }), (edits) => {
+        let m: unknown = structuredClone(DEMO);
+        for (const e of edits) m = mutate(m, e.path, e.value, e.del);
+        outcomes[judge(text(m))]++;
+      }),
       { numRuns: 3000 },
     );
     // Both sides are reached: some mutations keep a valid manifest (e.g. a changed question).
@@ -91,10 +109,7 @@ describe("manifest fuzzing", () => {
   });
 
   it("2,000 arbitrary JSON values, and objects with the manifest's keys holding arbitrary values: only UsageError", () => {
-    const keyed = fc.record(
-      { version: value, repetitions: value, scenarios: value, repositories: value, tasks: value, answerKeys: value, title: value },
-      { requiredKeys: [] },
-    );
+    const keyed = fc.record({ version: value, repetitions: value, scenarios: value, repositories: value, tasks: value, answerKeys: value, title: value }, { requiredKeys: [] });
     fc.assert(
       fc.property(fc.oneof(fc.jsonValue(), keyed), (v) => {
         judge(text(v));

@@ -95,6 +95,6 @@ describe("study manifest", () => {
   });
 
   it("says where the JSON is broken", () => {
-    expect(() => parseManifest(Buffer.from("{\"version\": 1,"), "broken.json")).toThrow(/broken\.json is not valid JSON/);
+    expect(() => parseManifest(Buffer.from('{"version": 1,'), "broken.json")).toThrow(/broken\.json is not valid JSON/);
   });
 });

@@ -1,12 +1,5 @@
 import { describe, expect, it } from "vitest";
-import {
-  JsonRpcRecorder,
-  MAX_LOGGED_MESSAGES,
-  MAX_PARSED_LINE_BYTES,
-  ToolCallGate,
-  compareMcpRecord,
-  containerMcpConfig,
-} from "../../src/mcp/bridge.ts";
+import { JsonRpcRecorder, MAX_LOGGED_MESSAGES, MAX_PARSED_LINE_BYTES, ToolCallGate, compareMcpRecord, containerMcpConfig } from "../../src/mcp/bridge.ts";
 import { cliToolName } from "../../src/mcp/names.ts";
 import { enginePrivileges } from "../../src/mcp/engine-sandbox.ts";
 
@@ -113,20 +106,12 @@ describe("compareMcpRecord", () => {
     expect(compareMcpRecord(record, { "mcp__doc-bridge__doc_search": 2, "mcp__doc-bridge__doc_get": 1 })).toEqual([
       "the transcript shows 2 call(s) of mcp__doc-bridge__doc_search but the doc-bridge server answered 1",
     ]);
-    expect(compareMcpRecord(record, ["mcp__doc-bridge__doc_search"])).toEqual([
-      "the doc-bridge server answered 1 call(s) of mcp__doc-bridge__doc_get but the transcript shows 0",
-    ]);
+    expect(compareMcpRecord(record, ["mcp__doc-bridge__doc_search"])).toEqual(["the doc-bridge server answered 1 call(s) of mcp__doc-bridge__doc_get but the transcript shows 0"]);
   });
 
   it("flags unanswered calls and refused extra connections", () => {
-    const problems = compareMcpRecord(
-      { toolCalls: [], unansweredToolCalls: [{ name: "doc.search", id: 7 }], refusedConnections: 1 },
-      [],
-    );
-    expect(problems).toEqual([
-      "the doc-bridge server never answered mcp__doc-bridge__doc_search (request id 7)",
-      "1 extra connection(s) to the doc-bridge socket were refused",
-    ]);
+    const problems = compareMcpRecord({ toolCalls: [], unansweredToolCalls: [{ name: "doc.search", id: 7 }], refusedConnections: 1 }, []);
+    expect(problems).toEqual(["the doc-bridge server never answered mcp__doc-bridge__doc_search (request id 7)", "1 extra connection(s) to the doc-bridge socket were refused"]);
   });
 });
 
@@ -177,4 +162,3 @@ describe("names and container config", () => {
     expect(gate.push(Buffer.from("not json\n"))).toEqual({ forward: [], replies: [], refused: [{ name: "(unparsed line)", id: null }] });
   });
 });
-

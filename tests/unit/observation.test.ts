@@ -4,8 +4,7 @@ import { computeCost } from "../../src/cost/compute.ts";
 import { readTranscript } from "../../src/transcript/reader.ts";
 import { baseEvents, expectation, toText } from "./transcript-fixtures.ts";
 
-const costOf = (facts: ReturnType<typeof readTranscript>) =>
-  computeCost({ ...facts, model: facts.requestedModel });
+const costOf = (facts: ReturnType<typeof readTranscript>) => computeCost({ ...facts, model: facts.requestedModel });
 
 describe("observation token counts", () => {
   it("take modelUsage when the result's usage was zeroed (measured on error_max_budget_usd)", () => {

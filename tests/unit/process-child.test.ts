@@ -76,9 +76,23 @@ describe("the network counter", () => {
 
     const watch = watchNetwork();
     try {
-      await new Promise<void>((r, j) => connect(port, "127.0.0.1", r).on("error", j).on("connect", function (this: { end(): void }) { this.end(); }));
-      await new Promise<void>((r, j) => connect(join(dir!, "s.sock"), r).on("error", j).on("connect", function (this: { end(): void }) { this.end(); }));
-      await fetch(`http://127.0.0.1:${port}/`).then((res) => res.arrayBuffer()).catch(() => undefined);
+      await new Promise<void>((r, j) =>
+        connect(port, "127.0.0.1", r)
+          .on("error", j)
+          .on("connect", function (this: { end(): void }) {
+            this.end();
+          }),
+      );
+      await new Promise<void>((r, j) =>
+        connect(join(dir!, "s.sock"), r)
+          .on("error", j)
+          .on("connect", function (this: { end(): void }) {
+            this.end();
+          }),
+      );
+      await fetch(`http://127.0.0.1:${port}/`)
+        .then((res) => res.arrayBuffer())
+        .catch(() => undefined);
     } finally {
       watch.stop();
     }
@@ -88,7 +102,12 @@ describe("the network counter", () => {
     // The plain connect and the one fetch opened.
     expect(counts.inetConnects).toBe(2);
     expect(watch.networkCalls()).toBe(3);
-    await new Promise<void>((r) => connect(port, "127.0.0.1").on("connect", function (this: { end(): void }) { this.end(); r(); }));
+    await new Promise<void>((r) =>
+      connect(port, "127.0.0.1").on("connect", function (this: { end(): void }) {
+        this.end();
+        r();
+      }),
+    );
     expect(watch.counts().inetConnects).toBe(2);
     await new Promise((r) => unix.close(r));
   });

@@ -34,7 +34,7 @@ interface Reference {
   planning?: { tau2: number; effects: Array<{ effect: number; tasks: Array<number | null> }> };
 }
 
-const load = <T,>(name: string) => JSON.parse(readFileSync(new URL(`../fixtures/stats/${name}`, import.meta.url), "utf8")) as T;
+const load = <T>(name: string) => JSON.parse(readFileSync(new URL(`../fixtures/stats/${name}`, import.meta.url), "utf8")) as T;
 
 /** Equal to 1e-9, relative for large figures (token counts, milliseconds). */
 function close(actual: number | null | undefined, expected: number | null | undefined, what: string) {
@@ -66,7 +66,10 @@ function checkEndpoint(x: number, q: number, exact: { values: number[]; probabil
 function compare(a: Analysis, ref: Reference) {
   for (const m of a.metrics) {
     const r = ref.metrics[m.metric]!;
-    expect(m.tasks.map((t) => t.task), m.metric).toEqual(r.tasks);
+    expect(
+      m.tasks.map((t) => t.task),
+      m.metric,
+    ).toEqual(r.tasks);
     for (const [i, t] of m.tasks.entries()) close(t.diff, r.diffs[i], `${m.metric} diff of ${t.task}`);
     expect(m.n).toBe(r.n);
     close(m.meanDiff, r.meanDiff, `${m.metric} mean difference`);
@@ -86,7 +89,11 @@ function compare(a: Analysis, ref: Reference) {
     }
   }
   const o = a.outcomes;
-  expect({ pairs: o.mcnemar.pairs, onlyRepository: o.mcnemar.onlyRepository, onlyMcp: o.mcnemar.onlyMcp }).toEqual({ pairs: ref.mcnemar.pairs, onlyRepository: ref.mcnemar.onlyRepository, onlyMcp: ref.mcnemar.onlyMcp });
+  expect({ pairs: o.mcnemar.pairs, onlyRepository: o.mcnemar.onlyRepository, onlyMcp: o.mcnemar.onlyMcp }).toEqual({
+    pairs: ref.mcnemar.pairs,
+    onlyRepository: ref.mcnemar.onlyRepository,
+    onlyMcp: ref.mcnemar.onlyMcp,
+  });
   close(o.mcnemar.p, ref.mcnemar.p, "McNemar p");
   expect({ positive: o.sign.positive, negative: o.sign.negative }).toEqual({ positive: ref.sign.positive, negative: ref.sign.negative });
   close(o.sign.p, ref.sign.p, "sign test p");

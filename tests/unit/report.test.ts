@@ -97,7 +97,9 @@ describe("binding the record to the ledger", () => {
     expect(() => buildReport({ ledger: { ...ledger, runId: "other" }, ledgerSha256: SHA, record, manifest: DEMO })).toThrow(/is of run run-synthetic-pilot/);
     const swapped = structuredClone(record);
     swapped.items[0]!.scenario = "doc-bridge";
-    expect(() => buildReport({ ledger, ledgerSha256: SHA, record: swapped, manifest: DEMO })).toThrow(/bound to observation 0 \(ledgerlite-rounding, doc-bridge, repetition 1\), which the ledger does not hold/);
+    expect(() => buildReport({ ledger, ledgerSha256: SHA, record: swapped, manifest: DEMO })).toThrow(
+      /bound to observation 0 \(ledgerlite-rounding, doc-bridge, repetition 1\), which the ledger does not hold/,
+    );
   });
 
   it("extrapolates a completed pilot, and says why not otherwise", () => {

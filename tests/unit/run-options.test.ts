@@ -21,7 +21,10 @@ describe("the run's per-attempt limit", () => {
     for (const value of ["0", "-0.1", "ten cents", "1e-1", ""]) {
       const r = checkExecution({ ...flags, attemptBudgetUsd: value }, env, "cli", ["ledgerlite"], roots);
       expect(r.settings, value).toBeUndefined();
-      expect(r.issues.filter((i) => i.about === "attempt-limit").map((i) => i.message), value).toEqual([expect.stringMatching(/^--attempt-budget-usd must be/)]);
+      expect(
+        r.issues.filter((i) => i.about === "attempt-limit").map((i) => i.message),
+        value,
+      ).toEqual([expect.stringMatching(/^--attempt-budget-usd must be/)]);
     }
   });
 });

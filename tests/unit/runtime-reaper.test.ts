@@ -12,7 +12,16 @@ function deadPid(): number {
 }
 
 const base = (labels: Record<string, string>): ContainerSpec => ({
-  image: "img:1", cmd: [], env: {}, mounts: [], tmpfs: {}, readOnlyRootfs: true, networkMode: "none", capDrop: ["ALL"], securityOpt: [], labels,
+  image: "img:1",
+  cmd: [],
+  env: {},
+  mounts: [],
+  tmpfs: {},
+  readOnlyRootfs: true,
+  networkMode: "none",
+  capDrop: ["ALL"],
+  securityOpt: [],
+  labels,
 });
 
 describe("runner labels and the orphan reaper", () => {

@@ -45,7 +45,7 @@ describe("the stdout summary", () => {
 describe("the ledger", () => {
   it("has a spendLabel field the schema validates", () => {
     expect(LedgerSchema.safeParse(pilot()).success).toBe(true);
-    expect(LedgerSchema.safeParse({ ...pilot(), spendLabel: { usd: "" , tokens: "x" } }).success).toBe(false);
+    expect(LedgerSchema.safeParse({ ...pilot(), spendLabel: { usd: "", tokens: "x" } }).success).toBe(false);
   });
 });
 

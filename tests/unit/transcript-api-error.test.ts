@@ -27,7 +27,14 @@ function apiErrorBeforeAnyAnswer(edit: (result: Event) => void = () => {}): stri
     baseEvents("repository")[0]!,
     {
       type: "assistant",
-      message: { id: "9ad82f6d-4330-42bc-81b1-3c053c2d768d", model: "<synthetic>", role: "assistant", type: "message", usage: zero, content: [{ type: "text", text: "API Error: 400 scripted bad request" }] },
+      message: {
+        id: "9ad82f6d-4330-42bc-81b1-3c053c2d768d",
+        model: "<synthetic>",
+        role: "assistant",
+        type: "message",
+        usage: zero,
+        content: [{ type: "text", text: "API Error: 400 scripted bad request" }],
+      },
       is_api_error_message: true,
     },
     result,
@@ -44,12 +51,20 @@ describe("an API error before any answer", () => {
   });
 
   it("stays invalid-cost when the CLI reports a cost it has no usage for", () => {
-    const ev = evaluate(apiErrorBeforeAnyAnswer((r) => void (r.total_cost_usd = 0.01)), "repository", { exitCode: 1 });
+    const ev = evaluate(
+      apiErrorBeforeAnyAnswer((r) => void (r.total_cost_usd = 0.01)),
+      "repository",
+      { exitCode: 1 },
+    );
     expect(ev.classification.status).toBe("invalid-cost");
   });
 
   it("stays invalid-cost when the result is not an error", () => {
-    const ev = evaluate(apiErrorBeforeAnyAnswer((r) => void (r.is_error = false)), "repository", { exitCode: 0 });
+    const ev = evaluate(
+      apiErrorBeforeAnyAnswer((r) => void (r.is_error = false)),
+      "repository",
+      { exitCode: 0 },
+    );
     expect(ev.classification.status).toBe("invalid-cost");
   });
 

@@ -10,7 +10,14 @@ function text(edit: (events: Event[]) => unknown[] | void = () => {}): string {
 function killedMidLine(): string {
   const events = baseEvents("repository");
   const cut = JSON.stringify(events[7]).slice(0, 40);
-  return events.slice(0, 7).map((e) => JSON.stringify(e)).join("\n") + "\n" + cut;
+  return (
+    events
+      .slice(0, 7)
+      .map((e) => JSON.stringify(e))
+      .join("\n") +
+    "\n" +
+    cut
+  );
 }
 
 const status = (t: string, run: Parameters<typeof evaluate>[2] = {}) => evaluate(t, "repository", run).classification.status;
@@ -35,7 +42,12 @@ describe("classifyAttempt precedence (seed 000)", () => {
   });
 
   it("events without an init are not excused by a timeout", () => {
-    expect(status(text((e) => e.slice(1, 4)), { timedOut: true, exitCode: null })).toBe("invalid-setup");
+    expect(
+      status(
+        text((e) => e.slice(1, 4)),
+        { timedOut: true, exitCode: null },
+      ),
+    ).toBe("invalid-setup");
   });
 
   it("a timeout after a complete transcript is still timed-out", () => {
@@ -57,7 +69,12 @@ describe("classifyAttempt precedence (seed 000)", () => {
   });
 
   it("a result that is not last is not excused by a timeout", () => {
-    expect(status(text((e) => [...e, { type: "rate_limit_event" }]), { timedOut: true })).toBe("invalid-setup");
+    expect(
+      status(
+        text((e) => [...e, { type: "rate_limit_event" }]),
+        { timedOut: true },
+      ),
+    ).toBe("invalid-setup");
   });
 
   it("output cut at the 4 MiB bound is failed", () => {
@@ -70,7 +87,10 @@ describe("classifyAttempt precedence (seed 000)", () => {
   });
 
   it("an invalid cost is invalid-cost", () => {
-    const ev = evaluate(text((e) => void (e[8]!.total_cost_usd = 0.01)), "repository");
+    const ev = evaluate(
+      text((e) => void (e[8]!.total_cost_usd = 0.01)),
+      "repository",
+    );
     expect(ev.classification.status).toBe("invalid-cost");
     expect(ev.classification.reason).toBe("total_cost_usd 0.01 is not within a factor of two of the list-price cost 0.000602");
   });
@@ -84,7 +104,12 @@ describe("classifyAttempt precedence (seed 000)", () => {
   });
 
   it("a timeout is checked before cost", () => {
-    expect(status(text((e) => void (e[8]!.total_cost_usd = 0.01)), { timedOut: true })).toBe("timed-out");
+    expect(
+      status(
+        text((e) => void (e[8]!.total_cost_usd = 0.01)),
+        { timedOut: true },
+      ),
+    ).toBe("timed-out");
   });
 
   it("error_max_budget_usd is budget-exceeded", () => {

@@ -118,10 +118,7 @@ type Mutation =
 
 type TextEdit = { kind: "bytes"; line: number; pos: number; del: number; ins: string } | { kind: "cut"; at: number } | { kind: "crlf" };
 
-const hostileString = fc.oneof(
-  fc.string({ maxLength: 20, unit: "binary" }),
-  fc.constantFrom("\u0000", "\ud800", "\u2028", "__proto__", "constructor", "}{", '"', "\\", "\r"),
-);
+const hostileString = fc.oneof(fc.string({ maxLength: 20, unit: "binary" }), fc.constantFrom("\u0000", "\ud800", "\u2028", "__proto__", "constructor", "}{", '"', "\\", "\r"));
 const jsonish = fc.oneof(
   fc.jsonValue({ maxDepth: 3 }),
   hostileString,
@@ -244,10 +241,7 @@ const initEvent = fc.record(
     type: fc.constant("system"),
     subtype: fc.constantFrom("init", "init", "init", "status"),
     model: fc.constantFrom(MODEL, MODEL, MODEL, "claude-sonnet-5", ""),
-    tools: fc.oneof(
-      { weight: 3, arbitrary: fc.constantFrom([...REPO_TOOLS], [...REPO_TOOLS, ...DOC_TOOLS]) },
-      { weight: 1, arbitrary: fc.array(toolName, { maxLength: 8 }) },
-    ),
+    tools: fc.oneof({ weight: 3, arbitrary: fc.constantFrom([...REPO_TOOLS], [...REPO_TOOLS, ...DOC_TOOLS]) }, { weight: 1, arbitrary: fc.array(toolName, { maxLength: 8 }) }),
     mcp_servers: fc.oneof(
       { weight: 3, arbitrary: fc.constantFrom([], [{ name: "doc-bridge", status: "connected" }]) },
       { weight: 1, arbitrary: fc.array(fc.record({ name: fc.constantFrom("doc-bridge", "other"), status: fc.constantFrom("connected", "failed", "pending") }), { maxLength: 3 }) },
@@ -262,25 +256,38 @@ const block = fc.oneof(
   fc.record({ type: fc.constant("text"), text: fc.string({ maxLength: 20 }) }),
   fc.record({ type: fc.constantFrom("tool_use", "server_tool_use", "mcp_tool_use"), id: fc.constantFrom("toolu_01", "toolu_02", "toolu_03"), name: toolName, input: fc.jsonValue({ maxDepth: 2 }) }),
 );
-const assistantEvent = fc.record(
-  {
-    type: fc.constant("assistant"),
-    message: fc.record(
-      { id: fc.constantFrom("msg_01", "msg_02", "msg_03"), type: fc.constant("message"), role: fc.constant("assistant"), model: fc.constant(MODEL), content: fc.array(block, { minLength: 1, maxLength: 2 }), usage },
-      { requiredKeys: ["id", "content"] },
-    ),
-  },
-);
+const assistantEvent = fc.record({
+  type: fc.constant("assistant"),
+  message: fc.record(
+    {
+      id: fc.constantFrom("msg_01", "msg_02", "msg_03"),
+      type: fc.constant("message"),
+      role: fc.constant("assistant"),
+      model: fc.constant(MODEL),
+      content: fc.array(block, { minLength: 1, maxLength: 2 }),
+      usage,
+    },
+    { requiredKeys: ["id", "content"] },
+  ),
+});
 const userEvent = fc.record({
   type: fc.constant("user"),
   message: fc.record({
     role: fc.constant("user"),
-    content: fc.array(fc.record({ type: fc.constant("tool_result"), tool_use_id: fc.constantFrom("toolu_01", "toolu_02", "toolu_09"), content: fc.string({ maxLength: 10 }), is_error: fc.boolean() }), { maxLength: 2 }),
+    content: fc.array(
+      fc.record({ type: fc.constant("tool_result"), tool_use_id: fc.constantFrom("toolu_01", "toolu_02", "toolu_09"), content: fc.string({ maxLength: 10 }), is_error: fc.boolean() }),
+      { maxLength: 2 },
+    ),
   }),
 });
 const modelUsage = fc.oneof(
   { weight: 4, arbitrary: fc.constant(undefined) },
-  { weight: 1, arbitrary: fc.record({ inputTokens: fc.nat(5000), outputTokens: fc.nat(100), cacheReadInputTokens: fc.nat(700), cacheCreationInputTokens: fc.nat(500), costBasis: fc.constantFrom("list", "unknown") }).map((u) => ({ [MODEL]: u })) },
+  {
+    weight: 1,
+    arbitrary: fc
+      .record({ inputTokens: fc.nat(5000), outputTokens: fc.nat(100), cacheReadInputTokens: fc.nat(700), cacheCreationInputTokens: fc.nat(500), costBasis: fc.constantFrom("list", "unknown") })
+      .map((u) => ({ [MODEL]: u })),
+  },
   { weight: 1, arbitrary: fc.constantFrom({}, { "claude-haiku-4-5": { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 0, cacheCreationInputTokens: 0 } }) },
 );
 /** Mostly `undefined` (keep the measured value), sometimes a change drawn from `arb`. */
@@ -290,7 +297,12 @@ const initChanges = fc.record({
   subtype: keepOr(fc.constantFrom("status", "init ")),
   model: keepOr(fc.constantFrom("claude-sonnet-5", "", null)),
   tools: keepOr(fc.oneof(fc.constantFrom([...REPO_TOOLS], [...REPO_TOOLS, ...DOC_TOOLS], [...REPO_TOOLS, "Read"]), fc.array(toolName, { maxLength: 8 }))),
-  mcp_servers: keepOr(fc.oneof(fc.constantFrom([], [{ name: "doc-bridge", status: "connected" }], [{ name: "doc-bridge", status: "failed" }]), fc.array(fc.record({ name: fc.constantFrom("doc-bridge", "other"), status: fc.constantFrom("connected", "pending") }), { maxLength: 3 }))),
+  mcp_servers: keepOr(
+    fc.oneof(
+      fc.constantFrom([], [{ name: "doc-bridge", status: "connected" }], [{ name: "doc-bridge", status: "failed" }]),
+      fc.array(fc.record({ name: fc.constantFrom("doc-bridge", "other"), status: fc.constantFrom("connected", "pending") }), { maxLength: 3 }),
+    ),
+  ),
   apiKeySource: keepOr(fc.constantFrom("ANTHROPIC_API_KEY", "/login managed key", 0)),
 });
 /** Changes to the measured result event. */
@@ -358,9 +370,21 @@ describe("pathological transcripts", () => {
   const cases: Array<[string, () => string]> = [
     ["one 4 MiB line", () => `{"type":"assistant","message":{"id":"m","content":[{"type":"text","text":"${"x".repeat(4 * 1024 * 1024)}"}]}}\n`],
     ["a million nested arrays inside an event", () => `{"type":"assistant","x":${"[".repeat(1_000_000)}${"]".repeat(1_000_000)}}\n`],
-    ["a million nested arrays as a tool input, after a valid init", () => toText([baseEvents("repository")[0]]) + `{"type":"assistant","message":{"id":"m","content":[{"type":"tool_use","id":"t","name":"Read","input":${"[".repeat(1_000_000)}${"]".repeat(1_000_000)}}]}}\n`],
+    [
+      "a million nested arrays as a tool input, after a valid init",
+      () =>
+        toText([baseEvents("repository")[0]]) +
+        `{"type":"assistant","message":{"id":"m","content":[{"type":"tool_use","id":"t","name":"Read","input":${"[".repeat(1_000_000)}${"]".repeat(1_000_000)}}]}}\n`,
+    ],
     ["100,000 lines of unknown events", () => '{"type":"rate_limit_event"}\n'.repeat(100_000)],
-    ["50,000 distinct tool calls outside the set", () => toText([baseEvents("repository")[0], ...Array.from({ length: 50_000 }, (_, i) => ({ type: "assistant", message: { id: `m${i}`, content: [{ type: "tool_use", id: `t${i}`, name: `Tool${i}`, input: {} }] } }))])],
+    [
+      "50,000 distinct tool calls outside the set",
+      () =>
+        toText([
+          baseEvents("repository")[0],
+          ...Array.from({ length: 50_000 }, (_, i) => ({ type: "assistant", message: { id: `m${i}`, content: [{ type: "tool_use", id: `t${i}`, name: `Tool${i}`, input: {} }] } })),
+        ]),
+    ],
     ["100,000 result events", () => toText(Array.from({ length: 100_000 }, () => baseEvents("repository")[8]))],
     ["200,000 lines that are not JSON", () => "{\n".repeat(200_000)],
   ];

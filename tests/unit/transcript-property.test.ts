@@ -40,8 +40,7 @@ function oracle(seq: readonly number[]): "completed" | "invalid-setup" | "invali
   const count = (i: number) => seq.filter((x) => x === i).length;
   const first = (i: number) => seq.indexOf(i);
   const resultBeforeCall = (res: number, call: number) => count(res) > 0 && (count(call) === 0 || first(res) < first(call));
-  const setupBroken =
-    count(0) !== 1 || count(8) !== 1 || seq.at(-1) !== 8 || resultBeforeCall(4, 2) || resultBeforeCall(5, 3);
+  const setupBroken = count(0) !== 1 || count(8) !== 1 || seq.at(-1) !== 8 || resultBeforeCall(4, 2) || resultBeforeCall(5, 3);
   if (setupBroken) return "invalid-setup";
   // Each message's usage must be seen once for the per-message sums to equal modelUsage.
   const costBroken = !(count(1) + count(2) + count(3) > 0) || count(7) === 0;
@@ -81,10 +80,8 @@ const BREAKERS: Record<string, Breaker> = {
     if (a === "mcp") e[0]!.mcp_servers[0].status = s === "connected" ? "failed" : s;
     else e[0]!.mcp_servers.push({ name: "doc-bridge", status: "connected" });
   },
-  "tool outside the set": (e, a, _p, s) =>
-    void (e[2]!.message.content[0].name = notIn(a === "mcp" ? [...REPO_TOOLS, ...DOC_TOOLS] : [...REPO_TOOLS], s)),
-  "denied non-read tool": (e, _a, _p, s) =>
-    void e[8]!.permission_denials.push({ tool_name: notIn(["Read", "Grep", "Glob"], s), tool_use_id: "toolu_01", tool_input: {} }),
+  "tool outside the set": (e, a, _p, s) => void (e[2]!.message.content[0].name = notIn(a === "mcp" ? [...REPO_TOOLS, ...DOC_TOOLS] : [...REPO_TOOLS], s)),
+  "denied non-read tool": (e, _a, _p, s) => void e[8]!.permission_denials.push({ tool_name: notIn(["Read", "Grep", "Glob"], s), tool_use_id: "toolu_01", tool_input: {} }),
   "all doc-bridge calls failed": (e, a) => {
     if (a === "mcp") {
       e[4]!.message.content[0].is_error = true;
@@ -94,13 +91,12 @@ const BREAKERS: Record<string, Breaker> = {
     }
   },
   "non-success subtype": (e, _a, _p, s) => void (e[8]!.subtype = s === "success" ? "error_during_execution" : s),
-  "is_error": (e) => void (e[8]!.is_error = true),
+  is_error: (e) => void (e[8]!.is_error = true),
   "no answer": (e) => void delete e[8]!.result,
   "reported cost too high": (e, _a, _p, _s, n) => void (e[8]!.total_cost_usd = 0.000602 * 2 + 1e-9 + n),
   "reported cost too low": (e, _a, _p, _s, n) => void (e[8]!.total_cost_usd = (0.000602 / 2) * Math.min(0.999, n)),
   "reported cost missing": (e) => void delete e[8]!.total_cost_usd,
-  "foreign model": (e, _a, _p, s) =>
-    void (e[8]!.modelUsage[notIn([MODEL], s)] = { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costBasis: "list" }),
+  "foreign model": (e, _a, _p, s) => void (e[8]!.modelUsage[notIn([MODEL], s)] = { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costBasis: "list" }),
   "costBasis not list": (e, _a, _p, s) => void (e[8]!.modelUsage[MODEL].costBasis = s === "list" ? "unknown" : s),
   "per-message sum off": (e, _a, p) => void (e[7]!.message.usage.input_tokens += 1 + p),
   "not JSON": (e, _a, p) => {

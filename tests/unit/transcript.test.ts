@@ -1,20 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { computeCost } from "../../src/cost/compute.ts";
 import { readTranscript, TranscriptReader, type SetupProblemCode } from "../../src/transcript/reader.ts";
-import {
-  ANSWER,
-  baseEvents,
-  evaluate,
-  expectation,
-  MODEL,
-  REAL_SAMPLE_LINES,
-  resultEvent,
-  toolUse,
-  toText,
-  type Arm,
-  type Evaluation,
-  type Event,
-} from "./transcript-fixtures.ts";
+import { ANSWER, baseEvents, evaluate, expectation, MODEL, REAL_SAMPLE_LINES, resultEvent, toolUse, toText, type Arm, type Evaluation, type Event } from "./transcript-fixtures.ts";
 
 const ARMS: Arm[] = ["repository", "mcp"];
 
@@ -110,7 +97,10 @@ describe("a valid transcript", () => {
 
 describe("stream shape (seed 000: one result, last; one init; every line JSON)", () => {
   it("a line that is not JSON is invalid-setup, and the result's cost is still read", () => {
-    const ev = evaluate(withEvents("repository", (e) => [...e.slice(0, 6), "{\"type\":\"assistant\",", ...e.slice(6)]), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => [...e.slice(0, 6), '{"type":"assistant",', ...e.slice(6)]),
+      "repository",
+    );
     expectOnly(ev, "not-json");
     expect(ev.facts.setupProblems).toEqual(["line 7 is not JSON"]);
     expect(ev.facts.reportedCostUsd).toBe(0.000602);
@@ -118,15 +108,30 @@ describe("stream shape (seed 000: one result, last; one init; every line JSON)",
   });
 
   it("a JSON line that is not an object is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => [e[0], "[1,2]", ...e.slice(1)]), "repository"), "not-json");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => [e[0], "[1,2]", ...e.slice(1)]),
+        "repository",
+      ),
+      "not-json",
+    );
   });
 
   it("an object without a type is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => [e[0], { message: {} }, ...e.slice(1)]), "repository"), "malformed-event");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => [e[0], { message: {} }, ...e.slice(1)]),
+        "repository",
+      ),
+      "malformed-event",
+    );
   });
 
   it("no result event is invalid-setup", () => {
-    const ev = evaluate(withEvents("repository", (e) => e.slice(0, -1)), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => e.slice(0, -1)),
+      "repository",
+    );
     expectOnly(ev, "no-result");
     expect(ev.facts.usageComplete).toBe(false);
     expect(ev.facts.reportedCostUsd).toBeNull();
@@ -146,38 +151,80 @@ describe("stream shape (seed 000: one result, last; one init; every line JSON)",
   });
 
   it("a result that is not the last event is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => [...e, { type: "rate_limit_event" }]), "repository"), "result-not-last");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => [...e, { type: "rate_limit_event" }]),
+        "repository",
+      ),
+      "result-not-last",
+    );
   });
 
   it("two init events are invalid-setup", () => {
-    expectOnly(evaluate(withEvents("mcp", (e) => [e[0], ...e]), "mcp"), "several-inits");
+    expectOnly(
+      evaluate(
+        withEvents("mcp", (e) => [e[0], ...e]),
+        "mcp",
+      ),
+      "several-inits",
+    );
   });
 
   it("no init event is invalid-setup", () => {
-    const ev = evaluate(withEvents("mcp", (e) => e.slice(1)), "mcp");
+    const ev = evaluate(
+      withEvents("mcp", (e) => e.slice(1)),
+      "mcp",
+    );
     expectOnly(ev, "no-init");
     expect(ev.facts.initModel).toBeNull();
   });
 
   it("a malformed init event is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => void (e[0]!.tools = "Glob,Grep,Read")), "repository"), "malformed-init");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => void (e[0]!.tools = "Glob,Grep,Read")),
+        "repository",
+      ),
+      "malformed-init",
+    );
   });
 
   it("a malformed assistant event is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => void (e[1]!.message.content = "text")), "repository"), "malformed-event");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => void (e[1]!.message.content = "text")),
+        "repository",
+      ),
+      "malformed-event",
+    );
   });
 
   it("a tool_use block without a name is invalid-setup", () => {
     const nameless = { type: "assistant", message: { id: "msg_01", content: [{ type: "tool_use", id: "toolu_03", input: {} }] } };
-    expectOnly(evaluate(withEvents("repository", (e) => void e.splice(4, 0, nameless)), "repository"), "malformed-event");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => void e.splice(4, 0, nameless)),
+        "repository",
+      ),
+      "malformed-event",
+    );
   });
 
   it("malformed per-message usage is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => void (e[7]!.message.usage.input_tokens = "3000")), "repository"), "malformed-event");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => void (e[7]!.message.usage.input_tokens = "3000")),
+        "repository",
+      ),
+      "malformed-event",
+    );
   });
 
   it("a malformed result is invalid-setup, and its cost is still read", () => {
-    const ev = evaluate(withEvents("repository", (e) => void delete e[8]!.permission_denials), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void delete e[8]!.permission_denials),
+      "repository",
+    );
     expectOnly(ev, "malformed-result");
     expect(ev.facts.setupProblems).toEqual(["line 9: result event has malformed or missing permission_denials"]);
     expect(ev.cost.computedCostUsd).toBe(0.000602);
@@ -185,18 +232,30 @@ describe("stream shape (seed 000: one result, last; one init; every line JSON)",
   });
 
   it("a repeated message whose prompt usage differs is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => void (e[3]!.message.usage = { ...e[3]!.message.usage, input_tokens: 1 })), "repository"), "inconsistent-usage");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => void (e[3]!.message.usage = { ...e[3]!.message.usage, input_tokens: 1 })),
+        "repository",
+      ),
+      "inconsistent-usage",
+    );
   });
 
   it("a tool_result for a tool_use that never happened is invalid-setup", () => {
-    const ev = evaluate(withEvents("repository", (e) => void (e[5]!.message.content[0].tool_use_id = "toolu_99")), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void (e[5]!.message.content[0].tool_use_id = "toolu_99")),
+      "repository",
+    );
     expectOnly(ev, "unknown-tool-result");
   });
 });
 
 describe("init checks (seed 000: model, exact tool set, MCP status)", () => {
   it("an init model other than the requested one is invalid-setup", () => {
-    const ev = evaluate(withEvents("repository", (e) => void (e[0]!.model = "claude-sonnet-5")), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void (e[0]!.model = "claude-sonnet-5")),
+      "repository",
+    );
     expectOnly(ev, "init-model");
     expect(ev.facts.setupProblems).toEqual(['init model "claude-sonnet-5" is not the requested "claude-haiku-5-5"']);
   });
@@ -206,13 +265,22 @@ describe("init checks (seed 000: model, exact tool set, MCP status)", () => {
     ["extra", ["Glob", "Grep", "Read", "Bash"], 'extra "Bash"'],
     ["duplicated", ["Glob", "Grep", "Read", "Read"], 'duplicated "Read"'],
   ])("a %s init tool is invalid-setup", (_, tools, detail) => {
-    const ev = evaluate(withEvents("repository", (e) => void (e[0]!.tools = tools)), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void (e[0]!.tools = tools)),
+      "repository",
+    );
     expectOnly(ev, "init-tools");
     expect(ev.facts.setupProblems).toEqual([`init tools are not exactly the expected set: ${detail}`]);
   });
 
   it("a doc-bridge tool missing from init in the mcp arm is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("mcp", (e) => void e[0]!.tools.pop()), "mcp"), "init-tools");
+    expectOnly(
+      evaluate(
+        withEvents("mcp", (e) => void e[0]!.tools.pop()),
+        "mcp",
+      ),
+      "init-tools",
+    );
   });
 
   it.each([
@@ -220,17 +288,38 @@ describe("init checks (seed 000: model, exact tool set, MCP status)", () => {
     ["pending", [{ name: "doc-bridge", status: "pending" }]],
     ["renamed", [{ name: "docs", status: "connected" }]],
     ["absent", []],
-    ["doubled", [{ name: "doc-bridge", status: "connected" }, { name: "other", status: "connected" }]],
+    [
+      "doubled",
+      [
+        { name: "doc-bridge", status: "connected" },
+        { name: "other", status: "connected" },
+      ],
+    ],
   ])("mcp arm: a %s doc-bridge server is invalid-setup", (_, servers) => {
-    expectOnly(evaluate(withEvents("mcp", (e) => void (e[0]!.mcp_servers = servers)), "mcp"), "mcp-servers");
+    expectOnly(
+      evaluate(
+        withEvents("mcp", (e) => void (e[0]!.mcp_servers = servers)),
+        "mcp",
+      ),
+      "mcp-servers",
+    );
   });
 
   it("repository arm: any MCP server is invalid-setup", () => {
-    expectOnly(evaluate(withEvents("repository", (e) => void (e[0]!.mcp_servers = [{ name: "doc-bridge", status: "connected" }])), "repository"), "mcp-servers");
+    expectOnly(
+      evaluate(
+        withEvents("repository", (e) => void (e[0]!.mcp_servers = [{ name: "doc-bridge", status: "connected" }])),
+        "repository",
+      ),
+      "mcp-servers",
+    );
   });
 
   it("repository arm: an MCP tool in init is invalid-setup", () => {
-    const ev = evaluate(withEvents("repository", (e) => void e[0]!.tools.push("mcp__doc-bridge__doc_search")), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void e[0]!.tools.push("mcp__doc-bridge__doc_search")),
+      "repository",
+    );
     expect(ev.facts.setupProblemCodes).toEqual(["init-tools"]);
     expect(ev.facts.setupProblems).toContain('the repository arm must have no MCP tool; init lists "mcp__doc-bridge__doc_search"');
     expect(ev.classification.status).toBe("invalid-setup");
@@ -255,32 +344,47 @@ describe("init checks (seed 000: model, exact tool set, MCP status)", () => {
 
 describe("tool calls, denials and tool errors", () => {
   it("a tool call outside the allowed set is invalid-setup", () => {
-    const ev = evaluate(withEvents("repository", (e) => void (e[2]!.message.content[0] = toolUse("toolu_01", "Bash", { command: "ls" }))), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void (e[2]!.message.content[0] = toolUse("toolu_01", "Bash", { command: "ls" }))),
+      "repository",
+    );
     expectOnly(ev, "tool-outside-set");
     expect(ev.facts.toolCallsByName).toEqual({ Bash: 1, Read: 1 });
   });
 
   it("a doc-bridge call in the repository arm is outside the set", () => {
     expectOnly(
-      evaluate(withEvents("repository", (e) => void (e[2]!.message.content[0] = toolUse("toolu_01", "mcp__doc-bridge__doc_search", { query: "x" }))), "repository"),
+      evaluate(
+        withEvents("repository", (e) => void (e[2]!.message.content[0] = toolUse("toolu_01", "mcp__doc-bridge__doc_search", { query: "x" }))),
+        "repository",
+      ),
       "tool-outside-set",
     );
   });
 
   it("a server-side tool use block counts as a tool call", () => {
-    const ev = evaluate(withEvents("repository", (e) => void e.splice(7, 0, { type: "assistant", message: { id: "msg_01", content: [{ type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: {} }] } })), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void e.splice(7, 0, { type: "assistant", message: { id: "msg_01", content: [{ type: "server_tool_use", id: "srvtoolu_1", name: "web_search", input: {} }] } })),
+      "repository",
+    );
     expectOnly(ev, "tool-outside-set");
     expect(ev.facts.toolCalls).toBe(3);
   });
 
   it("an id reused with another tool name cannot smuggle that tool in", () => {
-    const ev = evaluate(withEvents("repository", (e) => void e.splice(4, 0, { type: "assistant", message: { id: "msg_01", content: [toolUse("toolu_01", "Bash", { command: "id" })] } })), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void e.splice(4, 0, { type: "assistant", message: { id: "msg_01", content: [toolUse("toolu_01", "Bash", { command: "id" })] } })),
+      "repository",
+    );
     expectOnly(ev, "tool-outside-set");
     expect(ev.facts.toolCalls).toBe(2);
   });
 
   it("counts every tool_use once by id, even when its event repeats", () => {
-    const ev = evaluate(withEvents("repository", (e) => [...e.slice(0, 3), e[2], e[2], ...e.slice(3)]), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => [...e.slice(0, 3), e[2], e[2], ...e.slice(3)]),
+      "repository",
+    );
     expect(ev.classification.status).toBe("completed");
     expect(ev.facts.toolCalls).toBe(2);
     expect(ev.facts.toolCallsByName).toEqual({ Grep: 1, Read: 1 });
@@ -301,7 +405,10 @@ describe("tool calls, denials and tool errors", () => {
   });
 
   it("a denial of any other tool is invalid-setup", () => {
-    const ev = evaluate(withEvents("repository", (e) => void (e[8]!.permission_denials = [{ tool_name: "Write", tool_use_id: "toolu_9", tool_input: {} }])), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void (e[8]!.permission_denials = [{ tool_name: "Write", tool_use_id: "toolu_9", tool_input: {} }])),
+      "repository",
+    );
     expectOnly(ev, "permission-denial");
   });
 
@@ -344,20 +451,29 @@ describe("tool calls, denials and tool errors", () => {
   });
 
   it("mcp arm: a success and a call that got no result is accepted (the treatment reached the agent)", () => {
-    const ev = evaluate(withEvents("mcp", (e) => [...e.slice(0, 5), ...e.slice(6)]), "mcp");
+    const ev = evaluate(
+      withEvents("mcp", (e) => [...e.slice(0, 5), ...e.slice(6)]),
+      "mcp",
+    );
     expect(ev.facts.setupProblems).toEqual([]);
     expect(ev.facts.docBridgeCalls.map((c) => c.isError)).toEqual([false, null]);
   });
 
   it("mcp arm: partial doc-bridge errors are recorded by full tool name and accepted", () => {
-    const ev = evaluate(withEvents("mcp", (e) => void (e[4]!.message.content[0].is_error = true)), "mcp");
+    const ev = evaluate(
+      withEvents("mcp", (e) => void (e[4]!.message.content[0].is_error = true)),
+      "mcp",
+    );
     expect(ev.classification.status).toBe("completed");
     expect(ev.facts.toolErrorsByName).toEqual({ "mcp__doc-bridge__doc_search": 1 });
     expect(ev.facts.docBridgeCalls.map((c) => c.isError)).toEqual([true, false]);
   });
 
   it("mcp arm: no doc-bridge call at all is not a setup problem", () => {
-    const ev = evaluate(withEvents("mcp", (e) => [e[0], e[1], ...e.slice(6)]), "mcp");
+    const ev = evaluate(
+      withEvents("mcp", (e) => [e[0], e[1], ...e.slice(6)]),
+      "mcp",
+    );
     expect(ev.classification.status).toBe("completed");
     expect(ev.facts.toolCalls).toBe(0);
   });
@@ -406,7 +522,10 @@ describe("hostile transcripts", () => {
 
   it("a model hidden under an own __proto__ key is still a foreign model", () => {
     const text = withEvents("repository", (e) => {
-      const line = JSON.stringify(e[8]).replace('"modelUsage":{', '"modelUsage":{"__proto__":{"inputTokens":1,"outputTokens":1,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"costBasis":"list"},');
+      const line = JSON.stringify(e[8]).replace(
+        '"modelUsage":{',
+        '"modelUsage":{"__proto__":{"inputTokens":1,"outputTokens":1,"cacheReadInputTokens":0,"cacheCreationInputTokens":0,"costBasis":"list"},',
+      );
       return [...e.slice(0, 8), line];
     });
     const ev = evaluate(text, "repository");
@@ -423,7 +542,10 @@ describe("hostile transcripts", () => {
 
 describe("usage completeness", () => {
   it("is false without modelUsage, and the cost is then invalid", () => {
-    const ev = evaluate(withEvents("repository", (e) => void delete e[8]!.modelUsage), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void delete e[8]!.modelUsage),
+      "repository",
+    );
     expect(ev.facts.usageComplete).toBe(false);
     expect(ev.facts.setupProblems).toEqual([]);
     expect(ev.cost.problems).toEqual(["modelUsage is missing or malformed"]);
@@ -431,7 +553,10 @@ describe("usage completeness", () => {
   });
 
   it("is false with malformed usage; missing counts are null, never zero, and the attempt is invalid-cost", () => {
-    const ev = evaluate(withEvents("repository", (e) => void delete e[8]!.usage.output_tokens), "repository");
+    const ev = evaluate(
+      withEvents("repository", (e) => void delete e[8]!.usage.output_tokens),
+      "repository",
+    );
     expect(ev.facts.usageComplete).toBe(false);
     expect(ev.facts.outputTokens).toBeNull();
     expect(ev.facts.inputTokens).toBeNull();
@@ -449,7 +574,10 @@ describe("usage completeness", () => {
 
 describe("the CLI's identity in the init event", () => {
   it.each(ARMS)("%s arm: an apiKeySource other than none is invalid-setup (the study runs on the CLI's own login)", (arm) => {
-    const ev = evaluate(withEvents(arm, (events) => void ((events[0] as any).apiKeySource = "ANTHROPIC_API_KEY")), arm);
+    const ev = evaluate(
+      withEvents(arm, (events) => void ((events[0] as any).apiKeySource = "ANTHROPIC_API_KEY")),
+      arm,
+    );
     expectOnly(ev, "api-key-source");
   });
 
