@@ -373,20 +373,14 @@ export const LedgerSchema = z
     isolation: z.string().min(1),
     runtime: z.string().min(1).nullable().optional().meta({ description: "cli: the OCI runtime attempts ran under (--runtime); null: the engine's default" }),
     attemptCpus: z.number().positive().optional().meta({ description: "cli: the CPUs each attempt container could use (--cpus, Docker's NanoCpus / 1e9)" }),
-    modelApi: z
-      .enum(["anthropic", "test"])
-      .optional()
-      .meta({
-        description:
-          "who answered: the model through the real API (anthropic), or a test stand-in (the fake claude image, a scripted API on a unix socket, a test-only --api-base-url): such a run is no evidence about the model",
-      }),
+    modelApi: z.enum(["anthropic", "test"]).optional().meta({
+      description:
+        "who answered: the model through the real API (anthropic), or a test stand-in (the fake claude image, a scripted API on a unix socket, a test-only --api-base-url): such a run is no evidence about the model",
+    }),
     egressAllow: z.array(z.string().min(1)).optional().meta({ description: "strict isolation: the host names the egress proxy allowed, port 443 only" }),
-    credentials: z
-      .enum(["gateway", "login-copy"])
-      .optional()
-      .meta({
-        description: "cli: gateway = the credential stayed on the host and every request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login",
-      }),
+    credentials: z.enum(["gateway", "login-copy"]).optional().meta({
+      description: "cli: gateway = the credential stayed on the host and every request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login",
+    }),
     model: z.string().min(1),
     prices: PriceTableSchema,
     mode: z.enum(["pilot", "full"]),

@@ -76,7 +76,19 @@ const OUTSIDE_PROBLEMS = ["doc-bridge record: ", "gateway: "];
  * recomputed field, the status and the charge. Returns the transcript's lines when it was read.
  */
 async function checkRun(
-  o: { privateFile: string; index: number; where: string; run: StoredRun; arm: Arm; expectedTools?: readonly string[]; model: string; cliVersion: string | undefined; capUsd: number },
+  o: {
+    privateFile: string;
+    /** What the private file is called in a difference: "ledger" or "record". */
+    noun: "ledger" | "record";
+    index: number;
+    where: string;
+    run: StoredRun;
+    arm: Arm;
+    expectedTools?: readonly string[];
+    model: string;
+    cliVersion: string | undefined;
+    capUsd: number;
+  },
   differences: string[],
   extraFields: (facts: TranscriptFacts) => Record<string, unknown> = () => ({}),
 ): Promise<{ lines: readonly string[]; verified: boolean } | null> {
@@ -92,7 +104,7 @@ async function checkRun(
   }
   if (file.mode !== LEDGER_MODE) differences.push(`${where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
   const hash = sha256Hex(file.bytes);
-  if (hash !== run.transcriptSha256) differences.push(`${where}.transcriptSha256: recorded ${run.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
+  if (hash !== run.transcriptSha256) differences.push(`${where}.transcriptSha256: ${o.noun} ${run.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
   const lines = transcriptLines(file.bytes);
   if (run.phase !== "settled") return { lines, verified: false };
 
@@ -140,7 +152,7 @@ export async function verifyLedger(path: string): Promise<VerifyResult> {
     if (o.phase === "reserved") continue; // nothing ran: no transcript is expected
     const where = `observations[${o.index}] (${o.task}, ${o.scenario}, repetition ${o.repetition})`;
     const checked = await checkRun(
-      { privateFile: path, index: o.index, where, run: o, arm: o.arm, model: ledger.model, cliVersion: ledger.expectedCliVersion ?? undefined, capUsd: ledger.budget.capUsd },
+      { privateFile: path, noun: "ledger", index: o.index, where, run: o, arm: o.arm, model: ledger.model, cliVersion: ledger.expectedCliVersion ?? undefined, capUsd: ledger.budget.capUsd },
       differences,
       (facts) => pick(observationExtras(facts), OBSERVATION_FIELDS),
     );
@@ -170,6 +182,7 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
     const checked = await checkRun(
       {
         privateFile: path,
+        noun: "record",
         index: item.observationIndex,
         where,
         run,
@@ -187,7 +200,7 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
       for (const line of checked.lines) readResultEvent(line, out);
       const reading = readVerdict(out.structuredOutput, out.resultText, item.verdict.propositions.length);
       if (!reading.ok || !isDeepStrictEqual(reading.verdict, item.verdict))
-        differences.push(`items[${item.position}].verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
+        differences.push(`items[${item.position}] (observation ${item.observationIndex}).verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
     }
     verified++;
   }

@@ -46,6 +46,8 @@ describe("--concurrency with the login copy", () => {
         join(work, "login"),
         "--output",
         output,
+        "--credentials",
+        "login-copy",
         "--concurrency",
         "2",
         ...rootArgs,
