@@ -54,7 +54,9 @@ describe("the demo ends with a report", () => {
     }
     expect((await stat(summary.demo.adjudication)).mode & 0o777).toBe(0o600);
     const data = JSON.parse(await readFile(summary.demo.report.json, "utf8")) as ReportData;
-    expect(data.adjudication).toMatchObject({ status: "complete", sameModel: true, forcedSameModel: true, humanReview: false });
+    // The demo follows the protocol: a different model adjudicates, with no flag.
+    expect(data.adjudication).toMatchObject({ status: "complete", sameModel: false, forcedSameModel: false, humanReview: false });
+    expect(data.adjudication!.model).not.toBe(data.adjudication!.answeringModel);
     expect(data.attempts.map((a) => a.outcome).every((o) => o !== "missing" && o !== "blocked")).toBe(true);
     expect(data.extrapolation.applies).toBe(true);
     expect(await readFile(summary.demo.report.markdown, "utf8")).toContain("There is no human review.");
