@@ -187,10 +187,7 @@ export function hardenedArguments(opts: {
   extra?: readonly string[];
   prompt: string;
 }): string[] {
-  // A value starting with '-' would be read as a flag.
-  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(opts.model)) {
-    throw new UsageError(`the model '${opts.model}' is not a model name such as claude-haiku-5-5`);
-  }
+  assertModelName(opts.model);
   const denied = [...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS, ...(opts.deniedTools ?? [])];
   return [
     "-p",
@@ -219,4 +216,9 @@ export function hardenedArguments(opts: {
     "--",
     opts.prompt,
   ];
+}
+
+/** A model name the CLI gets as one argument; a value starting with '-' would be read as a flag. */
+export function assertModelName(model: string): void {
+  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(model)) throw new UsageError(`the model '${model}' is not a model name such as claude-haiku-5-5`);
 }

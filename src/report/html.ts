@@ -1,6 +1,6 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
 import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
-import { blindingLine, egressTargetsText, fmt, instructionFilesText, INSTRUCTION_FILES_NOTE, spendLines } from "./markdown.ts";
+import { ATTEMPT_COLUMNS, attemptRows, blindingLine, egressTargetsText, fmt, instructionFilesText, INSTRUCTION_FILES_NOTE, spendLines } from "./markdown.ts";
 import { analysisBlocks, behaviourBlock, num, type Block } from "./sections.ts";
 import type { ArmBehaviour } from "./behaviour.ts";
 
@@ -270,24 +270,7 @@ export function renderHtml(r: ReportData): string {
       sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))]),
     ),
   );
-  body.push(
-    table(
-      ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD"],
-      r.attempts.map((a) => [
-        a.index === null ? "—" : String(a.index + 1),
-        a.task,
-        a.scenario,
-        String(a.repetition),
-        a.status,
-        a.outcome,
-        fmt(a.inputTokens),
-        fmt(a.outputTokens),
-        fmt(a.toolCalls),
-        fmt(a.wallTimeMs),
-        fmt(a.chargedUsd, "USD"),
-      ]),
-    ),
-  );
+  body.push(table(ATTEMPT_COLUMNS, attemptRows(r)));
 
   if (r.egress) {
     body.push(`<h2>Egress (isolation strict)</h2>`, `<p>Requests to the runner's egress proxy per attempt. A refused request does not fail an attempt by itself.</p>`);

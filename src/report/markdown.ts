@@ -157,25 +157,7 @@ export function renderMarkdown(r: ReportData): string {
   );
 
   out.push("## Attempts", "");
-  out.push(
-    ...table(
-      ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD"],
-      r.attempts.map((a) => [
-        a.index === null ? "—" : String(a.index + 1),
-        a.task,
-        a.scenario,
-        String(a.repetition),
-        a.status,
-        a.outcome,
-        fmt(a.inputTokens),
-        fmt(a.outputTokens),
-        fmt(a.toolCalls),
-        fmt(a.wallTimeMs),
-        fmt(a.chargedUsd, "USD"),
-      ]),
-    ),
-    "",
-  );
+  out.push(...table(ATTEMPT_COLUMNS, attemptRows(r)), "");
 
   if (r.egress) {
     out.push("## Egress (isolation strict)", "", "Requests to the runner's egress proxy per attempt. A refused request does not fail an attempt by itself.", "");
@@ -204,4 +186,23 @@ export function renderMarkdown(r: ReportData): string {
   else out.push(...r.gaps.map((g) => `- ${g}`));
   out.push("", `_${r.statement}_`, "");
   return out.join("\n");
+}
+
+/** The attempts table, the same in every format. */
+export const ATTEMPT_COLUMNS = ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD"];
+
+export function attemptRows(r: ReportData): string[][] {
+  return r.attempts.map((a) => [
+    a.index === null ? "—" : String(a.index + 1),
+    a.task,
+    a.scenario,
+    String(a.repetition),
+    a.status,
+    a.outcome,
+    fmt(a.inputTokens),
+    fmt(a.outputTokens),
+    fmt(a.toolCalls),
+    fmt(a.wallTimeMs),
+    fmt(a.chargedUsd, "USD"),
+  ]);
 }

@@ -1,6 +1,5 @@
 import { z } from "zod";
-import { BUILTIN_DENIED_TOOLS, EMPTY_MCP_CONFIG, formatBudgetUsd, HOME_READ_DENIALS, SYSTEM_READ_DENIALS } from "../claude/args.ts";
-import { UsageError } from "../util/errors.ts";
+import { assertModelName, BUILTIN_DENIED_TOOLS, EMPTY_MCP_CONFIG, formatBudgetUsd, HOME_READ_DENIALS, SYSTEM_READ_DENIALS } from "../claude/args.ts";
 import { SessionResultSchema, type SessionResult } from "./schema.ts";
 
 /** A session's tools: the read tools and the two that edit files in the working folder. */
@@ -66,7 +65,7 @@ export interface SessionArgumentOptions {
  * what a resume needs.
  */
 export function sessionArguments(o: SessionArgumentOptions): string[] {
-  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(o.model)) throw new UsageError(`the model '${o.model}' is not a model name such as claude-haiku-5-5`);
+  assertModelName(o.model);
   if (!z.uuid().safeParse(o.sessionId).success) throw new Error(`session id ${o.sessionId} is not a UUID`);
   const denied = [...BUILTIN_DENIED_TOOLS.filter((t) => t !== "Edit" && t !== "Write"), ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS, ...SESSION_EDIT_DENIALS];
   return [
