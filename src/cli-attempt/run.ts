@@ -175,7 +175,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     const homeDir = join(homeParent, "home");
     const sessionMount = input.session ? await input.session.stage(homeDir) : undefined;
     // The session files come back into a folder of their own, so the login folder need not be
-    // writable; with the gateway nothing else is written back, and it is mounted read-only.
+    // writable; with the gateway nothing else is written back, and it is mounted read-only (contract R116).
     let projectsOut: string | undefined;
     if (input.session) {
       projectsOut = join(homeParent, "session-out");

@@ -436,7 +436,7 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
         call.meteredCostUsd = result.gateway ? round12(result.gateway.meteredCostUsd) : null;
         let status = result.status;
         let reason = result.reason;
-        // The gateway saw every request of this call: its spend and the cumulative difference must agree.
+        // The gateway saw every request of this call: its spend and the cumulative difference must agree (contract R112).
         if (status === "completed" && !fakeImage && call.meteredCostUsd !== null && call.callCostUsd !== null && Math.abs(call.meteredCostUsd - call.callCostUsd) > 1e-9) {
           status = "invalid-setup";
           reason = `the gateway metered ${call.meteredCostUsd} USD for this call but total_cost_usd grew by ${call.callCostUsd} USD`;

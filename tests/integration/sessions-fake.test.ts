@@ -164,6 +164,7 @@ describe("a session over the fake image", () => {
     }
   }, 300_000);
 
+  // contract: R116
   it("through the gateway: the login folder is read-only and holds a placeholder, the session files come back through the call's own folder, the resume finds them", async () => {
     const b = await behaviour({
       "0": {
