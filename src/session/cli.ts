@@ -16,7 +16,7 @@ export interface SessionRuntimeFlags {
   quiet?: boolean;
 }
 
-function runtimeOptions(flags: SessionRuntimeFlags): SessionRuntimeOptions {
+export function runtimeOptions(flags: SessionRuntimeFlags): SessionRuntimeOptions {
   const isolation = flags.isolation ?? (flags.modelApiSocket || flags.fakeBehaviour ? "offline" : "standard");
   if (isolation !== "standard" && isolation !== "offline") throw new UsageError(`--isolation ${isolation}: sessions run 'standard' or 'offline'`);
   // As for a study: the gateway unless the calls go to a scripted API's socket directly.

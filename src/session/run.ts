@@ -437,9 +437,10 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
         let status = result.status;
         let reason = result.reason;
         // The gateway saw every request of this call: its spend and the cumulative difference must agree (contract R112).
-        if (status === "completed" && !fakeImage && call.meteredCostUsd !== null && call.callCostUsd !== null && Math.abs(call.meteredCostUsd - call.callCostUsd) > 1e-9) {
+        const disagreement = status === "completed" && !fakeImage ? meteredCostProblem(call) : null;
+        if (disagreement) {
           status = "invalid-setup";
-          reason = `the gateway metered ${call.meteredCostUsd} USD for this call but total_cost_usd grew by ${call.callCostUsd} USD`;
+          reason = disagreement;
           call.setupProblems.push(reason);
         }
         if (out.sessionId !== null && out.sessionId !== s.id) {
@@ -523,6 +524,17 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
 }
 
 const round12 = (n: number) => Math.round(n * 1e12) / 1e12;
+
+/**
+ * With the gateway, the spend it metered for one call and the growth of the CLI's cumulative
+ * total_cost_usd are two measurements of the same call: a difference above 1e-9 USD means one of
+ * them did not see the call as it was (contract R112). Null when they agree or one is missing.
+ */
+export function meteredCostProblem(call: Pick<SessionCall, "meteredCostUsd" | "callCostUsd">): string | null {
+  if (call.meteredCostUsd === null || call.meteredCostUsd === undefined || call.callCostUsd === null) return null;
+  if (Math.abs(call.meteredCostUsd - call.callCostUsd) <= 1e-9) return null;
+  return `the gateway metered ${call.meteredCostUsd} USD for this call but total_cost_usd grew by ${call.callCostUsd} USD`;
+}
 
 function readResult(line: string, out: { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }): void {
   if (!line.includes('"result"')) return;
