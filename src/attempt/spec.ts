@@ -10,7 +10,8 @@ export const CONTAINER = {
   user: "1000:1000",
   mcpDir: "/run/study-runner",
   /**
-   * The host folder with the staged login (`homeDir`), mounted read-write: with-relay.mjs copies
+   * The host folder with the staged login (`homeDir`), mounted read-write with the login copy
+   * (read-only with the gateway's placeholder, see `loginReadOnly`): with-relay.mjs copies
    * the login from it into the tmpfs HOME before the CLI starts and copies a refreshed login back
    * (a bounded regular file only). The agent's reads of it are denied (src/claude/args.ts).
    */
