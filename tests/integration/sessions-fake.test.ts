@@ -199,6 +199,8 @@ describe("a session over the fake image", () => {
           .sort(),
       ).toEqual(["/fake", "/run/study-runner-session", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
       expect(r.writable["/run/study-runner-login"]).toBe(false);
+      // The one writable folder besides the worktree, HOME and /tmp is also off limits to the agent's edit tools.
+      expect(r.argv).toEqual(expect.arrayContaining([expect.stringContaining("Write(//run/study-runner-session/**)")]));
     }
   }, 300_000);
 
