@@ -28,6 +28,8 @@
 //                     regular file under $HOME/.claude/projects is copied back to <dir>: never
 //                     through a symlink (lstat, O_NOFOLLOW), at most 8 MiB a file and 32 MiB in all,
 //                     names of letters, digits, '.', '_' and '-' only, at most 4 levels deep.
+//   --projects-out <dir>  where the session files are copied back instead of <projects dir>: a
+//                     folder of their own, so the staged login folder can be mounted read-only.
 //
 // Why one wrapper process rather than a shell line or a second container: a scratch image has no
 // shell, and a sidecar would need a shared network namespace; here the relays live exactly as long
@@ -42,7 +44,7 @@ import { constants } from "node:os";
 import path from "node:path";
 import { relayArgumentProblem, startApiRelay } from "./api-relay.mjs";
 
-const USAGE = "usage: with-relay.mjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] [--stdin <file>] [--projects <dir>] -- <command> [args...]";
+const USAGE = "usage: with-relay.mjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] [--stdin <file>] [--projects <dir> [--projects-out <dir>]] -- <command> [args...]";
 /** Bounds of a session's state copied out of the container (src/session/ keeps them). */
 const PROJECT_FILE_LIMIT_BYTES = 8 * 1024 * 1024;
 const PROJECTS_LIMIT_BYTES = 32 * 1024 * 1024;
@@ -77,7 +79,7 @@ if (options.length === 1 && !options[0].startsWith("--")) {
   sockets.api = options[0];
 } else {
   for (let i = 0; i < options.length; i += 2) {
-    const kind = { "--api": "api", "--proxy": "proxy", "--login": "login", "--stdin": "stdin", "--projects": "projects" }[options[i]];
+    const kind = { "--api": "api", "--proxy": "proxy", "--login": "login", "--stdin": "stdin", "--projects": "projects", "--projects-out": "projectsOut" }[options[i]];
     if (kind === undefined || options[i + 1] === undefined || sockets[kind] !== undefined) fail(2, USAGE);
     sockets[kind] = options[i + 1];
   }
@@ -86,10 +88,13 @@ if (Object.keys(sockets).length === 0) fail(2, USAGE);
 const loginDir = sockets.login;
 const stdinFile = sockets.stdin;
 const projectsDir = sockets.projects;
+const projectsOutDir = sockets.projectsOut ?? projectsDir;
+delete sockets.projectsOut;
 delete sockets.login;
 delete sockets.stdin;
 delete sockets.projects;
 if (projectsDir !== undefined && loginDir === undefined) fail(2, "--projects needs --login");
+if (projectsOutDir !== undefined && projectsDir === undefined) fail(2, "--projects-out needs --projects");
 
 const relays = [];
 if (sockets.api !== undefined) relays.push({ port: loopbackPort("ANTHROPIC_BASE_URL"), socket: sockets.api });
@@ -219,7 +224,7 @@ function copyTree(from, to, budget, depth = 0) {
 
 function copyProjectsOut() {
   try {
-    copyTree(path.join(home, ".claude", "projects"), projectsDir, { left: PROJECTS_LIMIT_BYTES });
+    copyTree(path.join(home, ".claude", "projects"), projectsOutDir, { left: PROJECTS_LIMIT_BYTES });
   } catch (err) {
     process.stderr.write(`with-relay: the session files could not be copied back (${err.code ?? "error"})\n`);
   }

@@ -10,11 +10,17 @@ export const CONTAINER = {
   user: "1000:1000",
   mcpDir: "/run/study-runner",
   /**
-   * The host folder with the staged login (`homeDir`), mounted read-write: with-relay.mjs copies
+   * The host folder with the staged login (`homeDir`), mounted read-write with the login copy
+   * (read-only with the gateway's placeholder, see `loginReadOnly`): with-relay.mjs copies
    * the login from it into the tmpfs HOME before the CLI starts and copies a refreshed login back
    * (a bounded regular file only). The agent's reads of it are denied (src/claude/args.ts).
    */
   loginDir: "/run/study-runner-login",
+  /**
+   * A session call's own output folder (mounted read-write, fresh per call): with-relay.mjs
+   * copies the CLI's session files here when the CLI exits, so the login folder can stay read-only.
+   */
+  sessionOutDir: "/run/study-runner-session",
   /** The folder of the model API's unix socket (`modelApiSocket`), mounted read-only. */
   modelApiDir: "/run/study-runner-api",
   /** The folder of the strict profile's egress proxy socket (`egressProxySocket`), mounted read-only. */
@@ -96,9 +102,16 @@ export interface AttemptContainerInput {
   /**
    * A session task: the working folder is the session's own writable worktree (not the read-only
    * export), the CLI's stdin is `stdinFile` and its session files are staged from and collected
-   * into `projectsDir` (both in-container paths under CONTAINER.loginDir; see with-relay.mjs).
+   * from `projectsDir` (in-container paths under CONTAINER.loginDir; see with-relay.mjs) and
+   * copied back into `projectsOutDir`, a host folder mounted at CONTAINER.sessionOutDir (or into
+   * `projectsDir` itself when it is not given).
    */
-  session?: { stdinFile?: string; projectsDir: string };
+  session?: { stdinFile?: string; projectsDir: string; projectsOutDir?: string };
+  /**
+   * The staged login folder is mounted read-only: with the model gateway it holds a placeholder
+   * that is never refreshed, so nothing needs to be written back through it.
+   */
+  loginReadOnly?: boolean;
   /** A session's worktree: the working folder is bound read-write (the next call needs the edits). */
   writableWorkspace?: boolean;
   /** Test-only: behaviour file and records folder of the fake claude image. */
@@ -157,7 +170,8 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   const workspace = input.writableWorkspace ? undefined : treeFromFolder(CONTAINER.workspace, input.exportDir);
   const mounts: Mount[] = [
     ...(input.writableWorkspace ? [{ source: input.exportDir, target: CONTAINER.workspace, readOnly: false }] : []),
-    { source: input.homeDir, target: CONTAINER.loginDir, readOnly: false },
+    { source: input.homeDir, target: CONTAINER.loginDir, readOnly: input.loginReadOnly === true },
+    ...(input.session?.projectsOutDir !== undefined ? [{ source: input.session.projectsOutDir, target: CONTAINER.sessionOutDir, readOnly: false }] : []),
   ];
   // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
   // side from replacing the socket or leaving files beside it.
@@ -171,6 +185,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
     ...(input.session?.stdinFile !== undefined ? ["--stdin", input.session.stdinFile] : []),
     ...(input.session !== undefined ? ["--projects", input.session.projectsDir] : []),
+    ...(input.session?.projectsOutDir !== undefined ? ["--projects-out", CONTAINER.sessionOutDir] : []),
   ];
   if (input.fake?.behaviourFile) mounts.push({ source: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true });
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });

@@ -1,4 +1,6 @@
+import { chown, mkdir } from "node:fs/promises";
 import { join } from "node:path";
+import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { exportAtPin, removeExport, removeTree, type ExportOptions } from "../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
@@ -58,6 +60,11 @@ export interface CliRunInput {
     runRemainingUsd?: () => number;
     /** Compare metered and transcript usage (false only for the fake image, which sends no request). */
     compareUsage: boolean;
+    /**
+     * A resumed session: the CLI's modelUsage covers the whole session while the gateway saw only
+     * this call, so only the per-message usage is compared (the caller compares the call's cost).
+     */
+    cumulativeModelUsage?: boolean;
   };
   image: string;
   argv: readonly string[];
@@ -109,8 +116,8 @@ export interface WritableWorkspace {
   priorMessageUsage: readonly MessagePromptUsage[];
   /** Writes the stdin file and the session files into the staged HOME; returns where they are. */
   stage(stagedHome: string): Promise<{ stdinFile: string; projectsDir: string }>;
-  /** After the container ended: keeps the session files the next call needs. */
-  collect(stagedHome: string): Promise<unknown>;
+  /** After the container ended: keeps the session files the next call needs from `projectsOut`, where the container copied them. */
+  collect(projectsOut: string): Promise<unknown>;
 }
 
 export interface CliRunResult {
@@ -167,6 +174,14 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     }
     const homeDir = join(homeParent, "home");
     const sessionMount = input.session ? await input.session.stage(homeDir) : undefined;
+    // The session files come back into a folder of their own, so the login folder need not be
+    // writable; with the gateway nothing else is written back, and it is mounted read-only (contract R116).
+    let projectsOut: string | undefined;
+    if (input.session) {
+      projectsOut = join(homeParent, "session-out");
+      await mkdir(projectsOut, { mode: 0o700 });
+      if (process.getuid?.() === 0) await chown(projectsOut, CONTAINER_UID, CONTAINER_GID);
+    }
 
     if (input.docBridge) {
       const mcpParent = await makeFolder("mcp");
@@ -187,7 +202,8 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       image: input.image,
       argv: input.argv,
       exportDir: workDir,
-      session: sessionMount,
+      session: sessionMount && { ...sessionMount, projectsOutDir: projectsOut },
+      loginReadOnly: input.gateway !== undefined,
       writableWorkspace: input.session !== undefined,
       homeDir,
       mcpSocketDir: bridge?.socketDir,
@@ -251,11 +267,14 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
     if (staged) await writeBackLogin(input.login, staged, { lock: input.lock });
-    if (input.session) await input.session.collect(homeDir);
+    if (input.session) await input.session.collect(projectsOut!);
     let gatewayRecord: GatewayRecord | undefined;
     if (attemptGateway) {
       gatewayRecord = await attemptGateway.stop();
-      const problems = [...gatewayRecord.setupProblems, ...(input.gateway!.compareUsage ? compareMeteredUsage(gatewayRecord, facts) : [])];
+      const problems = [
+        ...gatewayRecord.setupProblems,
+        ...(input.gateway!.compareUsage ? compareMeteredUsage(gatewayRecord, facts, { cumulativeModelUsage: input.gateway!.cumulativeModelUsage }) : []),
+      ];
       facts.setupProblems.push(...problems.map((p) => `gateway: ${p}`));
       if (problems.length > 0) facts.setupProblemCodes.push("gateway");
     }

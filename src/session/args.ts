@@ -13,10 +13,10 @@ export const SESSION_INIT_TOOLS = [...SESSION_TOOLS, "StructuredOutput"].sort();
 
 /**
  * Edits outside the worktree: HOME (the CLI's own state and the login copy) and the staged login
- * folder. The container's mounts already make everything else read-only; these rules keep the
+ * folder and the call's session-files folder. The container's mounts already make everything else read-only; these rules keep the
  * agent from rewriting what the runner copies back out.
  */
-export const SESSION_EDIT_DENIALS = ["//home/agent/**", "//run/study-runner-login/**", "//proc/**", "//sys/**"].flatMap((p) => [`Edit(${p})`, `Write(${p})`]);
+export const SESSION_EDIT_DENIALS = ["//home/agent/**", "//run/study-runner-login/**", "//run/study-runner-session/**", "//proc/**", "//sys/**"].flatMap((p) => [`Edit(${p})`, `Write(${p})`]);
 
 /** The `--json-schema` value: done with a summary, or one question with a summary so far. */
 export function sessionJsonSchema(): string {

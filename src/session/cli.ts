@@ -11,13 +11,22 @@ export interface SessionRuntimeFlags {
   modelApiSocket?: string;
   fakeBehaviour?: string;
   fakeRecords?: string;
+  credentials?: string;
+  oauthTokenFile?: string;
   quiet?: boolean;
 }
 
-function runtimeOptions(flags: SessionRuntimeFlags): SessionRuntimeOptions {
+export function runtimeOptions(flags: SessionRuntimeFlags): SessionRuntimeOptions {
   const isolation = flags.isolation ?? (flags.modelApiSocket || flags.fakeBehaviour ? "offline" : "standard");
   if (isolation !== "standard" && isolation !== "offline") throw new UsageError(`--isolation ${isolation}: sessions run 'standard' or 'offline'`);
+  // As for a study: the gateway unless the calls go to a scripted API's socket directly.
+  const credentials = flags.credentials ?? (flags.modelApiSocket ? "login-copy" : "gateway");
+  if (credentials !== "gateway" && credentials !== "login-copy") throw new UsageError(`--credentials ${credentials}: give 'gateway' or 'login-copy'`);
+  if (credentials === "gateway" && flags.modelApiSocket) throw new UsageError("--model-api-socket reaches the API directly; use it with --credentials login-copy");
+  if (credentials !== "gateway" && flags.oauthTokenFile !== undefined) throw new UsageError("--oauth-token-file applies to --credentials gateway only");
   return {
+    credentials,
+    oauthTokenFile: flags.oauthTokenFile,
     claudeConfigDir: flags.claudeConfigDir,
     isolation,
     modelApi: flags.modelApiSocket ? { socketPath: flags.modelApiSocket } : undefined,
@@ -139,6 +148,11 @@ export function addSessionCommands(program: import("commander").Command, setExit
       .option("--model-api-socket <path>", "tests and the demo: a Messages API on this host unix socket (the scripted API); implies --isolation offline")
       .option("--fake-behaviour <file>", "tests and the demo: behaviour file of the fake claude image")
       .option("--fake-records <dir>", "tests: folder where the fake claude image writes its records")
+      .option(
+        "--credentials <mode>",
+        "'gateway' (default: the login stays on the host, each call's container holds a placeholder, has no network and reaches the API only through the runner's metering gateway; the login folder is mounted read-only) or 'login-copy' (each call's container gets a copy of the CLI login, and a refreshed login is written back; the default with --model-api-socket)",
+      )
+      .option("--oauth-token-file <file>", "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (default: $CLAUDE_CODE_OAUTH_TOKEN, else the host CLI login)")
       .option("--quiet", "no progress lines on stderr");
   const sessions = program
     .command("sessions")

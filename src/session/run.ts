@@ -18,6 +18,9 @@ import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, 
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { runTestCommand } from "./test-command.ts";
 import { exportSourceFor } from "../export/options.ts";
+import { IMAGE_LABELS } from "../image/specs.ts";
+import { prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
+import type { UpstreamOptions } from "../gateway/gateway.ts";
 import {
   MAX_QUESTIONS,
   SESSION_LEDGER_KIND,
@@ -41,6 +44,16 @@ export interface SessionRuntimeOptions {
   loginLockTimeoutMs?: number;
   /** The manifest's path when it moved since the start (its sha256 must still match). */
   manifestPath?: string;
+  /**
+   * gateway: every call reaches the API only through the runner's metering gateway and the
+   * container holds a placeholder login (docs/gateway.md); login-copy (the default here, the
+   * commands default to gateway): each container gets a copy of the CLI login.
+   */
+  credentials?: CredentialMode;
+  /** Gateway: the file holding a `claude setup-token` token (else CLAUDE_CODE_OAUTH_TOKEN, else the host login). */
+  oauthTokenFile?: string;
+  /** Tests only: the gateway's upstream and the CA it trusts. */
+  gatewayUpstream?: UpstreamOptions;
 }
 
 export interface SessionDeps {
@@ -128,6 +141,8 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   if (probed.version !== config.expectedCliVersion) throw new RefusalError(`the image ${config.image} reports Claude Code ${probed.version}, not the expected ${config.expectedCliVersion}`);
 
   const runId = randomUUID();
+  // Refused (nothing made, nothing reserved) before the ledger exists when the gateway cannot run.
+  const gateway = await prepareSessionGateway(config, runId);
   const now = () => (deps.now?.() ?? new Date()).toISOString();
   const ledger: SessionLedger = {
     kind: SESSION_LEDGER_KIND,
@@ -181,7 +196,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   }
   // The session ids are on disk before any container starts.
   await writeSessionLedger(ledgerPath, ledger);
-  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps);
+  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, gateway).finally(() => gateway?.close());
   return { exitCode, ledgerPath, ledger };
 }
 
@@ -218,6 +233,7 @@ export async function resumeSessions(ledgerPath: string, options: SessionRuntime
       await endSession(ledger, s, "failed", "a call was interrupted by the runner's end; a session is never continued from an unknown state");
     }
   }
+  const gateway = await prepareSessionGateway({ ...options, model: ledger.model }, ledger.runId);
   const exitCode = await advanceSessions(
     ledgerPath,
     ledger,
@@ -233,7 +249,8 @@ export async function resumeSessions(ledgerPath: string, options: SessionRuntime
       sessionBudgetUsd: ledger.sessionBudgetUsd,
     },
     deps,
-  );
+    gateway,
+  ).finally(() => gateway?.close());
   return { exitCode, ledger };
 }
 
@@ -249,11 +266,28 @@ type PassConfig = SessionRuntimeOptions & Pick<StartConfig, "model" | "image" | 
 const ready = (s: Session) => s.state === "new" || s.state === "answered";
 
 /** Passes over the ready sessions, one call each, through the one loop, until none is ready or a pass stops. */
-async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manifest: SessionManifest, config: PassConfig, deps: SessionDeps): Promise<number> {
+/** The run's model gateway when the calls go through it; a RefusalError when it cannot run. */
+async function prepareSessionGateway(config: SessionRuntimeOptions & { model: string }, holder: string): Promise<RunGateway | undefined> {
+  if (config.credentials !== "gateway") return undefined;
+  if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
+  return prepareRunGateway({
+    model: config.model,
+    login: resolveLogin({ configDir: config.claudeConfigDir }),
+    tokenFile: config.oauthTokenFile,
+    upstream: config.gatewayUpstream,
+    timeoutMs: config.timeoutMs,
+    lockTimeoutMs: config.loginLockTimeoutMs,
+    holder,
+  });
+}
+
+async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manifest: SessionManifest, config: PassConfig, deps: SessionDeps, gateway: RunGateway | undefined): Promise<number> {
   const say = deps.say ?? (() => {});
   const now = () => deps.now?.() ?? new Date();
   const event = (e: HarnessEvent extends infer E ? (E extends HarnessEvent ? Omit<E, "at"> : never) : never) => ledger.events.push({ at: now().toISOString(), ...e } as HarnessEvent);
   const login = resolveLogin({ configDir: config.claudeConfigDir });
+  // The fake image sends no model request: with the gateway its metered spend is 0 and is not compared.
+  const fakeImage = (await deps.runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
   let exitCode = 0;
   ledger.status = "running";
   delete ledger.statusReason;
@@ -273,6 +307,7 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
       await writeSessionLedger(ledgerPath, ledger);
     };
     const locks = new Map<Session, LoginLock>();
+    const credentials = new Map<Session, string>();
     const results = new Map<Session, { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }>();
     const kind: RunKind<Session, SessionCall> = {
       noun: "call",
@@ -291,6 +326,12 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
       async acquire(s) {
         const started = Date.now();
         try {
+          if (gateway) {
+            // Read under the login lock and released at once: nothing is written back in this mode.
+            credentials.set(s, await gateway.credentialFor(deps.signal));
+            event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
+            return { release: async () => void credentials.delete(s) };
+          }
           const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ledger.runId, signal: deps.signal });
           event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
           locks.set(s, lock);
@@ -341,7 +382,16 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
           {
             export: { repoDir: config.roots.get(s.repository)!, pin: manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
             login,
-            lock: locks.get(s)!,
+            lock: locks.get(s),
+            gateway: gateway && {
+              gateway: gateway.gateway,
+              credential: credentials.get(s)!,
+              limitUsd: call.reservationUsd,
+              // What this call may still spend under the cap: the cap less every charge but its own hold.
+              runRemainingUsd: () => config.capUsd - ledger.budget.spentUsd - ledger.budget.reservedUsd + call.reservationUsd,
+              compareUsage: !fakeImage,
+              cumulativeModelUsage: call.mode === "resume",
+            },
             image: config.image,
             argv: sessionArguments({ model: config.model, maxBudgetUsd: call.reservationUsd, sessionId: s.id, resume: call.mode === "resume" }),
             arm: "repository",
@@ -360,7 +410,7 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
               exportHash: s.exportHash,
               priorMessageUsage: s.messageUsage,
               stage: (stagedHome) => stageSessionCall(stagedHome, { worktree: paths.worktree, stateDir: paths.state, prompt, exportHash: s.exportHash, priorMessageUsage: s.messageUsage }),
-              collect: (stagedHome) => collectSessionCall(stagedHome, paths.state),
+              collect: (projectsOut) => collectSessionCall(projectsOut, paths.state),
             },
           },
           call,
@@ -383,8 +433,16 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
         const computed = call.computedCostUsd;
         call.callCostUsd = total === null ? null : Math.max(0, round12(total - s.lastTotalCostUsd));
         call.callComputedCostUsd = computed === null ? null : Math.max(0, round12(computed - s.lastComputedCostUsd));
+        call.meteredCostUsd = result.gateway ? round12(result.gateway.meteredCostUsd) : null;
         let status = result.status;
         let reason = result.reason;
+        // The gateway saw every request of this call: its spend and the cumulative difference must agree (contract R112).
+        const disagreement = status === "completed" && !fakeImage ? meteredCostProblem(call) : null;
+        if (disagreement) {
+          status = "invalid-setup";
+          reason = disagreement;
+          call.setupProblems.push(reason);
+        }
         if (out.sessionId !== null && out.sessionId !== s.id) {
           status = "invalid-setup";
           reason = `the result's session_id ${out.sessionId} is not the session's ${s.id}`;
@@ -466,6 +524,17 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
 }
 
 const round12 = (n: number) => Math.round(n * 1e12) / 1e12;
+
+/**
+ * With the gateway, the spend it metered for one call and the growth of the CLI's cumulative
+ * total_cost_usd are two measurements of the same call: a difference above 1e-9 USD means one of
+ * them did not see the call as it was (contract R112). Null when they agree or one is missing.
+ */
+export function meteredCostProblem(call: Pick<SessionCall, "meteredCostUsd" | "callCostUsd">): string | null {
+  if (call.meteredCostUsd === null || call.meteredCostUsd === undefined || call.callCostUsd === null) return null;
+  if (Math.abs(call.meteredCostUsd - call.callCostUsd) <= 1e-9) return null;
+  return `the gateway metered ${call.meteredCostUsd} USD for this call but total_cost_usd grew by ${call.callCostUsd} USD`;
+}
 
 function readResult(line: string, out: { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }): void {
   if (!line.includes('"result"')) return;

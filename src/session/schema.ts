@@ -107,6 +107,9 @@ export const SessionCallSchema = z
     durationMs: Count.nullable(),
     callCostUsd: Usd.nullable().meta({ description: "total_cost_usd minus the session's previous result's (the CLI reports the session's cumulative cost)" }),
     callComputedCostUsd: Usd.nullable().meta({ description: "the list-price cost of modelUsage minus the previous result's" }),
+    meteredCostUsd: Usd.nullable()
+      .optional()
+      .meta({ description: "what the model gateway metered for this call's requests (null with the login copy, or when the call never reached the gateway); must equal callCostUsd" }),
     exitCode: z.number().int().nullable(),
     timedOut: z.boolean().nullable(),
     truncated: z.boolean().nullable(),

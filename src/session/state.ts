@@ -14,7 +14,8 @@ import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
  *
  * Measured on 2.1.296 (docs/claude-cli-observations.md, "Resume"): a resume in a fresh HOME
  * needs only the login and `.claude/projects/-workspace/<id>.jsonl`, owned by the container
- * user. `state/` is the copy of `$HOME/.claude/projects` that with-relay.mjs hands back.
+ * user. `state/` is the copy of `$HOME/.claude/projects` that with-relay.mjs hands back
+ * (into the call's own output folder, see src/cli-attempt/run.ts).
  */
 
 /** Bounds of a session's state, the same as with-relay.mjs applies in the container. */
@@ -167,13 +168,14 @@ export async function stageSessionCall(stagedHome: string, input: SessionCallInp
 }
 
 /**
- * Keeps what the container handed back as the session's state: a new copy replaces the old one
- * only when the copy is complete, so a failed copy leaves the previous state intact.
+ * Keeps what the container handed back (into `projectsOut`, the call's own output folder) as the
+ * session's state: a new copy replaces the old one only when the copy is complete, so a failed
+ * copy leaves the previous state intact.
  */
-export async function collectSessionCall(stagedHome: string, stateDir: string): Promise<string[]> {
+export async function collectSessionCall(projectsOut: string, stateDir: string): Promise<string[]> {
   const fresh = `${stateDir}.new`;
   await rm(fresh, { recursive: true, force: true });
-  const skipped = await copyRegularTree(join(stagedHome, "projects"), fresh);
+  const skipped = await copyRegularTree(projectsOut, fresh);
   await mkdir(fresh, { mode: 0o700 }).catch(() => undefined);
   const old = `${stateDir}.old`;
   await rm(old, { recursive: true, force: true });

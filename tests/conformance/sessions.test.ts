@@ -1,11 +1,13 @@
 /**
  * Session tasks with the REAL Claude Code 2.1.296 and the scripted Messages API (no network, no
- * cost): the demo's two sessions each read, ask through StructuredOutput, get their scripted
+ * cost), reached through the runner's model gateway (the scripted API is its TLS upstream on
+ * loopback, with a test CA made here; the containers hold a placeholder login): the demo's two sessions each read, ask through StructuredOutput, get their scripted
  * answer, resume in a fresh container with --resume, write the fix and say done; the tests pass
  * in their own container. Measured here (docs/claude-cli-observations.md, "Sessions"): the prompt
  * on stdin, the init tool set with --json-schema, and that the resumed request carries the first
  * call's messages.
  */
+import { createHash } from "node:crypto";
 import { mkdtemp, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -14,10 +16,12 @@ import type { SessionLedger } from "../../src/session/schema.ts";
 import { SESSION_INIT_TOOLS } from "../../src/session/args.ts";
 import { checkAnyLedger } from "../../src/session/check.ts";
 import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, sessionDemoScripts, TIER_QUESTION } from "../../src/demo/sessions.ts";
-import { MODEL, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { makeTestCa } from "../support/test-ca.ts";
+import { MODEL, prepareCorpus, realImage, runtime, TEST_TOKEN, type Corpus } from "./support.ts";
 
 let corpus: Corpus;
-let api: ConformanceApi;
+let api: ScriptedApi;
 let ledger: SessionLedger;
 let ledgerPath = "";
 let exitCode = -1;
@@ -26,7 +30,8 @@ beforeAll(async () => {
   const image = (await realImage()).id;
   corpus = await prepareCorpus("sessions");
   const demo = await makeSessionDemo(join(corpus.work, "sessions"));
-  api = await startApi(sessionDemoScripts(), { recordBodies: true });
+  const ca = makeTestCa();
+  api = await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, script: sessionDemoScripts(), recordBodies: true });
   const out = await mkdtemp(join(corpus.work, "ledger-"));
   const started = await startSessions(
     {
@@ -41,7 +46,8 @@ beforeAll(async () => {
       sessionBudgetUsd: 0.5,
       isolation: "offline",
       claudeConfigDir: corpus.loginDir,
-      modelApi: { socketPath: api.socketPath },
+      credentials: "gateway",
+      gatewayUpstream: { url: api.url!, ca: ca.ca },
       timeoutMs: 120_000,
     },
     { runtime },
@@ -98,7 +104,8 @@ describe("a session with the real CLI", () => {
     expect(new Set(requests.map((r) => r.conversation))).toEqual(new Set([`session:${s.id}`]));
   });
 
-  it("call_cost_usd is the difference of the cumulative total_cost_usd, and the session is charged the calls, not the cumulative", () => {
+  // contract: R112
+  it("call_cost_usd is the difference of the cumulative total_cost_usd and the gateway's metered spend of the call, and the session is charged the calls, not the cumulative", () => {
     for (const s of ledger.sessions) {
       const [one, two] = s.calls;
       expect(two!.cliReportedCostUsd!).toBeGreaterThan(one!.cliReportedCostUsd!);
@@ -107,9 +114,22 @@ describe("a session with the real CLI", () => {
       // The computed cost of the resumed call agrees: the session's earlier messages are added to its stream's.
       expect(two!.costProblem).toBeNull();
       expect(two!.callComputedCostUsd!).toBeCloseTo(two!.callCostUsd!, 9);
+      // The gateway metered each call on its own: its spend is the call's cost, not the session's.
+      for (const c of [one!, two!]) {
+        expect(c.meteredCostUsd!).toBeGreaterThan(0);
+        expect(Math.abs(c.meteredCostUsd! - c.callCostUsd!)).toBeLessThanOrEqual(1e-9);
+      }
+      expect(Math.abs(two!.meteredCostUsd! - (two!.cliReportedCostUsd! - one!.cliReportedCostUsd!))).toBeLessThanOrEqual(1e-9);
       const results = ledger.events.filter((e) => e.type === "harness.result" && e.session === s.id);
       expect(results.map((e) => (e as { call_cost_usd: number }).call_cost_usd)).toEqual([one!.callCostUsd, two!.callCostUsd]);
     }
+  });
+
+  it("the upstream saw only the runner's credential; the containers only a placeholder", () => {
+    const messages = api.requests.filter((r) => r.path.startsWith("/v1/messages"));
+    expect(messages.length).toBe(8);
+    const sha12 = createHash("sha256").update(TEST_TOKEN).digest("hex").slice(0, 12);
+    expect(new Set(messages.map((r) => r.auth.bearerSha256Prefix))).toEqual(new Set([sha12]));
   });
 
   it("the worktree's edits are the agent's and were tested before the worktree was removed", async () => {

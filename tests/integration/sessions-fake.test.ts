@@ -19,6 +19,7 @@ import { checkAnyLedger } from "../../src/session/check.ts";
 import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, type SessionDemo } from "../../src/demo/sessions.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
 
 const MODEL = "claude-haiku-5-5";
 const runtime = new DockerRuntime();
@@ -146,7 +147,8 @@ describe("a session over the fake image", () => {
     expect((await stat(ledgerPath)).mode & 0o777).toBe(0o600);
     expect((await stat(ledger.storageDir)).mode & 0o777).toBe(0o700);
     expect(checkAnyLedger(ledgerPath, await readFile(ledgerPath)).valid).toBe(true);
-    // What each container could write: its worktree and HOME, and nothing else but the tmpfs /tmp and the staged login folder.
+    // What each container could write: its worktree and HOME, and nothing else but the tmpfs /tmp,
+    // the call's own folder for the session files and (a login copy is written back) the staged login folder.
     const records = await Promise.all((await readdir(c.fake!.recordsDir!)).map(async (f) => JSON.parse(await readFile(join(c.fake!.recordsDir!, f), "utf8"))));
     expect(records).toHaveLength(4);
     for (const r of records) {
@@ -158,7 +160,47 @@ describe("a session over the fake image", () => {
           .filter(([, w]) => w === true)
           .map(([p]) => p)
           .sort(),
-      ).toEqual(["/fake", "/run/study-runner-login", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+      ).toEqual(["/fake", "/run/study-runner-login", "/run/study-runner-session", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+    }
+  }, 300_000);
+
+  // contract: R116
+  it("through the gateway: the login folder is read-only and holds a placeholder, the session files come back through the call's own folder, the resume finds them", async () => {
+    const b = await behaviour({
+      "0": {
+        kind: "ok",
+        session: { questions: 1, question: ROUNDING_QUESTION, edits: [{ path: "src/invoice.js", content: FIXED_INVOICE }] },
+      },
+    });
+    const c = await config(await manifest(["2 decimal places"]), b, { credentials: "gateway" });
+    const { exitCode, ledger } = await startSessions(c, { runtime });
+    const s = ledger.sessions[0]!;
+    expect(exitCode, JSON.stringify([s.state, s.stateReason])).toBe(0);
+    expect(s.calls.map((x) => [x.mode, x.sessionIdReported, x.status, x.resultStatus])).toEqual([
+      ["start", s.id, "completed", "question"],
+      ["resume", s.id, "completed", "done"],
+    ]);
+    expect(s.test).toMatchObject({ exitCode: 0 });
+    // The fake image sends no model request: every call went through the gateway, which metered nothing.
+    expect(s.calls.map((x) => x.meteredCostUsd)).toEqual([0, 0]);
+    const records = await Promise.all((await readdir(c.fake!.recordsDir!)).map(async (f) => JSON.parse(await readFile(join(c.fake!.recordsDir!, f), "utf8"))));
+    expect(records).toHaveLength(2);
+    for (const r of records) {
+      expect(r.cwd).toBe("/workspace");
+      expect(r.cwdWritable).toBe(true);
+      expect(r.homeWritable).toBe(true);
+      // The placeholder login, never the host's.
+      expect(r.credentialsExpiresAt).toBe(PLACEHOLDER_EXPIRES_AT);
+      // Nothing outside the worktree and HOME is writable but the tmpfs /tmp and the call's own session-files folder.
+      expect(
+        Object.entries(r.writable)
+          .filter(([, w]) => w === true)
+          .map(([p]) => p)
+          .sort(),
+      ).toEqual(["/fake", "/run/study-runner-session", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+      expect(r.writable["/run/study-runner-login"]).toBe(false);
+      // The one writable folder besides the worktree, HOME and /tmp is also off limits to the agent's edit tools.
+      expect(r.argv).toEqual(expect.arrayContaining([expect.stringContaining("Write(//run/study-runner-session/**)")]));
     }
   }, 300_000);
 

@@ -210,6 +210,7 @@ describe("docs/contract.md", () => {
       "The doc-bridge arm",
       "Ledger and privacy",
       "Adjudication and report",
+      "Session tasks",
       "Exit codes",
     ]);
   });
