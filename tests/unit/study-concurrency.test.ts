@@ -37,19 +37,18 @@ afterAll(() => rm(work, { recursive: true, force: true }));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number> | number, o: { fakeImage?: boolean } = {}) {
-  let running = 0;
-  const seen = { max: 0 };
+  const seen = { max: 0, running: 0 };
   const runtime = new FakeRuntime({
     program: async (proc) => {
       if (proc.spec.cmd.includes("--version")) {
         proc.stdout.write("2.1.296 (Claude Code)\n");
         return 0;
       }
-      seen.max = Math.max(seen.max, ++running);
+      seen.max = Math.max(seen.max, ++seen.running);
       try {
         return await attempt(Number(proc.spec.env.STUDY_RUNNER_ATTEMPT), proc);
       } finally {
-        running--;
+        seen.running--;
       }
     },
   });
@@ -158,7 +157,12 @@ describe("attempts in flight on the in-memory runtime", () => {
       return answer(proc);
     };
     const one = await run("seq", runtimeWith(slow).runtime, { concurrency: 1 });
-    const many = runtimeWith(slow);
+    // Each container waits (up to 2 s) until three run at once: the overlap does not depend on how
+    // fast a loaded machine makes the exports that come before each start.
+    const many = runtimeWith(async (_, proc) => {
+      for (const until = Date.now() + 2_000; many.seen.running < 3 && Date.now() < until; ) await sleep(10);
+      return answer(proc);
+    });
     const three = await run("conc", many.runtime, { concurrency: 3, capUsd: 0.35 });
     expect(three.code).toBe(ExitCode.ok);
     expect(many.seen.max).toBe(3);
