@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync } from "node:child_process";
-import { chmod, mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runCli } from "../support/cli.ts";
 import { filesText, MODEL, pilotScripts, prepareCorpus, TEST_KEY, usage, type Corpus } from "../support/http-fixture.ts";
@@ -18,6 +19,7 @@ let wrappers: string;
 let gitRecord: string;
 let serverRecord: string;
 let serverCommand: string;
+let engineDir = "";
 
 const quote = (s: string) => `'${s.replaceAll("'", "'\\''")}'`;
 
@@ -26,17 +28,26 @@ beforeAll(async () => {
   wrappers = join(c.work, "wrappers");
   await mkdir(wrappers);
   gitRecord = join(c.work, "git-children.txt");
-  serverRecord = join(c.work, "server-children.txt");
+  // The doc-bridge engine runs as an unprivileged uid (contract: the engine is sandboxed): its
+  // wrapper and the file it records into live in a folder that user can read and append to.
+  engineDir = await mkdtemp(join(tmpdir(), "sr-http-cli-engine-"));
+  await chmod(engineDir, 0o755);
+  serverRecord = join(engineDir, "server-children.txt");
+  await writeFile(serverRecord, "", { mode: 0o666 });
+  await chmod(serverRecord, 0o666);
   const realGit = execFileSync("sh", ["-c", "command -v git"], { encoding: "utf8" }).trim();
   const record = (file: string) => `if [ -n "\${ANTHROPIC_API_KEY+x}" ]; then echo has-key >> ${quote(file)}; else echo no-key >> ${quote(file)}; fi\n`;
   await writeFile(join(wrappers, "git"), `#!/bin/sh\n${record(gitRecord)}exec ${quote(realGit)} "$@"\n`);
-  const server = join(wrappers, "doc-bridge.sh");
+  const server = join(engineDir, "doc-bridge.sh");
   await writeFile(server, `#!/bin/sh\n${record(serverRecord)}exec ${referenceEngineCommand().map(quote).join(" ")}\n`);
   await chmod(join(wrappers, "git"), 0o755);
   await chmod(server, 0o755);
   serverCommand = JSON.stringify([server]);
 }, 120_000);
-afterAll(() => c?.cleanup());
+afterAll(async () => {
+  await c?.cleanup();
+  if (engineDir) await rm(engineDir, { recursive: true, force: true });
+});
 
 interface CliRun {
   code: number | null;
