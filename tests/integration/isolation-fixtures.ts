@@ -109,7 +109,8 @@ export class SpyRuntime implements ContainerRuntime {
     return this.inner.inspectImage(ref);
   }
   create(spec: ContainerSpec) {
-    this.specs.push(structuredClone(spec));
+    // A copy without the workspace's tar function (a function cannot be cloned).
+    this.specs.push(JSON.parse(JSON.stringify(spec)) as ContainerSpec);
     return this.inner.create(spec);
   }
   attach(id: string) {
