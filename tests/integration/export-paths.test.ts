@@ -11,6 +11,8 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadManifest } from "../../src/manifest/load.ts";
 import { planExport } from "../../src/export/export.ts";
+import { exportSourceFor } from "../../src/export/options.ts";
+import { adjudicatorFilterOptions } from "../../src/corpus/filter.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
@@ -88,7 +90,11 @@ describe("every export path builds its options in one place", () => {
       expect(adjudicated.stderr).not.toMatch(/internal error/);
       const items = (await readRecord(record)).items;
       expect(items.length).toBe(2);
-      expect(items.map((i) => i.run?.exportHash)).toEqual([summary.exportHash, summary.exportHash]);
+      // The adjudicator's export is the same builder's with the CLI's instruction files removed
+      // (the corpus may not instruct the grader): the manifest stays out of it too.
+      const graderView = await planExport(adjudicatorFilterOptions(await exportSourceFor(loaded, "ledgerlite", root)));
+      expect(graderView.files.map((f) => f.path)).not.toContain("AGENTS.md");
+      expect(items.map((i) => i.run?.exportHash)).toEqual([graderView.exportHash, graderView.exportHash]);
     } finally {
       await fake.cleanup();
     }

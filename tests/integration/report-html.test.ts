@@ -38,7 +38,8 @@ function pageText(dom: string): string {
 async function render(html: string, name: string) {
   const png = join(work, `${name}.png`);
   const url = pathToFileURL(html).href;
-  await screenshot(chromium, url, png);
+  // Tall enough for every chart: the statistics, behaviour and instruction-file sections come first.
+  await screenshot(chromium, url, png, "1000,9000");
   return { image: decodePng(await readFile(png)), text: pageText(await dumpDom(chromium, url)) };
 }
 
