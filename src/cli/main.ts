@@ -232,11 +232,26 @@ Example:
     .option("--image <ref>", "the Claude Code image (default: the image the ledger records)")
     .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)")
     .addOption(
-      new Option("--isolation <profile>", "network of adjudicator containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)")
+      new Option(
+        "--isolation <profile>",
+        "network of adjudicator containers with --credentials login-copy: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model); with the gateway every container has network none",
+      )
         .choices(["standard", "offline"])
         .default("standard"),
     )
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .addOption(
+      new Option(
+        "--credentials <mode>",
+        "as for `run` (docs/gateway.md): 'gateway' (default: the login stays on the host, each adjudicator container holds a placeholder, has no network and reaches the API only through the runner's metering gateway, which refuses a request before it could pass the item's budget) or 'login-copy' (each container gets a copy of the CLI login)",
+      ).choices(["gateway", "login-copy"]),
+    )
+    .option(
+      "--oauth-token-file <file>",
+      "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each item",
+    )
+    .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream instead of https://api.anthropic.com (an https:// origin)").hideHelp())
+    .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp())
     .option("--quiet", "no progress lines on stderr")
     .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
     .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())

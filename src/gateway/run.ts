@@ -55,3 +55,24 @@ export async function prepareRunGateway(o: {
   }
   return { gateway, source, credentialFor: async (signal) => (await read(signal)).token, close: () => gateway.close() };
 }
+
+/**
+ * The per-run-unit half of the gateway, shared by every kind that runs the CLI through it: the
+ * real credential is read under the login lock when the unit is acquired (before its
+ * reservation, so an expiring login reserves nothing) and released at once, since nothing is
+ * written back; `input` is the `gateway` input of runCliInContainer for that unit.
+ */
+export function gatewayUnits<U>(g: RunGateway, o: { compareUsage: boolean; signal?: AbortSignal }) {
+  const credentials = new Map<U, string>();
+  return {
+    async acquire(u: U): Promise<{ release: () => Promise<void> }> {
+      credentials.set(u, await g.credentialFor(o.signal));
+      return { release: async () => void credentials.delete(u) };
+    },
+    input(u: U, limitUsd: number, runRemainingUsd: () => number) {
+      const credential = credentials.get(u);
+      if (credential === undefined) throw new Error("gatewayUnits.input before acquire");
+      return { gateway: g.gateway, credential, limitUsd, runRemainingUsd, compareUsage: o.compareUsage };
+    },
+  };
+}
