@@ -23,7 +23,7 @@ import { loadManifest } from "../../src/manifest/load.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
-import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, type ConformanceApi, type Corpus, type StudyRun } from "./support.ts";
+import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, startStudyApi, type ConformanceApi, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 /** Both arms' answers name their tools, the server and a scenario, in spellings a naive mask lets through. */
 const REPOSITORY_ANSWER = "With Grep and GLOB, then Read of src/money.js, as the repository\u2013only run: ledgerlite rounds half to even with roundMinor (docs/rounding.md).";
@@ -41,7 +41,7 @@ const ARM_VOCABULARY = [/grep/i, /glob/i, /\bRead\b/, /\bREAD\b/, /doc\W{0,3}bri
 
 let image = "";
 let corpus: Corpus;
-let studyApi: ConformanceApi;
+let studyApi: StudyApi;
 let graderApi: ConformanceApi;
 let run: StudyRun;
 let record: AdjudicationRecord;
@@ -52,7 +52,7 @@ let prompts: Map<number, string>;
 beforeAll(async () => {
   image = (await realImage()).id; // by id: other checkouts on this engine retag the same name
   corpus = await prepareCorpus("adjudicator");
-  studyApi = await startApi([withAnswer(REPOSITORY_SCRIPT, "pilot-repository-vocabulary", REPOSITORY_ANSWER), withAnswer(MCP_SCRIPT, "pilot-mcp-vocabulary", MCP_ANSWER)]);
+  studyApi = await startStudyApi([withAnswer(REPOSITORY_SCRIPT, "pilot-repository-vocabulary", REPOSITORY_ANSWER), withAnswer(MCP_SCRIPT, "pilot-mcp-vocabulary", MCP_ANSWER)]);
   run = await runConformanceStudy({ corpus, api: studyApi, image, plan: "pilot" });
   expect(run.code, run.stderr).toBe(0);
   const loaded = await loadManifest(DEMO_MANIFEST);
