@@ -23,7 +23,7 @@ import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
-import { gatewayUnits, prepareRunGateway, type CredentialMode } from "../gateway/run.ts";
+import { gatewayLimitProblem, gatewayUnits, prepareRunGateway, type CredentialMode } from "../gateway/run.ts";
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 
 /**
@@ -133,6 +133,11 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   if (problems.length) throw new RefusalError(problems.join("\n"), problems);
   if (config.credentials !== "gateway") return { probed, login };
   if (config.modelApi) throw new RefusalError("a Messages API socket bypasses the gateway; use --credentials login-copy with it");
+  // The fake claude image sends no model request: there is no metered usage to hold its transcript
+  // to, and no request for the gateway to refuse, so a limit too small for one request costs nothing.
+  const fakeImage = (await deps.runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
+  const tooSmall = fakeImage ? null : gatewayLimitProblem(config.model, config.itemBudgetUsd, "--item-budget-usd");
+  if (tooSmall) throw new RefusalError(tooSmall);
   const gateway = await prepareRunGateway({
     model: config.model,
     login,
@@ -143,8 +148,6 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
     lockStaleMs: config.loginLockStaleMs,
     holder: id,
   });
-  // The fake claude image sends no model request: there is no metered usage to hold its transcript to.
-  const fakeImage = (await deps.runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
   return { probed, login, gateway: gatewayUnits<PlannedItem>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
 }
 

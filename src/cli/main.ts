@@ -227,7 +227,11 @@ Example:
     .option("--seed <n>", "seed of the shuffled item order, 0-4294967295 (default: drawn at random); recorded")
     .option("--manifest <path>", "the manifest the run used (default: the path the ledger records); its hash must equal the ledger's protocol hash")
     .option("--root <name=path>", "checkout holding a repository's pinned commit (repeatable; default: the checkouts the ledger records)", collect)
-    .option("--item-budget-usd <usd>", "per-item limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
+    .option(
+      "--item-budget-usd <usd>",
+      "per-item limit, reserved and passed as --max-budget-usd; with --credentials gateway it must hold the gateway's bound of one request (about 1.4 USD for claude-sonnet-5-5), else the start is refused",
+      String(DEFAULT_ATTEMPT_BUDGET_USD),
+    )
     .option("--force-same-model", "adjudicate with the answering model (or allow STUDY_ADJUDICATOR_MODEL to equal it): a departure from the protocol, recorded and stated in every report")
     .option("--image <ref>", "the Claude Code image (default: the image the ledger records)")
     .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)")
