@@ -22,6 +22,9 @@ import { planAdjudication, readResultEvent, readVerdict, type PlannedItem } from
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
+import { IMAGE_LABELS } from "../image/specs.ts";
+import { gatewayLimitProblem, gatewayUnits, prepareRunGateway, type CredentialMode } from "../gateway/run.ts";
+import type { UpstreamOptions } from "../gateway/gateway.ts";
 
 /**
  * Blind agent adjudication of one ledger (contract R87 to R93): one fresh hardened container per answer,
@@ -49,6 +52,18 @@ export interface AdjudicationConfig {
   isolation: "standard" | "offline";
   claudeConfigDir?: string;
   loginLockTimeoutMs?: number;
+  loginLockStaleMs?: number;
+  /**
+   * As for the study's attempts (docs/gateway.md): gateway = the login stays on the host, the
+   * container holds a placeholder, has network none and reaches the API only through the
+   * runner's metering gateway; login-copy (the default here; `--credentials` defaults to
+   * gateway) = each container gets a copy of the CLI login.
+   */
+  credentials?: CredentialMode;
+  /** Gateway: the file holding a `claude setup-token` token (else CLAUDE_CODE_OAUTH_TOKEN, else the host login). */
+  oauthTokenFile?: string;
+  /** Tests only (a hidden flag): the gateway's upstream and the CA it trusts. */
+  gatewayUpstream?: UpstreamOptions;
   fake?: { behaviourFile?: string; recordsDir?: string };
   /** A Messages API on a host unix socket (the scripted API of the conformance suite); isolation must be offline. */
   modelApi?: { socketPath: string };
@@ -101,6 +116,7 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   await reapOrphans(deps.runtime);
   await reapOrphanExports();
   await reapOrphanFolders("home", removeTree);
+  await reapOrphanFolders("gateway", removeTree);
   const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels(id, "probe") });
   if (probed.version !== config.expectedCliVersion) {
     throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
@@ -115,7 +131,24 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
     else if (!(await hasCommit(root, pin))) problems.push(`the checkout ${root} of ${repository} does not hold the pinned commit ${pin}; fetch it first`);
   }
   if (problems.length) throw new RefusalError(problems.join("\n"), problems);
-  return { probed, login };
+  if (config.credentials !== "gateway") return { probed, login };
+  if (config.modelApi) throw new RefusalError("a Messages API socket bypasses the gateway; use --credentials login-copy with it");
+  // The fake claude image sends no model request: there is no metered usage to hold its transcript
+  // to, and no request for the gateway to refuse, so a limit too small for one request costs nothing.
+  const fakeImage = (await deps.runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
+  const tooSmall = fakeImage ? null : gatewayLimitProblem(config.model, config.itemBudgetUsd, "--item-budget-usd");
+  if (tooSmall) throw new RefusalError(tooSmall);
+  const gateway = await prepareRunGateway({
+    model: config.model,
+    login,
+    tokenFile: config.oauthTokenFile,
+    upstream: config.gatewayUpstream,
+    timeoutMs: config.timeoutMs,
+    lockTimeoutMs: config.loginLockTimeoutMs,
+    lockStaleMs: config.loginLockStaleMs,
+    holder: id,
+  });
+  return { probed, login, gateway: gatewayUnits<PlannedItem>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
 }
 
 function emptyRun(reservationUsd: number): AdjudicatorRun {
@@ -146,7 +179,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   const plan = planAdjudication(config.ledger, config.loaded.manifest, config.seed);
   const needed = new Map<string, { repository: string; pin: string }>();
   for (const p of plan.items) if (p.prompt !== null) needed.set(`${p.repository}@${p.pin}`, { repository: p.repository, pin: p.pin });
-  const { probed, login } = await preflight(config, deps, adjudicationId, [...needed.values()]);
+  const { probed, login, gateway, closeGateway } = await preflight(config, deps, adjudicationId, [...needed.values()]);
 
   const record: AdjudicationRecord = {
     schemaVersion: 1,
@@ -174,6 +207,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       cliVersion: probed.version,
       expectedCliVersion: config.expectedCliVersion,
       isolation: config.isolation,
+      credentials: gateway ? "gateway" : "login-copy",
     },
     order: { seed: config.seed, observationIndices: plan.order },
     masking: { replacement: MASK, terms: plan.terms.map((t) => t.label) },
@@ -204,6 +238,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
     },
     // As for attempts: the login before the reservation, held until the login is written back.
     async acquire(p) {
+      if (gateway) return gateway.acquire(p);
       const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: adjudicationId, signal: deps.signal });
       locks.set(p, lock);
       return { release: () => (locks.delete(p), lock.release()) };
@@ -225,7 +260,9 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
             labels: { run: adjudicationId, attempt: `adjudicate-${p.position}` },
           }),
           login,
-          lock: locks.get(p)!,
+          lock: locks.get(p),
+          // What this item may still spend under the cap: the cap less every charge and hold but its own.
+          gateway: gateway?.input(p, ctx.reservation!.reservedUsd, () => config.capUsd - record.budget.spentUsd + ctx.reservation!.reservedUsd),
           image: config.image,
           argv: adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! }),
           arm: "repository",
@@ -245,6 +282,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
         ctx.entry,
         ctx.persist,
       );
+      if (result.gateway) ctx.entry.gateway = result.gateway;
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
     settled(p, run, stopReason) {
@@ -285,7 +323,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
     progress: { start: (p) => say(`${tag(p)}: started`), end: () => {}, stopLive: () => {} },
     checkpoint: deps.checkpoint,
     signal: deps.signal,
-  });
+  }).finally(() => closeGateway?.());
   deps.stdout(JSON.stringify(summarizeAdjudication(record, handle), null, 2) + "\n");
   return end.exitCode;
 }

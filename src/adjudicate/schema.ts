@@ -1,7 +1,7 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
 import { ArmSchema, AttemptStatusSchema } from "../terms/terms.ts";
-import { Count, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
+import { Count, GatewayRecordSchema, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
 
 /**
  * The adjudication record: a private companion of one ledger (contract R93). It never changes the
@@ -80,6 +80,7 @@ export const AdjudicatorRunSchema = z
     exitCode: z.number().int().nullable(),
     timedOut: z.boolean(),
     truncated: z.boolean(),
+    gateway: GatewayRecordSchema.optional().meta({ description: "with --credentials gateway: every model request of this run, metered on the host" }),
   })
   .superRefine((r, ctx) => refineSettledRun(r, ctx, "run"));
 export type AdjudicatorRun = z.infer<typeof AdjudicatorRunSchema>;
@@ -164,6 +165,10 @@ export const AdjudicationRecordSchema = z
       cliVersion: z.string().min(1),
       expectedCliVersion: z.string().min(1),
       isolation: z.string().min(1),
+      credentials: z.enum(["gateway", "login-copy"]).optional().meta({
+        description:
+          "gateway = the login stayed on the host and every adjudicator request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login; absent in records made before the gateway",
+      }),
     }),
     order: z.strictObject({
       seed: z.number().int().nonnegative().max(0xffffffff),

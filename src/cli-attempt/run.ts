@@ -271,9 +271,12 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     let gatewayRecord: GatewayRecord | undefined;
     if (attemptGateway) {
       gatewayRecord = await attemptGateway.stop();
+      // A run the runner ended (its time limit, a signal) cut its last reply and its transcript
+      // short on both sides: there is no whole usage to compare, and its own status says why.
+      const cutByRunner = raw.timedOut || deps.signal?.aborted === true;
       const problems = [
         ...gatewayRecord.setupProblems,
-        ...(input.gateway!.compareUsage ? compareMeteredUsage(gatewayRecord, facts, { cumulativeModelUsage: input.gateway!.cumulativeModelUsage }) : []),
+        ...(input.gateway!.compareUsage && !cutByRunner ? compareMeteredUsage(gatewayRecord, facts, { cumulativeModelUsage: input.gateway!.cumulativeModelUsage }) : []),
       ];
       facts.setupProblems.push(...problems.map((p) => `gateway: ${p}`));
       if (problems.length > 0) facts.setupProblemCodes.push("gateway");

@@ -1,4 +1,5 @@
 import { randomInt } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { z } from "zod";
 import { ExitCode, UsageError, errorMessage } from "../util/errors.ts";
@@ -24,6 +25,12 @@ export interface AdjudicateFlags {
   cliVersion?: string;
   isolation?: "standard" | "offline";
   claudeConfigDir?: string;
+  /** gateway (default) or login-copy, as for `run --transport cli`. */
+  credentials?: "gateway" | "login-copy";
+  oauthTokenFile?: string;
+  /** Tests only: the gateway's upstream origin and the CA it trusts. */
+  testGatewayUpstream?: string;
+  testGatewayCa?: string;
   quiet?: boolean;
   fakeBehaviour?: string;
   fakeRecords?: string;
@@ -61,6 +68,11 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
   if (!item.success) problems.push(item.error.issues[0]!.message);
   const seed = flags.seed === undefined ? { success: true as const, data: randomInt(0, 2 ** 32 - 1) } : Seed.safeParse(flags.seed);
   if (!seed.success) problems.push(seed.error.issues[0]!.message);
+
+  const credentials = flags.credentials ?? "gateway";
+  if (credentials !== "gateway" && (flags.oauthTokenFile !== undefined || flags.testGatewayUpstream !== undefined))
+    problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
+  if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
 
   let roots = new Map<string, string>();
   try {
@@ -137,6 +149,11 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
         expectedCliVersion: flags.cliVersion ?? input.ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION,
         isolation: flags.isolation ?? "standard",
         claudeConfigDir: flags.claudeConfigDir,
+        credentials,
+        ...(flags.oauthTokenFile !== undefined ? { oauthTokenFile: resolve(flags.oauthTokenFile) } : {}),
+        ...(flags.testGatewayUpstream !== undefined
+          ? { gatewayUpstream: { url: flags.testGatewayUpstream, ...(flags.testGatewayCa ? { ca: await readFile(resolve(flags.testGatewayCa), "utf8") } : {}) } }
+          : {}),
         fake:
           flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
         timeoutMs: flags.testItemTimeoutMs ? Number(flags.testItemTimeoutMs) : undefined,

@@ -227,16 +227,35 @@ Example:
     .option("--seed <n>", "seed of the shuffled item order, 0-4294967295 (default: drawn at random); recorded")
     .option("--manifest <path>", "the manifest the run used (default: the path the ledger records); its hash must equal the ledger's protocol hash")
     .option("--root <name=path>", "checkout holding a repository's pinned commit (repeatable; default: the checkouts the ledger records)", collect)
-    .option("--item-budget-usd <usd>", "per-item limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
+    .option(
+      "--item-budget-usd <usd>",
+      "per-item limit, reserved and passed as --max-budget-usd; with --credentials gateway it must hold the gateway's bound of one request (about 1.4 USD for claude-sonnet-5-5), else the start is refused",
+      String(DEFAULT_ATTEMPT_BUDGET_USD),
+    )
     .option("--force-same-model", "adjudicate with the answering model (or allow STUDY_ADJUDICATOR_MODEL to equal it): a departure from the protocol, recorded and stated in every report")
     .option("--image <ref>", "the Claude Code image (default: the image the ledger records)")
     .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)")
     .addOption(
-      new Option("--isolation <profile>", "network of adjudicator containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)")
+      new Option(
+        "--isolation <profile>",
+        "network of adjudicator containers with --credentials login-copy: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model); with the gateway every container has network none",
+      )
         .choices(["standard", "offline"])
         .default("standard"),
     )
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .addOption(
+      new Option(
+        "--credentials <mode>",
+        "as for `run` (docs/gateway.md): 'gateway' (default: the login stays on the host, each adjudicator container holds a placeholder, has no network and reaches the API only through the runner's metering gateway, which refuses a request before it could pass the item's budget) or 'login-copy' (each container gets a copy of the CLI login)",
+      ).choices(["gateway", "login-copy"]),
+    )
+    .option(
+      "--oauth-token-file <file>",
+      "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each item",
+    )
+    .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream instead of https://api.anthropic.com (an https:// origin)").hideHelp())
+    .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp())
     .option("--quiet", "no progress lines on stderr")
     .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
     .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())

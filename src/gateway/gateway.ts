@@ -298,7 +298,8 @@ export class Gateway {
       record.forwarded++;
 
       let settledOnce = false;
-      const settle = (facts: ReplyFacts | undefined) => {
+      /** `errorAnswered`: the upstream answered with an error status and its whole body arrived. */
+      const settle = (facts: ReplyFacts | undefined, errorAnswered = false) => {
         // A reply can end in more than one way (an error after the response began): count it once.
         if (settledOnce) return;
         settledOnce = true;
@@ -311,7 +312,11 @@ export class Gateway {
           if (facts.usage) setUsage(r, facts.usage);
         }
         let cost = 0n;
-        if (facts?.usage && facts.complete) cost = meteredCostPico(model, facts.usage);
+        // An error status line comes before any generation: the API produced no message and bills
+        // no tokens for it, so a whole error answer costs nothing (the CLI's measured retry of a
+        // 400 must not be refused for a spend that never happened).
+        if (errorAnswered) cost = 0n;
+        else if (facts?.usage && facts.complete) cost = meteredCostPico(model, facts.usage);
         // Broke off after the request left (it may have been billed): the worst case stays counted.
         else if (facts?.usage || (r.status >= 200 && r.status < 300) || upstreamReq.writableFinished) cost = bound.costPico;
         spentPico += cost;
@@ -377,9 +382,9 @@ export class Gateway {
           res.end();
           if (sse) {
             sse.end();
-            settle(r.status >= 200 && r.status < 300 ? sse.facts : undefined);
+            settle(r.status >= 200 && r.status < 300 ? sse.facts : undefined, r.status >= 400);
           } else {
-            settle(r.status >= 200 && r.status < 300 ? jsonReplyFacts(Buffer.concat(jsonChunks)) : undefined);
+            settle(r.status >= 200 && r.status < 300 ? jsonReplyFacts(Buffer.concat(jsonChunks)) : undefined, r.status >= 400);
           }
         });
         up.on("error", () => {

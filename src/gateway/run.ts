@@ -4,6 +4,8 @@ import { assertSocketOwner } from "../util/container-socket.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { readCredential, resolveCredentialSource, type CredentialSource } from "./credential.ts";
 import { Gateway, type UpstreamOptions } from "./gateway.ts";
+import { requestBound } from "./meter.ts";
+import { picoToUsd } from "../cost/money.ts";
 
 /** How attempts of `--transport cli` are authenticated (docs/gateway.md, docs/isolation.md). */
 export const CREDENTIAL_MODES = ["gateway", "login-copy"] as const;
@@ -54,4 +56,43 @@ export async function prepareRunGateway(o: {
     throw new RefusalError(errorMessage(err));
   }
   return { gateway, source, credentialFor: async (signal) => (await read(signal)).token, close: () => gateway.close() };
+}
+
+/**
+ * The per-run-unit half of the gateway, shared by every kind that runs the CLI through it: the
+ * real credential is read under the login lock when the unit is acquired (before its
+ * reservation, so an expiring login reserves nothing) and released at once, since nothing is
+ * written back; `input` is the `gateway` input of runCliInContainer for that unit.
+ */
+export function gatewayUnits<U>(g: RunGateway, o: { compareUsage: boolean; signal?: AbortSignal }) {
+  const credentials = new Map<U, string>();
+  return {
+    async acquire(u: U): Promise<{ release: () => Promise<void> }> {
+      credentials.set(u, await g.credentialFor(o.signal));
+      return { release: async () => void credentials.delete(u) };
+    },
+    input(u: U, limitUsd: number, runRemainingUsd: () => number) {
+      const credential = credentials.get(u);
+      if (credential === undefined) throw new Error("gatewayUnits.input before acquire");
+      return { gateway: g.gateway, credential, limitUsd, runRemainingUsd, compareUsage: o.compareUsage };
+    },
+  };
+}
+
+/**
+ * The `max_tokens` the pinned CLI asks of every model it was measured with (claude-haiku-5-5 in
+ * the gateway's conformance test, claude-sonnet-5-5 as the adjudicator in
+ * tests/conformance/adjudicator-structured.test.ts).
+ */
+export const CLI_MAX_TOKENS = 128_000;
+
+/**
+ * A per-run limit that cannot hold the bound of even an empty request (docs/gateway.md, "The
+ * ceiling") would see its first request refused and be charged its reservation for nothing: say
+ * so before anything is reserved. Null when the limit can hold one request.
+ */
+export function gatewayLimitProblem(model: string, limitUsd: number, flag: string): string | null {
+  const floorUsd = picoToUsd(requestBound(model, 0, CLI_MAX_TOKENS).costPico);
+  if (limitUsd >= floorUsd) return null;
+  return `${flag} ${limitUsd} USD cannot hold one request of ${model} through the gateway, which bounds each request before sending it at more than ${floorUsd} USD (max_tokens ${CLI_MAX_TOKENS} at the output price; docs/gateway.md); raise ${flag} above that, or use --credentials login-copy; nothing was charged`;
 }

@@ -19,7 +19,7 @@ import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, s
 import { runTestCommand } from "./test-command.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { IMAGE_LABELS } from "../image/specs.ts";
-import { prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
+import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 import {
   MAX_QUESTIONS,
@@ -307,7 +307,7 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
       await writeSessionLedger(ledgerPath, ledger);
     };
     const locks = new Map<Session, LoginLock>();
-    const credentials = new Map<Session, string>();
+    const viaGateway = gateway && gatewayUnits<Session>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
     const results = new Map<Session, { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }>();
     const kind: RunKind<Session, SessionCall> = {
       noun: "call",
@@ -326,11 +326,11 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
       async acquire(s) {
         const started = Date.now();
         try {
-          if (gateway) {
+          if (viaGateway) {
             // Read under the login lock and released at once: nothing is written back in this mode.
-            credentials.set(s, await gateway.credentialFor(deps.signal));
+            const held = await viaGateway.acquire(s);
             event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
-            return { release: async () => void credentials.delete(s) };
+            return held;
           }
           const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ledger.runId, signal: deps.signal });
           event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
@@ -383,13 +383,9 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
             export: { repoDir: config.roots.get(s.repository)!, pin: manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
             login,
             lock: locks.get(s),
-            gateway: gateway && {
-              gateway: gateway.gateway,
-              credential: credentials.get(s)!,
-              limitUsd: call.reservationUsd,
+            gateway: viaGateway && {
               // What this call may still spend under the cap: the cap less every charge but its own hold.
-              runRemainingUsd: () => config.capUsd - ledger.budget.spentUsd - ledger.budget.reservedUsd + call.reservationUsd,
-              compareUsage: !fakeImage,
+              ...viaGateway.input(s, call.reservationUsd, () => config.capUsd - ledger.budget.spentUsd - ledger.budget.reservedUsd + call.reservationUsd),
               cumulativeModelUsage: call.mode === "resume",
             },
             image: config.image,

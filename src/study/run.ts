@@ -27,7 +27,7 @@ import { observationExtras, reservedObservation } from "./observation.ts";
 import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 import { summarize } from "./summary.ts";
-import { prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
+import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 
 export interface StudyConfig extends StudyRunBase {
@@ -190,7 +190,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const transcripts = await TranscriptStore.create(handle.path);
 
   const locks = new Map<PlannedAttempt, LoginLock>();
-  const credentials = new Map<PlannedAttempt, string>();
+  const units = gateway && gatewayUnits<PlannedAttempt>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
   const lockLogin = () =>
     acquireLoginLock(login, {
       timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
@@ -208,11 +208,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     // holds it past the timeout, or a signal ends the wait) has reserved nothing for this attempt.
     // It is held until the attempt's login has been written back.
     async acquire(a) {
-      if (gateway) {
-        // Read under the login lock and released at once: nothing is written back in this mode.
-        credentials.set(a, await gateway.credentialFor(deps.signal));
-        return { release: async () => void credentials.delete(a) };
-      }
+      // Read under the login lock and released at once: nothing is written back in this mode.
+      if (units) return units.acquire(a);
       const lock = await takeLogin();
       locks.set(a, lock.lock);
       return { release: () => (locks.delete(a), lock.release()) };
@@ -224,14 +221,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     },
     async runOne(a, ctx) {
       const reservedUsd = ctx.reservation!.reservedUsd;
-      const viaGateway = gateway && {
-        gateway: gateway.gateway,
-        credential: credentials.get(a)!,
-        limitUsd: reservedUsd,
-        // What this attempt may still spend under the run's cap: the cap less every charge and hold but its own.
-        runRemainingUsd: () => config.capUsd - ledger.budget.spentUsd + reservedUsd,
-        compareUsage: !fakeImage,
-      };
+      // What this attempt may still spend under the run's cap: the cap less every charge and hold but its own.
+      const viaGateway = units && units.input(a, reservedUsd, () => config.capUsd - ledger.budget.spentUsd + reservedUsd);
       const result = await runAttempt(
         config,
         deps,

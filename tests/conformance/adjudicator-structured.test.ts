@@ -7,6 +7,7 @@
  * vocabularies in spellings that slip past a naive mask (Unicode dashes, a double space, dots).
  */
 import { createHash } from "node:crypto";
+import { CLI_MAX_TOKENS } from "../../src/gateway/run.ts";
 import { mkdtemp, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { Writable } from "node:stream";
@@ -23,7 +24,7 @@ import { loadManifest } from "../../src/manifest/load.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
-import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, type ConformanceApi, type Corpus, type StudyRun } from "./support.ts";
+import { messageRequests, TEST_TOKEN, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 /** Both arms' answers name their tools, the server and a scenario, in spellings a naive mask lets through. */
 const REPOSITORY_ANSWER = "With Grep and GLOB, then Read of src/money.js, as the repository\u2013only run: ledgerlite rounds half to even with roundMinor (docs/rounding.md).";
@@ -41,8 +42,8 @@ const ARM_VOCABULARY = [/grep/i, /glob/i, /\bRead\b/, /\bREAD\b/, /doc\W{0,3}bri
 
 let image = "";
 let corpus: Corpus;
-let studyApi: ConformanceApi;
-let graderApi: ConformanceApi;
+let studyApi: StudyApi;
+let graderApi: StudyApi;
 let run: StudyRun;
 let record: AdjudicationRecord;
 let code = -1;
@@ -52,7 +53,7 @@ let prompts: Map<number, string>;
 beforeAll(async () => {
   image = (await realImage()).id; // by id: other checkouts on this engine retag the same name
   corpus = await prepareCorpus("adjudicator");
-  studyApi = await startApi([withAnswer(REPOSITORY_SCRIPT, "pilot-repository-vocabulary", REPOSITORY_ANSWER), withAnswer(MCP_SCRIPT, "pilot-mcp-vocabulary", MCP_ANSWER)]);
+  studyApi = await startStudyApi([withAnswer(REPOSITORY_SCRIPT, "pilot-repository-vocabulary", REPOSITORY_ANSWER), withAnswer(MCP_SCRIPT, "pilot-mcp-vocabulary", MCP_ANSWER)]);
   run = await runConformanceStudy({ corpus, api: studyApi, image, plan: "pilot" });
   expect(run.code, run.stderr).toBe(0);
   const loaded = await loadManifest(DEMO_MANIFEST);
@@ -81,7 +82,8 @@ beforeAll(async () => {
       },
     ],
   }));
-  graderApi = await startApi(scripts, { recordBodies: true });
+  // Through the gateway too, as `adjudicate` runs by default: the grader holds a placeholder login.
+  graderApi = await startStudyApi(scripts, { recordBodies: true });
   const bytes = await readFile(run.summary.ledger);
   const output = join(await mkdtemp(join(corpus.work, "adjudication-")), "adjudication.json");
   const seed = 5;
@@ -95,15 +97,17 @@ beforeAll(async () => {
       roots: corpus.roots,
       model: DEFAULT_ADJUDICATOR_MODELS[0]!,
       forceSameModel: false,
-      capUsd: 1,
-      itemBudgetUsd: 0.1,
+      // Through the gateway an item must hold the bound of one request before it is sent: for the
+      // default adjudicator model, with the CLI's max_tokens, about 1.4 USD (docs/gateway.md).
+      capUsd: 5,
+      itemBudgetUsd: 2,
       seed,
       output,
       image,
       expectedCliVersion: CLAUDE_CODE_VERSION,
       isolation: "offline",
       claudeConfigDir: corpus.loginDir,
-      modelApi: { socketPath: graderApi.socketPath },
+      ...(graderApi.route === "gateway" ? { credentials: "gateway" as const, gatewayUpstream: graderApi.gateway } : { modelApi: { socketPath: graderApi.socketPath } }),
       timeoutMs: 120_000,
       quiet: true,
     },
@@ -156,6 +160,30 @@ describe("the adjudicator on the real CLI (--json-schema through the scripted AP
       expect(item.armGuess).toEqual({ guess: "files-only", arm, correct: arm === "repository" });
     }
     expect(record.blinding).toMatchObject({ guesses: 2, correct: 1, missing: 0, interval95: clopperPearson(1, 2) });
+  });
+
+  it("runs each grader through the gateway: a placeholder login, network none, the metered usage equal to the transcript's", () => {
+    expect(record.adjudicator.credentials).toBe("gateway");
+    for (const item of record.items) {
+      const g = item.run!.gateway!;
+      expect(g).toMatchObject({ refused: 0, budgetRefused: false, setupProblems: [] });
+      expect(g.forwarded).toBeGreaterThanOrEqual(1);
+      const metered = g.requests.filter((r) => r.messageId !== null);
+      expect(metered.reduce((n, r) => n + r.inputTokens!, 0)).toBe(item.run!.inputTokens);
+      expect(metered.reduce((n, r) => n + r.outputTokens!, 0)).toBe(item.run!.outputTokens);
+      expect(item.run!.inputTokens).toBe(1800 + item.observationIndex);
+      // Each request was admitted under its bound, which the item's limit had to hold.
+      for (const r of g.requests) expect(r.costUsd!).toBeLessThanOrEqual(r.boundUsd!);
+      expect(Math.max(...g.requests.map((r) => r.boundUsd!))).toBeLessThanOrEqual(record.budget.itemBudgetUsd);
+    }
+    // The upstream saw the runner's (test) credential, never a placeholder; the bodies hold neither.
+    const sha12 = (t: string) => createHash("sha256").update(t).digest("hex").slice(0, 12);
+    for (const r of messageRequests(graderApi)) {
+      // Measured: the max_tokens the gateway's start-up check assumes for the adjudicator's model.
+      expect(r.body?.maxTokens).toBe(CLI_MAX_TOKENS);
+      expect(r.auth).toEqual({ bearer: true, bearerSha256Prefix: sha12(TEST_TOKEN), apiKey: false });
+      expect(JSON.stringify(r.rawBody)).not.toContain(TEST_TOKEN);
+    }
   });
 
   it("sends the grader the masked answer and no word of either arm's vocabulary", () => {

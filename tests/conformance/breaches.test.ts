@@ -8,14 +8,14 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
-import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, TEST_TOKEN, toolResults, type ConformanceApi, type Corpus, type StudyRun } from "./support.ts";
+import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, TEST_TOKEN, toolResults, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 const RESERVATION_USD = 0.1;
 const small = { input_tokens: 1000, output_tokens: 10 };
 
 let image = "";
 let corpus: Corpus;
-let api: ConformanceApi | undefined;
+let api: StudyApi | undefined;
 
 beforeAll(async () => {
   // By id: the tag is shared with every other checkout on this engine.
@@ -32,8 +32,9 @@ afterAll(async () => {
   await corpus?.cleanup();
 });
 
-async function attempt(script: ScriptInput, arm: "repository" | "mcp" = "repository", timeoutMs?: number): Promise<StudyRun & { obs: Ledger["observations"][number] }> {
-  api = await startApi(script);
+/** One attempt through the gateway (the default of startStudyApi), or directly when `direct` says why. */
+async function attempt(script: ScriptInput, arm: "repository" | "mcp" = "repository", timeoutMs?: number, direct?: string): Promise<StudyRun & { obs: Ledger["observations"][number] }> {
+  api = await startStudyApi(script, { direct });
   const run = await runConformanceStudy({ corpus, api, image, plan: arm, timeoutMs });
   expect(run.ledger.observations).toHaveLength(1);
   // Whatever happened, the container is gone and the reservation is settled.
@@ -126,7 +127,7 @@ describe("a denied read outside the workspace", () => {
       ],
     };
     // Whole request bodies are kept for this one: the token must appear in none of them.
-    api = await startApi(scriptInput, { recordBodies: true });
+    api = await startStudyApi(scriptInput, { recordBodies: true });
     const run = await runConformanceStudy({ corpus, api, image, plan: "repository" });
     const obs = run.ledger.observations[0]!;
     expect(run.code).toBe(0);
@@ -164,7 +165,7 @@ describe("a denied read of the container's system folders and login copy", () =>
         { answer: "I could not read them.", usage: small },
       ],
     };
-    api = await startApi(scriptInput, { recordBodies: true });
+    api = await startStudyApi(scriptInput, { recordBodies: true });
     const run = await runConformanceStudy({ corpus, api, image, plan: "repository" });
     const obs = run.ledger.observations[0]!;
     expect(run.code, run.stderr).toBe(0);
@@ -188,13 +189,21 @@ describe("a denied read of the container's system folders and login copy", () =>
 
 describe("spend above --max-budget-usd", () => {
   it("is budget-exceeded and charged at least the reservation (the CLI's own reported cost here)", async () => {
-    const run = await attempt({
-      name: "one-million-tokens",
-      turns: [
-        { toolCalls: [{ name: "Read", input: { file_path: "/workspace/README.md" } }], usage: { input_tokens: 1_000_000, output_tokens: 10 } },
-        { answer: "never reached", usage: small },
-      ],
-    });
+    const run = await attempt(
+      {
+        name: "one-million-tokens",
+        turns: [
+          { toolCalls: [{ name: "Read", input: { file_path: "/workspace/README.md" } }], usage: { input_tokens: 1_000_000, output_tokens: 10 } },
+          { answer: "never reached", usage: small },
+        ],
+      },
+      "repository",
+      undefined,
+      // Direct: this scenario shows what the CLI's own --max-budget-usd does without the host's
+      // ceiling, with a turn claiming 1,000,000 input tokens for a request of some tens of KB: the
+      // gateway would rightly make that attempt invalid-setup (usage no request could produce).
+      "a scripted usage larger than its request, to measure the CLI's after-spend check alone",
+    );
     expect(run.obs).toMatchObject({ status: "budget-exceeded", cliSubtype: "error_max_budget_usd", isError: true, exitCode: 1, inputTokens: 1_000_000, outputTokens: 10 });
     // Second tier: 1,000,000 x 0.50 + 10 x 2.50 per million.
     expect(run.obs.cliReportedCostUsd).toBeCloseTo(0.500025, 12);

@@ -10,7 +10,7 @@ import { buildPrompt, cliArguments, expectedInitTools, EMPTY_MCP_CONFIG } from "
 import { probeSpec } from "../../src/image/build.ts";
 import { containerMcpConfig } from "../../src/mcp/bridge.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { messageRequests, MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, toolUses, type ConformanceApi, type Corpus, type StudyRun } from "./support.ts";
+import { messageRequests, MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, toolUses, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 import { pilotScripts } from "./scripts.ts";
 
 /** Runs the image's `claude <args>` in a throwaway container with the probe's hardening; returns stdout. */
@@ -52,7 +52,7 @@ function parseHelp(help: string): Map<string, HelpFlag> {
 let image = "";
 let help = "";
 let corpus: Corpus;
-let api: ConformanceApi | undefined;
+let api: StudyApi | undefined;
 let pilot: StudyRun;
 
 beforeAll(async () => {
@@ -61,7 +61,7 @@ beforeAll(async () => {
   expect(shown.exitCode).toBe(0);
   help = shown.stdout;
   corpus = await prepareCorpus("flags");
-  api = await startApi(pilotScripts());
+  api = await startStudyApi(pilotScripts());
   pilot = await runConformanceStudy({ corpus, api, image, plan: "pilot" });
 }, 300_000);
 

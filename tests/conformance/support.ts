@@ -2,8 +2,12 @@
  * Shared set-up of the conformance suite: the REAL Claude Code binary (the pinned npm package,
  * installed into the cache when missing) in the real image (built offline, cached by its context
  * digest), the demo corpus with its doc-bridge indexes, a test login, and the scripted Messages
- * API on a unix socket that the runner hands to every attempt container (network none, relay on
- * 127.0.0.1 inside). Nothing here reaches a network or spends money.
+ * API. A study run here goes through the runner's model gateway by default (the scripted API is
+ * its upstream over TLS on loopback, trusted through a test CA), so every scenario's metered usage
+ * is held to its transcript's; `startApi` keeps the direct route (a unix socket the runner hands
+ * to every attempt container, network none, relay on 127.0.0.1 inside) for the commands tested
+ * through the binary and for scenarios that must bypass the gateway. Nothing here reaches a
+ * network or spends money.
  */
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -26,6 +30,7 @@ import type { StudySummary } from "../../src/study/summary.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 
 /** The pinned model of the protocol; the scripted API echoes the requested model. */
 export const MODEL = "claude-haiku-5-5";
@@ -81,6 +86,27 @@ export async function startApi(script: ScriptInput | readonly ScriptInput[], opt
   };
 }
 
+let testCa: TestCa | undefined;
+
+/** The scripted API as a study run here reaches it: through the gateway unless the scenario says why not. */
+export type StudyApi = ScriptedApi & ({ route: "gateway"; gateway: { url: string; ca: string } } | { route: "direct"; socketPath: string });
+
+/**
+ * The scripted API for runConformanceStudy: by default on a loopback TLS port, the upstream of the
+ * runner's gateway, so the run meters every reply and holds it to the transcript (a difference is
+ * invalid-setup). `direct` names why a scenario must reach the API without the gateway (a scripted
+ * usage no request could produce, which the gateway would rightly refuse as invalid-setup).
+ */
+export async function startStudyApi(script: ScriptInput | readonly ScriptInput[], options: { recordBodies?: boolean; direct?: string } = {}): Promise<StudyApi> {
+  if (options.direct !== undefined) {
+    if (options.direct.trim() === "") throw new Error("startStudyApi: say why the scenario bypasses the gateway");
+    return { ...(await startApi(script, options)), route: "direct" };
+  }
+  testCa ??= makeTestCa();
+  const api = await startScriptedApi({ port: 0, tls: { key: testCa.key, cert: testCa.cert }, script, recordBodies: options.recordBodies });
+  return Object.assign(api, { route: "gateway" as const, gateway: { url: api.url!, ca: testCa.ca } });
+}
+
 /** Requests to the Messages endpoint (the CLI sends nothing else with nonessential traffic off). */
 export function messageRequests(api: ScriptedApi) {
   return api.requests.filter((r) => r.path.startsWith("/v1/messages"));
@@ -99,8 +125,8 @@ export interface StudyRun {
 
 export interface StudyRunOptions {
   corpus: Corpus;
-  /** The scripted API on a unix socket, reached directly through the relay (login-copy mode). */
-  api?: { socketPath: string };
+  /** The scripted API (startStudyApi): through the gateway, or on a unix socket reached directly through the relay (login-copy mode). */
+  api?: StudyApi;
   /** Or: through the runner's model gateway, with this HTTPS upstream and the CA it trusts. */
   gateway?: { url: string; ca: string };
   image: string;
@@ -116,6 +142,7 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
   const loaded = await loadManifest(DEMO_MANIFEST);
   const pilot = planStudy(loaded.manifest, "pilot");
   const plan: PlannedAttempt[] = o.plan === "pilot" ? pilot : pilot.filter((a) => a.arm === o.plan).map((a) => ({ ...a, index: 0 }));
+  const gateway = o.gateway ?? (o.api?.route === "gateway" ? o.api.gateway : undefined);
   const outDir = await mkdtemp(join(o.corpus.work, "ledger-"));
   const config: StudyConfig = {
     loaded,
@@ -132,7 +159,9 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
     isolation: "offline",
     docBridgeCommand: referenceEngineCommand(),
     claudeConfigDir: o.corpus.loginDir,
-    ...(o.gateway ? { credentials: "gateway" as const, gatewayUpstream: { url: o.gateway.url, ca: o.gateway.ca } } : { modelApi: { socketPath: o.api!.socketPath } }),
+    ...(gateway
+      ? { credentials: "gateway" as const, gatewayUpstream: { url: gateway.url, ca: gateway.ca } }
+      : { credentials: "login-copy" as const, modelApi: { socketPath: (o.api as Extract<StudyApi, { route: "direct" }>).socketPath } }),
     timeoutMs: o.timeoutMs,
     quiet: true,
   };
@@ -154,14 +183,35 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
       lines.set(attempt.index, list);
     },
   });
+  const ledger = await readLedger(config.output);
+  if (gateway) assertMeteredEqualsTranscript(ledger);
   return {
     code,
     summary: JSON.parse(stdout) as StudySummary,
-    ledger: await readLedger(config.output),
+    ledger,
     lines,
     events: (index) => (lines.get(index) ?? []).filter((l) => l !== "").map((l) => JSON.parse(l) as Record<string, any>),
     stderr,
   };
+}
+
+/**
+ * Held in every scenario run through the gateway, on top of the runner's own comparison (which
+ * makes a difference invalid-setup): each completed attempt's metered input and output tokens,
+ * summed over the replies the gateway saw, are the ledger's (the transcript's) totals.
+ */
+function assertMeteredEqualsTranscript(ledger: Ledger): void {
+  for (const o of ledger.observations) {
+    if (o.status !== "completed") continue;
+    if (!o.gateway) throw new Error(`observation ${o.index} ran through the gateway but has no gateway record`);
+    // One record per message id, as the runner's comparison counts them.
+    const metered = [...new Map(o.gateway.requests.filter((r) => r.messageId !== null && r.refused === null).map((r) => [r.messageId, r])).values()];
+    const input = metered.reduce((n, r) => n + (r.inputTokens ?? 0), 0);
+    const output = metered.reduce((n, r) => n + (r.outputTokens ?? 0), 0);
+    if (input !== o.inputTokens || output !== o.outputTokens) {
+      throw new Error(`observation ${o.index}: metered ${input} input / ${output} output tokens, transcript ${o.inputTokens} / ${o.outputTokens}`);
+    }
+  }
 }
 
 /** tool_use blocks of a transcript, in order. */

@@ -64,6 +64,14 @@ describe("model gateway (scripted API over TLS on loopback, test CA)", () => {
         },
         { name: "reset", marker: "reset-me", turns: [{ fault: "connection-reset" }, { answer: "after", usage: { input_tokens: 1, output_tokens: 1 } }] },
         { name: "liar", marker: "liar", turns: [{ answer: "big", usage: { input_tokens: 5_000_000, output_tokens: 1 } }] },
+        {
+          name: "refused-by-api",
+          marker: "bad-request",
+          turns: [
+            { error: { status: 400, type: "invalid_request_error", message: "scripted bad request" } },
+            { error: { status: 400, type: "invalid_request_error", message: "scripted bad request" } },
+          ],
+        },
       ],
     });
     gateway = new Gateway({ model: MODEL, upstream: { url: api.url!.replace("http:", "https:"), ca: ca.ca } });
@@ -159,6 +167,26 @@ describe("model gateway (scripted API over TLS on loopback, test CA)", () => {
       expect(r.refused?.kind).toBe("upstream-unreachable");
       expect(r.costUsd).toBe(r.boundUsd);
       expect(a.record.meteredCostUsd).toBe(r.boundUsd);
+    } finally {
+      await a.stop();
+    }
+  });
+
+  it("counts a whole error answer of the API at nothing, so the CLI's retry of a 400 is forwarded under a limit that holds one bound", async () => {
+    const body = message("bad-request");
+    const bound = requestBound(MODEL, Buffer.byteLength(JSON.stringify(body)), 1000);
+    const a = await gateway.openAttempt({ credential: REAL, limitUsd: picoToUsd(bound.costPico + bound.costPico / 2n) });
+    try {
+      const before = api.requests.length;
+      expect((await post(a.socketPath, { token: a.placeholder, body })).status).toBe(400);
+      expect((await post(a.socketPath, { token: a.placeholder, body })).status).toBe(400);
+      expect(api.requests.length).toBe(before + 2);
+      expect(a.record.requests.map((r) => [r.status, r.costUsd, r.refused])).toEqual([
+        [400, 0, null],
+        [400, 0, null],
+      ]);
+      expect(a.record.budgetRefused).toBe(false);
+      expect(a.record.meteredCostUsd).toBe(0);
     } finally {
       await a.stop();
     }

@@ -6,7 +6,8 @@ import { describe, expect, it } from "vitest";
 import { meteredCostPico, requestBound, SseMeter } from "../../src/gateway/meter.ts";
 import { compareMeteredUsage } from "../../src/gateway/check.ts";
 import { readCredential, resolveCredentialSource, SETUP_TOKEN_ENV } from "../../src/gateway/credential.ts";
-import { prepareRunGateway } from "../../src/gateway/run.ts";
+import { CLI_MAX_TOKENS, gatewayLimitProblem, prepareRunGateway } from "../../src/gateway/run.ts";
+import { picoToUsd } from "../../src/cost/money.ts";
 import type { GatewayRecord, GatewayRequestRecord } from "../../src/gateway/gateway.ts";
 import { resolveLogin } from "../../src/attempt/login.ts";
 import { RefusalError } from "../../src/util/errors.ts";
@@ -136,5 +137,19 @@ describe("the credential", () => {
     expect(source).toMatchObject({ kind: "setup-token", token: "test-setup-token-not-real" });
     expect(env[SETUP_TOKEN_ENV]).toBeUndefined();
     await expect(resolveCredentialSource({ login: resolveLogin({ configDir: "/nonexistent" }), env: { [SETUP_TOKEN_ENV]: "two words" } })).rejects.toThrow(/visible ASCII/);
+  });
+});
+
+describe("a limit too small for one request through the gateway", () => {
+  it("is refused before anything is reserved, naming the flag, the floor and both ways out; a limit that holds one request passes", () => {
+    const floor = (model: string) => picoToUsd(requestBound(model, 0, CLI_MAX_TOKENS).costPico);
+    // The default adjudicator at the default item budget: every request would be refused.
+    expect(floor("claude-sonnet-5-5")).toBeGreaterThan(0.1);
+    const problem = gatewayLimitProblem("claude-sonnet-5-5", 0.1, "--item-budget-usd");
+    expect(problem).toContain("--item-budget-usd 0.1 USD cannot hold one request of claude-sonnet-5-5");
+    expect(problem).toContain(String(floor("claude-sonnet-5-5")));
+    expect(problem).toContain("--credentials login-copy");
+    expect(gatewayLimitProblem("claude-sonnet-5-5", floor("claude-sonnet-5-5"), "--item-budget-usd")).toBeNull();
+    expect(gatewayLimitProblem("claude-haiku-5-5", 0.1, "--item-budget-usd")).toBeNull();
   });
 });
