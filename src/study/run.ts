@@ -27,7 +27,7 @@ import { observationExtras, reservedObservation } from "./observation.ts";
 import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 import { summarize } from "./summary.ts";
-import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
+import { gatewayLimitProblem, gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 
 export interface StudyConfig extends StudyRunBase {
@@ -141,6 +141,10 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   let gateway: RunGateway | undefined;
   if (config.credentials === "gateway") {
     if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
+    // A limit that cannot hold one request would see every attempt's first request refused and
+    // its reservation charged for nothing (the fake image sends no request).
+    const tooSmall = fakeImage ? null : gatewayLimitProblem(config.model, config.attemptBudgetUsd, "--attempt-budget-usd");
+    if (tooSmall) throw new RefusalError(tooSmall);
     gateway = await prepareRunGateway({
       model: config.model,
       login,

@@ -68,7 +68,7 @@ function send(socket: string, token: string, o: { model?: string; method?: strin
   });
 }
 
-function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number>): FakeRuntime {
+function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number>, o: { fakeImage?: boolean } = {}): FakeRuntime {
   const runtime = new FakeRuntime({
     program: async (proc) => {
       if (proc.spec.cmd.includes("--version")) {
@@ -78,7 +78,7 @@ function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number>)
       return attempt(Number(proc.spec.env.STUDY_RUNNER_ATTEMPT), proc);
     },
   });
-  runtime.addImage(IMAGE, { [IMAGE_LABELS.claudeSha256]: "a".repeat(64), [IMAGE_LABELS.kind]: "fake-claude" });
+  runtime.addImage(IMAGE, { [IMAGE_LABELS.claudeSha256]: "a".repeat(64), ...(o.fakeImage === false ? {} : { [IMAGE_LABELS.kind]: "fake-claude" }) });
   return runtime;
 }
 
@@ -87,7 +87,7 @@ const answer = (proc: FakeProcess) => {
   return 0;
 };
 
-async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; loginDir?: string; isolation?: StudyConfig["isolation"] } = {}) {
+async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; loginDir?: string; isolation?: StudyConfig["isolation"]; model?: string } = {}) {
   const loginDir = o.loginDir ?? join(work, `login-${name}`);
   if (!o.loginDir) await writeTestLogin(loginDir);
   const plan = planStudy(loaded.manifest, "full")
@@ -100,7 +100,7 @@ async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; l
     plan,
     fullPlanSize: 36,
     roots,
-    model: MODEL,
+    model: o.model ?? MODEL,
     capUsd: 1,
     attemptBudgetUsd: 0.1,
     output: join(work, `${name}.ledger.json`),
@@ -198,5 +198,14 @@ describe("the study through the gateway (in-memory runtime)", () => {
     expect(r.ledger.status).toBe("blocked");
     expect(r.ledger.observations.map((o) => o.status)).toEqual(["completed"]);
     expect(r.ledger.statusReason).toMatch(/^attempt 2 not started, nothing reserved: the Claude login .* expires at .*run `claude` on this machine once/);
+  });
+
+  it("refuses, before anything is reserved, a per-attempt limit that cannot hold one request of the model through the gateway", async () => {
+    // An image that is not the fake: its CLI would send real requests.
+    const runtime = runtimeWith(async (_n, proc) => answer(proc), { fakeImage: false });
+    const err = await run("limit-too-small", runtime, { model: "claude-sonnet-5-5" }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RefusalError);
+    expect((err as Error).message).toMatch(/^--attempt-budget-usd 0\.1 USD cannot hold one request of claude-sonnet-5-5 through the gateway/);
+    expect(runtime.created.filter((spec) => !spec.cmd.includes("--version"))).toHaveLength(0);
   });
 });
