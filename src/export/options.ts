@@ -24,12 +24,6 @@ export function gitBlobIds(bytes: Buffer): string[] {
   return ["sha1", "sha256"].map((algo) => createHash(algo).update(header).update(bytes).digest("hex"));
 }
 
-/**
- * What an export of `repository` must leave out, built the same way for every caller: the
- * `export` command, the CLI and http attempts and the adjudicator. A second hand-built copy is
- * how the manifest once reached attempts while `export` (which claims to show exactly what an
- * attempt sees) left it out.
- */
 /** What of a manifest (a study's or a session manifest) the export needs. */
 export interface ManifestSource {
   path: string;
@@ -37,6 +31,12 @@ export interface ManifestSource {
   manifest: { repositories: Readonly<Record<string, string>>; answerKeys?: Readonly<Record<string, readonly string[]>> };
 }
 
+/**
+ * What an export of `repository` must leave out, built the same way for every caller: the
+ * `export` command, the CLI and http attempts, the adjudicator and a session's worktree. A second
+ * hand-built copy is how the manifest once reached attempts while `export` (which claims to show
+ * exactly what an attempt sees) left it out.
+ */
 export async function exportSourceFor(loaded: ManifestSource, repository: string, repoDir: string): Promise<ExportSource> {
   const pin = loaded.manifest.repositories[repository];
   if (pin === undefined) throw new Error(`exportSourceFor: '${repository}' is not pinned in ${loaded.path}`);

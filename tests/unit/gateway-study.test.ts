@@ -3,12 +3,11 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FakeRuntime, type FakeProcess } from "../../src/runtime/fake.ts";
+import type { FakeRuntime, FakeProcess } from "../../src/runtime/fake.ts";
+import { fakeClaudeRuntime, unitStudyConfig } from "../support/unit-study.ts";
 import { runStudy, type StudyConfig } from "../../src/study/run.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
-import { planStudy } from "../../src/plan/plan.ts";
 import { readLedger } from "../../src/ledger/store.ts";
-import { IMAGE_LABELS } from "../../src/image/specs.ts";
 import { CONTAINER } from "../../src/attempt/spec.ts";
 import { ExitCode, RefusalError } from "../../src/util/errors.ts";
 import { GATEWAY_SOCKET_NAME } from "../../src/gateway/gateway.ts";
@@ -25,7 +24,6 @@ import { baseEvents, MODEL, toText } from "./transcript-fixtures.ts";
  * scripted API is the gateway's upstream over TLS with a test CA.
  */
 
-const IMAGE = "study-runner/claude-code:unit";
 let work: string;
 let loaded: LoadedManifest;
 let roots: Map<string, string>;
@@ -68,19 +66,7 @@ function send(socket: string, token: string, o: { model?: string; method?: strin
   });
 }
 
-function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number>, o: { fakeImage?: boolean } = {}): FakeRuntime {
-  const runtime = new FakeRuntime({
-    program: async (proc) => {
-      if (proc.spec.cmd.includes("--version")) {
-        proc.stdout.write("2.1.296 (Claude Code)\n");
-        return 0;
-      }
-      return attempt(Number(proc.spec.env.STUDY_RUNNER_ATTEMPT), proc);
-    },
-  });
-  runtime.addImage(IMAGE, { [IMAGE_LABELS.claudeSha256]: "a".repeat(64), ...(o.fakeImage === false ? {} : { [IMAGE_LABELS.kind]: "fake-claude" }) });
-  return runtime;
-}
+const runtimeWith = (attempt: (n: number, proc: FakeProcess) => Promise<number>, o: { fakeImage?: boolean } = {}): FakeRuntime => fakeClaudeRuntime(attempt, o);
 
 const answer = (proc: FakeProcess) => {
   proc.stdout.write(toText(baseEvents("repository")));
@@ -90,29 +76,15 @@ const answer = (proc: FakeProcess) => {
 async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; loginDir?: string; isolation?: StudyConfig["isolation"]; model?: string } = {}) {
   const loginDir = o.loginDir ?? join(work, `login-${name}`);
   if (!o.loginDir) await writeTestLogin(loginDir);
-  const plan = planStudy(loaded.manifest, "full")
-    .filter((a) => a.arm === "repository")
-    .slice(0, o.attempts ?? 2)
-    .map((a, index) => ({ ...a, index }));
-  const config: StudyConfig = {
+  const config = unitStudyConfig({
+    work,
+    name,
     loaded,
-    mode: "full",
-    plan,
-    fullPlanSize: 36,
     roots,
-    model: o.model ?? MODEL,
-    capUsd: 1,
-    attemptBudgetUsd: 0.1,
-    output: join(work, `${name}.ledger.json`),
-    image: IMAGE,
-    expectedCliVersion: "2.1.296",
-    isolation: o.isolation ?? "standard",
-    docBridgeCommand: ["false"],
-    claudeConfigDir: loginDir,
-    credentials: "gateway",
-    gatewayUpstream: { url: api.url!, ca: ca.ca },
-    quiet: true,
-  };
+    loginDir,
+    attempts: o.attempts ?? 2,
+    overrides: { model: o.model ?? MODEL, isolation: o.isolation ?? "standard", credentials: "gateway", gatewayUpstream: { url: api.url!, ca: ca.ca } },
+  });
   let stdout = "";
   const code = await runStudy(config, { runtime, stdout: (t) => (stdout += t), stderr: process.stderr });
   return { code, ledger: await readLedger(config.output), loginDir, config };

@@ -2,26 +2,24 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { access, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FakeRuntime, type FakeProcess } from "../../src/runtime/fake.ts";
-import { runStudy, type StudyConfig } from "../../src/study/run.ts";
+import type { FakeProcess, FakeRuntime } from "../../src/runtime/fake.ts";
+import { runStudy } from "../../src/study/run.ts";
+import { fakeClaudeRuntime, unitStudyConfig } from "../support/unit-study.ts";
 import { concurrencyProblem, rateLimitStatus, sharedHold } from "../../src/study/attempts.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
-import { planStudy } from "../../src/plan/plan.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { LedgerSchema } from "../../src/ledger/schema.ts";
-import { IMAGE_LABELS } from "../../src/image/specs.ts";
 import { ExitCode, RefusalError } from "../../src/util/errors.ts";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { baseEvents, MODEL, toText } from "./transcript-fixtures.ts";
+import { baseEvents, toText } from "./transcript-fixtures.ts";
 
 /**
  * The study's attempts in flight on the in-memory runtime: the real loop, ledger file, export,
  * login staging and transcript rules, with containers that are functions that take a while.
  */
 
-const IMAGE = "study-runner/claude-code:unit";
 let work: string;
 let loaded: LoadedManifest;
 let roots: Map<string, string>;
@@ -38,21 +36,14 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number> | number, o: { fakeImage?: boolean } = {}) {
   const seen = { max: 0, running: 0 };
-  const runtime = new FakeRuntime({
-    program: async (proc) => {
-      if (proc.spec.cmd.includes("--version")) {
-        proc.stdout.write("2.1.296 (Claude Code)\n");
-        return 0;
-      }
-      seen.max = Math.max(seen.max, ++seen.running);
-      try {
-        return await attempt(Number(proc.spec.env.STUDY_RUNNER_ATTEMPT), proc);
-      } finally {
-        seen.running--;
-      }
-    },
-  });
-  runtime.addImage(IMAGE, { [IMAGE_LABELS.claudeSha256]: "a".repeat(64), ...(o.fakeImage === false ? {} : { [IMAGE_LABELS.kind]: "fake-claude" }) });
+  const runtime = fakeClaudeRuntime(async (n, proc) => {
+    seen.max = Math.max(seen.max, ++seen.running);
+    try {
+      return await attempt(n, proc);
+    } finally {
+      seen.running--;
+    }
+  }, o);
   return { runtime, seen };
 }
 
@@ -64,28 +55,8 @@ const answer = (proc: FakeProcess, events = baseEvents("repository")) => {
 async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; capUsd?: number; concurrency?: number } = {}) {
   const loginDir = join(work, `login-${name}`);
   await writeTestLogin(loginDir);
-  const plan = planStudy(loaded.manifest, "full")
-    .filter((a) => a.arm === "repository")
-    .slice(0, o.attempts ?? 6)
-    .map((a, index) => ({ ...a, index }));
-  const config: StudyConfig = {
-    loaded,
-    mode: "full",
-    plan,
-    fullPlanSize: 36,
-    roots,
-    model: MODEL,
-    capUsd: o.capUsd ?? 1,
-    attemptBudgetUsd: 0.1,
-    output: join(work, `${name}.ledger.json`),
-    image: IMAGE,
-    expectedCliVersion: "2.1.296",
-    isolation: "offline",
-    docBridgeCommand: ["false"],
-    claudeConfigDir: loginDir,
-    quiet: true,
-    concurrency: o.concurrency,
-  };
+  const config = unitStudyConfig({ work, name, loaded, roots, loginDir, attempts: o.attempts ?? 6, overrides: { capUsd: o.capUsd ?? 1, concurrency: o.concurrency } });
+
   // Read the ledger file over and over while the run goes on: every state a crash could leave.
   const snapshots: unknown[] = [];
   let done = false;

@@ -2,18 +2,17 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { FakeRuntime, type FakeProcess } from "../../src/runtime/fake.ts";
-import { runStudy, type StudyConfig } from "../../src/study/run.ts";
+import type { FakeProcess, FakeRuntime } from "../../src/runtime/fake.ts";
+import { runStudy } from "../../src/study/run.ts";
+import { fakeClaudeRuntime, UNIT_IMAGE as IMAGE, unitStudyConfig } from "../support/unit-study.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
-import { planStudy } from "../../src/plan/plan.ts";
 import { readLedger } from "../../src/ledger/store.ts";
-import { IMAGE_LABELS } from "../../src/image/specs.ts";
 import { ExitCode } from "../../src/util/errors.ts";
 import type { Checkpoint } from "../../src/loop/loop.ts";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { baseEvents, MODEL, toText } from "./transcript-fixtures.ts";
+import { baseEvents, toText } from "./transcript-fixtures.ts";
 
 /**
  * The CLI attempt kind on the in-memory runtime: the real loop, ledger, export, login staging and
@@ -21,7 +20,6 @@ import { baseEvents, MODEL, toText } from "./transcript-fixtures.ts";
  * no doc-bridge server is started.
  */
 
-const IMAGE = "study-runner/claude-code:unit";
 let work: string;
 let loaded: LoadedManifest;
 let roots: Map<string, string>;
@@ -35,19 +33,7 @@ beforeAll(async () => {
 afterAll(() => rm(work, { recursive: true, force: true }));
 
 /** A container program: `--version` answers the pin; an attempt runs `attempt(n, proc)`. */
-function runtimeWith(attempt: (n: number, proc: FakeProcess) => Promise<number> | number): FakeRuntime {
-  const runtime = new FakeRuntime({
-    program: async (proc) => {
-      if (proc.spec.cmd.includes("--version")) {
-        proc.stdout.write("2.1.296 (Claude Code)\n");
-        return 0;
-      }
-      return attempt(Number(proc.spec.env.STUDY_RUNNER_ATTEMPT), proc);
-    },
-  });
-  runtime.addImage(IMAGE, { [IMAGE_LABELS.claudeSha256]: "a".repeat(64), [IMAGE_LABELS.kind]: "fake-claude" });
-  return runtime;
-}
+const runtimeWith = (attempt: (n: number, proc: FakeProcess) => Promise<number> | number) => fakeClaudeRuntime(attempt);
 
 const answer = (proc: FakeProcess) => {
   proc.stdout.write(toText(baseEvents("repository")));
@@ -57,27 +43,7 @@ const answer = (proc: FakeProcess) => {
 async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; capUsd?: number; checkpoint?: (p: Checkpoint) => void; loginDir?: string } = {}) {
   const loginDir = o.loginDir ?? join(work, `login-${name}`);
   if (!o.loginDir) await writeTestLogin(loginDir);
-  const plan = planStudy(loaded.manifest, "full")
-    .filter((a) => a.arm === "repository")
-    .slice(0, o.attempts ?? 3)
-    .map((a, index) => ({ ...a, index }));
-  const config: StudyConfig = {
-    loaded,
-    mode: "full",
-    plan,
-    fullPlanSize: 36,
-    roots,
-    model: MODEL,
-    capUsd: o.capUsd ?? 1,
-    attemptBudgetUsd: 0.1,
-    output: join(work, `${name}.ledger.json`),
-    image: IMAGE,
-    expectedCliVersion: "2.1.296",
-    isolation: "offline",
-    docBridgeCommand: ["false"],
-    claudeConfigDir: loginDir,
-    quiet: true,
-  };
+  const config = unitStudyConfig({ work, name, loaded, roots, loginDir, attempts: o.attempts ?? 3, overrides: { capUsd: o.capUsd ?? 1 } });
   let stdout = "";
   const code = await runStudy(config, { runtime, stdout: (t) => (stdout += t), stderr: process.stderr, checkpoint: o.checkpoint });
   return { code, summary: JSON.parse(stdout), ledger: await readLedger(config.output), loginDir };
