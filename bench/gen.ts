@@ -4,18 +4,10 @@
  * a source repository with files the public-path filter keeps out mixed in.
  */
 import type { FixtureEntry } from "../tests/support/git-fixture.ts";
+import { seededRandom } from "../src/report/stats.ts";
 
-/** mulberry32: a small seeded generator, so every run measures the same bytes. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+/** A small seeded generator (the report's own, mulberry32), so every run measures the same bytes. */
+export const prng = seededRandom;
 
 const WORDS = [
   "const",

@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
-import { probeVersion } from "../image/build.ts";
+import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { reapOrphanExports, removeTree } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { hasCommit } from "../corpus/git.ts";
@@ -22,8 +22,7 @@ import { planAdjudication, readResultEvent, readVerdict, type PlannedItem } from
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
-import { IMAGE_LABELS } from "../image/specs.ts";
-import { gatewayLimitProblem, gatewayUnits, prepareRunGateway, type CredentialMode } from "../gateway/run.ts";
+import { gatewayUnits, prepareRunGateway, type CredentialMode } from "../gateway/run.ts";
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 
 /**
@@ -135,10 +134,9 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   if (config.modelApi) throw new RefusalError("a Messages API socket bypasses the gateway; use --credentials login-copy with it");
   // The fake claude image sends no model request: there is no metered usage to hold its transcript
   // to, and no request for the gateway to refuse, so a limit too small for one request costs nothing.
-  const fakeImage = (await deps.runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
-  const tooSmall = fakeImage ? null : gatewayLimitProblem(config.model, config.itemBudgetUsd, "--item-budget-usd");
-  if (tooSmall) throw new RefusalError(tooSmall);
+  const fakeImage = await isFakeClaudeImage(deps.runtime, config.image);
   const gateway = await prepareRunGateway({
+    limit: fakeImage ? undefined : { usd: config.itemBudgetUsd, flag: "--item-budget-usd" },
     model: config.model,
     login,
     tokenFile: config.oauthTokenFile,

@@ -37,7 +37,14 @@ export async function prepareRunGateway(o: {
   lockStaleMs?: number;
   holder?: string;
   now?: () => number;
+  /**
+   * The per-unit limit and the flag that sets it: refused when it cannot hold one request of the
+   * model (gatewayLimitProblem). Left out for a test stand-in that sends no request.
+   */
+  limit?: { usd: number; flag: string };
 }): Promise<RunGateway> {
+  const tooSmall = o.limit && gatewayLimitProblem(o.model, o.limit.usd, o.limit.flag);
+  if (tooSmall) throw new RefusalError(tooSmall);
   try {
     assertSocketOwner("the model gateway");
   } catch (err) {

@@ -117,3 +117,8 @@ async function collect(stream: NodeJS.ReadableStream, limit: number): Promise<st
   }
   return Buffer.concat(chunks).toString("utf8");
 }
+
+/** The fake claude image answers without any model: like a scripted API, a test stand-in that sends no request. */
+export async function isFakeClaudeImage(runtime: ContainerRuntime, image: string): Promise<boolean> {
+  return (await runtime.inspectImage(image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
+}

@@ -5,7 +5,7 @@ import { resolveLogin, acquireLoginLock, type LoginLock } from "../attempt/login
 import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { emptyRunFacts } from "../cli-attempt/record.ts";
 import { runLoop, type Book, type RunKind } from "../loop/loop.ts";
-import { probeVersion } from "../image/build.ts";
+import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../runtime/reaper.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
@@ -18,7 +18,6 @@ import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, 
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { runTestCommand } from "./test-command.ts";
 import { exportSourceFor } from "../export/options.ts";
-import { IMAGE_LABELS } from "../image/specs.ts";
 import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 import {
@@ -265,7 +264,6 @@ type PassConfig = SessionRuntimeOptions & Pick<StartConfig, "model" | "image" | 
 
 const ready = (s: Session) => s.state === "new" || s.state === "answered";
 
-/** Passes over the ready sessions, one call each, through the one loop, until none is ready or a pass stops. */
 /** The run's model gateway when the calls go through it; a RefusalError when it cannot run. */
 async function prepareSessionGateway(config: SessionRuntimeOptions & { model: string }, holder: string): Promise<RunGateway | undefined> {
   if (config.credentials !== "gateway") return undefined;
@@ -281,13 +279,14 @@ async function prepareSessionGateway(config: SessionRuntimeOptions & { model: st
   });
 }
 
+/** Passes over the ready sessions, one call each, through the one loop, until none is ready or a pass stops. */
 async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manifest: SessionManifest, config: PassConfig, deps: SessionDeps, gateway: RunGateway | undefined): Promise<number> {
   const say = deps.say ?? (() => {});
   const now = () => deps.now?.() ?? new Date();
   const event = (e: HarnessEvent extends infer E ? (E extends HarnessEvent ? Omit<E, "at"> : never) : never) => ledger.events.push({ at: now().toISOString(), ...e } as HarnessEvent);
   const login = resolveLogin({ configDir: config.claudeConfigDir });
   // The fake image sends no model request: with the gateway its metered spend is 0 and is not compared.
-  const fakeImage = (await deps.runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
+  const fakeImage = await isFakeClaudeImage(deps.runtime, config.image);
   let exitCode = 0;
   ledger.status = "running";
   delete ledger.statusReason;

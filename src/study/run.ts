@@ -1,7 +1,6 @@
 import type { PlannedAttempt } from "../plan/plan.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
-import { probeVersion } from "../image/build.ts";
-import { IMAGE_LABELS } from "../image/specs.ts";
+import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { reapOrphanExports, removeTree } from "../export/export.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { assertModelApiSocket } from "../attempt/model-api.ts";
@@ -27,7 +26,7 @@ import { observationExtras, reservedObservation } from "./observation.ts";
 import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 import { summarize } from "./summary.ts";
-import { gatewayLimitProblem, gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
+import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 
 export interface StudyConfig extends StudyRunBase {
@@ -137,15 +136,14 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
     docBridge = { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: denyList(result.tools) };
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
-  const fakeImage = (await runtime.inspectImage(config.image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
+  const fakeImage = await isFakeClaudeImage(runtime, config.image);
   let gateway: RunGateway | undefined;
   if (config.credentials === "gateway") {
     if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
-    // A limit that cannot hold one request would see every attempt's first request refused and
-    // its reservation charged for nothing (the fake image sends no request).
-    const tooSmall = fakeImage ? null : gatewayLimitProblem(config.model, config.attemptBudgetUsd, "--attempt-budget-usd");
-    if (tooSmall) throw new RefusalError(tooSmall);
     gateway = await prepareRunGateway({
+      // A limit that cannot hold one request would see every first request refused and its
+      // reservation charged for nothing (the fake image sends no request).
+      limit: fakeImage ? undefined : { usd: config.attemptBudgetUsd, flag: "--attempt-budget-usd" },
       model: config.model,
       login,
       tokenFile: config.oauthTokenFile,
