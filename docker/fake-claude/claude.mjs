@@ -229,7 +229,7 @@ function writeRecord(label, extraProbePaths) {
     homeWritable: home ? canWrite(home) : false,
     // Every other place a session's agent might write to (its worktree is cwd).
     writable: Object.fromEntries(
-      ["/", "/etc", "/usr", "/opt", "/var", "/run", "/run/study-runner-login", "/run/study-runner-session", "/tmp", "/fake"].map((p) => [p, fs.existsSync(p) ? canWrite(p) : null]),
+      ["/", "/etc", "/usr", "/opt", "/var", "/run", "/run/study-runner-login", "/home/agent/.study-runner/login", "/tmp", "/fake"].map((p) => [p, fs.existsSync(p) ? canWrite(p) : null]),
     ),
     credentialsPresent: home ? fs.existsSync(path.join(home, ".claude", ".credentials.json")) : false,
     // Only the expiry, never a token: enough to tell which login copy the attempt was given.

@@ -21,6 +21,7 @@
 //                     to <dir> as soon as it happens and once more when the command exits: only a
 //                     regular file (lstat, never through a symlink) of at most 64 KiB. When the
 //                     command exits with $HOME full, a line on stderr says so (the runner reads it).
+//                     A TMPDIR under $HOME (a session container has no writable /tmp) is created.
 //   --stdin <file>    the command's stdin is this file (a session task's prompt), not the closed
 //                     stdin of the container: the prompt never becomes an argument.
 //   --projects <dir>  a session's state (needs --login): regular files under <dir> are copied into
@@ -125,6 +126,9 @@ let copiedOut;
 function stageLoginIn() {
   if (!path.isAbsolute(home)) fail(2, `HOME ${JSON.stringify(home)} is not an absolute path`);
   fs.mkdirSync(path.join(home, ".claude"), { recursive: true, mode: 0o700 });
+  // A session container has no writable /tmp: its TMPDIR is a folder of HOME, made here.
+  const tmp = process.env.TMPDIR ?? "";
+  if (tmp.startsWith(`${home}/`)) fs.mkdirSync(tmp, { recursive: true, mode: 0o700 });
   const credentials = fs.readFileSync(path.join(loginDir, ".claude", ".credentials.json"));
   fs.writeFileSync(homeCredentials, credentials, { mode: 0o600, flag: "wx" });
   copiedOut = credentials;

@@ -17,10 +17,19 @@ export const CONTAINER = {
    */
   loginDir: "/run/study-runner-login",
   /**
-   * A session call's own output folder (mounted read-write, fresh per call): with-relay.mjs
-   * copies the CLI's session files here when the CLI exits, so the login folder can stay read-only.
+   * A session call's staged folder (the login, its prompt and the session files it resumes from):
+   * under HOME, so that a session call can write nothing outside its worktree and HOME
+   * (contract R116), whichever credentials it runs with.
    */
-  sessionOutDir: "/run/study-runner-session",
+  sessionLoginDir: "/home/agent/.study-runner/login",
+  /**
+   * A session call's own output folder (mounted read-write, fresh per call, also under HOME):
+   * with-relay.mjs copies the CLI's session files here when the CLI exits, so the login folder
+   * can stay read-only.
+   */
+  sessionOutDir: "/home/agent/.study-runner/out",
+  /** A session call's TMPDIR: under HOME, since a session container has no writable /tmp. */
+  sessionTmpDir: "/home/agent/.tmp",
   /** The folder of the model API's unix socket (`modelApiSocket`), mounted read-only. */
   modelApiDir: "/run/study-runner-api",
   /** The folder of the strict profile's egress proxy socket (`egressProxySocket`), mounted read-only. */
@@ -69,7 +78,7 @@ export interface AttemptContainerInput {
   /**
    * Fresh per-attempt folder on the host holding the copy of the CLI login (stageLogin's
    * `homeDir`). It is not the container's HOME: that is a tmpfs of `homeBytes`; this folder is
-   * mounted at CONTAINER.loginDir, the login is copied in before the CLI starts and a refresh
+   * mounted at CONTAINER.loginDir (CONTAINER.sessionLoginDir for a session), the login is copied in before the CLI starts and a refresh
    * copied back out.
    */
   homeDir: string;
@@ -101,10 +110,12 @@ export interface AttemptContainerInput {
   extraEnv?: Record<string, string>;
   /**
    * A session task: the working folder is the session's own writable worktree (not the read-only
-   * export), the CLI's stdin is `stdinFile` and its session files are staged from and collected
-   * from `projectsDir` (in-container paths under CONTAINER.loginDir; see with-relay.mjs) and
-   * copied back into `projectsOutDir`, a host folder mounted at CONTAINER.sessionOutDir (or into
-   * `projectsDir` itself when it is not given).
+   * export), the CLI's stdin is `stdinFile` and its session files are staged from `projectsDir`
+   * (in-container paths under CONTAINER.sessionLoginDir, where the staged folder is mounted for a
+   * session; see with-relay.mjs) and copied back into `projectsOutDir`, a host folder mounted at
+   * CONTAINER.sessionOutDir (or into `projectsDir` itself when it is not given). Everything a
+   * session call can write is its worktree and HOME (contract R116): both folders are under HOME,
+   * and there is no tmpfs /tmp (TMPDIR is CONTAINER.sessionTmpDir).
    */
   session?: { stdinFile?: string; projectsDir: string; projectsOutDir?: string };
   /**
@@ -144,6 +155,8 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     STUDY_RUNNER_ATTEMPT: String(input.attemptIndex),
     ...input.extraEnv,
   };
+  // A session call writes nothing outside its worktree and HOME (contract R116): no /tmp either.
+  if (input.session) env.TMPDIR = CONTAINER.sessionTmpDir;
   for (const name of Object.keys(env)) {
     if (FORBIDDEN_ENV.test(name)) throw new Error(`refusing to pass ${name} into an attempt container`);
   }
@@ -168,9 +181,10 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   // session's worktree is different: the agent edits it and the next call must find the edits, so
   // it is a writable folder of the host, bound read-write.
   const workspace = input.writableWorkspace ? undefined : treeFromFolder(CONTAINER.workspace, input.exportDir);
+  const loginTarget = input.session ? CONTAINER.sessionLoginDir : CONTAINER.loginDir;
   const mounts: Mount[] = [
     ...(input.writableWorkspace ? [{ source: input.exportDir, target: CONTAINER.workspace, readOnly: false }] : []),
-    { source: input.homeDir, target: CONTAINER.loginDir, readOnly: input.loginReadOnly === true },
+    { source: input.homeDir, target: loginTarget, readOnly: input.loginReadOnly === true },
     ...(input.session?.projectsOutDir !== undefined ? [{ source: input.session.projectsOutDir, target: CONTAINER.sessionOutDir, readOnly: false }] : []),
   ];
   // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
@@ -180,7 +194,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   if (input.egressProxySocket !== undefined) mounts.push({ source: dirname(input.egressProxySocket), target: CONTAINER.egressDir, readOnly: true });
   const relays = [
     "--login",
-    CONTAINER.loginDir,
+    loginTarget,
     ...(input.modelApiSocket !== undefined ? ["--api", `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`] : []),
     ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
     ...(input.session?.stdinFile !== undefined ? ["--stdin", input.session.stdinFile] : []),
@@ -200,7 +214,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     ...(workspace ? { workspace } : {}),
     mounts,
     tmpfs: {
-      "/tmp": "rw,nosuid,nodev,size=256m,mode=1777",
+      ...(input.session ? {} : { "/tmp": "rw,nosuid,nodev,size=256m,mode=1777" }),
       [CONTAINER.home]: `rw,nosuid,nodev,size=${homeBytesOf(input.homeBytes)},uid=${IMAGE_LAYOUT.uid},gid=${IMAGE_LAYOUT.gid},mode=0700`,
     },
     readOnlyRootfs: true,

@@ -12,11 +12,11 @@ export const SESSION_TOOLS = ["Read", "Edit", "Write", "Glob", "Grep"] as const;
 export const SESSION_INIT_TOOLS = [...SESSION_TOOLS, "StructuredOutput"].sort();
 
 /**
- * Edits outside the worktree: HOME (the CLI's own state and the login copy) and the staged login
- * folder and the call's session-files folder. The container's mounts already make everything else read-only; these rules keep the
- * agent from rewriting what the runner copies back out.
+ * Edits outside the worktree: HOME holds the CLI's own state, the staged login and the call's
+ * session-files folder (src/attempt/spec.ts); the container's mounts make everything else
+ * read-only, and these rules keep the agent from rewriting what the runner copies back out.
  */
-export const SESSION_EDIT_DENIALS = ["//home/agent/**", "//run/study-runner-login/**", "//run/study-runner-session/**", "//proc/**", "//sys/**"].flatMap((p) => [`Edit(${p})`, `Write(${p})`]);
+export const SESSION_EDIT_DENIALS = ["//home/agent/**", "//proc/**", "//sys/**"].flatMap((p) => [`Edit(${p})`, `Write(${p})`]);
 
 /** The `--json-schema` value: done with a summary, or one question with a summary so far. */
 export function sessionJsonSchema(): string {

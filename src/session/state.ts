@@ -144,7 +144,7 @@ export interface SessionCallInput {
 
 /**
  * Puts the prompt and the session files beside the staged login (the folder mounted at
- * CONTAINER.loginDir), owned by the container user, and returns the in-container paths for
+ * CONTAINER.sessionLoginDir), owned by the container user, and returns the in-container paths for
  * with-relay.mjs (`--stdin`, `--projects`).
  */
 export async function stageSessionCall(stagedHome: string, input: SessionCallInput): Promise<{ stdinFile: string; projectsDir: string }> {
@@ -164,7 +164,7 @@ export async function stageSessionCall(stagedHome: string, input: SessionCallInp
     if (err.code !== "EEXIST") throw err;
   });
   if (owner) await chown(projects, owner.uid, owner.gid);
-  return { stdinFile: `${CONTAINER.loginDir}/prompt.txt`, projectsDir: `${CONTAINER.loginDir}/projects` };
+  return { stdinFile: `${CONTAINER.sessionLoginDir}/prompt.txt`, projectsDir: `${CONTAINER.sessionLoginDir}/projects` };
 }
 
 /**

@@ -147,8 +147,8 @@ describe("a session over the fake image", () => {
     expect((await stat(ledgerPath)).mode & 0o777).toBe(0o600);
     expect((await stat(ledger.storageDir)).mode & 0o777).toBe(0o700);
     expect(checkAnyLedger(ledgerPath, await readFile(ledgerPath)).valid).toBe(true);
-    // What each container could write: its worktree and HOME, and nothing else but the tmpfs /tmp,
-    // the call's own folder for the session files and (a login copy is written back) the staged login folder.
+    // What each container could write: its worktree and HOME, nothing else (the staged login
+    // folder, written back with a login copy, and the session files' folder are under HOME).
     const records = await Promise.all((await readdir(c.fake!.recordsDir!)).map(async (f) => JSON.parse(await readFile(join(c.fake!.recordsDir!, f), "utf8"))));
     expect(records).toHaveLength(4);
     for (const r of records) {
@@ -160,7 +160,8 @@ describe("a session over the fake image", () => {
           .filter(([, w]) => w === true)
           .map(([p]) => p)
           .sort(),
-      ).toEqual(["/fake", "/run/study-runner-login", "/run/study-runner-session", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+      ).toEqual(["/fake", "/home/agent/.study-runner/login"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+      expect(r.writable["/tmp"]).toBe(false);
     }
   }, 300_000);
 
@@ -191,16 +192,18 @@ describe("a session over the fake image", () => {
       expect(r.homeWritable).toBe(true);
       // The placeholder login, never the host's.
       expect(r.credentialsExpiresAt).toBe(PLACEHOLDER_EXPIRES_AT);
-      // Nothing outside the worktree and HOME is writable but the tmpfs /tmp and the call's own session-files folder.
+      // Nothing outside the worktree and HOME is writable (the test image's own records folder aside),
+      // and the staged login folder in HOME is read-only.
       expect(
         Object.entries(r.writable)
           .filter(([, w]) => w === true)
           .map(([p]) => p)
           .sort(),
-      ).toEqual(["/fake", "/run/study-runner-session", "/tmp"].filter((p) => p !== "/fake" || r.writable["/fake"]));
-      expect(r.writable["/run/study-runner-login"]).toBe(false);
-      // The one writable folder besides the worktree, HOME and /tmp is also off limits to the agent's edit tools.
-      expect(r.argv).toEqual(expect.arrayContaining([expect.stringContaining("Write(//run/study-runner-session/**)")]));
+      ).toEqual(["/fake"].filter((p) => p !== "/fake" || r.writable["/fake"]));
+      expect(r.writable["/tmp"]).toBe(false);
+      expect(r.writable["/home/agent/.study-runner/login"]).toBe(false);
+      // HOME, where the session files leave through the call's own folder, is off limits to the agent's edit tools.
+      expect(r.argv).toEqual(expect.arrayContaining([expect.stringContaining("Write(//home/agent/**)")]));
     }
   }, 300_000);
 
