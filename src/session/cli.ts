@@ -2,7 +2,7 @@ import { readFile } from "node:fs/promises";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { UsageError } from "../util/errors.ts";
 import { parseRoots } from "../settings/run-options.ts";
-import { answerSession, resumeSessions, startSessions, type SessionRuntimeOptions } from "./run.ts";
+import { answerSession, resumeSessions, retrySession, startSessions, type SessionRuntimeOptions } from "./run.ts";
 import type { SessionLedger } from "./schema.ts";
 
 export interface SessionRuntimeFlags {
@@ -123,11 +123,20 @@ export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFla
   return resumed.exitCode;
 }
 
+export async function retryCommand(ledgerPath: string, task: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
+  const retried = await retrySession(ledgerPath, task, { ...runtimeOptions(flags), manifestPath: flags.manifest }, { runtime: await dockerRuntime(), say: say(flags.quiet) });
+  process.stdout.write(
+    `${JSON.stringify({ ...sessionSummary(ledgerPath, retried.ledger), retry: { session: retried.session.id, attempt: retried.session.attempt, retryOf: retried.session.retryOf } }, null, 2)}\n`,
+  );
+  return retried.exitCode;
+}
+
 /** `sessions status`: the open questions, fenced as untrusted text, and each session's state. */
 export function statusText(ledger: SessionLedger): string {
   const lines: string[] = [`session ledger ${ledger.runId}: ${ledger.status}${ledger.statusReason ? ` (${ledger.statusReason})` : ""}`];
   for (const s of ledger.sessions) {
-    lines.push(`- ${s.id} ${s.taskId}: ${s.state}, ${s.questions.length} question(s), ${s.calls.length} call(s), ${s.spentUsd} USD`);
+    const retry = s.retryOf ? ` (attempt ${s.attempt}, a retry of ${s.retryOf})` : "";
+    lines.push(`- ${s.id} ${s.taskId}${retry}: ${s.state}, ${s.questions.length} question(s), ${s.calls.length} call(s), ${s.spentUsd} USD`);
     const q = s.questions.at(-1);
     if (s.state === "awaiting-answer" && q) {
       // The agent's words are data: fenced so that neither a person nor a tool reads them as instructions.
@@ -138,7 +147,7 @@ export function statusText(ledger: SessionLedger): string {
   return `${lines.join("\n")}\n`;
 }
 
-/** Registers `sessions start|status`, `answer` and `resume` on the program (src/cli/main.ts). */
+/** Registers `sessions start|status|retry`, `answer` and `resume` on the program (src/cli/main.ts). */
 export function addSessionCommands(program: import("commander").Command, setExit: (code: number) => void): void {
   const collect = (value: string, previous: string[] = []) => [...previous, value];
   const runtimeFlags = (c: import("commander").Command) =>
@@ -171,6 +180,14 @@ export function addSessionCommands(program: import("commander").Command, setExit
       .option("--session-budget-usd <usd>", "per session: when its calls' costs reach it, the session parks budget-spent before any further call", "10")
       .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION),
   ).action(async (opts) => setExit(await sessionsStartCommand(opts)));
+  runtimeFlags(
+    sessions
+      .command("retry <ledger> <task>")
+      .description(
+        "start a new session of a task whose latest session ended too-many-questions or failed: a fresh worktree, a new session id, the next attempt number, recorded as a retry of the ended one (nothing of it is handed on); then continue every ready session",
+      )
+      .option("--manifest <path>", "the session manifest, when it moved (its sha256 must match the ledger's)"),
+  ).action(async (ledger, task, opts) => setExit(await retryCommand(ledger, task, opts)));
   sessions
     .command("status <ledger>")
     .description("each session's state; an open question is shown fenced, as untrusted text from the agent")

@@ -22,6 +22,7 @@ import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway }
 import type { UpstreamOptions } from "../gateway/gateway.ts";
 import {
   MAX_QUESTIONS,
+  RETRYABLE_STATES,
   SESSION_LEDGER_KIND,
   SessionLedgerSchema,
   SessionManifestSchema,
@@ -168,35 +169,82 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   ledger.storageDir = `${ledgerPath}.sessions`;
   // Beside the ledger, so the same checks (outside every checkout and the project) hold for it; private.
   await mkdir(ledger.storageDir, { mode: 0o700 });
-  for (const task of manifest.tasks) {
-    const id = randomUUID();
-    const made = await makeWorktree(ledger.storageDir, id, {
-      ...(await exportSourceFor({ path: config.manifestPath, bytes: manifestBytes, manifest }, task.repository, config.roots.get(task.repository)!)),
-      labels: { run: runId, attempt: `session-${task.id}` },
-    });
-    ledger.sessions.push({
-      id,
-      taskId: task.id,
-      repository: task.repository,
-      attempt: 1,
-      state: "new",
-      stateReason: null,
-      worktree: made.worktree,
-      exportHash: made.exportHash,
-      questions: [],
-      calls: [],
-      spentUsd: 0,
-      lastTotalCostUsd: 0,
-      lastComputedCostUsd: 0,
-      messageUsage: [],
-      summary: null,
-      test: null,
-    });
-  }
+  for (const task of manifest.tasks) ledger.sessions.push(await newSession(ledger, { path: config.manifestPath, bytes: manifestBytes, manifest }, task, config.roots, null));
   // The session ids are on disk before any container starts.
   await writeSessionLedger(ledgerPath, ledger);
   const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, gateway).finally(() => gateway?.close());
   return { exitCode, ledgerPath, ledger };
+}
+
+/**
+ * A new session of `task` (its id generated here, its worktree a fresh export at the pin): the
+ * first of the task, or a retry of `retryOf`, an ended session of the same task, with the next
+ * attempt number. Nothing of the earlier session is handed on: not its worktree, not its CLI
+ * session files, not its answers (contract R115).
+ */
+async function newSession(
+  ledger: SessionLedger,
+  manifestFile: { path: string; bytes: Buffer; manifest: SessionManifest },
+  task: SessionManifest["tasks"][number],
+  roots: ReadonlyMap<string, string>,
+  retryOf: Session | null,
+): Promise<Session> {
+  const id = randomUUID();
+  const made = await makeWorktree(ledger.storageDir, id, {
+    ...(await exportSourceFor(manifestFile, task.repository, roots.get(task.repository)!)),
+    labels: { run: ledger.runId, attempt: `session-${task.id}` },
+  });
+  return {
+    id,
+    taskId: task.id,
+    repository: task.repository,
+    attempt: retryOf ? retryOf.attempt + 1 : 1,
+    ...(retryOf ? { retryOf: retryOf.id } : {}),
+    state: "new",
+    stateReason: null,
+    worktree: made.worktree,
+    exportHash: made.exportHash,
+    questions: [],
+    calls: [],
+    spentUsd: 0,
+    lastTotalCostUsd: 0,
+    lastComputedCostUsd: 0,
+    messageUsage: [],
+    summary: null,
+    test: null,
+  };
+}
+
+/**
+ * `study-runner sessions retry`: a new session of a task whose latest session ended
+ * too-many-questions or failed, recorded as a retry of it (the next attempt number, `retryOf`),
+ * then run with every other ready session as `resume` runs them.
+ */
+export async function retrySession(
+  ledgerPath: string,
+  taskOrSession: string,
+  options: SessionRuntimeOptions,
+  deps: SessionDeps,
+): Promise<{ exitCode: number; ledger: SessionLedger; session: Session }> {
+  const ledger = await readSessionLedger(ledgerPath);
+  const named = ledger.sessions.find((s) => s.id === taskOrSession || s.taskId === taskOrSession);
+  if (!named) throw new UsageError(`the ledger has no session or task ${taskOrSession}; give a task id (or session id) that \`study-runner sessions status\` lists`);
+  const latest = ledger.sessions.filter((s) => s.taskId === named.taskId).reduce((a, b) => (b.attempt > a.attempt ? b : a));
+  if (!RETRYABLE_STATES.has(latest.state)) {
+    throw new UsageError(
+      `task ${latest.taskId}: its latest session ${latest.id} (attempt ${latest.attempt}) is ${latest.state}; only a session that ended ${[...RETRYABLE_STATES].join(" or ")} is retried`,
+    );
+  }
+  const manifestPath = options.manifestPath ?? ledger.manifestPath;
+  const { manifest, sha256, bytes } = await loadSessionManifest(manifestPath);
+  if (sha256 !== ledger.manifestSha256) throw new RefusalError(`the manifest ${manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);
+  const task = manifest.tasks.find((t) => t.id === latest.taskId)!;
+  const session = await newSession(ledger, { path: manifestPath, bytes, manifest }, task, new Map(Object.entries(ledger.roots)), latest);
+  ledger.sessions.push(session);
+  // The retry and its new session id are on disk before its container starts.
+  await writeSessionLedger(ledgerPath, ledger);
+  const resumed = await resumeSessions(ledgerPath, options, deps);
+  return { ...resumed, session: resumed.ledger.sessions.find((s) => s.id === session.id)! };
 }
 
 /** Records a person's answer to the session's open question; the session becomes ready to resume. */
@@ -366,7 +414,7 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
         const reserved = ctx.meter.reserve(config.callBudgetUsd);
         if (!reserved.ok) return { status: "failed", reason: `not started: ${reserved.reason}`, reportedCostUsd: null, computedCostUsd: null };
         call.reservationUsd = reserved.reservation.reservedUsd;
-        if (call.mode === "start") event({ type: "harness.start", session: s.id, task: s.taskId, attempt: s.attempt });
+        if (call.mode === "start") event({ type: "harness.start", session: s.id, task: s.taskId, attempt: s.attempt, ...(s.retryOf ? { retry_of: s.retryOf } : {}) });
         else {
           const q = s.questions.at(-1)!;
           event({ type: "harness.resume", session: s.id, waited_s: (Date.parse(q.answer!.answeredAt) - Date.parse(q.askedAt)) / 1000 });

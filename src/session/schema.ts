@@ -88,6 +88,8 @@ export const SessionStateSchema = z.enum(["new", "awaiting-answer", "answered", 
   description: "new: not called yet; awaiting-answer: parked on a question; answered: ready to resume; done: the agent finished; too-many-questions, budget-spent, failed: ended without finishing",
 });
 export type SessionState = z.infer<typeof SessionStateSchema>;
+/** The states a retry may follow: the session ended without a result to keep (contract R115). */
+export const RETRYABLE_STATES: ReadonlySet<SessionState> = new Set(["too-many-questions", "failed"]);
 
 /**
  * Untrusted text from the agent (its question and summaries): kept verbatim for the record,
@@ -153,6 +155,7 @@ export const SessionSchema = z.strictObject({
   taskId: Name,
   repository: Name,
   attempt: z.number().int().min(1).meta({ description: "1 for a task's first session; a retry starts a new session with the next number" }),
+  retryOf: z.uuid().optional().meta({ description: "a retry: the id of the task's earlier session, which ended too-many-questions or failed" }),
   state: SessionStateSchema,
   stateReason: z.string().nullable(),
   worktree: z.string().nullable().meta({ description: "the session's private writable copy of the export; null once removed" }),
@@ -172,7 +175,7 @@ export type Session = z.infer<typeof SessionSchema>;
 
 const EventBase = { at: z.iso.datetime(), session: z.uuid() };
 export const HarnessEventSchema = z.discriminatedUnion("type", [
-  z.strictObject({ ...EventBase, type: z.literal("harness.start"), task: Name, attempt: z.number().int().min(1) }),
+  z.strictObject({ ...EventBase, type: z.literal("harness.start"), task: Name, attempt: z.number().int().min(1), retry_of: z.uuid().optional() }),
   z.strictObject({ ...EventBase, type: z.literal("harness.resume"), waited_s: z.number().nonnegative().meta({ description: "from the question to its answer" }) }),
   z.strictObject({
     ...EventBase,
@@ -233,6 +236,17 @@ export const SessionLedgerSchema = z
         }
       });
       if (s.questions.length > MAX_QUESTIONS + 1) ctx.addIssue({ code: "custom", path: ["sessions", i, "questions"], message: `holds more than ${MAX_QUESTIONS + 1} questions` });
+    });
+    l.sessions.forEach((s, i) => {
+      const earlier = s.retryOf === undefined ? undefined : l.sessions.slice(0, i).find((e) => e.id === s.retryOf);
+      if (s.retryOf !== undefined && (!earlier || earlier.taskId !== s.taskId || earlier.attempt + 1 !== s.attempt || !RETRYABLE_STATES.has(earlier.state))) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["sessions", i, "retryOf"],
+          message: "a retry must follow an earlier session of the same task that ended too-many-questions or failed, with the next attempt number",
+        });
+      }
+      if (s.retryOf === undefined && s.attempt !== 1) ctx.addIssue({ code: "custom", path: ["sessions", i, "attempt"], message: "only a retry (retryOf) has an attempt number above 1" });
     });
     const ids = new Set(l.sessions.map((s) => s.id));
     l.events.forEach((e, i) => {

@@ -13,7 +13,7 @@ import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { acquireLoginLock, resolveLogin } from "../../src/attempt/login.ts";
-import { answerSession, readSessionLedger, resumeSessions, startSessions, type StartConfig } from "../../src/session/run.ts";
+import { answerSession, readSessionLedger, resumeSessions, retrySession, startSessions, type StartConfig } from "../../src/session/run.ts";
 import type { SessionLedger } from "../../src/session/schema.ts";
 import { checkAnyLedger } from "../../src/session/check.ts";
 import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, type SessionDemo } from "../../src/demo/sessions.ts";
@@ -238,10 +238,15 @@ describe("a session over the fake image", () => {
 });
 
 describe("a session ends as the field notes' harness says", () => {
-  it("the 4th question ends it too-many-questions", async () => {
-    const b = await behaviour({ "0": { kind: "ok", session: { questions: 9 } } });
+  // contract: R113
+  it("the 4th question ends it too-many-questions; a retry is a new session, recorded as a retry, from a fresh worktree", async () => {
+    // The first session edits and asks every time; its retry (the ledger's second session) finishes at once.
+    const b = await behaviour({
+      "0": { kind: "ok", session: { questions: 9, edits: [{ path: "NOTES.md", content: "from the ended session\n", call: 0 }] } },
+      "1": { kind: "ok", session: { questions: 0, edits: [{ path: "src/invoice.js", content: FIXED_INVOICE }] } },
+    });
     const c = await config(await manifest(["a", "b", "c"]), b);
-    const { ledger } = await startSessions(c, { runtime });
+    const { ledger, ledgerPath } = await startSessions(c, { runtime });
     const [s] = ledger.sessions;
     expect(s!.state).toBe("too-many-questions");
     expect(s!.calls).toHaveLength(4);
@@ -249,6 +254,34 @@ describe("a session ends as the field notes' harness says", () => {
     expect(types(ledger).filter((e) => e === "harness.question")).toHaveLength(3);
     expect(ledger.events.at(-1)).toMatchObject({ type: "harness.too_many_questions", session: s!.id, questions: 4 });
     expect(s!.worktree).toBeNull();
+
+    const options = { isolation: "offline" as const, claudeConfigDir: loginDir, fake: c.fake };
+    const retried = await retrySession(ledgerPath, s!.taskId, options, { runtime });
+    expect(retried.exitCode).toBe(0);
+    const r = retried.session;
+    expect(r).toMatchObject({ taskId: s!.taskId, attempt: 2, retryOf: s!.id, state: "done", test: { exitCode: 0 } });
+    expect(r.id).not.toBe(s!.id);
+    // Nothing of the ended session was handed on: its own session id, a first call, no questions carried over.
+    expect(r.calls.map((x) => [x.mode, x.sessionIdReported])).toEqual([["start", r.id]]);
+    expect(r.questions).toEqual([]);
+    // Its worktree was a fresh export: the ended session's edit was not in it.
+    const records = await Promise.all((await readdir(c.fake!.recordsDir!)).map(async (f) => JSON.parse(await readFile(join(c.fake!.recordsDir!, f), "utf8"))));
+    const listingsOf = (attempt: string) => records.filter((x) => x.attempt === attempt).map((x) => x.listings["/workspace"].entries as string[]);
+    expect(listingsOf("0").some((entries) => entries.includes("NOTES.md"))).toBe(true);
+    expect(listingsOf("1")).toHaveLength(1);
+    expect(listingsOf("1")[0]).not.toContain("NOTES.md");
+    expect(retried.ledger.events.find((e) => e.type === "harness.start" && e.session === r.id)).toMatchObject({ attempt: 2, retry_of: s!.id });
+    // The ended session stays as it was, and the ledger checks.
+    expect(retried.ledger.sessions[0]).toMatchObject({ id: s!.id, state: "too-many-questions", attempt: 1 });
+    expect(checkAnyLedger(ledgerPath, await readFile(ledgerPath)).valid).toBe(true);
+    // `ledger check` refuses a retry that follows no ended session of its task.
+    const edited = JSON.parse(await readFile(ledgerPath, "utf8"));
+    edited.sessions[1].attempt = 3;
+    const check = checkAnyLedger(ledgerPath, Buffer.from(JSON.stringify(edited)));
+    expect(check.valid).toBe(false);
+    expect(check.problems.join("\n")).toMatch(/sessions\[1\]\.retryOf: a retry must follow an earlier session of the same task/);
+    // The task's latest session is done now: nothing to retry.
+    await expect(retrySession(ledgerPath, s!.taskId, options, { runtime })).rejects.toThrow(/is done; only a session that ended too-many-questions or failed is retried/);
   }, 300_000);
 
   it("a session whose calls reached its budget parks budget-spent before any further call", async () => {
