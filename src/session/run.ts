@@ -142,7 +142,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
 
   const runId = randomUUID();
   // Refused (nothing made, nothing reserved) before the ledger exists when the gateway cannot run.
-  const gateway = await prepareSessionGateway(config, runId);
+  const gateway = await prepareSessionGateway({ ...config, image: probed.imageId }, runId, deps.runtime);
   const now = () => (deps.now?.() ?? new Date()).toISOString();
   const ledger: SessionLedger = {
     kind: SESSION_LEDGER_KIND,
@@ -280,7 +280,7 @@ export async function resumeSessions(ledgerPath: string, options: SessionRuntime
       await endSession(ledger, s, "failed", "a call was interrupted by the runner's end; a session is never continued from an unknown state");
     }
   }
-  const gateway = await prepareSessionGateway({ ...options, model: ledger.model }, ledger.runId);
+  const gateway = await prepareSessionGateway({ ...options, model: ledger.model, image: ledger.image, callBudgetUsd: ledger.callBudgetUsd }, ledger.runId, deps.runtime);
   const exitCode = await advanceSessions(
     ledgerPath,
     ledger,
@@ -313,10 +313,18 @@ type PassConfig = SessionRuntimeOptions & Pick<StartConfig, "model" | "image" | 
 const ready = (s: Session) => s.state === "new" || s.state === "answered";
 
 /** The run's model gateway when the calls go through it; a RefusalError when it cannot run. */
-async function prepareSessionGateway(config: SessionRuntimeOptions & { model: string }, holder: string): Promise<RunGateway | undefined> {
+async function prepareSessionGateway(
+  config: SessionRuntimeOptions & { model: string; image: string; callBudgetUsd: number },
+  holder: string,
+  runtime: ContainerRuntime,
+): Promise<RunGateway | undefined> {
   if (config.credentials !== "gateway") return undefined;
   if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
+  // As for a study: a call budget that cannot hold one request would see every call refused and
+  // charged its reservation for nothing (the fake image sends no request).
+  const fakeImage = await isFakeClaudeImage(runtime, config.image);
   return prepareRunGateway({
+    limit: fakeImage ? undefined : { usd: config.callBudgetUsd, flag: "--call-budget-usd" },
     model: config.model,
     login: resolveLogin({ configDir: config.claudeConfigDir }),
     tokenFile: config.oauthTokenFile,

@@ -4,8 +4,15 @@
  */
 import { describe, expect, it } from "vitest";
 import { runtimeOptions } from "../../src/session/cli.ts";
-import { meteredCostProblem } from "../../src/session/run.ts";
-import { UsageError } from "../../src/util/errors.ts";
+import { mkdtemp, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { meteredCostProblem, startSessions } from "../../src/session/run.ts";
+import { RefusalError, UsageError } from "../../src/util/errors.ts";
+import { makeSessionDemo } from "../../src/demo/sessions.ts";
+import { writeTestLogin } from "../../src/demo/setup.ts";
+import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
+import { fakeClaudeRuntime, UNIT_IMAGE } from "../support/unit-study.ts";
 
 describe("session --credentials", () => {
   it("defaults to the gateway, and to the login copy with a scripted API's socket", () => {
@@ -30,5 +37,44 @@ describe("the metered spend of a session call", () => {
     // Without the gateway (or without a result) there is nothing to compare.
     expect(meteredCostProblem({ meteredCostUsd: null, callCostUsd: 0.03 })).toBeNull();
     expect(meteredCostProblem({ meteredCostUsd: 0.01, callCostUsd: null })).toBeNull();
+  });
+});
+
+describe("a session's call budget through the gateway", () => {
+  // contract: R114
+  it("is refused before the ledger exists when it cannot hold one request of the model, naming --call-budget-usd", async () => {
+    const work = await mkdtemp(join(tmpdir(), "sr-unit-session-limit-"));
+    try {
+      const demo = await makeSessionDemo(join(work, "sessions"));
+      const loginDir = join(work, "login");
+      await writeTestLogin(loginDir, "test-access-token-not-a-real-credential");
+      // An image that is not the fake: its CLI would send real requests.
+      const runtime = fakeClaudeRuntime(() => 0, { fakeImage: false });
+      const output = join(work, "sessions.json");
+      const err = await startSessions(
+        {
+          manifestPath: demo.manifestPath,
+          roots: new Map(Object.entries(demo.roots)),
+          output,
+          model: "claude-sonnet-5-5",
+          image: UNIT_IMAGE,
+          expectedCliVersion: CLAUDE_CODE_VERSION,
+          capUsd: 1,
+          callBudgetUsd: 0.001,
+          sessionBudgetUsd: 1,
+          isolation: "offline",
+          claudeConfigDir: loginDir,
+          credentials: "gateway",
+        },
+        { runtime },
+      ).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(RefusalError);
+      expect((err as Error).message).toMatch(/^--call-budget-usd 0\.001 USD cannot hold one request of claude-sonnet-5-5 through the gateway/);
+      // Nothing was made: no ledger, no call's container (only the version probe ran).
+      await expect(stat(output)).rejects.toMatchObject({ code: "ENOENT" });
+      expect(runtime.created.filter((spec) => !spec.cmd.includes("--version"))).toHaveLength(0);
+    } finally {
+      await rm(work, { recursive: true, force: true });
+    }
   });
 });
