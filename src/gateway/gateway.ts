@@ -7,7 +7,8 @@ import { isIP, type Socket } from "node:net";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
 import { pricesFor } from "../cost/prices.ts";
 import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
-import { jsonReplyFacts, meteredCostPico, promptTokens, requestBound, SseMeter, type MeteredUsage, type ReplyFacts } from "./meter.ts";
+import { promptTokens, type MeteredUsage } from "../cost/usage.ts";
+import { jsonReplyFacts, meteredCostPico, requestBound, SseMeter, type ReplyFacts } from "./meter.ts";
 
 /**
  * The model gateway (docs/gateway.md): the one way an attempt container reaches the Messages

@@ -1,42 +1,21 @@
 import { picoToUsd } from "../cost/money.ts";
 import { pricesFor, tier1MaxPromptTokens, type TierPrices } from "../cost/prices.ts";
-import { INPUT_CEILING_SLACK_TOKENS } from "../terms/limits.ts";
+import { parseUsage, promptTokens, requestTokenBound, type MeteredUsage, type RequestTokenBound } from "../cost/usage.ts";
 
 /**
- * Metering of Messages API replies as they pass through the runner (the CLI's gateway, the http
- * transport): what one reply says it used, read from its server-sent events or its JSON body,
- * and the cost rules the host enforces before a request is sent (docs/gateway.md).
+ * Metering of Messages API replies as they pass through the gateway: what one reply says it used,
+ * read from its server-sent events or its JSON body, and the cost rules the host enforces before
+ * a request is sent (docs/gateway.md). The usage reading and the request's token bound are the
+ * http transport's too (src/cost/usage.ts); only the prices differ.
  */
-
-/** What one request used, as the reply reported it. */
-export interface MeteredUsage {
-  inputTokens: number;
-  cacheReadInputTokens: number;
-  /** Cache writes the reply attributed to the 5-minute TTL, plus writes it gave no TTL split for. */
-  cacheWrite5mInputTokens: number;
-  cacheWrite1hInputTokens: number;
-  outputTokens: number;
-}
-
-export function promptTokens(u: MeteredUsage): number {
-  return u.inputTokens + u.cacheReadInputTokens + u.cacheWrite5mInputTokens + u.cacheWrite1hInputTokens;
-}
 
 const count = (v: unknown): number | undefined => (typeof v === "number" && Number.isSafeInteger(v) && v >= 0 ? v : undefined);
 
-/** The usage object of a reply (message_start's, or a JSON body's), or undefined when it is not one. */
-export function parseUsage(raw: unknown): MeteredUsage | undefined {
-  if (typeof raw !== "object" || raw === null) return undefined;
-  const u = raw as Record<string, unknown>;
-  const input = count(u.input_tokens);
-  if (input === undefined) return undefined;
-  const writes = count(u.cache_creation_input_tokens) ?? 0;
-  const split = typeof u.cache_creation === "object" && u.cache_creation !== null ? (u.cache_creation as Record<string, unknown>) : undefined;
-  const w1h = split ? (count(split.ephemeral_1h_input_tokens) ?? 0) : 0;
-  // Writes without a split are the CLI's 5-minute price (measured), so they count as 5-minute here.
-  const w5m = Math.max(0, writes - w1h);
-  return { inputTokens: input, cacheReadInputTokens: count(u.cache_read_input_tokens) ?? 0, cacheWrite5mInputTokens: w5m, cacheWrite1hInputTokens: w1h, outputTokens: count(u.output_tokens) ?? 0 };
-}
+/** A reply's usage through the one reading the http transport uses too, or undefined when it is not usable. */
+const usageOf = (raw: unknown): MeteredUsage | undefined => {
+  const reading = parseUsage(raw);
+  return reading.ok ? reading.usage : undefined;
+};
 
 /** What a reply's stream (or body) told about the message. */
 export interface ReplyFacts {
@@ -95,7 +74,7 @@ export class SseMeter {
       const m = json.message as Record<string, unknown>;
       if (typeof m.id === "string") this.facts.messageId = m.id.slice(0, 200);
       if (typeof m.model === "string") this.facts.model = m.model.slice(0, 200);
-      this.facts.usage = parseUsage(m.usage) ?? null;
+      this.facts.usage = usageOf(m.usage) ?? null;
     } else if (json.type === "message_delta" && typeof json.usage === "object" && json.usage !== null) {
       const u = json.usage as Record<string, unknown>;
       const output = count(u.output_tokens);
@@ -118,7 +97,7 @@ export function jsonReplyFacts(body: Buffer): ReplyFacts {
     return {
       messageId: typeof m.id === "string" ? m.id.slice(0, 200) : null,
       model: typeof m.model === "string" ? m.model.slice(0, 200) : null,
-      usage: parseUsage(m.usage) ?? null,
+      usage: usageOf(m.usage) ?? null,
       complete: m.type === "message",
     };
   } catch {
@@ -155,30 +134,24 @@ export function meteredCostUsd(model: string, u: MeteredUsage): number {
 }
 
 /** How the host bounds a request before it is sent (docs/gateway.md has the proof sketch). */
-export interface RequestBound {
-  /** At most this many prompt tokens (input + cache read + cache writes). */
-  promptTokens: number;
-  /** At most this many output tokens: the request's own max_tokens. */
-  outputTokens: number;
+export interface RequestBound extends RequestTokenBound {
   tier: 1 | 2;
   costPico: bigint;
 }
 
 /**
- * The most a request of `bodyBytes` UTF-8 bytes asking for `maxTokens` output can cost:
- * every prompt token of the body's text is at least one byte of the body, and the API adds a
- * bounded preamble of its own around tools (the http transport's slack, the same constant), so
- * the prompt has at most `bodyBytes` + INPUT_CEILING_SLACK_TOKENS tokens; each is priced at the
- * dearest prompt rate (a 1-hour cache write), at the second tier when that many tokens would pass
- * the boundary; output at most `maxTokens` at the same tier.
+ * The most a request of `bodyBytes` UTF-8 bytes asking for `maxTokens` output can cost: the
+ * shared token bound (`requestTokenBound`), each prompt token priced at the dearest prompt rate
+ * (a 1-hour cache write), at the second tier when that many tokens would pass the boundary;
+ * output at the same tier.
  */
 export function requestBound(model: string, bodyBytes: number, maxTokens: number): RequestBound {
   const row = pricesFor(model);
   if (!row) throw new Error(`no price row for ${model}`);
-  const prompt = bodyBytes + INPUT_CEILING_SLACK_TOKENS;
-  const tier: 1 | 2 = prompt > tier1MaxPromptTokens(model)! ? 2 : 1;
+  const tokens = requestTokenBound(bodyBytes, maxTokens);
+  const tier: 1 | 2 = tokens.promptTokens > tier1MaxPromptTokens(model)! ? 2 : 1;
   const p = tier === 2 ? row.tier2 : row.tier1;
   const promptRate = [p.input, p.cacheRead, p.cacheWrite5m, p.cacheWrite1h].reduce((a, b) => (rate(b) > rate(a) ? b : a));
-  const costPico = BigInt(prompt) * rate(promptRate) + BigInt(maxTokens) * rate(p.output);
-  return { promptTokens: prompt, outputTokens: maxTokens, tier, costPico };
+  const costPico = BigInt(tokens.promptTokens) * rate(promptRate) + BigInt(tokens.outputTokens) * rate(p.output);
+  return { ...tokens, tier, costPico };
 }

@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { parseUsage, type CacheReported, type MeteredUsage } from "../cost/usage.ts";
 import { UsageError, errorMessage } from "../util/errors.ts";
 
 /**
@@ -67,20 +68,6 @@ export function redactDeep<T>(value: T, secret: string): T {
   return walk(value) as T;
 }
 
-const Tokens = z.int().min(0);
-
-/**
- * The usage of a reply. Input and output are required; the cache fields may be absent (then
- * unknown, not zero). The runner asks for no caching, so a non-zero cache figure is usage this
- * protocol cannot price: it is refused below, like a missing field.
- */
-const UsageSchema = z.looseObject({
-  input_tokens: Tokens,
-  output_tokens: Tokens,
-  cache_creation_input_tokens: Tokens.nullable().optional(),
-  cache_read_input_tokens: Tokens.nullable().optional(),
-});
-
 const TextBlockSchema = z.looseObject({ type: z.literal("text"), text: z.string() });
 const ToolUseBlockSchema = z.looseObject({
   type: z.literal("tool_use"),
@@ -97,12 +84,12 @@ const MessageSchema = z.looseObject({
   stop_reason: z.string().nullable(),
 });
 
-export interface MeasuredUsage {
-  inputTokens: number;
-  outputTokens: number;
-  /** null: the reply did not report it. */
-  cacheCreationInputTokens: number | null;
-  cacheReadInputTokens: number | null;
+/**
+ * A reply's usage, read by the gateway's own reading (`parseUsage`, src/cost/usage.ts).
+ * `cacheReported` says which cache figures the reply gave: one it left out is unknown, counted as zero.
+ */
+export interface MeasuredUsage extends MeteredUsage {
+  cacheReported: CacheReported;
 }
 
 export type ContentBlock =
@@ -167,20 +154,14 @@ async function readBounded(res: Response, limit: number): Promise<Buffer | "too-
   return Buffer.concat(chunks);
 }
 
-function parseUsage(raw: unknown): { ok: true; usage: MeasuredUsage } | { ok: false; problem: string } {
-  if (raw === undefined || raw === null) return { ok: false, problem: "the reply has no usage field" };
-  const parsed = UsageSchema.safeParse(raw);
-  if (!parsed.success) {
-    const fields = [...new Set(parsed.error.issues.map((i) => i.path.join(".") || "usage"))].join(", ");
-    return { ok: false, problem: `the reply's usage is invalid (${fields})` };
-  }
-  const u = parsed.data;
-  const cacheCreation = u.cache_creation_input_tokens ?? null;
-  const cacheRead = u.cache_read_input_tokens ?? null;
-  if ((cacheCreation ?? 0) > 0 || (cacheRead ?? 0) > 0) {
-    return { ok: false, problem: `the reply reports cache tokens (${cacheCreation ?? 0} written, ${cacheRead ?? 0} read) although the request asked for no caching` };
-  }
-  return { ok: true, usage: { inputTokens: u.input_tokens, outputTokens: u.output_tokens, cacheCreationInputTokens: cacheCreation, cacheReadInputTokens: cacheRead } };
+/**
+ * The usage of a 2xx reply: the one reading the gateway uses too, so what it refuses is refused
+ * here and what it reads is read the same way. The request asks for no caching, but cache tokens a
+ * reply reports are counted and priced like any other (src/http/pricing.ts), never ignored.
+ */
+function readUsage(raw: unknown): { ok: true; usage: MeasuredUsage } | { ok: false; problem: string } {
+  const reading = parseUsage(raw);
+  return reading.ok ? { ok: true, usage: { ...reading.usage, cacheReported: reading.cacheReported } } : reading;
 }
 
 function parseMessage(json: Record<string, unknown>): { ok: true; message: AssistantMessage } | { ok: false; problem: string } {
@@ -249,7 +230,7 @@ export async function sendMessages(o: SendOptions): Promise<CallOutcome> {
     return { kind: "api-error", httpStatus: res.status, errorType: type === null ? null : redact(type), problem: redact(`HTTP ${res.status}${type ? ` ${type}` : ""}: ${message}`) };
   }
   if (!obj) return { kind: "lost", problem: `HTTP ${res.status} with a body that is not a JSON object`, aborted: null };
-  const usage = parseUsage(obj.usage);
+  const usage = readUsage(obj.usage);
   if (!usage.ok) return { kind: "invalid-usage", httpStatus: res.status, problem: usage.problem };
   const message = parseMessage(obj);
   if (!message.ok) return { kind: "bad-message", httpStatus: res.status, usage: usage.usage, problem: message.problem };

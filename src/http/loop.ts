@@ -1,5 +1,6 @@
 import type { AttemptStatus } from "../terms/terms.ts";
 import type { CallOutcome, ContentBlock, MeasuredUsage } from "./client.ts";
+import { cacheWriteTokens, promptTokens } from "../cost/usage.ts";
 import { ATTEMPT_TIMEOUT_MS } from "../terms/limits.ts";
 import { MAX_OUTPUT_TOKENS } from "./pricing.ts";
 import type { ToolResult, ToolSet } from "./tools.ts";
@@ -39,8 +40,12 @@ export const SYSTEM_PROMPT = [
 export interface CallAccount {
   /** Reserve the call's ceiling and persist it before the call; refuse when it would pass the cap. */
   open(turn: number, requestBytes: number): Promise<{ ok: true; inputCeilingTokens: number; outputCeilingTokens: number } | { ok: false; reason: string }>;
-  /** Settle the open call: measured usage releases the unused part, anything else keeps it charged. */
-  close(outcome: CallOutcome): Promise<{ capExceeded: boolean }>;
+  /**
+   * Settle the open call: measured usage releases the unused part, anything else keeps it charged.
+   * `overReservation`: the measured cost passed the call's reservation (cache writes, which the
+   * request never asks for, are dearer than input) although its tokens stayed within the ceiling.
+   */
+  close(outcome: CallOutcome): Promise<{ capExceeded: boolean; overReservation: boolean }>;
 }
 
 export interface LoopOptions {
@@ -140,9 +145,9 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
     measuredCalls++;
     r.inputTokens! += u.inputTokens;
     r.outputTokens! += u.outputTokens;
-    if (u.cacheCreationInputTokens === null || u.cacheReadInputTokens === null) cacheReported = false;
-    r.cacheCreationInputTokens! += u.cacheCreationInputTokens ?? 0;
-    r.cacheReadInputTokens! += u.cacheReadInputTokens ?? 0;
+    if (!u.cacheReported.read || !u.cacheReported.write) cacheReported = false;
+    r.cacheCreationInputTokens! += cacheWriteTokens(u);
+    r.cacheReadInputTokens! += u.cacheReadInputTokens;
   };
   const elapsed = () => o.now() - started;
   const finish = (status: AttemptStatus, reason: string): LoopResult => {
@@ -181,7 +186,7 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
     const opened = await o.account.open(turn, Buffer.byteLength(body, "utf8"));
     if (!opened.ok) return finish("budget-exceeded", opened.reason);
     const outcome = await o.send(body, remainingMs, o.signal);
-    const { capExceeded } = await o.account.close(outcome);
+    const { capExceeded, overReservation } = await o.account.close(outcome);
 
     if (outcome.kind !== "message" && outcome.kind !== "bad-message") {
       unmeasuredCalls++;
@@ -197,7 +202,9 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
     }
 
     measure(outcome.usage);
-    const overCeiling = outcome.usage.inputTokens > opened.inputCeilingTokens || outcome.usage.outputTokens > opened.outputCeilingTokens;
+    // The input ceiling bounds every prompt token, cached or not (the gateway's token bound).
+    const prompt = promptTokens(outcome.usage);
+    const overCeiling = prompt > opened.inputCeilingTokens || outcome.usage.outputTokens > opened.outputCeilingTokens || overReservation;
     if (outcome.kind === "bad-message") {
       if (overCeiling || capExceeded) return finish("budget-exceeded", `turn ${turn}: the usage passed the call's ceiling; ${outcome.problem}`);
       return finish("failed", `turn ${turn}: ${outcome.problem}`);
@@ -226,9 +233,11 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
     // Setup is checked before cost (contract R41).
     if (r.setupProblems.length) return finish("invalid-setup", r.setupProblems[0]!);
     if (overCeiling || capExceeded) {
-      const what = overCeiling
-        ? `the usage (${outcome.usage.inputTokens} input, ${outcome.usage.outputTokens} output tokens) passed the call's ceiling (${opened.inputCeilingTokens} input, ${opened.outputCeilingTokens} output)`
-        : "the cumulative cap was passed";
+      const what = !overCeiling
+        ? "the cumulative cap was passed"
+        : overReservation && prompt <= opened.inputCeilingTokens && outcome.usage.outputTokens <= opened.outputCeilingTokens
+          ? `the usage's cost (${prompt} prompt tokens, ${cacheWriteTokens(outcome.usage)} of them cache writes) passed the call's reservation`
+          : `the usage (${prompt} prompt, ${outcome.usage.outputTokens} output tokens) passed the call's ceiling (${opened.inputCeilingTokens} prompt, ${opened.outputCeilingTokens} output)`;
       return finish("budget-exceeded", `turn ${turn}: ${what}`);
     }
 

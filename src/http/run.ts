@@ -18,6 +18,7 @@ import { engineProvenance } from "../mcp/bundle-hash.ts";
 import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "./client.ts";
 import { callCeiling, usageCostUsd, type UpperPrices } from "./pricing.ts";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
+import { cacheWriteTokens, promptTokens } from "../cost/usage.ts";
 import { openRepositoryTools } from "./tools.ts";
 import { instructionFilesIn } from "../corpus/filter.ts";
 import { combineTools, openDocBridgeTools, type DocBridgeTools } from "./doc-bridge.ts";
@@ -155,7 +156,7 @@ function callAccount(o: { prices: UpperPrices; obs: Observation; meter: Meter; w
       if (!reserved.ok) {
         return {
           ok: false,
-          reason: `call ${turn} was not made: its reservation of ${ceiling.reservationUsd} USD (${ceiling.inputCeilingTokens} input and ${ceiling.outputCeilingTokens} output tokens at the upper prices) does not fit under the remaining budget of ${reserved.remainingUsd} USD`,
+          reason: `call ${turn} was not made: its reservation of ${ceiling.reservationUsd} USD (${ceiling.inputCeilingTokens} prompt and ${ceiling.outputCeilingTokens} output tokens at the upper prices) does not fit under the remaining budget of ${reserved.remainingUsd} USD`,
         };
       }
       const call: HttpCall = {
@@ -167,6 +168,8 @@ function callAccount(o: { prices: UpperPrices; obs: Observation; meter: Meter; w
         chargedUsd: null,
         inputTokens: null,
         outputTokens: null,
+        cacheReadInputTokens: null,
+        cacheCreationInputTokens: null,
         usageComplete: false,
         outcome: null,
         httpStatus: null,
@@ -185,8 +188,9 @@ function callAccount(o: { prices: UpperPrices; obs: Observation; meter: Meter; w
       const usage = outcome.kind === "message" || outcome.kind === "bad-message" ? outcome.usage : null;
       const settled = usage
         ? o.meter.settle(reservation, {
-            // Usage above the ceiling is charged at least the reservation (and the measured cost if larger).
-            status: usage.inputTokens > call.inputCeilingTokens || usage.outputTokens > call.outputCeilingTokens ? "budget-exceeded" : "completed",
+            // Usage above the ceiling is charged at least the reservation (and the measured cost if
+            // larger); a cost above the reservation within it is budget-exceeded by the settlement.
+            status: promptTokens(usage) > call.inputCeilingTokens || usage.outputTokens > call.outputCeilingTokens ? "budget-exceeded" : "completed",
             reportedCostUsd: null,
             computedCostUsd: usageCostUsd(usage, o.prices),
           })
@@ -195,6 +199,9 @@ function callAccount(o: { prices: UpperPrices; obs: Observation; meter: Meter; w
         chargedUsd: settled.chargedUsd,
         inputTokens: usage?.inputTokens ?? null,
         outputTokens: usage?.outputTokens ?? null,
+        // A figure the reply left out stays unknown here too (contract R46).
+        cacheReadInputTokens: usage?.cacheReported.read ? usage.cacheReadInputTokens : null,
+        cacheCreationInputTokens: usage?.cacheReported.write ? cacheWriteTokens(usage) : null,
         usageComplete: usage !== null,
         outcome: outcome.kind,
         httpStatus: outcome.kind === "lost" ? null : outcome.httpStatus,
@@ -202,7 +209,8 @@ function callAccount(o: { prices: UpperPrices; obs: Observation; meter: Meter; w
       } satisfies Partial<HttpCall>);
       o.obs.reservationUsd = hold(calls);
       await o.write();
-      return { capExceeded: settled.cumulativeCapExceeded };
+      const overReservation = usage !== null && settled.status === "budget-exceeded";
+      return { capExceeded: settled.cumulativeCapExceeded, overReservation };
     },
   };
 }
@@ -265,10 +273,24 @@ async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: Att
   }
 }
 
+/**
+ * A measured call's usage as the ledger holds it: cache writes as one figure (every TTL is priced
+ * alike, src/http/pricing.ts); a figure the reply left out was counted as zero when it was charged.
+ */
+function callUsage(c: HttpCall) {
+  return {
+    inputTokens: c.inputTokens!,
+    outputTokens: c.outputTokens!,
+    cacheReadInputTokens: c.cacheReadInputTokens ?? 0,
+    cacheWrite5mInputTokens: 0,
+    cacheWrite1hInputTokens: c.cacheCreationInputTokens ?? 0,
+  };
+}
+
 /** The loop's facts in the ledger's field names; fields of the CLI alone stay null. */
 function loopToObservation(r: LoopResult, prices: UpperPrices, calls: readonly HttpCall[]): Partial<Observation> {
   const measured = calls.filter((c) => c.inputTokens !== null && c.outputTokens !== null);
-  const computed = measured.length ? sumUsd(measured.map((c) => usageCostUsd({ inputTokens: c.inputTokens!, outputTokens: c.outputTokens! }, prices))) : null;
+  const computed = measured.length ? sumUsd(measured.map((c) => usageCostUsd(callUsage(c), prices))) : null;
   return {
     model: r.model,
     toolCallsByName: r.toolCallsByName,

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import { sendMessages, type CallOutcome } from "../../src/http/client.ts";
+import { jsonReplyFacts } from "../../src/gateway/meter.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 
@@ -54,7 +55,7 @@ describe("sendMessages", () => {
     expect(out).toMatchObject({
       kind: "message",
       httpStatus: 200,
-      usage: { inputTokens: 321, outputTokens: 12, cacheCreationInputTokens: 0, cacheReadInputTokens: 0 },
+      usage: { inputTokens: 321, outputTokens: 12, cacheReadInputTokens: 0, cacheWrite5mInputTokens: 0, cacheWrite1hInputTokens: 0, cacheReported: { read: true, write: true } },
       message: {
         model: MODEL,
         stopReason: "tool_use",
@@ -103,16 +104,53 @@ describe("sendMessages", () => {
     expect(await send(a.url!, { timeoutMs: 10_000, signal: c.signal })).toMatchObject({ kind: "lost", aborted: "signal" });
   });
 
-  it("a reply without usage, with bad usage or with cache tokens is invalid-usage", async () => {
+  it("a reply without usage or with bad usage is invalid-usage; one that reports cache tokens is read with them", async () => {
     const a = await api({ name: "s", turns: [{ fault: "missing-usage" }, { answer: "x", usage: { input_tokens: 1, output_tokens: 1 } }] });
     expect(await send(a.url!)).toEqual({ kind: "invalid-usage", httpStatus: 200, problem: "the reply has no usage field" });
     const cached = await api({ name: "c", turns: [{ answer: "x", usage: { input_tokens: 1, output_tokens: 1, cache_read_input_tokens: 5 } }] });
-    expect(await send(cached.url!)).toMatchObject({ kind: "invalid-usage", problem: expect.stringMatching(/cache tokens \(0 written, 5 read\)/) });
+    // The request asks for no caching; cache tokens a reply reports anyway are counted, not refused.
+    expect(await send(cached.url!)).toMatchObject({ kind: "message", usage: { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 5, cacheWrite5mInputTokens: 0, cacheWrite1hInputTokens: 0 } });
     const { url } = await rawServer((_req, res) => {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ type: "message", role: "assistant", model: MODEL, content: [], stop_reason: "end_turn", usage: { input_tokens: -3, output_tokens: 1.5 } }));
     });
     expect(await send(url)).toEqual({ kind: "invalid-usage", httpStatus: 200, problem: "the reply's usage is invalid (input_tokens, output_tokens)" });
+  });
+
+  // contract: R30
+  it("reads a reply's usage as the gateway's meter does: what the meter rejects is invalid-usage, what it accepts is the same usage, cache tokens included", async () => {
+    const usages: unknown[] = [
+      { input_tokens: 10, output_tokens: 2 },
+      { input_tokens: 10, output_tokens: 2, cache_read_input_tokens: 5, cache_creation_input_tokens: null },
+      { input_tokens: 10, output_tokens: 2, cache_read_input_tokens: 0, cache_creation_input_tokens: 30, cache_creation: { ephemeral_5m_input_tokens: 10, ephemeral_1h_input_tokens: 20 } },
+      { input_tokens: 10, output_tokens: 2, cache_creation_input_tokens: 7 },
+      { input_tokens: 10 },
+      { input_tokens: 10, output_tokens: 2, cache_read_input_tokens: "5" },
+      { input_tokens: 10, output_tokens: 2, cache_creation_input_tokens: 5, cache_creation: { ephemeral_1h_input_tokens: 9 } },
+      { input_tokens: -1, output_tokens: 2 },
+      { output_tokens: 2 },
+      "ten",
+      null,
+    ];
+    let next = 0;
+    const bodies = usages.map((usage) => JSON.stringify({ id: "msg_u", type: "message", role: "assistant", model: MODEL, content: [{ type: "text", text: "x" }], stop_reason: "end_turn", usage }));
+    const { url } = await rawServer((_req, res) => {
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end(bodies[next++]);
+    });
+    let accepted = 0;
+    for (const b of bodies) {
+      const metered = jsonReplyFacts(Buffer.from(b)).usage;
+      const out = await send(url);
+      if (metered === null) {
+        expect(out, b).toMatchObject({ kind: "invalid-usage" });
+      } else {
+        accepted++;
+        expect(out, b).toMatchObject({ kind: "message", usage: metered });
+      }
+    }
+    // Both sides of the comparison are exercised: four replies carry usable usage, the rest do not.
+    expect(accepted).toBe(4);
   });
 
   it("never follows a redirect: the key does not travel on", async () => {
@@ -138,7 +176,7 @@ describe("sendMessages", () => {
     expect(await send(url, { maxResponseBytes: 1000 })).toEqual({ kind: "lost", aborted: null, problem: "the reply is larger than 1000 bytes" });
     expect(await send(url)).toMatchObject({
       kind: "bad-message",
-      usage: { inputTokens: 1, outputTokens: 1, cacheCreationInputTokens: null },
+      usage: { inputTokens: 1, outputTokens: 1, cacheReported: { read: false, write: false } },
       problem: expect.stringMatching(/not an assistant message/),
     });
   });

@@ -7,8 +7,10 @@ import { planExport } from "../../src/export/export.ts";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { SYSTEM_PROMPT } from "../../src/http/loop.ts";
 import { buildPrompt } from "../../src/claude/args.ts";
-import { bodies, DOC_SEARCH, MODEL, pilotScripts, prepareCorpus, runHttp, TEST_KEY, usage, type Corpus } from "../support/http-fixture.ts";
+import { bodies, DOC_SEARCH, MODEL, pilotScripts, prepareCorpus, PRICES, runHttp, TEST_KEY, usage, type Corpus } from "../support/http-fixture.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import { requestTokenBound } from "../../src/cost/usage.ts";
+import { callCeiling, usageCostUsd } from "../../src/http/pricing.ts";
 
 // runHttpStudy against the scripted Messages API on loopback, over the demo corpus at its pins
 // (real git) with the reference doc-bridge server: the protocol's outcomes and the money.
@@ -87,7 +89,7 @@ describe("runHttpStudy: completed attempts", () => {
       [3, "message", 2600, 30],
     ]);
     for (const k of repo!.calls!) {
-      expect(k.inputCeilingTokens).toBe(2 * k.requestBytes + 8192);
+      expect(k.inputCeilingTokens).toBe(requestTokenBound(k.requestBytes, 1024).promptTokens);
       expect(k.reservationUsd).toBeGreaterThan(k.chargedUsd!);
     }
     expect(mcp).toMatchObject({
@@ -179,6 +181,41 @@ describe("runHttpStudy: the protocol's other outcomes", () => {
     expect(cap.ledger.budget.cumulativeCapExceeded).toBe(true);
     expect(cap.ledger.budget.spentUsd).toBeGreaterThan(1);
     expect(summaryOf(cap.stdout)).toMatchObject({ cumulativeCapExceeded: true, status: "blocked" });
+  }, 60_000);
+
+  // contract: R30
+  it("cache tokens a reply reports are priced, not refused; cache writes that take the cost past the reservation are budget-exceeded", async () => {
+    const read = { input_tokens: 1500, output_tokens: 40, cache_read_input_tokens: 300, cache_creation_input_tokens: 200 };
+    const r = await runHttp(
+      c,
+      firstAttempt([
+        { toolCalls: [{ name: "list_files", input: {} }], usage: read },
+        { answer: "x", usage: usage(2000, 30) },
+      ]),
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const o = r.ledger.observations[0]!;
+    expect(o).toMatchObject({ status: "completed", usageComplete: true, inputTokens: 1500 + 2000, cacheReadInputTokens: 300, cacheCreationInputTokens: 200 });
+    const [first, second] = o.calls!;
+    expect(first).toMatchObject({ outcome: "message", inputTokens: 1500, cacheReadInputTokens: 300, cacheCreationInputTokens: 200 });
+    const firstUsage = { inputTokens: 1500, outputTokens: 40, cacheReadInputTokens: 300, cacheWrite5mInputTokens: 200, cacheWrite1hInputTokens: 0 };
+    expect(first!.chargedUsd).toBe(usageCostUsd(firstUsage, PRICES));
+    expect(first!.chargedUsd).toBeGreaterThan(usageCostUsd({ ...firstUsage, cacheReadInputTokens: 0, cacheWrite5mInputTokens: 0 }, PRICES));
+    expect(o.chargedUsd).toBeCloseTo(first!.chargedUsd! + second!.chargedUsd!, 12);
+    expect(o.computedCostUsd).toBe(o.chargedUsd);
+
+    // Cache writes within the prompt ceiling whose cost (twice the input price) passes the reservation.
+    const writes = 10_000;
+    const over = await runHttp(c, firstAttempt([{ answer: "x", usage: { input_tokens: 0, output_tokens: 10, cache_creation_input_tokens: writes } }]));
+    expect(over.code).toBe(1);
+    const ob = over.ledger.observations[0]!;
+    const call = ob.calls![0]!;
+    expect(writes).toBeLessThanOrEqual(call.inputCeilingTokens);
+    expect(call.reservationUsd).toBe(callCeiling(call.requestBytes, PRICES).reservationUsd);
+    expect(call.chargedUsd).toBe(usageCostUsd({ inputTokens: 0, outputTokens: 10, cacheReadInputTokens: 0, cacheWrite5mInputTokens: writes, cacheWrite1hInputTokens: 0 }, PRICES));
+    expect(call.chargedUsd!).toBeGreaterThan(call.reservationUsd);
+    expect(ob).toMatchObject({ status: "budget-exceeded", cacheCreationInputTokens: writes });
+    expect(over.ledger.statusReason).toMatch(/passed the call's reservation/);
   }, 60_000);
 
   it("a reply without a usage field is invalid-cost; the call's reservation stays charged", async () => {

@@ -4,7 +4,14 @@ import type { CallOutcome, ContentBlock, MeasuredUsage } from "../../src/http/cl
 import type { ToolSet } from "../../src/http/tools.ts";
 
 const MODEL = "claude-haiku-5-5";
-const usage = (input = 100, output = 10): MeasuredUsage => ({ inputTokens: input, outputTokens: output, cacheCreationInputTokens: 0, cacheReadInputTokens: 0 });
+const usage = (input = 100, output = 10): MeasuredUsage => ({
+  inputTokens: input,
+  outputTokens: output,
+  cacheReadInputTokens: 0,
+  cacheWrite5mInputTokens: 0,
+  cacheWrite1hInputTokens: 0,
+  cacheReported: { read: true, write: true },
+});
 const toolUse = (id: string, name = "read_file", input: Record<string, unknown> = { path: "a.md" }): ContentBlock => ({ type: "tool_use", id, name, input });
 const reply = (content: ContentBlock[], stopReason: string | null, u = usage(), model = MODEL): CallOutcome => ({
   kind: "message",
@@ -27,17 +34,20 @@ interface Harness {
   executed: string[];
 }
 
-function harness(replies: CallOutcome[], o: { refuseAt?: number; toolSet?: ToolSet; now?: () => number; limits?: LoopOptions["limits"]; docBridge?: string[]; signal?: AbortSignal } = {}): Harness {
+function harness(
+  replies: CallOutcome[],
+  o: { refuseAt?: number; overReservationAt?: number; toolSet?: ToolSet; now?: () => number; limits?: LoopOptions["limits"]; docBridge?: string[]; signal?: AbortSignal } = {},
+): Harness {
   const h: Harness = { sent: [], opened: [], closed: [], executed: [], options: undefined as unknown as LoopOptions };
   const account: CallAccount = {
     async open(turn, bytes) {
       if (turn === o.refuseAt) return { ok: false, reason: "no room under the cap" };
       h.opened.push(bytes);
-      return { ok: true, inputCeilingTokens: 2 * bytes + 8192, outputCeilingTokens: 1024 };
+      return { ok: true, inputCeilingTokens: bytes + 8192, outputCeilingTokens: 1024 };
     },
     async close(outcome) {
       h.closed.push(outcome);
-      return { capExceeded: false };
+      return { capExceeded: false, overReservation: o.overReservationAt === h.closed.length };
     },
   };
   const toolSet: ToolSet = o.toolSet ?? {
@@ -233,6 +243,27 @@ describe("the agent loop", () => {
     expect((await runAgentLoop(out.options)).status).toBe("budget-exceeded");
   });
 
+  // contract: R29
+  it("counts cache tokens against the call's prompt ceiling, and stops when their cost passed the reservation", async () => {
+    // Input alone fits the ceiling; input plus the cache read the reply reports does not.
+    const probe = harness([answer()]);
+    await runAgentLoop(probe.options);
+    const ceiling = probe.opened[0]! + 8192;
+    const cached = { ...usage(ceiling - 10, 5), cacheReadInputTokens: 11 };
+    const h = harness([reply([toolUse("x")], "tool_use", cached), answer()]);
+    const r = await runAgentLoop(h.options);
+    expect(h.opened[0]).toBe(probe.opened[0]);
+    expect(r).toMatchObject({ status: "budget-exceeded", inputTokens: ceiling - 10, cacheReadInputTokens: 11 });
+    expect(r.reason).toMatch(new RegExp(`${ceiling + 1} prompt, 5 output tokens\\) passed the call's ceiling \\(${ceiling} prompt`));
+    expect(h.executed).toEqual([]);
+    // Within the ceiling, but the account found the cost above the reservation (cache writes are dearer than input).
+    const writes = harness([reply([toolUse("y")], "tool_use", { ...usage(10, 5), cacheWrite1hInputTokens: 100 }), answer()], { overReservationAt: 1 });
+    const w = await runAgentLoop(writes.options);
+    expect(w).toMatchObject({ status: "budget-exceeded", cacheCreationInputTokens: 100 });
+    expect(w.reason).toMatch(/110 prompt tokens, 100 of them cache writes\) passed the call's reservation/);
+    expect(writes.sent).toHaveLength(1);
+  });
+
   it("treats what the request did not ask for as invalid-setup: another model, a thinking block, a tool not offered", async () => {
     const other = harness([reply([{ type: "text", text: "a" }], "end_turn", usage(), "claude-opus-9")]);
     const r = await runAgentLoop(other.options);
@@ -276,7 +307,7 @@ describe("the agent loop", () => {
   });
 
   it("unknown cache figures stay unknown; a signal before a turn stops the loop", async () => {
-    const h = harness([reply([{ type: "text", text: "a" }], "end_turn", { inputTokens: 5, outputTokens: 1, cacheCreationInputTokens: null, cacheReadInputTokens: 0 })]);
+    const h = harness([reply([{ type: "text", text: "a" }], "end_turn", { ...usage(5, 1), cacheReported: { read: true, write: false } })]);
     const r = await runAgentLoop(h.options);
     expect(r).toMatchObject({ status: "completed", inputTokens: 5, cacheCreationInputTokens: null, cacheReadInputTokens: null });
     const c = new AbortController();
