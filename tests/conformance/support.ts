@@ -2,12 +2,13 @@
  * Shared set-up of the conformance suite: the REAL Claude Code binary (the pinned npm package,
  * installed into the cache when missing) in the real image (built offline, cached by its context
  * digest), the demo corpus with its doc-bridge indexes, a test login, and the scripted Messages
- * API. A study run here goes through the runner's model gateway by default (the scripted API is
- * its upstream over TLS on loopback, trusted through a test CA), so every scenario's metered usage
- * is held to its transcript's; `startApi` keeps the direct route (a unix socket the runner hands
- * to every attempt container, network none, relay on 127.0.0.1 inside) for the commands tested
- * through the binary and for scenarios that must bypass the gateway. Nothing here reaches a
- * network or spends money.
+ * API. Every run here goes through the runner's model gateway (the scripted API is its upstream
+ * over TLS on loopback, trusted through a test CA): a study run in this process, the shipped
+ * command (its hidden test flags), or a container a test builds itself (testGateway,
+ * openTestAttempt); each run's metered usage is held to its transcript's by one assertion.
+ * `startApi` keeps the direct route (a unix socket the runner hands to every attempt container,
+ * network none, relay on 127.0.0.1 inside) for a scenario that must bypass the gateway and says
+ * why. Nothing here reaches a network or spends money.
  */
 import { chmod, lstat, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import Docker from "dockerode";
