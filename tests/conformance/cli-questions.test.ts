@@ -1,6 +1,8 @@
 /**
  * Open questions about the REAL Claude Code 2.1.296, answered by measurement on every run
- * (scripted Messages API on a unix socket, network none, no cost); the answers are lines of
+ * (network none, no cost; each container holds a placeholder login and reaches the scripted
+ * Messages API through its own socket of the runner's model gateway, which records every request
+ * the CLI sends, forwarded or refused, and meters every reply); the answers are lines of
  * docs/claude-cli-observations.md that name this file:
  * - resume: session_id, cumulative cost, what --max-budget-usd caps, what HOME must keep;
  * - 529 and 429: retries, waits, retry-after, what the stream and the result show;
@@ -10,13 +12,27 @@ import { randomUUID } from "node:crypto";
 import { chmod, chown, cp, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
 import { runBounded } from "../../src/attempt/run.ts";
 import { attemptContainerSpec, CONTAINER } from "../../src/attempt/spec.ts";
-import { cliArguments } from "../../src/claude/args.ts";
+import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { CLI_PRICES } from "../../src/cost/prices.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
-import { MODEL, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
+import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
+import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
+import {
+  assertMeteredEqualsTranscript,
+  MODEL,
+  modelUsageTotals,
+  openTestAttempt,
+  prepareCorpus,
+  realImage,
+  runtime,
+  startStudyApi,
+  testGateway,
+  type Corpus,
+  type StudyApi,
+  type TestGatewayAttempt,
+} from "./support.ts";
 
 const answer = (input_tokens: number) => ({ answer: "scripted", usage: { input_tokens, output_tokens: 10 } });
 /** One answer of 60,000 input and 10 output tokens of the pinned model (first tier). */
@@ -41,25 +57,30 @@ interface Run {
   exitCode: number | null;
   wallMs: number;
   home: string;
+  /** What the run's gateway socket saw: every request the CLI sent, and the metered replies. */
+  metered: GatewayRecord;
+  facts: TranscriptFacts;
 }
 
 let image = "";
 let corpus: Corpus;
-let api: ConformanceApi;
+let api: StudyApi;
+let gateway: Gateway;
 let workspace = "";
 const runs = new Map<string, Run>();
 const sessionId = randomUUID();
 
 /**
- * A staged login folder with an empty `projects/` that the login wrapper copies into the tmpfs
- * HOME's `.claude/projects` before the CLI starts and back after it exits (the session files).
+ * A gateway attempt and its staged placeholder login folder with an empty `projects/` that the
+ * login wrapper copies into the tmpfs HOME's `.claude/projects` before the CLI starts and back
+ * after it exits (the session files).
  */
-async function freshHome(): Promise<string> {
+async function freshHome(): Promise<TestGatewayAttempt> {
   const dir = await mkdtemp(join(corpus.work, "home-"));
-  const home = (await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(dir, "home"))).homeDir;
-  await mkdir(join(home, "projects"), { mode: 0o700 });
-  await chown(join(home, "projects"), 1000, 1000);
-  return home;
+  const attempt = await openTestAttempt(gateway, join(dir, "home"));
+  await mkdir(join(attempt.homeDir, "projects"), { mode: 0o700 });
+  await chown(join(attempt.homeDir, "projects"), 1000, 1000);
+  return attempt;
 }
 
 /** The runner's own arguments, with the session flags of a resume study in place of --no-session-persistence. */
@@ -71,8 +92,9 @@ function argv(question: string, opts: { budgetUsd?: number; session?: string[] }
   return out;
 }
 
-async function run(name: string, args: string[], opts: { home?: string; env?: Record<string, string> } = {}): Promise<Run> {
-  const home = opts.home ?? (await freshHome());
+async function run(name: string, args: string[], opts: { home?: TestGatewayAttempt; env?: Record<string, string> } = {}): Promise<Run> {
+  const attempt = opts.home ?? (await freshHome());
+  const home = attempt.homeDir;
   const spec = attemptContainerSpec({
     image,
     argv: args,
@@ -81,13 +103,23 @@ async function run(name: string, args: string[], opts: { home?: string; env?: Re
     network: { mode: "none" },
     labels: { "study-runner.test": "conformance-cli-questions" },
     attemptIndex: 0,
-    modelApiSocket: api.socketPath,
+    modelApiSocket: attempt.socketPath,
     extraEnv: opts.env,
     session: { projectsDir: `${CONTAINER.loginDir}/projects` },
   });
   const events: Array<Record<string, any>> = [];
-  const raw = await runBounded(runtime, spec, (line) => line.startsWith("{") && events.push(JSON.parse(line)), { timeoutMs: 120_000 });
-  const r = { events, result: events.find((e) => e.type === "result"), exitCode: raw.exitCode, wallMs: raw.wallTimeMs, home };
+  const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
+  const raw = await runBounded(
+    runtime,
+    spec,
+    (line) => {
+      reader.pushLine(line);
+      if (line.startsWith("{")) events.push(JSON.parse(line));
+    },
+    { timeoutMs: 120_000 },
+  );
+  const metered = await attempt.finish();
+  const r = { events, result: events.find((e) => e.type === "result"), exitCode: raw.exitCode, wallMs: raw.wallTimeMs, home, metered, facts: reader.finish() };
   runs.set(name, r);
   return r;
 }
@@ -101,14 +133,17 @@ beforeAll(async () => {
   workspace = await mkdtemp(join(corpus.work, "workspace-"));
   await writeFile(join(workspace, "README.md"), "A file.\n", { mode: 0o444 });
   await chmod(workspace, 0o555);
-  api = await startApi(SCRIPTS);
+  api = await startStudyApi(SCRIPTS);
+  if (api.route !== "gateway") throw new Error("the questions are measured through the gateway");
+  gateway = testGateway(api);
   // Two at a time (two cores): the first call of the resume chain with the retry runs.
   await Promise.all([
     (async () => {
       const first = await run("resume-1", argv("resume", { session: ["--session-id", sessionId] }));
       // A second container: a fresh HOME with the login and nothing but the session file copied over.
       const projects = join(first.home, "projects");
-      const home = await freshHome();
+      const second = await freshHome();
+      const home = second.homeDir;
       for (const dir of await readdir(projects)) {
         const files = (await readdir(join(projects, dir))).filter((f) => f === `${sessionId}.jsonl`);
         for (const f of files) {
@@ -119,7 +154,7 @@ beforeAll(async () => {
         }
       }
       // Cap below the session's cumulative cost, above this call's own.
-      await run("resume-2", argv("resume", { budgetUsd: 1.5 * CALL_USD, session: ["--resume", sessionId] }), { home });
+      await run("resume-2", argv("resume", { budgetUsd: 1.5 * CALL_USD, session: ["--resume", sessionId] }), { home: second });
       await run("resume-without-session-file", argv("resume", { session: ["--resume", sessionId] }));
       await run("traffic-runner", argv("traffic runner"));
       await run("traffic-default", argv("traffic default"), { env: { CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: "" } });
@@ -133,6 +168,7 @@ beforeAll(async () => {
 }, 400_000);
 
 afterAll(async () => {
+  gateway?.close();
   await api?.close();
   await corpus?.cleanup();
 });
@@ -190,27 +226,60 @@ describe("529 and 429 from the API", () => {
   });
 });
 
-describe("requests besides POST /v1/messages", () => {
-  const routes = (marker: string, name: string) => {
-    const convo = new Set(requestsOf(marker).map((q) => q.conversation));
-    const runEvents = runs.get(name)!;
-    const session = runEvents.events.find((e) => e.type === "system" && e.subtype === "init")?.session_id as string;
-    // Requests without a body (HEAD /api/hello) carry no conversation: take those between this run's first and last message request.
-    const mine = api.requests.filter((q) => (q.conversation && convo.has(q.conversation)) || q.headers["x-claude-code-session-id"] === session);
-    return mine.map((q) => `${q.method} ${q.path.split("?")[0]}`);
-  };
+describe("requests besides POST /v1/messages (as the gateway recorded them, forwarded or refused)", () => {
+  const routesOf = (name: string) => runs.get(name)!.metered.requests.map((q) => `${q.method} ${q.path.split("?")[0]}${q.refused ? ` (refused: ${q.refused.kind})` : ""}`);
 
   it("with CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 (the runner's setting): only POST /v1/messages", () => {
-    const all = api.requests.map((q) => `${q.method} ${q.path.split("?")[0]}`);
-    expect(routes("question: traffic runner", "traffic-runner")).toEqual(["POST /v1/messages"]);
-    // Across every run of this file except the one with the variable emptied, nothing else arrived either.
-    const others = all.filter((r) => r !== "POST /v1/messages");
-    expect(others.length).toBeLessThanOrEqual(1);
+    expect(routesOf("traffic-runner")).toEqual(["POST /v1/messages"]);
+    // Nor did any other run with the runner's setting send anything else.
+    for (const name of runs.keys())
+      if (name !== "traffic-default")
+        expect(
+          routesOf(name).filter((r) => r !== "POST /v1/messages"),
+          name,
+        ).toEqual([]);
   });
 
-  it("with the variable empty: one HEAD /api/hello before the messages, nothing else", () => {
-    const others = api.requests.filter((q) => !q.path.startsWith("/v1/messages")).map((q) => `${q.method} ${q.path}`);
-    expect(others).toEqual(["HEAD /api/hello"]);
-    expect(routes("question: traffic default", "traffic-default")).toEqual(["POST /v1/messages"]);
+  it("with the variable empty: one HEAD /api/hello besides the messages, which the gateway refuses on the host", () => {
+    expect(routesOf("traffic-default").sort()).toEqual(["HEAD /api/hello (refused: path)", "POST /v1/messages"]);
+    expect(runs.get("traffic-default")!.result).toMatchObject({ subtype: "success", is_error: false });
+    // Refused, so it never reached the API: the upstream got message requests only.
+    expect(api.requests.filter((q) => !q.path.startsWith("/v1/messages"))).toEqual([]);
+  });
+});
+
+describe("metered usage through the gateway", () => {
+  it("equals the transcript's in every run; the resumed call's is the session's modelUsage less the first call's", () => {
+    for (const [name, r] of runs) {
+      if (name === "resume-2") continue;
+      assertMeteredEqualsTranscript(name, r.metered, modelUsageTotals(r.facts.modelUsage), r.facts.perMessageUsage);
+    }
+    // The resumed call's modelUsage covers the whole session, its stream only its own messages.
+    const one = modelUsageTotals(runs.get("resume-1")!.facts.modelUsage);
+    const two = runs.get("resume-2")!;
+    const session = modelUsageTotals(two.facts.modelUsage);
+    const call = {
+      inputTokens: session.inputTokens - one.inputTokens,
+      outputTokens: session.outputTokens - one.outputTokens,
+      cacheReadInputTokens: session.cacheReadInputTokens - one.cacheReadInputTokens,
+      cacheCreationInputTokens: session.cacheCreationInputTokens - one.cacheCreationInputTokens,
+    };
+    assertMeteredEqualsTranscript("resume-2", two.metered, call, two.facts.perMessageUsage);
+    expect(call.inputTokens).toBe(60_000);
+    // Error answers (529, 429) were passed on and metered at nothing; only the answers carry usage.
+    expect(runs.get("overload-twice")!.metered.requests.map((q) => q.status)).toEqual([529, 529, 200]);
+    expect(runs.get("overload-always")!.metered.meteredCostUsd).toBe(0);
+  });
+
+  it("flags only what a study would make invalid-setup: the scripted 60,000-token prompts of the resume (more than the request's bytes) and the refused HEAD", () => {
+    for (const [name, r] of runs) {
+      for (const problem of r.metered.setupProblems) {
+        if (name === "traffic-default" && problem.includes("HEAD /api/hello")) continue;
+        const [, tokens, bytes] = /claims (\d+) prompt tokens for a request of (\d+) bytes/.exec(problem) ?? [];
+        expect(name.startsWith("resume"), `${name}: ${problem}`).toBe(true);
+        expect(Number(tokens), problem).toBeGreaterThan(Number(bytes));
+      }
+    }
+    expect(runs.get("traffic-runner")!.metered.setupProblems).toEqual([]);
   });
 });

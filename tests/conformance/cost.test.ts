@@ -3,12 +3,14 @@
  * computed cost (computeCost over what its TranscriptReader read) equals the CLI's own
  * total_cost_usd within 1e-9 USD, except where seed 000 prices above the CLI on purpose; those
  * points are named and their exact excess is asserted. Each point is one real attempt container
- * built by the runner's own code (login copy, arguments, hardened spec, relay, bounded run).
+ * built by the runner's own code (placeholder login, arguments, hardened spec, relay, bounded run)
+ * that reaches the scripted API through the runner's model gateway, so every point's metered
+ * usage is held to its transcript's as well, both tiers included.
  */
 import { chmod, mkdtemp, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
+import { createHash } from "node:crypto";
 import { runBounded } from "../../src/attempt/run.ts";
 import { attemptContainerSpec } from "../../src/attempt/spec.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
@@ -16,7 +18,22 @@ import { computeCost, type CostResult } from "../../src/cost/compute.ts";
 import { CLI_PRICES, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
-import { MODEL, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
+import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
+import {
+  assertMeteredEqualsTranscript,
+  messageRequests,
+  MODEL,
+  modelUsageTotals,
+  openTestAttempt,
+  prepareCorpus,
+  realImage,
+  runtime,
+  startStudyApi,
+  TEST_TOKEN,
+  testGateway,
+  type Corpus,
+  type StudyApi,
+} from "./support.ts";
 
 type Usage = {
   input_tokens: number;
@@ -85,30 +102,32 @@ function cliListPrice(turns: ScriptInput["turns"]): number {
 
 let image = "";
 let corpus: Corpus;
-let api: ConformanceApi;
+let api: StudyApi;
+let gateway: Gateway;
 let workspace = "";
-const results = new Map<string, { facts: TranscriptFacts; cost: CostResult; exitCode: number | null }>();
+const results = new Map<string, { facts: TranscriptFacts; cost: CostResult; exitCode: number | null; metered: GatewayRecord }>();
 
 async function runPoint(name: string, index: number): Promise<void> {
   const home = await mkdtemp(join(corpus.work, "home-"));
-  const staged = await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(home, "home"));
+  const attempt = await openTestAttempt(gateway, join(home, "home"));
   // A high cap: the grid measures prices, not the budget stop.
   const argv = cliArguments({ arm: "repository", model: MODEL, maxBudgetUsd: 100, prompt: `cost grid point: ${name}`, deniedMcpTools: [] });
   const spec = attemptContainerSpec({
     image,
     argv,
     exportDir: workspace,
-    homeDir: staged.homeDir,
+    homeDir: attempt.homeDir,
     network: { mode: "none" },
     labels: { "study-runner.test": "conformance-cost" },
     attemptIndex: index,
-    modelApiSocket: api.socketPath,
+    modelApiSocket: attempt.socketPath,
   });
   const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
   const raw = await runBounded(runtime, spec, (line) => reader.pushLine(line), { timeoutMs: 60_000 });
+  const metered = await attempt.finish();
   const facts = reader.finish();
   const cost = computeCost({ model: MODEL, modelUsage: facts.modelUsage, cacheCreation: facts.cacheCreation, perMessageUsage: facts.perMessageUsage, reportedCostUsd: facts.reportedCostUsd });
-  results.set(name, { facts, cost, exitCode: raw.exitCode });
+  results.set(name, { facts, cost, exitCode: raw.exitCode, metered });
 }
 
 beforeAll(async () => {
@@ -117,7 +136,9 @@ beforeAll(async () => {
   workspace = await mkdtemp(join(corpus.work, "workspace-"));
   await writeFile(join(workspace, "README.md"), "A file for the scripted Read.\n", { mode: 0o444 });
   await chmod(workspace, 0o555);
-  api = await startApi(Object.entries(GRID).map(([name, p]) => ({ name, marker: `cost grid point: ${name}`, turns: p.turns })));
+  api = await startStudyApi(Object.entries(GRID).map(([name, p]) => ({ name, marker: `cost grid point: ${name}`, turns: p.turns })));
+  if (api.route !== "gateway") throw new Error("the grid runs through the gateway");
+  gateway = testGateway(api);
   // Two at a time: the machine has two cores.
   const names = Object.keys(GRID);
   let next = 0;
@@ -128,6 +149,7 @@ beforeAll(async () => {
 }, 300_000);
 
 afterAll(async () => {
+  gateway?.close();
   await api?.close();
   await corpus?.cleanup();
 });
@@ -146,6 +168,17 @@ describe("the runner's cost against the CLI's total_cost_usd", () => {
       const excess = r.cost.computedCostUsd! - r.facts.reportedCostUsd!;
       expect(Math.abs(excess - (point.above?.usd ?? 0))).toBeLessThanOrEqual(1e-9);
       if (point.above) expect(excess).toBeGreaterThan(1e-9);
+      // The gateway metered what the transcript reports, in sum and message by message.
+      assertMeteredEqualsTranscript(name, r.metered, modelUsageTotals(r.facts.modelUsage), r.facts.perMessageUsage);
+      expect(r.metered.refused).toBe(0);
+      // Most points script more prompt tokens than the CLI's request has bytes (100,001 tokens for
+      // a body of some tens of KB): the gateway still passes such a reply on and meters it, but
+      // flags it, and in a study that flag makes the attempt invalid-setup. It is the only kind
+      // of problem the grid may show; the price measurement itself is not affected.
+      for (const problem of r.metered.setupProblems) {
+        const [, tokens, bytes] = /claims (\d+) prompt tokens for a request of (\d+) bytes/.exec(problem) ?? [];
+        expect(Number(tokens), problem).toBeGreaterThan(Number(bytes));
+      }
     });
   }
 
@@ -157,5 +190,16 @@ describe("the runner's cost against the CLI's total_cost_usd", () => {
     expect(results.get("100,001 input tokens: second tier")!.cost.costBasis).toMatchObject({ tier: 2, tierSource: "per-message", tierPromptTokens: 100_001 });
     expect(results.get("cache reads make the prompt 100,000: first tier")!.cost.costBasis?.tier).toBe(1);
     expect(results.get("cache reads make the prompt 100,001: second tier")!.cost.costBasis?.tier).toBe(2);
+  });
+
+  it("every point went through the gateway: the upstream saw only the test login's token, the gateway's metered cost is the CLI's", () => {
+    const sha12 = createHash("sha256").update(TEST_TOKEN).digest("hex").slice(0, 12);
+    const requests = messageRequests(api);
+    expect(requests.length).toBe([...results.values()].reduce((n, r) => n + r.metered.forwarded, 0));
+    expect(new Set(requests.map((r) => r.auth.bearerSha256Prefix))).toEqual(new Set([sha12]));
+    // A plain first-tier point is within what its request could produce: no flag at all.
+    expect(results.get("first tier, input and output")!.metered.setupProblems).toEqual([]);
+    // The gateway prices each request at its own tier, as the CLI does.
+    for (const [name, r] of results) expect(Math.abs(r.metered.meteredCostUsd - r.facts.reportedCostUsd!), name).toBeLessThanOrEqual(1e-9);
   });
 });

@@ -5,81 +5,15 @@
  * (test) credential on the host.
  */
 import { createHash } from "node:crypto";
-import { readdir, readFile, lstat } from "node:fs/promises";
-import { join } from "node:path";
-import Docker from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { Turn } from "../../src/scripted-api/script.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
-import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
-import { prepareCorpus, realImage, runConformanceStudy, TEST_TOKEN, type Corpus } from "./support.ts";
+import { assertMeteredEqualsTranscript, prepareCorpus, realImage, runConformanceStudy, scanContainers, TEST_TOKEN, type ContainerScan, type Corpus } from "./support.ts";
 import { pilotScripts } from "./scripts.ts";
 
-const docker = new Docker();
 const sha12 = (t: string) => createHash("sha256").update(t).digest("hex").slice(0, 12);
-
-/** Every regular file under `dir` (bounded), as text. */
-async function filesUnder(dir: string, out: Array<{ path: string; text: string }> = [], depth = 0): Promise<Array<{ path: string; text: string }>> {
-  if (depth > 12 || out.length > 5000) return out;
-  for (const name of await readdir(dir).catch(() => [] as string[])) {
-    const p = join(dir, name);
-    const st = await lstat(p).catch(() => undefined);
-    if (!st) continue;
-    if (st.isDirectory()) await filesUnder(p, out, depth + 1);
-    else if (st.isFile() && st.size < 8 * 1024 * 1024) out.push({ path: p, text: await readFile(p, "utf8").catch(() => "") });
-  }
-  return out;
-}
-
-interface ContainerScan {
-  id: string;
-  networkMode: string;
-  interfaces: string[];
-  envHasRealToken: boolean;
-  envNames: string[];
-  mountFilesWithRealToken: string[];
-  placeholderFiles: number;
-}
-
-/** Inspects this process's running attempt containers: env, mounts (read on the host), network, interfaces seen inside. */
-async function scanContainers(seen: Map<string, ContainerScan>): Promise<void> {
-  const list = await docker.listContainers({ filters: { label: [`${LABELS.pid}=${process.pid}`], status: ["running"] } });
-  for (const c of list) {
-    if (seen.has(c.Id)) continue;
-    const info = await docker.getContainer(c.Id).inspect();
-    const env = info.Config.Env ?? [];
-    const mountFilesWithRealToken: string[] = [];
-    let placeholderFiles = 0;
-    for (const m of info.Mounts) {
-      for (const f of await filesUnder(m.Source)) {
-        if (f.text.includes(TEST_TOKEN)) mountFilesWithRealToken.push(f.path);
-        if (f.text.includes("study-runner-placeholder-")) placeholderFiles++;
-      }
-    }
-    const exec = await docker
-      .getContainer(c.Id)
-      .exec({ Cmd: [IMAGE_LAYOUT.node, "-e", "process.stdout.write(JSON.stringify(Object.keys(require('os').networkInterfaces())))"], AttachStdout: true, AttachStderr: true, User: "1000:1000" });
-    const stream = await exec.start({ hijack: true, stdin: false });
-    const raw = await new Promise<Buffer>((resolve) => {
-      const chunks: Buffer[] = [];
-      stream.on("data", (d: Buffer) => chunks.push(d));
-      stream.on("end", () => resolve(Buffer.concat(chunks)));
-    });
-    // The multiplexed stream has 8-byte frame headers; the JSON array is the printable part.
-    const interfaces = JSON.parse(/\[.*\]/.exec(raw.toString("latin1"))?.[0] ?? "null") as string[];
-    seen.set(c.Id, {
-      id: c.Id,
-      networkMode: info.HostConfig.NetworkMode ?? "",
-      interfaces,
-      envHasRealToken: env.some((e) => e.includes(TEST_TOKEN)),
-      envNames: env.map((e) => e.split("=")[0]!),
-      mountFilesWithRealToken,
-      placeholderFiles,
-    });
-  }
-}
 
 let ca: TestCa;
 let image: { tag: string; id: string };
@@ -95,7 +29,7 @@ describe("the pilot through the gateway", () => {
   let run: Awaited<ReturnType<typeof runConformanceStudy>>;
   beforeAll(async () => {
     corpus = await prepareCorpus("gateway-pilot");
-    api = await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, script: pilotScripts(), onRequest: () => scanContainers(scans) });
+    api = await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, script: pilotScripts(), onRequest: () => scanContainers(scans, { [LABELS.pid]: String(process.pid) }) });
     run = await runConformanceStudy({ corpus, gateway: { url: api.url!, ca: ca.ca }, image: image.id, plan: "pilot", timeoutMs: 120_000 });
   }, 600_000);
   afterAll(async () => {
@@ -110,10 +44,7 @@ describe("the pilot through the gateway", () => {
       const g = o.gateway!;
       const metered = g.requests.filter((r) => r.messageId !== null);
       expect(metered.length).toBeGreaterThan(0);
-      expect(metered.reduce((n, r) => n + r.inputTokens!, 0)).toBe(o.inputTokens);
-      expect(metered.reduce((n, r) => n + r.outputTokens!, 0)).toBe(o.outputTokens);
-      expect(metered.reduce((n, r) => n + r.cacheReadInputTokens!, 0)).toBe(o.cacheReadInputTokens);
-      expect(metered.reduce((n, r) => n + r.cacheWrite5mInputTokens! + r.cacheWrite1hInputTokens!, 0)).toBe(o.cacheCreationInputTokens);
+      assertMeteredEqualsTranscript(`observation ${o.index}`, g, o);
       expect(g.setupProblems).toEqual([]);
       expect(g.refused).toBe(0);
       expect(metered.every((r) => r.ttfbMs !== null && r.complete)).toBe(true);

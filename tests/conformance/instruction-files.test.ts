@@ -3,16 +3,32 @@
  * run: a workspace and a HOME each holding every candidate (CLAUDE.md, CLAUDE.local.md, a nested
  * CLAUDE.md, AGENTS.md, .claude/CLAUDE.md, .claude/rules, .claude/settings.json), each with its own
  * marker line, and the scripted API keeping whole request bodies. A marker in the first request
- * body means the CLI loaded that file. docs/claude-cli-observations.md records the answer.
+ * body means the CLI loaded that file. docs/claude-cli-observations.md records the answer. The
+ * container reaches the API through the runner's model gateway with a placeholder login, and the
+ * metered usage is held to the transcript's.
  */
 import { chmod, chown, mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { resolveLogin, stageLogin } from "../../src/attempt/login.ts";
 import { runBounded } from "../../src/attempt/run.ts";
 import { attemptContainerSpec, CONTAINER } from "../../src/attempt/spec.ts";
-import { cliArguments } from "../../src/claude/args.ts";
-import { MODEL, messageRequests, prepareCorpus, realImage, runtime, startApi, type ConformanceApi, type Corpus } from "./support.ts";
+import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
+import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
+import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
+import {
+  assertMeteredEqualsTranscript,
+  MODEL,
+  messageRequests,
+  modelUsageTotals,
+  openTestAttempt,
+  prepareCorpus,
+  realImage,
+  runtime,
+  startStudyApi,
+  testGateway,
+  type Corpus,
+  type StudyApi,
+} from "./support.ts";
 
 /** Candidate path (relative to the folder) -> file text; the marker is derived from the path. */
 const CANDIDATES = ["CLAUDE.md", "CLAUDE.local.md", "sub/CLAUDE.md", "AGENTS.md", ".claude/CLAUDE.md", ".claude/rules/style.md", ".claude/settings.json"] as const;
@@ -33,7 +49,10 @@ async function writeCandidates(root: string, where: "workspace" | "home"): Promi
 
 let image = "";
 let corpus: Corpus;
-let api: ConformanceApi;
+let api: StudyApi;
+let gateway: Gateway;
+let metered: GatewayRecord;
+let facts: TranscriptFacts;
 const loaded = new Set<string>();
 
 beforeAll(async () => {
@@ -45,26 +64,31 @@ beforeAll(async () => {
   // HOME is normally a tmpfs; here a host folder holding the candidates, so the CLI finds them there.
   const home = await mkdtemp(join(corpus.work, "agent-home-"));
   await writeCandidates(home, "home");
-  const staged = await stageLogin(resolveLogin({ configDir: corpus.loginDir }), join(await mkdtemp(join(corpus.work, "login-")), "home"));
   if (process.getuid?.() === 0) {
     for (const p of [home, join(home, ".claude"), join(home, ".claude", "rules"), join(home, "sub")]) await chown(p, 1000, 1000);
   }
   await chmod(home, 0o777);
-  api = await startApi({ name: "instructions", turns: [{ answer: "done", usage: { input_tokens: 10, output_tokens: 2 } }] }, { recordBodies: true });
+  api = await startStudyApi({ name: "instructions", turns: [{ answer: "done", usage: { input_tokens: 10, output_tokens: 2 } }] }, { recordBodies: true });
+  if (api.route !== "gateway") throw new Error("the probe runs through the gateway");
+  gateway = testGateway(api);
+  const attempt = await openTestAttempt(gateway, join(await mkdtemp(join(corpus.work, "login-")), "home"));
   const argv = cliArguments({ arm: "repository", model: MODEL, maxBudgetUsd: 1, prompt: "instruction file probe", deniedMcpTools: [] });
   const spec = attemptContainerSpec({
     image,
     argv,
     exportDir: workspace,
-    homeDir: staged.homeDir,
+    homeDir: attempt.homeDir,
     network: { mode: "none" },
     labels: { "study-runner.test": "conformance-instructions" },
     attemptIndex: 0,
-    modelApiSocket: api.socketPath,
+    modelApiSocket: attempt.socketPath,
   });
   delete spec.tmpfs[CONTAINER.home];
   spec.mounts.push({ source: home, target: CONTAINER.home, readOnly: false });
-  const raw = await runBounded(runtime, spec, () => {}, { timeoutMs: 90_000 });
+  const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
+  const raw = await runBounded(runtime, spec, (line) => reader.pushLine(line), { timeoutMs: 90_000 });
+  metered = await attempt.finish();
+  facts = reader.finish();
   expect(raw.exitCode, raw.stderrTail).toBe(0);
   const first = messageRequests(api)[0];
   expect(first).toBeDefined();
@@ -73,6 +97,7 @@ beforeAll(async () => {
 }, 300_000);
 
 afterAll(async () => {
+  gateway?.close();
   await api?.close();
   await corpus?.cleanup();
 });
@@ -82,6 +107,14 @@ describe("instruction files the pinned CLI loads (measured in the request body)"
     // Printed so a CI log shows the measurement itself, not only pass or fail.
     console.log(`instruction files loaded by claude 2.1.296: ${[...loaded].sort().join(", ") || "none"}`);
     expect([...loaded].sort()).toEqual(MEASURED);
+  });
+
+  it("went through the gateway: one request forwarded, metered as the transcript reports it", () => {
+    expect(metered.setupProblems).toEqual([]);
+    expect(metered.forwarded).toBe(1);
+    expect(metered.refused).toBe(0);
+    assertMeteredEqualsTranscript("instruction probe", metered, modelUsageTotals(facts.modelUsage), facts.perMessageUsage);
+    expect(modelUsageTotals(facts.modelUsage)).toMatchObject({ inputTokens: 10, outputTokens: 2 });
   });
 });
 

@@ -1,29 +1,51 @@
 /**
  * Acceptance: both arms of the demo pilot complete through the REAL Claude Code 2.1.296, run by
- * the shipped `study-runner` command. The model is the scripted Messages API on a unix socket;
- * the containers have no network, the CLI reaches the API through the relay on 127.0.0.1 inside,
- * and it authenticates with the test login the runner copied in (no API key anywhere).
+ * the shipped `study-runner` command with its default credentials (the model gateway). The model
+ * is the scripted Messages API on a loopback TLS port, the gateway's upstream (hidden test flags,
+ * a test CA); the containers have no network, the CLI reaches the runner's gateway through the
+ * relay on 127.0.0.1 inside with a placeholder login, and the gateway swaps in the test login's
+ * token on the host (no API key anywhere). Every reply is metered and held to the transcript.
  */
 import { createHash } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, type CliResult } from "../support/cli.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
-import { messageRequests, MODEL, prepareCorpus, realImage, runtime, startApi, TEST_TOKEN, type ConformanceApi, type Corpus } from "./support.ts";
+import {
+  assertLedgerMeteredEqualsTranscript,
+  messageRequests,
+  MODEL,
+  prepareCorpus,
+  realImage,
+  runtime,
+  scanContainers,
+  startStudyApi,
+  TEST_TOKEN,
+  type ContainerScan,
+  type Corpus,
+  type StudyApi,
+} from "./support.ts";
 import { expectedTokens, expectedToolCalls, MCP_SCRIPT, pilotScripts, REPOSITORY_SCRIPT } from "./scripts.ts";
 
 let corpus: Corpus;
-let api: ConformanceApi;
+let api: Extract<StudyApi, { route: "gateway" }>;
 let run: CliResult;
 let ledger: Ledger;
+/** Each attempt container, scanned while the scripted API held its request (so while it ran). */
+const scans = new Map<string, ContainerScan>();
 
 beforeAll(async () => {
   const image = await realImage();
   corpus = await prepareCorpus("pilot");
-  api = await startApi(pilotScripts());
+  let runnerPid: number | undefined;
+  const started = await startStudyApi(pilotScripts(), { onRequest: () => (runnerPid === undefined ? undefined : scanContainers(scans, { [LABELS.pid]: String(runnerPid) })) });
+  if (started.route !== "gateway") throw new Error("the pilot runs through the gateway");
+  api = started;
+  const caFile = join(corpus.work, "test-ca.pem");
+  await writeFile(caFile, api.gateway.ca, { mode: 0o600 });
   const output = join(await mkdtemp(join(corpus.work, "ledger-")), "pilot.json");
   run = await runCli(
     [
@@ -39,11 +61,16 @@ beforeAll(async () => {
       image.tag,
       "--claude-config-dir",
       corpus.loginDir,
-      "--model-api-socket",
-      api.socketPath,
+      // The default of --transport cli, said out loud: the test is about this mode.
+      "--credentials",
+      "gateway",
+      "--test-gateway-upstream",
+      api.gateway.url,
+      "--test-gateway-ca",
+      caFile,
       "--quiet",
     ],
-    { env: { STUDY_MODEL: MODEL, STUDY_BUDGET_USD: "1" }, timeoutMs: 240_000 },
+    { env: { STUDY_MODEL: MODEL, STUDY_BUDGET_USD: "1" }, timeoutMs: 240_000, onSpawn: (pid) => (runnerPid = pid) },
   );
   ledger = await readLedger(output);
 }, 300_000);
@@ -67,9 +94,33 @@ describe("the demo pilot through the real CLI", () => {
       ["repository", "completed", "success", false, 0],
       ["mcp", "completed", "success", false, 0],
     ]);
-    // The network of every attempt container was none: the ledger names the offline profile.
-    expect(ledger.isolation).toBe("offline");
+    expect(ledger.credentials).toBe("gateway");
     expect(ledger.cliVersion).toBe("2.1.296");
+  });
+
+  it("metered every reply on the host, and each attempt's metered usage equals its transcript's", () => {
+    for (const o of ledger.observations) {
+      const g = o.gateway!;
+      expect(g.setupProblems).toEqual([]);
+      expect(g.refused).toBe(0);
+      expect(g.forwarded).toBe(3);
+      expect(g.requests.map((r) => [r.method, r.path, r.status, r.requestModel, r.model, r.complete])).toEqual(Array(3).fill(["POST", "/v1/messages?beta=true", 200, MODEL, MODEL, true]));
+      // The metered spend is what the CLI itself priced the attempt at (both tier each request).
+      expect(Math.abs(g.meteredCostUsd - o.cliReportedCostUsd!)).toBeLessThanOrEqual(1e-9);
+    }
+    assertLedgerMeteredEqualsTranscript(ledger);
+  });
+
+  it("ran every attempt container with network none, only the loopback interface, and only a placeholder login", () => {
+    expect(scans.size).toBe(2);
+    for (const s of scans.values()) {
+      expect(s.networkMode).toBe("none");
+      expect(s.interfaces).toEqual(["lo"]);
+      expect(s.envHasRealToken).toBe(false);
+      expect(s.envNames).not.toContain("ANTHROPIC_API_KEY");
+      expect(s.mountFilesWithRealToken).toEqual([]);
+      expect(s.placeholderFiles).toBeGreaterThan(0);
+    }
   });
 
   it("records token counts equal to the sums the script reported, and tool counts equal to the calls scripted", () => {
@@ -123,7 +174,7 @@ describe("the demo pilot through the real CLI", () => {
     expect(mcpConversation![2]!.body!.newestToolResults[0]!.content).toContain("half to even");
   });
 
-  it("authenticated with the copied test login only: a bearer token, never an API key", () => {
+  it("the upstream saw only the test login's token, swapped in by the gateway: a bearer token, never an API key", () => {
     const expected = createHash("sha256").update(TEST_TOKEN).digest("hex").slice(0, 12);
     const requests = messageRequests(api);
     expect(requests).toHaveLength(6);

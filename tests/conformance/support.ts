@@ -2,20 +2,23 @@
  * Shared set-up of the conformance suite: the REAL Claude Code binary (the pinned npm package,
  * installed into the cache when missing) in the real image (built offline, cached by its context
  * digest), the demo corpus with its doc-bridge indexes, a test login, and the scripted Messages
- * API. A study run here goes through the runner's model gateway by default (the scripted API is
- * its upstream over TLS on loopback, trusted through a test CA), so every scenario's metered usage
- * is held to its transcript's; `startApi` keeps the direct route (a unix socket the runner hands
- * to every attempt container, network none, relay on 127.0.0.1 inside) for the commands tested
- * through the binary and for scenarios that must bypass the gateway. Nothing here reaches a
- * network or spends money.
+ * API. Every run here goes through the runner's model gateway (the scripted API is its upstream
+ * over TLS on loopback, trusted through a test CA): a study run in this process, the shipped
+ * command (its hidden test flags), or a container a test builds itself (testGateway,
+ * openTestAttempt); each run's metered usage is held to its transcript's by one assertion.
+ * `startApi` keeps the direct route (a unix socket the runner hands to every attempt container,
+ * network none, relay on 127.0.0.1 inside) for a scenario that must bypass the gateway and says
+ * why. Nothing here reaches a network or spends money.
  */
-import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { chmod, lstat, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import Docker from "dockerode";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
@@ -31,6 +34,9 @@ import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
+import { Gateway, type GatewayRecord, type GatewayRequestRecord } from "../../src/gateway/gateway.ts";
+import { stagePlaceholderLogin } from "../../src/gateway/credential.ts";
+import type { PerMessageUsage, TranscriptFacts } from "../../src/transcript/reader.ts";
 
 /** The pinned model of the protocol; the scripted API echoes the requested model. */
 export const MODEL = "claude-haiku-5-5";
@@ -38,6 +44,7 @@ export const MODEL = "claude-haiku-5-5";
 export const TEST_TOKEN = "test-access-token-not-a-real-credential";
 
 export const runtime = new DockerRuntime();
+const docker = new Docker();
 
 /** The real image of the pinned binary, once per test run (see tests/support/real-claude-image.ts). */
 export function realImage(): Promise<{ tag: string; id: string }> {
@@ -69,11 +76,14 @@ export async function prepareCorpus(name: string): Promise<Corpus> {
 
 export type ConformanceApi = ScriptedApi & { socketPath: string };
 
+/** What a conformance test may ask of the scripted API: whole request bodies, a hook on each request (while its attempt waits for the reply). */
+export type ScriptedApiOptions = Pick<Parameters<typeof startScriptedApi>[0], "recordBodies" | "onRequest">;
+
 /** A scripted API on a socket in a folder of its own, which uid 1000 in the container may enter. */
-export async function startApi(script: ScriptInput | readonly ScriptInput[], options: { recordBodies?: boolean } = {}): Promise<ConformanceApi> {
+export async function startApi(script: ScriptInput | readonly ScriptInput[], options: ScriptedApiOptions = {}): Promise<ConformanceApi> {
   const dir = await mkdtemp(join(tmpdir(), "sr-conf-api-"));
   await chmod(dir, 0o755);
-  const api = await startScriptedApi({ socketPath: join(dir, "api.sock"), script, recordBodies: options.recordBodies });
+  const api = await startScriptedApi({ socketPath: join(dir, "api.sock"), script, recordBodies: options.recordBodies, onRequest: options.onRequest });
   return {
     ...api,
     socketPath: api.socketPath!,
@@ -97,13 +107,13 @@ export type StudyApi = ScriptedApi & ({ route: "gateway"; gateway: { url: string
  * invalid-setup). `direct` names why a scenario must reach the API without the gateway (a scripted
  * usage no request could produce, which the gateway would rightly refuse as invalid-setup).
  */
-export async function startStudyApi(script: ScriptInput | readonly ScriptInput[], options: { recordBodies?: boolean; direct?: string } = {}): Promise<StudyApi> {
+export async function startStudyApi(script: ScriptInput | readonly ScriptInput[], options: ScriptedApiOptions & { direct?: string } = {}): Promise<StudyApi> {
   if (options.direct !== undefined) {
     if (options.direct.trim() === "") throw new Error("startStudyApi: say why the scenario bypasses the gateway");
     return { ...(await startApi(script, options)), route: "direct" };
   }
   testCa ??= makeTestCa();
-  const api = await startScriptedApi({ port: 0, tls: { key: testCa.key, cert: testCa.cert }, script, recordBodies: options.recordBodies });
+  const api = await startScriptedApi({ port: 0, tls: { key: testCa.key, cert: testCa.cert }, script, recordBodies: options.recordBodies, onRequest: options.onRequest });
   return Object.assign(api, { route: "gateway" as const, gateway: { url: api.url!, ca: testCa.ca } });
 }
 
@@ -184,7 +194,7 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
     },
   });
   const ledger = await readLedger(config.output);
-  if (gateway) assertMeteredEqualsTranscript(ledger);
+  if (gateway) assertLedgerMeteredEqualsTranscript(ledger);
   return {
     code,
     summary: JSON.parse(stdout) as StudySummary,
@@ -195,23 +205,93 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
   };
 }
 
+/** What a transcript says was spent: its `modelUsage` summed over models (the ledger keeps the same four sums). */
+export interface TranscriptUsage {
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadInputTokens: number;
+  cacheCreationInputTokens: number;
+}
+
+/** The four sums of a transcript's `modelUsage` (zero when it has none: then any metered reply differs). */
+export function modelUsageTotals(modelUsage: TranscriptFacts["modelUsage"]): TranscriptUsage {
+  const entries = Object.values(modelUsage ?? {});
+  const sum = (k: keyof TranscriptUsage) => entries.reduce((n, m) => n + m[k], 0);
+  return { inputTokens: sum("inputTokens"), outputTokens: sum("outputTokens"), cacheReadInputTokens: sum("cacheReadInputTokens"), cacheCreationInputTokens: sum("cacheCreationInputTokens") };
+}
+
+/** The part of a gateway record (src/gateway/gateway.ts, or the ledger's copy of it) the assertion reads. */
+type MeteredRecord = {
+  requests: ReadonlyArray<
+    Pick<GatewayRequestRecord, "messageId" | "refused" | "complete" | "inputTokens" | "outputTokens" | "cacheReadInputTokens" | "cacheWrite5mInputTokens" | "cacheWrite1hInputTokens">
+  >;
+};
+
 /**
- * Held in every scenario run through the gateway, on top of the runner's own comparison (which
- * makes a difference invalid-setup): each completed attempt's metered input and output tokens,
- * summed over the replies the gateway saw, are the ledger's (the transcript's) totals.
+ * Metered usage equals the transcript's, held in every conformance scenario that goes through the
+ * gateway, on top of the runner's own comparison (which makes a difference invalid-setup): the
+ * replies the gateway metered, once per message id, sum to the transcript's input, output, cache
+ * read and cache write tokens, and every metered reply was whole. `perMessage`, when given, is
+ * also held message by message on the prompt side (the CLI's zero-usage `<synthetic>` error
+ * stand-in excepted: it never came from the API). Throws, naming `label`, on any difference.
  */
-function assertMeteredEqualsTranscript(ledger: Ledger): void {
+export function assertMeteredEqualsTranscript(label: string, record: MeteredRecord, transcript: { [K in keyof TranscriptUsage]: number | null }, perMessage?: readonly PerMessageUsage[]): void {
+  const metered = new Map(record.requests.filter((r) => r.messageId !== null && r.refused === null).map((r) => [r.messageId!, r]));
+  const broken = [...metered.values()].filter((r) => !r.complete);
+  if (broken.length > 0) throw new Error(`${label}: ${broken.length} metered replies broke off`);
+  const sum = (f: (r: MeteredRecord["requests"][number]) => number | null) => [...metered.values()].reduce((n, r) => n + (f(r) ?? 0), 0);
+  const got: TranscriptUsage = {
+    inputTokens: sum((r) => r.inputTokens),
+    outputTokens: sum((r) => r.outputTokens),
+    cacheReadInputTokens: sum((r) => r.cacheReadInputTokens),
+    cacheCreationInputTokens: sum((r) => (r.cacheWrite5mInputTokens ?? 0) + (r.cacheWrite1hInputTokens ?? 0)),
+  };
+  const differs = (Object.keys(got) as Array<keyof TranscriptUsage>).filter((k) => got[k] !== transcript[k]);
+  if (differs.length > 0) throw new Error(`${label}: metered ${JSON.stringify(got)}, transcript ${JSON.stringify(transcript)}`);
+  for (const m of perMessage ?? []) {
+    const r = metered.get(m.messageId);
+    if (!r && m.inputTokens + m.cacheReadInputTokens + m.cacheCreationInputTokens === 0) continue;
+    const prompt = r && [r.inputTokens, r.cacheReadInputTokens, (r.cacheWrite5mInputTokens ?? 0) + (r.cacheWrite1hInputTokens ?? 0)];
+    if (!prompt || prompt.join("/") !== [m.inputTokens, m.cacheReadInputTokens, m.cacheCreationInputTokens].join("/")) {
+      throw new Error(`${label}: message ${m.messageId} metered prompt ${prompt?.join("/") ?? "none"}, transcript ${m.inputTokens}/${m.cacheReadInputTokens}/${m.cacheCreationInputTokens}`);
+    }
+  }
+}
+
+/** The assertion over a study ledger: every completed attempt's gateway record against its observation's sums. */
+export function assertLedgerMeteredEqualsTranscript(ledger: Ledger): void {
   for (const o of ledger.observations) {
     if (o.status !== "completed") continue;
     if (!o.gateway) throw new Error(`observation ${o.index} ran through the gateway but has no gateway record`);
-    // One record per message id, as the runner's comparison counts them.
-    const metered = [...new Map(o.gateway.requests.filter((r) => r.messageId !== null && r.refused === null).map((r) => [r.messageId, r])).values()];
-    const input = metered.reduce((n, r) => n + (r.inputTokens ?? 0), 0);
-    const output = metered.reduce((n, r) => n + (r.outputTokens ?? 0), 0);
-    if (input !== o.inputTokens || output !== o.outputTokens) {
-      throw new Error(`observation ${o.index}: metered ${input} input / ${output} output tokens, transcript ${o.inputTokens} / ${o.outputTokens}`);
-    }
+    assertMeteredEqualsTranscript(`observation ${o.index}`, o.gateway, o);
   }
+}
+
+/**
+ * The gateway for a test that builds its attempt containers itself (attemptContainerSpec and
+ * runBounded, to measure the CLI below the runner's own stage): the runner's Gateway for the
+ * pinned model, the scripted API its upstream, the test login's token the credential it swaps in.
+ */
+export function testGateway(api: Extract<StudyApi, { route: "gateway" }>): Gateway {
+  return new Gateway({ model: MODEL, upstream: api.gateway });
+}
+
+export interface TestGatewayAttempt {
+  /** The attempt's socket: the container's `modelApiSocket`. */
+  socketPath: string;
+  /** A HOME staged with the attempt's placeholder login (as the runner stages it), for `homeDir`. */
+  homeDir: string;
+  placeholder: string;
+  /** Stops the attempt's socket and returns what the gateway metered. */
+  finish(): Promise<GatewayRecord>;
+}
+
+/** One attempt through `gateway`: its socket, and its placeholder login staged at `homeDir` (which must not exist). */
+export async function openTestAttempt(gateway: Gateway, homeDir: string, o: { limitUsd?: number } = {}): Promise<TestGatewayAttempt> {
+  // A high limit by default: these tests measure the CLI, not the ceiling (tests/conformance/gateway.test.ts does).
+  const attempt = await gateway.openAttempt({ credential: TEST_TOKEN, limitUsd: o.limitUsd ?? 100 });
+  await stagePlaceholderLogin(homeDir, attempt.placeholder);
+  return { socketPath: attempt.socketPath, homeDir, placeholder: attempt.placeholder, finish: () => attempt.stop() };
 }
 
 /** tool_use blocks of a transcript, in order. */
@@ -222,4 +302,69 @@ export function toolUses(events: ReadonlyArray<Record<string, any>>): Array<{ id
 /** tool_result blocks of a transcript, in order. */
 export function toolResults(events: ReadonlyArray<Record<string, any>>): Array<{ tool_use_id: string; is_error?: boolean; content: unknown }> {
   return events.flatMap((e) => (e.type === "user" && Array.isArray(e.message.content) ? (e.message.content as any[]) : [])).filter((b) => b.type === "tool_result");
+}
+
+/** Every regular file under `dir` (bounded), as text. */
+async function filesUnder(dir: string, out: Array<{ path: string; text: string }> = [], depth = 0): Promise<Array<{ path: string; text: string }>> {
+  if (depth > 12 || out.length > 5000) return out;
+  for (const name of await readdir(dir).catch(() => [] as string[])) {
+    const p = join(dir, name);
+    const st = await lstat(p).catch(() => undefined);
+    if (!st) continue;
+    if (st.isDirectory()) await filesUnder(p, out, depth + 1);
+    else if (st.isFile() && st.size < 8 * 1024 * 1024) out.push({ path: p, text: await readFile(p, "utf8").catch(() => "") });
+  }
+  return out;
+}
+
+export interface ContainerScan {
+  id: string;
+  networkMode: string;
+  interfaces: string[];
+  envHasRealToken: boolean;
+  envNames: string[];
+  mountFilesWithRealToken: string[];
+  placeholderFiles: number;
+}
+
+/**
+ * Inspects the running containers with these labels (an attempt's, while the scripted API holds
+ * its request): environment, every file under its mounts (read on the host), network mode, and
+ * the interfaces node sees inside. Each container is scanned once into `seen`.
+ */
+export async function scanContainers(seen: Map<string, ContainerScan>, labels: Record<string, string>): Promise<void> {
+  const list = await docker.listContainers({ filters: { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`), status: ["running"] } });
+  for (const c of list) {
+    if (seen.has(c.Id)) continue;
+    const info = await docker.getContainer(c.Id).inspect();
+    const env = info.Config.Env ?? [];
+    const mountFilesWithRealToken: string[] = [];
+    let placeholderFiles = 0;
+    for (const m of info.Mounts) {
+      for (const f of await filesUnder(m.Source)) {
+        if (f.text.includes(TEST_TOKEN)) mountFilesWithRealToken.push(f.path);
+        if (f.text.includes("study-runner-placeholder-")) placeholderFiles++;
+      }
+    }
+    const exec = await docker
+      .getContainer(c.Id)
+      .exec({ Cmd: [IMAGE_LAYOUT.node, "-e", "process.stdout.write(JSON.stringify(Object.keys(require('os').networkInterfaces())))"], AttachStdout: true, AttachStderr: true, User: "1000:1000" });
+    const stream = await exec.start({ hijack: true, stdin: false });
+    const raw = await new Promise<Buffer>((resolve) => {
+      const chunks: Buffer[] = [];
+      stream.on("data", (d: Buffer) => chunks.push(d));
+      stream.on("end", () => resolve(Buffer.concat(chunks)));
+    });
+    // The multiplexed stream has 8-byte frame headers; the JSON array is the printable part.
+    const interfaces = JSON.parse(/\[.*\]/.exec(raw.toString("latin1"))?.[0] ?? "null") as string[];
+    seen.set(c.Id, {
+      id: c.Id,
+      networkMode: info.HostConfig.NetworkMode ?? "",
+      interfaces,
+      envHasRealToken: env.some((e) => e.includes(TEST_TOKEN)),
+      envNames: env.map((e) => e.split("=")[0]!),
+      mountFilesWithRealToken,
+      placeholderFiles,
+    });
+  }
 }

@@ -9,7 +9,16 @@ export interface CliResult {
 }
 
 /** Runs the shipped `study-runner` launcher as a user would, with a controlled environment. */
-export function runCli(args: string[], opts: { env?: Record<string, string | undefined>; cwd?: string; timeoutMs?: number } = {}): Promise<CliResult> {
+export function runCli(
+  args: string[],
+  opts: {
+    env?: Record<string, string | undefined>;
+    cwd?: string;
+    timeoutMs?: number;
+    /** Gets the child's pid: the runner's own (the launcher runs it in-process), which labels its containers. */
+    onSpawn?: (pid: number) => void;
+  } = {},
+): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DOCKER_HOST: process.env.DOCKER_HOST, TMPDIR: process.env.TMPDIR };
   for (const [k, v] of Object.entries(opts.env ?? {})) {
     if (v === undefined) delete env[k];
@@ -22,6 +31,7 @@ export function runCli(args: string[], opts: { env?: Record<string, string | und
       env,
       stdio: ["ignore", "pipe", "pipe"],
     });
+    if (child.pid !== undefined) opts.onSpawn?.(child.pid);
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d: Buffer) => (stdout += d.toString("utf8")));
