@@ -105,7 +105,7 @@ async function run(name: string, args: string[], opts: { home?: TestGatewayAttem
     attemptIndex: 0,
     modelApiSocket: attempt.socketPath,
     extraEnv: opts.env,
-    session: { projectsDir: `${CONTAINER.loginDir}/projects` },
+    session: { projectsDir: `${CONTAINER.sessionLoginDir}/projects` },
   });
   const events: Array<Record<string, any>> = [];
   const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
