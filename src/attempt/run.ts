@@ -33,6 +33,8 @@ export interface RunBounds {
   afterResultGraceMs?: number;
   /** Aborts the attempt (signals): the container is killed and removed. */
   signal?: AbortSignal;
+  /** Called once the container has started: the runner is idle until it ends. */
+  onStarted?: () => void;
 }
 
 /**
@@ -95,6 +97,7 @@ export async function runBounded(runtime: ContainerRuntime, spec: ContainerSpec,
     bounds.signal?.addEventListener("abort", onAbort, { once: true });
     if (bounds.signal?.aborted) onAbort();
     await runtime.start(id);
+    bounds.onStarted?.();
     const waited = await runtime.wait(id);
     await Promise.race([stdoutDone, new Promise((r) => setTimeout(r, 2_000))]);
     // A final line without a newline is still a line (a truncated one is not: it was cut).

@@ -2,7 +2,7 @@ import { chown, mkdir } from "node:fs/promises";
 import { join } from "node:path";
 import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
-import { exportAtPin, removeExport, removeTree, type ExportOptions } from "../export/export.ts";
+import { exportAtPin, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
 import { runBounded } from "../attempt/run.ts";
@@ -44,6 +44,10 @@ export interface CliRunDeps {
 
 export interface CliRunInput {
   export: ExportOptions;
+  /** The export of `export`, made ahead by the caller (src/export/ahead.ts); the stage removes it like its own. */
+  exported?: Promise<ExportResult>;
+  /** Called once the container has started (the caller may prepare its next attempt meanwhile). */
+  onContainerStarted?: () => void;
   login: LoginLocation;
   /** Login-copy mode: held by the caller for the whole run, the refreshed login is written back under it. */
   lock?: LoginLock;
@@ -145,7 +149,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       workDir = input.session.worktree;
       record.exportHash = input.session.exportHash;
     } else {
-      const exported = await exportAtPin(input.export);
+      const exported = await (input.exported ?? exportAtPin(input.export));
       cleanups.push(() => removeExport(exported.dir));
       record.exportHash = exported.exportHash;
       record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
@@ -244,7 +248,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
         reader.pushLine(line);
         input.onLine?.(line);
       },
-      { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal },
+      { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: input.onContainerStarted },
     );
     Object.assign(record, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
     if (transcriptError !== undefined) throw transcriptError;

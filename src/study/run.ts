@@ -1,7 +1,8 @@
 import type { PlannedAttempt } from "../plan/plan.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
-import { reapOrphanExports, removeTree } from "../export/export.ts";
+import { reapOrphanExports, removeTree, type ExportOptions } from "../export/export.ts";
+import { ExportsAhead } from "../export/ahead.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { assertModelApiSocket } from "../attempt/model-api.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../attempt/spec.ts";
@@ -190,6 +191,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
   const persist = () => writeLedger(handle, ledger);
   const transcripts = await TranscriptStore.create(handle.path);
+  const exportsAhead = new ExportsAhead();
 
   const locks = new Map<PlannedAttempt, LoginLock>();
   const units = gateway && gatewayUnits<PlannedAttempt>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
@@ -228,7 +230,18 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       const result = await runAttempt(
         config,
         deps,
-        { runId, attempt: a, login, lock: locks.get(a), gateway: viaGateway || undefined, denied: docBridge?.denyList ?? [], maxBudgetUsd: reservedUsd, transcripts, onLine: rateLimitWatch(ctx) },
+        {
+          runId,
+          attempt: a,
+          login,
+          lock: locks.get(a),
+          gateway: viaGateway || undefined,
+          denied: docBridge?.denyList ?? [],
+          maxBudgetUsd: reservedUsd,
+          transcripts,
+          exportsAhead,
+          onLine: rateLimitWatch(ctx),
+        },
         ctx.entry,
         ctx.persist,
       );
@@ -236,7 +249,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     },
   };
   const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() =>
-    gateway?.close(),
+    Promise.all([gateway?.close(), exportsAhead.close()]),
   );
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   return end.exitCode;
@@ -252,8 +265,14 @@ interface AttemptContext {
   denied: string[];
   maxBudgetUsd: number;
   transcripts: TranscriptStore;
+  exportsAhead: ExportsAhead;
   /** Sees every stdout line (rate limits slow new starts). */
   onLine?: (line: string) => void;
+}
+
+/** What the export of a planned attempt leaves out, and its labels. */
+async function attemptExport(config: StudyConfig, runId: string, attempt: PlannedAttempt): Promise<ExportOptions> {
+  return { ...(await exportSourceFor(config.loaded, attempt.repository, config.roots.get(attempt.repository)!)), labels: { run: runId, attempt: String(attempt.index) } };
 }
 
 /** One attempt of the study: its arguments and container, through the shared CLI stage. Fills `obs`. */
@@ -269,10 +288,19 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     deniedMcpTools: ctx.denied,
     mcpConfig: attempt.arm === "mcp" ? containerMcpConfig() : EMPTY_MCP_CONFIG,
   });
+  const exportOptions = await attemptExport(config, ctx.runId, attempt);
+  const exported = ctx.exportsAhead.take(String(attempt.index), exportOptions);
+  // The next attempt's export is written while this one's container runs.
+  const next = config.plan[config.plan.indexOf(attempt) + 1];
+  const nextExport = next && (await attemptExport(config, ctx.runId, next));
   const result = await runCliInContainer(
     deps,
     {
-      export: { ...(await exportSourceFor(config.loaded, attempt.repository, repoDir)), labels: { run: ctx.runId, attempt: String(attempt.index) } },
+      export: exportOptions,
+      exported,
+      onContainerStarted: () => {
+        if (next && nextExport) ctx.exportsAhead.prepare(String(next.index), nextExport);
+      },
       login: ctx.login,
       lock: ctx.lock,
       gateway: ctx.gateway,
