@@ -8,6 +8,7 @@ import { attemptContainerSpec, type NetworkSetting } from "../attempt/spec.ts";
 import { runBounded } from "../attempt/run.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../isolation/proxy.ts";
 import { compareMcpRecord, startMcpBridge, type McpBridge, type McpBridgeRecord } from "../mcp/bridge.ts";
+import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
 import type { Arm } from "../terms/terms.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
 import type { AttemptStatus } from "../terms/terms.ts";
@@ -44,7 +45,7 @@ export interface CliRunDeps {
 
 export interface CliRunInput {
   export: ExportOptions;
-  /** The export of `export`, made ahead by the caller (src/export/ahead.ts); the stage removes it like its own. */
+  /** The export of `export`, made ahead by the caller (src/util/ahead.ts); the stage removes it like its own. */
   exported?: Promise<ExportResult>;
   /** Called once the container has started (the caller may prepare its next attempt meanwhile). */
   onContainerStarted?: () => void;
@@ -80,7 +81,8 @@ export interface CliRunInput {
   expectedCliVersion: string;
   network: NetworkSetting;
   /** The MCP arm: the doc-bridge engine command and its checkout, served through a per-run bridge. */
-  docBridge?: { command: string[]; cwd: string };
+  /** The doc-bridge engine; `sandbox`: its sandbox made ahead by the caller (the stage removes it like its own). */
+  docBridge?: { command: string[]; cwd: string; sandbox?: Promise<EngineSandbox> };
   /** Strict isolation: the egress proxy's allowlist and, for tests, its resolver and bounds. */
   egress?: Pick<EgressProxyOptions, "allow" | "resolve" | "limits">;
   /** A Messages API on a host unix socket (the scripted API, the demo). */
@@ -143,14 +145,19 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   let bridge: McpBridge | undefined;
   let egress: EgressProxy | undefined;
   let attemptGateway: AttemptGateway | undefined;
+  // What the caller made ahead is this stage's from here, whether or not it gets as far as using it.
+  const sandboxAhead = input.docBridge?.sandbox;
+  if (sandboxAhead) cleanups.push(() => sandboxAhead.then((s) => s.remove()));
+  const exportedAhead = input.exported;
+  if (exportedAhead) cleanups.push(() => exportedAhead.then((e) => removeExport(e.dir)));
   try {
     let workDir: string;
     if (input.session) {
       workDir = input.session.worktree;
       record.exportHash = input.session.exportHash;
     } else {
-      const exported = await (input.exported ?? exportAtPin(input.export));
-      cleanups.push(() => removeExport(exported.dir));
+      const exported = await (exportedAhead ?? exportAtPin(input.export));
+      if (!exportedAhead) cleanups.push(() => removeExport(exported.dir));
       record.exportHash = exported.exportHash;
       record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
       workDir = exported.dir;
@@ -190,7 +197,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     if (input.docBridge) {
       const mcpParent = await makeFolder("mcp");
       cleanups.push(() => removeTree(mcpParent));
-      bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, socketDir: join(mcpParent, "socket") });
+      bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, sandbox: input.docBridge.sandbox, socketDir: join(mcpParent, "socket") });
       const b = bridge;
       cleanups.push(() => b.stop());
     }

@@ -14,7 +14,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER } from "./names.ts";
-import { prepareEngineSandbox } from "./engine-sandbox.ts";
+import { prepareEngineSandbox, type EngineSandbox } from "./engine-sandbox.ts";
 import { gitHead } from "../corpus/git.ts";
 
 export const SOCKET_NAME = "mcp.sock";
@@ -280,6 +280,13 @@ export interface McpBridgeOptions {
   /** Owner of the socket when the runner is root (default 1000:1000, the container user). */
   containerUid?: number;
   containerGid?: number;
+  /** The engine's sandbox, made ahead by the caller with `engineSandboxFor` (made here otherwise); the bridge removes it. */
+  sandbox?: Promise<EngineSandbox>;
+}
+
+/** The engine's own clone and index copy for one bridge (src/mcp/engine-sandbox.ts). */
+export async function engineSandboxFor(opts: Pick<McpBridgeOptions, "command" | "cwd" | "pin">): Promise<EngineSandbox> {
+  return prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)) });
 }
 
 export interface McpBridge {
@@ -309,7 +316,7 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
   if (!opts.command[0]) throw new Error("MCP bridge: the engine command is empty");
   // The socket must be reachable by the container user and by nobody else.
   assertSocketOwner("MCP bridge", opts);
-  const sandbox = await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)) });
+  const sandbox = await (opts.sandbox ?? engineSandboxFor(opts));
   const [command, ...args] = sandbox.command as [string, ...string[]];
   let socketDir: string;
   try {

@@ -1,8 +1,10 @@
 import type { PlannedAttempt } from "../plan/plan.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
-import { reapOrphanExports, removeTree, type ExportOptions } from "../export/export.ts";
-import { ExportsAhead } from "../export/ahead.ts";
+import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
+import { Ahead } from "../util/ahead.ts";
+import { engineSandboxFor } from "../mcp/bridge.ts";
+import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
 import { assertModelApiSocket } from "../attempt/model-api.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../attempt/spec.ts";
@@ -191,7 +193,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
   const persist = () => writeLedger(handle, ledger);
   const transcripts = await TranscriptStore.create(handle.path);
-  const exportsAhead = new ExportsAhead();
+  const ahead: MadeAhead = { exports: new Ahead<ExportResult>((e) => removeExport(e.dir)), sandboxes: new Ahead<EngineSandbox>((s) => s.remove()) };
 
   const locks = new Map<PlannedAttempt, LoginLock>();
   const units = gateway && gatewayUnits<PlannedAttempt>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
@@ -239,7 +241,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
           denied: docBridge?.denyList ?? [],
           maxBudgetUsd: reservedUsd,
           transcripts,
-          exportsAhead,
+          ahead,
           onLine: rateLimitWatch(ctx),
         },
         ctx.entry,
@@ -249,7 +251,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     },
   };
   const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() =>
-    Promise.all([gateway?.close(), exportsAhead.close()]),
+    Promise.all([gateway?.close(), ahead.exports.close(), ahead.sandboxes.close()]),
   );
   deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
   return end.exitCode;
@@ -265,9 +267,15 @@ interface AttemptContext {
   denied: string[];
   maxBudgetUsd: number;
   transcripts: TranscriptStore;
-  exportsAhead: ExportsAhead;
+  ahead: MadeAhead;
   /** Sees every stdout line (rate limits slow new starts). */
   onLine?: (line: string) => void;
+}
+
+/** What the next attempt needs from the host, made while the current attempt's container runs. */
+interface MadeAhead {
+  exports: Ahead<ExportResult>;
+  sandboxes: Ahead<EngineSandbox>;
 }
 
 /** What the export of a planned attempt leaves out, and its labels. */
@@ -279,7 +287,6 @@ async function attemptExport(config: StudyConfig, runId: string, attempt: Planne
 async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptContext, obs: Observation, persist: () => Promise<void>) {
   const { attempt } = ctx;
   const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
-  const repoDir = config.roots.get(attempt.repository)!;
   const argv = cliArguments({
     arm: attempt.arm,
     model: config.model,
@@ -289,18 +296,25 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     mcpConfig: attempt.arm === "mcp" ? containerMcpConfig() : EMPTY_MCP_CONFIG,
   });
   const exportOptions = await attemptExport(config, ctx.runId, attempt);
-  const exported = ctx.exportsAhead.take(String(attempt.index), exportOptions);
-  // The next attempt's export is written while this one's container runs.
+  // What the next attempt needs is made while this one's container runs.
   const next = config.plan[config.plan.indexOf(attempt) + 1];
   const nextExport = next && (await attemptExport(config, ctx.runId, next));
+  // Taken last: from here the stage owns (and removes) them, whatever happens.
+  const key = String(attempt.index);
+  const exported = ctx.ahead.exports.take(key, () => exportAtPin(exportOptions));
+  const engine = (a: PlannedAttempt) => ({ command: config.docBridgeCommand, cwd: config.roots.get(a.repository)! });
+  const sandbox = attempt.arm === "mcp" ? ctx.ahead.sandboxes.take(key, () => engineSandboxFor(engine(attempt))) : undefined;
+  const prepareNext = () => {
+    if (!next || !nextExport) return;
+    ctx.ahead.exports.prepare(String(next.index), () => exportAtPin(nextExport));
+    if (next.arm === "mcp") ctx.ahead.sandboxes.prepare(String(next.index), () => engineSandboxFor(engine(next)));
+  };
   const result = await runCliInContainer(
     deps,
     {
       export: exportOptions,
       exported,
-      onContainerStarted: () => {
-        if (next && nextExport) ctx.exportsAhead.prepare(String(next.index), nextExport);
-      },
+      onContainerStarted: prepareNext,
       login: ctx.login,
       lock: ctx.lock,
       gateway: ctx.gateway,
@@ -310,7 +324,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       model: config.model,
       expectedCliVersion: config.expectedCliVersion,
       network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
-      docBridge: attempt.arm === "mcp" ? { command: config.docBridgeCommand, cwd: repoDir } : undefined,
+      docBridge: sandbox ? { ...engine(attempt), sandbox } : undefined,
       egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits } : undefined,
       modelApiSocket: config.modelApi?.socketPath,
       runtimeName: config.runtime,
