@@ -2,7 +2,7 @@
  * The real Claude Code CLI (the pinned native binary in the real image, built by
  * buildImage and reused by its context digest) answering through the scripted Messages API,
  * through the real orchestrator: `runStudy` with `modelApi` (the API on a host unix socket,
- * reached by with-relay.mjs in the attempt container, network none). Three repository-arm
+ * reached by with-relay.cjs in the attempt container, network none). Three repository-arm
  * attempts of the demo study in one run: the first is a warm-up, two are measured, timed as in
  * the attempt benchmark (bench/study.ts). Each attempt makes two real tool calls (Read, Grep)
  * on its export before the scripted answer.
@@ -105,7 +105,7 @@ async function main(): Promise<Record<string, unknown>> {
       containerMs: stats(measured.map((t) => t.observation.wallTimeMs!)),
       toolCallsPerAttempt: measured.map((t) => t.observation.toolCalls),
       apiRequests: messages.length,
-      path: "runStudy with modelApi (scripted API on a unix socket, with-relay.mjs, network none)",
+      path: "runStudy with modelApi (scripted API on a unix socket, with-relay.cjs, network none)",
       warmupMs: round(timed[0]!.ms, 1),
     };
   } finally {

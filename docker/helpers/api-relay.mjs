@@ -7,7 +7,7 @@
 // the CLI sends is what the host server records. Plain Node ESM with no dependencies, because
 // the image has bare node and nothing else.
 //
-// Imported (not run) by with-relay.mjs, which starts it in-process before it spawns claude.
+// Imported (not run) by with-relay.cjs, which starts it in-process before it spawns claude.
 import { createConnection, createServer } from "node:net";
 import { realpathSync } from "node:fs";
 import { fileURLToPath } from "node:url";

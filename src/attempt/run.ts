@@ -19,12 +19,12 @@ export interface RawOutcome {
   stdoutBytes: number;
   /** The last bytes of stderr, for diagnostics; never printed by the runner. */
   stderrTail: string;
-  /** with-relay.mjs found the tmpfs HOME full when the CLI exited. */
+  /** with-relay.cjs found the tmpfs HOME full when the CLI exited. */
   homeFull: boolean;
   wallTimeMs: number;
 }
 
-/** The line with-relay.mjs writes to stderr when the CLI exits with its HOME full. */
+/** The line with-relay.cjs writes to stderr when the CLI exits with its HOME full. */
 export const HOME_FULL_MARK = "with-relay: HOME is full";
 
 export interface RunBounds {

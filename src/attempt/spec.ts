@@ -11,7 +11,7 @@ export const CONTAINER = {
   mcpDir: "/run/study-runner",
   /**
    * The host folder with the staged login (`homeDir`), mounted read-write with the login copy
-   * (read-only with the gateway's placeholder, see `loginReadOnly`): with-relay.mjs copies
+   * (read-only with the gateway's placeholder, see `loginReadOnly`): with-relay.cjs copies
    * the login from it into the tmpfs HOME before the CLI starts and copies a refreshed login back
    * (a bounded regular file only). The agent's reads of it are denied (src/claude/args.ts).
    */
@@ -24,7 +24,7 @@ export const CONTAINER = {
   sessionLoginDir: "/home/agent/.study-runner/login",
   /**
    * A session call's own output folder (mounted read-write, fresh per call, also under HOME):
-   * with-relay.mjs copies the CLI's session files here when the CLI exits, so the login folder
+   * with-relay.cjs copies the CLI's session files here when the CLI exits, so the login folder
    * can stay read-only.
    */
   sessionOutDir: "/home/agent/.study-runner/out",
@@ -34,13 +34,13 @@ export const CONTAINER = {
   modelApiDir: "/run/study-runner-api",
   /** The folder of the strict profile's egress proxy socket (`egressProxySocket`), mounted read-only. */
   egressDir: "/run/study-runner-egress",
-  withRelay: `${IMAGE_LAYOUT.helpers}/with-relay.mjs`,
+  withRelay: `${IMAGE_LAYOUT.helpers}/with-relay.cjs`,
   fakeBehaviour: "/fake/behaviour.json",
   fakeRecords: "/fake/records",
 } as const;
 
 /**
- * The in-container port of the model API relay (docker/helpers/with-relay.mjs). Fixed: the
+ * The in-container port of the model API relay (docker/helpers/with-relay.cjs). Fixed: the
  * container has its own network namespace with nothing else listening on loopback.
  */
 export const MODEL_API_RELAY_PORT = 8080;
@@ -94,14 +94,14 @@ export interface AttemptContainerInput {
   /**
    * Host path of a unix socket where a Messages API listens (the scripted API of the
    * conformance tests and the demo). Its folder is bind-mounted read-only, the entrypoint
-   * becomes with-relay.mjs, which relays 127.0.0.1:MODEL_API_RELAY_PORT in the container to the
+   * becomes with-relay.cjs, which relays 127.0.0.1:MODEL_API_RELAY_PORT in the container to the
    * socket, and ANTHROPIC_BASE_URL names that port. Only with network "none": the route stays on
    * loopback and unix sockets. The folder should hold nothing but the socket (the agent can read it).
    */
   modelApiSocket?: string;
   /**
    * Isolation "strict" (contract R71): host path of the unix socket of the runner's egress proxy
-   * (src/isolation/proxy.ts). Its folder is bind-mounted read-only, with-relay.mjs relays
+   * (src/isolation/proxy.ts). Its folder is bind-mounted read-only, with-relay.cjs relays
    * 127.0.0.1:EGRESS_RELAY_PORT to it, and HTTPS_PROXY and HTTP_PROXY name that port. Only with
    * network "none": the proxy is the container's one way out.
    */
@@ -112,7 +112,7 @@ export interface AttemptContainerInput {
    * A session task: the working folder is the session's own writable worktree (not the read-only
    * export), the CLI's stdin is `stdinFile` and its session files are staged from `projectsDir`
    * (in-container paths under CONTAINER.sessionLoginDir, where the staged folder is mounted for a
-   * session; see with-relay.mjs) and copied back into `projectsOutDir`, a host folder mounted at
+   * session; see with-relay.cjs) and copied back into `projectsOutDir`, a host folder mounted at
    * CONTAINER.sessionOutDir (or into `projectsDir` itself when it is not given). Everything a
    * session call can write is its worktree and HOME (contract R116): both folders are under HOME,
    * and there is no tmpfs /tmp (TMPDIR is CONTAINER.sessionTmpDir).
@@ -139,7 +139,7 @@ const FORBIDDEN_ENV = /^(ANTHROPIC_API_KEY|ANTHROPIC_AUTH_TOKEN|CLAUDE_CODE_OAUT
  * The hardened container of one attempt. The environment is built from an allowlist, never
  * copied from the host. HOME is a size-bounded tmpfs, so whatever the CLI writes there cannot
  * fill the host's disk; the login reaches it, and a refreshed single-use token leaves it, only
- * through with-relay.mjs and the staged login folder (a tmpfs is gone once the container stops,
+ * through with-relay.cjs and the staged login folder (a tmpfs is gone once the container stops,
  * so the refresh is copied out as it happens and again when the CLI exits).
  */
 export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpec {
@@ -205,7 +205,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });
   return {
     image: input.image,
-    // with-relay.mjs stages the login, starts the relays before the CLI and exits with the CLI's code (docs/claude-cli-observations.md).
+    // with-relay.cjs stages the login, starts the relays before the CLI and exits with the CLI's code (docs/claude-cli-observations.md).
     entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, ...relays, "--", IMAGE_LAYOUT.claude],
     cmd: [...input.argv],
     env,

@@ -110,7 +110,7 @@ async function isElf(path: string): Promise<boolean> {
 export interface BaseImageInput {
   /** Default: the Node running the runner, for the helpers in /opt/study-runner. */
   nodeBinary?: string;
-  /** Default: docker/helpers of this repository; every `*.mjs` in it is copied. */
+  /** Default: docker/helpers of this repository; every `*.mjs` and `*.cjs` in it is copied. */
   helpersDir?: string;
 }
 
@@ -131,7 +131,7 @@ async function baseLayout(input: BaseImageInput, extraBinaries: string[]): Promi
   ];
   let helperNames: string[] = [];
   try {
-    helperNames = (await readdir(helpersDir)).filter((n) => n.endsWith(".mjs")).sort();
+    helperNames = (await readdir(helpersDir)).filter((n) => n.endsWith(".mjs") || n.endsWith(".cjs")).sort();
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code !== "ENOENT") throw err;
   }

@@ -1,7 +1,7 @@
 /**
  * The strict profile's only way out of an attempt container (contract R72): an HTTP CONNECT proxy
  * run by the runner on the host, listening on a unix socket in a fresh per-attempt folder that
- * is bind-mounted into the container (whose network is "none"). Inside, with-relay.mjs listens
+ * is bind-mounted into the container (whose network is "none"). Inside, with-relay.cjs listens
  * on 127.0.0.1 and joins each connection to this socket; HTTPS_PROXY names that port.
  *
  * It opens a tunnel only to an allowlisted host name on port 443 (src/isolation/policy.ts) and

@@ -14,11 +14,11 @@ import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
  *
  * Measured on 2.1.296 (docs/claude-cli-observations.md, "Resume"): a resume in a fresh HOME
  * needs only the login and `.claude/projects/-workspace/<id>.jsonl`, owned by the container
- * user. `state/` is the copy of `$HOME/.claude/projects` that with-relay.mjs hands back
+ * user. `state/` is the copy of `$HOME/.claude/projects` that with-relay.cjs hands back
  * (into the call's own output folder, see src/cli-attempt/run.ts).
  */
 
-/** Bounds of a session's state, the same as with-relay.mjs applies in the container. */
+/** Bounds of a session's state, the same as with-relay.cjs applies in the container. */
 export const STATE_FILE_LIMIT_BYTES = 8 * 1024 * 1024;
 export const STATE_LIMIT_BYTES = 32 * 1024 * 1024;
 const STATE_MAX_DEPTH = 4;
@@ -145,7 +145,7 @@ export interface SessionCallInput {
 /**
  * Puts the prompt and the session files beside the staged login (the folder mounted at
  * CONTAINER.sessionLoginDir), owned by the container user, and returns the in-container paths for
- * with-relay.mjs (`--stdin`, `--projects`).
+ * with-relay.cjs (`--stdin`, `--projects`).
  */
 export async function stageSessionCall(stagedHome: string, input: SessionCallInput): Promise<{ stdinFile: string; projectsDir: string }> {
   const owner = asRoot() ? { uid: CONTAINER_UID, gid: CONTAINER_GID } : undefined;

@@ -37,7 +37,7 @@ describe("--isolation offline", () => {
     for (const spec of run.specs) {
       expect(spec.networkMode).toBe("none");
       // Only the login wrapper: no relay to a model API and no proxy.
-      expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", "/run/study-runner-login", "--", "/usr/local/bin/claude"]);
+      expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.cjs", "--login", "/run/study-runner-login", "--", "/usr/local/bin/claude"]);
       expect(spec.mounts.map((m) => m.target)).not.toContain("/run/study-runner-egress");
     }
   }, 180_000);

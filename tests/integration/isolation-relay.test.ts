@@ -6,11 +6,11 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, describe, expect, it } from "vitest";
 
-// docker/helpers/with-relay.mjs with --proxy (issue 9), run as a process on the host: the relay
+// docker/helpers/with-relay.cjs with --proxy (issue 9), run as a process on the host: the relay
 // to the egress proxy's socket listens on the port HTTPS_PROXY names, beside the model API's.
 // The in-container path is covered by tests/integration/isolation-strict.test.ts.
 
-const WITH_RELAY = fileURLToPath(new URL("../../docker/helpers/with-relay.mjs", import.meta.url));
+const WITH_RELAY = fileURLToPath(new URL("../../docker/helpers/with-relay.cjs", import.meta.url));
 
 const cleanups: Array<() => Promise<unknown> | void> = [];
 afterEach(async () => {
@@ -56,7 +56,7 @@ function run(args: string[], env: Record<string, string>): Promise<{ code: numbe
 const talk = (portExpr: string, msg: string) =>
   `{ const s = require("net").connect(Number(${portExpr}), "127.0.0.1"); let b = ""; s.on("data", (d) => (b += d)); s.on("end", () => process.stdout.write(b + "\\n")); s.end(${JSON.stringify(msg)}); }`;
 
-describe("with-relay.mjs --proxy", () => {
+describe("with-relay.cjs --proxy", () => {
   it("relays the HTTPS_PROXY port to the proxy socket, beside the API relay on its own port", async () => {
     const dir = await mkdtemp(join(tmpdir(), "iso-relay-"));
     cleanups.push(() => rm(dir, { recursive: true, force: true }));

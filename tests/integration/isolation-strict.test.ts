@@ -92,7 +92,7 @@ describe("--isolation strict", () => {
     for (const spec of run.specs) {
       expect(spec.networkMode).toBe("none");
       expect(spec.entrypoint?.slice(1)).toEqual([
-        "/opt/study-runner/with-relay.mjs",
+        "/opt/study-runner/with-relay.cjs",
         "--login",
         "/run/study-runner-login",
         "--proxy",

@@ -11,7 +11,7 @@ import { parseScripts, scriptedTotals, type ScriptInput } from "../../src/script
 import { runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
 
 // The REAL Claude Code 2.1.296 binary in the real image, NetworkMode none, driven by the scripted
-// API through with-relay.mjs. Proves the scripted server is a Messages API the CLI accepts.
+// API through with-relay.cjs. Proves the scripted server is a Messages API the CLI accepts.
 
 const TOKEN = "test-access-token-not-real";
 const runtime = new DockerRuntime();
@@ -99,7 +99,7 @@ async function runClaude(script: ScriptInput, prompt: string) {
     socketDir,
     home,
     mounts: [{ source: workspace, target: IMAGE_LAYOUT.workspace, readOnly: true }],
-    entrypoint: [IMAGE_LAYOUT.node, `${IMAGE_LAYOUT.helpers}/with-relay.mjs`],
+    entrypoint: [IMAGE_LAYOUT.node, `${IMAGE_LAYOUT.helpers}/with-relay.cjs`],
     cmd: [`${SOCKET_DIR_IN_CONTAINER}/api.sock`, "--", IMAGE_LAYOUT.claude, ...claudeArgs(prompt)],
     env: { ANTHROPIC_BASE_URL: "http://127.0.0.1:8080" },
     timeoutMs: 90_000,

@@ -12,13 +12,13 @@ import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import { runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
 
-// docker/helpers/api-relay.mjs and with-relay.mjs: on the host (byte-for-byte forwarding) and
+// docker/helpers/api-relay.mjs and with-relay.cjs: on the host (byte-for-byte forwarding) and
 // inside a NetworkMode "none" container, where loopback plus a bind-mounted socket folder is the
 // only way out. The container image is the fake-claude image: the same layout (Node at
 // /usr/local/bin/node, every docker/helpers/*.mjs at /opt/study-runner) as the real one.
 
 const RELAY = fileURLToPath(new URL("../../docker/helpers/api-relay.mjs", import.meta.url));
-const WITH_RELAY = `${IMAGE_LAYOUT.helpers}/with-relay.mjs`;
+const WITH_RELAY = `${IMAGE_LAYOUT.helpers}/with-relay.cjs`;
 const SOCKET = `${SOCKET_DIR_IN_CONTAINER}/api.sock`;
 
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -115,7 +115,7 @@ describe("api-relay.mjs on the host", () => {
   });
 });
 
-describe("with-relay.mjs in a NetworkMode none container", () => {
+describe("with-relay.cjs in a NetworkMode none container", () => {
   const runtime = new DockerRuntime();
   let image = "";
   let api: ScriptedApi | undefined;

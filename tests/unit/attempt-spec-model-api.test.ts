@@ -12,11 +12,11 @@ const base: AttemptContainerInput = {
 };
 
 describe("attemptContainerSpec with a model API on a unix socket", () => {
-  it("mounts the socket's folder read-only, starts the CLI behind with-relay.mjs, and points ANTHROPIC_BASE_URL at the relay", () => {
+  it("mounts the socket's folder read-only, starts the CLI behind with-relay.cjs, and points ANTHROPIC_BASE_URL at the relay", () => {
     const spec = attemptContainerSpec({ ...base, modelApiSocket: "/tmp/api-folder/api.sock" });
     expect(spec.entrypoint).toEqual([
       "/usr/local/bin/node",
-      "/opt/study-runner/with-relay.mjs",
+      "/opt/study-runner/with-relay.cjs",
       "--login",
       CONTAINER.loginDir,
       "--api",
@@ -34,7 +34,7 @@ describe("attemptContainerSpec with a model API on a unix socket", () => {
 
   it("without it, the CLI runs behind the login wrapper only and no base URL is set", () => {
     const spec = attemptContainerSpec(base);
-    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
+    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.cjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
     expect(spec.env.ANTHROPIC_BASE_URL).toBeUndefined();
     expect(spec.mounts.map((m) => m.target)).not.toContain(CONTAINER.modelApiDir);
   });

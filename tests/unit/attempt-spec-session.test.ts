@@ -33,7 +33,7 @@ describe("a session call's container", () => {
         const writable = spec.mounts.filter((m) => !m.readOnly).map((m) => m.target);
         expect(writable.length).toBeGreaterThan(0);
         for (const target of writable) expect(inside(target, CONTAINER.workspace) || inside(target, CONTAINER.home), target).toBe(true);
-        // Where with-relay.mjs reads the prompt and the session files from, and copies them to, is in HOME.
+        // Where with-relay.cjs reads the prompt and the session files from, and copies them to, is in HOME.
         const entry = spec.entrypoint!;
         for (const flag of ["--login", "--stdin", "--projects", "--projects-out"]) {
           expect(inside(entry[entry.indexOf(flag) + 1]!, CONTAINER.home), flag).toBe(true);

@@ -20,7 +20,7 @@ describe("isolation profiles in the attempt container spec", () => {
   it("standard: the engine's default bridge, the login wrapper without relays, no proxy", () => {
     const spec = attemptContainerSpec({ ...base, network: networkFor("standard") });
     expect(spec.networkMode).toBe("bridge");
-    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
+    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.cjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
     for (const v of PROXY_VARS) expect(spec.env[v], v).toBeUndefined();
     expect(spec.mounts.map((m) => m.target)).not.toContain(CONTAINER.egressDir);
     // The rest of the hardening is the same in every profile.
@@ -30,7 +30,7 @@ describe("isolation profiles in the attempt container spec", () => {
   it("offline: network none and nothing else: no proxy variables, no relay, no socket folder", () => {
     const spec = attemptContainerSpec({ ...base, network: networkFor("offline") });
     expect(spec.networkMode).toBe("none");
-    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.mjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
+    expect(spec.entrypoint).toEqual(["/usr/local/bin/node", "/opt/study-runner/with-relay.cjs", "--login", CONTAINER.loginDir, "--", "/usr/local/bin/claude"]);
     for (const v of PROXY_VARS) expect(spec.env[v], v).toBeUndefined();
     expect(spec.mounts.map((m) => m.target)).toEqual([CONTAINER.loginDir]);
     expect(spec.workspace?.target).toBe(CONTAINER.workspace);
@@ -41,7 +41,7 @@ describe("isolation profiles in the attempt container spec", () => {
     expect(spec.networkMode).toBe("none");
     expect(spec.entrypoint).toEqual([
       "/usr/local/bin/node",
-      "/opt/study-runner/with-relay.mjs",
+      "/opt/study-runner/with-relay.cjs",
       "--login",
       CONTAINER.loginDir,
       "--proxy",
@@ -61,7 +61,7 @@ describe("isolation profiles in the attempt container spec", () => {
     const spec = attemptContainerSpec({ ...base, network: networkFor("strict"), modelApiSocket: "/tmp/api/api.sock", egressProxySocket: "/tmp/egress-x/egress.sock" });
     expect(spec.entrypoint).toEqual([
       "/usr/local/bin/node",
-      "/opt/study-runner/with-relay.mjs",
+      "/opt/study-runner/with-relay.cjs",
       "--login",
       CONTAINER.loginDir,
       "--api",

@@ -1,5 +1,5 @@
-// with-relay.mjs [--login <dir>] [--api <socket>] [--proxy <socket>] -- <command> [args...]
-// with-relay.mjs <socket> -- <command> [args...]            (the same as --api <socket>)
+// with-relay.cjs [--login <dir>] [--api <socket>] [--proxy <socket>] -- <command> [args...]
+// with-relay.cjs <socket> -- <command> [args...]            (the same as --api <socket>)
 //
 // The container's entrypoint when something on the host is reached through a unix socket
 // bind-mounted into a container whose network is "none". It starts one relay (api-relay.mjs) per
@@ -39,13 +39,17 @@
 // The ports are read from the variables the CLI itself uses, so the address the CLI uses and the
 // one a relay listens on cannot disagree; anything else is refused before the CLI starts (exit 2),
 // never silently routed elsewhere.
-import { spawn } from "node:child_process";
-import fs from "node:fs";
-import { constants } from "node:os";
-import path from "node:path";
-import { relayArgumentProblem, startApiRelay } from "./api-relay.mjs";
+//
+// CommonJS, and the relay module loaded only when a relay is asked for: this process starts before
+// every CLI, and an ES module entry costs every attempt the ES loader's start (measured: about
+// 6 ms of an attempt container's life; docs/performance.md).
+"use strict";
+const { spawn } = require("node:child_process");
+const fs = require("node:fs");
+const { constants } = require("node:os");
+const path = require("node:path");
 
-const USAGE = "usage: with-relay.mjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] [--stdin <file>] [--projects <dir> [--projects-out <dir>]] -- <command> [args...]";
+const USAGE = "usage: with-relay.cjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] [--stdin <file>] [--projects <dir> [--projects-out <dir>]] -- <command> [args...]";
 /** Bounds of a session's state copied out of the container (src/session/ keeps them). */
 const PROJECT_FILE_LIMIT_BYTES = 8 * 1024 * 1024;
 const PROJECTS_LIMIT_BYTES = 32 * 1024 * 1024;
@@ -106,16 +110,20 @@ if (sockets.proxy !== undefined) {
   relays.push({ port, socket: sockets.proxy });
 }
 if (relays.length === 2 && relays[0].port === relays[1].port) fail(2, `ANTHROPIC_BASE_URL and HTTPS_PROXY name the same port ${relays[0].port}`);
-for (const r of relays) {
-  const problem = relayArgumentProblem(r.port, r.socket);
-  if (problem) fail(2, problem);
-}
-
-for (const r of relays) {
-  try {
-    await startApiRelay(Number(r.port), r.socket);
-  } catch (err) {
-    fail(1, `cannot listen on 127.0.0.1:${r.port}: ${err.code ?? ""} ${err.message}`);
+/** Starts every relay, each listening before the command starts; the relay module is loaded only for them. */
+async function startRelays() {
+  if (relays.length === 0) return;
+  const { relayArgumentProblem, startApiRelay } = await import("./api-relay.mjs");
+  for (const r of relays) {
+    const problem = relayArgumentProblem(r.port, r.socket);
+    if (problem) fail(2, problem);
+  }
+  for (const r of relays) {
+    try {
+      await startApiRelay(Number(r.port), r.socket);
+    } catch (err) {
+      fail(1, `cannot listen on 127.0.0.1:${r.port}: ${err.code ?? ""} ${err.message}`);
+    }
   }
 }
 
@@ -244,46 +252,51 @@ function reportFullHome() {
   }
 }
 
-if (loginDir !== undefined) {
-  try {
-    stageLoginIn();
-  } catch (err) {
-    fail(2, `cannot copy the login from ${loginDir} into HOME: ${err.code ?? err.message}`);
-  }
-  if (projectsDir !== undefined) {
+startRelays().then(main, (err) => fail(1, `cannot start the relays: ${err.message}`));
+
+/** Stages the login and the session files, then runs the command and exits with its code. */
+function main() {
+  if (loginDir !== undefined) {
     try {
-      copyTree(projectsDir, path.join(home, ".claude", "projects"), { left: PROJECTS_LIMIT_BYTES });
+      stageLoginIn();
     } catch (err) {
-      fail(2, `cannot copy the session files from ${projectsDir} into HOME: ${err.code ?? err.message}`);
+      fail(2, `cannot copy the login from ${loginDir} into HOME: ${err.code ?? err.message}`);
+    }
+    if (projectsDir !== undefined) {
+      try {
+        copyTree(projectsDir, path.join(home, ".claude", "projects"), { left: PROJECTS_LIMIT_BYTES });
+      } catch (err) {
+        fail(2, `cannot copy the session files from ${projectsDir} into HOME: ${err.code ?? err.message}`);
+      }
+    }
+    try {
+      // inotify works on a tmpfs: the refresh leaves the container even if the container is killed right after.
+      fs.watch(path.dirname(homeCredentials), { persistent: false }, (_event, name) => {
+        if (name === null || name === ".credentials.json") copyLoginOut();
+      });
+    } catch {
+      // Without a watch the copy at exit still happens.
     }
   }
-  try {
-    // inotify works on a tmpfs: the refresh leaves the container even if the container is killed right after.
-    fs.watch(path.dirname(homeCredentials), { persistent: false }, (_event, name) => {
-      if (name === null || name === ".credentials.json") copyLoginOut();
-    });
-  } catch {
-    // Without a watch the copy at exit still happens.
-  }
-}
 
-let stdin = "inherit";
-if (stdinFile !== undefined) {
-  try {
-    stdin = fs.openSync(stdinFile, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-  } catch (err) {
-    fail(2, `cannot open ${stdinFile} as the command's stdin: ${err.code ?? err.message}`);
+  let stdin = "inherit";
+  if (stdinFile !== undefined) {
+    try {
+      stdin = fs.openSync(stdinFile, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    } catch (err) {
+      fail(2, `cannot open ${stdinFile} as the command's stdin: ${err.code ?? err.message}`);
+    }
   }
+  const child = spawn(command, commandArgs, { stdio: [stdin, "inherit", "inherit"] });
+  const forwarded = ["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
+  for (const signal of forwarded) process.on(signal, () => child.kill(signal));
+  child.on("error", (err) => fail(err.code === "ENOENT" ? 127 : 126, `cannot start ${command}: ${err.message}`));
+  child.on("exit", (code, signal) => {
+    if (loginDir !== undefined) {
+      copyLoginOut();
+      if (projectsDir !== undefined) copyProjectsOut();
+      reportFullHome();
+    }
+    process.exit(code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0));
+  });
 }
-const child = spawn(command, commandArgs, { stdio: [stdin, "inherit", "inherit"] });
-const forwarded = ["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
-for (const signal of forwarded) process.on(signal, () => child.kill(signal));
-child.on("error", (err) => fail(err.code === "ENOENT" ? 127 : 126, `cannot start ${command}: ${err.message}`));
-child.on("exit", (code, signal) => {
-  if (loginDir !== undefined) {
-    copyLoginOut();
-    if (projectsDir !== undefined) copyProjectsOut();
-    reportFullHome();
-  }
-  process.exit(code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0));
-});
