@@ -80,8 +80,10 @@ export interface CliRunInput {
   model: string;
   expectedCliVersion: string;
   network: NetworkSetting;
-  /** The MCP arm: the doc-bridge engine command and its checkout, served through a per-run bridge. */
-  /** The doc-bridge engine; `sandbox`: its sandbox made ahead by the caller (the stage removes it like its own). */
+  /**
+   * The MCP arm: the doc-bridge engine command and its checkout, served through a per-attempt
+   * bridge; `sandbox`, the engine's sandbox made ahead by the caller (the stage removes it like its own).
+   */
   docBridge?: { command: string[]; cwd: string; sandbox?: Promise<EngineSandbox> };
   /** Strict isolation: the egress proxy's allowlist and, for tests, its resolver and bounds. */
   egress?: Pick<EgressProxyOptions, "allow" | "resolve" | "limits">;
