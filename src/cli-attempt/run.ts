@@ -150,16 +150,15 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   // What the caller made ahead is this stage's from here, whether or not it gets as far as using it.
   const sandboxAhead = input.docBridge?.sandbox;
   if (sandboxAhead) cleanups.push(() => sandboxAhead.then((s) => s.remove()));
-  const exportedAhead = input.exported;
-  if (exportedAhead) cleanups.push(() => exportedAhead.then((e) => removeExport(e.dir)));
+  const exporting = input.session ? undefined : (input.exported ?? exportAtPin(input.export));
+  if (exporting) cleanups.push(() => exporting.then((e) => removeExport(e.dir)));
   try {
     let workDir: string;
     if (input.session) {
       workDir = input.session.worktree;
       record.exportHash = input.session.exportHash;
     } else {
-      const exported = await (exportedAhead ?? exportAtPin(input.export));
-      if (!exportedAhead) cleanups.push(() => removeExport(exported.dir));
+      const exported = await exporting!;
       record.exportHash = exported.exportHash;
       record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
       workDir = exported.dir;

@@ -142,7 +142,8 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
 
   const runId = randomUUID();
   // Refused (nothing made, nothing reserved) before the ledger exists when the gateway cannot run.
-  const gateway = await prepareSessionGateway({ ...config, image: probed.imageId }, runId, deps.runtime);
+  const fakeImage = await isFakeClaudeImage(deps.runtime, probed.imageId);
+  const gateway = await prepareSessionGateway(config, runId, fakeImage);
   const now = () => (deps.now?.() ?? new Date()).toISOString();
   const ledger: SessionLedger = {
     kind: SESSION_LEDGER_KIND,
@@ -172,7 +173,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   for (const task of manifest.tasks) ledger.sessions.push(await newSession(ledger, { path: config.manifestPath, bytes: manifestBytes, manifest }, task, config.roots, null));
   // The session ids are on disk before any container starts.
   await writeSessionLedger(ledgerPath, ledger);
-  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, gateway).finally(() => gateway?.close());
+  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, { gateway, fakeImage }).finally(() => gateway?.close());
   return { exitCode, ledgerPath, ledger };
 }
 
@@ -226,7 +227,7 @@ export async function retrySession(
   options: SessionRuntimeOptions,
   deps: SessionDeps,
 ): Promise<{ exitCode: number; ledger: SessionLedger; session: Session }> {
-  const ledger = await readSessionLedger(ledgerPath);
+  const { ledger, manifest, manifestPath, bytes } = await readForResume(ledgerPath, options);
   const named = ledger.sessions.find((s) => s.id === taskOrSession || s.taskId === taskOrSession);
   if (!named) throw new UsageError(`the ledger has no session or task ${taskOrSession}; give a task id (or session id) that \`study-runner sessions status\` lists`);
   const latest = ledger.sessions.filter((s) => s.taskId === named.taskId).reduce((a, b) => (b.attempt > a.attempt ? b : a));
@@ -235,16 +236,13 @@ export async function retrySession(
       `task ${latest.taskId}: its latest session ${latest.id} (attempt ${latest.attempt}) is ${latest.state}; only a session that ended ${[...RETRYABLE_STATES].join(" or ")} is retried`,
     );
   }
-  const manifestPath = options.manifestPath ?? ledger.manifestPath;
-  const { manifest, sha256, bytes } = await loadSessionManifest(manifestPath);
-  if (sha256 !== ledger.manifestSha256) throw new RefusalError(`the manifest ${manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);
   const task = manifest.tasks.find((t) => t.id === latest.taskId)!;
   const session = await newSession(ledger, { path: manifestPath, bytes, manifest }, task, new Map(Object.entries(ledger.roots)), latest);
   ledger.sessions.push(session);
   // The retry and its new session id are on disk before its container starts.
   await writeSessionLedger(ledgerPath, ledger);
-  const resumed = await resumeSessions(ledgerPath, options, deps);
-  return { ...resumed, session: resumed.ledger.sessions.find((s) => s.id === session.id)! };
+  const continued = await continueSessions(ledgerPath, ledger, manifest, options, deps);
+  return { ...continued, session };
 }
 
 /** Records a person's answer to the session's open question; the session becomes ready to resume. */
@@ -263,10 +261,26 @@ export async function answerSession(ledgerPath: string, sessionId: string, text:
 
 /** Continues every answered session (same worktree, same session id) and any session not started yet. */
 export async function resumeSessions(ledgerPath: string, options: SessionRuntimeOptions, deps: SessionDeps): Promise<{ exitCode: number; ledger: SessionLedger }> {
+  const { ledger, manifest } = await readForResume(ledgerPath, options);
+  return continueSessions(ledgerPath, ledger, manifest, options, deps);
+}
+
+/** The ledger and its manifest, refused when the manifest changed since the sessions started. */
+async function readForResume(ledgerPath: string, options: SessionRuntimeOptions): Promise<{ ledger: SessionLedger; manifest: SessionManifest; manifestPath: string; bytes: Buffer }> {
   const ledger = await readSessionLedger(ledgerPath);
-  const { manifest, sha256 } = await loadSessionManifest(options.manifestPath ?? ledger.manifestPath);
-  if (sha256 !== ledger.manifestSha256)
-    throw new RefusalError(`the manifest ${options.manifestPath ?? ledger.manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);
+  const manifestPath = options.manifestPath ?? ledger.manifestPath;
+  const { manifest, sha256, bytes } = await loadSessionManifest(manifestPath);
+  if (sha256 !== ledger.manifestSha256) throw new RefusalError(`the manifest ${manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);
+  return { ledger, manifest, manifestPath, bytes };
+}
+
+async function continueSessions(
+  ledgerPath: string,
+  ledger: SessionLedger,
+  manifest: SessionManifest,
+  options: SessionRuntimeOptions,
+  deps: SessionDeps,
+): Promise<{ exitCode: number; ledger: SessionLedger }> {
   // A call left open by a killed runner never gets a result: its session ended, its reservation stays charged.
   for (const s of ledger.sessions) {
     const open = s.calls.find((c) => c.phase !== "settled");
@@ -280,7 +294,8 @@ export async function resumeSessions(ledgerPath: string, options: SessionRuntime
       await endSession(ledger, s, "failed", "a call was interrupted by the runner's end; a session is never continued from an unknown state");
     }
   }
-  const gateway = await prepareSessionGateway({ ...options, model: ledger.model, image: ledger.image, callBudgetUsd: ledger.callBudgetUsd }, ledger.runId, deps.runtime);
+  const fakeImage = await isFakeClaudeImage(deps.runtime, ledger.image);
+  const gateway = await prepareSessionGateway({ ...options, model: ledger.model, callBudgetUsd: ledger.callBudgetUsd }, ledger.runId, fakeImage);
   const exitCode = await advanceSessions(
     ledgerPath,
     ledger,
@@ -296,7 +311,7 @@ export async function resumeSessions(ledgerPath: string, options: SessionRuntime
       sessionBudgetUsd: ledger.sessionBudgetUsd,
     },
     deps,
-    gateway,
+    { gateway, fakeImage },
   ).finally(() => gateway?.close());
   return { exitCode, ledger };
 }
@@ -313,16 +328,11 @@ type PassConfig = SessionRuntimeOptions & Pick<StartConfig, "model" | "image" | 
 const ready = (s: Session) => s.state === "new" || s.state === "answered";
 
 /** The run's model gateway when the calls go through it; a RefusalError when it cannot run. */
-async function prepareSessionGateway(
-  config: SessionRuntimeOptions & { model: string; image: string; callBudgetUsd: number },
-  holder: string,
-  runtime: ContainerRuntime,
-): Promise<RunGateway | undefined> {
+async function prepareSessionGateway(config: SessionRuntimeOptions & { model: string; callBudgetUsd: number }, holder: string, fakeImage: boolean): Promise<RunGateway | undefined> {
   if (config.credentials !== "gateway") return undefined;
   if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
   // As for a study: a call budget that cannot hold one request would see every call refused and
   // charged its reservation for nothing (the fake image sends no request).
-  const fakeImage = await isFakeClaudeImage(runtime, config.image);
   return prepareRunGateway({
     limit: fakeImage ? undefined : { usd: config.callBudgetUsd, flag: "--call-budget-usd" },
     model: config.model,
@@ -336,13 +346,19 @@ async function prepareSessionGateway(
 }
 
 /** Passes over the ready sessions, one call each, through the one loop, until none is ready or a pass stops. */
-async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manifest: SessionManifest, config: PassConfig, deps: SessionDeps, gateway: RunGateway | undefined): Promise<number> {
+async function advanceSessions(
+  ledgerPath: string,
+  ledger: SessionLedger,
+  manifest: SessionManifest,
+  config: PassConfig,
+  deps: SessionDeps,
+  route: { gateway: RunGateway | undefined; fakeImage: boolean },
+): Promise<number> {
+  const { gateway, fakeImage } = route;
   const say = deps.say ?? (() => {});
   const now = () => deps.now?.() ?? new Date();
   const event = (e: HarnessEvent extends infer E ? (E extends HarnessEvent ? Omit<E, "at"> : never) : never) => ledger.events.push({ at: now().toISOString(), ...e } as HarnessEvent);
   const login = resolveLogin({ configDir: config.claudeConfigDir });
-  // The fake image sends no model request: with the gateway its metered spend is 0 and is not compared.
-  const fakeImage = await isFakeClaudeImage(deps.runtime, config.image);
   let exitCode = 0;
   ledger.status = "running";
   delete ledger.statusReason;
@@ -362,6 +378,7 @@ async function advanceSessions(ledgerPath: string, ledger: SessionLedger, manife
       await writeSessionLedger(ledgerPath, ledger);
     };
     const locks = new Map<Session, LoginLock>();
+    // The fake image sends no model request: with the gateway its metered spend is 0 and is not compared.
     const viaGateway = gateway && gatewayUnits<Session>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
     const results = new Map<Session, { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }>();
     const kind: RunKind<Session, SessionCall> = {

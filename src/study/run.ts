@@ -296,17 +296,16 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     mcpConfig: attempt.arm === "mcp" ? containerMcpConfig() : EMPTY_MCP_CONFIG,
   });
   const exportOptions = await attemptExport(config, ctx.runId, attempt);
-  // What the next attempt needs is made while this one's container runs.
-  const next = config.plan[config.plan.indexOf(attempt) + 1];
-  const nextExport = next && (await attemptExport(config, ctx.runId, next));
   // Taken last: from here the stage owns (and removes) them, whatever happens.
   const key = String(attempt.index);
   const exported = ctx.ahead.exports.take(key, () => exportAtPin(exportOptions));
   const engine = (a: PlannedAttempt) => ({ command: config.docBridgeCommand, cwd: config.roots.get(a.repository)! });
   const sandbox = attempt.arm === "mcp" ? ctx.ahead.sandboxes.take(key, () => engineSandboxFor(engine(attempt))) : undefined;
+  // What the next attempt needs is made while this one's container runs.
+  const next = config.plan[config.plan.indexOf(attempt) + 1];
   const prepareNext = () => {
-    if (!next || !nextExport) return;
-    ctx.ahead.exports.prepare(String(next.index), () => exportAtPin(nextExport));
+    if (!next) return;
+    ctx.ahead.exports.prepare(String(next.index), async () => exportAtPin(await attemptExport(config, ctx.runId, next)));
     if (next.arm === "mcp") ctx.ahead.sandboxes.prepare(String(next.index), () => engineSandboxFor(engine(next)));
   };
   const result = await runCliInContainer(
