@@ -14,10 +14,14 @@ beforeEach(async () => {
 });
 afterEach(() => rm(parent, { recursive: true, force: true }));
 
-/** Stands in for exportAtPin: a real export folder per call, named by the attempt it was made for. */
+/**
+ * Stands in for exportAtPin: a real export folder per call, made for one attempt. `made` records
+ * the calls in the order they were made (before any await: two makes under way together finish
+ * their folders in either order).
+ */
 async function make(o: ExportOptions): Promise<ExportResult> {
-  const dir = await makeRunnerFolder("export", parent);
   made.push(o.labels.attempt);
+  const dir = await makeRunnerFolder("export", parent);
   return { dir, files: [], excluded: {} as ExportResult["excluded"], answerKeys: [], exportHash: o.labels.attempt, labels: o.labels };
 }
 const options = (attempt: string): ExportOptions => ({ repoDir: "/nowhere", pin: "0".repeat(40), labels: { run: "r", attempt } });
