@@ -74,7 +74,7 @@ async function nextRunCleansUp(k: Killed): Promise<Ledger> {
 const leftoverKinds = (names: string[]) => names.map((n) => n.replace(/^study-runner-(\w+)-.*$/, "$1")).sort();
 /**
  * The dead run's folders besides `own`: once the attempt's container has started, the next
- * attempt's export is being made ahead (src/export/ahead.ts); its folder exists unless the kill
+ * attempt's export is being made ahead (src/util/ahead.ts); its folder exists unless the kill
  * came before git had listed the tree. The next run's reaper removes it like the others.
  */
 function expectOwnAndMadeAhead(names: string[], own: string[]) {
