@@ -22,8 +22,7 @@ import { planAdjudication, readResultEvent, readVerdict, type PlannedItem } from
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
-import { gatewayUnits, prepareRunGateway, type CredentialMode } from "../gateway/run.ts";
-import type { UpstreamOptions } from "../gateway/gateway.ts";
+import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
 
 /**
  * Blind agent adjudication of one ledger (contract R87 to R93): one fresh hardened container per answer,
@@ -32,7 +31,8 @@ import type { UpstreamOptions } from "../gateway/gateway.ts";
  * stops the adjudication (no retry); the items not reached are recorded blocked, never dropped.
  */
 
-export interface AdjudicationConfig {
+/** The gateway's options (credentials, token file, lock timings) are the study's: GatewayRunOptions. */
+export interface AdjudicationConfig extends GatewayRunOptions {
   ledgerPath: string;
   ledger: Ledger;
   /** sha256 of the ledger file's bytes as read. */
@@ -50,19 +50,6 @@ export interface AdjudicationConfig {
   expectedCliVersion: string;
   isolation: "standard" | "offline";
   claudeConfigDir?: string;
-  loginLockTimeoutMs?: number;
-  loginLockStaleMs?: number;
-  /**
-   * As for the study's attempts (docs/gateway.md): gateway = the login stays on the host, the
-   * container holds a placeholder, has network none and reaches the API only through the
-   * runner's metering gateway; login-copy (the default here; `--credentials` defaults to
-   * gateway) = each container gets a copy of the CLI login.
-   */
-  credentials?: CredentialMode;
-  /** Gateway: the file holding a `claude setup-token` token (else CLAUDE_CODE_OAUTH_TOKEN, else the host login). */
-  oauthTokenFile?: string;
-  /** Tests only (a hidden flag): the gateway's upstream and the CA it trusts. */
-  gatewayUpstream?: UpstreamOptions;
   fake?: { behaviourFile?: string; recordsDir?: string };
   /** A Messages API on a host unix socket (the scripted API of the conformance suite); isolation must be offline. */
   modelApi?: { socketPath: string };
@@ -130,22 +117,11 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
     else if (!(await hasCommit(root, pin))) problems.push(`the checkout ${root} of ${repository} does not hold the pinned commit ${pin}; fetch it first`);
   }
   if (problems.length) throw new RefusalError(problems.join("\n"), problems);
-  if (config.credentials !== "gateway") return { probed, login };
-  if (config.modelApi) throw new RefusalError("a Messages API socket bypasses the gateway; use --credentials login-copy with it");
-  // The fake claude image sends no model request: there is no metered usage to hold its transcript
-  // to, and no request for the gateway to refuse, so a limit too small for one request costs nothing.
-  const fakeImage = await isFakeClaudeImage(deps.runtime, config.image);
-  const gateway = await prepareRunGateway({
-    limit: fakeImage ? undefined : { usd: config.itemBudgetUsd, flag: "--item-budget-usd" },
-    model: config.model,
-    login,
-    tokenFile: config.oauthTokenFile,
-    upstream: config.gatewayUpstream,
-    timeoutMs: config.timeoutMs,
-    lockTimeoutMs: config.loginLockTimeoutMs,
-    lockStaleMs: config.loginLockStaleMs,
-    holder: id,
-  });
+  // Only a metered run asks the engine whether the image is the fake one.
+  const fakeImage = config.credentials === "gateway" && (await isFakeClaudeImage(deps.runtime, config.image));
+  const gateway = await gatewayForRun(config, { model: config.model, login, holder: id, limit: { usd: config.itemBudgetUsd, flag: "--item-budget-usd" }, fakeImage });
+  if (!gateway) return { probed, login };
+  // The fake claude image sends no model request: there is no metered usage to hold its transcript to.
   return { probed, login, gateway: gatewayUnits<PlannedItem>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
 }
 

@@ -65,6 +65,52 @@ export async function prepareRunGateway(o: {
   return { gateway, source, credentialFor: async (signal) => (await read(signal)).token, close: () => gateway.close() };
 }
 
+/** The options that choose and configure a run's gateway: the same fields in every kind's config (study, adjudication, sessions). */
+export interface GatewayRunOptions {
+  /**
+   * gateway: the credential stays on the host, containers hold a placeholder and reach the API
+   * only through the runner's metering gateway (docs/gateway.md); login-copy (the default here,
+   * `--credentials` defaults to gateway): each container gets a copy of the CLI login.
+   */
+  credentials?: CredentialMode;
+  /** A Messages API on a host unix socket (a test endpoint): the direct route, which the gateway refuses. */
+  modelApi?: { socketPath: string };
+  /** The file holding a `claude setup-token` token (else CLAUDE_CODE_OAUTH_TOKEN, else the host login). */
+  oauthTokenFile?: string;
+  /** Tests only (a hidden flag): the gateway's upstream and the CA it trusts. */
+  gatewayUpstream?: UpstreamOptions;
+  /** The unit's time limit: the token must outlive it (EXPIRY_MARGIN_MS beyond). */
+  timeoutMs?: number;
+  loginLockTimeoutMs?: number;
+  /** Tests: after how long a dead run's login lock is taken over (acquireLoginLock's default otherwise). */
+  loginLockStaleMs?: number;
+}
+
+/**
+ * The run's gateway when its units go through it, undefined with login-copy; a RefusalError
+ * (nothing reserved) when it cannot run. `limit` is the per-unit budget and its flag: one that
+ * cannot hold one request would see every first request refused and its reservation charged for
+ * nothing. The fake claude image sends no model request, so its limit is not held to that.
+ */
+export async function gatewayForRun(
+  config: GatewayRunOptions,
+  o: { model: string; login: LoginLocation; holder: string; limit: { usd: number; flag: string }; fakeImage: boolean },
+): Promise<RunGateway | undefined> {
+  if (config.credentials !== "gateway") return undefined;
+  if (config.modelApi) throw new RefusalError("a Messages API socket (--model-api-socket) bypasses the gateway; use --credentials login-copy with it");
+  return prepareRunGateway({
+    limit: o.fakeImage ? undefined : o.limit,
+    model: o.model,
+    login: o.login,
+    tokenFile: config.oauthTokenFile,
+    upstream: config.gatewayUpstream,
+    timeoutMs: config.timeoutMs,
+    lockTimeoutMs: config.loginLockTimeoutMs,
+    lockStaleMs: config.loginLockStaleMs,
+    holder: o.holder,
+  });
+}
+
 /**
  * The per-run-unit half of the gateway, shared by every kind that runs the CLI through it: the
  * real credential is read under the login lock when the unit is acquired (before its

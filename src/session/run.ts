@@ -18,8 +18,7 @@ import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, 
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { runTestCommand } from "./test-command.ts";
 import { exportSourceFor } from "../export/options.ts";
-import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
-import type { UpstreamOptions } from "../gateway/gateway.ts";
+import { gatewayForRun, gatewayUnits, type GatewayRunOptions, type RunGateway } from "../gateway/run.ts";
 import {
   MAX_QUESTIONS,
   RETRYABLE_STATES,
@@ -34,26 +33,15 @@ import {
 } from "./schema.ts";
 
 /** What a pass needs besides the ledger: the things that are not recorded (sockets, test hooks). */
-export interface SessionRuntimeOptions {
+export interface SessionRuntimeOptions extends GatewayRunOptions {
   claudeConfigDir?: string;
   /** A Messages API on a host unix socket (the scripted API); needs isolation offline. */
   modelApi?: { socketPath: string };
   isolation: IsolationProfile;
   fake?: { behaviourFile?: string; recordsDir?: string };
   timeoutMs?: number;
-  loginLockTimeoutMs?: number;
   /** The manifest's path when it moved since the start (its sha256 must still match). */
   manifestPath?: string;
-  /**
-   * gateway: every call reaches the API only through the runner's metering gateway and the
-   * container holds a placeholder login (docs/gateway.md); login-copy (the default here, the
-   * commands default to gateway): each container gets a copy of the CLI login.
-   */
-  credentials?: CredentialMode;
-  /** Gateway: the file holding a `claude setup-token` token (else CLAUDE_CODE_OAUTH_TOKEN, else the host login). */
-  oauthTokenFile?: string;
-  /** Tests only: the gateway's upstream and the CA it trusts. */
-  gatewayUpstream?: UpstreamOptions;
 }
 
 export interface SessionDeps {
@@ -143,7 +131,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   const runId = randomUUID();
   // Refused (nothing made, nothing reserved) before the ledger exists when the gateway cannot run.
   const fakeImage = await isFakeClaudeImage(deps.runtime, probed.imageId);
-  const gateway = await prepareSessionGateway(config, runId, fakeImage);
+  const gateway = await gatewayForRun(config, { model: config.model, login: resolveLogin({ configDir: config.claudeConfigDir }), holder: runId, limit: callLimit(config.callBudgetUsd), fakeImage });
   const now = () => (deps.now?.() ?? new Date()).toISOString();
   const ledger: SessionLedger = {
     kind: SESSION_LEDGER_KIND,
@@ -295,7 +283,13 @@ async function continueSessions(
     }
   }
   const fakeImage = await isFakeClaudeImage(deps.runtime, ledger.image);
-  const gateway = await prepareSessionGateway({ ...options, model: ledger.model, callBudgetUsd: ledger.callBudgetUsd }, ledger.runId, fakeImage);
+  const gateway = await gatewayForRun(options, {
+    model: ledger.model,
+    login: resolveLogin({ configDir: options.claudeConfigDir }),
+    holder: ledger.runId,
+    limit: callLimit(ledger.callBudgetUsd),
+    fakeImage,
+  });
   const exitCode = await advanceSessions(
     ledgerPath,
     ledger,
@@ -325,25 +319,10 @@ async function endSession(ledger: SessionLedger, s: Session, state: Session["sta
 
 type PassConfig = SessionRuntimeOptions & Pick<StartConfig, "model" | "image" | "expectedCliVersion" | "roots" | "capUsd" | "callBudgetUsd" | "sessionBudgetUsd">;
 
-const ready = (s: Session) => s.state === "new" || s.state === "answered";
+/** The per-call limit the gateway must be able to hold one request under. */
+const callLimit = (usd: number) => ({ usd, flag: "--call-budget-usd" });
 
-/** The run's model gateway when the calls go through it; a RefusalError when it cannot run. */
-async function prepareSessionGateway(config: SessionRuntimeOptions & { model: string; callBudgetUsd: number }, holder: string, fakeImage: boolean): Promise<RunGateway | undefined> {
-  if (config.credentials !== "gateway") return undefined;
-  if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
-  // As for a study: a call budget that cannot hold one request would see every call refused and
-  // charged its reservation for nothing (the fake image sends no request).
-  return prepareRunGateway({
-    limit: fakeImage ? undefined : { usd: config.callBudgetUsd, flag: "--call-budget-usd" },
-    model: config.model,
-    login: resolveLogin({ configDir: config.claudeConfigDir }),
-    tokenFile: config.oauthTokenFile,
-    upstream: config.gatewayUpstream,
-    timeoutMs: config.timeoutMs,
-    lockTimeoutMs: config.loginLockTimeoutMs,
-    holder,
-  });
-}
+const ready = (s: Session) => s.state === "new" || s.state === "answered";
 
 /** Passes over the ready sessions, one call each, through the one loop, until none is ready or a pass stops. */
 async function advanceSessions(

@@ -29,10 +29,9 @@ import { observationExtras, reservedObservation } from "./observation.ts";
 import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
 import { summarize } from "./summary.ts";
-import { gatewayUnits, prepareRunGateway, type CredentialMode, type RunGateway } from "../gateway/run.ts";
-import type { UpstreamOptions } from "../gateway/gateway.ts";
+import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
 
-export interface StudyConfig extends StudyRunBase {
+export interface StudyConfig extends StudyRunBase, GatewayRunOptions {
   attemptBudgetUsd: number;
   output: string;
   image: string;
@@ -49,9 +48,6 @@ export interface StudyConfig extends StudyRunBase {
   runtime?: string;
   /** Overrides where the CLI login is read from (the folder holding .credentials.json). */
   claudeConfigDir?: string;
-  loginLockTimeoutMs?: number;
-  /** Tests: after how long a dead run's login lock is taken over (acquireLoginLock's default otherwise). */
-  loginLockStaleMs?: number;
   /** CPUs per attempt container (--cpus; DEFAULT_ATTEMPT_CPUS otherwise), recorded in the ledger. */
   cpus?: number;
   /** Tests: the size of the attempt's tmpfs HOME (DEFAULT_HOME_BYTES otherwise). */
@@ -65,16 +61,6 @@ export interface StudyConfig extends StudyRunBase {
   modelApi?: { socketPath: string };
   /** Test/CI only: the fake claude image's behaviour file and records folder. */
   fake?: { behaviourFile?: string; recordsDir?: string };
-  /**
-   * gateway: the credential stays on the host, containers hold a placeholder and reach the API
-   * only through the runner's metering gateway (docs/gateway.md); login-copy (the default here,
-   * `--credentials` defaults to gateway): each container gets a copy of the CLI login.
-   */
-  credentials?: CredentialMode;
-  /** Gateway: the file holding a `claude setup-token` token (else CLAUDE_CODE_OAUTH_TOKEN, else the host login). */
-  oauthTokenFile?: string;
-  /** Tests only (a hidden flag): the gateway's upstream and the CA it trusts. */
-  gatewayUpstream?: UpstreamOptions;
   timeoutMs?: number;
   stdoutLimitBytes?: number;
   /** How many attempts may run at once (--concurrency, default 1); see concurrencyProblem. */
@@ -140,23 +126,13 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
   const fakeImage = await isFakeClaudeImage(runtime, config.image);
-  let gateway: RunGateway | undefined;
-  if (config.credentials === "gateway") {
-    if (config.modelApi) throw new RefusalError("--model-api-socket bypasses the gateway; use --credentials login-copy with it");
-    gateway = await prepareRunGateway({
-      // A limit that cannot hold one request would see every first request refused and its
-      // reservation charged for nothing (the fake image sends no request).
-      limit: fakeImage ? undefined : { usd: config.attemptBudgetUsd, flag: "--attempt-budget-usd" },
-      model: config.model,
-      login,
-      tokenFile: config.oauthTokenFile,
-      upstream: config.gatewayUpstream,
-      timeoutMs: config.timeoutMs,
-      lockTimeoutMs: config.loginLockTimeoutMs,
-      lockStaleMs: config.loginLockStaleMs,
-      holder: runId,
-    });
-  }
+  const gateway = await gatewayForRun(config, {
+    model: config.model,
+    login,
+    holder: runId,
+    limit: { usd: config.attemptBudgetUsd, flag: "--attempt-budget-usd" },
+    fakeImage,
+  });
   const testApi = config.modelApi || fakeImage || config.gatewayUpstream !== undefined;
   return { probed, login, docBridge, fakeImage, gateway, modelApi: testApi ? ("test" as const) : ("anthropic" as const) };
 }

@@ -6,7 +6,7 @@ import { describe, expect, it } from "vitest";
 import { meteredCostPico, requestBound, SseMeter } from "../../src/gateway/meter.ts";
 import { compareMeteredUsage } from "../../src/gateway/check.ts";
 import { readCredential, resolveCredentialSource, SETUP_TOKEN_ENV } from "../../src/gateway/credential.ts";
-import { CLI_MAX_TOKENS, gatewayLimitProblem, prepareRunGateway } from "../../src/gateway/run.ts";
+import { CLI_MAX_TOKENS, gatewayForRun, gatewayLimitProblem, prepareRunGateway } from "../../src/gateway/run.ts";
 import { picoToUsd } from "../../src/cost/money.ts";
 import type { GatewayRecord, GatewayRequestRecord } from "../../src/gateway/gateway.ts";
 import { resolveLogin } from "../../src/attempt/login.ts";
@@ -151,5 +151,32 @@ describe("a limit too small for one request through the gateway", () => {
     expect(problem).toContain("--credentials login-copy");
     expect(gatewayLimitProblem("claude-sonnet-5-5", floor("claude-sonnet-5-5"), "--item-budget-usd")).toBeNull();
     expect(gatewayLimitProblem("claude-haiku-5-5", 0.1, "--item-budget-usd")).toBeNull();
+  });
+});
+
+describe("gatewayForRun: the one place every kind (study, adjudication, sessions) gets its gateway", () => {
+  const sonnet = "claude-sonnet-5-5";
+  const tooSmall = { usd: 0.001, flag: "--item-budget-usd" };
+
+  it("makes none with login-copy, refuses a Messages API socket, and holds the limit to one request unless the image is the fake one", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "sr-gw-for-run-"));
+    try {
+      const login = resolveLogin({ configDir: dir });
+      await writeFile(login.credentialsPath, JSON.stringify({ claudeAiOauth: { accessToken: "test-token-not-real", refreshToken: "r", expiresAt: Date.now() + 86_400_000 } }), { mode: 0o600 });
+      const o = { model: sonnet, login, holder: "test", limit: tooSmall, fakeImage: false };
+      // Login-copy: no gateway, and not even the too-small limit is looked at.
+      expect(await gatewayForRun({ credentials: "login-copy" }, o)).toBeUndefined();
+      expect(await gatewayForRun({}, o)).toBeUndefined();
+      await expect(gatewayForRun({ credentials: "gateway", modelApi: { socketPath: "/nowhere.sock" } }, o)).rejects.toThrow(
+        /Messages API socket \(--model-api-socket\) bypasses the gateway; use --credentials login-copy/,
+      );
+      await expect(gatewayForRun({ credentials: "gateway" }, o)).rejects.toThrow(/^--item-budget-usd 0\.001 USD cannot hold one request of claude-sonnet-5-5 through the gateway/);
+      // The fake image sends no request: the same limit starts a gateway.
+      const fake = await gatewayForRun({ credentials: "gateway" }, { ...o, fakeImage: true });
+      expect(fake?.source.kind).toBe("host-login");
+      fake?.close();
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 });
