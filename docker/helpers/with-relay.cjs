@@ -156,26 +156,15 @@ function copyLoginOut() {
       process.stderr.write(`with-relay: $HOME/.claude/.credentials.json is not a regular file of at most ${LOGIN_LIMIT_BYTES} bytes; not copied back\n`);
       return;
     }
-    const fd = fs.openSync(homeCredentials, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
-    try {
-      bytes = fs.readFileSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
+    bytes = readRegularFile(homeCredentials);
   } catch {
     return; // mid-rename or removed: the next event or the exit copies it
   }
-  if (bytes.length > LOGIN_LIMIT_BYTES || (copiedOut !== undefined && bytes.equals(copiedOut))) return;
+  if (bytes === undefined || bytes.length > LOGIN_LIMIT_BYTES || (copiedOut !== undefined && bytes.equals(copiedOut))) return;
   const target = path.join(loginDir, ".claude", ".credentials.json");
   const temp = `${target}.with-relay-${process.pid}`;
   try {
-    const fd = fs.openSync(temp, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o600);
-    try {
-      fs.writeSync(fd, bytes);
-      fs.fsyncSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
+    writePrivateFile(temp, bytes);
     fs.renameSync(temp, target);
     copiedOut = bytes;
   } catch (err) {
@@ -213,24 +202,31 @@ function copyTree(from, to, budget, depth = 0) {
       process.stderr.write(`with-relay: session file ${name} is not a regular file within the bounds; not copied\n`);
       continue;
     }
-    const fd = fs.openSync(source, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
-    let bytes;
-    try {
-      if (!fs.fstatSync(fd).isFile()) continue;
-      bytes = fs.readFileSync(fd);
-    } finally {
-      fs.closeSync(fd);
-    }
-    if (bytes.length > PROJECT_FILE_LIMIT_BYTES || budget.left < bytes.length) continue;
+    const bytes = readRegularFile(source);
+    if (bytes === undefined || bytes.length > PROJECT_FILE_LIMIT_BYTES || budget.left < bytes.length) continue;
     budget.left -= bytes.length;
-    const target = path.join(to, name);
-    const out = fs.openSync(target, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o600);
-    try {
-      fs.writeSync(out, bytes);
-      fs.fsyncSync(out);
-    } finally {
-      fs.closeSync(out);
-    }
+    writePrivateFile(path.join(to, name), bytes);
+  }
+}
+
+/** A file's bytes read through no symlink, or undefined when it is not a regular file (a FIFO does not block the open). */
+function readRegularFile(file) {
+  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK);
+  try {
+    return fs.fstatSync(fd).isFile() ? fs.readFileSync(fd) : undefined;
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Writes `bytes` to `file` (mode 600, never through a symlink) and syncs it to disk. */
+function writePrivateFile(file, bytes) {
+  const fd = fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_NOFOLLOW, 0o600);
+  try {
+    fs.writeSync(fd, bytes);
+    fs.fsyncSync(fd);
+  } finally {
+    fs.closeSync(fd);
   }
 }
 
