@@ -213,7 +213,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
           attempt: a,
           login,
           lock: locks.get(a),
-          gateway: viaGateway || undefined,
+          gateway: viaGateway,
           denied: docBridge?.denyList ?? [],
           maxBudgetUsd: reservedUsd,
           transcripts,
