@@ -74,13 +74,28 @@ class SecondEngine {
       250,
     );
   }
-  /** The engine dies at once, as on a crash or `kill -9`: connections drop mid-request. */
+  /**
+   * The engine dies at once, as on a crash or `kill -9`: connections drop mid-request. Its
+   * containerd dies with it (dockerd gives it a parent-death signal), but not always at once on
+   * a loaded machine, and both pid files stay. A dockerd started while the containerd's pid is
+   * alive (the containerd still dying, or the pid already reused) takes it for a running
+   * containerd, waits for its socket and exits after 15 s (seen once in CI; a live pid in the
+   * dockerd pid file stops it at once). So this waits for the containerd to be gone and removes
+   * both stale pid files: the restart then starts a containerd of its own.
+   */
   async kill(): Promise<void> {
     const child = this.child;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const pidFile = join(this.root, "exec", "containerd", "containerd.pid");
+    const containerd = (await readFile(pidFile, "utf8").catch(() => "")).trim();
     const gone = new Promise((r) => child.once("exit", r));
     child.kill("SIGKILL");
     await gone;
+    if (/^\d+$/.test(containerd)) {
+      const alive = async () => (await readFile(`/proc/${containerd}/cmdline`, "utf8").catch(() => "")).includes(join(this.root, "exec"));
+      await waitFor("the dead engine's containerd to exit", async () => ((await alive()) ? undefined : true), 60_000, 100);
+    }
+    await Promise.all([rm(pidFile, { force: true }), rm(join(this.root, "docker.pid"), { force: true })]);
   }
   async stop(): Promise<void> {
     const child = this.child;
