@@ -6,7 +6,7 @@ import { ArmSchema, type Arm } from "../terms/terms.ts";
 import type { AttemptRow, ReportData } from "./build.ts";
 
 /**
- * The study as Inspect eval logs (pure): Inspect's JSON log format (`EvalLog`, log version 2, as
+ * The study as Inspect eval logs (pure, contract R166): Inspect's JSON log format (`EvalLog`, log version 2, as
  * `inspect view` reads a `.json` log), one log per arm. An eval is one arm of the study, a sample
  * one attempt (id: the task, epoch: the repetition), its input the task's question, its output
  * the answer, its score the adjudicated outcome on the five-outcome scale, its messages and

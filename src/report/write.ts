@@ -1,4 +1,4 @@
-import { mkdir, realpath, stat, writeFile } from "node:fs/promises";
+import { mkdir, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { createPrivateFile } from "../ledger/store.ts";
 import { readTranscriptFile, sha256Hex, transcriptLines } from "../ledger/transcripts.ts";
@@ -94,12 +94,22 @@ export async function writeInspectLogs(sources: ReportSources & { outDir?: strin
   }
   const logs = buildInspectLogs({ report, ledger: input.ledger, ledgerFileSha256: input.sha256, record, manifest, transcripts });
   const dir = resolve(sources.outDir ?? inspectDir(ledgerPath));
-  await mkdir(dir, { recursive: true, mode: 0o700 });
+  const flag = sources.outDir ? "--out-dir" : "the default folder beside the ledger";
+  // A folder this call creates is removed again when a log is refused: nothing is left inside a checkout or the project.
+  const created = await mkdir(dir, { recursive: true, mode: 0o700 });
   const checkouts = input.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []));
   const written: Array<{ arm: string; path: string; samples: number }> = [];
-  for (const l of logs) {
-    const path = await createPrivateFile(join(dir, l.name), `${JSON.stringify(l.log)}\n`, { checkouts, projectRoot: PROJECT_ROOT }, "Inspect log");
-    written.push({ arm: l.arm, path, samples: (l.log.samples as unknown[]).length });
+  try {
+    for (const l of logs) {
+      const path = await createPrivateFile(join(dir, l.name), `${JSON.stringify(l.log)}\n`, { checkouts, projectRoot: PROJECT_ROOT }, "Inspect log");
+      written.push({ arm: l.arm, path, samples: (l.log.samples as unknown[]).length });
+    }
+  } catch (err) {
+    if (created) await rm(created, { recursive: true, force: true });
+    if (!(err instanceof UsageError)) throw err;
+    // The shared check names the ledger's --output flag; here the folder is --out-dir's or the default.
+    const problems = err.problems.map((p) => `${p.replaceAll("--output ", "")} (the Inspect logs' folder: ${flag})`);
+    throw new UsageError(problems.join("\n"), problems);
   }
   return { dir, logs: written };
 }

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import type { ReportData } from "../../src/report/build.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { DEMO } from "../support/adjudication-fixtures.ts";
 import { runCli } from "../support/cli.ts";
 import { decodePng } from "../support/png.ts";
@@ -85,6 +86,12 @@ describe("report --format inspect on a fresh demo study", () => {
     expect(again.code).toBe(2);
     expect(again.stderr).toMatch(/already exists/);
     expect(await readFile(written.logs[0]!.path)).toEqual(before);
+    // Private: refused inside the project (exit 2), and the folder it would have made is not left behind.
+    const inside = join(PROJECT_ROOT, "out", `inspect-${basename(work)}`);
+    const refused = await runCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--out", inside]);
+    expect(refused.code).toBe(2);
+    expect(refused.stderr).toContain(`is inside the project ${PROJECT_ROOT}`);
+    await expect(stat(inside)).rejects.toThrow(/ENOENT/);
   }, 120_000);
 
   // contract: R169
@@ -140,8 +147,10 @@ describe("report --format inspect on a fresh demo study", () => {
     };
     try {
       // The log list: one row per arm, its task (the scenario), model and mean score.
-      const list = await open("/", (p) => p.waitForFunction(() => document.querySelectorAll(".ag-row").length >= 2, { timeout: 60_000 }), "logs");
-      const rows = await list.$$eval(".ag-row", (els) => els.map((e) => (e as HTMLElement).innerText.replace(/\s+/g, " ")));
+      // (The grid draws a row's pinned column apart: its text is in the centre container.)
+      const rowSelector = ".ag-center-cols-container .ag-row";
+      const list = await open("/", (p) => p.waitForFunction((sel) => document.querySelectorAll(sel).length >= 2, { timeout: 60_000 }, rowSelector), "logs");
+      const rows = await list.$$eval(rowSelector, (els) => els.map((e) => e.textContent ?? ""));
       expect(rows).toHaveLength(2);
       for (const l of written.logs) {
         const scenario = report.scenarios[l.arm];
@@ -156,7 +165,7 @@ describe("report --format inspect on a fresh demo study", () => {
         const file = `logs/${basename(l.path)}`;
         const page = await open(`/logs/${file}/samples`, (p) => p.waitForSelector('a[href*="/samples/sample/"]', { timeout: 60_000 }), `samples-${l.arm}`);
         const shown = await page.$$eval('a[href*="/samples/sample/"]', (links) =>
-          links.map((a) => ({ href: decodeURIComponent(a.getAttribute("href") ?? ""), score: (a.querySelector('[class*="_score_"]') as HTMLElement | null)?.innerText.trim() ?? "" })),
+          links.map((a) => ({ href: decodeURIComponent(a.getAttribute("href") ?? ""), score: a.querySelector('[class*="_score_"]')?.textContent?.trim() ?? "" })),
         );
         const expected = report.attempts
           .filter((a) => a.arm === l.arm)
@@ -171,15 +180,22 @@ describe("report --format inspect on a fresh demo study", () => {
       const sample = (await readLog(repo.path)).samples[1];
       const page = await open(
         `/logs/logs/${basename(repo.path)}/samples/sample/${encodeURIComponent(sample.id)}/${sample.epoch}/transcript`,
-        (p) => p.waitForFunction(() => document.body.innerText.includes("TOOL:"), { timeout: 60_000 }),
+        (p) => p.waitForFunction(() => document.body.textContent?.includes("Tool: "), { timeout: 60_000 }),
         "transcript",
       );
-      const text = (await page.evaluate(() => document.body.innerText)).replace(/\s+/g, " ");
+      const text = (await page.evaluate(() => document.body.textContent ?? "")).replace(/\s+/g, " ");
       expect(text).toContain(sample.input);
       const toolNames = sample.messages.flatMap((m: { tool_calls?: Array<{ function: string }> | null }) => (m.tool_calls ?? []).map((c) => c.function));
       expect(toolNames.length).toBeGreaterThan(2);
-      for (const name of toolNames) expect(text.toUpperCase()).toContain(`TOOL: ${name.toUpperCase()}`);
-      expect(text).toContain(sample.scores.adjudicator.value);
+      // Each tool event in order: its header and the call with its input.
+      let at = 0;
+      for (const name of toolNames) {
+        const next = text.indexOf(`Tool: ${name}`, at);
+        expect(next, `Tool: ${name} at or after offset ${at}`).toBeGreaterThanOrEqual(at);
+        expect(text.indexOf(`${name}(`, next)).toBeGreaterThan(next);
+        at = next + 1;
+      }
+      expect(text).toContain(`Score${sample.scores.adjudicator.value}`);
       expect(errors).toEqual([]);
     } finally {
       await server.close();
