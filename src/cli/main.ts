@@ -281,8 +281,19 @@ Correctness is agent-adjudicated: there is no human review.`,
     .option("--ledger <path>", "the private ledger (only read)")
     .option("--adjudication <path>", "the adjudication record of that ledger (only read)")
     .option("--manifest <path>", "the manifest the run used, for the plan and the pilot extrapolation (default: the path the ledger records)")
-    .addOption(new Option("--format <format>", "what to print on stdout").choices(["markdown", "json", "html"]).default("markdown"))
-    .option("--out-dir <dir>", "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing")
+    .addOption(
+      new Option(
+        "--format <format>",
+        "what to print on stdout; inspect: instead write the study as Inspect eval logs (one PRIVATE .json log per arm, mode 600, created exclusively) into <ledger>.inspect/ or --out-dir, for `inspect view` (docs/report.md)",
+      )
+        .choices(["markdown", "json", "html", "inspect"])
+        .default("markdown"),
+    )
+    .option(
+      "--out-dir <dir>",
+      "write report.md, report.json and report.html into this folder (it may exist; the files may not) instead of printing; with --format inspect: the folder of the logs (outside every checkout and the project)",
+    )
+    .option("--out <dir>", "the same as --out-dir")
     .option(
       "--private",
       "instead: write the PRIVATE pair viewer <ledger>.pairs.html beside the ledger (mode 600, created exclusively): each task x repetition's two attempts side by side with tool calls and their inputs, answers and verdicts; never publish it",

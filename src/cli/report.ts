@@ -9,8 +9,10 @@ export interface ReportFlags {
   ledger?: string;
   adjudication?: string;
   manifest?: string;
-  format?: "markdown" | "json" | "html";
+  format?: "markdown" | "json" | "html" | "inspect";
   outDir?: string;
+  /** The same as outDir. */
+  out?: string;
   seed?: string;
   effect?: string[];
   private?: boolean;
@@ -33,7 +35,24 @@ function parseEffects(texts: string[] | undefined): number[] | undefined {
 
 export async function reportCommand(flags: ReportFlags): Promise<number> {
   if (!flags.ledger) throw new UsageError("--ledger PATH is required: the ledger of the run to report");
-  const { loadReport, renderJson, writeReportFiles, writePrivateViewer } = await import("../report/write.ts");
+  const { loadReport, renderJson, writeReportFiles, writePrivateViewer, writeInspectLogs } = await import("../report/write.ts");
+  if (flags.out !== undefined && flags.outDir !== undefined && flags.out !== flags.outDir) throw new UsageError("--out and --out-dir name the same folder; give one of them");
+  const outDir = flags.outDir ?? flags.out;
+  if (flags.format === "inspect") {
+    if (flags.private) throw new UsageError("--private writes the pair viewer and --format inspect the Inspect logs; give one of them (both are private)");
+    const written = await writeInspectLogs({
+      ledger: flags.ledger,
+      adjudication: flags.adjudication,
+      manifest: flags.manifest,
+      seed: parseSeed(flags.seed),
+      effects: parseEffects(flags.effect),
+      outDir,
+    });
+    process.stdout.write(
+      `${JSON.stringify({ inspect: written.dir, logs: written.logs, view: `inspect view --log-dir ${written.dir}`, note: "private: holds answers and transcripts; mode 600; do not publish" }, null, 2)}\n`,
+    );
+    return ExitCode.ok;
+  }
   if (flags.private) {
     const written = await writePrivateViewer({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });
     process.stdout.write(
@@ -42,8 +61,8 @@ export async function reportCommand(flags: ReportFlags): Promise<number> {
     return ExitCode.ok;
   }
   const report = await loadReport({ ledger: flags.ledger, adjudication: flags.adjudication, manifest: flags.manifest, seed: parseSeed(flags.seed), effects: parseEffects(flags.effect) });
-  if (flags.outDir) {
-    const files = await writeReportFiles(flags.outDir, report);
+  if (outDir) {
+    const files = await writeReportFiles(outDir, report);
     process.stdout.write(`${JSON.stringify(files, null, 2)}\n`);
     return ExitCode.ok;
   }

@@ -1,9 +1,10 @@
-import { mkdir, realpath, stat, writeFile } from "node:fs/promises";
+import { mkdir, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { createPrivateFile } from "../ledger/store.ts";
 import { readTranscriptFile, sha256Hex, transcriptLines } from "../ledger/transcripts.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { renderViewer } from "./viewer.ts";
+import { buildInspectLogs } from "./inspect.ts";
 import { readLedgerInput, loadLedgerManifest } from "../adjudicate/input.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { errorMessage, UsageError } from "../util/errors.ts";
@@ -66,6 +67,51 @@ export async function writePrivateViewer(sources: ReportSources): Promise<{ path
   const real = await createPrivateFile(path, html, { checkouts, projectRoot: PROJECT_ROOT }, "pair viewer");
   const pairs = new Set(input.ledger.observations.map((o) => `${o.task}\0${o.repetition}`)).size;
   return { path: real, pairs, attempts: input.ledger.observations.length };
+}
+
+/** `<ledger>.inspect/`: the default folder of the Inspect logs, beside the ledger. */
+export const inspectDir = (ledgerRealPath: string) => `${ledgerRealPath}.inspect`;
+
+/**
+ * Writes the study as Inspect eval logs (src/report/inspect.ts), one `.json` per arm, into
+ * `outDir` (default: beside the ledger). They hold answers and transcripts, so each is a private
+ * file like the pair viewer: created exclusively, mode 600, refused inside a checkout or the
+ * project; the folder is created mode 700. The questions come from the manifest, which must be
+ * the one the run used.
+ */
+export async function writeInspectLogs(sources: ReportSources & { outDir?: string }): Promise<{ dir: string; logs: Array<{ arm: string; path: string; samples: number }> }> {
+  const ledgerPath = await realpath(resolve(sources.ledger)).catch(() => resolve(sources.ledger));
+  const input = await readLedgerInput(ledgerPath);
+  const { manifest } = await loadLedgerManifest(input.ledger, sources.manifest && resolve(sources.manifest)).catch((err: unknown) => {
+    throw new UsageError(`--format inspect takes each sample's question from the manifest the run used: ${errorMessage(err)}`);
+  });
+  const report = await loadReport(sources);
+  const record = sources.adjudication ? await readRecord(resolve(sources.adjudication)) : null;
+  const transcripts = new Map<number, string[]>();
+  for (const o of input.ledger.observations) {
+    const file = await readTranscriptFile(ledgerPath, o.index);
+    if (file && o.transcriptSha256 === sha256Hex(file.bytes)) transcripts.set(o.index, transcriptLines(file.bytes));
+  }
+  const logs = buildInspectLogs({ report, ledger: input.ledger, ledgerFileSha256: input.sha256, record, manifest, transcripts });
+  const dir = resolve(sources.outDir ?? inspectDir(ledgerPath));
+  const flag = sources.outDir ? "--out-dir" : "the default folder beside the ledger";
+  // A folder this call creates is removed again when a log is refused: nothing is left inside a checkout or the project.
+  const created = await mkdir(dir, { recursive: true, mode: 0o700 });
+  const checkouts = input.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []));
+  const written: Array<{ arm: string; path: string; samples: number }> = [];
+  try {
+    for (const l of logs) {
+      const path = await createPrivateFile(join(dir, l.name), `${JSON.stringify(l.log)}\n`, { checkouts, projectRoot: PROJECT_ROOT }, "Inspect log");
+      written.push({ arm: l.arm, path, samples: (l.log.samples as unknown[]).length });
+    }
+  } catch (err) {
+    if (created) await rm(created, { recursive: true, force: true });
+    if (!(err instanceof UsageError)) throw err;
+    // The shared check names the ledger's --output flag; here the folder is --out-dir's or the default.
+    const problems = err.problems.map((p) => `${p.replaceAll("--output ", "")} (the Inspect logs' folder: ${flag})`);
+    throw new UsageError(problems.join("\n"), problems);
+  }
+  return { dir, logs: written };
 }
 
 export function renderJson(report: ReportData): string {
