@@ -3,9 +3,8 @@ import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
-import { reapOrphanExports, removeTree } from "../export/export.ts";
+import { planExport, reapOrphanExports, removeTree, type ExportLimits } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
-import { hasCommit } from "../corpus/git.ts";
 import { adjudicatorFilterOptions } from "../corpus/filter.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLock } from "../attempt/login.ts";
 import type { NetworkSetting } from "../attempt/spec.ts";
@@ -38,6 +37,8 @@ export interface AdjudicationConfig extends GatewayRunOptions {
   /** sha256 of the ledger file's bytes as read. */
   ledgerSha256: string;
   loaded: LoadedManifest;
+  /** The export limits (`--max-export-files`, `--max-export-bytes`; default DEFAULT_EXPORT_LIMITS). */
+  exportLimits?: ExportLimits;
   /** repository -> checkout holding the pinned commit. */
   roots: ReadonlyMap<string, string>;
   model: string;
@@ -111,10 +112,19 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   const facts = await inspectLogin(login);
   if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
   const problems: string[] = [];
-  for (const { repository, pin } of repositories) {
+  for (const { repository } of repositories) {
     const root = config.roots.get(repository);
     if (root === undefined) problems.push(`--root ${repository}=<path> is missing, and the ledger records no checkout for it; the adjudicator reads the sources at the pin`);
-    else if (!(await hasCommit(root, pin))) problems.push(`the checkout ${root} of ${repository} does not hold the pinned commit ${pin}; fetch it first`);
+    else {
+      // The grader's export, listed once with the export's own code: the pin rule and every
+      // limit are checked here, before anything is reserved (contract R121, R124).
+      try {
+        await planExport(adjudicatorFilterOptions({ ...(await exportSourceFor(config.loaded, repository, root)), ...(config.exportLimits ? { limits: config.exportLimits } : {}) }));
+      } catch (err) {
+        if (!(err instanceof UsageError)) throw err;
+        problems.push(...err.problems.map((p) => `the checkout ${root} of ${repository}: ${p}`));
+      }
+    }
   }
   if (problems.length) throw new RefusalError(problems.join("\n"), problems);
   // Only a metered run asks the engine whether the image is the fake one.
@@ -231,6 +241,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
           export: adjudicatorFilterOptions({
             ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)),
+            ...(config.exportLimits ? { limits: config.exportLimits } : {}),
             labels: { run: adjudicationId, attempt: `adjudicate-${p.position}` },
           }),
           login,

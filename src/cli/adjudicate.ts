@@ -1,3 +1,5 @@
+import type { ExportLimits } from "../export/export.ts";
+import { parseExportLimits } from "../export/options.ts";
 import { randomInt } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
@@ -14,6 +16,8 @@ import { DEFAULT_ATTEMPT_BUDGET_USD, parseRoots } from "../settings/run-options.
 
 export interface AdjudicateFlags {
   ledger?: string;
+  maxExportFiles?: string;
+  maxExportBytes?: string;
   output?: string;
   manifest?: string;
   root?: string[];
@@ -74,6 +78,12 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
     problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
 
+  let exportLimits: ExportLimits | undefined;
+  try {
+    exportLimits = parseExportLimits(flags);
+  } catch (err) {
+    problems.push(...(err as UsageError).problems);
+  }
   let roots = new Map<string, string>();
   try {
     roots = parseRoots(flags.root);
@@ -139,6 +149,7 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
         ledgerSha256: input.sha256,
         loaded,
         roots,
+        exportLimits,
         model,
         forceSameModel: flags.forceSameModel === true,
         capUsd: cap.data,

@@ -1,3 +1,4 @@
+import { parseExportLimits } from "../export/options.ts";
 import { DockerRuntime } from "../runtime/docker.ts";
 import { runDoctor, formatReport } from "../doctor/doctor.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
@@ -7,6 +8,8 @@ import { parseEgressAllow } from "../isolation/policy.ts";
 import type { Transport } from "../terms/terms.ts";
 
 export interface DoctorFlags {
+  maxExportFiles?: string;
+  maxExportBytes?: string;
   manifest: string;
   root?: string[];
   transport: Transport;
@@ -43,6 +46,7 @@ export async function doctorCommand(flags: DoctorFlags): Promise<number> {
       isolation: flags.isolation,
       egressAllow: flags.egressAllow !== undefined ? parseEgressAllow(flags.egressAllow) : undefined,
       runtime: flags.runtime,
+      exportLimits: parseExportLimits(flags),
     },
     { connect: () => new DockerRuntime(), env: process.env },
   );

@@ -40,6 +40,8 @@ export function buildProgram(setExit: (code: number) => void): Command {
     .option("--approve-budget", "required to spend: confirms STUDY_BUDGET_USD is the approved cumulative cap")
     .addOption(new Option("--transport <name>", "provider path: 'cli' (Claude Code in a container, the pilot transport) or 'http' (Messages API)").choices(TransportSchema.options).default("http"))
     .option("--root <name=path>", "checkout of a pinned repository (repeatable); checked clean and at its pin", collect)
+    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
+    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
     .option("--output <path>", "the private ledger: a new file outside every checkout and outside this project")
     .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
     .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
@@ -119,6 +121,8 @@ Examples:
     .option("--run", "check for the full study")
     .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(TransportSchema.options).default("http"))
     .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
+    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
+    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
     .option("--output <path>", "the ledger path the run would be given")
     .option("--attempt-budget-usd <usd>", "per-attempt limit", String(DEFAULT_ATTEMPT_BUDGET_USD))
     .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
@@ -158,9 +162,18 @@ Example:
     .requiredOption("--root <name=path>", "checkout of the repository (repeatable)", collect)
     .requiredOption("--repository <name>", "which repository of the manifest to export")
     .requiredOption("--out <dir>", "a folder that does not exist yet; its files end up 0444, folders 0555")
+    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
+    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
     .action(async (opts) => {
       const [{ exportCommand }, { parseRoots }] = await Promise.all([import("../export/command.ts"), import("../settings/run-options.ts")]);
-      const summary = await exportCommand({ manifest: opts.manifest, roots: Object.fromEntries(parseRoots(opts.root)), repository: opts.repository, out: opts.out });
+      const summary = await exportCommand({
+        manifest: opts.manifest,
+        roots: Object.fromEntries(parseRoots(opts.root)),
+        repository: opts.repository,
+        out: opts.out,
+        maxExportFiles: opts.maxExportFiles,
+        maxExportBytes: opts.maxExportBytes,
+      });
       process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
       setExit(ExitCode.ok);
     });
@@ -227,6 +240,8 @@ Example:
     .option("--seed <n>", "seed of the shuffled item order, 0-4294967295 (default: drawn at random); recorded")
     .option("--manifest <path>", "the manifest the run used (default: the path the ledger records); its hash must equal the ledger's protocol hash")
     .option("--root <name=path>", "checkout holding a repository's pinned commit (repeatable; default: the checkouts the ledger records)", collect)
+    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
+    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
     .option(
       "--item-budget-usd <usd>",
       "per-item limit, reserved and passed as --max-budget-usd; with --credentials gateway it must hold the gateway's bound of one request (about 1.4 USD for claude-sonnet-5-5), else the start is refused",

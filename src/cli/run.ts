@@ -1,6 +1,8 @@
 import { loadManifest } from "../manifest/load.ts";
 import { planStudy, plannedRepositories } from "../plan/plan.ts";
-import { checkRoot, type RootCheck } from "../corpus/check.ts";
+import { checkRoot, type RootCheck } from "../export/root-check.ts";
+import type { ExportLimits } from "../export/export.ts";
+import { parseExportLimits } from "../export/options.ts";
 import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
 import { checkExecution, parseRoots, type RawRunFlags } from "../settings/run-options.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
@@ -47,6 +49,9 @@ export interface RunFlags extends RawRunFlags {
   testGatewayCa?: string;
   /** Tests only: the Messages API base of the http transport (loopback or the real API). */
   apiBaseUrl?: string;
+  /** Raise the export limits (docs/export.md, "Limits"). */
+  maxExportFiles?: string;
+  maxExportBytes?: string;
 }
 
 /** `--cpus`: a number of CPUs of at least 0.01 (Docker's smallest useful share); pushes a problem otherwise. */
@@ -94,8 +99,8 @@ export function parseEngineCommand(value: string | undefined): string[] | undefi
   return parsed as string[];
 }
 
-async function assertRoots(manifest: Awaited<ReturnType<typeof loadManifest>>["manifest"], roots: ReadonlyMap<string, string>): Promise<RootCheck[]> {
-  const checks = await Promise.all([...roots].map(([name, dir]) => checkRoot(manifest, name, dir)));
+async function assertRoots(loaded: Awaited<ReturnType<typeof loadManifest>>, roots: ReadonlyMap<string, string>, limits: ExportLimits): Promise<RootCheck[]> {
+  const checks = await Promise.all([...roots].map(([name, dir]) => checkRoot(loaded, name, dir, { limits })));
   const problems = checks.flatMap((c) => c.problems);
   if (problems.length) throw new RefusalError(problems.join("\n"), problems);
   return checks;
@@ -119,13 +124,15 @@ export async function runCommand(flags: RunFlags): Promise<number> {
     throw new UsageError(unknown.map((n) => `--root ${n}=…: '${n}' is not a repository of the manifest (known: ${Object.keys(manifest.repositories).join(", ")})`).join("\n"));
   }
 
+  const exportLimits = parseExportLimits(flags);
+
   if (flags.dryRun) {
     // A dry run given the model an execution would use answers what that execution would:
     // a model the runner cannot price is refused here too, not after its first reservation.
     const model = env.STUDY_MODEL?.trim();
     const unpriced = model && flags.transport === "cli" ? checkPricedModel(model) : null;
     if (unpriced) throw new UsageError(unpriced);
-    const checks = await assertRoots(manifest, roots);
+    const checks = await assertRoots(loaded, roots, exportLimits);
     const byName = new Map(checks.map((c) => [c.repository, c]));
     const summary = {
       dryRun: true,
@@ -144,6 +151,8 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         root: byName.get(name)?.root ?? null,
         checked: byName.has(name),
         sourcesChecked: byName.get(name)?.sources ?? 0,
+        // The export's file list, computed once and checked against the limits before anything is reserved.
+        export: byName.has(name) ? { files: byName.get(name)!.exportFiles, bytes: byName.get(name)!.exportBytes, limits: exportLimits } : null,
         // What no export of this repository will hold as an answer key: by name, and copies by content.
         excludedAsAnswerKeys: byName.get(name)?.answerKeys ?? null,
       })),
@@ -198,7 +207,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
   const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
   if (flags.transport === "http") (await import("../http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
-  await assertRoots(manifest, roots);
+  await assertRoots(loaded, roots, exportLimits);
 
   const [{ referenceEngineCommand }, { killAtCheckpoint }] = await Promise.all([import("../mcp/preflight.ts"), import("../loop/checkpoint.ts")]);
   const controller = new AbortController();
@@ -232,6 +241,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
           docBridgeCommand: docBridgeCommand ?? referenceEngineCommand(),
           deadlineMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
           quiet: flags.quiet,
+          exportLimits,
         },
         { stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal },
       );
@@ -271,6 +281,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         memoryBytes: flags.testMemoryLimitMb === undefined ? undefined : testNumber("--test-memory-limit-mb", flags.testMemoryLimitMb)! * 1024 * 1024,
         homeBytes: flags.testHomeSizeMb === undefined ? undefined : testNumber("--test-home-size-mb", flags.testHomeSizeMb)! * 1024 * 1024,
         quiet: flags.quiet,
+        exportLimits,
       },
       { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal, checkpoint: killAtCheckpoint(process.env) },
     );

@@ -1,4 +1,6 @@
-import type { TreeEntry } from "./git.ts";
+import { createHash } from "node:crypto";
+import { UsageError } from "../util/errors.ts";
+import { readBlobs, type TreeEntry } from "./git.ts";
 
 /** Largest blob an export (and any client-side tool) ever holds. */
 export const MAX_PUBLIC_BYTES = 200_000;
@@ -104,6 +106,10 @@ interface PreparedOptions {
   manifestPaths: readonly string[];
   /** Blob id → "answer-key" or "manifest": any entry with that content is kept out wherever it lies. */
   blobs: Map<string, "answer-key" | "manifest">;
+  /** Normalized-content digests of the answer keys (see `normalizedDigest`). */
+  keyDigests: Set<string>;
+  /** Blob id → its normalized-content digest, when the tree's contents were read. */
+  digests: ReadonlyMap<string, string>;
 }
 
 function matchesKey(form: string, keys: readonly string[]): string | undefined {
@@ -122,13 +128,23 @@ function reasonFor(entry: TreeEntry, o: PreparedOptions): ExclusionReason | unde
   if (o.excludeInstructionFiles && isInstructionFile(entry.path)) return "instruction-file";
   const byContent = o.blobs.get(entry.oid);
   if (byContent) return byContent;
+  const digest = o.digests.get(entry.oid);
+  if (digest !== undefined && o.keyDigests.has(digest)) return "answer-key";
   if ((entry.size ?? Infinity) > MAX_PUBLIC_BYTES) return "too-large";
   return undefined;
 }
 
-function prepare(opts: PublicPathOptions, blobs: Map<string, "answer-key" | "manifest"> = new Map()): PreparedOptions {
+function prepare(opts: PublicPathOptions, facts: TreeFacts = NO_FACTS): PreparedOptions {
+  const blobs = new Map<string, "answer-key" | "manifest">();
   for (const id of opts.manifestBlobIds ?? []) if (!EMPTY_BLOBS.has(id)) blobs.set(id, "manifest");
-  return { keys: (opts.answerKeys ?? []).map(matchForm), manifestPaths: opts.manifestPaths ?? [], blobs, excludeInstructionFiles: opts.excludeInstructionFiles ?? false };
+  return {
+    keys: (opts.answerKeys ?? []).map(matchForm),
+    manifestPaths: opts.manifestPaths ?? [],
+    blobs,
+    keyDigests: new Set(),
+    digests: facts.digests,
+    excludeInstructionFiles: opts.excludeInstructionFiles ?? false,
+  };
 }
 
 /**
@@ -144,9 +160,14 @@ export function exclusionReason(entry: TreeEntry, opts: PublicPathOptions = {}):
 export interface AnswerKeyMatch {
   /** The key as the manifest spells it. */
   key: string;
-  /** Tree paths whose match form is the key's, or lies under it. */
+  /**
+   * Where the key's committed symlinks lead, followed inside the tree at the pin (a symlinked key,
+   * a key under a symlinked folder, a symlink inside a key folder): each target is a key too.
+   */
+  resolvedTo: string[];
+  /** Tree paths whose match form is the key's or a resolved target's, or lies under one. */
   byName: string[];
-  /** Other tree paths holding the same blob as one of those (copies under another name). */
+  /** Other tree paths holding the same content as one of those, exactly or once normalized (copies under another name). */
   byContent: string[];
 }
 
@@ -158,31 +179,189 @@ export interface PublicFilter {
 }
 
 /**
- * The public-path filter over a whole pinned tree: the one filter every export, every
- * client-side tool and the doc-bridge index apply. On top of the path rules it keeps out
- * every blob whose content is an answer key's or the manifest's, wherever it lies.
+ * What the filter needs from the tree's blobs, read once by `readTreeFacts`: where each committed
+ * symlink points, and the normalized-content digest of each regular blob an export could hold.
  */
-export function publicFilter(entries: readonly TreeEntry[], opts: PublicPathOptions = {}): PublicFilter {
-  const prepared = prepare(opts);
-  const answerKeys: AnswerKeyMatch[] = (opts.answerKeys ?? []).map((key) => ({ key, byName: [], byContent: [] }));
+export interface TreeFacts {
+  /** Symlink path (as in the tree) → the target it stores. */
+  links: ReadonlyMap<string, string>;
+  /** Blob id → `normalizedDigest` of its bytes (undefined digests are not stored). */
+  digests: ReadonlyMap<string, string>;
+}
+
+const NO_FACTS: TreeFacts = { links: new Map(), digests: new Map() };
+
+const UTF8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * The one normalisation answer-key copies are compared in (docs/export.md): the bytes decoded as
+ * UTF-8 (bytes that are not UTF-8 are compared exactly), a leading BOM removed, Unicode NFC, CRLF
+ * and lone CR made LF, whitespace at the end of every line removed, newlines at the end removed.
+ * Returns the sha256 of the result, or undefined when nothing is left (an empty or blank file
+ * holds no answer).
+ */
+export function normalizedDigest(data: Buffer): string | undefined {
+  let text: string;
+  try {
+    text = UTF8.decode(data);
+  } catch {
+    return data.length ? createHash("sha256").update("raw\0").update(data).digest("hex") : undefined;
+  }
+  const normal = text
+    .replace(/^\uFEFF/, "")
+    .normalize("NFC")
+    .replace(/\r\n?/g, "\n")
+    .replace(/[^\S\n]+$/gm, "")
+    .replace(/\n+$/, "");
+  return normal === "" ? undefined : createHash("sha256").update("text\0").update(normal, "utf8").digest("hex");
+}
+
+const isSymlink = (e: TreeEntry) => e.mode === "120000" && e.type === "blob";
+const isRegular = (e: TreeEntry) => e.type === "blob" && (e.mode === "100644" || e.mode === "100755");
+
+/**
+ * Reads what `publicFilter` needs to resolve answer keys: every symlink's target and the
+ * normalized digest of every regular blob of at most MAX_PUBLIC_BYTES (one `git cat-file
+ * --batch`). Without answer keys nothing is read.
+ */
+export async function readTreeFacts(repoDir: string, entries: readonly TreeEntry[], opts: PublicPathOptions): Promise<TreeFacts> {
+  if (!opts.answerKeys?.length) return NO_FACTS;
+  const links = new Map<string, string>();
+  const digests = new Map<string, string>();
+  const wanted = entries.filter((e) => isSymlink(e) || (isRegular(e) && (e.size ?? Infinity) <= MAX_PUBLIC_BYTES && !EMPTY_BLOBS.has(e.oid)));
+  const unique: TreeEntry[] = [];
+  const seen = new Set<string>();
+  for (const e of wanted) {
+    if (isSymlink(e)) unique.push(e);
+    else if (!seen.has(e.oid)) {
+      seen.add(e.oid);
+      unique.push(e);
+    }
+  }
+  await readBlobs(
+    repoDir,
+    unique.map((e) => e.oid),
+    (i, data) => {
+      const e = unique[i]!;
+      if (isSymlink(e)) links.set(e.path, data.toString("utf8"));
+      else {
+        const d = normalizedDigest(data);
+        if (d !== undefined) digests.set(e.oid, d);
+      }
+    },
+  );
+  return { links, digests };
+}
+
+/** Symlinks followed in one resolution before it counts as a loop (Linux's MAXSYMLINKS). */
+const MAX_LINK_HOPS = 40;
+
+/**
+ * Follows committed symlinks in `path` inside the tree, component by component, the way the
+ * kernel would in a checkout. Returns the resolved path, or throws a UsageError when a link is
+ * absolute, climbs above the root or loops.
+ */
+function resolveInTree(path: string, links: ReadonlyMap<string, string>, what: string): string {
+  const out: string[] = [];
+  let queue = path.split("/");
+  let hops = 0;
+  while (queue.length) {
+    const c = queue.shift()!;
+    if (c === "" || c === ".") continue;
+    if (c === "..") {
+      if (out.length === 0) throw new UsageError(`${what} resolves through '..' above the repository's root; an answer key must resolve inside the tree at the pin: correct the key or the symlink`);
+      out.pop();
+      continue;
+    }
+    const here = [...out, c].join("/");
+    const target = links.get(matchForm(here));
+    if (target === undefined) {
+      out.push(c);
+      continue;
+    }
+    if (++hops > MAX_LINK_HOPS) throw new UsageError(`${what} loops: the symlink '${here}' is followed more than ${MAX_LINK_HOPS} times; correct the symlinks or the key`);
+    if (target.startsWith("/"))
+      throw new UsageError(`${what}: the symlink '${here}' points to the absolute path '${target}', outside the repository; an answer key must resolve inside the tree at the pin`);
+    queue = [...target.split("/"), ...queue];
+  }
+  if (out.length === 0) throw new UsageError(`${what} resolves to the repository's root; name the answer files or folders themselves`);
+  return out.join("/");
+}
+
+/**
+ * The public-path filter over a whole pinned tree: the one filter every export, every
+ * client-side tool and the doc-bridge index apply. On top of the path rules it resolves each
+ * answer key through the committed symlinks (given `facts`; contract R119) and keeps out every
+ * blob whose content is an answer key's or the manifest's, exactly or once normalized
+ * (`normalizedDigest`), wherever it lies.
+ */
+export function publicFilter(entries: readonly TreeEntry[], opts: PublicPathOptions = {}, facts: TreeFacts = NO_FACTS): PublicFilter {
+  const prepared = prepare(opts, facts);
+  const answerKeys: AnswerKeyMatch[] = (opts.answerKeys ?? []).map((key) => ({ key, resolvedTo: [], byName: [], byContent: [] }));
   if (prepared.keys.length === 0) return { reason: (e) => reasonFor(e, prepared), answerKeys };
 
+  // Links by match form, so that a key spelt in another case still finds its symlink.
+  const links = new Map<string, string>();
+  const linkPaths: string[] = [];
+  for (const [path, target] of facts.links) {
+    links.set(matchForm(path), target);
+    linkPaths.push(path);
+  }
+  // Each key's forms: its own, and every target its symlinks (or symlinks inside it) resolve to.
+  const ownerOfForm = new Map<string, number>();
+  for (const [i, key] of prepared.keys.entries()) {
+    const work = [key];
+    const what = `answer key '${answerKeys[i]!.key}'`;
+    while (work.length) {
+      const form = work.pop()!;
+      if (ownerOfForm.has(form)) continue;
+      ownerOfForm.set(form, i);
+      const inside = linkPaths.filter((p) => matchesKey(matchForm(p), [form]) !== undefined);
+      const starts = [form, ...inside.map(matchForm)];
+      for (const start of starts) {
+        const resolved = matchForm(resolveInTree(start, links, start === form ? what : `${what} (its symlink '${start}')`));
+        if (resolved !== start && !ownerOfForm.has(resolved) && !answerKeys[i]!.resolvedTo.includes(resolved)) {
+          answerKeys[i]!.resolvedTo.push(resolved);
+          work.push(resolved);
+        }
+      }
+    }
+  }
+  prepared.keys = [...ownerOfForm.keys()];
+
   const owner = new Map<string, AnswerKeyMatch>();
+  const digestOwner = new Map<string, AnswerKeyMatch>();
   for (const e of entries) {
     const key = matchesKey(matchForm(e.path), prepared.keys);
     if (key === undefined) continue;
-    const match = answerKeys[prepared.keys.indexOf(key)]!;
+    const match = answerKeys[ownerOfForm.get(key)!]!;
     match.byName.push(e.path);
-    if (e.type === "blob" && !EMPTY_BLOBS.has(e.oid)) {
+    if (isRegular(e) && !EMPTY_BLOBS.has(e.oid)) {
       prepared.blobs.set(e.oid, "answer-key");
       if (!owner.has(e.oid)) owner.set(e.oid, match);
+      const digest = facts.digests.get(e.oid);
+      if (digest !== undefined) {
+        prepared.keyDigests.add(digest);
+        if (!digestOwner.has(digest)) digestOwner.set(digest, match);
+      }
     }
   }
   for (const e of entries) {
-    const match = owner.get(e.oid);
-    if (match && e.type === "blob" && !match.byName.includes(e.path) && matchesKey(matchForm(e.path), prepared.keys) === undefined) match.byContent.push(e.path);
+    if (e.type !== "blob" || isSymlink(e)) continue;
+    const digest = facts.digests.get(e.oid);
+    const match = owner.get(e.oid) ?? (digest === undefined ? undefined : digestOwner.get(digest));
+    if (match && !match.byName.includes(e.path) && matchesKey(matchForm(e.path), prepared.keys) === undefined) match.byContent.push(e.path);
   }
   return { reason: (e) => reasonFor(e, prepared), answerKeys };
+}
+
+/**
+ * Lists nothing itself: reads the tree's facts for `entries` (symlink targets, content digests)
+ * and builds the filter, the way every production caller must (the export, the dry run and
+ * doctor, the doc-bridge index and its preflight).
+ */
+export async function loadPublicFilter(repoDir: string, entries: readonly TreeEntry[], opts: PublicPathOptions = {}): Promise<PublicFilter> {
+  return publicFilter(entries, opts, await readTreeFacts(repoDir, entries, opts));
 }
 
 export function publicEntries(entries: readonly TreeEntry[], opts: PublicPathOptions = {}): TreeEntry[] {

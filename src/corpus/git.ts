@@ -1,14 +1,59 @@
+import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { runChild, startChild } from "../process/child.ts";
 
 /**
- * Git reads at a pin. Every call is an argument array (never a shell string) with a
- * fixed environment, so a user's git config cannot change what the runner sees.
+ * Git reads at a pin. Every call is an argument array (never a shell string) with the
+ * environment `gitEnv` builds, so nothing but the commit's own objects decides what the
+ * runner sees (contract R117).
  */
-const GIT_ENV = {
-  GIT_CONFIG_NOSYSTEM: "1",
-  GIT_TERMINAL_PROMPT: "0",
-  LC_ALL: "C",
-};
+
+/**
+ * What every git command of the runner sees instead of the caller's git variables: no
+ * replace objects (`refs/replace/*` would swap any blob, tree or commit for another), no
+ * grafts (`info/grafts` rewrites parents), no system, user or XDG config (an alias, a
+ * `core.attributesFile`, a filter driver, `safe.directory`), no system attributes. Every
+ * inherited `GIT_*` variable is dropped first: `GIT_DIR`, `GIT_OBJECT_DIRECTORY`,
+ * `GIT_ALTERNATE_OBJECT_DIRECTORIES`, `GIT_CONFIG_COUNT`, `GIT_REPLACE_REF_BASE` and the like
+ * would each point git at other objects or other settings. Alternates of the checkout itself are
+ * refused by `checkPin`, and every blob read is checked against its id (`readBlobs`).
+ */
+export function gitEnv(base: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(base)) if (v !== undefined && !k.startsWith("GIT_")) env[k] = v;
+  // `safe.directory` only says which owner's repositories git agrees to open (the doc-bridge
+  // engine's sandbox sets it for its clone, contract R117 leaves it): it is carried over from the
+  // caller's GIT_CONFIG_* entries, and nothing else of them.
+  const safe: string[] = [];
+  for (let i = 0; i < Number(base.GIT_CONFIG_COUNT ?? 0) && i < 64; i++) {
+    const value = base[`GIT_CONFIG_VALUE_${i}`];
+    if (base[`GIT_CONFIG_KEY_${i}`]?.toLowerCase() === "safe.directory" && value !== undefined) safe.push(value);
+  }
+  if (safe.length) {
+    env.GIT_CONFIG_COUNT = String(safe.length);
+    safe.forEach((value, i) => {
+      env[`GIT_CONFIG_KEY_${i}`] = "safe.directory";
+      env[`GIT_CONFIG_VALUE_${i}`] = value;
+    });
+  }
+  return Object.assign(env, {
+    GIT_NO_REPLACE_OBJECTS: "1",
+    GIT_GRAFT_FILE: "/dev/null",
+    GIT_CONFIG_NOSYSTEM: "1",
+    GIT_CONFIG_GLOBAL: "/dev/null",
+    GIT_ATTR_NOSYSTEM: "1",
+    GIT_TERMINAL_PROMPT: "0",
+    LC_ALL: "C",
+  });
+}
+
+/**
+ * Written into `info/attributes` of a clone the runner checks out (the doc-bridge engine's view):
+ * that file takes precedence over every `.gitattributes` in the tree, so no end-of-line
+ * conversion, `ident` expansion, filter or working-tree encoding changes a file's bytes.
+ */
+export const NO_ATTRIBUTES = "* -text -eol -ident -filter -working-tree-encoding -export-subst\n";
 
 /** A local git read that takes longer than this is stuck (a lock, a hung filesystem). */
 const GIT_TIMEOUT_MS = 5 * 60_000;
@@ -16,7 +61,7 @@ const GIT_TIMEOUT_MS = 5 * 60_000;
 export async function git(cwd: string, args: readonly string[], opts: { maxBuffer?: number } = {}): Promise<Buffer> {
   const { stdout } = await runChild("git", ["-c", "core.quotepath=off", ...args], {
     cwd,
-    env: { ...process.env, ...GIT_ENV },
+    env: gitEnv(),
     timeoutMs: GIT_TIMEOUT_MS,
     maxOutputBytes: opts.maxBuffer ?? 256 * 1024 * 1024,
   });
@@ -73,24 +118,67 @@ export async function lsTree(cwd: string, pin: string, opts: { recursive?: boole
   return entries;
 }
 
-/** True when the commit exists in the repository. */
-export async function hasCommit(cwd: string, pin: string): Promise<boolean> {
-  try {
-    await git(cwd, ["cat-file", "-e", `${pin}^{commit}`]);
-    return true;
-  } catch {
-    return false;
+/** A full lowercase hex object id: 40 digits (SHA-1 repositories). */
+export const PIN_RE = /^[0-9a-f]{40}$/;
+
+/**
+ * The one pin rule (contract R124): a 40-hex id that names a commit object in the checkout, read
+ * from the checkout's own object store. Returns what is wrong with it (a sentence naming the fix),
+ * or undefined when it is a pin. An annotated tag is refused even though git would peel it: the
+ * pin is what the ledger records, and it must name the commit whose tree is exported.
+ */
+export async function checkPin(cwd: string, pin: string): Promise<string | undefined> {
+  if (!PIN_RE.test(pin)) return `pin '${pin}' must be a full 40-character lowercase hex commit id (get it with \`git rev-parse HEAD\` in the checkout)`;
+  const alternates = await alternatesFile(cwd);
+  if (alternates !== undefined) {
+    return `the checkout borrows objects from other repositories through ${alternates}; the export reads the checkout's own objects only: run \`git repack -a -d\` there and remove that file`;
   }
+  let type: string;
+  try {
+    type = (await git(cwd, ["cat-file", "-t", pin])).toString("utf8").trim();
+  } catch {
+    return `commit ${pin} is not in the repository at ${cwd}; fetch it first`;
+  }
+  if (type === "commit") return undefined;
+  if (type === "tag") {
+    const peeled = await git(cwd, ["rev-parse", "--verify", "--quiet", `${pin}^{commit}`]).then(
+      (b) => b.toString("utf8").trim(),
+      () => undefined,
+    );
+    return `pin ${pin} is an annotated tag, not a commit; pin the commit it points to${peeled ? ` (${peeled})` : ""}`;
+  }
+  return `pin ${pin} names a ${type} object, not a commit; pin a commit id (\`git rev-parse HEAD\` in the checkout)`;
+}
+
+/** The checkout's `objects/info/alternates` when it lists another object store, else undefined. */
+async function alternatesFile(cwd: string): Promise<string | undefined> {
+  let common: string;
+  try {
+    common = (await git(cwd, ["rev-parse", "--path-format=absolute", "--git-common-dir"])).toString("utf8").trim();
+  } catch {
+    return undefined; // not a repository: the commit lookup says so
+  }
+  const file = join(common, "objects", "info", "alternates");
+  const text = await readFile(file, "utf8").catch(() => "");
+  return text.split("\n").some((l) => l.trim() !== "" && !l.startsWith("#")) ? file : undefined;
+}
+
+/** Git's id of `data` as a blob, in the object format whose ids have `oid`'s length. */
+export function blobId(data: Buffer, oid: string): string {
+  return createHash(oid.length === 64 ? "sha256" : "sha1")
+    .update(`blob ${data.length}\0`)
+    .update(data)
+    .digest("hex");
 }
 
 /**
  * Reads many blobs through one `git cat-file --batch` process (never one process per
- * file). Calls `onBlob` in request order with each blob's bytes; only the blob being
- * handed over is held in memory. The process is killed if reading stops early.
+ * file). Calls `onBlob` in request order with each blob's bytes, each checked to hash to the
+ * id asked for; only the blob being handed over is held in memory. The process is killed if reading stops early.
  */
 export async function readBlobs(cwd: string, oids: readonly string[], onBlob: (index: number, data: Buffer) => void | Promise<void>): Promise<void> {
   if (oids.length === 0) return;
-  const child = startChild("git", ["cat-file", "--batch"], { cwd, env: { ...process.env, ...GIT_ENV } });
+  const child = startChild("git", ["cat-file", "--batch"], { cwd, env: gitEnv() });
   let stderr = "";
   child.stderr.on("data", (d: Buffer) => (stderr += d.toString("utf8")));
   const exited = new Promise<number | null>((resolve, reject) => {
@@ -131,6 +219,7 @@ export async function readBlobs(cwd: string, oids: readonly string[], onBlob: (i
           keep(buf.subarray(nl + 1));
           const m = /^([0-9a-f]+) (\S+) (\d+)$/.exec(header);
           if (!m) throw new Error(`git cat-file: object ${oids[index]} is not readable (${header})`);
+          if (m[2] !== "blob") throw new Error(`git cat-file: object ${oids[index]} is a ${m[2]}, not a blob`);
           need = Number(m[3]) + 1;
         }
         if (have < need) break;
@@ -138,6 +227,9 @@ export async function readBlobs(cwd: string, oids: readonly string[], onBlob: (i
         const data = Buffer.from(buf.subarray(0, need - 1));
         keep(buf.subarray(need));
         need = -1;
+        // The bytes must be the object the tree names, whichever store git found them in.
+        const oid = oids[index]!;
+        if (blobId(data, oid) !== oid) throw new Error(`git cat-file: the bytes read for blob ${oid} do not hash to its id; the repository's object store is corrupt or was tampered with`);
         await onBlob(index++, data);
       }
     }

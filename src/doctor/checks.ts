@@ -1,14 +1,14 @@
 import { resolve } from "node:path";
 import { runChild } from "../process/child.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
-import type { Manifest } from "../manifest/schema.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { probeVersion } from "../image/build.ts";
 import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { NATIVE_PACKAGE } from "../image/install.ts";
 import { inspectLogin, resolveLogin, RELOGIN } from "../attempt/login.ts";
-import { checkRoot } from "../corpus/check.ts";
+import { checkRoot } from "../export/root-check.ts";
+import type { ExportLimits } from "../export/export.ts";
 import { preflightDocBridge, referenceEngineCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
 import { checkOutputPath } from "../ledger/store.ts";
 import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
@@ -198,7 +198,8 @@ function duration(ms: number): string {
 }
 
 /** One checkout: the run's checkRoot (top of a clean work tree, HEAD at the pin, every task source public at the pin). */
-export async function checkRootOf(manifest: Manifest, repository: string, dir: string | undefined, neededBy: string): Promise<Check> {
+export async function checkRootOf(loaded: LoadedManifest, repository: string, dir: string | undefined, neededBy: string, exportLimits?: ExportLimits): Promise<Check> {
+  const { manifest } = loaded;
   const name = `root:${repository}`;
   const pin = manifest.repositories[repository];
   if (pin === undefined) {
@@ -212,7 +213,7 @@ export async function checkRootOf(manifest: Manifest, repository: string, dir: s
       `git clone <${repository}'s repository> DIR && git -C DIR checkout --detach ${pin}, then pass --root ${repository}=DIR`,
     );
   }
-  const result = await checkRoot(manifest, repository, dir);
+  const result = await checkRoot(loaded, repository, dir, exportLimits ? { limits: exportLimits } : {});
   if (result.problems.length) {
     const prefix = `root '${repository}' (${dir}): `;
     return fail(
@@ -222,9 +223,17 @@ export async function checkRootOf(manifest: Manifest, repository: string, dir: s
     );
   }
   const keys = result.answerKeys.length
-    ? `; answer keys kept out: ${result.answerKeys.map((k) => `'${k.key}' → ${[...k.byName, ...k.byContent.map((p) => `${p} (same content)`)].join(", ")}`).join("; ")}`
+    ? `; answer keys kept out: ${result.answerKeys
+        .map(
+          (k) =>
+            `'${k.key}'${k.resolvedTo.length ? ` (resolves to ${k.resolvedTo.join(", ")})` : ""} → ${[...k.byName.map((p) => `${p} (by name)`), ...k.byContent.map((p) => `${p} (same content)`)].join(", ")}`,
+        )
+        .join("; ")}`
     : "; no answer keys";
-  return pass(name, `${dir}: clean, HEAD at the pin ${pin.slice(0, 12)}, ${result.sources} task source${result.sources === 1 ? "" : "s"} public at the pin${keys}`);
+  return pass(
+    name,
+    `${dir}: clean, HEAD at the pin ${pin.slice(0, 12)}, ${result.sources} task source${result.sources === 1 ? "" : "s"} public at the pin, export of ${result.exportFiles} files / ${result.exportBytes} bytes within the limits${keys}`,
+  );
 }
 
 const shellWord = (s: string) => (/^[\w@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`);

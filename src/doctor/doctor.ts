@@ -1,3 +1,4 @@
+import type { ExportLimits } from "../export/export.ts";
 import { randomBytes } from "node:crypto";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { runnerLabels } from "../runtime/reaper.ts";
@@ -48,6 +49,8 @@ export interface DoctorInput {
   egressAllow?: readonly string[];
   /** As for run; adds a "runtime" check. */
   runtime?: string;
+  /** As for run: the export limits each checkout's export is checked against. */
+  exportLimits?: ExportLimits;
 }
 
 export interface DoctorDeps {
@@ -138,7 +141,7 @@ async function corpusChecks(input: DoctorInput): Promise<{ checks: Check[]; load
   const what = input.mode === "pilot" ? "the pilot" : "the full study";
   const manifest = pass("manifest", `${loaded.path} (protocol hash ${loaded.protocolHash.slice(0, 12)}): ${what} is ${plan.length} attempts over ${planned.join(", ")}`);
   const names = [...new Set([...planned, ...input.roots.keys()])];
-  const roots = await Promise.all(names.map((name) => checkRootOf(loaded.manifest, name, input.roots.get(name), what)));
+  const roots = await Promise.all(names.map((name) => checkRootOf(loaded, name, input.roots.get(name), what, input.exportLimits)));
   return { checks: [manifest, ...roots], loaded, plan };
 }
 

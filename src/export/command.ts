@@ -1,11 +1,11 @@
 import { mkdir } from "node:fs/promises";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import type { ExclusionReason } from "../corpus/filter.ts";
 import { gitTopLevel } from "../corpus/git.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { UsageError } from "../util/errors.ts";
 import { planExport, removeTree, writeExport } from "./export.ts";
-import { exportSourceFor } from "./options.ts";
+import { exportSourceFor, parseExportLimits } from "./options.ts";
 
 export interface ExportCommandOptions {
   /** The study manifest: it pins the repository and lists its answer keys. */
@@ -15,6 +15,8 @@ export interface ExportCommandOptions {
   repository: string;
   /** A folder that does not exist yet; its parent must. */
   out: string;
+  maxExportFiles?: string;
+  maxExportBytes?: string;
 }
 
 /** What `study-runner export` prints: counts and hashes only, never file contents. */
@@ -45,9 +47,9 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
   const top = await gitTopLevel(resolve(root));
   if (top === undefined) throw new UsageError(`--root ${opts.repository}=${root} is not inside a git checkout`);
 
-  const plan = await planExport(await exportSourceFor(loaded, opts.repository, top));
-
   const out = resolve(opts.out);
+  const plan = await planExport({ ...(await exportSourceFor(loaded, opts.repository, top)), limits: parseExportLimits(opts), parentDir: dirname(out) });
+
   try {
     await mkdir(out, { mode: 0o700 });
   } catch (err) {
@@ -56,8 +58,9 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
     if (code === "ENOENT") throw new UsageError(`--out ${opts.out}: its parent folder does not exist`);
     throw err;
   }
+  let exportHash: string;
   try {
-    await writeExport(out, top, plan.files);
+    exportHash = await writeExport(out, top, plan.files);
   } catch (err) {
     await removeTree(out);
     throw err;
@@ -69,6 +72,6 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
     files: plan.files.length,
     bytes: plan.files.reduce((n, f) => n + f.size, 0),
     excluded: plan.excluded,
-    exportHash: plan.exportHash,
+    exportHash,
   };
 }

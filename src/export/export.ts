@@ -3,11 +3,11 @@ import { chmodSync, closeSync, fchmodSync, mkdirSync, openSync, writeSync } from
 import { chmod, lstat, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve, sep } from "node:path";
-import { hasCommit, lsTree, readBlobs, type TreeEntry } from "../corpus/git.ts";
-import { publicFilter, type AnswerKeyMatch, type ExclusionReason, type PublicPathOptions } from "../corpus/filter.ts";
-import { COMMIT_RE } from "../manifest/schema.ts";
+import { checkPin, lsTree, readBlobs, type TreeEntry } from "../corpus/git.ts";
+import { loadPublicFilter, type AnswerKeyMatch, type ExclusionReason, type PublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { UsageError } from "../util/errors.ts";
 import { folderPrefix, makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
+import { removeDeep } from "../util/remove-deep.ts";
 
 /**
  * The attempt's working directory: the pinned blobs that pass the public-path filter,
@@ -26,12 +26,83 @@ export interface ExportSource extends PublicPathOptions {
   repoDir: string;
   /** Full 40-hex commit id. */
   pin: string;
+  /** Where the export folder is made (default: the OS temp dir); the path limit is what it leaves. */
+  parentDir?: string;
+  /** The run's file-count and byte limits (default DEFAULT_EXPORT_LIMITS). */
+  limits?: ExportLimits;
 }
 
 export interface ExportOptions extends ExportSource {
-  /** Where the export folder is made (default: the OS temp dir). */
-  parentDir?: string;
   labels: { run: string; attempt: string };
+}
+
+/** How many files and bytes one export may hold (`--max-export-files`, `--max-export-bytes`). */
+export interface ExportLimits {
+  maxFiles: number;
+  maxBytes: number;
+}
+
+/**
+ * Measured: 200,001 files took 19 s and 789 MB on disk to export, and every attempt writes its
+ * own export (one more is written ahead). 50,000 files and 500 MB hold every corpus this project
+ * has met many times over; a larger one is a decision, made with the flags.
+ */
+export const DEFAULT_EXPORT_LIMITS: Readonly<ExportLimits> = { maxFiles: 50_000, maxBytes: 500_000_000 };
+
+/** Longest absolute path the kernel takes (Linux PATH_MAX is 4096 bytes with its NUL). */
+export const PATH_MAX_BYTES = 4095;
+/** Longest name of one path component (Linux NAME_MAX). */
+export const NAME_MAX_BYTES = 255;
+/** Where attempts see the export inside their container. */
+export const CONTAINER_WORKSPACE = "/workspace";
+/** A pid has at most 7 digits (Linux's pid_max is at most 4194304); mkdtemp adds 6 characters. */
+const FOLDER_SUFFIX_BYTES = 7 + 1 + 6;
+
+/**
+ * The longest tree path an export can write: what PATH_MAX leaves after the longer of the export
+ * folder under `parentDir` and the container's `/workspace/`.
+ */
+export function exportPathLimit(parentDir: string = tmpdir()): number {
+  const hostRoot = Buffer.byteLength(resolve(parentDir)) + 1 + Buffer.byteLength(EXPORT_PREFIX) + FOLDER_SUFFIX_BYTES;
+  return PATH_MAX_BYTES - Math.max(hostRoot, CONTAINER_WORKSPACE.length) - 1;
+}
+
+/** A path in a message: its start, its length in bytes; never its whole length when it is long. */
+function showPath(path: string): string {
+  const bytes = Buffer.byteLength(path);
+  return bytes > 120 ? `'${path.slice(0, 60)}…' (${bytes} bytes)` : `'${path}'`;
+}
+
+/**
+ * Refuses (exit 2), naming the path and the limit, an export the runner could not write or
+ * should not: a path longer than `exportPathLimit`, a name over 255 bytes, more files or bytes
+ * than the limits (contract R121). Checked on the file list alone, before any folder exists.
+ */
+export function checkExportLimits(files: readonly ExportedFile[], o: { parentDir?: string; limits?: ExportLimits; repository?: string } = {}): void {
+  const limits = o.limits ?? DEFAULT_EXPORT_LIMITS;
+  const pathLimit = exportPathLimit(o.parentDir);
+  const where = o.repository ? ` of '${o.repository}'` : "";
+  const problems: string[] = [];
+  let bytes = 0;
+  for (const f of files) {
+    bytes += f.size;
+    const long = f.path.split("/").find((p) => Buffer.byteLength(p) > NAME_MAX_BYTES);
+    if (long !== undefined) {
+      problems.push(
+        `the export${where} holds ${showPath(f.path)}, whose name ${showPath(long)} is over the ${NAME_MAX_BYTES}-byte limit of a file name; no file system can write it: rename it in the corpus or keep it out`,
+      );
+    } else if (Buffer.byteLength(f.path) > pathLimit) {
+      problems.push(
+        `the export${where} holds the path ${showPath(f.path)}, longer than the ${pathLimit}-byte path limit that PATH_MAX (${PATH_MAX_BYTES}) leaves after the export folder and ${CONTAINER_WORKSPACE}/; shorten it in the corpus or keep it out`,
+      );
+    }
+    if (problems.length >= 5) break;
+  }
+  if (files.length > limits.maxFiles)
+    problems.push(`the export${where} holds ${files.length} files, more than the limit of ${limits.maxFiles}; raise it with --max-export-files if the corpus is meant to be this large`);
+  else if (bytes > limits.maxBytes)
+    problems.push(`the export${where} holds ${bytes} bytes, more than the limit of ${limits.maxBytes}; raise it with --max-export-bytes if the corpus is meant to be this large`);
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
 }
 
 export interface ExportedFile {
@@ -49,46 +120,74 @@ export interface ExportPlan {
   excluded: Record<ExclusionReason, number>;
   /** What each answer key kept out, by name and by content. */
   answerKeys: AnswerKeyMatch[];
-  exportHash: string;
 }
 
 export interface ExportResult extends ExportPlan {
+  /** `ExportHasher` over what was written. */
+  exportHash: string;
   dir: string;
   labels: { run: string; attempt: string };
 }
 
 const REASONS: readonly ExclusionReason[] = ["not-a-regular-file", "not-utf8-path", "hidden", "build-or-dependency-dir", "lockfile", "answer-key", "manifest", "instruction-file", "too-large"];
 
+/** The mode every exported file is written with, as it enters the hash. */
+const HASHED_FILE_MODE = FILE_MODE.toString(8);
+
 /**
- * exportHash = hex(sha256( concat over files sorted by UTF-8 path bytes of
- *   path (UTF-8) ‖ 0x00 ‖ oid (40 lowercase hex, ASCII) ‖ 0x0a ))
- * A path cannot contain NUL, so the encoding is unambiguous. Documented in docs/export.md.
+ * exportHash = hex(sha256( concat over the files written, sorted by UTF-8 path bytes, of
+ *   path (UTF-8) ‖ 0x00 ‖ mode as written (octal ASCII, "444") ‖ 0x00 ‖ byte count (decimal ASCII) ‖ 0x00 ‖ the bytes ))
+ * A path cannot hold NUL and the byte count says where each file ends, so the encoding is
+ * unambiguous: two exports with different bytes never share it (contract R118). Documented in
+ * docs/export.md.
  */
-export function computeExportHash(files: readonly { path: string; oid: string }[]): string {
-  const keyed = files.map((f) => ({ key: Buffer.from(f.path, "utf8"), oid: f.oid }));
-  keyed.sort((a, b) => Buffer.compare(a.key, b.key));
-  const hash = createHash("sha256");
-  for (const f of keyed) hash.update(f.key).update("\0").update(f.oid, "latin1").update("\n");
-  return hash.digest("hex");
+export class ExportHasher {
+  private readonly hash = createHash("sha256");
+  private last: Buffer | undefined;
+
+  add(path: string, data: Buffer, mode: string = HASHED_FILE_MODE): void {
+    const key = Buffer.from(path, "utf8");
+    if (this.last && Buffer.compare(this.last, key) >= 0) throw new Error(`exportHash: files must come sorted by path bytes (${path} after ${this.last.toString("utf8")})`);
+    this.last = key;
+    this.hash.update(key).update("\0").update(mode, "latin1").update("\0").update(String(data.length), "latin1").update("\0").update(data);
+  }
+
+  digest(): string {
+    return this.hash.digest("hex");
+  }
 }
 
-/** Lists the pinned tree and applies the public-path filter; reads no blob. */
-export async function planExport(source: ExportSource): Promise<ExportPlan> {
-  if (!COMMIT_RE.test(source.pin)) throw new UsageError(`pin '${source.pin}' must be a full 40-character lowercase hex commit id`);
-  let entries: TreeEntry[];
-  try {
-    // `^{commit}`: a tree or blob id of the right shape is not a pin.
-    entries = await lsTree(source.repoDir, `${source.pin}^{commit}`);
-  } catch (err) {
-    // Asked only after a failure, to spare every export a second git process.
-    if (!(await hasCommit(source.repoDir, source.pin))) {
-      throw new UsageError(`commit ${source.pin} is not in the repository at ${source.repoDir}; fetch it first`);
-    }
-    throw err;
-  }
+/** The exportHash of `files` at the pin, from their bytes, without writing them (http tools, ledger verify). */
+export async function hashExport(repoDir: string, files: readonly ExportedFile[]): Promise<string> {
+  const hasher = new ExportHasher();
+  await readBlobs(
+    repoDir,
+    files.map((f) => f.oid),
+    (i, data) => hasher.add(files[i]!.path, data),
+  );
+  return hasher.digest();
+}
+
+/** The export's file list with the tree and filter it came from (the dry run's and doctor's view). */
+export interface ExportInspection {
+  plan: ExportPlan;
+  entries: TreeEntry[];
+  filter: PublicFilter;
+}
+
+/**
+ * Lists the pinned tree once and applies the public-path filter, then checks the file list
+ * against the limits (contract R121). Reads only symlink targets and, when there are answer
+ * keys, the blobs' contents for copy matching. Refuses (UsageError, exit 2) what is not a pin
+ * (contract R124), an answer key that cannot be resolved (R119) and a list over a limit.
+ */
+export async function inspectExport(source: ExportSource, o: { repository?: string } = {}): Promise<ExportInspection> {
+  const wrong = await checkPin(source.repoDir, source.pin);
+  if (wrong) throw new UsageError(wrong);
+  const entries = await lsTree(source.repoDir, source.pin);
   const excluded = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<ExclusionReason, number>;
   const kept: { file: ExportedFile; key: Buffer }[] = [];
-  const filter = publicFilter(entries, source);
+  const filter = await loadPublicFilter(source.repoDir, entries, source);
   for (const entry of entries) {
     const reason = filter.reason(entry);
     if (reason) excluded[reason]++;
@@ -96,7 +195,13 @@ export async function planExport(source: ExportSource): Promise<ExportPlan> {
   }
   kept.sort((a, b) => Buffer.compare(a.key, b.key));
   const files = kept.map((k) => k.file);
-  return { files, excluded, answerKeys: filter.answerKeys, exportHash: computeExportHash(files) };
+  checkExportLimits(files, { ...source, ...o });
+  return { plan: { files, excluded, answerKeys: filter.answerKeys }, entries, filter };
+}
+
+/** `inspectExport`'s file list: what an export of the source writes. */
+export async function planExport(source: ExportSource): Promise<ExportPlan> {
+  return (await inspectExport(source)).plan;
 }
 
 /** Joins a tree path under `dir`, refusing anything that could land outside it. */
@@ -112,7 +217,8 @@ function safeJoin(dir: string, path: string): string {
 
 /**
  * Writes the planned files into `dir` (which must exist, be empty and be writable), then
- * makes every directory below it and `dir` itself 0555. All directories are made before
+ * makes every directory below it and `dir` itself 0555, and returns the exportHash of what it
+ * wrote. All directories are made before
  * any file and made read-only only after the last file, deepest first, so no write ever
  * meets a read-only parent. Blobs come from one `git cat-file --batch` process and go
  * straight to disk one at a time, so memory holds one blob (at most 200000 bytes) plus a
@@ -121,7 +227,8 @@ function safeJoin(dir: string, path: string): string {
  * because each file costs four round trips to the pool. Each call blocks the event loop
  * for one small file only; git keeps decoding the next blobs meanwhile.
  */
-export async function writeExport(dir: string, repoDir: string, files: readonly ExportedFile[]): Promise<void> {
+export async function writeExport(dir: string, repoDir: string, files: readonly ExportedFile[]): Promise<string> {
+  const hasher = new ExportHasher();
   const root = resolve(dir);
   const targets = files.map((f) => safeJoin(root, f.path));
   const dirs = new Set<string>();
@@ -149,11 +256,13 @@ export async function writeExport(dir: string, repoDir: string, files: readonly 
       } finally {
         closeSync(fd);
       }
+      hasher.add(file.path, data);
     },
   );
 
   for (const d of ordered.reverse()) chmodSync(join(root, d), DIR_MODE);
   chmodSync(root, DIR_MODE);
+  return hasher.digest();
 }
 
 /**
@@ -163,16 +272,21 @@ export async function writeExport(dir: string, repoDir: string, files: readonly 
 export async function exportAtPin(opts: ExportOptions): Promise<ExportResult> {
   const plan = await planExport(opts);
   const dir = await makeRunnerFolder("export", opts.parentDir);
+  let exportHash: string;
   try {
-    await writeExport(dir, opts.repoDir, plan.files);
+    exportHash = await writeExport(dir, opts.repoDir, plan.files);
   } catch (err) {
     await removeTree(dir);
     throw err;
   }
-  return { dir, ...plan, labels: { run: opts.labels.run, attempt: opts.labels.attempt } };
+  return { dir, ...plan, exportHash, labels: { run: opts.labels.run, attempt: opts.labels.attempt } };
 }
 
-/** Restores write permission on every directory (files need none to be unlinked), then removes. */
+/**
+ * Restores write permission on every directory (files need none to be unlinked), then removes.
+ * A tree whose paths are longer than PATH_MAX (ENAMETOOLONG) is removed relative to open
+ * directory handles instead (`removeDeep`).
+ */
 export async function removeTree(dir: string): Promise<void> {
   const restore = async (d: string): Promise<void> => {
     await chmod(d, 0o755);
@@ -184,11 +298,13 @@ export async function removeTree(dir: string): Promise<void> {
     const st = await lstat(dir);
     if (!st.isDirectory()) throw new Error(`export: ${dir} is not a directory; not removing it`);
     await restore(dir);
+    await rm(dir, { recursive: true, force: true });
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return;
-    throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return;
+    if (code !== "ENAMETOOLONG") throw err;
+    removeDeep(dir);
   }
-  await rm(dir, { recursive: true, force: true });
 }
 
 /**

@@ -230,7 +230,7 @@ async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: Att
   const { attempt, obs } = ctx;
   const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
   const repoDir = config.roots.get(attempt.repository)!;
-  const repository = await openRepositoryTools(await exportSourceFor(config.loaded, attempt.repository, repoDir));
+  const repository = await openRepositoryTools({ ...(await exportSourceFor(config.loaded, attempt.repository, repoDir)), ...(config.exportLimits ? { limits: config.exportLimits } : {}) });
   obs.exportHash = repository.exportHash;
   obs.instructionFiles = instructionFilesIn(repository.files.map((f) => f.path));
   let docBridge: DocBridgeTools | undefined;

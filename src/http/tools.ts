@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { readBlobs } from "../corpus/git.ts";
-import { planExport, type ExportedFile, type ExportSource } from "../export/export.ts";
+import { hashExport, planExport, type ExportedFile, type ExportSource } from "../export/export.ts";
 
 /**
  * The Messages API transport's repository tools (contract R58): list, read and literal search over
@@ -143,6 +143,8 @@ export interface RepositoryTools extends ToolSet {
 export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTools> {
   // The source goes through whole: a field copied by hand here is a filter rule the http arm misses.
   const plan = await planExport(o);
+  // The CLI attempt's exportHash is over the bytes it writes: the same bytes, read once here.
+  const exportHash = await hashExport(o.repoDir, plan.files);
   const files = [...plan.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
   const byPath = new Map(files.map((f) => [f.path, f]));
   const cache = new Map<string, Buffer>();
@@ -252,7 +254,7 @@ export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTo
 
   return {
     files,
-    exportHash: plan.exportHash,
+    exportHash,
     definitions: REPOSITORY_TOOL_DEFINITIONS,
     async call(name, input, signal) {
       try {

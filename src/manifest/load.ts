@@ -3,6 +3,7 @@ import { readFile } from "node:fs/promises";
 import { ManifestSchema, type Manifest } from "./schema.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import { UsageError } from "../util/errors.ts";
+import { parseJsonStrict } from "../util/strict-json.ts";
 
 export interface LoadedManifest {
   path: string;
@@ -15,8 +16,11 @@ export interface LoadedManifest {
 export function parseManifest(bytes: Buffer, path: string): LoadedManifest {
   let json: unknown;
   try {
-    json = JSON.parse(bytes.toString("utf8"));
+    const parsed = parseJsonStrict(bytes.toString("utf8"));
+    if (!parsed.ok) throw new UsageError(`manifest ${path} repeats a key:\n  ${parsed.problems.join("\n  ")}`, parsed.problems);
+    json = parsed.value;
   } catch (err) {
+    if (err instanceof UsageError) throw err;
     throw new UsageError(`manifest ${path} is not valid JSON: ${(err as Error).message}`);
   }
   const parsed = ManifestSchema.safeParse(json);

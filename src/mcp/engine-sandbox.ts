@@ -8,10 +8,10 @@
  * runner's user, and `enginePrivileges` says so (the doctor prints it).
  */
 import { existsSync } from "node:fs";
-import { chmod, chown, copyFile, lstat, mkdir, readdir, stat } from "node:fs/promises";
+import { chmod, chown, copyFile, lstat, mkdir, readdir, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { git } from "../corpus/git.ts";
+import { git, NO_ATTRIBUTES } from "../corpus/git.ts";
 import { removeTree } from "../export/export.ts";
 import { makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
 import { defaultIndexRoot, INDEX_DIR_ENV, repositoryKey } from "./index-store.ts";
@@ -128,6 +128,9 @@ export async function prepareEngineSandbox(o: { command: readonly string[]; chec
       // A clone, not the checkout: the engine never sees the user's folder or its .git/config, and
       // a symlink committed in the corpus becomes a plain file instead of a way out.
       await git(folder, ["clone", "--quiet", "--local", "--no-checkout", "--", o.checkout, view]);
+      // Above every .gitattributes of the tree: the checkout writes the committed bytes (contract R117).
+      await mkdir(join(view, ".git", "info"), { recursive: true, mode: 0o755 });
+      await writeFile(join(view, ".git", "info", "attributes"), NO_ATTRIBUTES, { mode: 0o644 });
       await git(view, ["-c", "core.symlinks=false", "-c", "advice.detachedHead=false", "checkout", "--quiet", "--detach", o.pin]);
     });
     await copyIgnored(o.checkout, view);

@@ -3,7 +3,7 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { ChildStdioTransport } from "../process/mcp-stdio.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
-import { publicFilter, type PublicPathOptions } from "../corpus/filter.ts";
+import { loadPublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { lsTree, readBlobs } from "../corpus/git.ts";
 import { exportSourceFor } from "../export/options.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
@@ -65,7 +65,7 @@ function distinctiveLine(text: string): string | undefined {
  */
 export async function forbiddenContent(dir: string, pin: string, exclude: PublicPathOptions): Promise<Forbidden> {
   const entries = await lsTree(dir, pin);
-  const filter = publicFilter(entries, exclude);
+  const filter = await loadPublicFilter(dir, entries, exclude);
   const keyed = entries.filter((e) => {
     const reason = filter.reason(e);
     return reason === "answer-key" || reason === "manifest";

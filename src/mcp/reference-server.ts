@@ -17,7 +17,7 @@ import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
 import { gitHead, lsTree, readBlobs } from "../corpus/git.ts";
-import { publicFilter, type PublicPathOptions } from "../corpus/filter.ts";
+import { loadPublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { defaultIndexRoot, indexedPins, indexLocation, readIndexFile, repositoryKey, writeIndexFile } from "./index-store.ts";
@@ -74,7 +74,7 @@ export async function buildIndex(checkout: string, opts: BuildIndexOptions = {})
   const tree = await lsTree(checkout, pin);
   // The export's own filter: a document the agent may not read in its working folder (an answer
   // key, a dot-folder, node_modules) must not reach it through doc.get or doc.search either.
-  const filter = publicFilter(tree, opts.exclude);
+  const filter = await loadPublicFilter(checkout, tree, opts.exclude);
   const entries = tree.filter((e) => filter.reason(e) === undefined && (e.size ?? Infinity) <= MAX_DOC_BYTES && patterns.some((p) => p.test(e.path)));
   const docs: DocIndex["docs"] = [];
   await readBlobs(

@@ -1,4 +1,5 @@
 import { randomUUID } from "node:crypto";
+import { resolve } from "node:path";
 import { mkdir, readFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { resolveLogin, acquireLoginLock, type LoginLock } from "../attempt/login.ts";
@@ -18,6 +19,8 @@ import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, 
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { runTestCommand } from "./test-command.ts";
 import { exportSourceFor } from "../export/options.ts";
+import { planExport } from "../export/export.ts";
+import { parseJsonStrict } from "../util/strict-json.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions, type RunGateway } from "../gateway/run.ts";
 import {
   MAX_QUESTIONS,
@@ -72,8 +75,11 @@ export async function loadSessionManifest(path: string): Promise<{ manifest: Ses
   }
   let json: unknown;
   try {
-    json = JSON.parse(bytes.toString("utf8"));
-  } catch {
+    const strict = parseJsonStrict(bytes.toString("utf8"));
+    if (!strict.ok) throw new UsageError(`the session manifest ${path} repeats a key:\n  ${strict.problems.join("\n  ")}`, strict.problems);
+    json = strict.value;
+  } catch (err) {
+    if (err instanceof UsageError) throw err;
     throw new UsageError(`the session manifest ${path} is not valid JSON`);
   }
   const parsed = SessionManifestSchema.safeParse(json);
@@ -124,6 +130,20 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   if (!(config.capUsd > 0)) problems.push("--cap-usd must be a positive number of USD");
   if (!(config.callBudgetUsd > 0)) problems.push("--call-budget-usd must be a positive number of USD");
   if (!(config.sessionBudgetUsd > 0)) problems.push("--session-budget-usd must be a positive number of USD");
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  // Each repository's export listed once with the export's own code before anything is made or
+  // reserved: the pin rule, the answer keys and every limit (contract R121, R124).
+  for (const repo of new Set(manifest.tasks.map((t) => t.repository))) {
+    try {
+      await planExport({
+        ...(await exportSourceFor({ path: config.manifestPath, bytes: manifestBytes, manifest }, repo, config.roots.get(repo)!)),
+        parentDir: sessionPaths(`${resolve(config.output)}.sessions`, randomUUID()).root,
+      });
+    } catch (err) {
+      if (err instanceof UsageError) problems.push(...err.problems.map((p) => `repository '${repo}': ${p}`));
+      else throw err;
+    }
+  }
   if (problems.length) throw new UsageError(problems.join("\n"), problems);
   const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe") });
   if (probed.version !== config.expectedCliVersion) throw new RefusalError(`the image ${config.image} reports Claude Code ${probed.version}, not the expected ${config.expectedCliVersion}`);

@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import type { ExportLimits } from "../export/export.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { Ledger } from "../ledger/schema.ts";
@@ -47,4 +48,6 @@ export interface StudyRunBase {
   /** The doc-bridge engine command (never a shell string); run with a checkout as cwd. */
   docBridgeCommand: string[];
   quiet?: boolean;
+  /** The export limits every attempt's export is checked against (default DEFAULT_EXPORT_LIMITS). */
+  exportLimits?: ExportLimits;
 }

@@ -256,7 +256,11 @@ interface MadeAhead {
 
 /** What the export of a planned attempt leaves out, and its labels. */
 async function attemptExport(config: StudyConfig, runId: string, attempt: PlannedAttempt): Promise<ExportOptions> {
-  return { ...(await exportSourceFor(config.loaded, attempt.repository, config.roots.get(attempt.repository)!)), labels: { run: runId, attempt: String(attempt.index) } };
+  return {
+    ...(await exportSourceFor(config.loaded, attempt.repository, config.roots.get(attempt.repository)!)),
+    ...(config.exportLimits ? { limits: config.exportLimits } : {}),
+    labels: { run: runId, attempt: String(attempt.index) },
+  };
 }
 
 /** One attempt of the study: its arguments and container, through the shared CLI stage. Fills `obs`. */

@@ -17,18 +17,22 @@ export function makeRunnerFolder(kind: FolderKind, parentDir: string = tmpdir())
   return mkdtemp(join(parentDir, `${folderPrefix(kind)}${process.pid}-`));
 }
 
+const warnOnStderr = (line: string) => void process.stderr.write(`study-runner: warning: ${line}\n`);
+
 /**
  * Removes the folders of `kind` whose runner pid is no longer alive. A live pid keeps its
  * folder even if the pid was reused: keeping a stray folder is cheaper than deleting a running
- * attempt's. Only folders owned by this user are touched. Returns the removed paths.
+ * attempt's. Only folders owned by this user are touched. Best effort (contract R122): a folder
+ * that cannot be removed is named in a warning and skipped, never a reason to refuse a run.
+ * Returns the removed paths.
  */
-export async function reapOrphanFolders(kind: FolderKind, remove: (dir: string) => Promise<void>, parentDir: string = tmpdir()): Promise<string[]> {
+export async function reapOrphanFolders(kind: FolderKind, remove: (dir: string) => Promise<void>, parentDir: string = tmpdir(), warn: (line: string) => void = warnOnStderr): Promise<string[]> {
   let names: string[];
   try {
     names = await readdir(parentDir);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
-    throw err;
+    if ((err as NodeJS.ErrnoException).code !== "ENOENT") warn(`cannot list ${parentDir} for folders a killed runner left (${(err as NodeJS.ErrnoException).code ?? String(err)}); skipped`);
+    return [];
   }
   const re = new RegExp(`^${folderPrefix(kind)}(\\d+)-[^/]+$`);
   const uid = process.getuid?.();
@@ -39,8 +43,12 @@ export async function reapOrphanFolders(kind: FolderKind, remove: (dir: string) 
     const full = join(parentDir, name);
     const st = await lstat(full).catch(() => undefined);
     if (!st?.isDirectory() || (uid !== undefined && st.uid !== uid)) continue;
-    await remove(full);
-    removed.push(full);
+    try {
+      await remove(full);
+      removed.push(full);
+    } catch (err) {
+      warn(`cannot remove ${full}, left by the runner process ${pid} that is gone (${(err as NodeJS.ErrnoException).code ?? (err as Error).message}); skipped: remove it by hand`);
+    }
   }
   return removed;
 }

@@ -10,6 +10,7 @@ import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import type { Arm } from "../terms/terms.ts";
 import type { Observation, RunFacts } from "../ledger/schema.ts";
 import { LEDGER_MODE, readLedger } from "../ledger/store.ts";
+import { verifyExportHashes } from "./export-hash.ts";
 import { readTranscriptFile, sha256Hex, transcriptFile, transcriptLines } from "../ledger/transcripts.ts";
 
 /**
@@ -142,6 +143,7 @@ async function checkRun(
 export async function verifyLedger(path: string): Promise<VerifyResult> {
   const ledger = await readLedger(path);
   const differences: string[] = [];
+  differences.push(...(await verifyExportHashes(ledger)));
   let verified = 0;
   if (ledger.transport !== "cli") {
     differences.push(`transport: ${ledger.transport}; only the cli transport keeps stream-json transcripts that can be verified`);

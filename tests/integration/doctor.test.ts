@@ -141,7 +141,9 @@ describe("study-runner doctor after the demo's set-up", () => {
     expect(l.get("claude-version")).toMatch(/prints 2\.1\.296 \(Claude Code\), the pinned version/);
     expect(l.get("login")).toMatch(/valid until 2099-01-01T00:00:00\.000Z/);
     expect(l.get("root:ledgerlite")).toMatch(
-      new RegExp(`clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin; answer keys kept out: 'eval/answer-key\\.md' → eval/answer-key\\.md$`),
+      new RegExp(
+        `clean, HEAD at the pin ${PINS.ledgerlite.slice(0, 12)}, 4 task sources public at the pin, export of \\d+ files / \\d+ bytes within the limits; answer keys kept out: 'eval/answer-key\\.md' → eval/answer-key\\.md \\(by name\\)$`,
+      ),
     );
     expect(l.get("doc-bridge")).toMatch(/the bundled reference engine answers doc\.search from an index fresh at the pin in ledgerlite; .*denied to the agent: gate\.status, memory\.promoteDraft/);
     // Who the engine runs as (the tests run as root, so it is dropped), and the answer-key proof.

@@ -10,7 +10,7 @@ import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadManifest } from "../../src/manifest/load.ts";
-import { planExport } from "../../src/export/export.ts";
+import { hashExport, planExport } from "../../src/export/export.ts";
 import { exportSourceFor } from "../../src/export/options.ts";
 import { adjudicatorFilterOptions } from "../../src/corpus/filter.ts";
 import { readLedger } from "../../src/ledger/store.ts";
@@ -50,7 +50,7 @@ describe("every export path builds its options in one place", () => {
     const loaded = await loadManifest(manifestPath);
     const withoutRule = await planExport({ repoDir: root, pin: summary.pin, answerKeys: loaded.manifest.answerKeys?.ledgerlite });
     expect(withoutRule.files.map((f) => f.path)).toContain("AGENTS.md");
-    expect(summary.exportHash).not.toBe(withoutRule.exportHash);
+    expect(summary.exportHash).not.toBe(await hashExport(root, withoutRule.files));
 
     const cli = await runPipeline(p, { args: ["--manifest", manifestPath, "--quiet"] });
     expect(cli.stderr).toBe("");
@@ -94,7 +94,8 @@ describe("every export path builds its options in one place", () => {
       // (the corpus may not instruct the grader): the manifest stays out of it too.
       const graderView = await planExport(adjudicatorFilterOptions(await exportSourceFor(loaded, "ledgerlite", root)));
       expect(graderView.files.map((f) => f.path)).not.toContain("AGENTS.md");
-      expect(items.map((i) => i.run?.exportHash)).toEqual([graderView.exportHash, graderView.exportHash]);
+      const graderHash = await hashExport(root, graderView.files);
+      expect(items.map((i) => i.run?.exportHash)).toEqual([graderHash, graderHash]);
     } finally {
       await fake.cleanup();
     }

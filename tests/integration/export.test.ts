@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, lstat, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { readBlobs } from "../../src/corpus/git.ts";
@@ -142,15 +142,25 @@ describe("exportAtPin", () => {
     }
   });
 
-  it("computes exportHash as sha256 over the byte-sorted `path\\0oid\\n` lines, the same on every export", async () => {
+  // contract: R118
+  it("computes exportHash as sha256 over the byte-sorted path, mode and bytes of every file written, the same on every export", async () => {
     const a = await exportAtPin({ repoDir: repo.dir, pin, ...FILTER, parentDir: parent, labels: LABELS });
     const b = await exportAtPin({ repoDir: repo.dir, pin, ...FILTER, parentDir: parent, labels: { run: "r2", attempt: "a2" } });
     try {
       expect(a.dir).not.toBe(b.dir);
       expect(a.exportHash).toBe(b.exportHash);
-      const lines = await Promise.all(EXPECTED_PATHS.map(async (p) => Buffer.from(`${p}\0${(await repo.git(["rev-parse", `${pin}:${p}`])).toString().trim()}\n`)));
-      lines.sort(Buffer.compare);
-      expect(a.exportHash).toBe(createHash("sha256").update(Buffer.concat(lines)).digest("hex"));
+      // Recomputed from the folder itself: each file's path, its mode on disk and its bytes.
+      const paths = EXPECTED_PATHS.map((p) => Buffer.from(p, "utf8")).sort(Buffer.compare);
+      const hash = createHash("sha256");
+      for (const p of paths) {
+        const file = join(a.dir, p.toString("utf8"));
+        const bytes = await readFile(file);
+        hash
+          .update(p)
+          .update(`\0${((await stat(file)).mode & 0o777).toString(8)}\0${bytes.length}\0`)
+          .update(bytes);
+      }
+      expect(a.exportHash).toBe(hash.digest("hex"));
     } finally {
       await removeExport(a.dir);
       await removeExport(b.dir);
@@ -216,7 +226,7 @@ describe("exportAtPin", () => {
     }
   });
 
-  it("reads every blob through a single `git cat-file --batch` process", async () => {
+  it("reads the blobs through two `git cat-file --batch` processes (answer-key fingerprints, then the files), never one per file", async () => {
     const realGit = execFileSync("sh", ["-c", "command -v git"]).toString().trim();
     const shimDir = await mkdtemp(join(tmpdir(), "git-shim-"));
     const log = join(shimDir, "calls.log");
@@ -234,9 +244,11 @@ describe("exportAtPin", () => {
     }
     const calls = (await readFile(log, "utf8")).trim().split("\n");
     await rm(shimDir, { recursive: true, force: true });
-    expect(calls.filter((c) => c === "cat-file --batch")).toHaveLength(1);
+    // With answer keys every candidate blob is read once to compare normalized contents, then
+    // the kept ones once more to write them.
+    expect(calls.filter((c) => c === "cat-file --batch")).toHaveLength(2);
     // One process per file would show as at least as many calls as files.
-    expect(calls.length).toBeLessThan(5);
+    expect(calls.length).toBeLessThan(EXPECTED_PATHS.length);
     expect(calls.some((c) => /\b(show|cat-file -p|archive|checkout)\b/.test(c))).toBe(false);
   });
 

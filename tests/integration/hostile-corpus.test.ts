@@ -102,7 +102,7 @@ describe("a corpus of 100,000 files with hostile names", () => {
   it("export: every public file written under its exact name, non-UTF-8 names excluded and counted, in under 60 s", async () => {
     const out = join(work, "export");
     const t0 = Date.now();
-    const r = await runCli(["export", "--manifest", manifest, "--root", `big=${repo}`, "--repository", "big", "--out", out], { timeoutMs: 120_000 });
+    const r = await runCli(["export", "--manifest", manifest, "--root", `big=${repo}`, "--repository", "big", "--out", out, "--max-export-files", "200000"], { timeoutMs: 120_000 });
     const ms = Date.now() - t0;
     try {
       expect(r.code, r.stderr).toBe(0);
@@ -127,7 +127,7 @@ describe("a corpus of 100,000 files with hostile names", () => {
 
   it("dry-run with the checkout: the root check passes (clean, at the pin, sources public) in under 60 s", async () => {
     const t0 = Date.now();
-    const r = await runCli(["--dry-run", "--pilot", "--manifest", manifest, "--root", `big=${repo}`], { timeoutMs: 120_000 });
+    const r = await runCli(["--dry-run", "--pilot", "--manifest", manifest, "--root", `big=${repo}`, "--max-export-files", "200000"], { timeoutMs: 120_000 });
     expect(r.code, r.stderr).toBe(0);
     expect(Date.now() - t0).toBeLessThan(60_000);
     const summary = JSON.parse(r.stdout);
@@ -147,7 +147,7 @@ describe("a corpus of 100,000 files with hostile names", () => {
         tasks: [{ id: "big-lossy", repository: "big", category: "behaviour", question: "q?", sources: [NOT_UTF8[0]!.toString("utf8")], expected: ["x"] }],
       }),
     );
-    const r = await runCli(["--dry-run", "--pilot", "--manifest", lossy, "--root", `big=${repo}`], { timeoutMs: 120_000 });
+    const r = await runCli(["--dry-run", "--pilot", "--manifest", lossy, "--root", `big=${repo}`, "--max-export-files", "200000"], { timeoutMs: 120_000 });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/tasks\[0\]\.sources\[0\] .* is not a public file at the pin \(not-utf8-path\)/);
   }, 180_000);

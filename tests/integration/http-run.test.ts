@@ -3,7 +3,7 @@ import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
-import { planExport } from "../../src/export/export.ts";
+import { hashExport, planExport } from "../../src/export/export.ts";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { SYSTEM_PROMPT } from "../../src/http/loop.ts";
 import { buildPrompt } from "../../src/claude/args.ts";
@@ -76,7 +76,7 @@ describe("runHttpStudy: completed attempts", () => {
       cliReportedCostUsd: null,
       containerId: null,
       answer: "Half to even, in roundMinor (src/money.js).",
-      exportHash: plan.exportHash,
+      exportHash: await hashExport(c.roots.get("ledgerlite")!, plan.files),
       // The demo corpus commits both; the http transport's tools show them too.
       instructionFiles: ["AGENTS.md", "CLAUDE.md"],
     });

@@ -3,7 +3,7 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { makeGitRepo, type GitFixture } from "../support/git-fixture.ts";
 import { openRepositoryTools, REPOSITORY_LIMITS, type RepositoryTools } from "../../src/http/tools.ts";
-import { planExport } from "../../src/export/export.ts";
+import { exportAtPin, planExport, removeExport } from "../../src/export/export.ts";
 
 // The http transport's repository tools over a real git repository: the pinned blobs that pass
 // the export's public-path filter, and nothing else.
@@ -47,7 +47,10 @@ afterAll(async () => {
 describe("repository tools over pinned blobs", () => {
   it("hold exactly the export's public file set and its export hash", async () => {
     const plan = await planExport({ repoDir: repo.dir, pin, answerKeys: ["eval"] });
-    expect(tools.exportHash).toBe(plan.exportHash);
+    // The CLI attempt's hash over the bytes it writes: the same bytes, so the same hash.
+    const written = await exportAtPin({ repoDir: repo.dir, pin, answerKeys: ["eval"], labels: { run: "r", attempt: "a" } });
+    await removeExport(written.dir);
+    expect(tools.exportHash).toBe(written.exportHash);
     expect(tools.files.map((f) => f.path).sort()).toEqual(plan.files.map((f) => f.path).sort());
     for (const hidden of ["eval/answer-key.md", ".env", "node_modules/x/index.js", "dist/out.js", "package-lock.json", "big.txt", "link.md", "untracked.md"]) {
       expect(tools.files.map((f) => f.path)).not.toContain(hidden);

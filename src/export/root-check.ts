@@ -1,7 +1,10 @@
 import { realpath, stat } from "node:fs/promises";
+import { inspectExport, type ExportInspection, type ExportLimits } from "./export.ts";
+import { exportSourceFor, type ManifestSource } from "./options.ts";
 import type { Manifest } from "../manifest/schema.ts";
-import { publicFilter, type AnswerKeyMatch } from "./filter.ts";
-import { gitHead, gitStatus, gitTopLevel, hasCommit, lsTree } from "./git.ts";
+import { UsageError } from "../util/errors.ts";
+import type { AnswerKeyMatch } from "../corpus/filter.ts";
+import { checkPin, gitHead, gitStatus, gitTopLevel } from "../corpus/git.ts";
 
 export interface RootCheck {
   repository: string;
@@ -11,16 +14,28 @@ export interface RootCheck {
   sources: number;
   /** What each answer key of this repository keeps out of every export at the pin. */
   answerKeys: AnswerKeyMatch[];
+  /** Files and bytes the export of this repository holds (checked against the limits). */
+  exportFiles: number;
+  exportBytes: number;
   problems: string[];
+}
+
+/** What the preflight checks an export against: the run's limits and where its exports go. */
+export interface ExportCheckOptions {
+  limits?: ExportLimits;
+  parentDir?: string;
 }
 
 /**
  * Checks one checkout for a run: it is the top of a git work tree, clean (no changes, no
- * untracked files), HEAD is the pin, and every task's sources are public files at the pin.
+ * untracked files), HEAD is the pin (one pin rule, contract R124), and the export's file list,
+ * computed once here with the export's own code, holds every task's sources and stays inside
+ * every limit (contract R121).
  */
-export async function checkRoot(manifest: Manifest, repository: string, root: string): Promise<RootCheck> {
+export async function checkRoot(loaded: ManifestSource & { manifest: Manifest }, repository: string, root: string, o: ExportCheckOptions = {}): Promise<RootCheck> {
+  const { manifest } = loaded;
   const pin = manifest.repositories[repository]!;
-  const result: RootCheck = { repository, pin, root, sources: 0, answerKeys: [], problems: [] };
+  const result: RootCheck = { repository, pin, root, sources: 0, answerKeys: [], exportFiles: 0, exportBytes: 0, problems: [] };
   const fail = (p: string) => (result.problems.push(`root '${repository}' (${root}): ${p}`), result);
 
   try {
@@ -31,7 +46,8 @@ export async function checkRoot(manifest: Manifest, repository: string, root: st
   const top = await gitTopLevel(root);
   if (!top) return fail("is not a git checkout");
   if ((await realpath(top)) !== (await realpath(root))) return fail(`is inside the checkout ${top}; pass the top of the checkout`);
-  if (!(await hasCommit(root, pin))) return fail(`does not contain the pinned commit ${pin}; fetch it`);
+  const wrongPin = await checkPin(root, pin);
+  if (wrongPin) return fail(wrongPin);
 
   const head = await gitHead(root);
   if (head !== pin) fail(`HEAD is ${head}, not the pin ${pin}; run \`git checkout ${pin}\` there`);
@@ -44,16 +60,25 @@ export async function checkRoot(manifest: Manifest, repository: string, root: st
     fail(`checkout is not clean (${dirty.length} change${dirty.length > 1 ? "s" : ""}: ${shown}${dirty.length > 3 ? ", …" : ""}); commit, stash or remove them`);
   }
 
-  const entries = await lsTree(root, pin);
-  const byPath = new Map(entries.map((e) => [e.path, e]));
-  const filter = publicFilter(entries, { answerKeys: manifest.answerKeys?.[repository] ?? [] });
-  result.answerKeys = filter.answerKeys;
+  let inspection: ExportInspection;
+  try {
+    inspection = await inspectExport({ ...(await exportSourceFor(loaded, repository, root)), ...o }, { repository });
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    for (const p of err.problems.length ? err.problems : [err.message]) fail(p);
+    return result;
+  }
+  const { plan, entries, filter } = inspection;
+  result.answerKeys = plan.answerKeys;
+  result.exportFiles = plan.files.length;
+  result.exportBytes = plan.files.reduce((n, f) => n + f.size, 0);
   // A key that names nothing is most likely misspelt, and then the file it meant is public.
-  for (const [i, match] of filter.answerKeys.entries()) {
+  for (const [i, match] of plan.answerKeys.entries()) {
     if (match.byName.length === 0) {
       fail(`answerKeys.${repository}[${i}] '${match.key}' matches no entry at the pin ${pin.slice(0, 12)}; correct the path (it is compared case- and Unicode-insensitively) or remove the key`);
     }
   }
+  const byPath = new Map(entries.map((e) => [e.path, e]));
   for (const [i, task] of manifest.tasks.entries()) {
     if (task.repository !== repository) continue;
     for (const [j, source] of task.sources.entries()) {
