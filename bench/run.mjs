@@ -20,6 +20,7 @@ const BENCHMARKS = [
   { name: "attempt", timeoutMs: 120_000 },
   { name: "real-cli", timeoutMs: 180_000 },
   { name: "demo", timeoutMs: 240_000 },
+  { name: "startup", timeoutMs: 900_000 },
   { name: "concurrency", timeoutMs: 1_200_000 },
 ];
 

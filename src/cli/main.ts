@@ -1,7 +1,7 @@
 import { DEFAULT_ADJUDICATOR_MODELS } from "../adjudicate/model.ts";
 import { Command, CommanderError, Option } from "commander";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
-import { DEMO_MANIFEST } from "../util/paths.ts";
+import { DEMO_MANIFEST, runnerVersion } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
@@ -25,6 +25,9 @@ export function buildProgram(setExit: (code: number) => void): Command {
       "Run paired studies of the Claude Code CLI: the same questions over the same pinned repositories, answered " +
         "once with repository tools alone and once with the doc-bridge MCP server, each attempt in a fresh container.",
     )
+    .version(`study-runner ${runnerVersion()} (pinned Claude Code CLI ${CLAUDE_CODE_VERSION})`, "-V, --version", "print the runner's version and the Claude Code version it pins")
+    // --version only before a command: `image build --version <version>` keeps its own meaning.
+    .enablePositionalOptions()
     .showHelpAfterError("(run `study-runner --help` for usage)")
     .configureOutput({ writeErr: (s) => process.stderr.write(s) })
     .exitOverride()

@@ -7,7 +7,7 @@
  */
 import { mkdir, rm, symlink, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { runChild } from "../../src/process/child.ts";
+import { runChild } from "../process/child.ts";
 
 type FileSpec = string | { symlink: string };
 

@@ -4,7 +4,7 @@ import { access, constants, readFile, realpath, stat } from "node:fs/promises";
 import { basename, delimiter, dirname, isAbsolute, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { RefusalError } from "../util/errors.ts";
-import { PROJECT_ROOT } from "../util/paths.ts";
+import { LOCKFILE_NAMES, PROJECT_ROOT, RUNNER_EXT } from "../util/paths.ts";
 
 /**
  * Provenance of the doc-bridge engine: the sha256 of what its command runs, so a ledger says
@@ -15,7 +15,8 @@ import { PROJECT_ROOT } from "../util/paths.ts";
  * - every later argument that names an existing regular file (a path, absolute or relative to the
  *   checkout, or a file: URL), in argument order: the engine's script, a loader;
  * - when one of those is the bundled reference server, every project file it reaches through
- *   relative imports, and package-lock.json, which pins the packages it imports.
+ *   relative imports, and the lock file, which pins the packages it imports (package-lock.json;
+ *   npm-shrinkwrap.json in the installed package).
  *
  * Each file contributes the line `<sha256 of its bytes>  <label>\n`, where the label is the
  * argument position and file name (`argv[0] node`), or the project-relative path of a reference
@@ -24,8 +25,13 @@ import { PROJECT_ROOT } from "../util/paths.ts";
  * engine that wants it covered ships as one bundled file or binary.
  */
 
-export const REFERENCE_SERVER = resolve(PROJECT_ROOT, "src", "mcp", "reference-server.ts");
-const LOCKFILE = resolve(PROJECT_ROOT, "package-lock.json");
+/** The bundled reference server in the form the runner runs: src/…/reference-server.ts in a clone, dist/…/reference-server.js in the package. */
+export const REFERENCE_SERVER = fileURLToPath(new URL(`./reference-server${RUNNER_EXT}`, import.meta.url));
+
+async function lockFile(): Promise<string> {
+  for (const name of LOCKFILE_NAMES) if (await isRegularFile(resolve(PROJECT_ROOT, name))) return resolve(PROJECT_ROOT, name);
+  return resolve(PROJECT_ROOT, LOCKFILE_NAMES[0]);
+}
 
 export interface BundleFile {
   label: string;
@@ -117,7 +123,7 @@ export async function engineBundle(command: readonly string[], cwd: string, env:
     if (path === (await realpath(REFERENCE_SERVER))) reference = true;
   }
   if (reference) {
-    for (const path of [...(await referenceServerFiles()), LOCKFILE]) {
+    for (const path of [...(await referenceServerFiles()), await lockFile()]) {
       files.push({ label: relative(PROJECT_ROOT, path), path, sha256: await sha256File(path) });
     }
   }

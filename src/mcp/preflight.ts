@@ -1,8 +1,10 @@
 import { createRequire } from "node:module";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { ChildStdioTransport } from "../process/mcp-stdio.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
+import { RUNNER_EXT } from "../util/paths.ts";
+import { REFERENCE_SERVER } from "./bundle-hash.ts";
 import { loadPublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { lsTree, readBlobs } from "../corpus/git.ts";
 import { exportSourceFor } from "../export/options.ts";
@@ -14,12 +16,15 @@ import { enginePrivileges, prepareEngineSandbox, type EnginePrivileges, type Eng
 export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 
 /**
- * The bundled reference engine as a command: this Node, tsx's ESM loader resolved from this
- * file (not from the cwd, which is a checkout without tsx), and the reference server.
+ * The bundled reference engine as a command, run the way the runner itself runs: from the
+ * installed package, this Node and the compiled reference server; from a clone, this Node,
+ * tsx's ESM loader resolved from this file (not from the cwd, which is a checkout without tsx)
+ * and the server's source.
  */
 export function referenceEngineCommand(): string[] {
+  if (RUNNER_EXT !== ".ts") return [process.execPath, REFERENCE_SERVER];
   const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-  return [process.execPath, "--import", tsxLoader, fileURLToPath(new URL("./reference-server.ts", import.meta.url))];
+  return [process.execPath, "--import", tsxLoader, REFERENCE_SERVER];
 }
 
 export interface ProbeOptions {

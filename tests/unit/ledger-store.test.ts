@@ -1,4 +1,4 @@
-import { mkdir, mkdtemp, readdir, readFile, realpath, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, readFile, realpath, rename, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -240,5 +240,17 @@ describe("computeRunnerHash", () => {
     const root = await makeProject();
     await rm(join(root, "package.json"));
     await expect(computeRunnerHash(root)).rejects.toThrow(/ENOENT/);
+  });
+
+  // contract: R163
+  it("is the same when the lock file ships as npm-shrinkwrap.json (the installed package), and throws without either", async () => {
+    const root = await makeProject();
+    const original = await computeRunnerHash(root);
+    await rename(join(root, "package-lock.json"), join(root, "npm-shrinkwrap.json"));
+    expect(await computeRunnerHash(root)).toBe(original);
+    await writeFile(join(root, "npm-shrinkwrap.json"), '{"lockfileVersion":3}\n');
+    expect(await computeRunnerHash(root)).not.toBe(original);
+    await rm(join(root, "npm-shrinkwrap.json"));
+    await expect(computeRunnerHash(root)).rejects.toThrow(/ENOENT.*package-lock\.json/);
   });
 });

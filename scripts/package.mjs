@@ -1,0 +1,38 @@
+#!/usr/bin/env node
+// The package's build, run by npm around `npm pack` (package.json "prepack" and "postpack"):
+//
+//   build     dist/ afresh: the sources compiled by the pinned TypeScript (tsconfig.build.json),
+//             relative `.ts` imports rewritten to `.js`, so the installed package runs on Node alone
+//   prepack   build, then copy package-lock.json to npm-shrinkwrap.json, the only name under which
+//             npm ships a lock file: installing the package then resolves the exact dependency tree
+//             the clone was tested with, and records the same runner hash (src/ledger/runner-hash.ts)
+//   postpack  remove that copy again, so the clone keeps package-lock.json as its one lock file
+import { spawnSync } from "node:child_process";
+import { copyFileSync, rmSync } from "node:fs";
+import { createRequire } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = dirname(dirname(fileURLToPath(import.meta.url)));
+const SHRINKWRAP = join(ROOT, "npm-shrinkwrap.json");
+
+function build() {
+  rmSync(join(ROOT, "dist"), { recursive: true, force: true });
+  const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+  const r = spawnSync(process.execPath, [tsc, "-p", join(ROOT, "tsconfig.build.json")], { cwd: ROOT, stdio: "inherit" });
+  if (r.status !== 0) {
+    process.stderr.write(`package: tsc -p tsconfig.build.json failed (exit ${r.status ?? r.signal})\n`);
+    process.exit(1);
+  }
+}
+
+const step = process.argv[2];
+if (step === "build") build();
+else if (step === "prepack") {
+  build();
+  copyFileSync(join(ROOT, "package-lock.json"), SHRINKWRAP);
+} else if (step === "postpack") rmSync(SHRINKWRAP, { force: true });
+else {
+  process.stderr.write("usage: node scripts/package.mjs build|prepack|postpack\n");
+  process.exit(2);
+}
