@@ -1,5 +1,6 @@
 import { assertReadableLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
 import { checkAnyLedger } from "../verify/check.ts";
+import { SESSION_LEDGER_KIND } from "../session/schema.ts";
 
 export interface LedgerCheckFlags {
   json?: boolean;
@@ -31,8 +32,10 @@ export async function ledgerCheckCommand(path: string, flags: LedgerCheckFlags):
  * Exit 0 all agree, 1 differences.
  */
 export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags & { adjudication?: string; manifest?: string; report?: string }): Promise<number> {
-  const { verifyLedger, verifyRecord, verifyAgainstReport } = await import("../verify/verify.ts");
-  const result = await verifyLedger(path, { manifest: flags.manifest });
+  const { verifyLedger, verifyRecord, verifyAgainstReport, verifySessionLedger } = await import("../verify/verify.ts");
+  // A session ledger is verified the same way, from its calls' transcripts (contract R162).
+  const isSession = isSessionLedgerFile(await assertReadableLedger(path));
+  const result = isSession ? await verifySessionLedger(path, { manifest: flags.manifest }) : await verifyLedger(path, { manifest: flags.manifest });
   if (flags.adjudication) {
     const rec = await verifyRecord(flags.adjudication);
     result.differences.push(...rec.differences.map((d) => `adjudication ${d}`));
@@ -57,4 +60,13 @@ export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags 
     process.stdout.write(lines.join("\n") + "\n");
   }
   return ok ? 0 : 1;
+}
+
+function isSessionLedgerFile(bytes: Buffer): boolean {
+  try {
+    const json = JSON.parse(bytes.toString("utf8")) as unknown;
+    return typeof json === "object" && json !== null && (json as { kind?: unknown }).kind === SESSION_LEDGER_KIND;
+  } catch {
+    return false;
+  }
 }

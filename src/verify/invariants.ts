@@ -161,7 +161,7 @@ function runInvariants<T>(runs: (subject: T) => PaidRun[]): Invariant<T>[] {
       rule: "R147",
       id: "charge-by-status",
       statement:
-        "a completed run is charged exactly the larger of its reported and computed cost, never above its reservation, with the two costs within a factor of two; any other run at most the larger of its reservation and every cost",
+        "a completed run is charged exactly the larger of its reported and computed cost and never above its reservation (an attempt's or adjudicator run's two costs within a factor of two); any other run at most the larger of its reservation and every cost",
       check: (s) => runs(s).flatMap(chargeProblems),
     },
     {
@@ -179,8 +179,24 @@ function runInvariants<T>(runs: (subject: T) => PaidRun[]): Invariant<T>[] {
   ];
 }
 
+/** R149: the budget's open reservations and spend are what the entries hold. */
+function budgetProblems(budget: { reservedUsd: number; spentUsd: number }, entries: readonly PaidRun[]): string[] {
+  const open = entries.filter((e) => e.phase !== "settled").reduce((n, e) => n + e.reservationUsd, 0);
+  const charged = entries.filter((e) => e.phase === "settled").reduce((n, e) => n + (e.chargedUsd ?? 0), 0);
+  const out: string[] = [];
+  if (Math.abs(open - budget.reservedUsd) > USD_EPSILON) out.push(`budget.reservedUsd: is ${usd(budget.reservedUsd)}, but the open entries reserve ${usd(open)}`);
+  if (Math.abs(open + charged - budget.spentUsd) > USD_EPSILON) out.push(`budget.spentUsd: is ${usd(budget.spentUsd)}, but the settled charges and open reservations sum to ${usd(open + charged)}`);
+  return out;
+}
+
 export const STUDY_LEDGER_INVARIANTS: readonly Invariant<Ledger>[] = [
   ...runInvariants(studyRuns),
+  {
+    rule: "R149",
+    id: "open-reservations",
+    statement: "reservedUsd is the sum of the unsettled observations' reservations, and spentUsd the settled charges plus those reservations",
+    check: (l) => budgetProblems(l.budget, studyRuns(l)),
+  },
   {
     rule: "R150",
     id: "cap-flag",
@@ -209,6 +225,12 @@ export const STUDY_LEDGER_INVARIANTS: readonly Invariant<Ledger>[] = [
 
 export const ADJUDICATION_RECORD_INVARIANTS: readonly Invariant<AdjudicationRecord>[] = [
   ...runInvariants(recordRuns),
+  {
+    rule: "R149",
+    id: "open-reservations",
+    statement: "reservedUsd is the sum of the open adjudicator runs' reservations, and spentUsd the settled charges plus those reservations",
+    check: (r) => budgetProblems(r.budget, recordRuns(r)),
+  },
   {
     rule: "R150",
     id: "cap-flag",
@@ -267,7 +289,8 @@ function sessionStateProblems(l: SessionLedger): string[] {
     if (failed && s.state !== "failed") out.push(`${where}: is ${s.state}, but call ${failed.index} ended ${failed.status}; a call that does not complete ends its session failed`);
     if (s.state === "done" && last?.resultStatus !== "done") out.push(`${where}: is done, but its last call did not return done`);
     if (s.state === "awaiting-answer" && (last?.resultStatus !== "question" || s.questions.at(-1)?.answer !== null)) out.push(`${where}: is awaiting-answer without an open question`);
-    if (s.state === "new" && s.calls.length > 0) out.push(`${where}: is new, but it has calls`);
+    // A session stays new while its first call runs.
+    if (s.state === "new" && s.calls.some((c) => c.phase === "settled")) out.push(`${where}: is new, but it has a settled call`);
   });
   if ((l.status === "finished" || l.status === "parked") && open.length > 0) out.push(`status: is ${l.status} with ${open.length} call(s) open`);
   if (l.status === "finished" && l.sessions.some((s) => s.state === "new" || s.state === "answered" || s.state === "awaiting-answer")) {
@@ -282,7 +305,7 @@ export const SESSION_LEDGER_INVARIANTS: readonly Invariant<SessionLedger>[] = [
   {
     rule: "R149",
     id: "open-reservations",
-    statement: "reservedUsd is the sum of the open calls' reservations, each session's spentUsd its calls' charges and open reservations, and no call reserves more than callBudgetUsd",
+    statement: "reservedUsd is the sum of the open calls' reservations, and no call reserves more than callBudgetUsd",
     check: (l) => {
       const out: string[] = [];
       const calls = l.sessions.flatMap((s) => s.calls);

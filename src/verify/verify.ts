@@ -11,13 +11,16 @@ import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import type { Arm } from "../terms/terms.ts";
 import type { Observation, RunFacts } from "../ledger/schema.ts";
 import { LEDGER_MODE, readLedger } from "../ledger/store.ts";
-import { readTranscriptFile, sha256Hex, transcriptDir, transcriptFile, transcriptLines } from "../ledger/transcripts.ts";
+import { readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines } from "../ledger/transcripts.ts";
+import { SESSION_INIT_TOOLS } from "../session/args.ts";
+import { SessionLedgerSchema, SessionManifestSchema } from "../session/schema.ts";
+import { formatIssues } from "../util/zod-errors.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { parseManifest } from "../manifest/load.ts";
 import { planStudy } from "../plan/plan.ts";
 import { collectEvidence, compareEvidence, merkleRoot, type Evidence } from "../ledger/evidence.ts";
 import { UsageError } from "../util/errors.ts";
-import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, STUDY_LEDGER_INVARIANTS } from "./invariants.ts";
+import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, SESSION_LEDGER_INVARIANTS, STUDY_LEDGER_INVARIANTS } from "./invariants.ts";
 
 /**
  * `study-runner ledger verify`: every stored transcript read again with the runner's own
@@ -382,4 +385,90 @@ export async function verifyAgainstReport(reportPath: string, sources: { ledger:
   const files = compareEvidence(published, now);
   differences.push(...(selfConsistent ? files : files.filter((d) => !d.startsWith("evidence.root"))));
   return { differences, root: published.root, files: now.files.length };
+}
+
+/** Setup problems a session call records from outside its own transcript's facts: taken as recorded. */
+const SESSION_OUTSIDE_PROBLEMS = [...OUTSIDE_PROBLEMS, "the result's session_id ", "the gateway metered "];
+const round12 = (n: number) => Math.round(n * 1e12) / 1e12;
+
+/**
+ * A session ledger (contract R162): its invariants, its manifest found by the recorded sha256,
+ * and every call's kept transcript read again in order with the runner's rules. Each call's
+ * facts are recomputed with the earlier calls' messages (the CLI's modelUsage after a resume
+ * covers the whole session), and its share of the cumulative cost is derived again from the
+ * session's previous result. The status is judged by the invariants (a session's own reading of
+ * its structured result is not repeated here).
+ */
+export async function verifySessionLedger(path: string, options: VerifyOptions = {}): Promise<VerifyResult> {
+  const parsed = SessionLedgerSchema.safeParse(JSON.parse(await readFile(path, "utf8")));
+  if (!parsed.success) throw new UsageError(`the session ledger ${path} does not match its schema:\n  ${formatIssues(parsed.error.issues).join("\n  ")}`);
+  const l = parsed.data;
+  const differences = applyInvariants(SESSION_LEDGER_INVARIANTS, l);
+  const manifestPath = options.manifest ?? l.manifestPath;
+  const manifestBytes = await readFile(manifestPath).catch(() => null);
+  if (manifestBytes === null) differences.push(`manifestPath: cannot read the session manifest ${manifestPath}; give it with --manifest PATH`);
+  else if (sha256Hex(manifestBytes) !== l.manifestSha256) differences.push(`manifestSha256: ledger ${l.manifestSha256}, the manifest ${manifestPath} hashes to ${sha256Hex(manifestBytes)}`);
+  else {
+    const manifest = SessionManifestSchema.safeParse(JSON.parse(manifestBytes.toString("utf8")));
+    if (manifest.success) {
+      for (const [i, s] of l.sessions.entries()) {
+        const task = manifest.data.tasks.find((t) => t.id === s.taskId);
+        if (!task || task.repository !== s.repository) differences.push(`sessions[${i}].taskId: '${s.taskId}' is not a task of the manifest on ${s.repository}`);
+      }
+    }
+  }
+  const expected = new Set<string>();
+  for (const [i, s] of l.sessions.entries()) for (const c of s.calls) if (c.transcriptSha256 !== undefined) expected.add(`${sessionCallTranscript(i, c.index)}.jsonl`);
+  differences.push(...(await orphanProblems(path, expected)));
+  let verified = 0;
+  let calls = 0;
+  for (const [i, s] of l.sessions.entries()) {
+    const prior: Array<{ messageId: string; inputTokens: number; cacheReadInputTokens: number; cacheCreationInputTokens: number }> = [];
+    let lastTotal = 0;
+    let lastComputed = 0;
+    for (const c of s.calls) {
+      calls++;
+      const where = `sessions[${i}].calls[${c.index}]`;
+      if (c.transcriptSha256 === undefined) {
+        if (c.phase !== "reserved") differences.push(`${where}.transcriptSha256: absent; no transcript is kept for this call, so it cannot be verified`);
+        continue;
+      }
+      const file = await readTranscriptFile(path, sessionCallTranscript(i, c.index));
+      if (file === null) {
+        differences.push(`${where}.transcriptSha256: the transcript ${transcriptFile(path, sessionCallTranscript(i, c.index))} is missing`);
+        continue;
+      }
+      if (file.mode !== LEDGER_MODE) differences.push(`${where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
+      const hash = sha256Hex(file.bytes);
+      if (hash !== c.transcriptSha256) differences.push(`${where}.transcriptSha256: ledger ${c.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
+      if (c.phase !== "settled" || c.statusReason?.startsWith("the runner stopped during this call")) continue;
+      const reader = runReader("repository", l.model, l.expectedCliVersion, SESSION_INIT_TOOLS);
+      for (const line of transcriptLines(file.bytes)) reader.pushLine(line);
+      const facts = reader.finish();
+      facts.setupProblems.push(...c.setupProblems.filter((p) => OUTSIDE_PROBLEMS.some((prefix) => p.startsWith(prefix))));
+      const again = interpretRun(facts, l.model, {
+        exitCode: c.exitCode,
+        timedOut: c.timedOut ?? false,
+        truncated: c.truncated ?? false,
+        stdoutLimitBytes: STDOUT_LIMIT_BYTES,
+        priorMessageUsage: prior,
+      });
+      const fields = pick(again.fields, RUN_FIELDS);
+      fields.setupProblems = (again.fields.setupProblems ?? []).filter((p: string) => !SESSION_OUTSIDE_PROBLEMS.slice(OUTSIDE_PROBLEMS.length).some((x) => p.startsWith(x)));
+      const recorded: Record<string, unknown> = { ...c, setupProblems: c.setupProblems.filter((p) => !SESSION_OUTSIDE_PROBLEMS.slice(OUTSIDE_PROBLEMS.length).some((x) => p.startsWith(x))) };
+      for (const [field, value] of Object.entries(fields)) if (!isDeepStrictEqual(value, recorded[field])) differences.push(differ(where, field, recorded[field], value));
+      // As the run derived them: the cumulative figures of this call's facts, less the previous result's.
+      const total = again.fields.cliReportedCostUsd ?? null;
+      const computed = again.fields.computedCostUsd ?? null;
+      const share = total === null ? null : Math.max(0, round12(total - lastTotal));
+      const computedShare = computed === null ? null : Math.max(0, round12(computed - lastComputed));
+      if (share !== c.callCostUsd) differences.push(differ(where, "callCostUsd", c.callCostUsd, share));
+      if (computedShare !== c.callComputedCostUsd) differences.push(differ(where, "callComputedCostUsd", c.callComputedCostUsd, computedShare));
+      if (total !== null) lastTotal = total;
+      if (computed !== null) lastComputed = computed;
+      if (again.status === "completed") prior.push(...facts.perMessageUsage);
+      verified++;
+    }
+  }
+  return { path, observations: calls, verified, differences };
 }
