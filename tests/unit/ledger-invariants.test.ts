@@ -98,8 +98,8 @@ describe("the evidence digest", () => {
     const now = { ...published, files: [...changed.filter((f) => f.name !== "manifest"), { name: "adjudication", sha256: "e".repeat(64) }] };
     now.root = merkleRoot(now.files);
     expect(compareEvidence(published, now)).toEqual([
-      `ledger.transcripts/0000.jsonl: changed since the report was written (sha256 ${"b".repeat(64)} then, ${"d".repeat(64)} now)`,
       `manifest: the report committed to it (sha256 ${"c".repeat(64)}), but it is not there now`,
+      `ledger.transcripts/0000.jsonl: changed since the report was written (sha256 ${"b".repeat(64)} then, ${"d".repeat(64)} now)`,
       `adjudication: was not part of the report's evidence (sha256 ${"e".repeat(64)}); it was added since, or the report was made without it`,
     ]);
   });
