@@ -352,6 +352,13 @@ describe("a runner killed between a question and its resume", () => {
   }, 300_000);
 });
 
+/** What a runner killed by a test left in the temporary folder (its folders are named with its pid). */
+async function removeLeftovers(pid: number | undefined): Promise<void> {
+  if (pid === undefined) return;
+  const dir = tmpdir();
+  for (const name of await readdir(dir)) if (name.startsWith("study-runner-") && name.includes(`-${pid}-`)) await rm(join(dir, name), { recursive: true, force: true });
+}
+
 describe("a session ledger proves itself", () => {
   const MANIFEST_TASK = "invoice-rounding";
   let ledgerPath = "";
@@ -440,11 +447,53 @@ describe("a session ledger proves itself", () => {
     expect(r.stdout).toMatch(/sessions\[0\]\.questions: holds 3, but the events record 1/);
   });
 
+  // contract: R110
+  it("the session id is on disk before the first container is launched: a runner stopped just before the launch leaves it in the ledger and no container", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 0 } } });
+    const c = await config(await manifest(undefined), b);
+    let killedPid: number | undefined;
+    const killed = await runCli(
+      [
+        "sessions",
+        "start",
+        "--manifest",
+        c.manifestPath,
+        ...Object.entries(demo.roots).flatMap(([k, v]) => ["--root", `${k}=${v}`]),
+        "--output",
+        c.output,
+        "--image",
+        image,
+        "--cap-usd",
+        "5",
+        "--claude-config-dir",
+        loginDir,
+        "--isolation",
+        "offline",
+        "--credentials",
+        "login-copy",
+        "--fake-behaviour",
+        b,
+        "--quiet",
+      ],
+      { env: { STUDY_MODEL: MODEL, STUDY_RUNNER_TEST_KILL_AT: "before-container-start" }, timeoutMs: 240_000, onSpawn: (pid) => (killedPid = pid) },
+    );
+    await removeLeftovers(killedPid);
+    expect(killed.code).not.toBe(0);
+    const onDisk = await readSessionLedger(c.output);
+    const [s] = onDisk.sessions;
+    expect(s!.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(s!.calls).toEqual([expect.objectContaining({ mode: "start", phase: "running", containerId: null, sessionIdReported: null })]);
+    expect(onDisk.events.filter((e) => e.type === "harness.start")).toEqual([expect.objectContaining({ session: s!.id })]);
+    // Nothing of this run was launched.
+    expect(await runtime.listByLabel({ [LABELS.run]: onDisk.runId })).toEqual([]);
+  }, 300_000);
+
   // contract: R160
   it("a runner killed during a session call: `ledger check` names the open call; `resume` settles it failed with its reservation charged and its harness.result, blocked, exit 1", async () => {
     const b = await behaviour({ "0": { kind: "ok", delayMs: 3000, session: { questions: 1 } } });
     const c = await config(await manifest(["x"]), b);
-    const cli = (args: string[], env: Record<string, string> = {}) => runCli(args, { env: { STUDY_MODEL: MODEL, ...env }, timeoutMs: 240_000 });
+    const pids: number[] = [];
+    const cli = (args: string[], env: Record<string, string> = {}) => runCli(args, { env: { STUDY_MODEL: MODEL, ...env }, timeoutMs: 240_000, onSpawn: (pid) => pids.push(pid) });
     const runtimeArgs = ["--claude-config-dir", loginDir, "--isolation", "offline", "--credentials", "login-copy", "--fake-behaviour", b, "--fake-records", c.fake!.recordsDir!, "--quiet"];
     const killed = await cli(
       [
@@ -490,6 +539,7 @@ describe("a session ledger proves itself", () => {
     } finally {
       // The killed runner's container outlived it.
       for (const x of await runtime.listByLabel({ [LABELS.run]: open.runId })) await runtime.remove(x.id).catch(() => undefined);
+      for (const pid of pids) await removeLeftovers(pid);
     }
   }, 300_000);
 });
