@@ -39,6 +39,8 @@ interface PaidRun {
   computedCostUsd: number | null;
   /** The factor-of-two rule applies (the CLI's reported cost and the computed cost of the same usage). */
   crossChecked: boolean;
+  /** A completed run is charged exactly its larger cost (the CLI's runs; an http attempt is charged its calls, contract R30). */
+  exactCharge: boolean;
   toolCalls: number;
   toolCallsByName: Record<string, number>;
   toolErrorsByName?: Record<string, number>;
@@ -59,6 +61,7 @@ function runOf(where: string, r: RunFacts & { gateway?: PaidRun["gateway"]; tool
     reportedCostUsd: r.cliReportedCostUsd,
     computedCostUsd: r.computedCostUsd,
     crossChecked: true,
+    exactCharge: true,
     toolCalls: r.toolCalls,
     toolCallsByName: r.toolCallsByName,
     toolErrorsByName: r.toolErrorsByName,
@@ -86,7 +89,7 @@ function chargeProblems(r: PaidRun): string[] {
   const out: string[] = [];
   if (r.status === "completed") {
     const expected = costs.length ? Math.max(...costs) : r.reservationUsd;
-    if (Math.abs(r.chargedUsd - expected) > USD_EPSILON) {
+    if (r.exactCharge && Math.abs(r.chargedUsd - expected) > USD_EPSILON) {
       out.push(`${r.where}.chargedUsd: is ${usd(r.chargedUsd)}, but a completed run is charged the larger of its reported and computed cost, ${usd(expected)}`);
     }
     if (above(r.chargedUsd, r.reservationUsd)) {
@@ -150,7 +153,7 @@ function capProblems(where: string, spentUsd: number, capUsd: number, flag: bool
   return out;
 }
 
-const studyRuns = (l: Ledger) => l.observations.map((o) => runOf(`observations[${o.index}]`, o));
+const studyRuns = (l: Ledger) => l.observations.map((o) => ({ ...runOf(`observations[${o.index}]`, o), exactCharge: o.transport === "cli", crossChecked: o.transport === "cli" }));
 const recordRuns = (r: AdjudicationRecord) => r.items.flatMap((it) => (it.run ? [runOf(`items[${it.position}].run`, it.run)] : []));
 const sessionCalls = (l: SessionLedger) => l.sessions.flatMap((s, i) => s.calls.map((c, j) => callOf(`sessions[${i}].calls[${j}]`, c)));
 
