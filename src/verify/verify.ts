@@ -287,7 +287,7 @@ export async function verifyLedger(path: string, options: VerifyOptions = {}): P
   }
   const expected = new Set(ledger.observations.filter((o) => o.transcriptSha256 !== undefined || o.phase !== "reserved").map((o) => fileName(transcriptFile(path, o.index))));
   differences.push(...(await orphanProblems(path, expected)));
-  // The export hash of each observation is recomputed from the pin (the export's own rule) here.
+  // Place for exportHash: recomputing each observation's export from its pin (contract R62) belongs here, beside the protocol and plan checks above; it is the export's own rule and is not done yet.
   const seen = new Map<string, number>();
   for (const o of ledger.observations) {
     if (o.phase === "reserved") continue; // nothing ran: no transcript is expected
