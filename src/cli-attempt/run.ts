@@ -103,7 +103,7 @@ export interface CliRunInput {
   /** Sees every stdout line. */
   onLine?: (line: string) => void;
   /** Where the raw stream-json is kept (as transcript `index`), for `ledger verify`. */
-  transcripts?: { store: TranscriptStore; index: number };
+  transcripts?: { store: TranscriptStore; index: number | string };
   /**
    * A session task's call (src/session): its writable worktree replaces the export, the prompt
    * goes on stdin, and the CLI's session files are staged from and collected into `stateDir`.

@@ -1,5 +1,6 @@
 import { assertReadableLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
-import { checkAnyLedger } from "../session/check.ts";
+import { checkAnyLedger } from "../verify/check.ts";
+import { SESSION_LEDGER_KIND } from "../session/schema.ts";
 
 export interface LedgerCheckFlags {
   json?: boolean;
@@ -24,28 +25,48 @@ export async function ledgerCheckCommand(path: string, flags: LedgerCheckFlags):
 }
 
 /**
- * `study-runner ledger verify PATH`: every stored transcript read again with the runner's rules
- * and compared with the ledger. Prints differences that name the field, never an answer.
+ * `study-runner ledger verify PATH`: the ledger's invariants, its protocol and plan re-derived from
+ * the manifest, and every stored transcript read again with the runner's rules and compared with
+ * the ledger; with `--report`, the private files checked against the digest the published report
+ * committed to. Prints differences that name the field or the file, never an answer.
  * Exit 0 all agree, 1 differences.
  */
-export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags & { adjudication?: string }): Promise<number> {
-  const { verifyLedger, verifyRecord } = await import("../verify/verify.ts");
-  const result = await verifyLedger(path);
+export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags & { adjudication?: string; manifest?: string; report?: string }): Promise<number> {
+  const { verifyLedger, verifyRecord, verifyAgainstReport, verifySessionLedger } = await import("../verify/verify.ts");
+  // A session ledger is verified the same way, from its calls' transcripts (contract R162).
+  const isSession = isSessionLedgerFile(await assertReadableLedger(path));
+  const result = isSession ? await verifySessionLedger(path, { manifest: flags.manifest }) : await verifyLedger(path, { manifest: flags.manifest });
   if (flags.adjudication) {
     const rec = await verifyRecord(flags.adjudication);
     result.differences.push(...rec.differences.map((d) => `adjudication ${d}`));
     result.verified += rec.verified;
     result.observations += rec.observations;
   }
+  let evidence: { root: string; files: number } | null = null;
+  if (flags.report) {
+    const checked = await verifyAgainstReport(flags.report, { ledger: path, manifest: flags.manifest, adjudication: flags.adjudication });
+    result.differences.push(...checked.differences.map((d) => `report ${d}`));
+    evidence = { root: checked.root, files: checked.files };
+  }
   const ok = result.differences.length === 0;
-  if (flags.json) process.stdout.write(JSON.stringify({ ...result, verdict: ok ? "verified" : "differs" }, null, 2) + "\n");
+  if (flags.json) process.stdout.write(JSON.stringify({ ...result, ...(evidence ? { evidence } : {}), verdict: ok ? "verified" : "differs" }, null, 2) + "\n");
   else {
     const lines = [
       `ledger ${result.path}: ${ok ? "verified" : `${result.differences.length} difference${result.differences.length === 1 ? "" : "s"}`}`,
       `${flags.adjudication ? "observations and adjudication items" : "observations"}: ${result.observations} (${result.verified} read again from their transcripts)`,
     ];
+    if (evidence) lines.push(`evidence: ${evidence.files} private files against the report's digest ${evidence.root}`);
     for (const d of result.differences) lines.push(`  - ${d}`);
     process.stdout.write(lines.join("\n") + "\n");
   }
   return ok ? 0 : 1;
+}
+
+function isSessionLedgerFile(bytes: Buffer): boolean {
+  try {
+    const json = JSON.parse(bytes.toString("utf8")) as unknown;
+    return typeof json === "object" && json !== null && (json as { kind?: unknown }).kind === SESSION_LEDGER_KIND;
+  } catch {
+    return false;
+  }
 }

@@ -214,12 +214,19 @@ Example:
       "read every stored transcript again (<ledger>.transcripts/) with the runner's rules, recompute each observation's facts, status, cost and charge, and compare them with the ledger field by field, with each transcript's sha256; never writes",
     )
     .option("--adjudication <path>", "also verify this adjudication record's runs against <record>.transcripts/ (facts, status, charge, verdict)")
+    .option("--manifest <path>", "the manifest the run was given, when it is no longer where the ledger records it (its sha256 must be the protocol hash)")
+    .option("--report <report.json>", "also check that the private files (ledger, transcripts, manifest, adjudication record) are the ones this published report was made from")
     .option("--json", "one JSON object instead of lines")
-    .addHelpText("after", "\nExit codes: 0 every observation agrees with its transcript, 1 differences (each names the observation and the field), 2 unreadable.")
+    .addHelpText(
+      "after",
+      "\nAlso checks the ledger's invariants (docs/contract.md), the protocol hash against the manifest's bytes, the observations against the plan the manifest implies, that the transcripts folder holds one file per observation and nothing else, and every gateway request record against its transcript.\n\nExit codes: 0 everything agrees, 1 differences (each names the observation and the field, or the file), 2 unreadable.",
+    )
     .action(async (path, opts) => setExit(await (await import("./ledger.ts")).ledgerVerifyCommand(path, opts)));
   ledgerCommand
     .command("check <path>")
-    .description("validate a ledger (schema, and spent = settled charges + open reservations) and say whether its run finished or was interrupted; never writes")
+    .description(
+      "validate a ledger, session ledger or adjudication record (its schema and the invariants of docs/contract.md: charges, counts, open reservations, the cap flag, metered spend, events, status) and say whether its run finished or was interrupted, naming any open attempt or call; never writes",
+    )
     .option("--json", "one JSON object instead of lines")
     .addHelpText("after", "\nExit codes: 0 valid and finished, 4 valid but interrupted (status running), 1 invalid, 2 unreadable.")
     .action(async (path, opts) => setExit(await (await import("./ledger.ts")).ledgerCheckCommand(path, opts)));

@@ -21,9 +21,17 @@ export function transcriptDir(privateFile: string): string {
   return join(dirname(privateFile), `${basename(privateFile)}.transcripts`);
 }
 
-/** One file per observation (or adjudication item), named by its 0-based index. */
-export function transcriptFile(privateFile: string, index: number): string {
-  return join(transcriptDir(privateFile), `${String(index).padStart(4, "0")}.jsonl`);
+/**
+ * One file per observation (or adjudication item), named by its 0-based index; a session call's
+ * file is named by its session and call (sessionCallTranscript).
+ */
+export function transcriptFile(privateFile: string, index: number | string): string {
+  return join(transcriptDir(privateFile), `${typeof index === "number" ? String(index).padStart(4, "0") : index}.jsonl`);
+}
+
+/** The stem of a session call's transcript: `s0001-c0002` for call 2 of the ledger's second session. */
+export function sessionCallTranscript(sessionIndex: number, callIndex: number): string {
+  return `s${String(sessionIndex).padStart(4, "0")}-c${String(callIndex).padStart(4, "0")}`;
 }
 
 export function sha256Hex(bytes: string | Buffer): string {
@@ -84,13 +92,28 @@ export class TranscriptStore {
     return new TranscriptStore(dir, privateFile);
   }
 
-  begin(index: number): TranscriptWriter {
+  /**
+   * The store of a record whose folder already exists (a session ledger's later passes); created
+   * when it does not (a session ledger written before sessions kept transcripts).
+   */
+  static async openOrCreate(privateFile: string): Promise<TranscriptStore> {
+    const dir = transcriptDir(privateFile);
+    const st = await lstat(dir).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return null;
+      throw err;
+    });
+    if (st === null) return TranscriptStore.create(privateFile);
+    if (!st.isDirectory() || (st.mode & 0o777) !== TRANSCRIPT_DIR_MODE) throw new Error(`${dir} is not a private folder (mode 700); it was not made by this runner`);
+    return new TranscriptStore(dir, privateFile);
+  }
+
+  begin(index: number | string): TranscriptWriter {
     return new TranscriptWriter(transcriptFile(this.privateFile, index));
   }
 }
 
 /** Reads a stored transcript; null when it is missing. Never prints its content. */
-export async function readTranscriptFile(privateFile: string, index: number): Promise<{ path: string; bytes: Buffer; mode: number } | null> {
+export async function readTranscriptFile(privateFile: string, index: number | string): Promise<{ path: string; bytes: Buffer; mode: number } | null> {
   const path = transcriptFile(privateFile, index);
   try {
     const [bytes, st] = await Promise.all([readFile(path), stat(path)]);

@@ -206,6 +206,10 @@ export async function runLoop<U, E extends Entry, S extends string>(o: LoopOptio
     // spentUsd counts open reservations too, so a crash at any write never under-counts.
     book.budget.reservedUsd = picoToUsd(usdToPico(budget.reservedUsd, "ceil") + heldBySettledCalls);
     book.budget.spentUsd = picoToUsd(usdToPico(budget.spentUsd, "ceil") + usdToPico(budget.reservedUsd, "ceil"));
+    // With units in flight, a charge above its reservation can take the spend (open reservations
+    // included) past the cap while the settled charges alone are still under it: that passes the
+    // cap too, and the record says so before it is written (contract R161).
+    if (usdToPico(book.budget.spentUsd, "ceil") > usdToPico(o.capUsd, "floor")) book.budget.cumulativeCapExceeded = true;
   };
   let stopReason: string | null = null;
   // The first reason wins: with units in flight, later ones settle after the run already stopped.

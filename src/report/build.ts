@@ -2,6 +2,7 @@ import type { AdjudicationRecord, Item, Outcome } from "../adjudicate/schema.ts"
 import { blindingSummary } from "../adjudicate/blinding.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import type { Manifest } from "../manifest/schema.ts";
+import type { Evidence } from "../ledger/evidence.ts";
 import { planStudy } from "../plan/plan.ts";
 import type { Arm } from "../terms/terms.ts";
 import { UsageError } from "../util/errors.ts";
@@ -164,6 +165,19 @@ export interface ReportData {
    * only, never contents.
    */
   instructionFiles: InstructionFilesRow[];
+  /**
+   * The digest over the private files this report was made from (contract R158, docs/report.md,
+   * "Evidence digest"): `ledger verify --report` checks them against it. Absent in a report built
+   * without reading the files (buildReport alone).
+   */
+  evidence?: Evidence;
+}
+
+/** How a report names its evidence digest, the same in every format. */
+export function evidenceText(e: Evidence): string {
+  const transcripts = e.files.filter((f) => f.name.includes(".transcripts/")).length;
+  const others = e.files.filter((f) => !f.name.includes(".transcripts/")).map((f) => f.name);
+  return `Evidence digest (${e.algorithm}): ${e.root}, over ${e.files.length} private files (${others.join(", ")} and ${transcripts} transcripts; each file's sha256 is in report.json). \`study-runner ledger verify LEDGER --report report.json\` tells whether any of them changed since this report was written.`;
 }
 
 export interface InstructionFilesRow {

@@ -1,5 +1,5 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
-import { REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
+import { evidenceText, REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
 import { ATTEMPT_COLUMNS, attemptRows, blindingLine, egressTargetsText, fmt, instructionFilesText, INSTRUCTION_FILES_NOTE, spendLines } from "./markdown.ts";
 import { analysisBlocks, behaviourBlock, num, type Block } from "./sections.ts";
 import type { ArmBehaviour } from "./behaviour.ts";
@@ -185,6 +185,7 @@ export function renderHtml(r: ReportData): string {
   const t = r.totals;
   const body: string[] = [];
   body.push(`<h1>Study report: ${esc(r.run.runId)}</h1>`);
+  if (r.evidence) body.push(`<h2>Evidence</h2>`, `<p class="evidence">${esc(evidenceText(r.evidence))}</p>`);
   body.push(`<p class="statement">${esc(r.statement)}</p>`);
   if (r.adjudication) {
     const s = adjudicatorSentence(r.adjudication);
@@ -294,6 +295,7 @@ export function renderHtml(r: ReportData): string {
 
   body.push(`<h2>Gaps</h2>`);
   body.push(r.gaps.length ? `<ul class="gaps">${r.gaps.map((g) => `<li>${esc(g)}</li>`).join("")}</ul>` : `<p>None: every planned attempt completed, was adjudicated, and has complete usage.</p>`);
+  if (r.evidence) body.push(`<h2>Evidence</h2>`, `<p class="evidence">${esc(evidenceText(r.evidence))}</p>`);
   body.push(`<p class="statement">${esc(r.statement)}</p>`);
 
   return `<!DOCTYPE html>

@@ -1,5 +1,5 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
-import { REPORT_OUTCOMES, type EgressRow, type InstructionFilesRow, type ReportData } from "./build.ts";
+import { evidenceText, REPORT_OUTCOMES, type EgressRow, type InstructionFilesRow, type ReportData } from "./build.ts";
 import { analysisBlocks, behaviourBlock, type Block } from "./sections.ts";
 
 /** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
@@ -184,6 +184,7 @@ export function renderMarkdown(r: ReportData): string {
   out.push("## Gaps", "");
   if (r.gaps.length === 0) out.push("None: every planned attempt completed, was adjudicated, and has complete usage.");
   else out.push(...r.gaps.map((g) => `- ${g}`));
+  if (r.evidence) out.push("", "## Evidence", "", evidenceText(r.evidence));
   out.push("", `_${r.statement}_`, "");
   return out.join("\n");
 }

@@ -1,6 +1,7 @@
 import { mkdir, realpath, rm, stat, writeFile } from "node:fs/promises";
 import { join, resolve } from "node:path";
 import { createPrivateFile } from "../ledger/store.ts";
+import { collectEvidence } from "../ledger/evidence.ts";
 import { readTranscriptFile, sha256Hex, transcriptLines } from "../ledger/transcripts.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { renderViewer } from "./viewer.ts";
@@ -26,14 +27,22 @@ export async function loadReport(sources: ReportSources): Promise<ReportData> {
   const input = await readLedgerInput(resolve(sources.ledger));
   const record = sources.adjudication ? await readRecord(resolve(sources.adjudication)) : null;
   let manifest = null;
+  let manifestPath: string | null = null;
   let manifestNote: string | undefined;
   try {
-    manifest = (await loadLedgerManifest(input.ledger, sources.manifest && resolve(sources.manifest))).manifest;
+    const loaded = await loadLedgerManifest(input.ledger, sources.manifest && resolve(sources.manifest));
+    manifest = loaded.manifest;
+    manifestPath = loaded.path;
   } catch (err) {
     if (sources.manifest) throw err;
     manifestNote = errorMessage(err);
   }
-  return buildReport({ ledger: input.ledger, ledgerSha256: input.sha256, record, manifest, manifestNote, seed: sources.seed, effects: sources.effects });
+  const report = buildReport({ ledger: input.ledger, ledgerSha256: input.sha256, record, manifest, manifestNote, seed: sources.seed, effects: sources.effects });
+  // The commitment to the private files (contract R158); the ledger's bytes are the ones just read.
+  const evidence = await collectEvidence({ ledger: resolve(sources.ledger), manifest: manifestPath, adjudication: sources.adjudication ? resolve(sources.adjudication) : null });
+  const ledgerEntry = evidence.files.find((f) => f.name === "ledger");
+  if (ledgerEntry?.sha256 !== input.sha256) throw new UsageError(`the ledger ${sources.ledger} changed while the report was made; make it again`);
+  return { ...report, evidence };
 }
 
 /** `<ledger>.pairs.html`: beside the ledger, as private as it. */

@@ -31,7 +31,13 @@ export function checkSessionLedger(json: Record<string, unknown>, result: Ledger
   const states = l.sessions.map((s) => `${s.taskId} ${s.state}`).join(", ");
   if (l.status === "running" || open.length > 0) {
     result.state = "interrupted";
-    result.verdict = `interrupted: ${open.length} call(s) open, counted at their reservation; sessions: ${states}; spent ${l.budget.spentUsd} USD. \`study-runner resume\` continues the answered sessions`;
+    const named = l.sessions.flatMap((s) =>
+      s.calls.filter((c) => c.phase !== "settled").map((c) => `session ${s.id} (${s.taskId}) call ${c.index} (phase ${c.phase}, ${c.reservationUsd} USD reserved)`),
+    );
+    const openText = named.length
+      ? `open: ${named.join(", ")}, counted at the reservation; \`study-runner resume\` settles ${named.length === 1 ? "it" : "them"} (failed, the reservation charged) and exits 1`
+      : "no call open";
+    result.verdict = `interrupted: status ${l.status}; ${openText}; sessions: ${states}; spent ${l.budget.spentUsd} USD`;
   } else {
     result.state = "finished";
     result.verdict = `${l.status}: sessions: ${states}; ${l.events.length} events; spent ${l.budget.spentUsd} USD`;

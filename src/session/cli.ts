@@ -99,7 +99,7 @@ export async function sessionsStartCommand(
       callBudgetUsd,
       sessionBudgetUsd,
     },
-    { runtime: await dockerRuntime(), say: say(flags.quiet) },
+    { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint() },
   );
   process.stdout.write(`${JSON.stringify(sessionSummary(started.ledgerPath, started.ledger), null, 2)}\n`);
   return started.exitCode;
@@ -118,7 +118,11 @@ export async function answerCommand(ledgerPath: string, session: string, flags: 
 }
 
 export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
-  const resumed = await resumeSessions(ledgerPath, { ...runtimeOptions(flags), manifestPath: flags.manifest }, { runtime: await dockerRuntime(), say: say(flags.quiet) });
+  const resumed = await resumeSessions(
+    ledgerPath,
+    { ...runtimeOptions(flags), manifestPath: flags.manifest },
+    { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint() },
+  );
   process.stdout.write(`${JSON.stringify(sessionSummary(ledgerPath, resumed.ledger), null, 2)}\n`);
   return resumed.exitCode;
 }
@@ -214,4 +218,10 @@ export function addSessionCommands(program: import("commander").Command, setExit
 async function dockerRuntime() {
   const { DockerRuntime } = await import("../runtime/docker.ts");
   return new DockerRuntime();
+}
+
+/** TEST-ONLY: STUDY_RUNNER_TEST_KILL_AT, read once at the command's entry (docs/reliability.md). */
+async function testCheckpoint() {
+  const { killAtCheckpoint } = await import("../loop/checkpoint.ts");
+  return killAtCheckpoint(process.env);
 }

@@ -5,15 +5,16 @@ import { createHash } from "node:crypto";
 import { resolveLogin, acquireLoginLock, type LoginLock } from "../attempt/login.ts";
 import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { emptyRunFacts } from "../cli-attempt/record.ts";
-import { runLoop, type Book, type RunKind } from "../loop/loop.ts";
+import { runLoop, type Book, type Checkpoint, type RunKind } from "../loop/loop.ts";
 import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../runtime/reaper.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { createPrivateFile, LEDGER_MODE } from "../ledger/store.ts";
+import { sessionCallTranscript, TranscriptStore } from "../ledger/transcripts.ts";
 import { writeFileAtomic } from "../util/atomic-file.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { RefusalError, UsageError } from "../util/errors.ts";
+import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, sessionPrompt } from "./args.ts";
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
@@ -49,6 +50,8 @@ export interface SessionRuntimeOptions extends GatewayRunOptions {
 
 export interface SessionDeps {
   runtime: ContainerRuntime;
+  /** Test-only (docs/reliability.md): stops the process at a named point of a call. */
+  checkpoint?: (point: Checkpoint) => void;
   now?: () => Date;
   signal?: AbortSignal;
   say?: (line: string) => void;
@@ -179,6 +182,8 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   // Beside the ledger, so the same checks (outside every checkout and the project) hold for it; private.
   await mkdir(ledger.storageDir, { mode: 0o700 });
   for (const task of manifest.tasks) ledger.sessions.push(await newSession(ledger, { path: config.manifestPath, bytes: manifestBytes, manifest }, task, config.roots, null));
+  // Each call's raw stream-json is kept beside the ledger, like an attempt's (contract R162).
+  await TranscriptStore.create(ledgerPath);
   // The session ids are on disk before any container starts.
   await writeSessionLedger(ledgerPath, ledger);
   const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, { gateway, fakeImage }).finally(() => gateway?.close());
@@ -289,7 +294,11 @@ async function continueSessions(
   options: SessionRuntimeOptions,
   deps: SessionDeps,
 ): Promise<{ exitCode: number; ledger: SessionLedger }> {
-  // A call left open by a killed runner never gets a result: its session ended, its reservation stays charged.
+  // A call left open by a killed runner never gets a result: it is settled failed with its
+  // reservation charged, its harness.result written and its session ended, and the command ends
+  // blocked with exit 1, as a call that fails inside a pass does (contract R160). Nothing else
+  // runs in this command: the next `resume` continues the other sessions.
+  const settledNow: string[] = [];
   for (const s of ledger.sessions) {
     const open = s.calls.find((c) => c.phase !== "settled");
     if (open) {
@@ -299,8 +308,28 @@ async function continueSessions(
         chargedUsd: open.reservationUsd,
         statusReason: "the runner stopped during this call; its outcome is unknown and its reservation stays charged",
       });
+      ledger.events.push({
+        at: (deps.now?.() ?? new Date()).toISOString(),
+        type: "harness.result",
+        session: s.id,
+        status: "failed",
+        num_turns: open.numTurns,
+        duration_ms: open.durationMs,
+        total_cost_usd: null,
+        call_cost_usd: open.callCostUsd,
+      });
       await endSession(ledger, s, "failed", "a call was interrupted by the runner's end; a session is never continued from an unknown state");
+      settledNow.push(`call ${open.index} of session ${s.id} (${s.taskId})`);
     }
+  }
+  if (settledNow.length > 0) {
+    const open = ledger.sessions.flatMap((s) => s.calls.filter((c) => c.phase !== "settled"));
+    ledger.budget.reservedUsd = round12(open.reduce((n, c) => n + c.reservationUsd, 0));
+    ledger.status = "blocked";
+    ledger.statusReason = `${settledNow.join(", ")} ${settledNow.length === 1 ? "was" : "were"} left open by a runner that stopped: settled failed with the reservation charged; \`study-runner resume\` continues the other sessions`;
+    await writeSessionLedger(ledgerPath, ledger);
+    deps.say?.(ledger.statusReason);
+    return { exitCode: ExitCode.blocked, ledger };
   }
   const fakeImage = await isFakeClaudeImage(deps.runtime, ledger.image);
   const gateway = await gatewayForRun(options, {
@@ -354,6 +383,7 @@ async function advanceSessions(
   route: { gateway: RunGateway | undefined; fakeImage: boolean },
 ): Promise<number> {
   const { gateway, fakeImage } = route;
+  const transcripts = await TranscriptStore.openOrCreate(ledgerPath);
   const say = deps.say ?? (() => {});
   const now = () => deps.now?.() ?? new Date();
   const event = (e: HarnessEvent extends infer E ? (E extends HarnessEvent ? Omit<E, "at"> : never) : never) => ledger.events.push({ at: now().toISOString(), ...e } as HarnessEvent);
@@ -435,19 +465,26 @@ async function advanceSessions(
         const task = manifest.tasks.find((t) => t.id === s.taskId)!;
         // Each call reserves the full per-call cap: the session's budget is checked before each call
         // (recordWithoutRun), so a session can pass it by at most one call, as the field notes' harness did.
-        const reserved = ctx.meter.reserve(config.callBudgetUsd);
-        if (!reserved.ok) return { status: "failed", reason: `not started: ${reserved.reason}`, reportedCostUsd: null, computedCostUsd: null };
-        call.reservationUsd = reserved.reservation.reservedUsd;
         if (call.mode === "start") event({ type: "harness.start", session: s.id, task: s.taskId, attempt: s.attempt, ...(s.retryOf ? { retry_of: s.retryOf } : {}) });
         else {
           const q = s.questions.at(-1)!;
           event({ type: "harness.resume", session: s.id, waited_s: (Date.parse(q.answer!.answeredAt) - Date.parse(q.askedAt)) / 1000 });
         }
+        const reserved = ctx.meter.reserve(config.callBudgetUsd);
+        if (!reserved.ok) {
+          // Recorded like any call that did not complete: its result event, its session ended (contract R152, R153).
+          const reason = `not started: ${reserved.reason}`;
+          call.statusReason = reason;
+          event({ type: "harness.result", session: s.id, status: "failed", num_turns: null, duration_ms: null, total_cost_usd: null, call_cost_usd: null });
+          await endSession(ledger, s, "failed", `call ${call.index} ended failed: ${reason}`);
+          return { status: "failed", reason, reportedCostUsd: null, computedCostUsd: null };
+        }
+        call.reservationUsd = reserved.reservation.reservedUsd;
         const prompt = call.mode === "start" ? sessionPrompt(task.prompt) : answerPrompt(s.questions.at(-1)!.answer!.text);
         const out = { structuredOutput: undefined as unknown, resultText: null as string | null, sessionId: null as string | null, durationMs: null as number | null };
         results.set(s, out);
         const paths = sessionPaths(ledger.storageDir, s.id);
-        const cliDeps: CliRunDeps = { runtime: deps.runtime, now: deps.now, signal: deps.signal };
+        const cliDeps: CliRunDeps = { runtime: deps.runtime, now: deps.now, signal: deps.signal, checkpoint: deps.checkpoint };
         const result = await runCliInContainer(
           cliDeps,
           {
@@ -472,6 +509,7 @@ async function advanceSessions(
             fake: config.fake,
             timeoutMs: config.timeoutMs,
             onLine: (line) => readResult(line, out),
+            transcripts: { store: transcripts, index: sessionCallTranscript(ledger.sessions.indexOf(s), call.index) },
             session: {
               worktree: paths.worktree,
               exportHash: s.exportHash,

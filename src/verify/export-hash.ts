@@ -15,11 +15,11 @@ const NO_LIMITS = { maxFiles: Number.MAX_SAFE_INTEGER, maxBytes: Number.MAX_SAFE
  * protocol hash, and the checkout the ledger records). Returns the differences; a hash that
  * cannot be recomputed (manifest changed or gone, checkout gone) is one too, naming why.
  */
-export async function verifyExportHashes(ledger: Ledger): Promise<string[]> {
+export async function verifyExportHashes(ledger: Ledger, manifest?: string): Promise<string[]> {
   const observed = ledger.observations.filter((o) => o.exportHash !== null);
   if (observed.length === 0) return [];
   const differences: string[] = [];
-  const manifestPath = ledger.protocol.manifestPath;
+  const manifestPath = manifest ?? ledger.protocol.manifestPath;
   let bytes: Buffer;
   try {
     bytes = await readFile(manifestPath);

@@ -1,3 +1,4 @@
+import { readdir, readFile } from "node:fs/promises";
 import { isDeepStrictEqual } from "node:util";
 import { readResultEvent, readVerdict } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
@@ -11,7 +12,16 @@ import type { Arm } from "../terms/terms.ts";
 import type { Observation, RunFacts } from "../ledger/schema.ts";
 import { LEDGER_MODE, readLedger } from "../ledger/store.ts";
 import { verifyExportHashes } from "./export-hash.ts";
-import { readTranscriptFile, sha256Hex, transcriptFile, transcriptLines } from "../ledger/transcripts.ts";
+import { readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines } from "../ledger/transcripts.ts";
+import { SESSION_INIT_TOOLS } from "../session/args.ts";
+import { SessionLedgerSchema, SessionManifestSchema } from "../session/schema.ts";
+import { formatIssues } from "../util/zod-errors.ts";
+import type { Ledger } from "../ledger/schema.ts";
+import { parseManifest } from "../manifest/load.ts";
+import { planStudy } from "../plan/plan.ts";
+import { collectEvidence, compareEvidence, merkleRoot, type Evidence } from "../ledger/evidence.ts";
+import { UsageError } from "../util/errors.ts";
+import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, SESSION_LEDGER_INVARIANTS, STUDY_LEDGER_INVARIANTS } from "./invariants.ts";
 
 /**
  * `study-runner ledger verify`: every stored transcript read again with the runner's own
@@ -107,6 +117,7 @@ async function checkRun(
   const hash = sha256Hex(file.bytes);
   if (hash !== run.transcriptSha256) differences.push(`${where}.transcriptSha256: ${o.noun} ${run.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
   const lines = transcriptLines(file.bytes);
+  differences.push(...gatewayRecordProblems(where, run.gateway, lines));
   if (run.phase !== "settled") return { lines, verified: false };
 
   const reader = runReader(o.arm, o.model, o.cliVersion, o.expectedTools);
@@ -140,15 +151,148 @@ async function checkRun(
   return { lines, verified: true };
 }
 
-export async function verifyLedger(path: string): Promise<VerifyResult> {
+/**
+ * Every gateway request record of a run (contract R157) against the messages of its transcript: a
+ * request the gateway forwarded and got a message for must name a message of the transcript, from
+ * the same model, with the same prompt usage. A record the transcript does not bear out was
+ * edited or belongs to another run.
+ */
+export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway"], lines: readonly string[]): string[] {
+  if (!gateway || gateway.requests.length === 0) return [];
+  const messages = new Map<string, { model: unknown; usage: Record<string, unknown> }>();
+  for (const line of lines) {
+    if (!line.includes('"assistant"')) continue;
+    let event: { type?: unknown; message?: { id?: unknown; model?: unknown; usage?: unknown } };
+    try {
+      event = JSON.parse(line) as typeof event;
+    } catch {
+      continue;
+    }
+    const m = event?.type === "assistant" ? event.message : undefined;
+    if (m && typeof m.id === "string" && !messages.has(m.id))
+      messages.set(m.id, { model: m.model, usage: typeof m.usage === "object" && m.usage !== null ? (m.usage as Record<string, unknown>) : {} });
+  }
+  const out: string[] = [];
+  for (const r of gateway.requests) {
+    if (r.messageId === null || r.refused !== null) continue;
+    const at = `${where}.gateway.requests[${r.seq}]`;
+    const m = messages.get(r.messageId);
+    if (!m) {
+      out.push(`${at}.messageId: names a message that is not in the transcript (a fabricated or foreign gateway record)`);
+      continue;
+    }
+    if (r.model !== m.model) out.push(`${at}.model: gateway ${show(r.model)}, the transcript's message gives ${show(m.model)}`);
+    const write = r.cacheWrite5mInputTokens === null || r.cacheWrite1hInputTokens === null ? null : r.cacheWrite5mInputTokens + r.cacheWrite1hInputTokens;
+    const pairs: Array<[string, number | null, unknown]> = [
+      ["inputTokens", r.inputTokens, m.usage.input_tokens],
+      ["cacheReadInputTokens", r.cacheReadInputTokens, m.usage.cache_read_input_tokens],
+      ["cacheWrite5mInputTokens + cacheWrite1hInputTokens", write, m.usage.cache_creation_input_tokens],
+    ];
+    for (const [field, gatewayValue, transcriptValue] of pairs) {
+      if (gatewayValue !== (transcriptValue ?? null)) out.push(`${at}.${field}: gateway ${show(gatewayValue)}, the transcript's message gives ${show(transcriptValue ?? null)}`);
+    }
+  }
+  return out;
+}
+
+/**
+ * The transcripts folder holds exactly the files its entries name (contract R156): a file no
+ * entry names is an orphan (an entry removed from the record, or a file put there).
+ */
+async function orphanProblems(privateFile: string, expected: ReadonlySet<string>): Promise<string[]> {
+  const dir = transcriptDir(privateFile);
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
+  return names
+    .filter((n) => !expected.has(n))
+    .sort()
+    .map((n) => `transcripts: ${dir}/${n} belongs to no entry of the record (an orphan: its entry was removed, or the file was added)`);
+}
+
+const fileName = (path: string) => path.slice(path.lastIndexOf("/") + 1);
+
+/** Where `ledger verify` finds the manifest: `--manifest`, else the path the ledger records. */
+export interface VerifyOptions {
+  manifest?: string;
+}
+
+/**
+ * The protocol and the plan re-derived from the manifest's bytes (contract R154, R155): the bytes
+ * must hash to the recorded protocol hash, and the observations must be exactly the first
+ * attempts of the plan those bytes imply in the ledger's mode, in order; a run that awaits
+ * adjudication holds all of them.
+ */
+async function protocolProblems(ledger: Ledger, options: VerifyOptions): Promise<string[]> {
+  const manifestPath = options.manifest ?? ledger.protocol.manifestPath;
+  let bytes: Buffer;
+  try {
+    bytes = await readFile(manifestPath);
+  } catch (err) {
+    return [`protocol.manifestPath: cannot read the manifest ${manifestPath} (${(err as NodeJS.ErrnoException).code ?? String(err)}); give the manifest the run was given with --manifest PATH`];
+  }
+  const hash = sha256Hex(bytes);
+  if (hash !== ledger.protocol.protocolHash) {
+    return [
+      `protocol.protocolHash: ledger ${ledger.protocol.protocolHash}, the manifest ${manifestPath} hashes to ${hash} (the hash was edited, or the manifest is not the one the run was given: give that one with --manifest PATH)`,
+    ];
+  }
+  let plan: ReturnType<typeof planStudy>;
+  try {
+    plan = planStudy(parseManifest(bytes, manifestPath).manifest, ledger.mode);
+  } catch (err) {
+    return [`protocol.manifestPath: the manifest ${manifestPath} hashes to the protocol hash but no longer plans: ${err instanceof Error ? err.message.split("\n")[0] : String(err)}`];
+  }
+  const out: string[] = [];
+  const repositories = new Map(ledger.corpus.map((c) => [c.repository, c.pin]));
+  const manifestRepos = new Map(plan.map((a) => [a.repository, a.pin]));
+  for (const [repo, pin] of manifestRepos)
+    if (repositories.get(repo) !== pin) out.push(`corpus: ${repo} at ${pin} is what the manifest pins, the ledger records ${repositories.get(repo) ?? "nothing"}`);
+  if (ledger.observations.length > plan.length) out.push(`observations: ${ledger.observations.length}, but the ${ledger.mode} plan has ${plan.length} attempts`);
+  const FIELDS = [
+    ["task", "taskId"],
+    ["scenario", "scenario"],
+    ["arm", "arm"],
+    ["repository", "repository"],
+    ["pin", "pin"],
+    ["repetition", "repetition"],
+  ] as const;
+  for (const [i, o] of ledger.observations.entries()) {
+    const planned = plan[i];
+    if (!planned) break;
+    const wrong = FIELDS.filter(([mine, theirs]) => o[mine] !== planned[theirs]).map(([mine]) => mine);
+    if (wrong.length) {
+      out.push(
+        `observations[${i}]: ${wrong.join(", ")} ${wrong.length === 1 ? "differs" : "differ"} from the plan's attempt ${i} (${planned.taskId}, ${planned.scenario}, repetition ${planned.repetition}); the observations must be the plan's first attempts in order`,
+      );
+    }
+  }
+  if (ledger.status === "awaiting-adjudication" && ledger.observations.length !== plan.length) {
+    out.push(`status: awaiting-adjudication with ${ledger.observations.length} of the ${ledger.mode} plan's ${plan.length} attempts; a run that was not blocked ran every planned attempt`);
+  }
+  return out;
+}
+
+export async function verifyLedger(path: string, options: VerifyOptions = {}): Promise<VerifyResult> {
   const ledger = await readLedger(path);
-  const differences: string[] = [];
-  differences.push(...(await verifyExportHashes(ledger)));
+  // What the file alone proves (the list `ledger check` applies), then what the evidence proves.
+  // The export hash is recomputed from each observation's pin (contract R62), beside the protocol and plan.
+  const differences: string[] = [
+    ...applyInvariants(STUDY_LEDGER_INVARIANTS, ledger),
+    ...(await protocolProblems(ledger, options)),
+    ...(await verifyExportHashes(ledger, options.manifest)),
+  ];
   let verified = 0;
   if (ledger.transport !== "cli") {
     differences.push(`transport: ${ledger.transport}; only the cli transport keeps stream-json transcripts that can be verified`);
     return { path, observations: ledger.observations.length, verified, differences };
   }
+  const expected = new Set(ledger.observations.filter((o) => o.transcriptSha256 !== undefined || o.phase !== "reserved").map((o) => fileName(transcriptFile(path, o.index))));
+  differences.push(...(await orphanProblems(path, expected)));
   const seen = new Map<string, number>();
   for (const o of ledger.observations) {
     if (o.phase === "reserved") continue; // nothing ran: no transcript is expected
@@ -175,8 +319,12 @@ export async function verifyLedger(path: string): Promise<VerifyResult> {
  */
 export async function verifyRecord(path: string): Promise<VerifyResult> {
   const record = await readRecord(path);
-  const differences: string[] = [];
+  const differences: string[] = applyInvariants(ADJUDICATION_RECORD_INVARIANTS, record);
   let verified = 0;
+  const expected = new Set(
+    record.items.filter((i) => i.run !== null && (i.run.transcriptSha256 !== undefined || i.run.phase !== "reserved")).map((i) => fileName(transcriptFile(path, i.observationIndex))),
+  );
+  differences.push(...(await orphanProblems(path, expected)));
   for (const item of record.items) {
     const run = item.run;
     if (run === null || run.phase === "reserved") continue;
@@ -211,4 +359,121 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
 
 function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Record<string, unknown> {
   return Object.fromEntries(keys.map((k) => [k, o[k]]));
+}
+
+/**
+ * `ledger verify --report REPORT.json` (contract R159): the private files now against the
+ * evidence digest the published report committed to. Names every file that changed, went
+ * missing or was added; the manifest is the one `--manifest` names or the ledger records.
+ */
+export async function verifyAgainstReport(reportPath: string, sources: { ledger: string; manifest?: string; adjudication?: string }): Promise<{ differences: string[]; root: string; files: number }> {
+  let published: Evidence | undefined;
+  try {
+    published = (JSON.parse(await readFile(reportPath, "utf8")) as { evidence?: Evidence }).evidence;
+  } catch (err) {
+    throw new UsageError(`cannot read the report ${reportPath} (${(err as NodeJS.ErrnoException).code ?? "not JSON"}); give the report.json the run's report wrote`);
+  }
+  if (!published || typeof published.root !== "string" || !Array.isArray(published.files)) {
+    return { differences: [`${reportPath} carries no evidence digest (a report made before reports committed to their files, or not a report.json)`], root: "", files: 0 };
+  }
+  const names = new Set(published.files.map((f) => f.name));
+  const differences: string[] = [];
+  if (names.has("adjudication") && !sources.adjudication) differences.push("adjudication: the report was made with an adjudication record; give it with --adjudication PATH");
+  const ledger = await readLedger(sources.ledger);
+  const now = await collectEvidence({
+    ledger: sources.ledger,
+    manifest: names.has("manifest") || sources.manifest ? (sources.manifest ?? ledger.protocol.manifestPath) : null,
+    adjudication: sources.adjudication ?? null,
+  });
+  const selfConsistent = merkleRoot(published.files) === published.root;
+  if (!selfConsistent) differences.push(`evidence.root: ${published.root} is not the root of the report's own file list; the report was edited`);
+  const files = compareEvidence(published, now);
+  differences.push(...(selfConsistent ? files : files.filter((d) => !d.startsWith("evidence.root"))));
+  return { differences, root: published.root, files: now.files.length };
+}
+
+/** Setup problems a session call records from outside its own transcript's facts: taken as recorded. */
+const SESSION_OUTSIDE_PROBLEMS = [...OUTSIDE_PROBLEMS, "the result's session_id ", "the gateway metered "];
+const round12 = (n: number) => Math.round(n * 1e12) / 1e12;
+
+/**
+ * A session ledger (contract R162): its invariants, its manifest found by the recorded sha256,
+ * and every call's kept transcript read again in order with the runner's rules. Each call's
+ * facts are recomputed with the earlier calls' messages (the CLI's modelUsage after a resume
+ * covers the whole session), and its share of the cumulative cost is derived again from the
+ * session's previous result. The status is judged by the invariants (a session's own reading of
+ * its structured result is not repeated here).
+ */
+export async function verifySessionLedger(path: string, options: VerifyOptions = {}): Promise<VerifyResult> {
+  const parsed = SessionLedgerSchema.safeParse(JSON.parse(await readFile(path, "utf8")));
+  if (!parsed.success) throw new UsageError(`the session ledger ${path} does not match its schema:\n  ${formatIssues(parsed.error.issues).join("\n  ")}`);
+  const l = parsed.data;
+  const differences = applyInvariants(SESSION_LEDGER_INVARIANTS, l);
+  const manifestPath = options.manifest ?? l.manifestPath;
+  const manifestBytes = await readFile(manifestPath).catch(() => null);
+  if (manifestBytes === null) differences.push(`manifestPath: cannot read the session manifest ${manifestPath}; give it with --manifest PATH`);
+  else if (sha256Hex(manifestBytes) !== l.manifestSha256) differences.push(`manifestSha256: ledger ${l.manifestSha256}, the manifest ${manifestPath} hashes to ${sha256Hex(manifestBytes)}`);
+  else {
+    const manifest = SessionManifestSchema.safeParse(JSON.parse(manifestBytes.toString("utf8")));
+    if (manifest.success) {
+      for (const [i, s] of l.sessions.entries()) {
+        const task = manifest.data.tasks.find((t) => t.id === s.taskId);
+        if (!task || task.repository !== s.repository) differences.push(`sessions[${i}].taskId: '${s.taskId}' is not a task of the manifest on ${s.repository}`);
+      }
+    }
+  }
+  const expected = new Set<string>();
+  for (const [i, s] of l.sessions.entries()) for (const c of s.calls) if (c.transcriptSha256 !== undefined) expected.add(`${sessionCallTranscript(i, c.index)}.jsonl`);
+  differences.push(...(await orphanProblems(path, expected)));
+  let verified = 0;
+  let calls = 0;
+  for (const [i, s] of l.sessions.entries()) {
+    const prior: Array<{ messageId: string; inputTokens: number; cacheReadInputTokens: number; cacheCreationInputTokens: number }> = [];
+    let lastTotal = 0;
+    let lastComputed = 0;
+    for (const c of s.calls) {
+      calls++;
+      const where = `sessions[${i}].calls[${c.index}]`;
+      if (c.transcriptSha256 === undefined) {
+        if (c.phase !== "reserved") differences.push(`${where}.transcriptSha256: absent; no transcript is kept for this call, so it cannot be verified`);
+        continue;
+      }
+      const file = await readTranscriptFile(path, sessionCallTranscript(i, c.index));
+      if (file === null) {
+        differences.push(`${where}.transcriptSha256: the transcript ${transcriptFile(path, sessionCallTranscript(i, c.index))} is missing`);
+        continue;
+      }
+      if (file.mode !== LEDGER_MODE) differences.push(`${where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
+      const hash = sha256Hex(file.bytes);
+      if (hash !== c.transcriptSha256) differences.push(`${where}.transcriptSha256: ledger ${c.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
+      if (c.phase !== "settled" || c.statusReason?.startsWith("the runner stopped during this call")) continue;
+      const reader = runReader("repository", l.model, l.expectedCliVersion, SESSION_INIT_TOOLS);
+      for (const line of transcriptLines(file.bytes)) reader.pushLine(line);
+      const facts = reader.finish();
+      facts.setupProblems.push(...c.setupProblems.filter((p) => OUTSIDE_PROBLEMS.some((prefix) => p.startsWith(prefix))));
+      const again = interpretRun(facts, l.model, {
+        exitCode: c.exitCode,
+        timedOut: c.timedOut ?? false,
+        truncated: c.truncated ?? false,
+        stdoutLimitBytes: STDOUT_LIMIT_BYTES,
+        priorMessageUsage: prior,
+      });
+      const fields = pick(again.fields, RUN_FIELDS);
+      fields.setupProblems = (again.fields.setupProblems ?? []).filter((p: string) => !SESSION_OUTSIDE_PROBLEMS.slice(OUTSIDE_PROBLEMS.length).some((x) => p.startsWith(x)));
+      const recorded: Record<string, unknown> = { ...c, setupProblems: c.setupProblems.filter((p) => !SESSION_OUTSIDE_PROBLEMS.slice(OUTSIDE_PROBLEMS.length).some((x) => p.startsWith(x))) };
+      for (const [field, value] of Object.entries(fields)) if (!isDeepStrictEqual(value, recorded[field])) differences.push(differ(where, field, recorded[field], value));
+      // As the run derived them: the cumulative figures of this call's facts, less the previous result's.
+      const total = again.fields.cliReportedCostUsd ?? null;
+      const computed = again.fields.computedCostUsd ?? null;
+      const share = total === null ? null : Math.max(0, round12(total - lastTotal));
+      const computedShare = computed === null ? null : Math.max(0, round12(computed - lastComputed));
+      if (share !== c.callCostUsd) differences.push(differ(where, "callCostUsd", c.callCostUsd, share));
+      if (computedShare !== c.callComputedCostUsd) differences.push(differ(where, "callComputedCostUsd", c.callComputedCostUsd, computedShare));
+      if (total !== null) lastTotal = total;
+      if (computed !== null) lastComputed = computed;
+      if (again.status === "completed") prior.push(...facts.perMessageUsage);
+      verified++;
+    }
+  }
+  return { path, observations: calls, verified, differences };
 }

@@ -84,6 +84,34 @@ describe("attempts in flight on the real engine", () => {
     expect(check.code).toBe(0);
   }, 300_000);
 
+  // contract: R161
+  it("attempts that cost more than their reservation at --concurrency 4: the cap flag is set as spend passes the cap in flight, blocked, exit 1 with a summary, never exit 3", async () => {
+    // 600,000 input tokens in the first turn: about 0.3 USD at the upper tier, three times the 0.1 USD
+    // reservation, yet below the 0.4 USD cap. The first settlement's charge alone stays under the cap
+    // while the three reservations still open take the spend past it.
+    const turnUsage = [{ input: 600_000 }];
+    const run = await prepareRun(p, {
+      mode: "run",
+      behaviour: { default: { kind: "ok", delayMs: 300, turnUsage } },
+      args: ["--concurrency", "4", "--quiet"],
+      env: { STUDY_BUDGET_USD: "0.4" },
+    });
+    const r = await runCli(run.args, { env: run.env, timeoutMs: run.timeoutMs });
+    expect(r.stderr).not.toMatch(/internal error/);
+    expect(r.code, r.stderr).toBe(1);
+    const ledger = await ledgerOf(run);
+    expect(ledger.status).toBe("blocked");
+    // More than one attempt was in flight when the first one settled above its reservation.
+    expect(ledger.observations.length).toBeGreaterThan(1);
+    expect(ledger.budget.spentUsd).toBeGreaterThan(ledger.budget.capUsd);
+    expect(ledger.budget.cumulativeCapExceeded).toBe(true);
+    expect(ledger.observations.some((o) => o.chargedUsd! > o.reservationUsd)).toBe(true);
+    // The summary on stdout says how it ended.
+    expect(r.stdout).toMatch(/blocked/);
+    const check = await runCli(["ledger", "check", run.output]);
+    expect(check.code, check.stdout).toBe(0);
+  }, 300_000);
+
   it("SIGINT with four attempts in flight: no new start, every running container stopped and charged its reservation, exit 130, nothing left", async () => {
     const run = await prepareRun(p, {
       mode: "run",

@@ -1,4 +1,4 @@
-import { cp, mkdtemp, readFile, readdir, rename, rm, stat, truncate, unlink, writeFile } from "node:fs/promises";
+import { appendFile, chmod, copyFile, cp, mkdtemp, readFile, readdir, rename, rm, stat, truncate, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -119,6 +119,202 @@ describe("ledger verify on a fresh demo ledger", () => {
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/observations\[7\] \([^)]*\)\.answer: the ledger's value differs from the transcript's \(not shown: private\)/);
     expect(r.stdout).not.toContain(answer);
+  });
+});
+
+const check = (path: string) => runCli(["ledger", "check", path]);
+
+/** A gateway request the transcript never saw: 999,999 input tokens for 0.5 USD. */
+const fabricatedRequest = {
+  seq: 0,
+  method: "POST",
+  path: "/v1/messages?beta=true",
+  status: 200,
+  requestBytes: 5000,
+  requestModel: "claude-haiku-5-5",
+  messageId: "msg_fabricated_0001",
+  model: "claude-haiku-5-5",
+  inputTokens: 999_999,
+  cacheReadInputTokens: 0,
+  cacheWrite5mInputTokens: 0,
+  cacheWrite1hInputTokens: 0,
+  outputTokens: 10,
+  complete: true,
+  boundUsd: 0.6,
+  costUsd: 0.5,
+  ttfbMs: 10,
+  durationMs: 20,
+  refused: null,
+};
+
+// Edits that keep the ledger well-formed, each of which both commands passed before the
+// invariants and the re-derivations existed: the file alone proves some of them wrong (`ledger
+// check`), the kept evidence the rest (`ledger verify`).
+describe("ledger check and verify on edits that keep the schema", () => {
+  // contract: R155
+  it("the last observation removed with its transcript and the spend adjusted: verify names the plan the run did not finish", async () => {
+    const c = await copy("removed-last");
+    await edit(c.ledger, (l) => void l.observations.pop());
+    await unlink(join(c.dir, "0035.jsonl"));
+    const r = await verify(c.ledger);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/status: awaiting-adjudication with 35 of the full plan's 36 attempts/);
+  });
+
+  // contract: R155
+  it("the first observation removed and the rest renumbered with their transcripts: verify names the plan's order", async () => {
+    const c = await copy("removed-first");
+    await edit(c.ledger, (l) => {
+      l.observations.shift();
+      for (const [i, o] of l.observations.entries()) o.index = i;
+    });
+    await unlink(join(c.dir, "0000.jsonl"));
+    for (let i = 1; i < 36; i++) await rename(join(c.dir, `${String(i).padStart(4, "0")}.jsonl`), join(c.dir, `${String(i - 1).padStart(4, "0")}.jsonl`));
+    const r = await verify(c.ledger);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/observations\[0\]: [a-z, ]+ differs? from the plan's attempt 0 .*the observations must be the plan's first attempts in order/);
+  });
+
+  // contract: R155
+  it("a pilot relabelled full: verify names the plan it did not finish, while the same pilot as recorded verifies", async () => {
+    const c = await copy("pilot");
+    // The pilot's plan is the full plan's first pair: the demo's first two attempts are a pilot's.
+    await edit(c.ledger, (l) => {
+      l.observations = l.observations.slice(0, 2);
+      l.mode = "pilot";
+    });
+    for (let i = 2; i < 36; i++) await unlink(join(c.dir, `${String(i).padStart(4, "0")}.jsonl`));
+    const pilot = await verify(c.ledger);
+    expect(pilot.code, pilot.stdout).toBe(0);
+    await edit(c.ledger, (l) => (l.mode = "full"));
+    const r = await verify(c.ledger);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/status: awaiting-adjudication with 2 of the full plan's 36 attempts/);
+  });
+
+  // contract: R154
+  it("a protocol hash replaced by zeros: verify recomputes it from the manifest's bytes", async () => {
+    const c = await copy("protocol-hash");
+    await edit(c.ledger, (l) => (l.protocol.protocolHash = "0".repeat(64)));
+    const r = await verify(c.ledger);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/protocol\.protocolHash: ledger 0{64}, the manifest .*manifest\.json hashes to [0-9a-f]{64}/);
+  });
+
+  // contract: R156
+  it("an orphaned transcript: verify names the file no observation owns", async () => {
+    const c = await copy("orphan");
+    await copyFile(join(c.dir, "0001.jsonl"), join(c.dir, "0036.jsonl"));
+    await chmod(join(c.dir, "0036.jsonl"), 0o600);
+    const r = await verify(c.ledger);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/transcripts: .*0036\.jsonl belongs to no entry of the record/);
+  });
+
+  // contract: R147
+  it("a completed attempt charged 0.5 USD against its 0.1 USD reservation: check and verify name the charge rule", async () => {
+    const c = await copy("charge-above");
+    await edit(c.ledger, (l) => (l.observations[3]!.chargedUsd = 0.5));
+    for (const r of [await check(c.ledger), await verify(c.ledger)]) {
+      expect(r.code).toBe(1);
+      expect(r.stdout).toMatch(/observations\[3\]\.status: is completed with a charge of 0\.5 USD above its reservation of 0\.1 USD; that is budget-exceeded \(R147 charge-by-status\)/);
+      expect(r.stdout).toMatch(/observations\[3\]\.chargedUsd: is 0\.5 USD, but a completed run is charged the larger of its reported and computed cost/);
+    }
+  });
+
+  // contract: R147
+  it("a reported cost of 0.5 USD against the computed one: check and verify name the factor of two", async () => {
+    const c = await copy("reported-cost");
+    await edit(c.ledger, (l) => {
+      l.observations[3]!.cliReportedCostUsd = 0.5;
+      l.observations[3]!.chargedUsd = 0.5;
+    });
+    for (const r of [await check(c.ledger), await verify(c.ledger)]) {
+      expect(r.code).toBe(1);
+      expect(r.stdout).toMatch(/observations\[3\]\.cliReportedCostUsd: 0\.5 USD is not within a factor of two of computedCostUsd [0-9.]+ USD/);
+    }
+  });
+
+  // contract: R148
+  it("toolCalls 99 against toolCallsByName: check and verify name the sum", async () => {
+    const c = await copy("tool-calls");
+    await edit(c.ledger, (l) => (l.observations[3]!.toolCalls = 99));
+    for (const r of [await check(c.ledger), await verify(c.ledger)]) {
+      expect(r.code).toBe(1);
+      expect(r.stdout).toMatch(/observations\[3\]\.toolCalls: is 99, but toolCallsByName sums to \d+ \(R148 counts-sum\)/);
+    }
+  });
+
+  // contract: R151
+  it("gateway.meteredCostUsd 0.3 USD with nothing forwarded: check and verify name the metered spend", async () => {
+    const c = await copy("metered");
+    await edit(c.ledger, (l) => (l.observations[3]!.gateway!.meteredCostUsd = 0.3));
+    for (const r of [await check(c.ledger), await verify(c.ledger)]) {
+      expect(r.code).toBe(1);
+      expect(r.stdout).toMatch(/observations\[3\]\.gateway\.meteredCostUsd: is 0\.3 USD, but no request was forwarded \(R151 metered-spend\)/);
+      expect(r.stdout).toMatch(/observations\[3\]\.chargedUsd: [0-9.]+ USD is below what the gateway metered, 0\.3 USD/);
+    }
+  });
+
+  // contract: R157
+  it("a fabricated gateway request: check names the charge below the metered spend, verify the message the transcript does not hold", async () => {
+    const c = await copy("fabricated");
+    await edit(c.ledger, (l) => {
+      const g = l.observations[3]!.gateway!;
+      g.requests.push(fabricatedRequest);
+      g.forwarded = 1;
+      g.meteredCostUsd = 0.5;
+    });
+    const checked = await check(c.ledger);
+    expect(checked.code).toBe(1);
+    expect(checked.stdout).toMatch(/observations\[3\]\.chargedUsd: [0-9.]+ USD is below what the gateway metered, 0\.5 USD/);
+    const r = await verify(c.ledger);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/observations\[3\] \([^)]*\)\.gateway\.requests\[0\]\.messageId: names a message that is not in the transcript/);
+    // Made consistent with the charge, the record is still one the transcript does not bear out.
+    await edit(c.ledger, (l) => {
+      const g = l.observations[3]!.gateway!;
+      g.requests[0]!.costUsd = 0;
+      g.meteredCostUsd = 0;
+    });
+    expect((await check(c.ledger)).code).toBe(0);
+    expect((await verify(c.ledger)).stdout).toMatch(/gateway\.requests\[0\]\.messageId: names a message that is not in the transcript/);
+  });
+});
+
+describe("ledger verify --report", () => {
+  // contract: R158, R159
+  it("passes on the demo's report, and names each private file changed after the report was written", async () => {
+    const report = JSON.parse(await readFile(demo.report.json, "utf8")) as { evidence: { algorithm: string; root: string; files: Array<{ name: string }> } };
+    expect(report.evidence.algorithm).toBe("sha256-merkle-v1");
+    // The ledger, 36 transcripts, the manifest, the record and its 36 transcripts.
+    expect(report.evidence.files).toHaveLength(75);
+    for (const text of [await readFile(demo.report.markdown, "utf8"), await readFile(demo.report.html, "utf8")]) expect(text).toContain(report.evidence.root);
+    const args = (ledger: string, record: string) => ["ledger", "verify", ledger, "--adjudication", record, "--report", demo.report.json];
+    const ok = await runCli(args(ledgerPath, demo.adjudication));
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    expect(ok.stdout).toContain(`evidence: 75 private files against the report's digest ${report.evidence.root}`);
+
+    const c = await copy("report");
+    const record = join(c.ledger, "..", basename(demo.adjudication));
+    const same = await runCli(args(c.ledger, record));
+    expect(same.code, same.stdout).toBe(0);
+    // One change at a time, each named.
+    const changes: Array<[string, string]> = [
+      [join(c.dir, "0004.jsonl"), "ledger.transcripts/0004.jsonl"],
+      [`${record}.transcripts/${(await readdir(`${record}.transcripts`)).sort()[7]}`, `adjudication.transcripts/${(await readdir(`${record}.transcripts`)).sort()[7]}`],
+      [record, "adjudication"],
+      [c.ledger, "ledger"],
+    ];
+    for (const [file, name] of changes) {
+      await appendFile(file, "\n");
+      const r = await runCli(args(c.ledger, record));
+      expect(r.code, name).toBe(1);
+      expect(r.stdout).toContain(`report ${name}: changed since the report was written`);
+    }
+    // A file added since is named too.
+    await writeFile(join(c.dir, "0099.jsonl"), "{}\n", { mode: 0o600 });
+    expect((await runCli(args(c.ledger, record))).stdout).toContain("report ledger.transcripts/0099.jsonl: was not part of the report's evidence");
   });
 });
 

@@ -20,6 +20,8 @@ import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, type
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
+import { LABELS } from "../../src/runtime/reaper.ts";
+import { runCli } from "../support/cli.ts";
 
 const MODEL = "claude-haiku-5-5";
 const runtime = new DockerRuntime();
@@ -347,5 +349,197 @@ describe("a runner killed between a question and its resume", () => {
     expect(resumed.exitCode).toBe(0);
     expect(resumed.ledger.sessions[0]).toMatchObject({ state: "done", test: { exitCode: 0 } });
     expect(resumed.ledger.sessions[0]!.calls.map((x) => x.sessionIdReported)).toEqual([killed.sessions[0]!.id, killed.sessions[0]!.id]);
+  }, 300_000);
+});
+
+/** What a runner killed by a test left in the temporary folder (its folders are named with its pid). */
+async function removeLeftovers(pid: number | undefined): Promise<void> {
+  if (pid === undefined) return;
+  const dir = tmpdir();
+  for (const name of await readdir(dir)) if (name.startsWith("study-runner-") && name.includes(`-${pid}-`)) await rm(join(dir, name), { recursive: true, force: true });
+}
+
+describe("a session ledger proves itself", () => {
+  const MANIFEST_TASK = "invoice-rounding";
+  let ledgerPath = "";
+  let ledger: SessionLedger;
+  beforeAll(async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 1, edits: [{ path: "src/invoice.js", content: FIXED_INVOICE }] } } });
+    const started = await startSessions(await config(await manifest(["two decimals"]), b), { runtime });
+    expect(started.exitCode).toBe(0);
+    ledgerPath = started.ledgerPath;
+    ledger = started.ledger;
+    expect(ledger.sessions[0]!.calls).toHaveLength(2);
+  }, 300_000);
+
+  /** The ledger edited by `f`, written beside the original (no transcripts: `ledger check` reads the file alone). */
+  async function edited(name: string, f: (l: SessionLedger) => void): Promise<string> {
+    const l = JSON.parse(await readFile(ledgerPath, "utf8")) as SessionLedger;
+    f(l);
+    const path = join(work, `edited-${name}.json`);
+    await writeFile(path, JSON.stringify(l, null, 2), { mode: 0o600 });
+    return path;
+  }
+  const check = (path: string) => runCli(["ledger", "check", path]);
+
+  // contract: R162
+  it("keeps each call's transcript beside the ledger; `ledger verify` reads them again and agrees, and names an edited call", async () => {
+    const dir = `${ledgerPath}.transcripts`;
+    expect((await stat(dir)).mode & 0o777).toBe(0o700);
+    expect((await readdir(dir)).sort()).toEqual(["s0000-c0000.jsonl", "s0000-c0001.jsonl"]);
+    const ok = await runCli(["ledger", "verify", ledgerPath]);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    expect(ok.stdout).toContain("observations: 2 (2 read again from their transcripts)");
+    expect((await check(ledgerPath)).code).toBe(0);
+    const l = JSON.parse(await readFile(ledgerPath, "utf8")) as SessionLedger;
+    l.sessions[0]!.calls[1]!.outputTokens! += 1;
+    await writeFile(ledgerPath, JSON.stringify(l, null, 2));
+    const r = await runCli(["ledger", "verify", ledgerPath]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/sessions\[0\]\.calls\[1\]\.outputTokens: ledger \d+, transcript gives \d+/);
+    l.sessions[0]!.calls[1]!.outputTokens! -= 1;
+    await writeFile(ledgerPath, JSON.stringify(l, null, 2));
+  });
+
+  // contract: R149
+  it("reservedUsd 0.7 with no call open: `ledger check` names the open reservations", async () => {
+    const r = await check(await edited("reserved", (l) => (l.budget.reservedUsd = 0.7)));
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/budget\.reservedUsd: is 0\.7 USD, but the open calls reserve 0 USD \(R149 open-reservations\)/);
+  });
+
+  // contract: R150
+  it("a cap below the spend with cumulativeCapExceeded false: `ledger check` names the flag", async () => {
+    const r = await check(await edited("cap", (l) => (l.capUsd = l.budget.spentUsd / 2)));
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/budget\.cumulativeCapExceeded: is false although spentUsd [0-9.]+ USD passed the cap [0-9.]+ USD \(R150 cap-flag\)/);
+  });
+
+  // contract: R147
+  it("a completed call charged below its computed cost: `ledger check` names the charge", async () => {
+    const r = await check(await edited("computed", (l) => (l.sessions[0]!.calls[0]!.callComputedCostUsd! += 0.01)));
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/sessions\[0\]\.calls\[0\]\.chargedUsd: is [0-9.]+ USD, but a completed run is charged the larger of its reported and computed cost/);
+  });
+
+  // contract: R152
+  it("harness.result with call_cost_usd 0.9: `ledger check` names the event that disagrees with its call", async () => {
+    const r = await check(
+      await edited("event", (l) => {
+        const e = l.events.find((x) => x.type === "harness.result")!;
+        if (e.type === "harness.result") e.call_cost_usd = 0.9;
+      }),
+    );
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/sessions\[0\]\.calls\[0\]: its harness\.result gives call_cost_usd 0\.9, the call records [0-9.]+ \(R152 events-follow-calls\)/);
+  });
+
+  // contract: R152
+  it("the questions tripled: `ledger check` names the questions no call asked", async () => {
+    const r = await check(
+      await edited("questions", (l) => {
+        const q = l.sessions[0]!.questions[0]!;
+        l.sessions[0]!.questions = [q, { ...q, cycle: 2 }, { ...q, cycle: 3 }];
+      }),
+    );
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/sessions\[0\]\.questions: holds 3, but 1 call\(s\) ended with a question/);
+    expect(r.stdout).toMatch(/sessions\[0\]\.questions: holds 3, but the events record 1/);
+  });
+
+  // contract: R110
+  it("the session id is on disk before the first container is launched: a runner stopped just before the launch leaves it in the ledger and no container", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 0 } } });
+    const c = await config(await manifest(undefined), b);
+    let killedPid: number | undefined;
+    const killed = await runCli(
+      [
+        "sessions",
+        "start",
+        "--manifest",
+        c.manifestPath,
+        ...Object.entries(demo.roots).flatMap(([k, v]) => ["--root", `${k}=${v}`]),
+        "--output",
+        c.output,
+        "--image",
+        image,
+        "--cap-usd",
+        "5",
+        "--claude-config-dir",
+        loginDir,
+        "--isolation",
+        "offline",
+        "--credentials",
+        "login-copy",
+        "--fake-behaviour",
+        b,
+        "--quiet",
+      ],
+      { env: { STUDY_MODEL: MODEL, STUDY_RUNNER_TEST_KILL_AT: "before-container-start" }, timeoutMs: 240_000, onSpawn: (pid) => (killedPid = pid) },
+    );
+    await removeLeftovers(killedPid);
+    expect(killed.code).not.toBe(0);
+    const onDisk = await readSessionLedger(c.output);
+    const [s] = onDisk.sessions;
+    expect(s!.id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+    expect(s!.calls).toEqual([expect.objectContaining({ mode: "start", phase: "running", containerId: null, sessionIdReported: null })]);
+    expect(onDisk.events.filter((e) => e.type === "harness.start")).toEqual([expect.objectContaining({ session: s!.id })]);
+    // Nothing of this run was launched.
+    expect(await runtime.listByLabel({ [LABELS.run]: onDisk.runId })).toEqual([]);
+  }, 300_000);
+
+  // contract: R160
+  it("a runner killed during a session call: `ledger check` names the open call; `resume` settles it failed with its reservation charged and its harness.result, blocked, exit 1", async () => {
+    const b = await behaviour({ "0": { kind: "ok", delayMs: 3000, session: { questions: 1 } } });
+    const c = await config(await manifest(["x"]), b);
+    const pids: number[] = [];
+    const cli = (args: string[], env: Record<string, string> = {}) => runCli(args, { env: { STUDY_MODEL: MODEL, ...env }, timeoutMs: 240_000, onSpawn: (pid) => pids.push(pid) });
+    const runtimeArgs = ["--claude-config-dir", loginDir, "--isolation", "offline", "--credentials", "login-copy", "--fake-behaviour", b, "--fake-records", c.fake!.recordsDir!, "--quiet"];
+    const killed = await cli(
+      [
+        "sessions",
+        "start",
+        "--manifest",
+        c.manifestPath,
+        ...Object.entries(demo.roots).flatMap(([k, v]) => ["--root", `${k}=${v}`]),
+        "--output",
+        c.output,
+        "--image",
+        image,
+        "--cap-usd",
+        "5",
+        ...runtimeArgs,
+      ],
+      { STUDY_RUNNER_TEST_KILL_AT: "during-attempt" },
+    );
+    expect(killed.code).not.toBe(0);
+    const open = await readSessionLedger(c.output);
+    const s = open.sessions[0]!;
+    expect(s.calls.map((x) => x.phase)).toEqual(["running"]);
+    try {
+      const checked = await cli(["ledger", "check", c.output]);
+      expect(checked.code, checked.stdout).toBe(4);
+      expect(checked.stdout).toContain(`open: session ${s.id} (${MANIFEST_TASK}) call 0 (phase running, 0.5 USD reserved)`);
+      expect(checked.stdout).toMatch(/`study-runner resume` settles it \(failed, the reservation charged\) and exits 1/);
+
+      const resumed = await cli(["resume", c.output, ...runtimeArgs]);
+      expect(resumed.code, resumed.stderr).toBe(1);
+      const after = await readSessionLedger(c.output);
+      expect(after.status).toBe("blocked");
+      expect(after.statusReason).toContain(`call 0 of session ${s.id} (${MANIFEST_TASK}) was left open by a runner that stopped`);
+      expect(after.sessions[0]).toMatchObject({ state: "failed" });
+      expect(after.sessions[0]!.calls[0]).toMatchObject({ phase: "settled", status: "failed", chargedUsd: 0.5 });
+      expect(after.budget).toMatchObject({ reservedUsd: 0, spentUsd: 0.5 });
+      expect(after.events.filter((e) => e.type === "harness.result")).toEqual([expect.objectContaining({ session: s.id, status: "failed" })]);
+      expect(JSON.parse(resumed.stdout)).toMatchObject({ status: "blocked", sessions: [{ state: "failed" }] });
+      expect((await cli(["ledger", "check", c.output])).code).toBe(0);
+      // A second resume has nothing left to settle or run: the failed session stays ended.
+      const again = await cli(["resume", c.output, ...runtimeArgs]);
+      expect(again.code, again.stderr).toBe(0);
+    } finally {
+      // The killed runner's container outlived it.
+      for (const x of await runtime.listByLabel({ [LABELS.run]: open.runId })) await runtime.remove(x.id).catch(() => undefined);
+      for (const pid of pids) await removeLeftovers(pid);
+    }
   }, 300_000);
 });

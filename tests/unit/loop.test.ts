@@ -18,7 +18,7 @@ const fail = (status: UnitOutcome["status"], costs: number | null = null): UnitO
 
 interface Harness {
   book: Book & { entries: TestEntry[] };
-  writes: Array<{ status: string; reservedUsd: number; spentUsd: number; entries: TestEntry[] }>;
+  writes: Array<{ status: string; reservedUsd: number; spentUsd: number; cumulativeCapExceeded: boolean; entries: TestEntry[] }>;
   events: string[];
   notReached: number[];
   settledCalls: Array<{ unit: number; stopReason: string | null }>;
@@ -402,6 +402,26 @@ describe("the bookkeeping loop with units in flight (--concurrency)", () => {
     // The invariant on every write: settled charges plus open reservations never above the cap.
     for (const w of h.writes) expect(atCap(w).total).toBeLessThanOrEqual(0.25 + 1e-12);
     expect(h.book.budget.spentUsd).toBeCloseTo(0.08, 12);
+  });
+
+  // contract: R161
+  it("a unit settled above its reservation while others are in flight marks the cap as soon as the spend with the open reservations passes it, before that write", async () => {
+    const g = gates(4);
+    const h = harness(g.scripts, { capUsd: 0.4 });
+    const run = h.run({ concurrency: 4 });
+    await Promise.all(g.gates.map((x) => x.started));
+    // 0.3 USD settled, under the cap alone, with three reservations of 0.1 still open: 0.6 USD.
+    g.gates[0]!.finish(ok(0.3));
+    await tick();
+    const after = h.writes.at(-1)!;
+    expect(after.spentUsd).toBeCloseTo(0.6, 12);
+    expect(after.cumulativeCapExceeded).toBe(true);
+    for (const i of [1, 2, 3]) g.gates[i]!.finish(ok(0.01));
+    const end = await run;
+    expect(end.exitCode).toBe(ExitCode.blocked);
+    expect(h.book.status).toBe("blocked");
+    // On every write the flag says whether the spend passed the cap.
+    for (const w of h.writes) if (w.spentUsd > 0.4 + 1e-12) expect(w.cumulativeCapExceeded).toBe(true);
   });
 
   it("refuses for the cap only when nothing is in flight: the same place as one at a time", async () => {

@@ -1,0 +1,105 @@
+import { createHash } from "node:crypto";
+import { readdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { transcriptDir } from "./transcripts.ts";
+
+/**
+ * The public report's commitment to the private evidence (contract R158, docs/report.md,
+ * "Evidence digest"): a Merkle root over the sha256 of every private file a report is made from
+ * (the ledger, every transcript beside it, the manifest, the adjudication record and its
+ * transcripts). The report prints the root and each file's role name and hash, never a path or a
+ * byte of the files; `ledger verify --report` recomputes them from the files and names each file
+ * that changed since the report was written.
+ */
+
+export const EVIDENCE_ALGORITHM = "sha256-merkle-v1";
+
+export interface EvidenceFile {
+  /** The file's role, never its path: `ledger`, `manifest`, `adjudication`, `ledger.transcripts/0000.jsonl`, `adjudication.transcripts/0000.jsonl`. */
+  name: string;
+  sha256: string;
+}
+
+export interface Evidence {
+  algorithm: typeof EVIDENCE_ALGORITHM;
+  /** The Merkle root over `files`, sorted by name. */
+  root: string;
+  files: EvidenceFile[];
+}
+
+export interface EvidenceSources {
+  ledger: string;
+  /** The manifest the report read (its hash already checked against the ledger), or null when it could not be read. */
+  manifest: string | null;
+  adjudication: string | null;
+}
+
+const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest();
+
+/**
+ * RFC 6962's tree shape with sha256: a leaf is sha256(0x00 ‖ name ‖ 0x00 ‖ hex sha256 of the
+ * file), an inner node sha256(0x01 ‖ left ‖ right); the leaves are sorted by name and an odd node
+ * at the end of a level is carried up unchanged. The root of no files is sha256 of nothing.
+ */
+export function merkleRoot(files: readonly EvidenceFile[]): string {
+  let level = [...files]
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+    .map((f) => sha256(Buffer.concat([Buffer.from([0]), Buffer.from(f.name, "utf8"), Buffer.from([0]), Buffer.from(f.sha256, "ascii")])));
+  if (level.length === 0) return sha256(Buffer.alloc(0)).toString("hex");
+  while (level.length > 1) {
+    const next: Buffer[] = [];
+    for (let i = 0; i < level.length; i += 2) next.push(i + 1 < level.length ? sha256(Buffer.concat([Buffer.from([1]), level[i]!, level[i + 1]!])) : level[i]!);
+    level = next;
+  }
+  return level[0]!.toString("hex");
+}
+
+async function hashFile(path: string): Promise<string> {
+  return createHash("sha256")
+    .update(await readFile(path))
+    .digest("hex");
+}
+
+/** Every regular file of `<privateFile>.transcripts/`, by name; none when the folder does not exist. */
+async function transcriptFiles(privateFile: string, role: string): Promise<EvidenceFile[]> {
+  const dir = transcriptDir(privateFile);
+  let names: string[];
+  try {
+    names = await readdir(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
+  const out: EvidenceFile[] = [];
+  for (const name of names.sort()) out.push({ name: `${role}.transcripts/${name}`, sha256: await hashFile(join(dir, name)) });
+  return out;
+}
+
+/** The digest of the private files as they are now. */
+export async function collectEvidence(sources: EvidenceSources): Promise<Evidence> {
+  const files: EvidenceFile[] = [{ name: "ledger", sha256: await hashFile(sources.ledger) }, ...(await transcriptFiles(sources.ledger, "ledger"))];
+  if (sources.manifest !== null) files.push({ name: "manifest", sha256: await hashFile(sources.manifest) });
+  if (sources.adjudication !== null) files.push({ name: "adjudication", sha256: await hashFile(sources.adjudication) }, ...(await transcriptFiles(sources.adjudication, "adjudication")));
+  files.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return { algorithm: EVIDENCE_ALGORITHM, root: merkleRoot(files), files };
+}
+
+/**
+ * What differs between the evidence a report committed to and the files now: one line per file
+ * that changed, went missing or was added, naming it. Empty when the roots agree.
+ */
+export function compareEvidence(published: Evidence, now: Evidence): string[] {
+  if (published.root === now.root && published.algorithm === now.algorithm) return [];
+  const before = new Map(published.files.map((f) => [f.name, f.sha256]));
+  const after = new Map(now.files.map((f) => [f.name, f.sha256]));
+  const out: string[] = [];
+  for (const [name, hash] of before) {
+    const current = after.get(name);
+    if (current === undefined) out.push(`${name}: the report committed to it (sha256 ${hash}), but it is not there now`);
+    else if (current !== hash) out.push(`${name}: changed since the report was written (sha256 ${hash} then, ${current} now)`);
+  }
+  for (const [name, hash] of after) if (!before.has(name)) out.push(`${name}: was not part of the report's evidence (sha256 ${hash}); it was added since, or the report was made without it`);
+  if (out.length === 0)
+    out.push(`evidence.root: the report gives ${published.root}, its own file list gives ${merkleRoot(published.files)}, the files give ${now.root} (the report's digest was edited)`);
+  return out;
+}
