@@ -280,12 +280,8 @@ async function protocolProblems(ledger: Ledger, options: VerifyOptions): Promise
 export async function verifyLedger(path: string, options: VerifyOptions = {}): Promise<VerifyResult> {
   const ledger = await readLedger(path);
   // What the file alone proves (the list `ledger check` applies), then what the evidence proves.
-  // The export hash is recomputed from each observation's pin (contract R62), beside the protocol and plan.
-  const differences: string[] = [
-    ...applyInvariants(STUDY_LEDGER_INVARIANTS, ledger),
-    ...(await protocolProblems(ledger, options)),
-    ...(await verifyExportHashes(ledger, options.manifest)),
-  ];
+  // The export hash is recomputed from each observation's pin (contract R118), beside the protocol and plan.
+  const differences: string[] = [...applyInvariants(STUDY_LEDGER_INVARIANTS, ledger), ...(await protocolProblems(ledger, options)), ...(await verifyExportHashes(ledger, options.manifest))];
   let verified = 0;
   if (ledger.transport !== "cli") {
     differences.push(`transport: ${ledger.transport}; only the cli transport keeps stream-json transcripts that can be verified`);
