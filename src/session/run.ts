@@ -9,6 +9,7 @@ import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../runtime/reaper.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
+import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 import { createPrivateFile, LEDGER_MODE } from "../ledger/store.ts";
 import { writeFileAtomic } from "../util/atomic-file.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
@@ -44,6 +45,12 @@ export interface SessionRuntimeOptions extends GatewayRunOptions {
   manifestPath?: string;
 }
 
+/** What a session's calls need of the OCI runtime: network none or the bridge, the gateway's or the Messages API's socket. */
+function sessionRuntimeNeeds(o: SessionRuntimeOptions) {
+  const gateway = o.credentials === "gateway";
+  return runtimeNeeds({ network: o.isolation === "standard" && !gateway && !o.modelApi ? "bridge" : "none", gateway, modelApiSocket: o.modelApi !== undefined });
+}
+
 export interface SessionDeps {
   runtime: ContainerRuntime;
   now?: () => Date;
@@ -53,6 +60,8 @@ export interface SessionDeps {
 
 export interface StartConfig extends SessionRuntimeOptions {
   manifestPath: string;
+  /** --runtime: the OCI runtime of every container of these sessions (the engine's default when absent). */
+  ociRuntime?: string;
   roots: ReadonlyMap<string, string>;
   output: string;
   model: string;
@@ -125,8 +134,17 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   if (!(config.callBudgetUsd > 0)) problems.push("--call-budget-usd must be a positive number of USD");
   if (!(config.sessionBudgetUsd > 0)) problems.push("--session-budget-usd must be a positive number of USD");
   if (problems.length) throw new UsageError(problems.join("\n"), problems);
-  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe") });
+  const engine = await deps.runtime.ping();
+  assertRuntimeOffered(engine, config.ociRuntime, "--runtime");
+  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe"), runtime: config.ociRuntime });
   if (probed.version !== config.expectedCliVersion) throw new RefusalError(`the image ${config.image} reports Claude Code ${probed.version}, not the expected ${config.expectedCliVersion}`);
+  const ociRuntime = await resolveOciRuntime(deps.runtime, engine, {
+    name: config.ociRuntime,
+    flag: "--runtime",
+    image: config.image,
+    labels: runnerLabels("sessions", "probe"),
+    needs: sessionRuntimeNeeds(config),
+  });
 
   const runId = randomUUID();
   // Refused (nothing made, nothing reserved) before the ledger exists when the gateway cannot run.
@@ -143,6 +161,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
     roots: Object.fromEntries(config.roots),
     model: config.model,
     image: probed.imageId,
+    runtime: ociRuntime,
     expectedCliVersion: config.expectedCliVersion,
     capUsd: config.capUsd,
     callBudgetUsd: config.callBudgetUsd,
@@ -281,6 +300,13 @@ async function continueSessions(
       });
       await endSession(ledger, s, "failed", "a call was interrupted by the runner's end; a session is never continued from an unknown state");
     }
+  }
+  // A resume runs under the runtime the sessions started with, checked again: the engine may have changed since.
+  if (ledger.runtime !== undefined) {
+    const what = `the runtime the session ledger records`;
+    const engine = await deps.runtime.ping();
+    assertRuntimeOffered(engine, ledger.runtime, what);
+    await resolveOciRuntime(deps.runtime, engine, { name: ledger.runtime, flag: what, image: ledger.image, labels: runnerLabels(ledger.runId, "probe"), needs: sessionRuntimeNeeds(options) });
   }
   const fakeImage = await isFakeClaudeImage(deps.runtime, ledger.image);
   const gateway = await gatewayForRun(options, {
@@ -447,6 +473,7 @@ async function advanceSessions(
             expectedCliVersion: config.expectedCliVersion,
             network: networkFor(config.isolation),
             modelApiSocket: config.modelApi?.socketPath,
+            runtimeName: ledger.runtime,
             labels: runnerLabels(ledger.runId, `session-${s.id}-${call.index}`),
             attemptIndex: ledger.sessions.indexOf(s),
             fake: config.fake,
@@ -547,7 +574,13 @@ async function advanceSessions(
         } else {
           s.summary = { untrusted: true, text: r.summary };
           if (task.testCommand) {
-            s.test = await runTestCommand(deps.runtime, { image: config.image, worktree: paths.worktree, command: task.testCommand, labels: runnerLabels(ledger.runId, `session-${s.id}-test`) });
+            s.test = await runTestCommand(deps.runtime, {
+              image: config.image,
+              worktree: paths.worktree,
+              command: task.testCommand,
+              runtime: ledger.runtime,
+              labels: runnerLabels(ledger.runId, `session-${s.id}-test`),
+            });
             event({ type: "harness.test", session: s.id, exit_code: s.test.exitCode });
           }
           await endSession(ledger, s, "done", null);
