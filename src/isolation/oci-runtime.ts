@@ -2,7 +2,7 @@ import { createServer, type Socket } from "node:net";
 import { probeSpec } from "../image/build.ts";
 import { IMAGE_LAYOUT } from "../image/specs.ts";
 import type { ContainerRuntime, EngineInfo, NetworkMode } from "../runtime/port.ts";
-import { listenForContainer } from "../util/container-socket.ts";
+import { assertSocketOwner, listenForContainer } from "../util/container-socket.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { makeRunnerFolder } from "../util/orphans.ts";
 import { removeTree } from "../export/export.ts";
@@ -88,6 +88,14 @@ export async function resolveOciRuntime(
   assertRuntimeOffered(engine, input.name, input.flag);
   // The engine's default is the runtime every other check of the preflight (the image's version) already ran under.
   if (input.name === engine.defaultRuntime) return input.name;
+  // A runner that cannot share a socket with the container user is refused for that, not for the runtime.
+  if (input.needs.unixSockets.length > 0) {
+    try {
+      assertSocketOwner(input.needs.unixSockets.join(", "));
+    } catch (err) {
+      throw new RefusalError(`${errorMessage(err)}; nothing was charged`);
+    }
+  }
   let probe: RuntimeProbe;
   try {
     probe = await probeOciRuntime(runtime, input.image, input.name, input.needs.network, input.labels);

@@ -1,5 +1,6 @@
-import { describe, expect, it } from "vitest";
-import { runtimeNeeds, runtimeProblem } from "../../src/isolation/oci-runtime.ts";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { resolveOciRuntime, runtimeNeeds, runtimeProblem } from "../../src/isolation/oci-runtime.ts";
+import { FakeRuntime } from "../../src/runtime/fake.ts";
 
 // What the preflight refuses from a probe container's findings (src/isolation/oci-runtime.ts): each
 // gVisor limit named with its fix, derived from what the run will use.
@@ -30,5 +31,21 @@ describe("runtimeProblem", () => {
     expect(runtimeProblem("runsc", "--runtime", strict, { ...gvisorKernel, socket: "ok" })).toBeNull();
     // Another runtime's name is not called gVisor outright.
     expect(runtimeProblem("kata", "--runtime", strict, { ...gvisorKernel, socket: "EACCES" })).toMatch(/if 'kata' is gVisor, it refuses host unix sockets/);
+  });
+});
+
+describe("resolveOciRuntime", () => {
+  afterEach(() => vi.restoreAllMocks());
+  const engine = { serverVersion: "fake", apiVersion: "1.41", endpoint: "fake://", runtimes: ["runc", "runsc"], defaultRuntime: "runc" };
+  const input = (name?: string) => ({ name, flag: "--runtime", image: "img", labels: {}, needs: runtimeNeeds({ network: "none", gateway: true, modelApiSocket: false }) });
+
+  it("records the engine's default by name without a probe, and refuses a runner that cannot share a socket for that reason, not the runtime's", async () => {
+    const fake = new FakeRuntime({ program: () => 0 });
+    expect(await resolveOciRuntime(fake, engine, input())).toBe("runc");
+    expect(await resolveOciRuntime(fake, engine, input("runc"))).toBe("runc");
+    vi.spyOn(process, "getuid").mockReturnValue(1001);
+    await expect(resolveOciRuntime(fake, engine, input("runsc"))).rejects.toThrow(/the model gateway: the runner must run as root or as uid 1000 .* it runs as uid 1001; nothing was charged/);
+    // Nothing was started: no probe container for the default, none for a runner that is refused.
+    expect(fake.created).toEqual([]);
   });
 });
