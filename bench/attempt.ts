@@ -17,6 +17,12 @@
  * - the same create/attach/start/wait/remove through the engine API (`DockerRuntime`), which
  *   leaves out the docker CLI's own start-up: the stricter comparison, reported beside it.
  * Rounds interleave floors and attempts, so a change in the machine's load hits both alike.
+ *
+ * gVisor: each round also runs the same attempts with `--runtime runsc` and the same docker CLI
+ * floor with `--runtime runsc`, as the engine registers it (docs/isolation.md, "gVisor"; CI:
+ * ptrace, network none, host unix sockets open). Reported beside runc: the runsc attempt against
+ * its own floor, and both against runc's. There is no target: it is the price of the user-space
+ * kernel, for a study to weigh.
  */
 import { execFile } from "node:child_process";
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
@@ -38,6 +44,7 @@ const ROUNDS = 4;
 const ATTEMPTS_PER_ROUND = 3;
 const FLOORS_PER_ROUND = 3;
 const TARGET_RATIO = 1.5;
+const GVISOR = "runsc";
 
 async function main(): Promise<Record<string, unknown>> {
   const work = await mkdtemp(join(tmpdir(), "study-runner-bench-attempt-"));
@@ -58,6 +65,8 @@ async function main(): Promise<Record<string, unknown>> {
     const runnerOwnMs: number[] = [];
     const cliFloor: number[] = [];
     const apiFloor: number[] = [];
+    const gvisor = { attemptMs: [] as number[], containerMs: [] as number[], floor: [] as number[] };
+    if (!(await runtime.ping()).runtimes.includes(GVISOR)) throw new Error(`the engine has no runtime '${GVISOR}': register it as docs/isolation.md ("gVisor") says`);
     const bare = {
       image,
       cmd: ["--version"],
@@ -96,29 +105,36 @@ async function main(): Promise<Record<string, unknown>> {
       const start = (round * (ATTEMPTS_PER_ROUND + 1)) % (repositoryArm.length - ATTEMPTS_PER_ROUND);
       // Indices are the run order the ledger checks (observations[i].index === i).
       const plan = repositoryArm.slice(start, start + ATTEMPTS_PER_ROUND + 1).map((a, index) => ({ ...a, index }));
-      const timed = await runTimedStudy(
-        {
-          loaded,
-          mode: "full",
-          plan,
-          fullPlanSize: full.length,
-          roots: new Map(Object.entries(setup.roots)),
-          model: "claude-haiku-5-5",
-          capUsd: 1,
-          attemptBudgetUsd: 0.1,
-          output: join(ledgers, `round-${round}.json`),
-          image,
-          expectedCliVersion: CLAUDE_CODE_VERSION,
-          isolation: "offline",
-          docBridgeCommand: referenceEngineCommand(),
-          claudeConfigDir: setup.loginDir,
-        },
-        runtime,
-      );
+      const config = (name: string, ociRuntime?: string) => ({
+        loaded,
+        mode: "full" as const,
+        plan,
+        fullPlanSize: full.length,
+        roots: new Map(Object.entries(setup.roots)),
+        model: "claude-haiku-5-5",
+        capUsd: 1,
+        attemptBudgetUsd: 0.1,
+        output: join(ledgers, `${name}-${round}.json`),
+        image,
+        expectedCliVersion: CLAUDE_CODE_VERSION,
+        isolation: "offline" as const,
+        docBridgeCommand: referenceEngineCommand(),
+        claudeConfigDir: setup.loginDir,
+        ...(ociRuntime ? { runtime: ociRuntime } : {}),
+      });
+      const timed = await runTimedStudy(config("runc"), runtime);
       for (const { ms, observation } of timed.slice(1)) {
         attemptMs.push(ms);
         containerMs.push(observation.wallTimeMs!);
         runnerOwnMs.push(ms - observation.wallTimeMs!);
+      }
+      gvisor.floor.push(
+        ...(await measure(() => execFileP("docker", ["run", "--rm", "--runtime", GVISOR, "--network", "none", image, "--version"]), { warmup: round === 0 ? 1 : 0, runs: FLOORS_PER_ROUND })),
+      );
+      for (const { ms, observation } of (await runTimedStudy(config("runsc", GVISOR), runtime)).slice(1)) {
+        if (observation.runtime !== GVISOR) throw new Error(`a gVisor attempt ran under ${observation.runtime}`);
+        gvisor.attemptMs.push(ms);
+        gvisor.containerMs.push(observation.wallTimeMs!);
       }
     }
 
@@ -126,6 +142,7 @@ async function main(): Promise<Record<string, unknown>> {
     const cli = stats(cliFloor);
     const api = stats(apiFloor);
     const r = ratio(a.median, cli.median);
+    const g = { attempt: stats(gvisor.attemptMs), floor: stats(gvisor.floor) };
     return {
       attempts: attemptMs.length,
       attemptMs: a,
@@ -140,6 +157,19 @@ async function main(): Promise<Record<string, unknown>> {
       targetRatio: TARGET_RATIO,
       floor: "docker run --rm --network none <fake image> --version (docker CLI)",
       targetMet: r <= TARGET_RATIO,
+      gvisor: {
+        runtime: GVISOR,
+        attempts: gvisor.attemptMs.length,
+        attemptMs: g.attempt,
+        containerMs: stats(gvisor.containerMs),
+        floorDockerRunMs: g.floor,
+        // The runsc attempt against runsc's own floor: the runner's overhead under gVisor.
+        ratioToFloor: ratio(g.attempt.median, g.floor.median),
+        // What gVisor costs: runsc against runc, for the attempt and for the bare floor.
+        ratioToRuncAttempt: ratio(g.attempt.median, a.median),
+        floorRatioToRunc: ratio(g.floor.median, cli.median),
+        floor: "docker run --rm --runtime runsc --network none <fake image> --version (docker CLI)",
+      },
     };
   } finally {
     await rm(work, { recursive: true, force: true });

@@ -17,7 +17,7 @@ const BENCHMARKS = [
   { name: "transcript", timeoutMs: 90_000 },
   { name: "gateway", timeoutMs: 60_000 },
   { name: "export", timeoutMs: 240_000 },
-  { name: "attempt", timeoutMs: 120_000 },
+  { name: "attempt", timeoutMs: 300_000 },
   { name: "real-cli", timeoutMs: 180_000 },
   { name: "demo", timeoutMs: 240_000 },
   { name: "startup", timeoutMs: 900_000 },

@@ -22,6 +22,7 @@ import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
+import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 
 /**
  * Blind agent adjudication of one ledger (contract R87 to R93): one fresh hardened container per answer,
@@ -51,6 +52,8 @@ export interface AdjudicationConfig extends GatewayRunOptions {
   expectedCliVersion: string;
   isolation: "standard" | "offline";
   claudeConfigDir?: string;
+  /** OCI runtime of the adjudicator's containers (the CLI's default: the ledger's); checked like the run's (docs/isolation.md, "gVisor"). */
+  runtime?: string;
   fake?: { behaviourFile?: string; recordsDir?: string };
   /** A Messages API on a host unix socket (the scripted API of the conformance suite); isolation must be offline. */
   modelApi?: { socketPath: string };
@@ -95,19 +98,32 @@ const networkFor = (isolation: AdjudicationConfig["isolation"]): NetworkSetting 
 async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id: string, repositories: readonly { repository: string; pin: string }[]) {
   const sameModel = checkAdjudicatorModel(config.model, config.ledger.model, config.forceSameModel);
   if (sameModel) throw new UsageError(sameModel);
+  let engine;
   try {
-    await deps.runtime.ping();
+    engine = await deps.runtime.ping();
   } catch (err) {
     throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
   }
+  assertRuntimeOffered(engine, config.runtime, "--runtime");
   await reapOrphans(deps.runtime);
   await reapOrphanExports();
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("gateway", removeTree);
-  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels(id, "probe") });
+  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels(id, "probe"), runtime: config.runtime });
   if (probed.version !== config.expectedCliVersion) {
     throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
   }
+  const ociRuntime = await resolveOciRuntime(deps.runtime, engine, {
+    name: config.runtime,
+    flag: "--runtime",
+    image: config.image,
+    labels: runnerLabels(id, "probe"),
+    needs: runtimeNeeds({
+      network: config.isolation === "standard" && !config.modelApi && config.credentials !== "gateway" ? "bridge" : "none",
+      gateway: config.credentials === "gateway",
+      modelApiSocket: config.modelApi !== undefined,
+    }),
+  });
   const login = resolveLogin({ configDir: config.claudeConfigDir });
   const facts = await inspectLogin(login);
   if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
@@ -130,9 +146,9 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   // Only a metered run asks the engine whether the image is the fake one.
   const fakeImage = config.credentials === "gateway" && (await isFakeClaudeImage(deps.runtime, config.image));
   const gateway = await gatewayForRun(config, { model: config.model, login, holder: id, limit: { usd: config.itemBudgetUsd, flag: "--item-budget-usd" }, fakeImage });
-  if (!gateway) return { probed, login };
+  if (!gateway) return { probed, login, ociRuntime };
   // The fake claude image sends no model request: there is no metered usage to hold its transcript to.
-  return { probed, login, gateway: gatewayUnits<PlannedItem>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
+  return { probed, login, ociRuntime, gateway: gatewayUnits<PlannedItem>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
 }
 
 function emptyRun(reservationUsd: number): AdjudicatorRun {
@@ -163,7 +179,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   const plan = planAdjudication(config.ledger, config.loaded.manifest, config.seed);
   const needed = new Map<string, { repository: string; pin: string }>();
   for (const p of plan.items) if (p.prompt !== null) needed.set(`${p.repository}@${p.pin}`, { repository: p.repository, pin: p.pin });
-  const { probed, login, gateway, closeGateway } = await preflight(config, deps, adjudicationId, [...needed.values()]);
+  const { probed, login, gateway, closeGateway, ociRuntime } = await preflight(config, deps, adjudicationId, [...needed.values()]);
 
   const record: AdjudicationRecord = {
     schemaVersion: 1,
@@ -191,6 +207,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       cliVersion: probed.version,
       expectedCliVersion: config.expectedCliVersion,
       isolation: config.isolation,
+      runtime: ociRuntime,
       credentials: gateway ? "gateway" : "login-copy",
     },
     order: { seed: config.seed, observationIndices: plan.order },
@@ -259,6 +276,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           attemptIndex: p.position,
           fake: config.fake,
           modelApiSocket: config.modelApi?.socketPath,
+          runtimeName: ociRuntime,
           timeoutMs: config.timeoutMs,
           stdoutLimitBytes: config.stdoutLimitBytes,
           onLine: (line) => readResultEvent(line, out),

@@ -165,6 +165,9 @@ export const AdjudicationRecordSchema = z
       cliVersion: z.string().min(1),
       expectedCliVersion: z.string().min(1),
       isolation: z.string().min(1),
+      runtime: z.string().min(1).optional().meta({
+        description: "the OCI runtime every adjudicator container is created with (--runtime, default the ledger's; else the engine's default by name); absent in records made before it was recorded",
+      }),
       credentials: z.enum(["gateway", "login-copy"]).optional().meta({
         description:
           "gateway = the login stayed on the host and every adjudicator request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login; absent in records made before the gateway",

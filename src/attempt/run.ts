@@ -7,6 +7,8 @@ const STDERR_KEEP_BYTES = 16 * 1024;
 
 export interface RawOutcome {
   containerId: string;
+  /** The OCI runtime the engine ran the container under, as it reports it. */
+  runtime?: string;
   exitCode: number | null;
   timedOut: boolean;
   /** stdout passed the bound: reading stopped and the container was killed. */
@@ -105,6 +107,7 @@ export async function runBounded(runtime: ContainerRuntime, spec: ContainerSpec,
     const info = await runtime.inspect(id);
     return {
       containerId: id,
+      ...(info ? { runtime: info.runtime } : {}),
       exitCode: waited.exitCode,
       timedOut,
       truncated,

@@ -258,7 +258,14 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       },
       { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: input.onContainerStarted },
     );
-    Object.assign(record, { containerId: raw.containerId, wallTimeMs: raw.wallTimeMs, exitCode: raw.exitCode, timedOut: raw.timedOut, truncated: raw.truncated });
+    Object.assign(record, {
+      containerId: raw.containerId,
+      ...(raw.runtime ? { runtime: raw.runtime } : {}),
+      wallTimeMs: raw.wallTimeMs,
+      exitCode: raw.exitCode,
+      timedOut: raw.timedOut,
+      truncated: raw.truncated,
+    });
     if (transcriptError !== undefined) throw transcriptError;
     if (transcript) record.transcriptSha256 = transcript.finish();
 

@@ -5,6 +5,7 @@ import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { z } from "zod";
 import { ExitCode, UsageError, errorMessage } from "../util/errors.ts";
+import { runtimeNameProblem } from "../isolation/profile.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD, parseRoots } from "../settings/run-options.ts";
@@ -29,6 +30,8 @@ export interface AdjudicateFlags {
   cliVersion?: string;
   isolation?: "standard" | "offline";
   claudeConfigDir?: string;
+  /** OCI runtime of the adjudicator's containers; default: the ledger's. */
+  runtime?: string;
   /** gateway (default) or login-copy, as for `run --transport cli`. */
   credentials?: "gateway" | "login-copy";
   oauthTokenFile?: string;
@@ -77,6 +80,8 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
   if (credentials !== "gateway" && (flags.oauthTokenFile !== undefined || flags.testGatewayUpstream !== undefined))
     problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
+  const runtimeProblem = flags.runtime !== undefined && runtimeNameProblem(flags.runtime);
+  if (runtimeProblem) problems.push(runtimeProblem);
 
   let exportLimits: ExportLimits | undefined;
   try {
@@ -130,6 +135,8 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
     throw new UsageError(problems.join("\n"), problems);
   }
 
+  // The adjudicator runs in the containers the attempts ran in: the ledger's runtime unless --runtime names another.
+  const runtimeName = flags.runtime ?? input.ledger.runtime ?? undefined;
   const [{ runAdjudication }, { DockerRuntime }] = await Promise.all([import("../adjudicate/run.ts"), import("../runtime/docker.ts")]);
   const controller = new AbortController();
   let signals = 0;
@@ -160,6 +167,7 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
         expectedCliVersion: flags.cliVersion ?? input.ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION,
         isolation: flags.isolation ?? "standard",
         claudeConfigDir: flags.claudeConfigDir,
+        ...(runtimeName !== undefined ? { runtime: runtimeName } : {}),
         credentials,
         ...(flags.oauthTokenFile !== undefined ? { oauthTokenFile: resolve(flags.oauthTokenFile) } : {}),
         ...(flags.testGatewayUpstream !== undefined

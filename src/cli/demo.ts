@@ -4,7 +4,8 @@ import { join, resolve } from "node:path";
 import { prepareDemo } from "../demo/setup.ts";
 import { DockerRuntime } from "../runtime/docker.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
-import { ExitCode } from "../util/errors.ts";
+import { ExitCode, UsageError } from "../util/errors.ts";
+import { runtimeNameProblem } from "../isolation/profile.ts";
 import { runCommand } from "./run.ts";
 
 /**
@@ -18,8 +19,10 @@ import { runCommand } from "./run.ts";
  * STUDY_ADJUDICATOR_MODEL names another. Its verdicts are the fake's scripted ones (a fixed mix,
  * so the charts have more than one colour), not a grading of the answers.
  */
-export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean; sessions?: boolean; concurrency?: string }): Promise<number> {
+export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean; sessions?: boolean; concurrency?: string; runtime?: string }): Promise<number> {
   const workdir = resolve(flags.workdir ?? join(tmpdir(), "study-runner-demo"));
+  const runtimeProblem = flags.runtime !== undefined && runtimeNameProblem(flags.runtime);
+  if (runtimeProblem) throw new UsageError(runtimeProblem);
   if (flags.sessions) return sessionsDemo(workdir, flags);
   const setup = await prepareDemo(workdir, new DockerRuntime());
   // --real-cli: the real pinned binary in the real image, the model scripted behind a unix socket.
@@ -45,6 +48,7 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
     isolation: "offline",
     claudeConfigDir: setup.loginDir,
     concurrency: flags.concurrency,
+    ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
     quiet: flags.quiet,
   }).finally(() => real?.close());
   // A run refused before its ledger existed has nothing to adjudicate or report.
@@ -108,7 +112,7 @@ async function startRealDemo(workdir: string, pilot: boolean) {
 }
 
 /** `demo --sessions`: the two session tasks (src/session), a summary of counts and states on stdout. */
-async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean }): Promise<number> {
+async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean; runtime?: string }): Promise<number> {
   const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("../session/cli.ts")]);
   const { exitCode, ledgerPath, ledger } = await runSessionDemo(workdir, flags);
   process.stdout.write(`${JSON.stringify({ demo: sessionSummary(ledgerPath, ledger) }, null, 2)}\n`);

@@ -58,7 +58,10 @@ export function buildProgram(setExit: (code: number) => void): Command {
         .default("standard"),
     )
     .option("--egress-allow <hosts>", `--isolation strict: host names the proxy allows on port 443, comma-separated (repeatable; replaces the default ${DEFAULT_EGRESS_ALLOW.join(",")})`, collect)
-    .option("--runtime <name>", "OCI runtime of attempt containers, e.g. runsc (gVisor) where the engine has it; the run refuses to start if it is missing")
+    .option(
+      "--runtime <name>",
+      "OCI runtime of attempt containers, e.g. runsc (gVisor, docs/isolation.md) where the engine has it registered; the run refuses to start when it is missing or when a probe container under it cannot reach what the attempts need (their network, the bind-mounted sockets); recorded in the ledger (default: the engine's default runtime, recorded by name)",
+    )
     .option("--cpus <n>", "CPUs each attempt container may use (Docker's --cpus, e.g. 0.5 or 2); recorded in the ledger", "1")
     .option(
       "--concurrency <n>",
@@ -134,7 +137,7 @@ Examples:
     .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array (default: the bundled reference server)")
     .addOption(new Option("--isolation <profile>", "as for run; 'strict' adds an isolation check").choices(["standard", "strict", "offline"]).default("standard"))
     .option("--egress-allow <hosts>", "as for run (--isolation strict only)", collect)
-    .option("--runtime <name>", "as for run; adds a check that the engine offers this OCI runtime")
+    .option("--runtime <name>", "as for run; adds a check that the engine offers this OCI runtime and runs one probe container under it")
     .option("--json", "one JSON object instead of lines")
     .addHelpText(
       "after",
@@ -268,6 +271,7 @@ Example:
         .choices(["standard", "offline"])
         .default("standard"),
     )
+    .option("--runtime <name>", "OCI runtime of adjudicator containers, e.g. runsc (gVisor) (default: the runtime the ledger records); checked by a probe container before anything is spent")
     .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
     .addOption(
       new Option(
@@ -338,6 +342,10 @@ Correctness is agent-adjudicated: there is no human review.`,
     .option("--real-cli", "the real pinned Claude Code binary (installed from npm once, image built offline) with a scripted model on a unix socket, instead of the fake image")
     .option("--sessions", "run the two session tasks instead (an invoice rounding question, a discount-tier question): start, question, scripted answer, resume in a fresh container, done, tests")
     .option("--concurrency <n>", "attempts running at once (the demo's model is a test stand-in, so no login is shared)", "1")
+    .option(
+      "--runtime <name>",
+      "OCI runtime of every container, e.g. runsc (gVisor, docs/isolation.md); the study, the adjudication and the sessions refuse before starting when the runtime cannot run them",
+    )
     .option("--quiet", "no progress lines on stderr")
     .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));
 

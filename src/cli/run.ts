@@ -1,3 +1,4 @@
+import { runtimeNameProblem } from "../isolation/profile.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { planStudy, plannedRepositories } from "../plan/plan.ts";
 import { checkRoot, type RootCheck } from "../export/root-check.ts";
@@ -197,7 +198,8 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
   if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
-  if (flags.runtime !== undefined && !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(flags.runtime)) problems.push(`--runtime ${JSON.stringify(flags.runtime)} is not a runtime name such as runsc`);
+  const runtimeProblem = flags.runtime !== undefined && runtimeNameProblem(flags.runtime);
+  if (runtimeProblem) problems.push(runtimeProblem);
   const cpus = parseCpus(flags.cpus, problems);
   const concurrency = parseConcurrency(flags.concurrency, flags.transport, problems);
   if (flags.output) {

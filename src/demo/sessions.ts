@@ -139,7 +139,7 @@ export function sessionDemoScripts(): ScriptInput[] {
  * containers), with the fake image, or with `realCli` the real pinned binary and the scripted
  * API: start, question, scripted answer, resume in a fresh container, done, tests.
  */
-export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean } = {}) {
+export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string } = {}) {
   const [{ mkdir, mkdtemp, chmod, rm }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startScriptedApi }, { ensureClaudeBinary }] = await Promise.all([
     import("node:fs/promises"),
     import("../runtime/docker.ts"),
@@ -179,6 +179,7 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
         model: process.env.STUDY_MODEL ?? "claude-haiku-5-5",
         image,
         expectedCliVersion: CLAUDE_CODE_VERSION,
+        ...(options.runtime !== undefined ? { ociRuntime: options.runtime } : {}),
         capUsd: 1,
         callBudgetUsd: 0.2,
         sessionBudgetUsd: 0.5,

@@ -3,6 +3,7 @@ import { runChild } from "../process/child.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { probeVersion } from "../image/build.ts";
+import { probeOciRuntime, runtimeProblem, type RuntimeNeeds, type RuntimeProbe } from "../isolation/oci-runtime.ts";
 import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { NATIVE_PACKAGE } from "../image/install.ts";
@@ -81,8 +82,11 @@ export async function checkDocker(connect: () => ContainerRuntime, env: NodeJS.P
   }
 }
 
-/** `--runtime NAME`: the run's own preflight refuses to start when the engine does not offer it. */
-export async function checkRuntime(runtime: ContainerRuntime, name: string): Promise<Check> {
+/**
+ * `--runtime NAME`: the engine must offer it, and, given the image, one probe container under it
+ * must show what the run's containers need (src/isolation/oci-runtime.ts), as the run's preflight checks.
+ */
+export async function checkRuntime(runtime: ContainerRuntime, name: string, probe?: { image: string; labels: Record<string, string>; needs: RuntimeNeeds }): Promise<Check> {
   let offered: string[];
   try {
     offered = (await runtime.ping()).runtimes;
@@ -93,10 +97,27 @@ export async function checkRuntime(runtime: ContainerRuntime, name: string): Pro
     return fail(
       "runtime",
       `the engine has no OCI runtime '${name}'; it offers ${offered.join(", ") || "none"}`,
-      `install ${name} and register it in the engine's daemon.json "runtimes" (for gVisor: runsc install, then restart dockerd), or drop --runtime`,
+      `install ${name} and register it in the engine's daemon.json "runtimes" (for gVisor: docs/isolation.md, "gVisor"; then restart dockerd), or drop --runtime`,
     );
   }
-  return pass("runtime", `attempt containers run under '${name}' (offered: ${offered.join(", ")})`);
+  if (!probe) return pass("runtime", `attempt containers run under '${name}' (offered: ${offered.join(", ")}); no probe container: the image is not usable`);
+  let seen: RuntimeProbe;
+  try {
+    seen = await probeOciRuntime(runtime, probe.image, name, probe.needs.network, probe.labels);
+  } catch (err) {
+    return fail(
+      "runtime",
+      `a probe container under '${name}' with network ${probe.needs.network} did not run: ${errorMessage(err).slice(0, 600)}`,
+      `see docs/isolation.md, "gVisor", for how to register runsc`,
+    );
+  }
+  const problem = runtimeProblem(name, "--runtime", probe.needs, seen);
+  if (problem) return fail("runtime", problem, `see docs/isolation.md, "gVisor"`);
+  const socket = seen.socket === "ok" ? "was answered through a bind-mounted unix socket" : `could not reach a bind-mounted unix socket (${seen.socket}), which this run does not need`;
+  return pass(
+    "runtime",
+    `attempt containers run under '${name}' (offered: ${offered.join(", ")}): a probe container under it started with network ${probe.needs.network}, saw kernel ${seen.kernel} and the interfaces ${seen.interfaces.join(", ")}, and ${socket}`,
+  );
 }
 
 /**

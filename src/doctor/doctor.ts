@@ -2,6 +2,7 @@ import type { ExportLimits } from "../export/export.ts";
 import { randomBytes } from "node:crypto";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { runnerLabels } from "../runtime/reaper.ts";
+import { runtimeNeeds } from "../isolation/oci-runtime.ts";
 import { loadManifest, type LoadedManifest } from "../manifest/load.ts";
 import { planStudy, plannedRepositories, type Mode, type PlannedAttempt } from "../plan/plan.ts";
 import { referenceEngineCommand } from "../mcp/preflight.ts";
@@ -113,18 +114,22 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
 async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<Check[]> {
   const docker = await checkDocker(deps.connect, deps.env);
   const checks = [docker.check];
+  // Labelled like a run's containers, so a reaper removes them if the doctor is killed mid-probe.
+  const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
+  let imageOk = false;
   if (!docker.runtime) checks.push(skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine"));
   else {
     const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
     checks.push(image);
+    imageOk = image.ok;
     if (!image.ok) checks.push(skip("claude-version", "needs the image"));
-    else {
-      // Labelled like a run's containers, so a reaper removes it if the doctor is killed mid-probe.
-      const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
-      checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels));
-    }
+    else checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels));
   }
-  if (input.runtime !== undefined) checks.push(docker.runtime ? await checkRuntime(docker.runtime, input.runtime) : skip("runtime", "needs the Docker engine"));
+  if (input.runtime !== undefined) {
+    // What a run with these flags needs (run's default credentials are the gateway: network none, its socket, and the doc-bridge's for the mcp arm).
+    const needs = runtimeNeeds({ network: "none", gateway: true, modelApiSocket: false, docBridge: true });
+    checks.push(docker.runtime ? await checkRuntime(docker.runtime, input.runtime, imageOk ? { image: input.image, labels, needs } : undefined) : skip("runtime", "needs the Docker engine"));
+  }
   return checks;
 }
 

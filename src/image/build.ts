@@ -43,6 +43,8 @@ export interface ProbeOptions {
   /** Labels for the throwaway container (e.g. `runnerLabels(run, "probe")`) so a reaper finds it. */
   labels?: Record<string, string>;
   timeoutMs?: number;
+  /** The OCI runtime of the run's containers (the engine's default when absent). */
+  runtime?: string;
 }
 
 const PROBE_OUTPUT_LIMIT = 64 * 1024;
@@ -81,7 +83,7 @@ export async function probeVersion(runtime: ContainerRuntime, image: string, opt
   if (!binarySha256 || !/^[0-9a-f]{64}$/.test(binarySha256)) {
     throw new RefusalError(`image ${image} has no ${IMAGE_LABELS.claudeSha256} label: its binary cannot be identified`);
   }
-  const id = await runtime.create(probeSpec(info.id, opts.labels ?? {}));
+  const id = await runtime.create({ ...probeSpec(info.id, opts.labels ?? {}), ...(opts.runtime !== undefined ? { runtime: opts.runtime } : {}) });
   try {
     const { stdout, stderr } = await runtime.attach(id);
     const output = Promise.all([collect(stdout, PROBE_OUTPUT_LIMIT), collect(stderr, PROBE_OUTPUT_LIMIT)]);

@@ -11,3 +11,8 @@ export type IsolationProfile = (typeof ISOLATION_PROFILES)[number];
 export function networkFor(profile: IsolationProfile): NetworkSetting {
   return profile === "standard" ? { mode: "bridge" } : { mode: "none" };
 }
+
+/** A `--runtime` value must be a runtime's name as an engine registers it; null when it is one. */
+export function runtimeNameProblem(name: string, flag = "--runtime"): string | null {
+  return /^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name) ? null : `${flag} ${JSON.stringify(name)} is not a runtime name such as runsc`;
+}

@@ -153,6 +153,10 @@ export const RUN_FACTS_SHAPE = {
   }),
   startedAt: z.iso.datetime().nullable(),
   containerId: z.string().min(1).nullable(),
+  runtime: z.string().min(1).optional().meta({
+    description:
+      "cli: the OCI runtime the engine ran this run's container under, as the engine reports it (runc, runsc for gVisor); absent before the container ran and in records written before it existed",
+  }),
   exportHash: Sha256.nullable(),
   model: z.string().nullable().meta({ description: "the init event's model" }),
   tools: z.array(z.string()).nullable().meta({ description: "the init event's tools" }),
@@ -373,7 +377,10 @@ export const LedgerSchema = z
     expectedCliVersion: z.string().nullable(),
     transport: TransportSchema,
     isolation: z.string().min(1),
-    runtime: z.string().min(1).nullable().optional().meta({ description: "cli: the OCI runtime attempts ran under (--runtime); null: the engine's default" }),
+    runtime: z.string().min(1).nullable().optional().meta({
+      description:
+        "cli: the OCI runtime every attempt container is created with: --runtime, checked by a probe container in the preflight, or the engine's default by name; null in ledgers written before the default was recorded by name",
+    }),
     attemptCpus: z.number().positive().optional().meta({ description: "cli: the CPUs each attempt container could use (--cpus, Docker's NanoCpus / 1e9)" }),
     modelApi: z.enum(["anthropic", "test"]).optional().meta({
       description:

@@ -44,6 +44,8 @@ export interface AttemptRow {
   toolCalls: number | null;
   wallTimeMs: number | null;
   chargedUsd: number | null;
+  /** The OCI runtime the engine ran the attempt's container under (null: no container ran, or a ledger from before it was recorded). */
+  runtime: string | null;
   usageComplete: boolean;
   numTurns: number | null;
   /** Tool names only (never inputs): the tool mix of the behaviour table. */
@@ -101,6 +103,8 @@ export interface ReportData {
     transport: string;
     cliVersion: string | null;
     isolation: string;
+    /** The OCI runtime the run created every attempt container with; null for the http transport and older ledgers. */
+    runtime: string | null;
     status: Ledger["status"];
     statusReason: string | null;
     protocolHash: string;
@@ -327,6 +331,7 @@ export function buildReport(input: ReportInput): ReportData {
       toolCalls: o.status === null ? null : o.toolCalls,
       wallTimeMs: o.wallTimeMs,
       chargedUsd: o.chargedUsd,
+      runtime: o.runtime ?? null,
       usageComplete: o.usageComplete,
       numTurns: o.numTurns,
       toolCallsByName: o.status === null ? null : o.toolCallsByName,
@@ -358,6 +363,7 @@ export function buildReport(input: ReportInput): ReportData {
         toolCalls: null,
         wallTimeMs: null,
         chargedUsd: null,
+        runtime: null,
         usageComplete: false,
         numTurns: null,
         toolCallsByName: null,
@@ -475,6 +481,7 @@ export function buildReport(input: ReportInput): ReportData {
       transport: ledger.transport,
       cliVersion: ledger.cliVersion,
       isolation: ledger.isolation,
+      runtime: ledger.runtime ?? null,
       status: ledger.status,
       statusReason: ledger.statusReason ?? null,
       protocolHash: ledger.protocol.protocolHash,

@@ -193,8 +193,8 @@ export function renderHtml(r: ReportData): string {
   }
   body.push(
     table(
-      ["run", "mode", "model", "status", "CLI", "isolation"],
-      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation]],
+      ["run", "mode", "model", "status", "CLI", "isolation", "runtime"],
+      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
     ),
   );
   if (r.adjudication) {

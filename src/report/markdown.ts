@@ -58,8 +58,8 @@ export function renderMarkdown(r: ReportData): string {
   if (r.adjudication) out.push(`> ${adjudicatorSentence(r.adjudication).text}`, "");
   out.push(
     ...table(
-      ["run", "mode", "model", "status", "CLI", "isolation"],
-      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation]],
+      ["run", "mode", "model", "status", "CLI", "isolation", "runtime"],
+      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
     ),
     "",
   );
@@ -190,7 +190,7 @@ export function renderMarkdown(r: ReportData): string {
 }
 
 /** The attempts table, the same in every format. */
-export const ATTEMPT_COLUMNS = ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD"];
+export const ATTEMPT_COLUMNS = ["#", "task", "scenario", "rep", "status", "outcome", "input", "output", "tool calls", "wall ms", "charged USD", "runtime"];
 
 export function attemptRows(r: ReportData): string[][] {
   return r.attempts.map((a) => [
@@ -205,5 +205,6 @@ export function attemptRows(r: ReportData): string[][] {
     fmt(a.toolCalls),
     fmt(a.wallTimeMs),
     fmt(a.chargedUsd, "USD"),
+    a.runtime ?? "—",
   ]);
 }

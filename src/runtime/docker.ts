@@ -87,12 +87,13 @@ export class DockerRuntime implements ContainerRuntime {
 
   async ping(): Promise<EngineInfo> {
     try {
-      const [version, info] = await Promise.all([this.docker.version(), this.docker.info() as Promise<{ Runtimes?: Record<string, unknown> }>]);
+      const [version, info] = await Promise.all([this.docker.version(), this.docker.info() as Promise<{ Runtimes?: Record<string, unknown>; DefaultRuntime?: string }>]);
       return {
         serverVersion: version.Version,
         apiVersion: version.ApiVersion,
         endpoint: await this.endpoint(),
         runtimes: Object.keys(info.Runtimes ?? {}).sort(),
+        defaultRuntime: info.DefaultRuntime || "runc",
       };
     } catch (err) {
       throw wrap(err, "ping");
@@ -289,6 +290,7 @@ export class DockerRuntime implements ContainerRuntime {
         oomKilled: info.State.OOMKilled === true,
         labels: { ...(info.Config.Labels ?? {}) },
         env: [...(info.Config.Env ?? [])],
+        runtime: info.HostConfig?.Runtime ?? "",
       };
     } catch (err) {
       if (statusOf(err) === 404) return undefined;

@@ -69,7 +69,7 @@ export class FakeRuntime implements ContainerRuntime {
   constructor(private readonly options: FakeRuntimeOptions) {}
 
   async ping(): Promise<EngineInfo> {
-    return { serverVersion: "fake", apiVersion: "1.41", endpoint: "fake://", runtimes: ["runc"], ...this.options.info };
+    return { serverVersion: "fake", apiVersion: "1.41", endpoint: "fake://", runtimes: ["runc"], defaultRuntime: "runc", ...this.options.info };
   }
 
   /** Registers an image directly, as if built elsewhere. */
@@ -195,6 +195,7 @@ export class FakeRuntime implements ContainerRuntime {
       oomKilled: c.exit?.oomKilled ?? false,
       labels: { ...c.image.labels, ...c.spec.labels },
       env: Object.entries(c.spec.env).map(([k, v]) => `${k}=${v}`),
+      runtime: c.spec.runtime ?? "runc",
     };
   }
 

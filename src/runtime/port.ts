@@ -70,6 +70,8 @@ export interface EngineInfo {
   endpoint: string;
   /** OCI runtimes the engine offers. */
   runtimes: string[];
+  /** The runtime a container gets when its spec names none. */
+  defaultRuntime: string;
 }
 
 export interface ContainerOutput {
@@ -91,6 +93,8 @@ export interface ContainerState {
   labels: Record<string, string>;
   /** `NAME=value` entries as the engine reports them (image ENV included). */
   env: string[];
+  /** The OCI runtime the engine created the container with (its default when the spec named none). */
+  runtime: string;
 }
 
 export interface ImageInfo {

@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { UsageError } from "../util/errors.ts";
+import { runtimeNameProblem } from "../isolation/profile.ts";
 import { parseRoots } from "../settings/run-options.ts";
 import { answerSession, resumeSessions, retrySession, startSessions, type SessionRuntimeOptions } from "./run.ts";
 import type { SessionLedger } from "./schema.ts";
@@ -74,9 +75,12 @@ export async function sessionsStartCommand(
     callBudgetUsd?: string;
     sessionBudgetUsd?: string;
     cliVersion?: string;
+    runtime?: string;
   },
 ): Promise<number> {
   const problems: string[] = [];
+  const runtimeProblem = flags.runtime !== undefined && runtimeNameProblem(flags.runtime);
+  if (runtimeProblem) problems.push(runtimeProblem);
   if (!flags.manifest) problems.push('--manifest is required: the session manifest (tasks of kind "session")');
   if (!flags.output) problems.push("--output is required: a new private ledger file outside every checkout and the project");
   if (!flags.image) problems.push("--image is required: the Claude Code image (study-runner image build)");
@@ -95,6 +99,7 @@ export async function sessionsStartCommand(
       model: model!,
       image: flags.image!,
       expectedCliVersion: flags.cliVersion ?? CLAUDE_CODE_VERSION,
+      ...(flags.runtime !== undefined ? { ociRuntime: flags.runtime } : {}),
       capUsd,
       callBudgetUsd,
       sessionBudgetUsd,
@@ -182,7 +187,8 @@ export function addSessionCommands(program: import("commander").Command, setExit
       .option("--cap-usd <usd>", "cumulative cap of every call of this ledger")
       .option("--call-budget-usd <usd>", "per call: reserved and passed as --max-budget-usd (measured: it caps the call, not the session)", "0.5")
       .option("--session-budget-usd <usd>", "per session: when its calls' costs reach it, the session parks budget-spent before any further call", "10")
-      .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION),
+      .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
+      .option("--runtime <name>", "OCI runtime of every container of these sessions, e.g. runsc (gVisor); checked by a probe container, recorded, and used again by every resume and retry"),
   ).action(async (opts) => setExit(await sessionsStartCommand(opts)));
   runtimeFlags(
     sessions

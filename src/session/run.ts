@@ -10,6 +10,7 @@ import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../runtime/reaper.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
+import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 import { createPrivateFile, LEDGER_MODE } from "../ledger/store.ts";
 import { sessionCallTranscript, TranscriptStore } from "../ledger/transcripts.ts";
 import { writeFileAtomic } from "../util/atomic-file.ts";
@@ -48,6 +49,12 @@ export interface SessionRuntimeOptions extends GatewayRunOptions {
   manifestPath?: string;
 }
 
+/** What a session's calls need of the OCI runtime: network none or the bridge, the gateway's or the Messages API's socket. */
+function sessionRuntimeNeeds(o: SessionRuntimeOptions) {
+  const gateway = o.credentials === "gateway";
+  return runtimeNeeds({ network: o.isolation === "standard" && !gateway && !o.modelApi ? "bridge" : "none", gateway, modelApiSocket: o.modelApi !== undefined });
+}
+
 export interface SessionDeps {
   runtime: ContainerRuntime;
   /** Test-only (docs/reliability.md): stops the process at a named point of a call. */
@@ -59,6 +66,8 @@ export interface SessionDeps {
 
 export interface StartConfig extends SessionRuntimeOptions {
   manifestPath: string;
+  /** --runtime: the OCI runtime of every container of these sessions (the engine's default when absent). */
+  ociRuntime?: string;
   roots: ReadonlyMap<string, string>;
   output: string;
   model: string;
@@ -148,8 +157,17 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
     }
   }
   if (problems.length) throw new UsageError(problems.join("\n"), problems);
-  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe") });
+  const engine = await deps.runtime.ping();
+  assertRuntimeOffered(engine, config.ociRuntime, "--runtime");
+  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe"), runtime: config.ociRuntime });
   if (probed.version !== config.expectedCliVersion) throw new RefusalError(`the image ${config.image} reports Claude Code ${probed.version}, not the expected ${config.expectedCliVersion}`);
+  const ociRuntime = await resolveOciRuntime(deps.runtime, engine, {
+    name: config.ociRuntime,
+    flag: "--runtime",
+    image: config.image,
+    labels: runnerLabels("sessions", "probe"),
+    needs: sessionRuntimeNeeds(config),
+  });
 
   const runId = randomUUID();
   // Refused (nothing made, nothing reserved) before the ledger exists when the gateway cannot run.
@@ -166,6 +184,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
     roots: Object.fromEntries(config.roots),
     model: config.model,
     image: probed.imageId,
+    runtime: ociRuntime,
     expectedCliVersion: config.expectedCliVersion,
     capUsd: config.capUsd,
     callBudgetUsd: config.callBudgetUsd,
@@ -330,6 +349,13 @@ async function continueSessions(
     await writeSessionLedger(ledgerPath, ledger);
     deps.say?.(ledger.statusReason);
     return { exitCode: ExitCode.blocked, ledger };
+  }
+  // A resume runs under the runtime the sessions started with, checked again: the engine may have changed since.
+  if (ledger.runtime !== undefined) {
+    const what = `the runtime the session ledger records`;
+    const engine = await deps.runtime.ping();
+    assertRuntimeOffered(engine, ledger.runtime, what);
+    await resolveOciRuntime(deps.runtime, engine, { name: ledger.runtime, flag: what, image: ledger.image, labels: runnerLabels(ledger.runId, "probe"), needs: sessionRuntimeNeeds(options) });
   }
   const fakeImage = await isFakeClaudeImage(deps.runtime, ledger.image);
   const gateway = await gatewayForRun(options, {
@@ -504,6 +530,7 @@ async function advanceSessions(
             expectedCliVersion: config.expectedCliVersion,
             network: networkFor(config.isolation),
             modelApiSocket: config.modelApi?.socketPath,
+            runtimeName: ledger.runtime,
             labels: runnerLabels(ledger.runId, `session-${s.id}-${call.index}`),
             attemptIndex: ledger.sessions.indexOf(s),
             fake: config.fake,
@@ -605,7 +632,13 @@ async function advanceSessions(
         } else {
           s.summary = { untrusted: true, text: r.summary };
           if (task.testCommand) {
-            s.test = await runTestCommand(deps.runtime, { image: config.image, worktree: paths.worktree, command: task.testCommand, labels: runnerLabels(ledger.runId, `session-${s.id}-test`) });
+            s.test = await runTestCommand(deps.runtime, {
+              image: config.image,
+              worktree: paths.worktree,
+              command: task.testCommand,
+              runtime: ledger.runtime,
+              labels: runnerLabels(ledger.runId, `session-${s.id}-test`),
+            });
             event({ type: "harness.test", session: s.id, exit_code: s.test.exitCode });
           }
           await endSession(ledger, s, "done", null);

@@ -207,6 +207,10 @@ export const SessionLedgerSchema = z
     roots: z.record(Name, z.string()),
     model: z.string().min(1),
     image: z.string().min(1),
+    runtime: z.string().min(1).optional().meta({
+      description:
+        "the OCI runtime every container of these sessions is created with (--runtime at the start, checked by a probe container then and at every resume; else the engine's default by name); absent in ledgers made before it was recorded",
+    }),
     expectedCliVersion: z.string().min(1),
     capUsd: Usd,
     callBudgetUsd: Usd.meta({ description: "per call: reserved and passed as --max-budget-usd (it caps the call, not the session: measured)" }),

@@ -21,7 +21,7 @@ export interface TestRun {
  * no capabilities, a tmpfs /tmp and HOME, the command as an argument array (no shell), bounded
  * time and output. Its exit code and the tail of its output are what is recorded.
  */
-export function testContainerSpec(o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string> }): ContainerSpec {
+export function testContainerSpec(o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; runtime?: string }): ContainerSpec {
   return {
     image: o.image,
     entrypoint: [o.command[0]!],
@@ -39,12 +39,13 @@ export function testContainerSpec(o: { image: string; worktree: string; command:
     memoryBytes: 1024 ** 3,
     nanoCpus: 1e9,
     labels: o.labels,
+    ...(o.runtime !== undefined ? { runtime: o.runtime } : {}),
   };
 }
 
 export async function runTestCommand(
   runtime: ContainerRuntime,
-  o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; timeoutMs?: number },
+  o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; timeoutMs?: number; runtime?: string },
 ): Promise<TestRun> {
   let stdout = "";
   let truncated = false;

@@ -30,6 +30,7 @@ import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type Attem
 import { Progress } from "./progress.ts";
 import { summarize } from "./summary.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
+import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 
 export interface StudyConfig extends StudyRunBase, GatewayRunOptions {
   attemptBudgetUsd: number;
@@ -85,11 +86,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   } catch (err) {
     throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
   }
-  if (config.runtime !== undefined && !engine.runtimes.includes(config.runtime)) {
-    throw new RefusalError(
-      `the Docker engine has no OCI runtime '${config.runtime}' (--runtime); it offers ${engine.runtimes.join(", ") || "none"}; install and register it, or drop --runtime; nothing was charged`,
-    );
-  }
+  assertRuntimeOffered(engine, config.runtime, "--runtime");
   if (config.isolation === "strict") {
     // The proxy's socket is shared with the container user only (src/isolation/proxy.ts): check
     // it here, not in the first attempt after its reservation.
@@ -106,10 +103,24 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   await reapOrphanFolders("egress", removeTree);
   await reapOrphanFolders("gateway", removeTree);
   if (config.modelApi) await assertModelApiSocket(config.modelApi.socketPath);
-  const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe") });
+  const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe"), runtime: config.runtime });
   if (probed.version !== config.expectedCliVersion) {
     throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
   }
+  // With --runtime, one probe container shows that the runtime gives what the attempts will use (docs/isolation.md, "gVisor").
+  const ociRuntime = await resolveOciRuntime(runtime, engine, {
+    name: config.runtime,
+    flag: "--runtime",
+    image: config.image,
+    labels: runnerLabels(runId, "probe"),
+    needs: runtimeNeeds({
+      network: config.isolation === "standard" && !config.modelApi && config.credentials !== "gateway" ? "bridge" : "none",
+      gateway: config.credentials === "gateway",
+      modelApiSocket: config.modelApi !== undefined,
+      docBridge: config.plan.some((a) => a.arm === "mcp"),
+      egressProxy: config.isolation === "strict" && config.credentials !== "gateway",
+    }),
+  });
   const login = resolveLogin({ configDir: config.claudeConfigDir });
   const facts = await inspectLogin(login);
   if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
@@ -134,12 +145,12 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
     fakeImage,
   });
   const testApi = config.modelApi || fakeImage || config.gatewayUpstream !== undefined;
-  return { probed, login, docBridge, fakeImage, gateway, modelApi: testApi ? ("test" as const) : ("anthropic" as const) };
+  return { probed, login, docBridge, fakeImage, gateway, ociRuntime, modelApi: testApi ? ("test" as const) : ("anthropic" as const) };
 }
 
 export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
   const runId = newRunId();
-  const { probed, login, docBridge, modelApi, gateway, fakeImage } = await preflight(config, deps, runId);
+  const { probed, login, docBridge, modelApi, gateway, fakeImage, ociRuntime } = await preflight(config, deps, runId);
   const concurrency = config.concurrency ?? 1;
   const refused = concurrencyProblem({ concurrency, credentials: gateway ? "gateway" : "login-copy", modelApi });
   if (refused) throw new RefusalError(refused);
@@ -155,7 +166,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     isolation: config.isolation,
     attemptCpus: config.cpus ?? DEFAULT_ATTEMPT_CPUS,
     modelApi,
-    runtime: config.runtime ?? null,
+    runtime: ociRuntime,
     ...(config.isolation === "strict" && !gateway ? { egressAllow: [...egressAllowOf(config)] } : {}),
     credentials: gateway ? "gateway" : "login-copy",
     model: config.model,
@@ -218,6 +229,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
           maxBudgetUsd: reservedUsd,
           transcripts,
           ahead,
+          ociRuntime,
           onLine: rateLimitWatch(ctx),
         },
         ctx.entry,
@@ -244,6 +256,8 @@ interface AttemptContext {
   maxBudgetUsd: number;
   transcripts: TranscriptStore;
   ahead: MadeAhead;
+  /** The OCI runtime of every attempt container (resolved in the preflight). */
+  ociRuntime: string;
   /** Sees every stdout line (rate limits slow new starts). */
   onLine?: (line: string) => void;
 }
@@ -306,7 +320,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       docBridge: sandbox ? { ...engine(attempt), sandbox } : undefined,
       egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits } : undefined,
       modelApiSocket: config.modelApi?.socketPath,
-      runtimeName: config.runtime,
+      runtimeName: ctx.ociRuntime,
       labels: runnerLabels(ctx.runId, String(attempt.index)),
       attemptIndex: attempt.index,
       fake: config.fake,

@@ -8,7 +8,7 @@ import { isProcessAlive } from "./process.ts";
  * can remove what a runner killed outright (SIGKILL, power loss) left behind: an export, an
  * attempt HOME holding a copy of the CLI login, a doc-bridge or egress-proxy socket folder.
  */
-export type FolderKind = "export" | "home" | "mcp" | "egress" | "gateway" | "engine";
+export type FolderKind = "export" | "home" | "mcp" | "egress" | "gateway" | "engine" | "probe";
 
 export const folderPrefix = (kind: FolderKind) => `study-runner-${kind}-`;
 

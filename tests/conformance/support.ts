@@ -145,6 +145,8 @@ export interface StudyRunOptions {
   attemptBudgetUsd?: number;
   capUsd?: number;
   timeoutMs?: number;
+  /** --runtime: the OCI runtime of every container of the run (the engine's default when absent). */
+  runtime?: string;
 }
 
 /** Runs the study through the runner's own orchestrator, in this process, on the real engine. */
@@ -173,6 +175,7 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
       ? { credentials: "gateway" as const, gatewayUpstream: { url: gateway.url, ca: gateway.ca } }
       : { credentials: "login-copy" as const, modelApi: { socketPath: (o.api as Extract<StudyApi, { route: "direct" }>).socketPath } }),
     timeoutMs: o.timeoutMs,
+    ...(o.runtime !== undefined ? { runtime: o.runtime } : {}),
     quiet: true,
   };
   const lines = new Map<number, string[]>();

@@ -21,7 +21,8 @@ describe("--isolation offline", () => {
     ];
     const run = await runIsolated(f, { isolation: "offline", behaviour: { default: { kind: "ok", connect } } });
     expect(run.code, run.stderr).toBe(0);
-    expect(run.ledger).toMatchObject({ isolation: "offline", runtime: null, status: "awaiting-adjudication" });
+    // No --runtime: the engine's default, recorded by name.
+    expect(run.ledger).toMatchObject({ isolation: "offline", runtime: (await f.runtime.ping()).defaultRuntime, status: "awaiting-adjudication" });
     expect(run.ledger.egressAllow).toBeUndefined();
     for (const [i, obs] of run.ledger.observations.entries()) {
       expect(obs.egress, `attempt ${i}`).toBeUndefined();

@@ -28,8 +28,20 @@ describe("--runtime", () => {
     const run = await runIsolated(f, { isolation: "offline", behaviour: ok, plan: "repository", runtime: "runc" });
     expect(run.code, run.stderr).toBe(0);
     expect(run.ledger.runtime).toBe("runc");
+    expect(run.ledger.observations[0]!.runtime).toBe("runc");
     expect(run.specs.length).toBe(1);
     expect(run.specs[0]!.runtime).toBe("runc");
+  }, 120_000);
+
+  // contract: R173
+  it("records the engine's default runtime by name when no --runtime is given, for the run and for each attempt", async () => {
+    const { defaultRuntime } = await f.runtime.ping();
+    const run = await runIsolated(f, { isolation: "offline", behaviour: ok, plan: "repository" });
+    expect(run.code, run.stderr).toBe(0);
+    // By name, not null: the ledger says which runtime ran even when nobody chose one.
+    expect(run.ledger.runtime).toBe(defaultRuntime);
+    expect(run.ledger.observations.map((o) => o.runtime)).toEqual([defaultRuntime]);
+    expect(run.specs.map((s) => s.runtime)).toEqual([defaultRuntime]);
   }, 120_000);
 });
 

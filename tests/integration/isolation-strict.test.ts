@@ -32,7 +32,7 @@ describe("--isolation strict", () => {
     const { ledger } = run;
     // Refused requests do not fail an attempt by themselves.
     expect(ledger.status).toBe("awaiting-adjudication");
-    expect(ledger).toMatchObject({ isolation: "strict", egressAllow: [ALLOWED], runtime: null });
+    expect(ledger).toMatchObject({ isolation: "strict", egressAllow: [ALLOWED], runtime: (await f.runtime.ping()).defaultRuntime });
     expect(ledger.observations.map((o) => o.status)).toEqual(["completed", "completed"]);
 
     for (const [i, obs] of ledger.observations.entries()) {
