@@ -112,6 +112,10 @@ export interface GatewayOptions {
   maxRequestBytes?: number;
   /** The request shapes admitted: the pinned CLI's measured ones (cli-requests.generated.ts) unless a test gives others. */
   requestShapes?: RequestShapes;
+  /** Connections per attempt (MAX_ATTEMPT_CONNECTIONS; the memory benchmark's unbounded baseline sets Infinity). */
+  attemptConnections?: number;
+  /** Request-body bytes buffered per attempt (MAX_ATTEMPT_BUFFERED_BYTES, at most maxRequestBytes; the baseline sets Infinity). */
+  attemptBufferedBytes?: number;
   /** Owner of the socket when the runner is root (default the container user). */
   containerUid?: number;
   containerGid?: number;
@@ -257,7 +261,8 @@ export class Gateway {
     const maxBytes = this.options.maxRequestBytes ?? MAX_REQUEST_BYTES;
     const model = this.options.model;
     const shapes = this.options.requestShapes ?? CLI_REQUEST_SHAPES;
-    const buffered: BufferBudget = { held: 0, limit: Math.min(MAX_ATTEMPT_BUFFERED_BYTES, maxBytes) };
+    const buffered: BufferBudget = { held: 0, limit: this.options.attemptBufferedBytes ?? Math.min(MAX_ATTEMPT_BUFFERED_BYTES, maxBytes) };
+    const maxConnections = this.options.attemptConnections ?? MAX_ATTEMPT_CONNECTIONS;
 
     const keep = (r: GatewayRequestRecord) => {
       if (record.requests.length < MAX_RECORDED_REQUESTS) record.requests.push(r);
@@ -473,11 +478,11 @@ export class Gateway {
     });
     server.keepAliveTimeout = 5_000;
     // At most this many connections of the attempt at once: Node closes any further one as it is accepted.
-    server.maxConnections = MAX_ATTEMPT_CONNECTIONS;
+    server.maxConnections = maxConnections;
     let droppedConnections = 0;
     server.on("drop", () => {
       droppedConnections++;
-      const text = (n: number) => `the attempt opened more than ${MAX_ATTEMPT_CONNECTIONS} connections to the gateway at once; ${n} were closed unanswered`;
+      const text = (n: number) => `the attempt opened more than ${maxConnections} connections to the gateway at once; ${n} were closed unanswered`;
       const at = record.setupProblems.indexOf(text(droppedConnections - 1));
       if (at >= 0) record.setupProblems[at] = text(droppedConnections);
       else problem(text(droppedConnections));
