@@ -5,8 +5,9 @@ import { join } from "node:path";
 
 /**
  * A throw-away certificate authority and a server certificate for 127.0.0.1, made with the
- * machine's openssl for one test run: the scripted API serves TLS on loopback with it and the
- * gateway trusts this CA alone, so the gateway's TLS verification is exercised without any network.
+ * machine's openssl for one test run or one `demo --real-cli`: the scripted API serves TLS on
+ * loopback with it and the gateway trusts this CA alone, so the gateway's TLS verification is
+ * exercised without any network. Valid two days; nothing here is a credential.
  */
 export interface TestCa {
   ca: string;
