@@ -192,7 +192,7 @@ describe("the gateway admits only the measured request shapes", () => {
 
   // contract: R136
   it("refuses an anthropic-beta value or a header the pinned CLI never sends, with nothing forwarded", async () => {
-    const cases = [{ "anthropic-beta": `${BETAS},web-fetch-2025-09-10` }, { "anthropic-beta": "code-execution-2025-08-25" }, { "x-forwarded-host": "evil.example" }];
+    const cases: Array<Record<string, string>> = [{ "anthropic-beta": `${BETAS},web-fetch-2025-09-10` }, { "anthropic-beta": "code-execution-2025-08-25" }, { "x-forwarded-host": "evil.example" }];
     const { record, forwarded } = await attempt(async (a) => {
       for (const headers of cases) expect((await raw(a.socketPath, { token: a.placeholder, body: JSON.stringify(cliBody()), headers })).status).toBe(400);
     });
