@@ -336,6 +336,8 @@ export class Gateway {
       }
       const raw = read.body;
       releaseBody = read.release;
+      // A backstop: whatever happens to this request (a throw below included), its bytes stop counting when its response closes.
+      res.on("close", releaseBody);
       r.requestBytes = raw.length;
       let body: Record<string, unknown>;
       try {
