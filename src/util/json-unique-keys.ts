@@ -4,11 +4,14 @@
  * reader that checks the parsed value and a receiver that reads the first key (or the raw bytes)
  * would disagree about the same body.
  *
- * The duplicate check is a scan of the already valid text here rather than a library: the strict
- * parsers measured on a 1.1 MB request body (momoa 3.3.13's AST, jsonc-parser 3.3.1's visitor)
- * took 80–630 ms against 1.4 ms for JSON.parse, which on a 16 MiB body would hold the runner's
- * event loop (and every other attempt's stream) for seconds. The scan jumps from quote to quote
- * with indexOf and decodes a key only when it holds an escape (`"\u0061"` equals `"a"`).
+ * This is the gateway's parse of request bodies (docs/gateway.md, "Allow list"), up to 16 MiB
+ * each, while other attempts' replies stream through the same event loop. The duplicate check is
+ * a scan of the already valid text rather than a library: the strict parsers measured on a
+ * 1.1 MB request body (momoa 3.3.13's AST, jsonc-parser 3.3.1's visitor) took 80–630 ms against
+ * 1.4 ms for JSON.parse, which on a 16 MiB body would hold the event loop for seconds. The scan
+ * jumps from quote to quote with indexOf and decodes a key only when it holds an escape
+ * (`"\u0061"` equals `"a"`). Manifests (small files a person writes, whose errors want line
+ * numbers) have a strict reader of their own.
  */
 export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
 
