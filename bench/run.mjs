@@ -16,6 +16,7 @@ const ROOT = dirname(BENCH_DIR);
 const BENCHMARKS = [
   { name: "transcript", timeoutMs: 90_000 },
   { name: "gateway", timeoutMs: 60_000 },
+  { name: "gateway-memory", timeoutMs: 120_000 },
   { name: "export", timeoutMs: 240_000 },
   { name: "attempt", timeoutMs: 300_000 },
   { name: "real-cli", timeoutMs: 180_000 },

@@ -25,7 +25,7 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
   if (runtimeProblem) throw new UsageError(runtimeProblem);
   if (flags.sessions) return sessionsDemo(workdir, flags);
   const setup = await prepareDemo(workdir, new DockerRuntime());
-  // --real-cli: the real pinned binary in the real image, the model scripted behind a unix socket.
+  // --real-cli: the real pinned binary in the real image, the model scripted behind the runner's gateway.
   const real = flags.realCli ? await startRealDemo(workdir, flags.pilot === true) : undefined;
   const ledgers = join(workdir, "ledgers");
   await mkdir(ledgers, { recursive: true, mode: 0o700 });
@@ -37,7 +37,7 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
   process.env.STUDY_BUDGET_USD ??= "1";
   const runCode = await runCommand({
     manifest: DEMO_MANIFEST,
-    ...(real ? { modelApiSocket: real.socketPath } : {}),
+    ...(real ? { credentials: "gateway" as const, oauthTokenFile: real.tokenFile, testGatewayUpstream: real.upstream, testGatewayCa: real.caFile } : {}),
     transport: "cli",
     pilot: flags.pilot,
     run: !flags.pilot,

@@ -339,7 +339,10 @@ Correctness is agent-adjudicated: there is no human review.`,
     .description("run the bundled demo study end to end: demo corpus, doc-bridge indexes, the fake claude image (no network, no cost), ledger")
     .option("--workdir <dir>", "where the demo corpus, test login and ledgers go (default: study-runner-demo under the system temp dir)")
     .option("--pilot", "run the pilot (2 attempts) instead of the full study (36)")
-    .option("--real-cli", "the real pinned Claude Code binary (installed from npm once, image built offline) with a scripted model on a unix socket, instead of the fake image")
+    .option(
+      "--real-cli",
+      "the real pinned Claude Code binary (installed from npm once, image built offline) with a scripted model behind the runner's model gateway (a loopback TLS port, a throw-away CA and test token), instead of the fake image",
+    )
     .option("--sessions", "run the two session tasks instead (an invoice rounding question, a discount-tier question): start, question, scripted answer, resume in a fresh container, done, tests")
     .option("--concurrency <n>", "attempts running at once (the demo's model is a test stand-in, so no login is shared)", "1")
     .option(

@@ -1,12 +1,17 @@
 /**
  * `study-runner demo --real-cli`: the demo with the REAL pinned Claude Code binary instead of the
- * fake image. The model is still scripted (src/scripted-api on a unix socket, reached through the
- * relay inside each network-less container), so it costs nothing and needs no network beyond the
- * one-time npm install of the pinned binary. Each planned attempt gets a conversation of its own:
- * the repository arm globs and reads the task's sources, the doc-bridge arm searches and fetches
- * the task's first document; the answer names the sources and says no model ran.
+ * fake image, on the default path: `--credentials gateway`. The model is still scripted
+ * (src/scripted-api over TLS on a loopback port, with a throw-away CA made here), and it is the
+ * upstream of the runner's model gateway, exactly where https://api.anthropic.com would be: each
+ * network-less container holds a placeholder login and reaches it only through its gateway socket,
+ * every request is checked and metered, and the ledger carries the per-request records. The
+ * gateway's credential is a test token in a file of the demo's (never a login of the host, never
+ * CLAUDE_CODE_OAUTH_TOKEN). It costs nothing and needs no network beyond the one-time npm install
+ * of the pinned binary. Each planned attempt gets a conversation of its own: the repository arm
+ * globs and reads the task's sources, the doc-bridge arm searches and fetches the task's first
+ * document; the answer names the sources and says no model ran.
  */
-import { chmod, mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { buildImage } from "../image/build.ts";
 import { ensureClaudeBinary } from "../image/install.ts";
@@ -15,14 +20,49 @@ import type { Manifest } from "../manifest/schema.ts";
 import type { PlannedAttempt } from "../plan/plan.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import type { ScriptInput } from "../scripted-api/script.ts";
-import { startScriptedApi } from "../scripted-api/server.ts";
+import { startScriptedApi, type StartScriptedApiOptions } from "../scripted-api/server.ts";
+import { makeTestCa } from "./test-ca.ts";
 
-export interface RealCliDemo {
+/** The token the demo's gateway swaps in: it authenticates nothing, and only the scripted API on loopback sees it. */
+export const DEMO_GATEWAY_TOKEN = "demo-gateway-token-not-a-real-credential";
+
+/** The scripted API as the gateway's upstream, and what the runner needs to use it (the hidden test flags). */
+export interface DemoGatewayApi {
+  /** `--test-gateway-upstream`: https://127.0.0.1:<port>. */
+  upstream: string;
+  /** `--test-gateway-ca`: the PEM file of the CA the gateway trusts for it. */
+  caFile: string;
+  /** The CA's PEM text (for a config that takes it directly). */
+  ca: string;
+  /** `--oauth-token-file`: a file holding DEMO_GATEWAY_TOKEN. */
+  tokenFile: string;
+  close(): Promise<void>;
+}
+
+/** Starts the scripted API over TLS on loopback for the gateway, with its CA and token files in a fresh folder under `workdir`. */
+export async function startDemoGatewayApi(workdir: string, o: Pick<StartScriptedApiOptions, "script" | "turnDelayMs">): Promise<DemoGatewayApi> {
+  const dir = await mkdtemp(join(workdir, "model-api-"));
+  const ca = makeTestCa();
+  const caFile = join(dir, "ca.pem");
+  const tokenFile = join(dir, "token");
+  await writeFile(caFile, ca.ca, { mode: 0o600, flag: "wx" });
+  await writeFile(tokenFile, DEMO_GATEWAY_TOKEN, { mode: 0o600, flag: "wx" });
+  const api = await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, script: o.script, turnDelayMs: o.turnDelayMs });
+  return {
+    upstream: api.url!.replace(/^http:/, "https:"),
+    caFile,
+    ca: ca.ca,
+    tokenFile,
+    close: async () => {
+      await api.close();
+      await rm(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export interface RealCliDemo extends DemoGatewayApi {
   /** The real image's tag. */
   image: string;
-  /** Pass as --model-api-socket. */
-  socketPath: string;
-  close(): Promise<void>;
 }
 
 /**
@@ -66,20 +106,10 @@ export function demoScripts(manifest: Manifest, plan: readonly PlannedAttempt[])
   });
 }
 
-/** Installs the pinned binary when missing, builds the real image (cached), starts the scripted API. */
+/** Installs the pinned binary when missing, builds the real image (cached), starts the scripted API behind the gateway. */
 export async function startRealCliDemo(workdir: string, runtime: ContainerRuntime, manifest: Manifest, plan: readonly PlannedAttempt[], options: { turnDelayMs?: number } = {}): Promise<RealCliDemo> {
   const binary = await ensureClaudeBinary();
   const image = await buildImage(runtime, await claudeCodeImageSpec({ claudeBinary: binary.path }));
-  // A folder of its own: it is mounted into every attempt container, so it holds only the socket.
-  const dir = await mkdtemp(join(workdir, "model-api-"));
-  await chmod(dir, 0o755);
-  const api = await startScriptedApi({ socketPath: join(dir, "api.sock"), script: demoScripts(manifest, plan), turnDelayMs: options.turnDelayMs });
-  return {
-    image: image.tag,
-    socketPath: api.socketPath!,
-    close: async () => {
-      await api.close();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
+  const api = await startDemoGatewayApi(workdir, { script: demoScripts(manifest, plan), turnDelayMs: options.turnDelayMs });
+  return { ...api, image: image.tag };
 }

@@ -140,14 +140,14 @@ export function sessionDemoScripts(): ScriptInput[] {
  * API: start, question, scripted answer, resume in a fresh container, done, tests.
  */
 export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string } = {}) {
-  const [{ mkdir, mkdtemp, chmod, rm }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startScriptedApi }, { ensureClaudeBinary }] = await Promise.all([
+  const [{ mkdir, mkdtemp }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startDemoGatewayApi }, { ensureClaudeBinary }] = await Promise.all([
     import("node:fs/promises"),
     import("../runtime/docker.ts"),
     import("../image/build.ts"),
     import("../image/specs.ts"),
     import("./setup.ts"),
     import("../session/run.ts"),
-    import("../scripted-api/server.ts"),
+    import("./real-cli.ts"),
     import("../image/install.ts"),
   ]);
   const runtime = new DockerRuntime();
@@ -156,14 +156,12 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
   const loginDir = join(workdir, "login");
   await writeTestLogin(loginDir);
   let image: string;
-  let api: Awaited<ReturnType<typeof startScriptedApi>> | undefined;
-  let apiDir: string | undefined;
+  let api: Awaited<ReturnType<typeof startDemoGatewayApi>> | undefined;
   if (options.realCli) {
     const binary = await ensureClaudeBinary();
     image = (await buildImage(runtime, await specs.claudeCodeImageSpec({ claudeBinary: binary.path }))).id;
-    apiDir = await mkdtemp(join(workdir, "model-api-"));
-    await chmod(apiDir, 0o755);
-    api = await startScriptedApi({ socketPath: join(apiDir, "api.sock"), script: sessionDemoScripts() });
+    // The scripted API is the upstream of the runner's gateway, as the real API would be.
+    api = await startDemoGatewayApi(workdir, { script: sessionDemoScripts() });
   } else {
     image = (await buildImage(runtime, await specs.fakeClaudeImageSpec())).id;
   }
@@ -185,12 +183,11 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
         sessionBudgetUsd: 0.5,
         isolation: "offline",
         claudeConfigDir: loginDir,
-        ...(api ? { modelApi: { socketPath: api.socketPath! } } : { fake: { behaviourFile: demo.behaviourPath } }),
+        ...(api ? { credentials: "gateway" as const, oauthTokenFile: api.tokenFile, gatewayUpstream: { url: api.upstream, ca: api.ca } } : { fake: { behaviourFile: demo.behaviourPath } }),
       },
       { runtime, say: options.quiet ? undefined : (line) => process.stderr.write(`study-runner demo --sessions: ${line}\n`) },
     );
   } finally {
     await api?.close();
-    if (apiDir) await rm(apiDir, { recursive: true, force: true });
   }
 }

@@ -8,7 +8,10 @@ import { picoToUsd, usdToPico } from "../cost/money.ts";
 import { pricesFor } from "../cost/prices.ts";
 import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { promptTokens, type MeteredUsage } from "../cost/usage.ts";
+import { parseStrictJson, StrictJsonError } from "../util/json-unique-keys.ts";
+import { CLI_REQUEST_SHAPES } from "./cli-requests.generated.ts";
 import { jsonReplyFacts, meteredCostPico, requestBound, SseMeter, type ReplyFacts } from "./meter.ts";
+import { headerProblem, parseTarget, shapeProblem, targetProblem, type RequestShapes } from "./request-shape.ts";
 
 /**
  * The model gateway (docs/gateway.md): the one way an attempt container reaches the Messages
@@ -38,10 +41,21 @@ export const MAX_RECORDED_REQUESTS = 2000;
 export const REFUSAL_STATUS = 400;
 export const REFUSAL_TYPE = "invalid_request_error";
 
-/** What the pinned CLI sends for an attempt (measured with nonessential traffic off). */
-export const ALLOWED_REQUESTS: ReadonlyArray<{ method: string; path: string; query: readonly string[] }> = [{ method: "POST", path: "/v1/messages", query: ["", "?beta=true"] }];
+/**
+ * Connections one attempt may hold open at once. The pinned CLI sends one request at a time per
+ * conversation over a kept-alive connection; a connection beyond this is closed unanswered as it
+ * is accepted, counted, and makes the attempt invalid-setup.
+ */
+export const MAX_ATTEMPT_CONNECTIONS = 8;
+/**
+ * Request-body bytes one attempt may have buffered in the runner at once, across all its
+ * connections: one request of the largest size. A body that would pass it is refused (413) and
+ * its connection closed, so many stalled uploads cannot grow the runner's memory
+ * (bench/gateway-memory.ts).
+ */
+export const MAX_ATTEMPT_BUFFERED_BYTES = MAX_REQUEST_BYTES;
 
-export type RefusalKind = "budget" | "unknown-token" | "foreign-placeholder" | "model" | "path" | "size" | "body" | "upstream-redirect" | "upstream-unreachable";
+export type RefusalKind = "budget" | "unknown-token" | "foreign-placeholder" | "model" | "path" | "header" | "size" | "body" | "upstream-redirect" | "upstream-unreachable";
 
 export interface GatewayRequestRecord {
   seq: number;
@@ -96,6 +110,12 @@ export interface GatewayOptions {
   model: string;
   upstream?: UpstreamOptions;
   maxRequestBytes?: number;
+  /** The request shapes admitted: the pinned CLI's measured ones (cli-requests.generated.ts) unless a test gives others. */
+  requestShapes?: RequestShapes;
+  /** Connections per attempt (MAX_ATTEMPT_CONNECTIONS; the memory benchmark's unbounded baseline sets Infinity). */
+  attemptConnections?: number;
+  /** Request-body bytes buffered per attempt (MAX_ATTEMPT_BUFFERED_BYTES, at most maxRequestBytes; the baseline sets Infinity). */
+  attemptBufferedBytes?: number;
   /** Owner of the socket when the runner is root (default the container user). */
   containerUid?: number;
   containerGid?: number;
@@ -164,15 +184,42 @@ function tokenOf(headers: IncomingHttpHeaders): string | undefined {
   return typeof key === "string" && key !== "" ? key : undefined;
 }
 
-async function readBody(req: IncomingMessage, limit: number): Promise<Buffer | "too-large"> {
+/** The bytes an attempt has buffered in the runner, across its connections. */
+interface BufferBudget {
+  held: number;
+  readonly limit: number;
+}
+
+/**
+ * Reads a request body into memory under two bounds: the request's own size limit and the
+ * attempt's buffered bytes (`budget`, shared by its connections). A declared length that cannot
+ * fit is refused before a byte is read. What was counted is released by the caller (`release`).
+ */
+async function readBody(req: IncomingMessage, limit: number, budget: BufferBudget): Promise<{ body: Buffer; release: () => void } | { refused: string }> {
+  let counted = 0;
+  const release = () => {
+    budget.held -= counted;
+    counted = 0;
+  };
+  const declared = Number(req.headers["content-length"] ?? Number.NaN);
+  if (declared > limit) return { refused: `the request body is larger than ${limit} bytes` };
+  if (declared > budget.limit - budget.held) return { refused: `the attempt already holds ${budget.held} bytes of request bodies, and this one's ${declared} would pass its ${budget.limit}` };
   const chunks: Buffer[] = [];
-  let size = 0;
   for await (const chunk of req) {
-    size += (chunk as Buffer).length;
-    if (size > limit) return "too-large";
+    const n = (chunk as Buffer).length;
+    counted += n;
+    budget.held += n;
+    if (counted > limit) {
+      release();
+      return { refused: `the request body is larger than ${limit} bytes` };
+    }
+    if (budget.held > budget.limit) {
+      release();
+      return { refused: `the attempt's request bodies held in the runner would pass ${budget.limit} bytes` };
+    }
     chunks.push(chunk as Buffer);
   }
-  return Buffer.concat(chunks);
+  return { body: Buffer.concat(chunks), release };
 }
 
 /** The study model's gateway for one run. */
@@ -213,6 +260,9 @@ export class Gateway {
     let seq = 0;
     const maxBytes = this.options.maxRequestBytes ?? MAX_REQUEST_BYTES;
     const model = this.options.model;
+    const shapes = this.options.requestShapes ?? CLI_REQUEST_SHAPES;
+    const buffered: BufferBudget = { held: 0, limit: this.options.attemptBufferedBytes ?? Math.min(MAX_ATTEMPT_BUFFERED_BYTES, maxBytes) };
+    const maxConnections = this.options.attemptConnections ?? MAX_ATTEMPT_CONNECTIONS;
 
     const keep = (r: GatewayRequestRecord) => {
       if (record.requests.length < MAX_RECORDED_REQUESTS) record.requests.push(r);
@@ -246,7 +296,10 @@ export class Gateway {
         refused: null,
       };
       keep(r);
+      /** Gives back the attempt's buffered-bytes budget this request's body holds (set once the body is read). */
+      let releaseBody = () => {};
       const refuse = (kind: RefusalKind, reason: string, status = REFUSAL_STATUS, type = REFUSAL_TYPE) => {
+        releaseBody();
         r.refused = { kind, reason };
         r.status = status;
         r.durationMs = performance.now() - t0;
@@ -256,11 +309,13 @@ export class Gateway {
         sendError(res, status, type, reason);
       };
 
-      const [path, query = ""] = (req.url ?? "").split(/(?=\?)/, 2);
-      const allowed = ALLOWED_REQUESTS.some((a) => a.method === req.method && a.path === path && a.query.includes(query));
-      if (!allowed) {
+      // The target read by a URL parser, compared whole with the measured ones: `?beta=true?&x=y`
+      // is the query `beta=true?&x=y`, which the CLI never sends.
+      const targetWhy = targetProblem(shapes, req.method ?? "", req.url ?? "");
+      const target = parseTarget(req.url ?? "");
+      if (targetWhy) {
         req.resume();
-        return refuse("path", `${req.method} ${path} is not a request the pinned CLI makes for an attempt`, 404, "not_found_error");
+        return refuse("path", targetWhy, 404, "not_found_error");
       }
       const token = tokenOf(req.headers);
       if (token !== placeholder) {
@@ -269,15 +324,34 @@ export class Gateway {
         if (other !== undefined) return refuse("foreign-placeholder", `the request carries the placeholder of another attempt of this run`, 401, "authentication_error");
         return refuse("unknown-token", token === undefined ? "the request carries no credential" : "the request's credential is not this attempt's placeholder", 401, "authentication_error");
       }
-      const raw = await readBody(req, maxBytes);
-      if (raw === "too-large") return refuse("size", `the request body is larger than ${maxBytes} bytes`, 413, "request_too_large");
+      const headerWhy = headerProblem(shapes, req.rawHeaders);
+      if (headerWhy) {
+        req.resume();
+        return refuse("header", headerWhy);
+      }
+      const read = await readBody(req, maxBytes, buffered);
+      if ("refused" in read) {
+        res.setHeader("connection", "close");
+        return refuse("size", read.refused, 413, "request_too_large");
+      }
+      const raw = read.body;
+      releaseBody = read.release;
+      // A backstop: whatever happens to this request (a throw below included), its bytes stop counting when its response closes.
+      res.on("close", releaseBody);
       r.requestBytes = raw.length;
       let body: Record<string, unknown>;
       try {
-        body = JSON.parse(raw.toString("utf8")) as Record<string, unknown>;
-        if (typeof body !== "object" || body === null || Array.isArray(body)) throw new Error("not an object");
-      } catch {
-        return refuse("body", "the request body is not a JSON object");
+        const parsed = parseStrictJson(raw.toString("utf8"));
+        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new StrictJsonError("not a JSON object");
+        const why = shapeProblem(shapes.body, parsed);
+        if (why) return refuse("body", `${why}; refused before sending`);
+        body = parsed;
+      } catch (err) {
+        if (!(err instanceof StrictJsonError)) {
+          releaseBody();
+          throw err;
+        }
+        return refuse("body", `the request body is not one JSON object with each key once: ${err.message}`);
       }
       r.requestModel = typeof body.model === "string" ? body.model.slice(0, 200) : null;
       if (body.model !== model) return refuse("model", `the request asks for model ${JSON.stringify(r.requestModel)}, not the study's ${model}`);
@@ -326,6 +400,7 @@ export class Gateway {
         if (facts?.usage && promptTokens(facts.usage) > raw.length) {
           problem(`the reply to request ${r.seq} claims ${promptTokens(facts.usage)} prompt tokens for a request of ${raw.length} bytes, which no request that size can produce`);
         }
+        if (facts?.serverToolUse) problem(`the reply to request ${r.seq} reports server-tool use (${facts.serverToolUse}), which the runner never offers and does not meter`);
         if (facts?.model && facts.model !== model) problem(`the reply to request ${r.seq} is from model ${facts.model}, not the study's ${model}`);
       };
 
@@ -335,12 +410,16 @@ export class Gateway {
         port: this.upstream.port || 443,
         ...(isIP(this.upstream.hostname) ? {} : { servername: this.upstream.hostname }),
         method: "POST",
-        path: req.url,
+        // The target as checked: the parser's path and query, not the bytes the container sent.
+        path: `${target!.path}${target!.search}`,
         headers: upstreamHeaders(req.headers, o.credential, raw.length),
         agent: this.agent,
         rejectUnauthorized: true,
       });
       upstreamReq.on("socket", (s: Socket) => s.setNoDelay(true));
+      // The body stops counting against the attempt's buffered bytes once it is handed on (or the request failed).
+      upstreamReq.on("finish", releaseBody);
+      upstreamReq.on("close", releaseBody);
       const aborted = () => upstreamReq.destroy();
       res.on("close", aborted);
       upstreamReq.on("error", (err) => {
@@ -400,6 +479,16 @@ export class Gateway {
       handle(req, res).catch(() => sendError(res, 500, "api_error", "the gateway failed on this request"));
     });
     server.keepAliveTimeout = 5_000;
+    // At most this many connections of the attempt at once: Node closes any further one as it is accepted.
+    server.maxConnections = maxConnections;
+    let droppedConnections = 0;
+    server.on("drop", () => {
+      droppedConnections++;
+      const text = (n: number) => `the attempt opened more than ${maxConnections} connections to the gateway at once; ${n} were closed unanswered`;
+      const at = record.setupProblems.indexOf(text(droppedConnections - 1));
+      if (at >= 0) record.setupProblems[at] = text(droppedConnections);
+      else problem(text(droppedConnections));
+    });
     const connections = new Set<Socket>();
     server.on("connection", (s: Socket) => {
       connections.add(s);

@@ -24,6 +24,21 @@ export interface ReplyFacts {
   usage: MeteredUsage | null;
   /** message_stop was seen (a stream), or a JSON message body was read whole. */
   complete: boolean;
+  /**
+   * The reply's usage reports server-tool use (`usage.server_tool_use` with a count above zero,
+   * e.g. `web_search_requests`): as `name=count` pairs, else null. The runner offers no server
+   * tool and meters none of their fees, so such a reply makes the attempt invalid-setup.
+   */
+  serverToolUse: string | null;
+}
+
+/** `name=count` for every positive count under `usage.server_tool_use`, or null. */
+export function serverToolUseOf(usage: unknown): string | null {
+  if (typeof usage !== "object" || usage === null) return null;
+  const s = (usage as Record<string, unknown>).server_tool_use;
+  if (typeof s !== "object" || s === null) return null;
+  const used = Object.entries(s as Record<string, unknown>).filter(([, v]) => typeof v === "number" && v > 0);
+  return used.length > 0 ? used.map(([k, v]) => `${k.slice(0, 60)}=${v}`).join(", ") : null;
 }
 
 /**
@@ -32,7 +47,7 @@ export interface ReplyFacts {
  * message_delta the final output count (the start's output figure is the API's placeholder).
  */
 export class SseMeter {
-  readonly facts: ReplyFacts = { messageId: null, model: null, usage: null, complete: false };
+  readonly facts: ReplyFacts = { messageId: null, model: null, usage: null, complete: false, serverToolUse: null };
   private pending = "";
   private readonly decoder = new TextDecoder();
   /** An event larger than this is not parsed (a text delta can be long; usage events are small). */
@@ -75,8 +90,10 @@ export class SseMeter {
       if (typeof m.id === "string") this.facts.messageId = m.id.slice(0, 200);
       if (typeof m.model === "string") this.facts.model = m.model.slice(0, 200);
       this.facts.usage = usageOf(m.usage) ?? null;
+      this.facts.serverToolUse = serverToolUseOf(m.usage) ?? this.facts.serverToolUse;
     } else if (json.type === "message_delta" && typeof json.usage === "object" && json.usage !== null) {
       const u = json.usage as Record<string, unknown>;
+      this.facts.serverToolUse = serverToolUseOf(u) ?? this.facts.serverToolUse;
       const output = count(u.output_tokens);
       if (this.facts.usage && output !== undefined) this.facts.usage.outputTokens = output;
       // Later API versions may restate the prompt side here; the newest figure is the reply's word.
@@ -99,9 +116,10 @@ export function jsonReplyFacts(body: Buffer): ReplyFacts {
       model: typeof m.model === "string" ? m.model.slice(0, 200) : null,
       usage: usageOf(m.usage) ?? null,
       complete: m.type === "message",
+      serverToolUse: serverToolUseOf(m.usage),
     };
   } catch {
-    return { messageId: null, model: null, usage: null, complete: false };
+    return { messageId: null, model: null, usage: null, complete: false, serverToolUse: null };
   }
 }
 

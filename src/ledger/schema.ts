@@ -124,7 +124,7 @@ export const GatewayRequestSchema = z.strictObject({
   durationMs: z.number().nonnegative(),
   refused: z
     .strictObject({
-      kind: z.enum(["budget", "unknown-token", "foreign-placeholder", "model", "path", "size", "body", "upstream-redirect", "upstream-unreachable"]),
+      kind: z.enum(["budget", "unknown-token", "foreign-placeholder", "model", "path", "header", "size", "body", "upstream-redirect", "upstream-unreachable"]),
       reason: z.string(),
     })
     .nullable(),

@@ -32,9 +32,11 @@ export const ToolCallSchema = z.strictObject({
  */
 const DeltaUsageSchema = z.strictObject({ input_tokens: count.optional(), cache_read_input_tokens: count.optional(), cache_creation_input_tokens: count.optional() }).optional();
 
-/** One or more `tool_use` blocks (optionally after a text block); stop_reason `tool_use`. */
+/** One or more `tool_use` blocks (optionally after a thinking block and a text block); stop_reason `tool_use`. */
 export const ToolTurnSchema = z.strictObject({
   toolCalls: z.array(ToolCallSchema).min(1),
+  /** A `thinking` block first, with a random signature, as a model with adaptive thinking answers. */
+  thinking: z.string().min(1).optional(),
   text: z.string().min(1).optional(),
   usage: ScriptedUsageSchema,
   deltaUsage: DeltaUsageSchema,

@@ -236,7 +236,7 @@ function startUsage(u: ScriptedUsage): Record<string, unknown> {
   };
 }
 
-type ContentBlock = { type: "text"; text: string } | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> };
+type ContentBlock = { type: "text"; text: string } | { type: "thinking"; thinking: string; signature: string } | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> };
 
 function writeMessage(
   res: ServerResponse,
@@ -274,6 +274,10 @@ function writeMessage(
     if (block.type === "text") {
       sse(res, "content_block_start", { type: "content_block_start", index, content_block: { type: "text", text: "" } });
       sse(res, "content_block_delta", { type: "content_block_delta", index, delta: { type: "text_delta", text: block.text } });
+    } else if (block.type === "thinking") {
+      sse(res, "content_block_start", { type: "content_block_start", index, content_block: { type: "thinking", thinking: "", signature: "" } });
+      sse(res, "content_block_delta", { type: "content_block_delta", index, delta: { type: "thinking_delta", thinking: block.thinking } });
+      sse(res, "content_block_delta", { type: "content_block_delta", index, delta: { type: "signature_delta", signature: block.signature } });
     } else {
       sse(res, "content_block_start", {
         type: "content_block_start",
@@ -494,7 +498,11 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     }
     const toolBlocks = turn.toolCalls.map((c) => ({ type: "tool_use" as const, id: id("toolu"), name: c.name, input: c.input }));
     record.answer = { kind: "tool-calls", script: script.name, turn: index, toolUseIds: toolBlocks.map((b) => b.id), messageId };
-    const content: ContentBlock[] = turn.text ? [{ type: "text", text: turn.text }, ...toolBlocks] : toolBlocks;
+    const content: ContentBlock[] = [
+      ...(turn.thinking ? [{ type: "thinking" as const, thinking: turn.thinking, signature: randomBytes(48).toString("base64") }] : []),
+      ...(turn.text ? [{ type: "text" as const, text: turn.text }] : []),
+      ...toolBlocks,
+    ];
     writeMessage(res, stream, model, messageId, content, "tool_use", turn.usage, turn.deltaUsage);
   }
 

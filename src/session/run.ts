@@ -566,6 +566,7 @@ async function advanceSessions(
         call.callCostUsd = total === null ? null : Math.max(0, round12(total - s.lastTotalCostUsd));
         call.callComputedCostUsd = computed === null ? null : Math.max(0, round12(computed - s.lastComputedCostUsd));
         call.meteredCostUsd = result.gateway ? round12(result.gateway.meteredCostUsd) : null;
+        call.gateway = result.gateway ?? null;
         let status = result.status;
         let reason = result.reason;
         // The gateway saw every request of this call: its spend and the cumulative difference must agree (contract R112).

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { COMMIT_RE, unsafePathReason } from "../manifest/schema.ts";
 import { AttemptStatusSchema } from "../terms/terms.ts";
-import { Count, RUN_FACTS_SHAPE, Sha256, Usd, USD_EPSILON } from "../ledger/schema.ts";
+import { Count, GatewayRecordSchema, RUN_FACTS_SHAPE, Sha256, Usd, USD_EPSILON } from "../ledger/schema.ts";
 
 /**
  * Session tasks: a working agent with edit tools that either finishes or asks one clarifying
@@ -112,6 +112,7 @@ export const SessionCallSchema = z
     meteredCostUsd: Usd.nullable()
       .optional()
       .meta({ description: "what the model gateway metered for this call's requests (null with the login copy, or when the call never reached the gateway); must equal callCostUsd" }),
+    gateway: GatewayRecordSchema.nullable().optional().meta({ description: "--credentials gateway: every model request of this call, checked and metered on the host (null with the login copy)" }),
     exitCode: z.number().int().nullable(),
     timedOut: z.boolean().nullable(),
     truncated: z.boolean().nullable(),

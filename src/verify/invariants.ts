@@ -73,7 +73,7 @@ function runOf(where: string, r: RunFacts & { gateway?: PaidRun["gateway"]; tool
 
 function callOf(where: string, c: SessionCall): PaidRun {
   return {
-    ...runOf(where, c),
+    ...runOf(where, { ...c, gateway: c.gateway ?? undefined }),
     reportedCostUsd: c.callCostUsd,
     computedCostUsd: c.callComputedCostUsd,
     // The call's share of the cumulative figures is not what the CLI reported: no ratio is taken.

@@ -1,6 +1,9 @@
 /**
- * `study-runner demo --pilot --real-cli`: the demo a person runs to see the real pinned CLI drive
- * the runner, with the scripted model behind a unix socket. Checks what that person would look at.
+ * `study-runner demo --pilot --real-cli` and `demo --sessions --real-cli`: the demos a person runs
+ * to see the real pinned CLI drive the runner, on the default path: the scripted model is the
+ * upstream of the runner's model gateway (loopback TLS, a throw-away CA), the containers hold a
+ * placeholder login. Checks what that person would look at, and that the ledger carries the
+ * gateway's per-request records of every attempt and session call, metered equal to the transcript.
  */
 import { mkdtemp, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -8,37 +11,78 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, type CliResult } from "../support/cli.ts";
 import { readLedger } from "../../src/ledger/store.ts";
-import { realImage } from "./support.ts";
+import { readSessionLedger } from "../../src/session/run.ts";
+import { assertLedgerMeteredEqualsTranscript, assertMeteredEqualsTranscript, realImage } from "./support.ts";
 
 let work = "";
 let run: CliResult;
+let sessionsWork = "";
+let sessions: CliResult;
 
 beforeAll(async () => {
   await realImage(); // installs and builds under the shared lock, so the demo finds both cached
   work = await mkdtemp(join(tmpdir(), "sr-conf-demo-"));
   run = await runCli(["demo", "--pilot", "--real-cli", "--quiet", "--workdir", work], { timeoutMs: 240_000 });
-}, 300_000);
+  sessionsWork = await mkdtemp(join(tmpdir(), "sr-conf-demo-sessions-"));
+  sessions = await runCli(["demo", "--sessions", "--real-cli", "--quiet", "--workdir", sessionsWork], { timeoutMs: 240_000 });
+}, 600_000);
 
 afterAll(async () => {
   if (work) await rm(work, { recursive: true, force: true });
+  if (sessionsWork) await rm(sessionsWork, { recursive: true, force: true });
 });
 
 describe("demo --pilot --real-cli", () => {
-  it("completes both attempts in the real image and removes the API socket afterwards", async () => {
+  // contract: R139
+  it("completes both attempts in the real image through the gateway, its ledger carrying every request metered equal to the transcript", async () => {
     expect(run.code, run.stderr).toBe(0);
     const ledgerFile = (await readdir(join(work, "ledgers"))).find((f) => /^pilot-.*\.json$/.test(f) && !f.includes("adjudication"))!;
     const ledger = await readLedger(join(work, "ledgers", ledgerFile));
     expect(ledger.image?.ref).toBe("study-runner/claude-code:2.1.296");
     expect(ledger.cliVersion).toBe("2.1.296");
     expect(ledger.isolation).toBe("offline");
+    expect(ledger.credentials).toBe("gateway");
     expect(ledger.observations.map((o) => [o.arm, o.status])).toEqual([
       ["repository", "completed"],
       ["mcp", "completed"],
     ]);
+    // Three scripted turns per attempt: three requests, each forwarded, metered and whole.
+    for (const o of ledger.observations) {
+      expect(o.gateway!.requests.map((r) => [r.status, r.refused, r.complete])).toEqual([
+        [200, null, true],
+        [200, null, true],
+        [200, null, true],
+      ]);
+      expect(o.gateway!.setupProblems).toEqual([]);
+    }
+    assertLedgerMeteredEqualsTranscript(ledger);
     // The scripted answer says that no model ran, so nobody mistakes it for one.
     for (const o of ledger.observations) expect(o.answer).toMatch(/^Scripted demo answer \(no model ran\)/);
     expect(ledger.observations[1]!.toolCallsByName).toEqual({ "mcp__doc-bridge__doc_search": 1, "mcp__doc-bridge__doc_get": 1 });
-    // The API's socket folder is removed once the run ends.
+    // The API's folder (its CA and test token) is removed once the run ends.
     expect((await readdir(work)).filter((n) => n.startsWith("model-api-"))).toEqual([]);
+  });
+});
+
+describe("demo --sessions --real-cli", () => {
+  // contract: R139
+  it("starts and resumes both sessions through the gateway, each call's ledger entry carrying its requests, metered equal to its cost", async () => {
+    expect(sessions.code, sessions.stderr).toBe(0);
+    const file = (await readdir(join(sessionsWork, "ledgers"))).find((f) => /^sessions-.*\.json$/.test(f))!;
+    const ledger = await readSessionLedger(join(sessionsWork, "ledgers", file));
+    expect(ledger.sessions.map((s) => s.state)).toEqual(["done", "done"]);
+    for (const s of ledger.sessions) {
+      expect(s.calls.map((c) => c.mode)).toEqual(["start", "resume"]);
+      for (const c of s.calls) {
+        const g = c.gateway!;
+        expect(g.requests.length).toBeGreaterThan(0);
+        expect(g.requests.every((r) => r.status === 200 && r.refused === null && r.complete)).toBe(true);
+        expect(g.setupProblems).toEqual([]);
+        expect(c.meteredCostUsd).toBeCloseTo(c.callCostUsd!, 9);
+        // Per message on the prompt side; a resumed call's modelUsage covers the whole session, so its sums are the start's plus its own.
+        if (c.mode === "start") assertMeteredEqualsTranscript(`session ${s.id} start`, g, c);
+      }
+    }
+    expect((await readdir(sessionsWork)).filter((n) => n.startsWith("model-api-"))).toEqual([]);
   });
 });

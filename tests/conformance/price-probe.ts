@@ -284,6 +284,9 @@ export async function measureModel(env: ProbeEnv, model: string): Promise<ModelM
       return undefined;
     }
   };
+  // Direct, not through the gateway: a probe scripts prompts of millions of tokens for a request
+  // of a few KB, which the gateway would rightly flag as usage no request could produce, and the
+  // bisection's second-tier turns pass any reservation the gateway would bound them by.
   const apiDir = await mkdtemp(join(env.work, "api-"));
   const { chmod } = await import("node:fs/promises");
   await chmod(apiDir, 0o755);

@@ -17,12 +17,12 @@ const MODEL = "claude-haiku-5-5";
 const events = [
   `event: message_start\ndata: ${JSON.stringify({ type: "message_start", message: { id: "msg_1", model: MODEL, usage: { input_tokens: 100, cache_read_input_tokens: 5, cache_creation_input_tokens: 30, cache_creation: { ephemeral_5m_input_tokens: 10, ephemeral_1h_input_tokens: 20 }, output_tokens: 1 } } })}\n\n`,
   `event: content_block_delta\ndata: ${JSON.stringify({ type: "content_block_delta", index: 0, delta: { type: "text_delta", text: "héllo\n\nworld" } })}\n\n`,
-  `event: message_delta\ndata: ${JSON.stringify({ type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 42 } })}\n\n`,
+  `event: message_delta\ndata: ${JSON.stringify({ type: "message_delta", delta: { stop_reason: "end_turn" }, usage: { output_tokens: 42, server_tool_use: { web_search_requests: 2, web_fetch_requests: 0 } } })}\n\n`,
   `event: message_stop\ndata: {"type":"message_stop"}\n\n`,
 ].join("");
 
 describe("the streaming meter", () => {
-  it("reads id, model and every kind of token however the stream is cut into chunks", () => {
+  it("reads id, model, every kind of token and reported server-tool use however the stream is cut into chunks", () => {
     fc.assert(
       fc.property(fc.array(fc.integer({ min: 1, max: 40 }), { minLength: 1, maxLength: 200 }), (cuts) => {
         const bytes = Buffer.from(events);
@@ -40,6 +40,7 @@ describe("the streaming meter", () => {
           model: MODEL,
           complete: true,
           usage: { inputTokens: 100, cacheReadInputTokens: 5, cacheWrite5mInputTokens: 10, cacheWrite1hInputTokens: 20, outputTokens: 42 },
+          serverToolUse: "web_search_requests=2",
         });
       }),
     );
