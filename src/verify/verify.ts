@@ -442,9 +442,12 @@ export async function verifySessionLedger(path: string, options: VerifyOptions =
       if (file.mode !== LEDGER_MODE) differences.push(`${where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
       const hash = sha256Hex(file.bytes);
       if (hash !== c.transcriptSha256) differences.push(`${where}.transcriptSha256: ledger ${c.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
+      const lines = transcriptLines(file.bytes);
+      // A call's gateway records (--credentials gateway) answer to its transcript like an attempt's (contract R157).
+      differences.push(...gatewayRecordProblems(where, c.gateway ?? undefined, lines));
       if (c.phase !== "settled" || c.statusReason?.startsWith("the runner stopped during this call")) continue;
       const reader = runReader("repository", l.model, l.expectedCliVersion, SESSION_INIT_TOOLS);
-      for (const line of transcriptLines(file.bytes)) reader.pushLine(line);
+      for (const line of lines) reader.pushLine(line);
       const facts = reader.finish();
       facts.setupProblems.push(...c.setupProblems.filter((p) => OUTSIDE_PROBLEMS.some((prefix) => p.startsWith(prefix))));
       const again = interpretRun(facts, l.model, {
