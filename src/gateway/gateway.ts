@@ -8,7 +8,7 @@ import { picoToUsd, usdToPico } from "../cost/money.ts";
 import { pricesFor } from "../cost/prices.ts";
 import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { promptTokens, type MeteredUsage } from "../cost/usage.ts";
-import { parseStrictJson, StrictJsonError } from "../util/json-unique-keys.ts";
+import { parseStrictJson, StrictJsonError } from "../util/strict-json.ts";
 import { CLI_REQUEST_SHAPES } from "./cli-requests.generated.ts";
 import { jsonReplyFacts, meteredCostPico, requestBound, SseMeter, type ReplyFacts } from "./meter.ts";
 import { headerProblem, parseTarget, shapeProblem, targetProblem, type RequestShapes } from "./request-shape.ts";

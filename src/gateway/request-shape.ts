@@ -1,4 +1,4 @@
-import { jsonPath, type JsonValue } from "../util/json-unique-keys.ts";
+import { jsonPath, type JsonValue } from "../util/strict-json.ts";
 
 /**
  * The shape of the requests the pinned CLI sends, measured on the real binary (every scenario the

@@ -5,7 +5,7 @@
  * placeholder login. Checks what that person would look at, and that the ledger carries the
  * gateway's per-request records of every attempt and session call, metered equal to the transcript.
  */
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -84,5 +84,18 @@ describe("demo --sessions --real-cli", () => {
       }
     }
     expect((await readdir(sessionsWork)).filter((n) => n.startsWith("model-api-"))).toEqual([]);
+  });
+
+  // contract: R157
+  it("`ledger verify` holds each call's gateway records to its kept transcript, and names a record whose message is not in it", async () => {
+    const file = join(sessionsWork, "ledgers", (await readdir(join(sessionsWork, "ledgers"))).find((f) => /^sessions-.*\.json$/.test(f))!);
+    const clean = await runCli(["ledger", "verify", file]);
+    expect(clean.code, clean.stdout + clean.stderr).toBe(0);
+    const edited = JSON.parse(await readFile(file, "utf8"));
+    edited.sessions[0].calls[0].gateway.requests[0].messageId = "msg_fabricated";
+    await writeFile(file, JSON.stringify(edited, null, 2));
+    const forged = await runCli(["ledger", "verify", file]);
+    expect(forged.code).toBe(1);
+    expect(forged.stdout + forged.stderr).toContain("sessions[0].calls[0].gateway.requests[0].messageId: names a message that is not in the transcript");
   });
 });

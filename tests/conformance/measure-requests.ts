@@ -27,7 +27,7 @@ import type { RecordedRequest } from "../../src/scripted-api/server.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { startSessions } from "../../src/session/run.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import type { JsonValue } from "../../src/util/json-unique-keys.ts";
+import type { JsonValue } from "../../src/util/strict-json.ts";
 import { pilotScripts } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, startStudyApi } from "./support.ts";
 

@@ -11,7 +11,7 @@ import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { CLI_REQUEST_SHAPES } from "../../src/gateway/cli-requests.generated.ts";
 import { headerProblem, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
 import type { RecordedRequest } from "../../src/scripted-api/server.ts";
-import type { JsonValue } from "../../src/util/json-unique-keys.ts";
+import type { JsonValue } from "../../src/util/strict-json.ts";
 import { measureRequests, REGENERATE_COMMAND, SCENARIOS, shapesOf } from "./measure-requests.ts";
 
 let requests: RecordedRequest[] = [];

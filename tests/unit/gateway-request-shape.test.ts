@@ -1,12 +1,12 @@
 /**
  * The strict JSON parse and the request-shape check the gateway admits requests by
- * (src/util/json-unique-keys.ts, src/gateway/request-shape.ts), on generated values.
+ * (src/util/strict-json.ts, src/gateway/request-shape.ts), on generated values.
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { CLI_REQUEST_SHAPES } from "../../src/gateway/cli-requests.generated.ts";
 import { headerProblem, inferShape, parseTarget, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
-import { parseStrictJson, StrictJsonError, type JsonValue } from "../../src/util/json-unique-keys.ts";
+import { parseStrictJson, StrictJsonError, type JsonValue } from "../../src/util/strict-json.ts";
 
 const json = fc.jsonValue() as fc.Arbitrary<JsonValue>;
 
