@@ -1,4 +1,5 @@
 import { chown, mkdir } from "node:fs/promises";
+import type { ExpectedInit } from "../claude/init-expectation.ts";
 import { join } from "node:path";
 import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
@@ -77,6 +78,8 @@ export interface CliRunInput {
   arm: Arm;
   /** The init event's tools when they are not the arm's (the adjudicator adds StructuredOutput). */
   expectedTools?: readonly string[];
+  /** The whole init event this run's arguments produce, measured on the pinned CLI (`expectedInit`). */
+  expectedInit: ExpectedInit;
   model: string;
   expectedCliVersion: string;
   network: NetworkSetting;
@@ -231,7 +234,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       homeBytes: input.homeBytes,
     });
 
-    const reader = runReader(input.arm, input.model, input.expectedCliVersion, input.expectedTools);
+    const reader = runReader(input.arm, input.model, input.expectedCliVersion, input.expectedInit, input.expectedTools);
     record.phase = "running";
     record.startedAt = (deps.now?.() ?? new Date()).toISOString();
     await persist(); // the child may spend from here on

@@ -1,4 +1,5 @@
 import { isDeepStrictEqual } from "node:util";
+import { attemptInitKind, expectedInit, type ExpectedInit } from "../claude/init-expectation.ts";
 import { readResultEvent, readVerdict } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
@@ -85,6 +86,8 @@ async function checkRun(
     run: StoredRun;
     arm: Arm;
     expectedTools?: readonly string[];
+    /** The measured init of this kind of run. */
+    init: ExpectedInit;
     model: string;
     cliVersion: string | undefined;
     capUsd: number;
@@ -108,7 +111,7 @@ async function checkRun(
   const lines = transcriptLines(file.bytes);
   if (run.phase !== "settled") return { lines, verified: false };
 
-  const reader = runReader(o.arm, o.model, o.cliVersion, o.expectedTools);
+  const reader = runReader(o.arm, o.model, o.cliVersion, o.init, o.expectedTools);
   for (const line of lines) reader.pushLine(line);
   const facts = reader.finish();
   facts.setupProblems.push(...run.setupProblems.filter((p) => OUTSIDE_PROBLEMS.some((prefix) => p.startsWith(prefix))));
@@ -152,7 +155,18 @@ export async function verifyLedger(path: string): Promise<VerifyResult> {
     if (o.phase === "reserved") continue; // nothing ran: no transcript is expected
     const where = `observations[${o.index}] (${o.task}, ${o.scenario}, repetition ${o.repetition})`;
     const checked = await checkRun(
-      { privateFile: path, noun: "ledger", index: o.index, where, run: o, arm: o.arm, model: ledger.model, cliVersion: ledger.expectedCliVersion ?? undefined, capUsd: ledger.budget.capUsd },
+      {
+        privateFile: path,
+        noun: "ledger",
+        index: o.index,
+        where,
+        run: o,
+        arm: o.arm,
+        init: expectedInit(attemptInitKind(o.arm), { model: ledger.model }),
+        model: ledger.model,
+        cliVersion: ledger.expectedCliVersion ?? undefined,
+        capUsd: ledger.budget.capUsd,
+      },
       differences,
       (facts) => pick(observationExtras(facts), OBSERVATION_FIELDS),
     );
@@ -188,6 +202,7 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
         run,
         arm: "repository",
         expectedTools: adjudicatorInitTools(),
+        init: expectedInit("adjudicator", { model: record.adjudicator.model }),
         model: record.adjudicator.model,
         cliVersion: record.adjudicator.expectedCliVersion,
         capUsd: record.budget.capUsd,

@@ -7,6 +7,7 @@
  * container reaches the API through the runner's model gateway with a placeholder login, and the
  * metered usage is held to the transcript's.
  */
+import { expectedInit } from "../../src/claude/init-expectation.ts";
 import { chmod, chown, mkdir, mkdtemp, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -85,7 +86,13 @@ beforeAll(async () => {
   });
   delete spec.tmpfs[CONTAINER.home];
   spec.mounts.push({ source: home, target: CONTAINER.home, readOnly: false });
-  const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
+  const reader = new TranscriptReader({
+    arm: "repository",
+    model: MODEL,
+    expectedTools: expectedInitTools("repository"),
+    cliVersion: "2.1.296",
+    init: expectedInit("attempt-repository", { model: MODEL }),
+  });
   const raw = await runBounded(runtime, spec, (line) => reader.pushLine(line), { timeoutMs: 90_000 });
   metered = await attempt.finish();
   facts = reader.finish();
