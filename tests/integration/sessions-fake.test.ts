@@ -328,7 +328,7 @@ describe("a session ends as the field notes' harness says", () => {
     Object.assign(json.sessions[0].calls[0], { status: "completed", statusReason: null });
     const check = checkAnyLedger(ledgerPath, Buffer.from(JSON.stringify(json)));
     expect(check.valid).toBe(false);
-    expect(check.problems.join("\n")).toMatch(/sessions\.0\.calls\.0\.sessionIdReported.*a completed call's result must report the session's id/);
+    expect(check.problems.join("\n")).toMatch(/sessions\[0\]\.calls\[0\]\.sessionIdReported: is null; a completed call's result must report the session's id /);
   }, 300_000);
 
   it("a result with another session_id is invalid-setup", async () => {
