@@ -20,7 +20,7 @@ import type { Checkpoint } from "../loop/loop.ts";
 import { gatewayBudgetRefusal, interpretRun, runReader } from "./interpret.ts";
 import type { MessagePromptUsage } from "../cost/compute.ts";
 import type { TranscriptStore } from "../ledger/transcripts.ts";
-import { instructionFilesIn } from "../corpus/filter.ts";
+import { instructionFilesWithImports } from "../corpus/imports.ts";
 import { stagePlaceholderLogin } from "../gateway/credential.ts";
 import { compareMeteredUsage } from "../gateway/check.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../gateway/gateway.ts";
@@ -163,7 +163,11 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     } else {
       const exported = await exporting!;
       record.exportHash = exported.exportHash;
-      record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
+      // The instruction files and every file the CLI inlines from them through @ imports (contract R129).
+      record.instructionFiles = await instructionFilesWithImports(
+        exported.dir,
+        exported.files.map((f) => f.path),
+      );
       workDir = exported.dir;
     }
 
