@@ -3,6 +3,7 @@
  * (measured sample: /work/shared/facts/claude-2.1.296-stream-sample.jsonl) and the entries of
  * a source repository with files the public-path filter keeps out mixed in.
  */
+import { expectedInit, initEventFrom } from "../src/claude/init-expectation.ts";
 import type { FixtureEntry } from "../tests/support/git-fixture.ts";
 import { seededRandom } from "../src/report/stats.ts";
 
@@ -77,6 +78,8 @@ export function codeText(rand: () => number, bytes: number): string {
 
 export const TRANSCRIPT_MODEL = "claude-haiku-5-5";
 export const TRANSCRIPT_TOOLS = ["Glob", "Grep", "Read"] as const;
+/** The measured init of a repository attempt with the transcript's model. */
+export const TRANSCRIPT_INIT = expectedInit("attempt-repository", { model: TRANSCRIPT_MODEL });
 export const TRANSCRIPT_VERSION = "2.1.296";
 const SESSION = "4e082d2c-08fc-43ac-b18b-ad3e8d674eaf";
 /** Room kept for the final answer and the result event. */
@@ -108,24 +111,8 @@ export function* transcriptLines(targetBytes: number, seed = 1, shape: Transcrip
   const ts = (i: number) => new Date(Date.UTC(2026, 10, 30, 5, 0, 0) + i * 250).toISOString();
   const usage = { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 };
 
-  yield emit({
-    type: "system",
-    subtype: "init",
-    cwd: "/workspace",
-    session_id: SESSION,
-    tools: [...TRANSCRIPT_TOOLS],
-    mcp_servers: [],
-    model: TRANSCRIPT_MODEL,
-    permissionMode: "dontAsk",
-    slash_commands: ["compact", "context", "cost", "init", "review", "security-review"],
-    apiKeySource: "none",
-    claude_code_version: TRANSCRIPT_VERSION,
-    output_style: "default",
-    agents: ["general-purpose", "Explore", "Plan"],
-    skills: [],
-    plugins: [],
-    uuid: "dda43ec2-6145-40a4-ba84-69889902ab30",
-  });
+  // The init the pinned CLI writes for a repository attempt, from the measurement (src/claude/init-expectation.ts).
+  yield emit(initEventFrom(TRANSCRIPT_INIT, { sessionId: SESSION, uuid: "dda43ec2-6145-40a4-ba84-69889902ab30", pid: 17 }));
 
   for (let turn = 1; ; turn++) {
     const msgId = `msg_${String(turn).padStart(6, "0")}`;

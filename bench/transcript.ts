@@ -18,7 +18,7 @@ import { FakeRuntime } from "../src/runtime/fake.ts";
 import type { ContainerSpec } from "../src/runtime/port.ts";
 import { TranscriptReader, type TranscriptFacts } from "../src/transcript/reader.ts";
 import { measure, note, ratio, round, runMain, stats } from "./lib.ts";
-import { TRANSCRIPT_MODEL, TRANSCRIPT_TOOLS, TRANSCRIPT_VERSION, transcriptLines, type TranscriptShape } from "./gen.ts";
+import { TRANSCRIPT_MODEL, TRANSCRIPT_INIT, TRANSCRIPT_TOOLS, TRANSCRIPT_VERSION, transcriptLines, type TranscriptShape } from "./gen.ts";
 
 const MIB = 1024 * 1024;
 const CHUNK = 64 * 1024;
@@ -39,7 +39,7 @@ const SPEC: ContainerSpec = {
   labels: {},
 };
 
-const newReader = () => new TranscriptReader({ arm: "repository", model: TRANSCRIPT_MODEL, expectedTools: [...TRANSCRIPT_TOOLS], cliVersion: TRANSCRIPT_VERSION });
+const newReader = () => new TranscriptReader({ arm: "repository", model: TRANSCRIPT_MODEL, expectedTools: [...TRANSCRIPT_TOOLS], cliVersion: TRANSCRIPT_VERSION, init: TRANSCRIPT_INIT });
 
 /** Writes `chunks()` to the container's stdout, honouring backpressure. */
 function streamingRuntime(chunks: () => Iterable<Buffer>): FakeRuntime {

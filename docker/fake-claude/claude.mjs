@@ -33,7 +33,7 @@
 // With --json-schema and --session-id or --resume (a session task, src/session), the fake plays a
 // session instead (see sessionTranscript): `session` params { questions (default 1), question,
 // edits: [{ path, content } | { path, append }, with `call` n: made in that call, else in the call
-// that says done], sessionId (report another id), failResume, turnUsage, delayMs }; the prompt may come on stdin, as the real CLI accepts it.
+// that says done], sessionId (report another id), resultSessionId (null: no session_id in the result; a string: that id in the result only), failResume, turnUsage, delayMs }; the prompt may come on stdin, as the real CLI accepts it.
 // With --json-schema (the adjudicator), the ok transcript's answer is a verdict (with an
 // `armGuess`: "files-and-docs-server" when the answer shows a masked word, else "files-only"): `verdicts`
 // (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
@@ -63,6 +63,37 @@ try {
   PRICES = JSON.parse(fs.readFileSync(PRICES_FILE, "utf8"));
 } catch {
   // No table: every model is "unknown".
+}
+
+// The init events the pinned CLI writes, measured per kind of run (src/claude/init-events.generated.ts,
+// baked into the image by src/image/specs.ts FAKE_INIT_PATH): the fake's init is that data with the
+// fields its own argv and run set, so that it is never a hand-kept copy of the measurement.
+const INIT_FILE = process.env.FAKE_CLAUDE_INIT ?? "/opt/study-runner/cli-init.json";
+let INIT_EVENTS = null;
+try {
+  INIT_EVENTS = JSON.parse(fs.readFileSync(INIT_FILE, "utf8"));
+} catch {
+  // No data: the init holds only the fields the fake derives itself.
+}
+
+/** Which kind of run the runner started, from its argv (src/claude/init-expectation.ts INIT_KINDS). */
+function initKind(options, hasMcpServers) {
+  const session = options["--session-id"] !== undefined || options["--resume"] !== undefined;
+  if (options["--json-schema"] !== undefined) return session ? (options["--resume"] !== undefined ? "session-resume" : "session-start") : "adjudicator";
+  return hasMcpServers ? "attempt-mcp" : "attempt-repository";
+}
+
+/**
+ * The init event: the measured fields of this kind of run, then what this run's argv and
+ * environment set (tools, MCP servers, model, permission mode, key source, version, cwd) and the
+ * fields that vary per run, as the real CLI fills them in.
+ */
+function initEvent(kind, own) {
+  const measured = INIT_EVENTS?.kinds?.[kind];
+  const event = { ...(measured ? structuredClone(measured.fields) : { slash_commands: [], output_style: "default", agents: [], skills: [], plugins: [] }), ...own };
+  if (measured?.varying?.includes("messaging_socket_path")) event.messaging_socket_path = `/tmp/cc-socks/${process.pid}.sock`;
+  event.uuid = randomUUID();
+  return { type: "system", subtype: "init", ...event };
 }
 
 // ---------------------------------------------------------------------------------------
@@ -603,25 +634,19 @@ async function okTranscript(options, b, version, prompt) {
   if (options["--json-schema"] !== undefined) builtins.push("StructuredOutput");
   const tools = [...builtins, ...new Set(mcpTools)];
 
-  emit({
-    type: "system",
-    subtype: "init",
-    cwd,
-    session_id: sessionId,
-    tools,
-    mcp_servers: mcpServers,
-    model,
-    permissionMode: options["--permission-mode"] ?? "default",
-    slash_commands: [],
-    // Measured: "none" with a login file, the variable's name when a key is in the environment.
-    apiKeySource: process.env.ANTHROPIC_API_KEY !== undefined ? "ANTHROPIC_API_KEY" : "none",
-    claude_code_version: version,
-    output_style: "default",
-    agents: [],
-    skills: [],
-    plugins: [],
-    uuid: randomUUID(),
-  });
+  emit(
+    initEvent(initKind(options, Object.keys(servers).length > 0), {
+      cwd,
+      session_id: sessionId,
+      tools,
+      mcp_servers: mcpServers,
+      model,
+      permissionMode: options["--permission-mode"] ?? "default",
+      // Measured: "none" with a login file, the variable's name when a key is in the environment.
+      apiKeySource: process.env.ANTHROPIC_API_KEY !== undefined ? "ANTHROPIC_API_KEY" : "none",
+      claude_code_version: version,
+    }),
+  );
 
   // Plan the tool calls a model offered these tools could make, on real workspace files.
   const files = workspaceFiles(cwd);
@@ -1002,19 +1027,18 @@ async function sessionTranscript(options, b, version, prompt) {
   const tools = [...new Set([...toolList(options["--tools"]).filter((t) => !denied.has(t)), "StructuredOutput"])].sort();
   const reported = s.sessionId ?? id;
   const stamp = () => ({ parent_tool_use_id: null, session_id: reported, uuid: randomUUID(), timestamp: new Date().toISOString() });
-  emit({
-    type: "system",
-    subtype: "init",
-    cwd: process.cwd(),
-    session_id: reported,
-    tools,
-    mcp_servers: [],
-    model,
-    permissionMode: options["--permission-mode"] ?? "default",
-    apiKeySource: "none",
-    claude_code_version: version,
-    uuid: randomUUID(),
-  });
+  emit(
+    initEvent(initKind(options, false), {
+      cwd: process.cwd(),
+      session_id: reported,
+      tools,
+      mcp_servers: [],
+      model,
+      permissionMode: options["--permission-mode"] ?? "default",
+      apiKeySource: "none",
+      claude_code_version: version,
+    }),
+  );
 
   const asks = call < (s.questions ?? 1);
   const blocks = [];
@@ -1069,7 +1093,8 @@ async function sessionTranscript(options, b, version, prompt) {
     result: JSON.stringify(structured),
     structured_output: structured,
     stop_reason: "tool_use",
-    session_id: reported,
+    // `resultSessionId`: null leaves session_id out of the result, a string reports that id in it alone.
+    ...(s.resultSessionId === null ? {} : { session_id: s.resultSessionId ?? reported }),
     total_cost_usd: cumulative,
     usage: { input_tokens: all.input, cache_creation_input_tokens: all.cacheWrite5m + all.cacheWrite1h, cache_read_input_tokens: all.cacheRead, output_tokens: all.output },
     modelUsage: { [model]: modelUsageEntry(model, all, cumulative, priceOf(model, all).basis) },

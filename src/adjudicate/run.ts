@@ -1,4 +1,5 @@
 import { randomBytes } from "node:crypto";
+import { expectedInit } from "../claude/init-expectation.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
@@ -270,6 +271,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           arm: "repository",
           model: config.model,
           expectedTools: adjudicatorInitTools(),
+          expectedInit: expectedInit("adjudicator", { model: config.model }),
           expectedCliVersion: config.expectedCliVersion,
           network: networkFor(config.isolation),
           labels: runnerLabels(adjudicationId, `adjudicate-${p.position}`),

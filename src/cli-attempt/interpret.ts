@@ -4,6 +4,7 @@ import { computeCost, type CostResult, type MessagePromptUsage } from "../cost/c
 import type { RunFacts } from "../ledger/schema.ts";
 import type { AttemptStatus, Arm } from "../terms/terms.ts";
 import { expectedInitTools } from "../claude/args.ts";
+import type { ExpectedInit } from "../claude/init-expectation.ts";
 import { runFactsFrom } from "./record.ts";
 import type { GatewayRecord } from "../gateway/gateway.ts";
 
@@ -48,9 +49,12 @@ export interface Interpretation {
   reason: string;
 }
 
-/** A reader for a run of `arm` with `model` under the pinned version; the init tools are the arm's unless given. */
-export function runReader(arm: Arm, model: string, cliVersion: string | undefined, expectedTools: readonly string[] = expectedInitTools(arm)): TranscriptReader {
-  return new TranscriptReader({ arm, model, expectedTools, cliVersion });
+/**
+ * A reader for a run of `arm` with `model` under the pinned version; the init tools are the arm's
+ * unless given, and the whole init event is held to `init`, the measured init of this kind of run.
+ */
+export function runReader(arm: Arm, model: string, cliVersion: string | undefined, init: ExpectedInit, expectedTools: readonly string[] = expectedInitTools(arm)): TranscriptReader {
+  return new TranscriptReader({ arm, model, expectedTools, cliVersion, init });
 }
 
 /** `facts` may carry setup problems found outside the transcript (the doc-bridge record). */

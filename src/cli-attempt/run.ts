@@ -1,4 +1,5 @@
 import { chown, mkdir } from "node:fs/promises";
+import type { ExpectedInit } from "../claude/init-expectation.ts";
 import { join } from "node:path";
 import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
@@ -19,7 +20,7 @@ import type { Checkpoint } from "../loop/loop.ts";
 import { gatewayBudgetRefusal, interpretRun, runReader } from "./interpret.ts";
 import type { MessagePromptUsage } from "../cost/compute.ts";
 import type { TranscriptStore } from "../ledger/transcripts.ts";
-import { instructionFilesIn } from "../corpus/filter.ts";
+import { instructionFilesWithImports } from "../corpus/imports.ts";
 import { stagePlaceholderLogin } from "../gateway/credential.ts";
 import { compareMeteredUsage } from "../gateway/check.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../gateway/gateway.ts";
@@ -77,6 +78,8 @@ export interface CliRunInput {
   arm: Arm;
   /** The init event's tools when they are not the arm's (the adjudicator adds StructuredOutput). */
   expectedTools?: readonly string[];
+  /** The whole init event this run's arguments produce, measured on the pinned CLI (`expectedInit`). */
+  expectedInit: ExpectedInit;
   model: string;
   expectedCliVersion: string;
   network: NetworkSetting;
@@ -160,7 +163,11 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     } else {
       const exported = await exporting!;
       record.exportHash = exported.exportHash;
-      record.instructionFiles = instructionFilesIn(exported.files.map((f) => f.path));
+      // The instruction files and every file the CLI inlines from them through @ imports (contract R129).
+      record.instructionFiles = await instructionFilesWithImports(
+        exported.dir,
+        exported.files.map((f) => f.path),
+      );
       workDir = exported.dir;
     }
 
@@ -231,7 +238,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       homeBytes: input.homeBytes,
     });
 
-    const reader = runReader(input.arm, input.model, input.expectedCliVersion, input.expectedTools);
+    const reader = runReader(input.arm, input.model, input.expectedCliVersion, input.expectedInit, input.expectedTools);
     record.phase = "running";
     record.startedAt = (deps.now?.() ?? new Date()).toISOString();
     await persist(); // the child may spend from here on

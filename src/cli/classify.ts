@@ -4,6 +4,7 @@ import { TranscriptReader } from "../transcript/reader.ts";
 import { classifyAttempt } from "../transcript/classify.ts";
 import { computeCost } from "../cost/compute.ts";
 import { expectedInitTools } from "../claude/args.ts";
+import { attemptInitKind, expectedInit } from "../claude/init-expectation.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
 import type { Arm } from "../terms/terms.ts";
 import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
@@ -31,7 +32,10 @@ export async function classifyCommand(file: string, flags: ClassifyFlags): Promi
         .map((t) => t.trim())
         .filter(Boolean)
     : expectedInitTools(flags.arm);
-  const reader = new TranscriptReader({ arm: flags.arm, model: flags.model, expectedTools, cliVersion: flags.cliVersion });
+  // The measured init of an attempt of this arm; with --tools, its tool list is the one given.
+  const measured = expectedInit(attemptInitKind(flags.arm), { model: flags.model });
+  const init = flags.tools ? { ...measured, fields: { ...measured.fields, tools: [...expectedTools].sort() } } : measured;
+  const reader = new TranscriptReader({ arm: flags.arm, model: flags.model, expectedTools, cliVersion: flags.cliVersion, init });
   try {
     const lines = createInterface({ input: createReadStream(file), crlfDelay: Infinity });
     for await (const line of lines) reader.pushLine(line);

@@ -1,4 +1,5 @@
 import { GENERATED_PRICE_TABLE } from "../cost/cli-prices.generated.ts";
+import { GENERATED_INIT_EVENTS } from "../claude/init-events.generated.ts";
 import { access, open, readdir, readFile, realpath } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -198,6 +199,8 @@ export async function claudeCodeImageSpec(input: ClaudeImageInput): Promise<Imag
 
 /** Where the fake image holds the measured price table (read by docker/fake-claude/claude.mjs). */
 export const FAKE_PRICES_PATH = "/opt/study-runner/cli-prices.json";
+/** Where the fake image holds the measured init events (read by docker/fake-claude/claude.mjs). */
+export const FAKE_INIT_PATH = "/opt/study-runner/cli-init.json";
 
 export interface FakeImageInput extends BaseImageInput {
   /** The version the fake reports by default; also the tag. */
@@ -215,6 +218,8 @@ export async function fakeClaudeImageSpec(input: FakeImageInput = {}): Promise<I
   // The fake prices every model as the pinned CLI does, from the one measured table, so it can
   // answer as any model (the adjudicator's too) with a cost the runner's check accepts.
   layout.files.push({ path: FAKE_PRICES_PATH, mode: 0o644, source: { content: JSON.stringify(GENERATED_PRICE_TABLE.models) } });
+  // Its init events likewise: the measured init of each kind of run (contract R125).
+  layout.files.push({ path: FAKE_INIT_PATH, mode: 0o644, source: { content: JSON.stringify(GENERATED_INIT_EVENTS) } });
   return imageSpec(`study-runner/fake-claude:${version}`, layout, {
     [IMAGE_LABELS.kind]: "fake-claude",
     [IMAGE_LABELS.claudeVersion]: version,

@@ -177,7 +177,7 @@ export const RUN_FACTS_SHAPE = {
   costProblem: z.string().nullable(),
   instructionFiles: z.array(z.string()).optional().meta({
     description:
-      "paths of the files the CLI takes as instructions (CLAUDE.md, CLAUDE.local.md, AGENTS.md) that the export held; attempts keep them as part of the corpus, the adjudicator's export holds none. Absent in records written before it existed",
+      "paths of the files the CLI takes as instructions (CLAUDE.md, CLAUDE.local.md, AGENTS.md) that the export held, and every file the CLI inlines from them through @ imports (contract R129); attempts keep them as part of the corpus, the adjudicator's export holds none. Absent in records written before it existed",
   }),
   wallTimeMs: Count.nullable(),
   status: AttemptStatusSchema.nullable().meta({ description: "null until settled" }),

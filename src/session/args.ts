@@ -83,6 +83,7 @@ export function sessionArguments(o: SessionArgumentOptions): string[] {
     SESSION_TOOLS.join(","),
     "--disallowedTools",
     denied.join(","),
+    "--restricted",
     "--permission-mode",
     "acceptEdits",
     "--permission-prompts",

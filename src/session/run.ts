@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
+import { expectedInit } from "../claude/init-expectation.ts";
 import { mkdir, readFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { resolveLogin, acquireLoginLock, type LoginLock } from "../attempt/login.ts";
@@ -62,6 +63,8 @@ export interface SessionDeps {
   now?: () => Date;
   signal?: AbortSignal;
   say?: (line: string) => void;
+  /** Every stdout line of every call, as it arrives (a conformance measurement reads the init events). */
+  onTranscriptLine?: (session: Session, call: SessionCall, line: string) => void;
 }
 
 export interface StartConfig extends SessionRuntimeOptions {
@@ -527,6 +530,7 @@ async function advanceSessions(
             arm: "repository",
             model: config.model,
             expectedTools: SESSION_INIT_TOOLS,
+            expectedInit: expectedInit(call.mode === "resume" ? "session-resume" : "session-start", { model: config.model, sessionId: s.id }),
             expectedCliVersion: config.expectedCliVersion,
             network: networkFor(config.isolation),
             modelApiSocket: config.modelApi?.socketPath,
@@ -535,7 +539,10 @@ async function advanceSessions(
             attemptIndex: ledger.sessions.indexOf(s),
             fake: config.fake,
             timeoutMs: config.timeoutMs,
-            onLine: (line) => readResult(line, out),
+            onLine: (line) => {
+              readResult(line, out);
+              deps.onTranscriptLine?.(s, call, line);
+            },
             transcripts: { store: transcripts, index: sessionCallTranscript(ledger.sessions.indexOf(s), call.index) },
             session: {
               worktree: paths.worktree,
@@ -576,9 +583,12 @@ async function advanceSessions(
           reason = disagreement;
           call.setupProblems.push(reason);
         }
-        if (out.sessionId !== null && out.sessionId !== s.id) {
+        // The result must name the session the runner passed (contract R126): one without a session_id
+        // proves nothing about which conversation the CLI continued.
+        const idProblem = sessionIdProblem(result.facts.resultSeen, out.sessionId, s.id);
+        if (idProblem !== null) {
           status = "invalid-setup";
-          reason = `the result's session_id ${out.sessionId} is not the session's ${s.id}`;
+          reason = idProblem;
           call.setupProblems.push(reason);
         }
         let reading: ReturnType<typeof readSessionResult> | undefined;
@@ -673,6 +683,12 @@ export function meteredCostProblem(call: Pick<SessionCall, "meteredCostUsd" | "c
   if (call.meteredCostUsd === null || call.meteredCostUsd === undefined || call.callCostUsd === null) return null;
   if (Math.abs(call.meteredCostUsd - call.callCostUsd) <= 1e-9) return null;
   return `the gateway metered ${call.meteredCostUsd} USD for this call but total_cost_usd grew by ${call.callCostUsd} USD`;
+}
+
+/** Why a call's result does not name its session (contract R126), or null when it does or there is no result. */
+export function sessionIdProblem(resultSeen: boolean, reported: string | null, sessionId: string): string | null {
+  if (!resultSeen || reported === sessionId) return null;
+  return reported === null ? `the result has no session_id; the session's is ${sessionId}` : `the result's session_id ${reported} is not the session's ${sessionId}`;
 }
 
 function readResult(line: string, out: { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }): void {

@@ -239,6 +239,14 @@ export const SessionLedgerSchema = z
         if (c.phase === "settled" && c.sessionIdReported !== null && c.sessionIdReported !== s.id && c.status !== "invalid-setup") {
           ctx.addIssue({ code: "custom", path: ["sessions", i, "calls", j, "status"], message: "a result with another session_id must be invalid-setup" });
         }
+        // Completed means the result named this session (contract R126): a missing session_id is not that.
+        if (c.phase === "settled" && c.status === "completed" && c.sessionIdReported !== s.id) {
+          ctx.addIssue({
+            code: "custom",
+            path: ["sessions", i, "calls", j, "sessionIdReported"],
+            message: `is ${JSON.stringify(c.sessionIdReported)}; a completed call's result must report the session's id ${s.id}`,
+          });
+        }
       });
       if (s.questions.length > MAX_QUESTIONS + 1) ctx.addIssue({ code: "custom", path: ["sessions", i, "questions"], message: `holds more than ${MAX_QUESTIONS + 1} questions` });
     });

@@ -1,4 +1,5 @@
 import type { PlannedAttempt } from "../plan/plan.ts";
+import { attemptInitKind, expectedInit } from "../claude/init-expectation.ts";
 import { reapOrphans, runnerLabels } from "../runtime/reaper.ts";
 import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
@@ -315,6 +316,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       argv,
       arm: attempt.arm,
       model: config.model,
+      expectedInit: expectedInit(attemptInitKind(attempt.arm), { model: config.model }),
       expectedCliVersion: config.expectedCliVersion,
       network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
       docBridge: sandbox ? { ...engine(attempt), sandbox } : undefined,

@@ -11,6 +11,8 @@ import {
   type ModelUsageEntry,
 } from "../claude/events.ts";
 import type { Arm } from "../terms/terms.ts";
+import { isDeepStrictEqual } from "node:util";
+import type { ExpectedInit } from "../claude/init-expectation.ts";
 import { formatPath } from "../util/zod-errors.ts";
 
 /**
@@ -31,6 +33,11 @@ export interface TranscriptExpectation {
   mcpServerName?: string;
   /** When set, the init event's `claude_code_version` must equal it (the pinned CLI). */
   cliVersion?: string;
+  /**
+   * The whole init event this run's arguments produce, as measured on the pinned CLI
+   * (src/claude/init-expectation.ts, `expectedInit`): every field is compared with it (contract R125).
+   */
+  init: ExpectedInit;
 }
 
 export type SetupProblemCode =
@@ -58,6 +65,8 @@ export type SetupProblemCode =
   | "api-key-source"
   /** init `claude_code_version` is not the pinned version. */
   | "cli-version"
+  /** An init field differs from the measured init of this kind of run (contract R125). */
+  | "init-field"
   /** The model gateway refused a foreign request, or its metered usage differs from the transcript's (set by the CLI stage). */
   | "gateway";
 
@@ -146,6 +155,10 @@ const MAX_NAME = 200;
 const MAX_LISTED = 1000;
 const MAX_KEYS = 256;
 const OTHER_KEY = "(other names)";
+/** Differences of the init event named one by one; beyond them, one line says there are more. */
+const MAX_INIT_FIELD_PROBLEMS = 20;
+/** A JSON value shown in a problem, capped. */
+const MAX_SHOWN = 300;
 
 /** What the last result event supplies, plus the non-read tools it reports as denied. */
 type LastResult = Pick<
@@ -352,6 +365,9 @@ export class TranscriptReader {
       return;
     }
     const init = parsed.data;
+    // Fields a dedicated check below already reported; the whole-event comparison does not repeat them.
+    const flagged = new Set<string>();
+
     this.init = {
       initModel: cap(init.model),
       initTools: init.tools.slice(0, MAX_LISTED).map(cap),
@@ -363,12 +379,15 @@ export class TranscriptReader {
     // The study runs on the CLI's own login; a key reaching the child is a broken setup (contract R38).
     if (init.apiKeySource !== undefined && init.apiKeySource !== "none") {
       this.problem("api-key-source", `init apiKeySource is ${quote(init.apiKeySource)}; the CLI must authenticate with its own login ("none")`);
+      flagged.add("apiKeySource");
     }
     if (this.exp.cliVersion !== undefined && init.claude_code_version !== this.exp.cliVersion) {
       this.problem("cli-version", `init claude_code_version ${quote(init.claude_code_version ?? "(missing)")} is not the pinned ${quote(this.exp.cliVersion)}`);
+      flagged.add("claude_code_version");
     }
     if (init.model !== this.exp.model) {
       this.problem("init-model", `init model ${quote(init.model)} is not the requested ${quote(this.exp.model)}`);
+      flagged.add("model");
     }
 
     const seen = new Set<string>();
@@ -379,6 +398,7 @@ export class TranscriptReader {
     if (missing.length + extra.length + duplicated.size > 0) {
       const parts = [missing.length ? `missing ${list(missing)}` : "", extra.length ? `extra ${list(extra)}` : "", duplicated.size ? `duplicated ${list([...duplicated])}` : ""].filter(Boolean);
       this.problem("init-tools", `init tools are not exactly the expected set: ${parts.join("; ")}`);
+      flagged.add("tools");
     }
 
     const servers = init.mcp_servers;
@@ -387,11 +407,59 @@ export class TranscriptReader {
       // A server that fails at start is silent in -p mode and the run still succeeds (facts,
       // "MCP servers, measured"): only this check notices the treatment is gone.
       const ok = servers.length === 1 && servers[0]!.name === this.serverName && servers[0]!.status === "connected";
-      if (!ok) this.problem("mcp-servers", `init mcp_servers must be exactly one ${quote(this.serverName)} server, connected; got ${describe()}`);
+      if (!ok) {
+        this.problem("mcp-servers", `init mcp_servers must be exactly one ${quote(this.serverName)} server, connected; got ${describe()}`);
+        flagged.add("mcp_servers");
+      }
     } else {
-      if (servers.length > 0) this.problem("mcp-servers", `the repository arm must have no MCP server; init lists ${describe()}`);
+      if (servers.length > 0) {
+        this.problem("mcp-servers", `the repository arm must have no MCP server; init lists ${describe()}`);
+        flagged.add("mcp_servers");
+      }
       const mcpTools = init.tools.filter((t) => t.startsWith("mcp__"));
-      if (mcpTools.length > 0) this.problem("init-tools", `the repository arm must have no MCP tool; init lists ${list(mcpTools)}`);
+      if (mcpTools.length > 0) {
+        this.problem("init-tools", `the repository arm must have no MCP tool; init lists ${list(mcpTools)}`);
+        flagged.add("tools");
+      }
+    }
+    this.compareWholeInit(event as Record<string, unknown>, flagged);
+  }
+
+  /**
+   * Every field of the init event against the measured init of this kind of run (contract R125):
+   * a field the measurement has must be there with the same value (a field set by the run's
+   * arguments, such as the model, with that value); a field that varies per run by nature must be
+   * there in its shape; any other field is one the runner never configured.
+   */
+  private compareWholeInit(event: Record<string, unknown>, flagged: ReadonlySet<string>): void {
+    const { kind, fields, varying } = this.exp.init;
+    const keys = [...new Set([...Object.keys(event), ...Object.keys(fields), ...Object.keys(varying)])].sort();
+    let reported = 0;
+    for (const key of keys) {
+      // The tool list is compared as a set by the init-tools check above: its order carries no meaning.
+      if (flagged.has(key) || key === "tools") continue;
+      if (reported >= MAX_INIT_FIELD_PROBLEMS) {
+        this.problem("init-field", `init differs from the measured ${kind} init in more fields than shown`);
+        return;
+      }
+      const has = Object.hasOwn(event, key);
+      const shape = varying[key];
+      let message: string | null = null;
+      if (shape !== undefined) {
+        if (!has) message = `init field ${quote(key)} is missing; the measured ${kind} init has it (${shape.reason})`;
+        else if (typeof event[key] !== "string" || !shape.shape.test(event[key]))
+          message = `init field ${quote(key)} is ${show(event[key])}, which does not have the measured shape ${shape.shape} (${shape.reason})`;
+      } else if (!Object.hasOwn(fields, key)) {
+        message = `init field ${quote(key)} is ${show(event[key])}, a field the measured ${kind} init does not have`;
+      } else if (!has) {
+        message = `init field ${quote(key)} is missing; the measured ${kind} init has ${show(fields[key])}`;
+      } else if (!isDeepStrictEqual(event[key], fields[key])) {
+        message = `init field ${quote(key)} is ${show(event[key])}; the measured ${kind} init has ${show(fields[key])}`;
+      }
+      if (message !== null) {
+        this.problem("init-field", message);
+        reported++;
+      }
     }
   }
 
@@ -547,6 +615,11 @@ function cap(s: string): string {
 
 function quote(s: string): string {
   return JSON.stringify(cap(s));
+}
+
+function show(value: unknown): string {
+  const text = value === undefined ? "undefined" : JSON.stringify(value);
+  return text.length > MAX_SHOWN ? `${text.slice(0, MAX_SHOWN)}…` : text;
 }
 
 function list(items: readonly string[]): string {

@@ -1,5 +1,6 @@
 import { readdir, readFile } from "node:fs/promises";
 import { isDeepStrictEqual } from "node:util";
+import { attemptInitKind, expectedInit, type ExpectedInit } from "../claude/init-expectation.ts";
 import { readResultEvent, readVerdict } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
@@ -96,6 +97,8 @@ async function checkRun(
     run: StoredRun;
     arm: Arm;
     expectedTools?: readonly string[];
+    /** The measured init of this kind of run. */
+    init: ExpectedInit;
     model: string;
     cliVersion: string | undefined;
     capUsd: number;
@@ -120,7 +123,7 @@ async function checkRun(
   differences.push(...gatewayRecordProblems(where, run.gateway, lines));
   if (run.phase !== "settled") return { lines, verified: false };
 
-  const reader = runReader(o.arm, o.model, o.cliVersion, o.expectedTools);
+  const reader = runReader(o.arm, o.model, o.cliVersion, o.init, o.expectedTools);
   for (const line of lines) reader.pushLine(line);
   const facts = reader.finish();
   facts.setupProblems.push(...run.setupProblems.filter((p) => OUTSIDE_PROBLEMS.some((prefix) => p.startsWith(prefix))));
@@ -294,7 +297,18 @@ export async function verifyLedger(path: string, options: VerifyOptions = {}): P
     if (o.phase === "reserved") continue; // nothing ran: no transcript is expected
     const where = `observations[${o.index}] (${o.task}, ${o.scenario}, repetition ${o.repetition})`;
     const checked = await checkRun(
-      { privateFile: path, noun: "ledger", index: o.index, where, run: o, arm: o.arm, model: ledger.model, cliVersion: ledger.expectedCliVersion ?? undefined, capUsd: ledger.budget.capUsd },
+      {
+        privateFile: path,
+        noun: "ledger",
+        index: o.index,
+        where,
+        run: o,
+        arm: o.arm,
+        init: expectedInit(attemptInitKind(o.arm), { model: ledger.model }),
+        model: ledger.model,
+        cliVersion: ledger.expectedCliVersion ?? undefined,
+        capUsd: ledger.budget.capUsd,
+      },
       differences,
       (facts) => pick(observationExtras(facts), OBSERVATION_FIELDS),
     );
@@ -334,6 +348,7 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
         run,
         arm: "repository",
         expectedTools: adjudicatorInitTools(),
+        init: expectedInit("adjudicator", { model: record.adjudicator.model }),
         model: record.adjudicator.model,
         cliVersion: record.adjudicator.expectedCliVersion,
         capUsd: record.budget.capUsd,
@@ -446,7 +461,8 @@ export async function verifySessionLedger(path: string, options: VerifyOptions =
       // A call's gateway records (--credentials gateway) answer to its transcript like an attempt's (contract R157).
       differences.push(...gatewayRecordProblems(where, c.gateway ?? undefined, lines));
       if (c.phase !== "settled" || c.statusReason?.startsWith("the runner stopped during this call")) continue;
-      const reader = runReader("repository", l.model, l.expectedCliVersion, SESSION_INIT_TOOLS);
+      const init = expectedInit(c.mode === "resume" ? "session-resume" : "session-start", { model: l.model, sessionId: s.id });
+      const reader = runReader("repository", l.model, l.expectedCliVersion, init, SESSION_INIT_TOOLS);
       for (const line of lines) reader.pushLine(line);
       const facts = reader.finish();
       facts.setupProblems.push(...c.setupProblems.filter((p) => OUTSIDE_PROBLEMS.some((prefix) => p.startsWith(prefix))));

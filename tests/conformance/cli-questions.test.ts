@@ -8,6 +8,7 @@
  * - 529 and 429: retries, waits, retry-after, what the stream and the result show;
  * - which requests the CLI sends besides POST /v1/messages under the runner's environment.
  */
+import { expectedInit } from "../../src/claude/init-expectation.ts";
 import { randomUUID } from "node:crypto";
 import { chmod, chown, cp, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promises";
 import { join } from "node:path";
@@ -108,7 +109,13 @@ async function run(name: string, args: string[], opts: { home?: TestGatewayAttem
     session: { projectsDir: `${CONTAINER.sessionLoginDir}/projects` },
   });
   const events: Array<Record<string, any>> = [];
-  const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
+  const reader = new TranscriptReader({
+    arm: "repository",
+    model: MODEL,
+    expectedTools: expectedInitTools("repository"),
+    cliVersion: "2.1.296",
+    init: expectedInit("attempt-repository", { model: MODEL }),
+  });
   const raw = await runBounded(
     runtime,
     spec,

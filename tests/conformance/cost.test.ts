@@ -7,6 +7,7 @@
  * that reaches the scripted API through the runner's model gateway, so every point's metered
  * usage is held to its transcript's as well, both tiers included.
  */
+import { expectedInit } from "../../src/claude/init-expectation.ts";
 import { chmod, mkdtemp, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -122,7 +123,13 @@ async function runPoint(name: string, index: number): Promise<void> {
     attemptIndex: index,
     modelApiSocket: attempt.socketPath,
   });
-  const reader = new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: expectedInitTools("repository"), cliVersion: "2.1.296" });
+  const reader = new TranscriptReader({
+    arm: "repository",
+    model: MODEL,
+    expectedTools: expectedInitTools("repository"),
+    cliVersion: "2.1.296",
+    init: expectedInit("attempt-repository", { model: MODEL }),
+  });
   const raw = await runBounded(runtime, spec, (line) => reader.pushLine(line), { timeoutMs: 60_000 });
   const metered = await attempt.finish();
   const facts = reader.finish();

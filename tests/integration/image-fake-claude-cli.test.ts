@@ -3,6 +3,12 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { adjudicatorArguments, adjudicatorInitTools } from "../../src/adjudicate/prompt.ts";
+import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
+import { expectedInit, type InitKind } from "../../src/claude/init-expectation.ts";
+import { GENERATED_INIT_EVENTS } from "../../src/claude/init-events.generated.ts";
+import { SESSION_INIT_TOOLS, sessionArguments } from "../../src/session/args.ts";
+import { readTranscript } from "../../src/transcript/reader.ts";
 import { makeFakeDir, parseEvents, runFakeOnHost, streamJsonArgs, type FakeBehaviourFile } from "../support/fake-claude.ts";
 
 // The fake claude run directly by this Node: its argv handling, transcripts and records.
@@ -71,6 +77,43 @@ describe("fake claude: version and argv", () => {
     expect(r.exitCode).toBe(70);
     expect(r.stdout).toBe("");
     await fake.cleanup();
+  });
+});
+
+describe("fake claude: the init event comes from the measured data", () => {
+  // contract: R125
+  it("for the runner's own arguments of each kind of run, writes an init the whole-init check accepts, with no field kept by hand", async () => {
+    const sessionId = "0b6f4a53-2f55-4c1e-9d0e-6a1f2b3c4d5e";
+    const model = "claude-haiku-5-5";
+    const kinds: Array<[InitKind, string[], readonly string[], string | undefined]> = [
+      ["attempt-repository", cliArguments({ arm: "repository", model, maxBudgetUsd: 1, prompt: "What does the demo print?", deniedMcpTools: [] }), expectedInitTools("repository"), undefined],
+      ["adjudicator", adjudicatorArguments({ model, maxBudgetUsd: 1, prompt: "Item: x\nP1 the demo prints a greeting" }), adjudicatorInitTools(), undefined],
+      ["session-start", sessionArguments({ model, maxBudgetUsd: 1, sessionId, resume: false }), SESSION_INIT_TOOLS, sessionId],
+    ];
+    for (const [kind, argv, tools, id] of kinds) {
+      const home = await scratchDir("fake-init-home-");
+      const fake = await makeFakeDir();
+      try {
+        const r = await runFakeOnHost(argv, { cwd: workspace, fakeDir: fake.dir, env: { HOME: home }, input: "the task" });
+        const init = parseEvents(r.stdout)[0];
+        expect(init, `${kind}: ${r.stderr}`).toBeDefined();
+        // The workspace is a host folder here; in the image it is /workspace, as measured.
+        expect(init!.cwd).toBe(workspace);
+        const facts = readTranscript(JSON.stringify({ ...init, cwd: "/workspace" }) + "\n", {
+          arm: "repository",
+          model,
+          expectedTools: tools,
+          cliVersion: "2.1.296",
+          init: expectedInit(kind, { model, sessionId: id }),
+        });
+        expect([kind, facts.setupProblems]).toEqual([kind, ["no result event"]]);
+        // Fields only the measurement knows, so never a hand-kept copy: the CLI's agents and skills.
+        expect(init!.agents).toEqual(GENERATED_INIT_EVENTS.kinds[kind].fields.agents);
+        expect(init!.skills).toEqual(GENERATED_INIT_EVENTS.kinds[kind].fields.skills);
+      } finally {
+        await fake.cleanup();
+      }
+    }
   });
 });
 

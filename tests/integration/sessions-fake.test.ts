@@ -316,6 +316,23 @@ describe("a session ends as the field notes' harness says", () => {
     expect(ledger.status).toBe("blocked");
   }, 300_000);
 
+  // contract: R126
+  it("a result without session_id is invalid-setup, and ledger check refuses a completed call that reports none", async () => {
+    const b = await behaviour({ "0": { kind: "ok", session: { questions: 0, resultSessionId: null } } });
+    const { ledger, ledgerPath } = await startSessions(await config(await manifest(undefined), b), { runtime });
+    const [s] = ledger.sessions;
+    expect(s!.calls[0]).toMatchObject({ status: "invalid-setup", sessionIdReported: null, statusReason: `the result has no session_id; the session's is ${s!.id}` });
+    expect(s!.state).toBe("failed");
+    const bytes = await readFile(ledgerPath);
+    expect(checkAnyLedger(ledgerPath, bytes).valid).toBe(true);
+    // The same call recorded completed, as a runner that accepted it would have: refused, naming the field.
+    const json = JSON.parse(bytes.toString("utf8"));
+    Object.assign(json.sessions[0].calls[0], { status: "completed", statusReason: null });
+    const check = checkAnyLedger(ledgerPath, Buffer.from(JSON.stringify(json)));
+    expect(check.valid).toBe(false);
+    expect(check.problems.join("\n")).toMatch(/sessions\[0\]\.calls\[0\]\.sessionIdReported: is null; a completed call's result must report the session's id /);
+  }, 300_000);
+
   it("a result with another session_id is invalid-setup", async () => {
     const b = await behaviour({ "0": { kind: "ok", session: { questions: 0, sessionId: "00000000-0000-4000-8000-000000000000" } } });
     const { ledger } = await startSessions(await config(await manifest(undefined), b), { runtime });

@@ -1,4 +1,5 @@
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { GENERATED_INIT_EVENTS } from "../../src/claude/init-events.generated.ts";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
@@ -118,25 +119,44 @@ export interface HostRun {
 }
 
 /** Runs the fake directly with this Node (no container): quick checks of its own logic. */
-export function runFakeOnHost(args: string[], opts: { cwd: string; fakeDir?: string; env?: Record<string, string>; timeoutMs?: number }): Promise<HostRun> {
+export function runFakeOnHost(
+  args: string[],
+  opts: { cwd: string; fakeDir?: string; env?: Record<string, string>; timeoutMs?: number /** Written to its stdin (a session's prompt). */; input?: string },
+): Promise<HostRun> {
   // The image carries the measured price table; on the host the fake reads the same table from a copy.
   // Outside the workspace: the fake lists the workspace in its transcript and records.
-  const prices = join(mkdtempSync(join(tmpdir(), "fake-cli-prices-")), "prices.json");
+  const dataDir = mkdtempSync(join(tmpdir(), "fake-cli-prices-"));
+  const prices = join(dataDir, "prices.json");
   writeFileSync(prices, JSON.stringify(GENERATED_PRICE_TABLE.models));
+  // And the measured init events, as the image carries them.
+  const init = join(dataDir, "init.json");
+  writeFileSync(init, JSON.stringify(GENERATED_INIT_EVENTS));
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [FAKE_CLAUDE_SCRIPT, ...args], {
       cwd: opts.cwd,
-      env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: opts.cwd, FAKE_CLAUDE_DIR: opts.fakeDir ?? join(opts.cwd, ".no-fake-dir"), FAKE_CLAUDE_PRICES: prices, ...opts.env },
-      stdio: ["ignore", "pipe", "pipe"],
+      env: {
+        PATH: process.env.PATH ?? "/usr/bin:/bin",
+        HOME: opts.cwd,
+        FAKE_CLAUDE_DIR: opts.fakeDir ?? join(opts.cwd, ".no-fake-dir"),
+        FAKE_CLAUDE_PRICES: prices,
+        FAKE_CLAUDE_INIT: init,
+        ...opts.env,
+      },
+      stdio: [opts.input === undefined ? "ignore" : "pipe", "pipe", "pipe"],
     });
+    if (opts.input !== undefined) child.stdin!.end(opts.input);
     let stdout = "";
     let stderr = "";
-    child.stdout.setEncoding("utf8").on("data", (c: string) => (stdout += c));
-    child.stderr.setEncoding("utf8").on("data", (c: string) => (stderr += c));
+    child.stdout!.setEncoding("utf8").on("data", (c: string) => (stdout += c));
+    child.stderr!.setEncoding("utf8").on("data", (c: string) => (stderr += c));
     const timer = setTimeout(() => child.kill("SIGKILL"), opts.timeoutMs ?? 20_000);
-    child.on("error", reject);
+    child.on("error", (err) => {
+      rmSync(dataDir, { recursive: true, force: true });
+      reject(err);
+    });
     child.on("close", (code) => {
       clearTimeout(timer);
+      rmSync(dataDir, { recursive: true, force: true });
       resolve({ stdout, stderr, exitCode: code });
     });
   });

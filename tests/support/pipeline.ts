@@ -4,6 +4,7 @@
  * Each run gets its own folder: the ledger path, the fake's behaviour file and records, and the
  * runner's TMPDIR (so its export folders and attempt HOMEs can be looked at after it ended).
  */
+import { expectedInit, initEventFrom } from "../../src/claude/init-expectation.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -40,22 +41,11 @@ export type Behaviour =
   | (Extract<FakeBehaviour, { kind: "flood" }> & { events?: unknown[] });
 
 /**
- * The init event the real CLI prints first in the repository arm, as the runner expects it
- * (stream sample of 2.1.296): for behaviours that hang or flood after starting normally.
+ * The init event the real CLI prints first in the repository arm, as the runner expects it (the
+ * measured init, src/claude/init-expectation.ts): for behaviours that hang or flood after starting normally.
  */
 export function repositoryInit(): Record<string, unknown> {
-  return {
-    type: "system",
-    subtype: "init",
-    cwd: "/workspace",
-    session_id: "00000000-0000-4000-8000-000000000000",
-    tools: ["Glob", "Grep", "Read"],
-    mcp_servers: [],
-    model: MODEL,
-    permissionMode: "dontAsk",
-    apiKeySource: "none",
-    claude_code_version: "2.1.296",
-  };
+  return initEventFrom(expectedInit("attempt-repository", { model: MODEL }), { sessionId: "00000000-0000-4000-8000-000000000000", uuid: "00000000-0000-4000-8000-000000000001", pid: 17 });
 }
 export interface BehaviourFile extends Omit<FakeBehaviourFile, "default" | "attempts"> {
   default?: Behaviour;

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { median, measure, ratio, stats } from "../../bench/lib.ts";
 import { attemptDurations, STARTED_LINE } from "../../bench/study.ts";
-import { repoEntries, transcriptLines, TRANSCRIPT_MODEL, TRANSCRIPT_TOOLS, TRANSCRIPT_VERSION, type TranscriptShape } from "../../bench/gen.ts";
+import { repoEntries, transcriptLines, TRANSCRIPT_MODEL, TRANSCRIPT_INIT, TRANSCRIPT_TOOLS, TRANSCRIPT_VERSION, type TranscriptShape } from "../../bench/gen.ts";
 import { TranscriptReader } from "../../src/transcript/reader.ts";
 import { exclusionReason } from "../../src/corpus/filter.ts";
 import type { TreeEntry } from "../../src/corpus/git.ts";
@@ -63,7 +63,7 @@ describe("bench inputs", () => {
   it("the generated transcript reads clean, fits its byte target and ends in the summed usage", () => {
     const shape: TranscriptShape = { lines: 0, bytes: 0, toolCalls: 0 };
     const target = 256 * 1024;
-    const reader = new TranscriptReader({ arm: "repository", model: TRANSCRIPT_MODEL, expectedTools: [...TRANSCRIPT_TOOLS], cliVersion: TRANSCRIPT_VERSION });
+    const reader = new TranscriptReader({ arm: "repository", model: TRANSCRIPT_MODEL, expectedTools: [...TRANSCRIPT_TOOLS], cliVersion: TRANSCRIPT_VERSION, init: TRANSCRIPT_INIT });
     let bytes = 0;
     for (const line of transcriptLines(target, 1, shape)) {
       bytes += Buffer.byteLength(line) + 1;

@@ -2,6 +2,7 @@ import { computeCost, type CostResult } from "../../src/cost/compute.ts";
 import { STDOUT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 import { classifyAttempt, type AttemptClassification } from "../../src/transcript/classify.ts";
 import { readTranscript, type TranscriptExpectation, type TranscriptFacts } from "../../src/transcript/reader.ts";
+import { attemptInitKind, expectedInit, initEventFrom } from "../../src/claude/init-expectation.ts";
 
 /**
  * Transcripts for the transcript, cost and property tests. The base transcripts are modelled
@@ -23,7 +24,12 @@ import type { Arm } from "../../src/terms/terms.ts";
 export type Event = Record<string, any>;
 
 export function expectation(arm: Arm): TranscriptExpectation {
-  return { arm, model: MODEL, expectedTools: arm === "mcp" ? [...REPO_TOOLS, ...DOC_TOOLS] : [...REPO_TOOLS] };
+  return { arm, model: MODEL, expectedTools: arm === "mcp" ? [...REPO_TOOLS, ...DOC_TOOLS] : [...REPO_TOOLS], init: expectedInit(attemptInitKind(arm), { model: MODEL }) };
+}
+
+/** The init event of an attempt of `arm` as the pinned CLI writes it (from the measurement). */
+export function initEvent(arm: Arm): Event {
+  return initEventFrom(expectedInit(attemptInitKind(arm), { model: MODEL }), { sessionId: SESSION, uuid: "dda43ec2-6145-40a4-ba84-69889902ab30", pid: 17 });
 }
 
 const SESSION = "4e082d2c-08fc-43ac-b18b-ad3e8d674eaf";
@@ -107,23 +113,7 @@ export function baseEvents(arm: Arm): Event[] {
   const turn2 = { input_tokens: 3000, output_tokens: 1, cache_creation_input_tokens: 0, cache_read_input_tokens: 700, cache_creation: { ephemeral_5m_input_tokens: 0, ephemeral_1h_input_tokens: 0 } };
   const mcp = arm === "mcp";
   return [
-    {
-      type: "system",
-      subtype: "init",
-      cwd: "/workspace",
-      session_id: SESSION,
-      tools: mcp ? [...REPO_TOOLS, ...DOC_TOOLS] : [...REPO_TOOLS],
-      mcp_servers: mcp ? [{ name: "doc-bridge", status: "connected", source: "dynamic" }] : [],
-      model: MODEL,
-      permissionMode: "dontAsk",
-      slash_commands: ["compact", "context", "cost"],
-      apiKeySource: "none",
-      claude_code_version: "2.1.296",
-      output_style: "default",
-      agents: ["claude", "Explore", "general-purpose", "Plan"],
-      uuid: "dda43ec2-6145-40a4-ba84-69889902ab30",
-      fast_mode_state: "off",
-    },
+    initEvent(arm),
     assistant("msg_01", { type: "text", text: "Let me look for the retry setting." }, turn1),
     assistant("msg_01", mcp ? toolUse("toolu_01", "mcp__doc-bridge__doc_search", { query: "retry limit" }) : toolUse("toolu_01", "Grep", { pattern: "maxRetries" }), turn1),
     assistant("msg_01", mcp ? toolUse("toolu_02", "mcp__doc-bridge__doc_get", { id: "config/limits" }) : toolUse("toolu_02", "Read", { file_path: "/workspace/src/config/limits.ts" }), turn1),

@@ -31,7 +31,7 @@ describe("a valid transcript", () => {
     expect(ev.classification.status).toBe("completed");
     const f = ev.facts;
     expect(f.initModel).toBe(MODEL);
-    expect(f.initTools).toEqual(expectation(arm).expectedTools);
+    expect([...f.initTools!].sort()).toEqual([...expectation(arm).expectedTools].sort());
     expect(f.initMcpServers).toEqual(arm === "mcp" ? [{ name: "doc-bridge", status: "connected" }] : []);
     expect(f.apiKeySource).toBe("none");
     expect(f.claudeCodeVersion).toBe("2.1.296");
@@ -80,10 +80,19 @@ describe("a valid transcript", () => {
     expect(evaluate(text, "repository").classification.status).toBe("completed");
   });
 
-  it("reads the stream the real 2.1.296 wrote: only its API-key login breaks setup, and its scripted usage fails the per-message sum", () => {
+  // contract: R125
+  it("reads the stream the real 2.1.296 wrote outside the runner: its API-key login and the init fields the runner's container sets differ, and its scripted usage fails the per-message sum", () => {
     const ev = evaluate(REAL_SAMPLE_LINES.join("\n") + "\n", "repository");
-    // The sample was recorded with ANTHROPIC_API_KEY set; a study attempt must use the CLI's login.
-    expect(ev.facts.setupProblemCodes).toEqual(["api-key-source"]);
+    // The sample was recorded with ANTHROPIC_API_KEY set, on a host with analytics on and other
+    // skills: a study attempt must use the CLI's login in the runner's container, whose init was measured.
+    expect(ev.facts.setupProblemCodes).toEqual(["api-key-source", "init-field"]);
+    expect(ev.facts.setupProblems.filter((p) => p.startsWith("init field ")).map((p) => /^init field "([^"]+)"/.exec(p)![1])).toEqual([
+      "analytics_disabled",
+      "plugins",
+      "product_feedback_disabled",
+      "skills",
+      "slash_commands",
+    ]);
     expect(ev.facts.apiKeySource).toBe("ANTHROPIC_API_KEY");
     expect(ev.facts.toolCallsByName).toEqual({ Read: 2 });
     expect(ev.facts.answer).toBe("ok");
@@ -326,19 +335,23 @@ describe("init checks (seed 000: model, exact tool set, MCP status)", () => {
   });
 
   it("honours another MCP server name", () => {
-    const exp = { arm: "mcp" as const, model: MODEL, expectedTools: ["Glob", "Grep", "Read", "mcp__db2__q"], mcpServerName: "db2" };
+    const measured = expectation("mcp").init;
+    const servers = [{ name: "db2", status: "connected" }];
+    const tools = ["Glob", "Grep", "Read", "mcp__db2__q"];
+    const exp = { arm: "mcp" as const, model: MODEL, expectedTools: tools, mcpServerName: "db2", init: { ...measured, fields: { ...measured.fields, tools, mcp_servers: servers } } };
     const events = baseEvents("mcp");
-    events[0]!.tools = ["Glob", "Grep", "Read", "mcp__db2__q"];
-    events[0]!.mcp_servers = [{ name: "db2", status: "connected" }];
+    events[0]!.tools = tools;
+    events[0]!.mcp_servers = servers;
     events.splice(1, 5);
     const facts = readTranscript(toText(events), exp);
     expect(facts.setupProblems).toEqual([]);
   });
 
   it("rejects an expectation that is itself wrong (a runner bug, not an outcome)", () => {
-    expect(() => new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: ["Read", "mcp__doc-bridge__doc_get"] })).toThrow(/no MCP tool/);
-    expect(() => new TranscriptReader({ arm: "mcp", model: MODEL, expectedTools: ["Read"] })).toThrow(/mcp__doc-bridge__/);
-    expect(() => new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: ["Read", "Read"] })).toThrow(/duplicates/);
+    const init = expectation("repository").init;
+    expect(() => new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: ["Read", "mcp__doc-bridge__doc_get"], init })).toThrow(/no MCP tool/);
+    expect(() => new TranscriptReader({ arm: "mcp", model: MODEL, expectedTools: ["Read"], init })).toThrow(/mcp__doc-bridge__/);
+    expect(() => new TranscriptReader({ arm: "repository", model: MODEL, expectedTools: ["Read", "Read"], init })).toThrow(/duplicates/);
   });
 });
 

@@ -1,0 +1,46 @@
+/**
+ * The expected init events (src/claude/init-events.generated.ts) against the REAL Claude Code
+ * 2.1.296: every kind of run the runner starts (an attempt of each arm, the adjudicator, a session's
+ * start and resume) is run twice with the runner's own arguments, container and gateway, and the
+ * init it writes must equal the generated data field for field, with only the fields that vary per
+ * run left out. A new CLI version, or a change of the arguments that changes the init, fails here
+ * until `node --import tsx tests/conformance/measure-init.ts --write` regenerates the data.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { expectedInit, INIT_KINDS, varyingFields } from "../../src/claude/init-expectation.ts";
+import { GENERATED_INIT_EVENTS } from "../../src/claude/init-events.generated.ts";
+import { generatedFrom, measureInits, REGENERATE_INIT_COMMAND, type MeasuredInit } from "./measure-init.ts";
+
+let measured: MeasuredInit[] = [];
+
+beforeAll(async () => {
+  measured = await measureInits();
+}, 900_000);
+
+afterAll(() => {
+  measured = [];
+});
+
+describe("the measured init of every kind of run (contract R125)", () => {
+  // contract: R125
+  it("each kind ran twice and completed, and the generated data equals what the pinned binary writes now", () => {
+    const { data, problems } = generatedFrom(measured);
+    // Printed so a CI log shows the measurement itself, not only pass or fail.
+    console.log(`init kinds measured: ${measured.map((m) => `${m.kind} ${m.status}`).join(", ")}`);
+    expect(problems).toEqual([]);
+    for (const kind of INIT_KINDS) {
+      expect(data.kinds[kind], `${kind} differs from the generated data; regenerate with ${REGENERATE_INIT_COMMAND}`).toEqual(GENERATED_INIT_EVENTS.kinds[kind]);
+    }
+    expect(data.cliVersion).toBe(GENERATED_INIT_EVENTS.cliVersion);
+  });
+
+  // contract: R125
+  it("every measured init is the expectation of its kind with the run's own model and session id, and its varying fields in their shape", () => {
+    for (const m of measured) {
+      const exp = expectedInit(m.kind, { model: m.model, sessionId: m.sessionId });
+      const rest = Object.fromEntries(Object.entries(m.init).filter(([k]) => !(k in exp.varying)));
+      expect(rest).toEqual(exp.fields);
+      for (const [k, v] of Object.entries(varyingFields(m.kind))) if (k in m.init) expect(m.init[k]).toMatch(v.shape);
+    }
+  });
+});
