@@ -210,7 +210,78 @@ function listing(dir) {
   }
 }
 
-function writeRecord(label, extraProbePaths) {
+/** Where a session call's files leave the container: src/attempt/spec.ts CONTAINER.sessionChannelDir. */
+const SESSION_CHANNEL_DIR = "/run/study-runner-session";
+
+/**
+ * The agent's side of the session channel (contract R141): what happens when a process of the
+ * container user, the CLI's own, tries to write into the channel the session files leave through.
+ * Each try records "written" / "connected" or the error code the kernel gave.
+ */
+async function probeSessionChannel() {
+  if (!fs.existsSync(SESSION_CHANNEL_DIR)) return { absent: true };
+  const attempt = (f) => {
+    try {
+      f();
+      return "written";
+    } catch (err) {
+      return err.code ?? String(err);
+    }
+  };
+  const result = { absent: false, entries: listing(SESSION_CHANNEL_DIR) };
+  // The socket the wrapper was told to send through (its command line), and whatever the folder holds now.
+  let named = [];
+  try {
+    const argv = fs.readFileSync("/proc/1/cmdline", "utf8").split("\0");
+    const i = argv.indexOf("--session-out");
+    if (i >= 0 && argv[i + 1]?.startsWith(`${SESSION_CHANNEL_DIR}/`)) named = [path.basename(argv[i + 1])];
+  } catch {
+    // Unreadable: only the folder's own entries are tried.
+  }
+  result.socket = named[0] ?? null;
+  const names = [...new Set([...named, ...(result.entries.entries ?? [])])];
+  // A new file beside the socket, as the Write tool would make it.
+  result.newFile = attempt(() => fs.writeFileSync(path.join(SESSION_CHANNEL_DIR, "forged.jsonl"), "{}\n", { flag: "wx" }));
+  // Every name in the folder (the socket) opened for writing, as Edit/Write would open it.
+  result.openForWrite = Object.fromEntries(names.map((name) => [name, attempt(() => fs.closeSync(fs.openSync(path.join(SESSION_CHANNEL_DIR, name), "r+")))]));
+  // A connection of its own to each socket there.
+  result.connect = {};
+  for (const name of names) {
+    result.connect[name] = await new Promise((resolve) => {
+      const socket = net.createConnection(path.join(SESSION_CHANNEL_DIR, name));
+      const timer = setTimeout(() => (socket.destroy(), resolve("timeout")), 5000);
+      socket.on("connect", () => {
+        socket.write('{"path":"forged.jsonl","bytes":3}\n{}\n{"end":true}\n');
+        clearTimeout(timer);
+        socket.destroy();
+        resolve("connected");
+      });
+      socket.on("error", (err) => (clearTimeout(timer), resolve(err.code ?? String(err))));
+    });
+  }
+  // The wrapper's descriptors (it is PID 1): every socket among them opened for writing through /proc.
+  let fds;
+  try {
+    fds = fs.readdirSync("/proc/1/fd");
+  } catch (err) {
+    result.heldDescriptors = { listing: err.code ?? String(err) };
+    return result;
+  }
+  result.heldDescriptors = {};
+  for (const fd of fds) {
+    let target;
+    try {
+      target = fs.readlinkSync(`/proc/1/fd/${fd}`);
+    } catch (err) {
+      result.heldDescriptors[fd] = `readlink ${err.code ?? String(err)}`;
+      continue;
+    }
+    if (target.startsWith("socket:")) result.heldDescriptors[fd] = attempt(() => fs.closeSync(fs.openSync(`/proc/1/fd/${fd}`, "r+")));
+  }
+  return result;
+}
+
+function writeRecord(label, extraProbePaths, extra = {}) {
   const dir = path.join(FAKE_DIR, "records");
   if (!fs.existsSync(dir)) return;
   const home = process.env.HOME ?? null;
@@ -239,6 +310,7 @@ function writeRecord(label, extraProbePaths) {
     // What fd 0 is: /dev/null when the runner starts the container without stdin.
     stdinTarget: stdinTarget(),
     listings: Object.fromEntries([...new Set([...PROBE_PATHS, cwd, ...(home ? [home] : []), ...extraProbePaths])].map((p) => [p, listing(p)])),
+    ...extra,
   };
   // pid is 1 in every container, so a random suffix keeps two probes from overwriting each other.
   const file = path.join(dir, `${label}-${process.pid}-${randomUUID().slice(0, 8)}.json`);
@@ -828,7 +900,7 @@ async function main() {
     file = readBehaviourFile();
     // Tests hand the table in with the behaviour, so they do not depend on which build holds the shared image tag.
     if (file.prices) PRICES = file.prices;
-    writeRecord(attempt ?? "probe", [...(file.probePaths ?? [])]);
+    writeRecord(attempt ?? "probe", [...(file.probePaths ?? [])], { sessionChannel: await probeSessionChannel() });
   } catch (err) {
     // A broken behaviour file is a broken test: fail loudly rather than act "ok".
     process.stderr.write(`fake-claude: cannot use ${FAKE_DIR}: ${err.message}\n`);
