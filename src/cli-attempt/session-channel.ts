@@ -40,7 +40,12 @@ export interface SessionChannel {
   close(): Promise<void>;
 }
 
+/** The longest unix socket path Linux takes (sun_path less its NUL); a longer one is cut short silently. */
+const SOCKET_PATH_LIMIT_BYTES = 107;
+
 export async function openSessionChannel(socketDir: string, streamFile: string, limitBytes: number): Promise<SessionChannel> {
+  const wanted = join(socketDir, SESSION_CHANNEL_SOCKET);
+  if (Buffer.byteLength(wanted) > SOCKET_PATH_LIMIT_BYTES) throw new Error(`the session channel's socket path ${wanted} is longer than ${SOCKET_PATH_LIMIT_BYTES} bytes; set TMPDIR to a shorter folder`);
   const dir = await makeSocketDir(socketDir, "sr-session-channel-");
   let connection: Socket | undefined;
   let out: WriteStream | undefined;

@@ -99,7 +99,7 @@ function argv(question: string, opts: { budgetUsd?: number; session?: string[] }
 async function run(name: string, args: string[], opts: { home?: TestGatewayAttempt; env?: Record<string, string> } = {}): Promise<Run> {
   const attempt = opts.home ?? (await freshHome());
   const home = attempt.homeDir;
-  const channelPaths = sessionChannelPaths(join(dirname(home), `call-${randomUUID()}`));
+  const channelPaths = sessionChannelPaths(join(dirname(home), `call-${randomUUID().slice(0, 8)}`));
   await mkdir(dirname(channelPaths.socketDir), { mode: 0o700 });
   const channel = await openSessionChannel(channelPaths.socketDir, channelPaths.streamFile, SESSION_STREAM_LIMIT_BYTES);
   const spec = attemptContainerSpec({
