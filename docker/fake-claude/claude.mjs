@@ -34,11 +34,14 @@
 // session instead (see sessionTranscript): `session` params { questions (default 1), question,
 // edits: [{ path, content } | { path, append }, with `call` n: made in that call, else in the call
 // that says done], sessionId (report another id), failResume, turnUsage, delayMs }; the prompt may come on stdin, as the real CLI accepts it.
-// With --json-schema (the adjudicator), the ok transcript's answer is a verdict (with an
-// `armGuess`: "files-and-docs-server" when the answer shows a masked word, else "files-only"): `verdicts`
-// (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
-// correct verdict over the prompt's P1..Pn; it goes into the result's `structured_output`
-// (unless `structuredOutput: false`) and, as JSON text, into `result` (unless `answer` is given).
+// With --json-schema (the adjudicator), the ok transcript's answer is what that schema asks for:
+// a verdict: `verdicts` (item id from the prompt's "Item: <id>" line -> verdict fields), else
+// `verdict`, else a correct verdict over the prompt's P1..Pn; or, when the schema asks for
+// `armGuess` alone (the separate arm-guess call), { armGuess }: `guesses` (item id -> guess), else
+// "files-and-docs-server" when the answer shows a masked word, else "files-only"; `guessDelayMs`
+// pauses that call alone before it answers. It goes into the
+// result's `structured_output` (unless `structuredOutput: false`) and, as JSON text, into `result`
+// (unless `answer` is given).
 
 import { spawn } from "node:child_process";
 import http from "node:http";
@@ -803,9 +806,10 @@ async function okTranscript(options, b, version, prompt) {
     if (n === 0) emit({ type: "rate_limit_event", session_id: sessionId, uuid: randomUUID() });
   }
   const subtype = b.subtype ?? "success";
-  const structured = options["--json-schema"] !== undefined ? structuredVerdict(b, prompt) : undefined;
+  const structured = options["--json-schema"] !== undefined ? structuredAnswer(options["--json-schema"], b, prompt) : undefined;
   const answer = b.answer ?? (structured !== undefined ? JSON.stringify(structured) : DEFAULT_ANSWER);
   if (b.delayMs) await sleep(b.delayMs);
+  if (b.guessDelayMs && structured !== undefined && Object.keys(structured).join() === "armGuess") await sleep(b.guessDelayMs);
   const last = startTurn();
   if (structured !== undefined && b.structuredOutput !== false && b.answer === undefined) {
     // Measured: the model answers by calling StructuredOutput; the CLI acknowledges it and ends
@@ -1026,11 +1030,24 @@ function structuredVerdict(b, prompt) {
     propositions: ids.map((id, i) => ({ id, verdict: verdictOf(i), citation: verdictOf(i) === "supported" ? "valid" : "invalid", reason: `fake-claude: scripted ${outcome}` })),
     contradictions: outcome === "incorrect" ? ["fake-claude: a scripted contradiction"] : [],
     reasons: `fake-claude: scripted ${outcome} verdict for ${itemId ?? "an item without an id"}`,
-    // The guess of the arm, asked after the verdict: a naive reader that takes any masked word for a
-    // trace of the documentation server. With symmetric masking that tells nothing.
-    armGuess: /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only",
     ...given,
   };
+}
+
+/** What the `--json-schema` asks for: the arm-guess call's { armGuess } (its only property), else a verdict. */
+function structuredAnswer(schemaText, b, prompt) {
+  let properties = [];
+  try {
+    properties = Object.keys(JSON.parse(schemaText)?.properties ?? {});
+  } catch {
+    // Not JSON: answered as a verdict, which the runner then finds unusable.
+  }
+  if (properties.length !== 1 || properties[0] !== "armGuess") return structuredVerdict(b, prompt);
+  const itemId = /^Item: (\S+)$/m.exec(String(prompt).split("<<<ANSWER")[0])?.[1];
+  // A naive reader that takes any masked word for a trace of the documentation server. With
+  // symmetric masking that tells nothing.
+  const naive = /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only";
+  return { armGuess: (itemId !== undefined ? b.guesses?.[itemId] : undefined) ?? naive };
 }
 
 // ---------------------------------------------------------------------------------------

@@ -45,7 +45,8 @@ const SOCKET_PATH_LIMIT_BYTES = 107;
 
 export async function openSessionChannel(socketDir: string, streamFile: string, limitBytes: number): Promise<SessionChannel> {
   const wanted = join(socketDir, SESSION_CHANNEL_SOCKET);
-  if (Buffer.byteLength(wanted) > SOCKET_PATH_LIMIT_BYTES) throw new Error(`the session channel's socket path ${wanted} is longer than ${SOCKET_PATH_LIMIT_BYTES} bytes; set TMPDIR to a shorter folder`);
+  if (Buffer.byteLength(wanted) > SOCKET_PATH_LIMIT_BYTES)
+    throw new Error(`the session channel's socket path ${wanted} is longer than ${SOCKET_PATH_LIMIT_BYTES} bytes; set TMPDIR to a shorter folder`);
   const dir = await makeSocketDir(socketDir, "sr-session-channel-");
   let connection: Socket | undefined;
   let out: WriteStream | undefined;

@@ -1,5 +1,5 @@
 import { isDeepStrictEqual } from "node:util";
-import { readResultEvent, readVerdict } from "../adjudicate/plan.ts";
+import { readArmGuess, readResultEvent, readVerdict, transcriptIndexOf } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { settle } from "../budget/budget.ts";
@@ -203,6 +203,33 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
         differences.push(`items[${item.position}] (observation ${item.observationIndex}).verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
     }
     verified++;
+  }
+  // The arm-guess calls, asked after the verdicts: their runs and guesses read again the same way.
+  for (const item of record.items) {
+    const run = item.armGuess?.run;
+    if (run === undefined || run.phase === "reserved") continue;
+    const where = `items[${item.position}] (observation ${item.observationIndex}).armGuess.run`;
+    const checked = await checkRun(
+      {
+        privateFile: path,
+        noun: "record",
+        index: transcriptIndexOf("arm-guess", item.observationIndex, record.ledger.observations),
+        where,
+        run,
+        arm: "repository",
+        expectedTools: adjudicatorInitTools(),
+        model: record.adjudicator.model,
+        cliVersion: record.adjudicator.expectedCliVersion,
+        capUsd: record.budget.capUsd,
+      },
+      differences,
+    );
+    if (!checked?.verified) continue;
+    const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
+    for (const line of checked.lines) readResultEvent(line, out);
+    const reading = run.status === "completed" ? readArmGuess(out.structuredOutput, out.resultText) : null;
+    const again = reading?.ok ? reading.guess : null;
+    if (again !== item.armGuess!.guess) differences.push(differ(`items[${item.position}] (observation ${item.observationIndex}).armGuess`, "guess", item.armGuess!.guess, again));
   }
   return { path, observations: record.items.length, verified, differences };
 }
