@@ -257,6 +257,24 @@ describe("adjudicate a pilot of the demo", () => {
     expect(html.stdout).toContain("Departure from the protocol");
   });
 
+  it("ledger verify --adjudication reads every verdict call and arm-guess call again, and names a guess changed after the fact", async () => {
+    const ok = await runCli(["ledger", "verify", ledgerPath, "--adjudication", result.path]);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    // One transcript per call: each item's verdict and its guess.
+    const { readdir, writeFile, cp } = await import("node:fs/promises");
+    expect((await readdir(`${result.path}.transcripts`)).length).toBe(2 * result.record.items.length);
+    const copy = join(work, "pilot-guess-edited.adjudication.json");
+    await cp(`${result.path}.transcripts`, `${copy}.transcripts`, { recursive: true });
+    const edited = structuredClone(result.record);
+    const g = edited.items[0]!.armGuess!;
+    g.guess = g.guess === "files-only" ? "files-and-docs-server" : "files-only";
+    g.correct = !g.correct;
+    await writeFile(copy, JSON.stringify(edited, null, 2), { mode: 0o600 });
+    const r = await runCli(["ledger", "verify", ledgerPath, "--adjudication", copy]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`adjudication items[0] (observation ${edited.items[0]!.observationIndex}).armGuess.guess: ledger ${JSON.stringify(g.guess)}, transcript gives`);
+  });
+
   // contract: R143
   it("asks the arm guess only after the verdict is recorded: a runner killed while the guess runs leaves the verdict on disk and no guess", async () => {
     const f = await fake({ default: { kind: "ok", guessDelayMs: 120_000 } });
