@@ -34,11 +34,14 @@
 // session instead (see sessionTranscript): `session` params { questions (default 1), question,
 // edits: [{ path, content } | { path, append }, with `call` n: made in that call, else in the call
 // that says done], sessionId (report another id), resultSessionId (null: no session_id in the result; a string: that id in the result only), failResume, turnUsage, delayMs }; the prompt may come on stdin, as the real CLI accepts it.
-// With --json-schema (the adjudicator), the ok transcript's answer is a verdict (with an
-// `armGuess`: "files-and-docs-server" when the answer shows a masked word, else "files-only"): `verdicts`
-// (item id from the prompt's "Item: <id>" line -> verdict fields), else `verdict`, else a
-// correct verdict over the prompt's P1..Pn; it goes into the result's `structured_output`
-// (unless `structuredOutput: false`) and, as JSON text, into `result` (unless `answer` is given).
+// With --json-schema (the adjudicator), the ok transcript's answer is what that schema asks for:
+// a verdict: `verdicts` (item id from the prompt's "Item: <id>" line -> verdict fields), else
+// `verdict`, else a correct verdict over the prompt's P1..Pn; or, when the schema asks for
+// `armGuess` alone (the separate arm-guess call), { armGuess }: `guesses` (item id -> guess), else
+// "files-and-docs-server" when the answer shows a masked word, else "files-only"; `guessDelayMs`
+// pauses that call alone before it answers. It goes into the
+// result's `structured_output` (unless `structuredOutput: false`) and, as JSON text, into `result`
+// (unless `answer` is given).
 
 import { spawn } from "node:child_process";
 import http from "node:http";
@@ -241,7 +244,78 @@ function listing(dir) {
   }
 }
 
-function writeRecord(label, extraProbePaths) {
+/** Where a session call's files leave the container: src/attempt/spec.ts CONTAINER.sessionChannelDir. */
+const SESSION_CHANNEL_DIR = "/run/study-runner-session";
+
+/**
+ * The agent's side of the session channel (contract R141): what happens when a process of the
+ * container user, the CLI's own, tries to write into the channel the session files leave through.
+ * Each try records "written" / "connected" or the error code the kernel gave.
+ */
+async function probeSessionChannel() {
+  if (!fs.existsSync(SESSION_CHANNEL_DIR)) return { absent: true };
+  const attempt = (f) => {
+    try {
+      f();
+      return "written";
+    } catch (err) {
+      return err.code ?? String(err);
+    }
+  };
+  const result = { absent: false, entries: listing(SESSION_CHANNEL_DIR) };
+  // The socket the wrapper was told to send through (its command line), and whatever the folder holds now.
+  let named = [];
+  try {
+    const argv = fs.readFileSync("/proc/1/cmdline", "utf8").split("\0");
+    const i = argv.indexOf("--session-out");
+    if (i >= 0 && argv[i + 1]?.startsWith(`${SESSION_CHANNEL_DIR}/`)) named = [path.basename(argv[i + 1])];
+  } catch {
+    // Unreadable: only the folder's own entries are tried.
+  }
+  result.socket = named[0] ?? null;
+  const names = [...new Set([...named, ...(result.entries.entries ?? [])])];
+  // A new file beside the socket, as the Write tool would make it.
+  result.newFile = attempt(() => fs.writeFileSync(path.join(SESSION_CHANNEL_DIR, "forged.jsonl"), "{}\n", { flag: "wx" }));
+  // Every name in the folder (the socket) opened for writing, as Edit/Write would open it.
+  result.openForWrite = Object.fromEntries(names.map((name) => [name, attempt(() => fs.closeSync(fs.openSync(path.join(SESSION_CHANNEL_DIR, name), "r+")))]));
+  // A connection of its own to each socket there.
+  result.connect = {};
+  for (const name of names) {
+    result.connect[name] = await new Promise((resolve) => {
+      const socket = net.createConnection(path.join(SESSION_CHANNEL_DIR, name));
+      const timer = setTimeout(() => (socket.destroy(), resolve("timeout")), 5000);
+      socket.on("connect", () => {
+        socket.write('{"path":"forged.jsonl","bytes":3}\n{}\n{"end":true}\n');
+        clearTimeout(timer);
+        socket.destroy();
+        resolve("connected");
+      });
+      socket.on("error", (err) => (clearTimeout(timer), resolve(err.code ?? String(err))));
+    });
+  }
+  // The wrapper's descriptors (it is PID 1): every socket among them opened for writing through /proc.
+  let fds;
+  try {
+    fds = fs.readdirSync("/proc/1/fd");
+  } catch (err) {
+    result.heldDescriptors = { listing: err.code ?? String(err) };
+    return result;
+  }
+  result.heldDescriptors = {};
+  for (const fd of fds) {
+    let target;
+    try {
+      target = fs.readlinkSync(`/proc/1/fd/${fd}`);
+    } catch (err) {
+      result.heldDescriptors[fd] = `readlink ${err.code ?? String(err)}`;
+      continue;
+    }
+    if (target.startsWith("socket:")) result.heldDescriptors[fd] = attempt(() => fs.closeSync(fs.openSync(`/proc/1/fd/${fd}`, "r+")));
+  }
+  return result;
+}
+
+function writeRecord(label, extraProbePaths, extra = {}) {
   const dir = path.join(FAKE_DIR, "records");
   if (!fs.existsSync(dir)) return;
   const home = process.env.HOME ?? null;
@@ -270,6 +344,7 @@ function writeRecord(label, extraProbePaths) {
     // What fd 0 is: /dev/null when the runner starts the container without stdin.
     stdinTarget: stdinTarget(),
     listings: Object.fromEntries([...new Set([...PROBE_PATHS, cwd, ...(home ? [home] : []), ...extraProbePaths])].map((p) => [p, listing(p)])),
+    ...extra,
   };
   // pid is 1 in every container, so a random suffix keeps two probes from overwriting each other.
   const file = path.join(dir, `${label}-${process.pid}-${randomUUID().slice(0, 8)}.json`);
@@ -756,9 +831,10 @@ async function okTranscript(options, b, version, prompt) {
     if (n === 0) emit({ type: "rate_limit_event", session_id: sessionId, uuid: randomUUID() });
   }
   const subtype = b.subtype ?? "success";
-  const structured = options["--json-schema"] !== undefined ? structuredVerdict(b, prompt) : undefined;
+  const structured = options["--json-schema"] !== undefined ? structuredAnswer(options["--json-schema"], b, prompt) : undefined;
   const answer = b.answer ?? (structured !== undefined ? JSON.stringify(structured) : DEFAULT_ANSWER);
   if (b.delayMs) await sleep(b.delayMs);
+  if (b.guessDelayMs && structured !== undefined && Object.keys(structured).join() === "armGuess") await sleep(b.guessDelayMs);
   const last = startTurn();
   if (structured !== undefined && b.structuredOutput !== false && b.answer === undefined) {
     // Measured: the model answers by calling StructuredOutput; the CLI acknowledges it and ends
@@ -853,7 +929,7 @@ async function main() {
     file = readBehaviourFile();
     // Tests hand the table in with the behaviour, so they do not depend on which build holds the shared image tag.
     if (file.prices) PRICES = file.prices;
-    writeRecord(attempt ?? "probe", [...(file.probePaths ?? [])]);
+    writeRecord(attempt ?? "probe", [...(file.probePaths ?? [])], { sessionChannel: await probeSessionChannel() });
   } catch (err) {
     // A broken behaviour file is a broken test: fail loudly rather than act "ok".
     process.stderr.write(`fake-claude: cannot use ${FAKE_DIR}: ${err.message}\n`);
@@ -979,11 +1055,24 @@ function structuredVerdict(b, prompt) {
     propositions: ids.map((id, i) => ({ id, verdict: verdictOf(i), citation: verdictOf(i) === "supported" ? "valid" : "invalid", reason: `fake-claude: scripted ${outcome}` })),
     contradictions: outcome === "incorrect" ? ["fake-claude: a scripted contradiction"] : [],
     reasons: `fake-claude: scripted ${outcome} verdict for ${itemId ?? "an item without an id"}`,
-    // The guess of the arm, asked after the verdict: a naive reader that takes any masked word for a
-    // trace of the documentation server. With symmetric masking that tells nothing.
-    armGuess: /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only",
     ...given,
   };
+}
+
+/** What the `--json-schema` asks for: the arm-guess call's { armGuess } (its only property), else a verdict. */
+function structuredAnswer(schemaText, b, prompt) {
+  let properties = [];
+  try {
+    properties = Object.keys(JSON.parse(schemaText)?.properties ?? {});
+  } catch {
+    // Not JSON: answered as a verdict, which the runner then finds unusable.
+  }
+  if (properties.length !== 1 || properties[0] !== "armGuess") return structuredVerdict(b, prompt);
+  const itemId = /^Item: (\S+)$/m.exec(String(prompt).split("<<<ANSWER")[0])?.[1];
+  // A naive reader that takes any masked word for a trace of the documentation server. With
+  // symmetric masking that tells nothing.
+  const naive = /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only";
+  return { armGuess: (itemId !== undefined ? b.guesses?.[itemId] : undefined) ?? naive };
 }
 
 // ---------------------------------------------------------------------------------------

@@ -24,13 +24,22 @@
 //                     A TMPDIR under $HOME (a session container has no writable /tmp) is created.
 //   --stdin <file>    the command's stdin is this file (a session task's prompt), not the closed
 //                     stdin of the container: the prompt never becomes an argument.
-//   --projects <dir>  a session's state (needs --login): regular files under <dir> are copied into
-//                     $HOME/.claude/projects before the command starts, and when it exits every
-//                     regular file under $HOME/.claude/projects is copied back to <dir>: never
+//   --projects <dir>  a session's state (needs --login and --session-out): regular files under
+//                     <dir> are copied into $HOME/.claude/projects before the command starts: never
 //                     through a symlink (lstat, O_NOFOLLOW), at most 8 MiB a file and 32 MiB in all,
 //                     names of letters, digits, '.', '_' and '-' only, at most 4 levels deep.
-//   --projects-out <dir>  where the session files are copied back instead of <projects dir>: a
-//                     folder of their own, so the staged login folder can be mounted read-only.
+//   --session-out <socket>  the channel the session files leave through: a unix socket the runner
+//                     listens on, in a folder mounted read-only. This process connects to it before
+//                     the command starts and waits for the runner's "ready" line, which the runner
+//                     sends only after it has closed its listener: from then on nobody else can
+//                     connect, and the connection is a descriptor of this process alone (close-on-
+//                     exec, so the command does not inherit it; a socket cannot be opened through
+//                     /proc/<pid>/fd, ENXIO). When the command exits, every regular file under
+//                     $HOME/.claude/projects (the same bounds as --projects) is written to it as
+//                     frames: a JSON line {"path","bytes"} and the bytes, then {"end":true}. So the
+//                     agent's file tools have no path to write into what leaves, whatever its
+//                     permission rules say: the kernel refuses (EROFS for the folder, ENXIO for the
+//                     socket, ECONNREFUSED/ENOENT for a second connection).
 //
 // Why one wrapper process rather than a shell line or a second container: a scratch image has no
 // shell, and a sidecar would need a shared network namespace; here the relays live exactly as long
@@ -49,7 +58,8 @@ const fs = require("node:fs");
 const { constants } = require("node:os");
 const path = require("node:path");
 
-const USAGE = "usage: with-relay.cjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] [--stdin <file>] [--projects <dir> [--projects-out <dir>]] -- <command> [args...]";
+const USAGE =
+  "usage: with-relay.cjs [--login <dir>] [--api <unix-socket-path>] [--proxy <unix-socket-path>] [--stdin <file>] [--projects <dir> --session-out <unix-socket-path>] -- <command> [args...]";
 /** Bounds of a session's state copied out of the container (src/session/ keeps them). */
 const PROJECT_FILE_LIMIT_BYTES = 8 * 1024 * 1024;
 const PROJECTS_LIMIT_BYTES = 32 * 1024 * 1024;
@@ -84,7 +94,7 @@ if (options.length === 1 && !options[0].startsWith("--")) {
   sockets.api = options[0];
 } else {
   for (let i = 0; i < options.length; i += 2) {
-    const kind = { "--api": "api", "--proxy": "proxy", "--login": "login", "--stdin": "stdin", "--projects": "projects", "--projects-out": "projectsOut" }[options[i]];
+    const kind = { "--api": "api", "--proxy": "proxy", "--login": "login", "--stdin": "stdin", "--projects": "projects", "--session-out": "sessionOut" }[options[i]];
     if (kind === undefined || options[i + 1] === undefined || sockets[kind] !== undefined) fail(2, USAGE);
     sockets[kind] = options[i + 1];
   }
@@ -93,13 +103,13 @@ if (Object.keys(sockets).length === 0) fail(2, USAGE);
 const loginDir = sockets.login;
 const stdinFile = sockets.stdin;
 const projectsDir = sockets.projects;
-const projectsOutDir = sockets.projectsOut ?? projectsDir;
-delete sockets.projectsOut;
+const sessionOut = sockets.sessionOut;
+delete sockets.sessionOut;
 delete sockets.login;
 delete sockets.stdin;
 delete sockets.projects;
 if (projectsDir !== undefined && loginDir === undefined) fail(2, "--projects needs --login");
-if (projectsOutDir !== undefined && projectsDir === undefined) fail(2, "--projects-out needs --projects");
+if ((projectsDir === undefined) !== (sessionOut === undefined)) fail(2, "--projects and --session-out go together: the session files come in through one and leave through the other");
 
 const relays = [];
 if (sockets.api !== undefined) relays.push({ port: loopbackPort("ANTHROPIC_BASE_URL"), socket: sockets.api });
@@ -174,8 +184,8 @@ function copyLoginOut() {
 
 /**
  * Copies the regular files of one tree into another: never a symlink, a special file or a name
- * outside PROJECT_NAME_RE, within the size bounds. Used both ways: the tree leaving the container
- * was writable by the agent, so it is read as untrusted (lstat, then O_NOFOLLOW).
+ * outside PROJECT_NAME_RE, within the size bounds (lstat, then O_NOFOLLOW): the staged session
+ * files coming in. Those going out are read the same way by sessionFrames.
  */
 function copyTree(from, to, budget, depth = 0) {
   let names;
@@ -230,12 +240,87 @@ function writePrivateFile(file, bytes) {
   }
 }
 
-function copyProjectsOut() {
-  try {
-    copyTree(path.join(home, ".claude", "projects"), projectsOutDir, { left: PROJECTS_LIMIT_BYTES });
-  } catch (err) {
-    process.stderr.write(`with-relay: the session files could not be copied back (${err.code ?? "error"})\n`);
-  }
+/**
+ * Opens the session channel before the command starts: connects, then waits for the runner's
+ * "ready" line (sent once its listener is closed). Resolves with the connected socket.
+ */
+function openSessionChannel() {
+  const net = require("node:net");
+  return new Promise((resolve, reject) => {
+    const socket = net.createConnection(sessionOut);
+    let seen = "";
+    const timer = setTimeout(() => (socket.destroy(), reject(new Error("no ready line within 30 s"))), 30_000);
+    socket.on("error", (err) => (clearTimeout(timer), reject(err)));
+    socket.on("data", function onData(chunk) {
+      seen += chunk.toString("latin1");
+      if (seen.length > 64) return socket.destroy(new Error("the runner's greeting is not a ready line"));
+      if (!seen.includes("\n")) return;
+      clearTimeout(timer);
+      socket.off("data", onData);
+      socket.removeAllListeners("error");
+      // The runner may go away while the command runs; sendSessionFiles reports it then.
+      socket.on("error", () => {});
+      if (seen !== "ready\n") return reject(new Error("the runner's greeting is not a ready line"));
+      resolve(socket);
+    });
+  });
+}
+
+/** The session files under $HOME/.claude/projects as frames, within the bounds copyTree keeps. */
+function sessionFrames() {
+  const frames = [];
+  const budget = { left: PROJECTS_LIMIT_BYTES };
+  const walk = (from, rel, depth) => {
+    let names;
+    try {
+      names = fs.readdirSync(from);
+    } catch (err) {
+      if (err.code === "ENOENT") return;
+      throw err;
+    }
+    for (const name of names.sort()) {
+      if (!PROJECT_NAME_RE.test(name) || name === "." || name === "..") {
+        process.stderr.write(`with-relay: session file name ${JSON.stringify(name.slice(0, 80))} is not copied\n`);
+        continue;
+      }
+      const source = path.join(from, name);
+      const st = fs.lstatSync(source);
+      if (st.isDirectory()) {
+        if (depth + 1 < PROJECTS_MAX_DEPTH) walk(source, [...rel, name], depth + 1);
+        continue;
+      }
+      if (!st.isFile() || st.size > PROJECT_FILE_LIMIT_BYTES || budget.left < st.size) {
+        process.stderr.write(`with-relay: session file ${name} is not a regular file within the bounds; not copied\n`);
+        continue;
+      }
+      const bytes = readRegularFile(source);
+      if (bytes === undefined || bytes.length > PROJECT_FILE_LIMIT_BYTES || budget.left < bytes.length) continue;
+      budget.left -= bytes.length;
+      frames.push(Buffer.from(`${JSON.stringify({ path: [...rel, name].join("/"), bytes: bytes.length })}\n`), bytes);
+    }
+  };
+  walk(path.join(home, ".claude", "projects"), [], 0);
+  frames.push(Buffer.from('{"end":true}\n'));
+  return frames;
+}
+
+/** Writes the session files to the channel and resolves once the runner has closed it (or after 30 s). */
+function sendSessionFiles(channel) {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => (channel.destroy(), resolve()), 30_000);
+    channel.on("error", (err) => process.stderr.write(`with-relay: the session files could not be sent (${err.code ?? "error"})\n`));
+    channel.on("close", () => (clearTimeout(timer), resolve()));
+    channel.resume();
+    try {
+      for (const frame of sessionFrames()) channel.write(frame);
+    } catch (err) {
+      // No end frame: the runner keeps the session's previous state.
+      process.stderr.write(`with-relay: the session files could not be read (${err.code ?? "error"})\n`);
+      channel.destroy();
+      return;
+    }
+    channel.end();
+  });
 }
 
 function reportFullHome() {
@@ -251,7 +336,8 @@ function reportFullHome() {
 startRelays().then(main, (err) => fail(1, `cannot start the relays: ${err.message}`));
 
 /** Stages the login and the session files, then runs the command and exits with its code. */
-function main() {
+async function main() {
+  let channel;
   if (loginDir !== undefined) {
     try {
       stageLoginIn();
@@ -263,6 +349,13 @@ function main() {
         copyTree(projectsDir, path.join(home, ".claude", "projects"), { left: PROJECTS_LIMIT_BYTES });
       } catch (err) {
         fail(2, `cannot copy the session files from ${projectsDir} into HOME: ${err.code ?? err.message}`);
+      }
+    }
+    if (sessionOut !== undefined) {
+      try {
+        channel = await openSessionChannel();
+      } catch (err) {
+        fail(2, `cannot open the session channel ${sessionOut}: ${err.code ?? err.message}`);
       }
     }
     try {
@@ -287,10 +380,10 @@ function main() {
   const forwarded = ["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
   for (const signal of forwarded) process.on(signal, () => child.kill(signal));
   child.on("error", (err) => fail(err.code === "ENOENT" ? 127 : 126, `cannot start ${command}: ${err.message}`));
-  child.on("exit", (code, signal) => {
+  child.on("exit", async (code, signal) => {
     if (loginDir !== undefined) {
       copyLoginOut();
-      if (projectsDir !== undefined) copyProjectsOut();
+      if (channel !== undefined) await sendSessionFiles(channel);
       reportFullHome();
     }
     process.exit(code ?? 128 + (signal ? (constants.signals[signal] ?? 0) : 0));

@@ -2,8 +2,8 @@ import type { Ledger, Observation } from "../ledger/schema.ts";
 import type { Manifest, Task } from "../manifest/schema.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import { maskTerms, maskText, type MaskTerm } from "./mask.ts";
-import { buildAdjudicatorPrompt, checkAdjudicatorPrompt, itemIdFor, shuffledOrder } from "./prompt.ts";
-import { VerdictSchema, type Outcome, type Verdict } from "./schema.ts";
+import { buildAdjudicatorPrompt, buildArmGuessPrompt, checkAdjudicatorPrompt, itemIdFor, shuffledOrder } from "./prompt.ts";
+import { ArmGuessAnswerSchema, VerdictSchema, type ArmGuess, type Outcome, type Verdict } from "./schema.ts";
 
 /**
  * What happens to each observation, decided before anything is spent (pure). An attempt that did
@@ -24,8 +24,10 @@ export interface PlannedItem {
   position: number;
   /** Set when the runner decides without a model run. */
   decision: { outcome: Extract<Outcome, "blocked" | "incomplete">; reason: string } | null;
-  /** The adjudicator prompt, when a model run is needed. */
+  /** The adjudicator's verdict prompt, when a model run is needed. */
   prompt: string | null;
+  /** The arm-guess prompt, asked in its own call once the verdict is recorded; null with `prompt`. */
+  guessPrompt: string | null;
   maskedTerms: Record<string, number>;
   expectedCount: number;
 }
@@ -77,12 +79,14 @@ export function planAdjudication(ledger: Ledger, manifest: Manifest, seed: numbe
       expectedCount: task?.expected.length ?? 0,
     };
     const decision = decide(o, task);
-    if (decision !== null) return { ...base, decision, prompt: null, maskedTerms: {} };
+    if (decision !== null) return { ...base, decision, prompt: null, guessPrompt: null, maskedTerms: {} };
     const masked = maskText(o.answer!, terms);
     const prompt = buildAdjudicatorPrompt({ itemId, task: task!, maskedAnswer: masked.text });
-    const tooLong = checkAdjudicatorPrompt(prompt);
-    if (tooLong) return { ...base, decision: { outcome: "blocked", reason: `${tooLong}; the answer cannot be shown to the adjudicator whole` }, prompt: null, maskedTerms: masked.counts };
-    return { ...base, decision: null, prompt, maskedTerms: masked.counts };
+    const guessPrompt = buildArmGuessPrompt({ itemId, task: task!, maskedAnswer: masked.text });
+    const tooLong = checkAdjudicatorPrompt(prompt) ?? checkAdjudicatorPrompt(guessPrompt);
+    if (tooLong)
+      return { ...base, decision: { outcome: "blocked", reason: `${tooLong}; the answer cannot be shown to the adjudicator whole` }, prompt: null, guessPrompt: null, maskedTerms: masked.counts };
+    return { ...base, decision: null, prompt, guessPrompt, maskedTerms: masked.counts };
   });
   return { seed, order, terms, items };
 }
@@ -127,6 +131,32 @@ export function readVerdict(structuredOutput: unknown, resultText: string | null
     return { ok: false, problem: "the verdict says partial, but no proposition is supported or partial" };
   }
   return { ok: true, verdict: { ...v, propositions: [...v.propositions].sort((a, b) => Number(a.id.slice(1)) - Number(b.id.slice(1))) }, source };
+}
+
+/**
+ * Where an item's transcripts are kept beside the record (<record>.transcripts/NNNN.jsonl): the
+ * verdict call's under the observation's index, the arm-guess call's after every verdict's.
+ */
+export function transcriptIndexOf(ask: "verdict" | "arm-guess", observationIndex: number, observations: number): number {
+  return ask === "verdict" ? observationIndex : observations + observationIndex;
+}
+
+export type ArmGuessReading = { ok: true; guess: ArmGuess } | { ok: false; problem: string };
+
+/** The arm-guess call's answer: `structured_output`, else the JSON text of `result`, matching `{ armGuess }`. */
+export function readArmGuess(structuredOutput: unknown, resultText: string | null): ArmGuessReading {
+  let candidate = structuredOutput;
+  if (candidate === undefined || candidate === null) {
+    if (resultText === null) return { ok: false, problem: "the result has neither structured_output nor a result text" };
+    try {
+      candidate = JSON.parse(resultText);
+    } catch {
+      return { ok: false, problem: "the result has no structured_output and its result text is not JSON" };
+    }
+  }
+  const parsed = ArmGuessAnswerSchema.safeParse(candidate);
+  if (!parsed.success) return { ok: false, problem: `the guess does not match its schema: ${formatIssues(parsed.error.issues).slice(0, 3).join("; ")}` };
+  return { ok: true, guess: parsed.data.armGuess };
 }
 
 /** Keeps the structured output and the result text of the last result event; its validity is the transcript reader's verdict. */

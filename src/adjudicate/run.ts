@@ -16,9 +16,9 @@ import { runLoop, type RunKind } from "../loop/loop.ts";
 import { runCliInContainer, type CliRunDeps } from "../cli-attempt/run.ts";
 import { emptyRunFacts } from "../cli-attempt/record.ts";
 import { MASK } from "./mask.ts";
-import { adjudicatorArguments, adjudicatorInitTools } from "./prompt.ts";
+import { adjudicatorArguments, adjudicatorInitTools, armGuessJsonSchema } from "./prompt.ts";
 import { armGuessOf } from "./blinding.ts";
-import { planAdjudication, readResultEvent, readVerdict, type PlannedItem } from "./plan.ts";
+import { planAdjudication, readArmGuess, readResultEvent, readVerdict, transcriptIndexOf, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
@@ -149,7 +149,13 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   const gateway = await gatewayForRun(config, { model: config.model, login, holder: id, limit: { usd: config.itemBudgetUsd, flag: "--item-budget-usd" }, fakeImage });
   if (!gateway) return { probed, login, ociRuntime };
   // The fake claude image sends no model request: there is no metered usage to hold its transcript to.
-  return { probed, login, ociRuntime, gateway: gatewayUnits<PlannedItem>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
+  return { probed, login, ociRuntime, gateway: gatewayUnits<Unit>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
+}
+
+/** One paid question about one item: its verdict, or afterwards the separate guess of its arm. */
+interface Unit {
+  ask: "verdict" | "arm-guess";
+  p: PlannedItem;
 }
 
 function emptyRun(reservationUsd: number): AdjudicatorRun {
@@ -225,34 +231,54 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   };
   const tag = (p: PlannedItem) => `[${p.position + 1}/${plan.items.length}] ${p.itemId}`;
 
-  const locks = new Map<PlannedItem, LoginLock>();
-  const structured = new Map<PlannedItem, { structuredOutput: unknown; resultText: string | null }>();
-  const kind: RunKind<PlannedItem, AdjudicatorRun> = {
+  // Each item is asked twice, in this order: its verdict, and once that is recorded, in a call of
+  // its own, the arm guess that measures blinding (contract R142). The verdict call hears nothing
+  // of arms; the guess can change nothing in the verdict.
+  const units: Unit[] = plan.items.flatMap((p) => [
+    { ask: "verdict", p },
+    { ask: "arm-guess", p },
+  ]);
+  const itemOf = (p: PlannedItem) => record.items.find((i) => i.observationIndex === p.observationIndex);
+  const locks = new Map<Unit, LoginLock>();
+  const structured = new Map<Unit, { structuredOutput: unknown; resultText: string | null }>();
+  const kind: RunKind<Unit, AdjudicatorRun> = {
     noun: "item",
-    number: (p) => p.position + 1,
-    describe: (p) => `the adjudicator run of item ${p.position + 1}`,
+    number: ({ p }) => p.position + 1,
+    name: ({ ask, p }) => (ask === "verdict" ? `item ${p.position + 1}` : `the arm guess of item ${p.position + 1}`),
+    describe: ({ ask, p }) => (ask === "verdict" ? `the adjudicator run of item ${p.position + 1}` : `the arm-guess run of item ${p.position + 1}`),
     limitUsd: config.itemBudgetUsd,
-    recordWithoutRun(p) {
+    recordWithoutRun({ ask, p }) {
+      if (ask === "arm-guess") {
+        // Only a verdict on record is followed by its guess.
+        const item = itemOf(p);
+        return item === undefined || item.decidedBy !== "adjudicator" || item.verdict === null;
+      }
       if (p.decision === null) return false;
       record.items.push(decided(p, p.decision.outcome, p.decision.reason, "runner"));
       say(`${tag(p)}: ${p.decision.outcome} (no adjudicator run)`);
       return true;
     },
     // As for attempts: the login before the reservation, held until the login is written back.
-    async acquire(p) {
-      if (gateway) return gateway.acquire(p);
+    async acquire(u) {
+      if (gateway) return gateway.acquire(u);
       const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: adjudicationId, signal: deps.signal });
-      locks.set(p, lock);
-      return { release: () => (locks.delete(p), lock.release()) };
+      locks.set(u, lock);
+      return { release: () => (locks.delete(u), lock.release()) };
     },
-    open(p, reservationUsd) {
+    open({ ask, p }, reservationUsd) {
+      if (ask === "arm-guess") {
+        const item = itemOf(p)!;
+        item.armGuess = armGuessOf(null, p.arm, emptyRun(reservationUsd));
+        return item.armGuess.run;
+      }
       const item: Item = { ...decided(p, "blocked", "pending", null), outcome: null, score: null, reason: null, run: emptyRun(reservationUsd) };
       record.items.push(item);
       return item.run!;
     },
-    async runOne(p, ctx) {
+    async runOne(u, ctx) {
+      const { ask, p } = u;
       const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
-      structured.set(p, out);
+      structured.set(u, out);
       const result = await runCliInContainer(
         deps,
         {
@@ -260,21 +286,24 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           export: adjudicatorFilterOptions({
             ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)),
             ...(config.exportLimits ? { limits: config.exportLimits } : {}),
-            labels: { run: adjudicationId, attempt: `adjudicate-${p.position}` },
+            labels: { run: adjudicationId, attempt: `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}` },
           }),
           login,
-          lock: locks.get(p),
+          lock: locks.get(u),
           // What this item may still spend under the cap: the cap less every charge and hold but its own.
-          gateway: gateway?.input(p, ctx.reservation!.reservedUsd, () => config.capUsd - record.budget.spentUsd + ctx.reservation!.reservedUsd),
+          gateway: gateway?.input(u, ctx.reservation!.reservedUsd, () => config.capUsd - record.budget.spentUsd + ctx.reservation!.reservedUsd),
           image: config.image,
-          argv: adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! }),
+          argv:
+            ask === "verdict"
+              ? adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! })
+              : adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.guessPrompt!, jsonSchema: armGuessJsonSchema() }),
           arm: "repository",
           model: config.model,
           expectedTools: adjudicatorInitTools(),
           expectedInit: expectedInit("adjudicator", { model: config.model }),
           expectedCliVersion: config.expectedCliVersion,
           network: networkFor(config.isolation),
-          labels: runnerLabels(adjudicationId, `adjudicate-${p.position}`),
+          labels: runnerLabels(adjudicationId, `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}`),
           attemptIndex: p.position,
           fake: config.fake,
           modelApiSocket: config.modelApi?.socketPath,
@@ -282,7 +311,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           timeoutMs: config.timeoutMs,
           stdoutLimitBytes: config.stdoutLimitBytes,
           onLine: (line) => readResultEvent(line, out),
-          transcripts: { store: transcripts, index: p.observationIndex },
+          transcripts: { store: transcripts, index: transcriptIndexOf(ask, p.observationIndex, config.ledger.observations.length) },
         },
         ctx.entry,
         ctx.persist,
@@ -290,10 +319,19 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       if (result.gateway) ctx.entry.gateway = result.gateway;
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
-    settled(p, run, stopReason) {
-      const item = record.items[record.items.length - 1]!;
-      const out = structured.get(p);
-      structured.delete(p);
+    settled(u, run, stopReason) {
+      const { ask, p } = u;
+      const item = itemOf(p)!;
+      const out = structured.get(u);
+      structured.delete(u);
+      if (ask === "arm-guess") {
+        // A guess changes nothing in the item's outcome; a run that did not complete stops the adjudication like any other.
+        const reading =
+          run.status === "completed" ? readArmGuess(out?.structuredOutput, out?.resultText ?? null) : { ok: false as const, problem: stopReason ?? `the arm-guess run ended ${run.status}` };
+        item.armGuess = reading.ok ? armGuessOf(reading.guess, p.arm, run) : armGuessOf(null, p.arm, run, `no guess: ${reading.problem}`);
+        say(`${tag(p)}: arm guess ${reading.ok ? "recorded" : "missing"}, charged ${run.chargedUsd} USD, spent ${record.budget.spentUsd} of ${config.capUsd} USD`);
+        return;
+      }
       if (run.status !== "completed") {
         Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: stopReason });
       } else {
@@ -305,7 +343,6 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
             decidedBy: "adjudicator",
             reason: `adjudicator verdict (from ${reading.source})`,
             verdict: reading.verdict,
-            armGuess: armGuessOf(reading.verdict, p.arm),
           });
         } else {
           // One unusable verdict says nothing about the others: this item is missing, the rest go on.
@@ -314,18 +351,19 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       }
       say(`${tag(p)}: ${item.outcome}, charged ${run.chargedUsd} USD, spent ${record.budget.spentUsd} of ${config.capUsd} USD`);
     },
-    notReached(p, stopReason) {
-      record.items.push(decided(p, "blocked", `not adjudicated: ${stopReason}`, "runner"));
+    notReached({ ask, p }, stopReason) {
+      // An item whose verdict is recorded keeps it; only its guess is not asked.
+      if (ask === "verdict") record.items.push(decided(p, "blocked", `not adjudicated: ${stopReason}`, "runner"));
     },
   };
   const end = await runLoop({
     kind,
-    units: plan.items,
+    units,
     book: record,
     capUsd: config.capUsd,
     doneStatus: "complete",
     persist: () => writeRecord(handle, record),
-    progress: { start: (p) => say(`${tag(p)}: started`), end: () => {}, stopLive: () => {} },
+    progress: { start: ({ ask, p }) => say(`${tag(p)}: ${ask === "verdict" ? "started" : "arm guess started"}`), end: () => {}, stopLive: () => {} },
     checkpoint: deps.checkpoint,
     signal: deps.signal,
   }).finally(() => closeGateway?.());

@@ -32,16 +32,31 @@ export const OUTCOME_SCORES: Readonly<Record<Outcome, number | null>> = Object.f
 export const PropositionVerdictSchema = z.enum(["supported", "partial", "contradicted", "missing"]);
 
 /**
- * The adjudicator's guess, asked after its verdict, of which arm wrote the answer: how blinding
- * is measured. A forced choice, so a blind adjudicator is right half the time.
+ * The two runs the arm guess chooses between, each with how it is described to the grader in
+ * that question alone (src/adjudicate/prompt.ts buildArmGuessPrompt). The verdict call never
+ * hears of them (contract R87, R142): the verdict prompt is checked against these words.
  */
-export const ArmGuessSchema = z.enum(["files-only", "files-and-docs-server"]).meta({
-  description:
-    "after grading: which run wrote this answer, the one with the repository's files only (files-only) or the one that could also query a documentation server (files-and-docs-server); a guess, it changes nothing in the grade",
+export const ARM_GUESS_CHOICES = Object.freeze({
+  "files-only": "it could read the repository's files and nothing else",
+  "files-and-docs-server": "it could read the repository's files and also query the documentation server",
+} as const);
+
+/**
+ * The grader's guess, asked in a call of its own after the verdict is recorded, of which arm
+ * wrote the answer: how blinding is measured. A forced choice, so a blind grader is right half
+ * the time.
+ */
+export const ArmGuessSchema = z.enum(Object.keys(ARM_GUESS_CHOICES) as ["files-only", "files-and-docs-server"]).meta({
+  description: `which run wrote this answer: ${Object.entries(ARM_GUESS_CHOICES)
+    .map(([k, d]) => `${k} (${d})`)
+    .join(" or ")}; a guess, it changes nothing in the grade`,
 });
 export type ArmGuess = z.infer<typeof ArmGuessSchema>;
 /** The ledger's arm each guess names. */
 export const GUESSED_ARM: Readonly<Record<ArmGuess, z.infer<typeof ArmSchema>>> = Object.freeze({ "files-only": "repository", "files-and-docs-server": "mcp" });
+
+/** What the arm-guess call returns through its own `--json-schema`. */
+export const ArmGuessAnswerSchema = z.strictObject({ armGuess: ArmGuessSchema });
 
 /**
  * What the adjudicator returns through `--json-schema` (the CLI's `structured_output`). It has
@@ -50,7 +65,7 @@ export const GUESSED_ARM: Readonly<Record<ArmGuess, z.infer<typeof ArmSchema>>> 
 export const VerdictSchema = z.strictObject({
   outcome: z.enum(["correct", "partial", "incorrect", "incomplete"]).meta({
     description:
-      "correct: every expected proposition supported and nothing contradicted; partial: some but not all; incorrect: none, or the answer is wrong; incomplete: the answer is cut off or does not attempt the question",
+      "correct: every expected proposition supported and no contradiction; partial: some but not all; incorrect: none, or the answer is wrong; incomplete: the answer is cut off or does not attempt the question",
   }),
   propositions: z
     .array(
@@ -66,8 +81,6 @@ export const VerdictSchema = z.strictObject({
     .meta({ description: "one entry per expected proposition, each id once" }),
   contradictions: z.array(z.string().max(2000)).max(50).meta({ description: "statements of the answer that contradict an expected proposition or the files" }),
   reasons: z.string().max(4000),
-  // Optional here so that a verdict without a guess still grades; the schema the CLI is given requires it (prompt.ts).
-  armGuess: ArmGuessSchema.optional(),
 });
 export type Verdict = z.infer<typeof VerdictSchema>;
 
@@ -106,9 +119,17 @@ export const ItemSchema = z
     verdict: VerdictSchema.nullable(),
     maskedTerms: z.record(z.string(), Count).meta({ description: "how many times each masked term was replaced in the answer shown to the adjudicator" }),
     armGuess: z
-      .strictObject({ guess: ArmGuessSchema.nullable(), arm: ArmSchema, correct: z.boolean().nullable() })
+      .strictObject({
+        guess: ArmGuessSchema.nullable(),
+        arm: ArmSchema,
+        correct: z.boolean().nullable(),
+        reason: z.string().nullable().meta({ description: "why there is no guess (the call's output was unusable); null otherwise" }),
+        run: AdjudicatorRunSchema.meta({ description: "the arm-guess call's own container run, after the verdict was recorded" }),
+      })
       .optional()
-      .meta({ description: "adjudicator items: the arm it guessed after its verdict (null: it gave none), the true arm, and whether the guess was right" }),
+      .meta({
+        description: "adjudicator items: the arm guessed in a separate call after the verdict was recorded (null: no usable guess), the true arm, and whether the guess was right",
+      }),
     run: AdjudicatorRunSchema.nullable(),
   })
   .superRefine((item, ctx) => {
@@ -126,6 +147,13 @@ export const ItemSchema = z
       ctx.addIssue({ code: "custom", path: ["decidedBy"], message: "the runner only decides blocked or incomplete" });
     }
     if (item.run !== null && item.run.phase !== "settled") ctx.addIssue({ code: "custom", path: ["run", "phase"], message: "an item with an outcome has a settled run" });
+    if (item.armGuess !== undefined) {
+      // The guess is a question of its own, asked only once the verdict is on record.
+      if (item.decidedBy !== "adjudicator" || item.verdict === null) ctx.addIssue({ code: "custom", path: ["armGuess"], message: "the arm is guessed only after an adjudicator verdict is recorded" });
+      if (item.armGuess.guess !== null && item.armGuess.run.status !== "completed") ctx.addIssue({ code: "custom", path: ["armGuess", "guess"], message: "a guess needs a completed arm-guess run" });
+      const correct = item.armGuess.guess === null ? null : GUESSED_ARM[item.armGuess.guess] === item.armGuess.arm;
+      if (item.armGuess.correct !== correct) ctx.addIssue({ code: "custom", path: ["armGuess", "correct"], message: `must be ${correct} for this guess and arm` });
+    }
   });
 export type Item = z.infer<typeof ItemSchema>;
 
@@ -184,9 +212,9 @@ export const AdjudicationRecordSchema = z
     budget: AdjudicationBudgetSchema,
     blinding: z
       .strictObject({
-        guesses: Count.meta({ description: "adjudicator verdicts that carried a guess of the arm" }),
+        guesses: Count.meta({ description: "arm-guess calls that returned a guess" }),
         correct: Count,
-        missing: Count.meta({ description: "adjudicator verdicts without a guess" }),
+        missing: Count.meta({ description: "arm-guess calls that settled without a usable guess" }),
         accuracy: z.number().min(0).max(1).nullable(),
         interval95: z
           .tuple([z.number().min(0).max(1), z.number().min(0).max(1)])
@@ -215,7 +243,7 @@ export const AdjudicationRecordSchema = z
       }
       if (item.outcome === null && i !== r.items.length - 1) ctx.addIssue({ code: "custom", path: ["items", i, "outcome"], message: "only the last item may be undecided" });
     });
-    const runs = r.items.flatMap((it) => (it.run ? [{ phase: it.run.phase, reservationUsd: it.run.reservationUsd, chargedUsd: it.run.chargedUsd }] : []));
+    const runs = r.items.flatMap((it) => [it.run, it.armGuess?.run ?? null].flatMap((run) => (run ? [{ phase: run.phase, reservationUsd: run.reservationUsd, chargedUsd: run.chargedUsd }] : [])));
     refineBudgetTotals(r.budget, runs, ctx);
     if (r.status === "complete" && (r.items.length !== n || r.items.some((it) => it.outcome === null))) {
       ctx.addIssue({ code: "custom", path: ["status"], message: "complete needs one decided item per observation" });

@@ -23,11 +23,11 @@ export const CONTAINER = {
    */
   sessionLoginDir: "/home/agent/.study-runner/login",
   /**
-   * A session call's own output folder (mounted read-write, fresh per call, also under HOME):
-   * with-relay.cjs copies the CLI's session files here when the CLI exits, so the login folder
-   * can stay read-only.
+   * The folder of a session call's channel socket (src/cli-attempt/session-channel.ts), mounted
+   * read-only: with-relay.cjs sends the CLI's session files through that socket when the CLI
+   * exits, over a connection it opened before the CLI started (contract R141).
    */
-  sessionOutDir: "/home/agent/.study-runner/out",
+  sessionChannelDir: "/run/study-runner-session",
   /** A session call's TMPDIR: under HOME, since a session container has no writable /tmp. */
   sessionTmpDir: "/home/agent/.tmp",
   /** The folder of the model API's unix socket (`modelApiSocket`), mounted read-only. */
@@ -112,12 +112,12 @@ export interface AttemptContainerInput {
    * A session task: the working folder is the session's own writable worktree (not the read-only
    * export), the CLI's stdin is `stdinFile` and its session files are staged from `projectsDir`
    * (in-container paths under CONTAINER.sessionLoginDir, where the staged folder is mounted for a
-   * session; see with-relay.cjs) and copied back into `projectsOutDir`, a host folder mounted at
-   * CONTAINER.sessionOutDir (or into `projectsDir` itself when it is not given). Everything a
-   * session call can write is its worktree and HOME (contract R116): both folders are under HOME,
-   * and there is no tmpfs /tmp (TMPDIR is CONTAINER.sessionTmpDir).
+   * session; see with-relay.cjs) and leave through `channelSocket`, the host path of the session
+   * channel's socket, whose folder is mounted read-only at CONTAINER.sessionChannelDir (contract
+   * R141). Everything a session call can write is its worktree and HOME (contract R116): the
+   * staged folder is under HOME, and there is no tmpfs /tmp (TMPDIR is CONTAINER.sessionTmpDir).
    */
-  session?: { stdinFile?: string; projectsDir: string; projectsOutDir?: string };
+  session?: { stdinFile?: string; projectsDir: string; channelSocket: string };
   /**
    * The staged login folder is mounted read-only: with the model gateway it holds a placeholder
    * that is never refreshed, so nothing needs to be written back through it.
@@ -185,7 +185,8 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   const mounts: Mount[] = [
     ...(input.writableWorkspace ? [{ source: input.exportDir, target: CONTAINER.workspace, readOnly: false }] : []),
     { source: input.homeDir, target: loginTarget, readOnly: input.loginReadOnly === true },
-    ...(input.session?.projectsOutDir !== undefined ? [{ source: input.session.projectsOutDir, target: CONTAINER.sessionOutDir, readOnly: false }] : []),
+    // The session channel's folder holds nothing but its socket; read-only, so nothing can be left beside it.
+    ...(input.session !== undefined ? [{ source: dirname(input.session.channelSocket), target: CONTAINER.sessionChannelDir, readOnly: true }] : []),
   ];
   // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
   // side from replacing the socket or leaving files beside it.
@@ -199,7 +200,7 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
     ...(input.session?.stdinFile !== undefined ? ["--stdin", input.session.stdinFile] : []),
     ...(input.session !== undefined ? ["--projects", input.session.projectsDir] : []),
-    ...(input.session?.projectsOutDir !== undefined ? ["--projects-out", CONTAINER.sessionOutDir] : []),
+    ...(input.session !== undefined ? ["--session-out", `${CONTAINER.sessionChannelDir}/${basename(input.session.channelSocket)}`] : []),
   ];
   if (input.fake?.behaviourFile) mounts.push({ source: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true });
   if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });

@@ -1,7 +1,6 @@
 import { chown, mkdir } from "node:fs/promises";
 import type { ExpectedInit } from "../claude/init-expectation.ts";
 import { join } from "node:path";
-import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 import type { ContainerRuntime } from "../runtime/port.ts";
 import { exportAtPin, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../attempt/login.ts";
@@ -21,6 +20,7 @@ import { gatewayBudgetRefusal, interpretRun, runReader } from "./interpret.ts";
 import type { MessagePromptUsage } from "../cost/compute.ts";
 import type { TranscriptStore } from "../ledger/transcripts.ts";
 import { instructionFilesWithImports } from "../corpus/imports.ts";
+import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths, type SessionChannel, type SessionChannelReceipt } from "./session-channel.ts";
 import { stagePlaceholderLogin } from "../gateway/credential.ts";
 import { compareMeteredUsage } from "../gateway/check.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../gateway/gateway.ts";
@@ -127,8 +127,11 @@ export interface WritableWorkspace {
   priorMessageUsage: readonly MessagePromptUsage[];
   /** Writes the stdin file and the session files into the staged HOME; returns where they are. */
   stage(stagedHome: string): Promise<{ stdinFile: string; projectsDir: string }>;
-  /** After the container ended: keeps the session files the next call needs from `projectsOut`, where the container copied them. */
-  collect(projectsOut: string): Promise<unknown>;
+  /**
+   * After the container ended: keeps the session files the next call needs from what came through
+   * the session channel; returns the problems that leave the next call without them.
+   */
+  collect(receipt: SessionChannelReceipt): Promise<string[]>;
 }
 
 export interface CliRunResult {
@@ -193,13 +196,15 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     }
     const homeDir = join(homeParent, "home");
     const sessionMount = input.session ? await input.session.stage(homeDir) : undefined;
-    // The session files come back into a folder of their own, so the login folder need not be
-    // writable; with the gateway nothing else is written back, and it is mounted read-only (contract R116).
-    let projectsOut: string | undefined;
+    // The session files leave through a channel of their own that the agent cannot write (contract
+    // R141), so the login folder need not be writable; with the gateway nothing else is written
+    // back, and it is mounted read-only (contract R116).
+    let channel: SessionChannel | undefined;
     if (input.session) {
-      projectsOut = join(homeParent, "session-out");
-      await mkdir(projectsOut, { mode: 0o700 });
-      if (process.getuid?.() === 0) await chown(projectsOut, CONTAINER_UID, CONTAINER_GID);
+      const paths = sessionChannelPaths(homeParent);
+      channel = await openSessionChannel(paths.socketDir, paths.streamFile, SESSION_STREAM_LIMIT_BYTES);
+      const c = channel;
+      cleanups.push(() => c.close());
     }
 
     if (input.docBridge) {
@@ -221,7 +226,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       image: input.image,
       argv: input.argv,
       exportDir: workDir,
-      session: sessionMount && { ...sessionMount, projectsOutDir: projectsOut },
+      session: sessionMount && { ...sessionMount, channelSocket: channel!.socketPath },
       loginReadOnly: input.gateway !== undefined,
       writableWorkspace: input.session !== undefined,
       homeDir,
@@ -293,7 +298,11 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
     if (staged) await writeBackLogin(input.login, staged, { lock: input.lock });
-    if (input.session) await input.session.collect(projectsOut!);
+    if (input.session) {
+      const kept = await input.session.collect(await channel!.finish());
+      // A call the runner cut short has its own status; one that ran its course must hand its session on.
+      if (!raw.timedOut && deps.signal?.aborted !== true) facts.setupProblems.push(...kept.map((p) => `session files: ${p}`));
+    }
     let gatewayRecord: GatewayRecord | undefined;
     if (attemptGateway) {
       gatewayRecord = await attemptGateway.stop();

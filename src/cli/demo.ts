@@ -83,7 +83,8 @@ export async function demoCommand(flags: { workdir?: string; pilot?: boolean; qu
       // The scripted verdicts are the fake image's behaviour, also after a --real-cli study.
       image: setup.image,
     },
-    { ...process.env, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "1" },
+    // Two calls an item (the verdict, then the arm guess): the fake's 36 items cost about 1.6 USD of the default adjudicator's list prices.
+    { ...process.env, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "2" },
   );
   const recordExists = await access(adjudication).then(
     () => true,

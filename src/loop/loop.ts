@@ -74,6 +74,8 @@ export type Checkpoint = "before-reserve-write" | "after-reserve-write" | "befor
 export interface RunKind<U, E extends Entry> {
   /** What a unit is called in stop reasons: "attempt", "item". */
   noun: string;
+  /** The unit's short name in stop reasons when "<noun> <number>" would not tell it apart (an item's arm-guess call). */
+  name?(unit: U): string;
   /** The unit's 1-based number in stop reasons. */
   number(unit: U): number;
   /** The unit in full when it ended without completing, e.g. "attempt 3 (t1, with-docs, repetition 1)". */
@@ -221,7 +223,7 @@ export async function runLoop<U, E extends Entry, S extends string>(o: LoopOptio
     return reason;
   };
   const interrupted = () => `interrupted by ${String(o.signal?.reason ?? "a signal")}`;
-  const name = (unit: U) => `${kind.noun} ${kind.number(unit)}`;
+  const name = (unit: U) => kind.name?.(unit) ?? `${kind.noun} ${kind.number(unit)}`;
 
   // Rate limits halve how many units may run (at least one) and each clean settlement of a
   // unit started after the last halving adds one back, up to the limit asked for.

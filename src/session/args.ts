@@ -12,9 +12,10 @@ export const SESSION_TOOLS = ["Read", "Edit", "Write", "Glob", "Grep"] as const;
 export const SESSION_INIT_TOOLS = [...SESSION_TOOLS, "StructuredOutput"].sort();
 
 /**
- * Edits outside the worktree: HOME holds the CLI's own state, the staged login and the call's
- * session-files folder (src/attempt/spec.ts); the container's mounts make everything else
- * read-only, and these rules keep the agent from rewriting what the runner copies back out.
+ * Edits outside the worktree: HOME holds the CLI's own state (its session files) and the staged
+ * login (src/attempt/spec.ts); the container's mounts make everything else read-only, and these
+ * rules keep the agent from rewriting what the wrapper sends back out (through a channel the
+ * kernel keeps it out of, contract R141).
  */
 export const SESSION_EDIT_DENIALS = ["//home/agent/**", "//proc/**", "//sys/**"].flatMap((p) => [`Edit(${p})`, `Write(${p})`]);
 

@@ -549,7 +549,7 @@ async function advanceSessions(
               exportHash: s.exportHash,
               priorMessageUsage: s.messageUsage,
               stage: (stagedHome) => stageSessionCall(stagedHome, { worktree: paths.worktree, stateDir: paths.state, prompt, exportHash: s.exportHash, priorMessageUsage: s.messageUsage }),
-              collect: (projectsOut) => collectSessionCall(projectsOut, paths.state),
+              collect: (receipt) => collectSessionCall(receipt, paths.state),
             },
           },
           call,

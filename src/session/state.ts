@@ -1,6 +1,6 @@
 import { constants } from "node:fs";
 import { chmod, chown, lstat, mkdir, open, readdir, rename, rm } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { exportAtPin, removeTree, type ExportOptions } from "../export/export.ts";
 import { CONTAINER } from "../attempt/spec.ts";
 import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
@@ -15,10 +15,10 @@ import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
  * Measured on 2.1.296 (docs/claude-cli-observations.md, "Resume"): a resume in a fresh HOME
  * needs only the login and `.claude/projects/-workspace/<id>.jsonl`, owned by the container
  * user. `state/` is the copy of `$HOME/.claude/projects` that with-relay.cjs hands back
- * (into the call's own output folder, see src/cli-attempt/run.ts).
+ * through the session channel (src/cli-attempt/session-channel.ts, contract R141).
  */
 
-/** Bounds of a session's state, the same as with-relay.cjs applies in the container. */
+/** Bounds of a session's state, the same as with-relay.cjs applies in the container (and src/cli-attempt/session-channel.ts to the stream). */
 export const STATE_FILE_LIMIT_BYTES = 8 * 1024 * 1024;
 export const STATE_LIMIT_BYTES = 32 * 1024 * 1024;
 const STATE_MAX_DEPTH = 4;
@@ -168,19 +168,88 @@ export async function stageSessionCall(stagedHome: string, input: SessionCallInp
 }
 
 /**
- * Keeps what the container handed back (into `projectsOut`, the call's own output folder) as the
- * session's state: a new copy replaces the old one only when the copy is complete, so a failed
- * copy leaves the previous state intact.
+ * Reads the frames with-relay.cjs sent through the session channel (src/cli-attempt/session-channel.ts):
+ * a JSON line `{"path","bytes"}` and that many bytes per file, then `{"end":true}`. The stream came
+ * out of the agent's container, so it is read as untrusted: paths of at most four names of letters,
+ * digits, '.', '_' and '-', each file once, within the bounds. Anything else refuses the whole
+ * stream. Returns the files, or the problem.
  */
-export async function collectSessionCall(projectsOut: string, stateDir: string): Promise<string[]> {
+export function parseSessionStream(bytes: Buffer): { files: Array<{ path: string; bytes: Buffer }> } | { problem: string } {
+  const files: Array<{ path: string; bytes: Buffer }> = [];
+  const seen = new Set<string>();
+  let at = 0;
+  let total = 0;
+  for (;;) {
+    const eol = bytes.indexOf(0x0a, at);
+    if (eol < 0 || eol - at > 1024) return { problem: "the stream ends before its end frame (the CLI's session files did not all come back)" };
+    let header: unknown;
+    try {
+      header = JSON.parse(bytes.subarray(at, eol).toString("utf8"));
+    } catch {
+      return { problem: `a frame header at byte ${at} is not JSON` };
+    }
+    at = eol + 1;
+    const h = header as Record<string, unknown>;
+    if (h !== null && typeof h === "object" && h.end === true && Object.keys(h).length === 1) {
+      if (at !== bytes.length) return { problem: "bytes follow the end frame" };
+      return { files };
+    }
+    const keys = h !== null && typeof h === "object" ? Object.keys(h).sort().join(",") : "";
+    if (keys !== "bytes,path" || typeof h.path !== "string" || !Number.isSafeInteger(h.bytes) || (h.bytes as number) < 0) {
+      return { problem: `a frame header at byte ${at} is not {"path","bytes"} or {"end":true}` };
+    }
+    const names = h.path.split("/");
+    if (names.length > STATE_MAX_DEPTH || names.some((n) => !NAME_RE.test(n) || n === "." || n === "..")) {
+      return { problem: `the path ${JSON.stringify(h.path.slice(0, 200))} is not at most ${STATE_MAX_DEPTH} names of letters, digits, '.', '_' or '-'` };
+    }
+    const size = h.bytes as number;
+    if (size > STATE_FILE_LIMIT_BYTES || total + size > STATE_LIMIT_BYTES) return { problem: `${h.path} would pass the bounds (${STATE_FILE_LIMIT_BYTES} bytes a file, ${STATE_LIMIT_BYTES} in all)` };
+    if (at + size > bytes.length) return { problem: `${h.path} is cut short (the stream ends before its end frame)` };
+    const prefixes = names.slice(0, -1).map((_, i) => names.slice(0, i + 1).join("/"));
+    if (seen.has(h.path) || prefixes.some((p) => seen.has(p)) || [...seen].some((p) => p.startsWith(`${h.path}/`))) return { problem: `${h.path} is sent twice or is both a file and a folder` };
+    for (const p of prefixes) seen.add(`${p}/`);
+    seen.add(h.path);
+    files.push({ path: h.path, bytes: bytes.subarray(at, at + size) });
+    total += size;
+    at += size;
+  }
+}
+
+/**
+ * Keeps what came through the session channel as the session's state: a new copy replaces the
+ * old one only when the stream is whole and valid and its copy complete, so anything else leaves
+ * the previous state intact. Returns the problems (none when the state was replaced).
+ */
+export async function collectSessionCall(receipt: { streamFile: string | null; problem: string | null }, stateDir: string): Promise<string[]> {
+  if (receipt.problem !== null) return [receipt.problem];
+  if (receipt.streamFile === null) return ["the container never opened the session channel"];
+  const handle = await open(receipt.streamFile, constants.O_RDONLY | constants.O_NOFOLLOW);
+  let bytes: Buffer;
+  try {
+    bytes = await handle.readFile();
+  } finally {
+    await handle.close();
+  }
+  const parsed = parseSessionStream(bytes);
+  if ("problem" in parsed) return [parsed.problem];
   const fresh = `${stateDir}.new`;
   await rm(fresh, { recursive: true, force: true });
-  const skipped = await copyRegularTree(projectsOut, fresh);
-  await mkdir(fresh, { mode: 0o700 }).catch(() => undefined);
+  await mkdir(fresh, { mode: 0o700 });
+  for (const f of parsed.files) {
+    const target = join(fresh, ...f.path.split("/"));
+    await mkdir(dirname(target), { recursive: true, mode: 0o700 });
+    const out = await open(target, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+    try {
+      await out.writeFile(f.bytes);
+      await out.sync();
+    } finally {
+      await out.close();
+    }
+  }
   const old = `${stateDir}.old`;
   await rm(old, { recursive: true, force: true });
   await rename(stateDir, old).catch(() => undefined);
   await rename(fresh, stateDir);
   await rm(old, { recursive: true, force: true });
-  return skipped;
+  return [];
 }

@@ -1,7 +1,7 @@
 import { readdir, readFile } from "node:fs/promises";
 import { isDeepStrictEqual } from "node:util";
 import { attemptInitKind, expectedInit, type ExpectedInit } from "../claude/init-expectation.ts";
-import { readResultEvent, readVerdict } from "../adjudicate/plan.ts";
+import { readArmGuess, readResultEvent, readVerdict, transcriptIndexOf } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { settle } from "../budget/budget.ts";
@@ -331,9 +331,12 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
   const record = await readRecord(path);
   const differences: string[] = applyInvariants(ADJUDICATION_RECORD_INVARIANTS, record);
   let verified = 0;
-  const expected = new Set(
-    record.items.filter((i) => i.run !== null && (i.run.transcriptSha256 !== undefined || i.run.phase !== "reserved")).map((i) => fileName(transcriptFile(path, i.observationIndex))),
-  );
+  // Each verdict call's transcript, and each arm-guess call's at its own index after them.
+  const kept = (run: { transcriptSha256?: string; phase: string } | null | undefined) => run != null && (run.transcriptSha256 !== undefined || run.phase !== "reserved");
+  const expected = new Set([
+    ...record.items.filter((i) => kept(i.run)).map((i) => fileName(transcriptFile(path, i.observationIndex))),
+    ...record.items.filter((i) => kept(i.armGuess?.run)).map((i) => fileName(transcriptFile(path, transcriptIndexOf("arm-guess", i.observationIndex, record.ledger.observations)))),
+  ]);
   differences.push(...(await orphanProblems(path, expected)));
   for (const item of record.items) {
     const run = item.run;
@@ -364,6 +367,34 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
         differences.push(`items[${item.position}] (observation ${item.observationIndex}).verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
     }
     verified++;
+  }
+  // The arm-guess calls, asked after the verdicts: their runs and guesses read again the same way.
+  for (const item of record.items) {
+    const run = item.armGuess?.run;
+    if (run === undefined || run.phase === "reserved") continue;
+    const where = `items[${item.position}] (observation ${item.observationIndex}).armGuess.run`;
+    const checked = await checkRun(
+      {
+        privateFile: path,
+        noun: "record",
+        index: transcriptIndexOf("arm-guess", item.observationIndex, record.ledger.observations),
+        where,
+        run,
+        arm: "repository",
+        expectedTools: adjudicatorInitTools(),
+        init: expectedInit("adjudicator", { model: record.adjudicator.model }),
+        model: record.adjudicator.model,
+        cliVersion: record.adjudicator.expectedCliVersion,
+        capUsd: record.budget.capUsd,
+      },
+      differences,
+    );
+    if (!checked?.verified) continue;
+    const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
+    for (const line of checked.lines) readResultEvent(line, out);
+    const reading = run.status === "completed" ? readArmGuess(out.structuredOutput, out.resultText) : null;
+    const again = reading?.ok ? reading.guess : null;
+    if (again !== item.armGuess!.guess) differences.push(differ(`items[${item.position}] (observation ${item.observationIndex}).armGuess`, "guess", item.armGuess!.guess, again));
   }
   return { path, observations: record.items.length, verified, differences };
 }

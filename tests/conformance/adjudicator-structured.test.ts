@@ -59,8 +59,18 @@ beforeAll(async () => {
   const loaded = await loadManifest(DEMO_MANIFEST);
   const expected = loaded.manifest.tasks[0]!.expected.length;
   const ledger = run.ledger;
-  // One script per item, chosen by the item id in its prompt: the model calls StructuredOutput at once.
-  // Observation 0 (files only) is guessed right, observation 1 (with the docs server) wrong.
+  const seed = 5;
+  const planned = planAdjudication(ledger, loaded.manifest, seed).items;
+  prompts = new Map(planned.map((p) => [p.observationIndex, p.prompt!]));
+  // Two scripts per item, chosen by the prompt: the model calls StructuredOutput at once. The
+  // arm-guess call's prompt (its item line, question and its own answer sentence) is matched
+  // first; the verdict's by the item id. Both observations are guessed files-only: observation 0
+  // (files only) right, observation 1 (with the docs server) wrong.
+  const guessScripts: ScriptInput[] = planned.map((p) => ({
+    name: `guess-${p.observationIndex}`,
+    marker: p.guessPrompt!.slice(p.guessPrompt!.indexOf("Item: "), p.guessPrompt!.indexOf("<<<ANSWER")),
+    turns: [{ toolCalls: [{ name: STRUCTURED_OUTPUT_TOOL, input: { armGuess: "files-only" } }], usage: { input_tokens: 900 + p.observationIndex, output_tokens: 20 } }],
+  }));
   const scripts: ScriptInput[] = ledger.observations.map((o) => ({
     name: `grader-${o.index}`,
     marker: itemIdFor(ledger.runId, o.index),
@@ -74,7 +84,6 @@ beforeAll(async () => {
               propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "the answer states it and cites docs/rounding.md" })),
               contradictions: [],
               reasons: "every proposition is stated and cited",
-              armGuess: "files-only",
             },
           },
         ],
@@ -83,11 +92,9 @@ beforeAll(async () => {
     ],
   }));
   // Through the gateway too, as `adjudicate` runs by default: the grader holds a placeholder login.
-  graderApi = await startStudyApi(scripts, { recordBodies: true });
+  graderApi = await startStudyApi([...guessScripts, ...scripts], { recordBodies: true });
   const bytes = await readFile(run.summary.ledger);
   const output = join(await mkdtemp(join(corpus.work, "adjudication-")), "adjudication.json");
-  const seed = 5;
-  prompts = new Map(planAdjudication(ledger, loaded.manifest, seed).items.map((p) => [p.observationIndex, p.prompt!]));
   code = await runAdjudication(
     {
       ledgerPath: run.summary.ledger,
@@ -141,23 +148,24 @@ function firstUserTexts(body: any): string[] {
 const answerSection = (prompt: string) => prompt.slice(prompt.indexOf("<<<ANSWER\n") + "<<<ANSWER\n".length, prompt.indexOf("\nANSWER>>>"));
 
 describe("the adjudicator on the real CLI (--json-schema through the scripted API)", () => {
-  it("is asked for a StructuredOutput tool call; its verdicts, with the arm guess, reach the record, and blinding is measured", () => {
+  it("is asked for a StructuredOutput tool call; its verdicts reach the record, then a call of its own per item guesses the arm, and blinding is measured", () => {
     expect(code, `${stderr}\n${record.items.map((i) => i.reason).join("\n")}`).toBe(0);
     expect(record.status).toBe("complete");
     const requests = messageRequests(graderApi);
-    // One request per item: the CLI ends the run at the StructuredOutput call, with no further request.
-    expect(requests).toHaveLength(run.ledger.observations.length);
-    for (const r of requests) {
+    // Two requests per item, the verdict's and the guess's: the CLI ends each run at the StructuredOutput call, with no further request.
+    expect(requests).toHaveLength(2 * run.ledger.observations.length);
+    const asked = requests.map((r) => {
       const tools = (r.rawBody as any).tools as Array<{ name: string; input_schema: any }>;
-      const structured = tools.find((t) => t.name === STRUCTURED_OUTPUT_TOOL)!;
-      expect(structured.input_schema.required).toEqual(["outcome", "propositions", "contradictions", "reasons", "armGuess"]);
       expect(tools.map((t) => t.name).sort()).toEqual(adjudicatorInitTools());
-    }
+      return (tools.find((t) => t.name === STRUCTURED_OUTPUT_TOOL)!.input_schema.required as string[]).join(",");
+    });
+    expect(asked.filter((a) => a === "outcome,propositions,contradictions,reasons")).toHaveLength(run.ledger.observations.length);
+    expect(asked.filter((a) => a === "armGuess")).toHaveLength(run.ledger.observations.length);
     for (const item of record.items) {
       const arm = run.ledger.observations[item.observationIndex]!.arm;
       expect(item).toMatchObject({ decidedBy: "adjudicator", outcome: "correct", reason: "adjudicator verdict (from structured_output)" });
       expect(item.run).toMatchObject({ status: "completed", tools: adjudicatorInitTools(), toolCallsByName: { [STRUCTURED_OUTPUT_TOOL]: 1 }, instructionFiles: [] });
-      expect(item.armGuess).toEqual({ guess: "files-only", arm, correct: arm === "repository" });
+      expect(item.armGuess).toMatchObject({ guess: "files-only", arm, correct: arm === "repository", reason: null, run: { status: "completed", toolCallsByName: { [STRUCTURED_OUTPUT_TOOL]: 1 } } });
     }
     expect(record.blinding).toMatchObject({ guesses: 2, correct: 1, missing: 0, interval95: clopperPearson(1, 2) });
   });
@@ -165,16 +173,21 @@ describe("the adjudicator on the real CLI (--json-schema through the scripted AP
   it("runs each grader through the gateway: a placeholder login, network none, the metered usage equal to the transcript's", () => {
     expect(record.adjudicator.credentials).toBe("gateway");
     for (const item of record.items) {
-      const g = item.run!.gateway!;
-      expect(g).toMatchObject({ refused: 0, budgetRefused: false, setupProblems: [] });
-      expect(g.forwarded).toBeGreaterThanOrEqual(1);
-      const metered = g.requests.filter((r) => r.messageId !== null);
-      expect(metered.reduce((n, r) => n + r.inputTokens!, 0)).toBe(item.run!.inputTokens);
-      expect(metered.reduce((n, r) => n + r.outputTokens!, 0)).toBe(item.run!.outputTokens);
-      expect(item.run!.inputTokens).toBe(1800 + item.observationIndex);
-      // Each request was admitted under its bound, which the item's limit had to hold.
-      for (const r of g.requests) expect(r.costUsd!).toBeLessThanOrEqual(r.boundUsd!);
-      expect(Math.max(...g.requests.map((r) => r.boundUsd!))).toBeLessThanOrEqual(record.budget.itemBudgetUsd);
+      for (const [itemRun, inputTokens] of [
+        [item.run!, 1800 + item.observationIndex],
+        [item.armGuess!.run, 900 + item.observationIndex],
+      ] as const) {
+        const g = itemRun.gateway!;
+        expect(g).toMatchObject({ refused: 0, budgetRefused: false, setupProblems: [] });
+        expect(g.forwarded).toBeGreaterThanOrEqual(1);
+        const metered = g.requests.filter((r) => r.messageId !== null);
+        expect(metered.reduce((n, r) => n + r.inputTokens!, 0)).toBe(itemRun.inputTokens);
+        expect(metered.reduce((n, r) => n + r.outputTokens!, 0)).toBe(itemRun.outputTokens);
+        expect(itemRun.inputTokens).toBe(inputTokens);
+        // Each request was admitted under its bound, which the item's limit had to hold.
+        for (const r of g.requests) expect(r.costUsd!).toBeLessThanOrEqual(r.boundUsd!);
+        expect(Math.max(...g.requests.map((r) => r.boundUsd!))).toBeLessThanOrEqual(record.budget.itemBudgetUsd);
+      }
     }
     // The upstream saw the runner's (test) credential, never a placeholder; the bodies hold neither.
     const sha12 = (t: string) => createHash("sha256").update(t).digest("hex").slice(0, 12);
@@ -192,7 +205,7 @@ describe("the adjudicator on the real CLI (--json-schema through the scripted AP
     for (const o of run.ledger.observations) {
       expect(o.answer).toBe(answers[o.index]);
       const prompt = prompts.get(o.index)!;
-      const r = requests.find((q) => JSON.stringify(q.rawBody).includes(itemIdFor(run.ledger.runId, o.index)))!;
+      const r = requests.find((q) => JSON.stringify(q.rawBody).includes(JSON.stringify(prompt).slice(1, -1)))!;
       const texts = firstUserTexts(r.rawBody);
       // The body carries exactly the runner's prompt, with the answer in its masked form.
       expect(texts.some((t) => t.includes(prompt))).toBe(true);
@@ -200,7 +213,8 @@ describe("the adjudicator on the real CLI (--json-schema through the scripted AP
       expect(masked).toContain("[masked]");
       expect(masked).toContain("half to even with roundMinor");
       for (const word of ARM_VOCABULARY) expect(masked, `${word} in the masked answer of observation ${o.index}`).not.toMatch(word);
-      // Nothing the grader is told as a user names a scenario, the docs server by name, or MCP.
+      // Nothing the grader is told as a user names a scenario, the docs server by name, or MCP; the verdict call hears nothing of the two runs.
+      for (const t of texts) expect(t).not.toMatch(/files-only|files-and-docs-server|armGuess/);
       for (const t of texts) for (const word of [/doc\W{0,3}bridge/i, /mcp/i, /repository\W{0,3}only/i]) expect(t).not.toMatch(word);
     }
   });

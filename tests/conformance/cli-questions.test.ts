@@ -11,10 +11,12 @@
 import { expectedInit } from "../../src/claude/init-expectation.ts";
 import { randomUUID } from "node:crypto";
 import { chmod, chown, cp, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runBounded } from "../../src/attempt/run.ts";
 import { attemptContainerSpec, CONTAINER } from "../../src/attempt/spec.ts";
+import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths } from "../../src/cli-attempt/session-channel.ts";
+import { collectSessionCall } from "../../src/session/state.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { CLI_PRICES } from "../../src/cost/prices.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
@@ -58,6 +60,8 @@ interface Run {
   exitCode: number | null;
   wallMs: number;
   home: string;
+  /** The session files that came back through the session channel (src/session/state.ts). */
+  state: string;
   /** What the run's gateway socket saw: every request the CLI sent, and the metered replies. */
   metered: GatewayRecord;
   facts: TranscriptFacts;
@@ -73,8 +77,8 @@ const sessionId = randomUUID();
 
 /**
  * A gateway attempt and its staged placeholder login folder with an empty `projects/` that the
- * login wrapper copies into the tmpfs HOME's `.claude/projects` before the CLI starts and back
- * after it exits (the session files).
+ * login wrapper copies into the tmpfs HOME's `.claude/projects` before the CLI starts; after it
+ * exits the session files come back through the session channel (see run).
  */
 async function freshHome(): Promise<TestGatewayAttempt> {
   const dir = await mkdtemp(join(corpus.work, "home-"));
@@ -96,6 +100,9 @@ function argv(question: string, opts: { budgetUsd?: number; session?: string[] }
 async function run(name: string, args: string[], opts: { home?: TestGatewayAttempt; env?: Record<string, string> } = {}): Promise<Run> {
   const attempt = opts.home ?? (await freshHome());
   const home = attempt.homeDir;
+  const channelPaths = sessionChannelPaths(join(dirname(home), `call-${randomUUID().slice(0, 8)}`));
+  await mkdir(dirname(channelPaths.socketDir), { mode: 0o700 });
+  const channel = await openSessionChannel(channelPaths.socketDir, channelPaths.streamFile, SESSION_STREAM_LIMIT_BYTES);
   const spec = attemptContainerSpec({
     image,
     argv: args,
@@ -106,7 +113,7 @@ async function run(name: string, args: string[], opts: { home?: TestGatewayAttem
     attemptIndex: 0,
     modelApiSocket: attempt.socketPath,
     extraEnv: opts.env,
-    session: { projectsDir: `${CONTAINER.sessionLoginDir}/projects` },
+    session: { projectsDir: `${CONTAINER.sessionLoginDir}/projects`, channelSocket: channel.socketPath },
   });
   const events: Array<Record<string, any>> = [];
   const reader = new TranscriptReader({
@@ -126,7 +133,11 @@ async function run(name: string, args: string[], opts: { home?: TestGatewayAttem
     { timeoutMs: 120_000 },
   );
   const metered = await attempt.finish();
-  const r = { events, result: events.find((e) => e.type === "result"), exitCode: raw.exitCode, wallMs: raw.wallTimeMs, home, metered, facts: reader.finish() };
+  const state = join(dirname(channelPaths.socketDir), "state");
+  await mkdir(state, { mode: 0o700 });
+  await collectSessionCall(await channel.finish(), state);
+  await channel.close();
+  const r = { events, result: events.find((e) => e.type === "result"), exitCode: raw.exitCode, wallMs: raw.wallTimeMs, home, state, metered, facts: reader.finish() };
   runs.set(name, r);
   return r;
 }
@@ -148,7 +159,7 @@ beforeAll(async () => {
     (async () => {
       const first = await run("resume-1", argv("resume", { session: ["--session-id", sessionId] }));
       // A second container: a fresh HOME with the login and nothing but the session file copied over.
-      const projects = join(first.home, "projects");
+      const projects = first.state;
       const second = await freshHome();
       const home = second.homeDir;
       for (const dir of await readdir(projects)) {

@@ -114,9 +114,12 @@ describe("adjudicate with --credentials gateway (the default)", () => {
     expect(record.status).toBe("complete");
     expect(record.adjudicator).toMatchObject({ credentials: "gateway", isolation: "standard" });
     for (const item of record.items) {
-      expect(item.run?.status).toBe("completed");
-      // Metered on the host: the fake sends no request, and nothing was refused.
-      expect(item.run?.gateway).toMatchObject({ refused: 0 });
+      // The verdict call and, after it, the arm-guess call: both through the gateway.
+      for (const run of [item.run, item.armGuess?.run]) {
+        expect(run?.status).toBe("completed");
+        // Metered on the host: the fake sends no request, and nothing was refused.
+        expect(run?.gateway).toMatchObject({ refused: 0 });
+      }
     }
     const mine = [...containers.values()].filter((c) => c.Config.Labels?.[LABELS.run] === record.adjudicationId);
     expect(mine).toHaveLength(1);
@@ -126,7 +129,7 @@ describe("adjudicate with --credentials gateway (the default)", () => {
     }
     const records = await f.records();
     const runs = records.filter((x) => x.file.match(/^\d+-/));
-    expect(runs).toHaveLength(record.items.length);
+    expect(runs).toHaveLength(2 * record.items.length);
     for (const { record: rec } of runs) {
       expect(rec.networkInterfaces).toEqual(["lo"]);
       expect(rec.credentialsPresent).toBe(true);

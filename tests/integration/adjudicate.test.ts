@@ -10,6 +10,9 @@ import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { LABELS, reapOrphans } from "../../src/runtime/reaper.ts";
+import { reapOrphanExports, removeTree } from "../../src/export/export.ts";
+import { reapOrphanFolders } from "../../src/util/orphans.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import { itemIdFor } from "../../src/adjudicate/prompt.ts";
@@ -162,10 +165,12 @@ describe("adjudicate a pilot of the demo", () => {
     expect(record).toMatchObject({ method: "agent", humanReview: false, ledger: { runId: ledger.runId, protocolHash: ledger.protocol.protocolHash }, order: { seed: 11 } });
     expect(record.adjudicator).toMatchObject({ model: MODEL, answeringModel: MODEL, sameModel: true, forcedSameModel: true });
     expect(record.budget.spentUsd).toBeGreaterThan(0);
-    // Blinding measured: every verdict carries a guess, scored against the true arm, summed with its interval.
+    // Blinding measured: after every verdict, a call of its own guessed the arm, scored against the true arm, summed with its interval.
     for (const item of record.items) {
       const arm = ledger.observations[item.observationIndex]!.arm;
-      expect(item.armGuess).toEqual({ guess: item.verdict!.armGuess, arm, correct: GUESSED_ARM[item.verdict!.armGuess!] === arm });
+      expect(item.armGuess).toMatchObject({ arm, reason: null, run: { phase: "settled", status: "completed" } });
+      expect(item.armGuess!.guess).not.toBeNull();
+      expect(item.armGuess!.correct).toBe(GUESSED_ARM[item.armGuess!.guess!] === arm);
     }
     const right = record.items.filter((i) => i.armGuess?.correct).length;
     expect(record.blinding).toMatchObject({ guesses: record.items.length, correct: right, missing: 0, interval95: clopperPearson(right, record.items.length) });
@@ -177,7 +182,10 @@ describe("adjudicate a pilot of the demo", () => {
 
   it("ran each adjudicator in its own hardened container: read-only export, read tools, --json-schema, no scenario named", async () => {
     const runs = result.records.filter((r) => r.file.match(/^\d+-/));
-    expect(runs).toHaveLength(2);
+    // Per item: the verdict call, then the arm-guess call.
+    expect(runs).toHaveLength(4);
+    const asked = (rec: FakeRecord) => JSON.parse(rec.argv[rec.argv.indexOf("--json-schema") + 1]!).required as string[];
+    expect(runs.map((r) => asked(r.record).join(",")).sort()).toEqual(["armGuess", "armGuess", "outcome,propositions,contradictions,reasons", "outcome,propositions,contradictions,reasons"]);
     for (const { record: rec } of runs) {
       expect(rec.cwd).toBe("/workspace");
       expect(rec.cwdWritable).toBe(false);
@@ -187,11 +195,13 @@ describe("adjudicate a pilot of the demo", () => {
       const argv = rec.argv;
       expect(argv[argv.indexOf("--tools") + 1]).toBe("Read,Grep,Glob");
       expect(argv[argv.indexOf("--mcp-config") + 1]).toBe('{"mcpServers":{}}');
-      expect(JSON.parse(argv[argv.indexOf("--json-schema") + 1]!).required).toEqual(["outcome", "propositions", "contradictions", "reasons", "armGuess"]);
       const prompt = argv.at(-1)!;
       expect(argv.at(-2)).toBe("--");
       expect(prompt.toLowerCase()).not.toMatch(/repository-only|doc-bridge|mcp/);
       expect(prompt).toContain("How does ledgerlite round an amount");
+      // Only the arm-guess call hears of the two runs.
+      if (asked(rec).includes("armGuess")) expect(prompt).toContain("files-and-docs-server");
+      else expect(prompt).not.toMatch(/files-only|files-and-docs-server|armGuess/);
     }
   });
 
@@ -215,12 +225,15 @@ describe("adjudicate a pilot of the demo", () => {
     for (const o of ledger.observations) expect(o.instructionFiles).toEqual(["AGENTS.md", "CLAUDE.md"]);
     // The adjudicator: the same corpus at the same pin, and none of them.
     const graders = result.records.filter((r) => /^\d+-/.test(r.file));
-    expect(graders).toHaveLength(result.record.items.length);
+    expect(graders).toHaveLength(result.record.items.length + result.record.items.filter((i) => i.armGuess !== undefined).length);
     for (const { record: rec } of graders) {
       expect(workspace(rec).length).toBeGreaterThan(0);
       expect(workspace(rec).filter((n) => instructionNames.test(n))).toEqual([]);
     }
-    for (const item of result.record.items) expect(item.run?.instructionFiles).toEqual([]);
+    for (const item of result.record.items) {
+      expect(item.run?.instructionFiles).toEqual([]);
+      expect(item.armGuess?.run.instructionFiles).toEqual([]);
+    }
     const md = await runCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "markdown"]);
     expect(md.code).toBe(0);
     const repository = ledger.observations[0]!.repository;
@@ -244,6 +257,87 @@ describe("adjudicate a pilot of the demo", () => {
     expect(html.stdout).toContain("Departure from the protocol");
   });
 
+  it("ledger verify --adjudication reads every verdict call and arm-guess call again, and names a guess changed after the fact", async () => {
+    const ok = await runCli(["ledger", "verify", ledgerPath, "--adjudication", result.path]);
+    expect(ok.code, ok.stdout + ok.stderr).toBe(0);
+    // One transcript per call: each item's verdict and its guess.
+    const { readdir, writeFile, cp } = await import("node:fs/promises");
+    expect((await readdir(`${result.path}.transcripts`)).length).toBe(2 * result.record.items.length);
+    const copy = join(work, "pilot-guess-edited.adjudication.json");
+    await cp(`${result.path}.transcripts`, `${copy}.transcripts`, { recursive: true });
+    const edited = structuredClone(result.record);
+    const g = edited.items[0]!.armGuess!;
+    g.guess = g.guess === "files-only" ? "files-and-docs-server" : "files-only";
+    g.correct = !g.correct;
+    await writeFile(copy, JSON.stringify(edited, null, 2), { mode: 0o600 });
+    const r = await runCli(["ledger", "verify", ledgerPath, "--adjudication", copy]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`adjudication items[0] (observation ${edited.items[0]!.observationIndex}).armGuess.guess: ledger ${JSON.stringify(g.guess)}, transcript gives`);
+  });
+
+  // contract: R143
+  it("asks the arm guess only after the verdict is recorded: a runner killed while the guess runs leaves the verdict on disk and no guess", async () => {
+    const f = await fake({ default: { kind: "ok", guessDelayMs: 120_000 } });
+    const path = join(work, "pilot-killed.adjudication.json");
+    let pid = 0;
+    const running = runCli(
+      [
+        "adjudicate",
+        "--ledger",
+        ledgerPath,
+        "--output",
+        path,
+        "--approve-budget",
+        "--seed",
+        "11",
+        "--force-same-model",
+        "--isolation",
+        "offline",
+        "--claude-config-dir",
+        demo.loginDir,
+        "--fake-behaviour",
+        join(f.dir, "behaviour.json"),
+        "--fake-records",
+        join(f.dir, "records"),
+      ],
+      { env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "5" }, timeoutMs: 400_000, onSpawn: (p) => (pid = p) },
+    );
+    const asks = (rec: FakeRecord) => (JSON.parse(rec.argv[rec.argv.indexOf("--json-schema") + 1]!).required as string[]).join(",");
+    // The first arm-guess container has started (the fake records itself first): kill the runner there.
+    let ended = false;
+    void running.finally(() => (ended = true));
+    let started: Array<{ file: string; record: FakeRecord }> = [];
+    for (const deadline = Date.now() + 300_000; !started.some((r) => asks(r.record) === "armGuess"); await new Promise((r) => setTimeout(r, 200))) {
+      if (ended || Date.now() > deadline) throw new Error(`the runner ${ended ? "ended" : "ran for 300 s"} without starting an arm-guess call`);
+      started = (await f.records()).filter((r) => /^\d+-/.test(r.file));
+    }
+    process.kill(pid, "SIGKILL");
+    const r = await running;
+    try {
+      expect(r.code).toBeNull();
+      // Exactly one verdict call ran before it, and its verdict is on disk, whole and valid.
+      expect(started.map((x) => asks(x.record)).sort()).toEqual(["armGuess", "outcome,propositions,contradictions,reasons"]);
+      const record = await readRecord(path);
+      expect(record.items).toHaveLength(1);
+      const item = record.items[0]!;
+      expect(item).toMatchObject({ decidedBy: "adjudicator", outcome: "correct", score: 1, run: { phase: "settled", status: "completed" } });
+      expect(item.verdict?.outcome).toBe("correct");
+      // The guess's own call was open: reserved and running, no guess, and not counted.
+      expect(item.armGuess).toMatchObject({ guess: null, correct: null, run: { phase: "running", status: null } });
+      expect(record.budget.reservedUsd).toBe(item.armGuess!.run.reservationUsd);
+      expect(record.blinding).toMatchObject({ guesses: 0, missing: 0 });
+      expect(validateAgainstGeneratedSchema(record)).toEqual([]);
+    } finally {
+      // What the dead runner left: its sleeping container, export and folders (as the next run's preflight does).
+      const runtime = new DockerRuntime();
+      for (const c of await runtime.listByLabel({ [LABELS.pid]: String(pid) })) await runtime.remove(c.id);
+      await reapOrphans(runtime);
+      await reapOrphanExports();
+      await reapOrphanFolders("home", removeTree);
+      await reapOrphanFolders("gateway", removeTree);
+    }
+  }, 600_000);
+
   it("records the result-text fallback and an unusable verdict as what they are", async () => {
     const ledger = await readLedger(ledgerPath);
     const r = await adjudicate("pilot-fallback", ledgerPath, {
@@ -260,14 +354,17 @@ describe("adjudicate a pilot of the demo", () => {
     expect(r.record.items.find((i) => i.observationIndex === 1)).toMatchObject({ outcome: "correct", reason: "adjudicator verdict (from result)" });
   });
 
-  it("stops at the cap like a run: the first item fits, the second is refused and recorded blocked", async () => {
+  it("stops at the cap like a run: the first verdict fits, its arm guess is refused, and the item not reached is recorded blocked", async () => {
     const r = await adjudicate("pilot-cap", ledgerPath, {}, ["--item-budget-usd", "0.1"], { STUDY_ADJUDICATION_BUDGET_USD: "0.1" });
     expect(r.code).toBe(1);
     expect(r.record.status).toBe("blocked");
     expect(r.record.items).toHaveLength(2);
-    expect(r.record.items[0]!.run?.status).toBe("completed");
+    // The verdict is kept; the guess was never asked, so it is not counted either way.
+    expect(r.record.items[0]).toMatchObject({ decidedBy: "adjudicator", run: { status: "completed" } });
+    expect(r.record.items[0]!.armGuess).toBeUndefined();
+    expect(r.record.blinding).toMatchObject({ guesses: 0, missing: 0 });
     expect(r.record.items[1]).toMatchObject({ outcome: "blocked", run: null });
-    expect(r.record.items[1]!.reason).toMatch(/not adjudicated: item 2 refused: the per-attempt limit 0.1 USD does not fit under the remaining budget/);
+    expect(r.record.items[1]!.reason).toMatch(/not adjudicated: the arm guess of item 1 refused: the per-attempt limit 0.1 USD does not fit under the remaining budget/);
     expect(r.record.budget.spentUsd).toBeLessThanOrEqual(0.1);
   });
 

@@ -52,7 +52,10 @@ describe("ledger verify on a fresh demo ledger", () => {
     expect(files).toHaveLength(36);
     for (const f of files) expect((await stat(join(dir, f))).mode & 0o777).toBe(0o600);
     const adjudication = (await readdir(ledgerPath.replace(/\.json$/, ".adjudication.json.transcripts"))).length;
-    expect(adjudication).toBe(36);
+    // One per adjudicator run: each item's verdict call and, after it, its arm-guess call.
+    const record = JSON.parse(await readFile(demo.adjudication, "utf8")) as AdjudicationRecord;
+    expect(record.items.filter((i) => i.armGuess !== undefined).length).toBeGreaterThan(0);
+    expect(adjudication).toBe(record.items.filter((i) => i.run !== null).length + record.items.filter((i) => i.armGuess !== undefined).length);
     const r = await verify(ledgerPath);
     expect(r.code, r.stdout + r.stderr).toBe(0);
     expect(r.stdout).toContain("verified");
@@ -331,7 +334,13 @@ describe("ledger verify --adjudication", () => {
     const judged = record.items.findIndex((i) => i.verdict !== null);
     record.items[judged]!.verdict!.reasons = secret;
     await writeFile(recordPath, JSON.stringify(record, null, 2));
-    const cut = record.items.findIndex((i, k) => k !== judged && i.run !== null);
+    // A guess changed after the fact (with its score, so the record still parses).
+    const guessed = record.items.findIndex((i, k) => k !== judged && i.armGuess?.guess != null);
+    const g = record.items[guessed]!.armGuess!;
+    g.guess = g.guess === "files-only" ? "files-and-docs-server" : "files-only";
+    g.correct = !g.correct;
+    await writeFile(recordPath, JSON.stringify(record, null, 2));
+    const cut = record.items.findIndex((i, k) => k !== judged && k !== guessed && i.run !== null);
     const file = join(`${recordPath}.transcripts`, `${String(record.items[cut]!.observationIndex).padStart(4, "0")}.jsonl`);
     await truncate(file, Math.floor((await stat(file)).size / 3));
     const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", recordPath]);
@@ -340,6 +349,7 @@ describe("ledger verify --adjudication", () => {
     expect(r.stdout).toMatch(/\.verdict: the record's verdict differs .*not shown: private/);
     expect(r.stdout).toContain(`adjudication items[${cut}] (observation ${record.items[cut]!.observationIndex}).run.transcriptSha256: record`);
     expect(r.stdout).toMatch(/\.run\.transcriptSha256: record [0-9a-f]{64}, the stored transcript hashes to/);
+    expect(r.stdout).toContain(`adjudication items[${guessed}] (observation ${record.items[guessed]!.observationIndex}).armGuess.guess: ledger ${JSON.stringify(g.guess)}, transcript gives`);
     expect(r.stdout).not.toContain(secret);
   });
 });

@@ -150,7 +150,7 @@ describe("a session over the fake image", () => {
     expect((await stat(ledger.storageDir)).mode & 0o777).toBe(0o700);
     expect(checkAnyLedger(ledgerPath, await readFile(ledgerPath)).valid).toBe(true);
     // What each container could write: its worktree and HOME, nothing else (the staged login
-    // folder, written back with a login copy, and the session files' folder are under HOME).
+    // folder, written back with a login copy, is under HOME; the session files leave through the channel).
     const records = await Promise.all((await readdir(c.fake!.recordsDir!)).map(async (f) => JSON.parse(await readFile(join(c.fake!.recordsDir!, f), "utf8"))));
     expect(records).toHaveLength(4);
     for (const r of records) {
@@ -168,7 +168,7 @@ describe("a session over the fake image", () => {
   }, 300_000);
 
   // contract: R116
-  it("through the gateway: the login folder is read-only and holds a placeholder, the session files come back through the call's own folder, the resume finds them", async () => {
+  it("through the gateway: the login folder is read-only and holds a placeholder, the session files come back through the session channel, the resume finds them", async () => {
     const b = await behaviour({
       "0": {
         kind: "ok",
@@ -204,8 +204,52 @@ describe("a session over the fake image", () => {
       ).toEqual(["/fake"].filter((p) => p !== "/fake" || r.writable["/fake"]));
       expect(r.writable["/tmp"]).toBe(false);
       expect(r.writable["/home/agent/.study-runner/login"]).toBe(false);
-      // HOME, where the session files leave through the call's own folder, is off limits to the agent's edit tools.
+      // HOME, where the CLI keeps its session files until they leave through the channel, is off limits to the agent's edit tools.
       expect(r.argv).toEqual(expect.arrayContaining([expect.stringContaining("Write(//home/agent/**)")]));
+    }
+  }, 300_000);
+
+  // contract: R141
+  it("the session files leave through a channel the agent cannot write: the kernel refuses its new file, its open of the socket, its own connection and the wrapper's descriptor, and the resume finds the files", async () => {
+    const b = await behaviour({
+      "0": {
+        kind: "ok",
+        session: { questions: 1, question: ROUNDING_QUESTION, edits: [{ path: "src/invoice.js", content: FIXED_INVOICE }] },
+      },
+    });
+    // The fake also lists the folder the session files used to leave through.
+    await writeFile(b, JSON.stringify({ ...JSON.parse(await readFile(b, "utf8")), probePaths: ["/home/agent/.study-runner"] }), { mode: 0o644 });
+    const c = await config(await manifest(["2 decimal places"]), b, { credentials: "gateway" });
+    const { exitCode, ledger } = await startSessions(c, { runtime });
+    const s = ledger.sessions[0]!;
+    expect(exitCode, JSON.stringify([s.state, s.stateReason])).toBe(0);
+    // The resume continued the session: its files came back through the channel.
+    expect(s.calls.map((x) => [x.mode, x.status, x.resultStatus])).toEqual([
+      ["start", "completed", "question"],
+      ["resume", "completed", "done"],
+    ]);
+    const records = await Promise.all((await readdir(c.fake!.recordsDir!)).map(async (f) => JSON.parse(await readFile(join(c.fake!.recordsDir!, f), "utf8"))));
+    expect(records).toHaveLength(2);
+    // What a kernel says to a write it refuses: a read-only mount, no permission, a socket opened as a file, nothing listening.
+    const refusals = ["EROFS", "EACCES", "EPERM", "ENXIO", "ECONNREFUSED", "ENOENT"];
+    for (const r of records) {
+      const ch = r.sessionChannel;
+      expect(ch.absent, "the session channel's folder is in the container").toBe(false);
+      expect(refusals).toContain(ch.newFile);
+      // The socket the wrapper sends through: gone once the runner closed its listener, or refusing.
+      expect(ch.socket).toBe("session.sock");
+      expect(Object.keys(ch.openForWrite)).toContain(ch.socket);
+      for (const code of Object.values<string>(ch.openForWrite)) expect(refusals).toContain(code);
+      for (const code of Object.values<string>(ch.connect)) expect(refusals).toContain(code);
+      // The wrapper (PID 1) holds the channel's connection: none of its sockets opens for writing.
+      const held = ch.heldDescriptors as Record<string, string>;
+      if (typeof held.listing === "string") expect(refusals).toContain(held.listing);
+      else {
+        expect(Object.keys(held).length, "the wrapper holds the channel's socket").toBeGreaterThan(0);
+        for (const code of Object.values(held)) expect(refusals).toContain(code);
+      }
+      // And the old way out, a writable output folder in HOME, is gone.
+      expect(r.listings["/home/agent/.study-runner"].entries).toEqual(["login"]);
     }
   }, 300_000);
 

@@ -42,6 +42,11 @@ export type FakeBehaviour =
       reportedCostFactor?: number;
       exitCode?: number;
       version?: string;
+      /** Adjudicator: verdict fields by item id, and the arm-guess call's guess by item id. */
+      verdicts?: Record<string, Record<string, unknown>>;
+      guesses?: Record<string, "files-only" | "files-and-docs-server">;
+      /** A pause before the arm-guess call (its --json-schema asks for armGuess alone) answers. */
+      guessDelayMs?: number;
     }
   | { kind: "events"; events: unknown[]; malformedFirst?: boolean; exitCode?: number; version?: string }
   | { kind: "exit"; events?: unknown[]; code: number; version?: string }

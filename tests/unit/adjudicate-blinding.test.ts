@@ -1,7 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { armGuessOf, blindingSummary, clopperPearson } from "../../src/adjudicate/blinding.ts";
 import { MASK, maskTerms, maskText, neutralForm } from "../../src/adjudicate/mask.ts";
-import { verdictJsonSchema } from "../../src/adjudicate/prompt.ts";
 
 const ledger = {
   observations: [
@@ -76,13 +75,6 @@ describe("blinding: symmetric masking", () => {
   it("leaves the English verb 'read' and ordinary words alone", () => {
     expect(maskText("I read the file and searched the docs.", terms).text).toBe("I read the file and searched the docs.");
   });
-
-  it("asks for the guess of the arm in the schema given to the CLI, after the verdict", () => {
-    const schema = JSON.parse(verdictJsonSchema()) as { required: string[]; properties: Record<string, { enum?: string[] }> };
-    expect(schema.required).toContain("armGuess");
-    expect(Object.keys(schema.properties).at(-1)).toBe("armGuess");
-    expect(schema.properties.armGuess!.enum).toEqual(["files-only", "files-and-docs-server"]);
-  });
 });
 
 describe("blinding: measured", () => {
@@ -101,14 +93,17 @@ describe("blinding: measured", () => {
   });
 
   it("scores each guess against the true arm and summarizes only the guesses given", () => {
-    expect(armGuessOf({ armGuess: "files-and-docs-server" }, "mcp")).toEqual({ guess: "files-and-docs-server", arm: "mcp", correct: true });
-    expect(armGuessOf({ armGuess: "files-and-docs-server" }, "repository")).toEqual({ guess: "files-and-docs-server", arm: "repository", correct: false });
-    expect(armGuessOf({}, "repository")).toEqual({ guess: null, arm: "repository", correct: null });
+    const run = (phase: "running" | "settled") => ({ phase }) as never;
+    expect(armGuessOf("files-and-docs-server", "mcp", run("settled"))).toMatchObject({ guess: "files-and-docs-server", arm: "mcp", correct: true, reason: null });
+    expect(armGuessOf("files-and-docs-server", "repository", run("settled"))).toMatchObject({ guess: "files-and-docs-server", arm: "repository", correct: false });
+    expect(armGuessOf(null, "repository", run("settled"), "no guess: unusable")).toMatchObject({ guess: null, arm: "repository", correct: null, reason: "no guess: unusable" });
     const items = [
-      { armGuess: armGuessOf({ armGuess: "files-and-docs-server" }, "mcp") },
-      { armGuess: armGuessOf({ armGuess: "files-and-docs-server" }, "repository") },
-      { armGuess: armGuessOf({ armGuess: "files-only" }, "repository") },
-      { armGuess: armGuessOf({}, "mcp") },
+      { armGuess: armGuessOf("files-and-docs-server", "mcp", run("settled")) },
+      { armGuess: armGuessOf("files-and-docs-server", "repository", run("settled")) },
+      { armGuess: armGuessOf("files-only", "repository", run("settled")) },
+      { armGuess: armGuessOf(null, "mcp", run("settled"), "no guess") },
+      // A guess call still open (a killed runner) has neither guessed nor failed to.
+      { armGuess: armGuessOf(null, "mcp", run("running")) },
       {},
     ];
     const s = blindingSummary(items);

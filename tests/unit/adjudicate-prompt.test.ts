@@ -1,13 +1,14 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { planAdjudication, readVerdict } from "../../src/adjudicate/plan.ts";
-import { adjudicatorArguments, buildAdjudicatorPrompt, itemIdFor, shuffledOrder, verdictJsonSchema } from "../../src/adjudicate/prompt.ts";
+import { planAdjudication, readArmGuess, readVerdict } from "../../src/adjudicate/plan.ts";
+import { adjudicatorArguments, armGuessJsonSchema, buildAdjudicatorPrompt, itemIdFor, shuffledOrder, verdictJsonSchema } from "../../src/adjudicate/prompt.ts";
 import { MASK, maskTerms, maskText } from "../../src/adjudicate/mask.ts";
 import { checkAdjudicatorModel } from "../../src/adjudicate/run.ts";
-import { VerdictSchema } from "../../src/adjudicate/schema.ts";
+import { ARM_GUESS_CHOICES, ArmGuessAnswerSchema, VerdictSchema } from "../../src/adjudicate/schema.ts";
+import { ArmSchema } from "../../src/terms/terms.ts";
 import { BUILTIN_DENIED_TOOLS, HOME_READ_DENIALS, SYSTEM_READ_DENIALS } from "../../src/claude/args.ts";
-import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { DEMO_MANIFEST, PROJECT_ROOT } from "../../src/util/paths.ts";
 import { DEMO, syntheticLedger } from "../support/adjudication-fixtures.ts";
 
 /** An answer from the doc-bridge arm that names its tools every way an answer might. */
@@ -82,6 +83,68 @@ describe("the adjudicator's prompt is blind to the scenario", () => {
     expect(prompt.match(/ANSWER>>>/g)).toHaveLength(2); // the instruction line and the real end marker
     expect(prompt).not.toContain("\0");
     expect(prompt).toContain("[marker removed]");
+  });
+});
+
+/** The words of a text, lowercased, split at everything but letters and digits. */
+const wordsOf = (text: string) => new Set(text.toLowerCase().match(/[a-z0-9]+/g) ?? []);
+
+/**
+ * What names or describes an arm, derived from the definitions rather than listed by hand: the
+ * manifests' scenario names, the guess's choices and its field, every arm id that is not a word
+ * both descriptions share, and every word that one arm's description has and the other's lacks.
+ */
+function armVocabulary(scenarios: readonly string[]): { phrases: string[]; words: string[] } {
+  const [a, b] = Object.values(ARM_GUESS_CHOICES).map(wordsOf) as [Set<string>, Set<string>];
+  const shared = new Set([...a].filter((w) => b.has(w)));
+  const words = [...a, ...b].filter((w) => !shared.has(w));
+  const phrases = [...scenarios, ...Object.keys(ARM_GUESS_CHOICES), ...Object.keys(ArmGuessAnswerSchema.shape), ...ArmSchema.options.filter((id) => !shared.has(id))];
+  return { phrases: phrases.map((p) => p.toLowerCase()), words };
+}
+
+describe("the verdict call knows nothing of arms", () => {
+  const demoManifest = JSON.parse(readFileSync(DEMO_MANIFEST, "utf8")) as { scenarios: string[] };
+  const vocabulary = armVocabulary([...DEMO.scenarios, ...demoManifest.scenarios]);
+
+  // contract: R142
+  it("a verdict prompt and the verdict's schema neither name nor describe the arms: no word derived from the scenarios and the arm descriptions", () => {
+    // The derivation found the words that tell the runs apart.
+    expect(vocabulary.words.length).toBeGreaterThan(2);
+    const ledger = ledgerWithAnswers({});
+    const plan = planAdjudication(ledger, DEMO, 7);
+    const texts = [...plan.items.map((i) => i.prompt!), verdictJsonSchema()];
+    expect(texts.length).toBe(ledger.observations.length + 1);
+    for (const text of texts) {
+      const lower = text.toLowerCase();
+      for (const phrase of vocabulary.phrases) expect(lower, phrase).not.toContain(phrase);
+      const words = wordsOf(text);
+      for (const word of vocabulary.words) expect(words.has(word), word).toBe(false);
+    }
+    expect(Object.keys(JSON.parse(verdictJsonSchema()).properties).sort()).toEqual(Object.keys(VerdictSchema.shape).sort());
+  });
+
+  // contract: R142
+  it("the arm guess is a question of its own: both runs described, the same masked answer, no proposition and nothing of the verdict; its schema asks for the guess alone", () => {
+    const ledger = ledgerWithAnswers({ 1: REVEALING });
+    const plan = planAdjudication(ledger, DEMO, 7);
+    for (const item of plan.items) {
+      const guess = item.guessPrompt!;
+      for (const [choice, description] of Object.entries(ARM_GUESS_CHOICES)) expect(guess).toContain(`${choice}: ${description}`);
+      const answerOf = (p: string) => p.slice(p.indexOf("<<<ANSWER\n"), p.indexOf("\nANSWER>>>"));
+      expect(answerOf(guess)).toBe(answerOf(item.prompt!));
+      expect(guess).toContain(`Item: ${item.itemId}`);
+      const task = DEMO.tasks.find((t) => t.id === item.task)!;
+      for (const p of task.expected) expect(guess).not.toContain(p);
+      expect(guess).not.toMatch(/\bP1\b|rubric|outcome/i);
+    }
+    const schema = JSON.parse(armGuessJsonSchema()) as { required: string[]; properties: Record<string, { enum?: string[] }>; additionalProperties: boolean };
+    expect(schema.required).toEqual(["armGuess"]);
+    expect(schema.properties.armGuess!.enum).toEqual(Object.keys(ARM_GUESS_CHOICES));
+    expect(schema.additionalProperties).toBe(false);
+    expect(readArmGuess({ armGuess: "files-only" }, null)).toEqual({ ok: true, guess: "files-only" });
+    expect(readArmGuess(null, '{"armGuess":"files-and-docs-server"}')).toEqual({ ok: true, guess: "files-and-docs-server" });
+    expect(readArmGuess({ armGuess: "repository" }, null)).toMatchObject({ ok: false });
+    expect(readArmGuess({ armGuess: "files-only", outcome: "correct" }, null)).toMatchObject({ ok: false });
   });
 });
 

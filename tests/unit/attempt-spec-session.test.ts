@@ -25,7 +25,7 @@ describe("a session call's container", () => {
     try {
       const paths = await stageSessionCall(staged, { worktree: base.exportDir, exportHash: "0".repeat(64), prompt: "p", stateDir: join(staged, "none"), priorMessageUsage: [] });
       for (const loginReadOnly of [true, false]) {
-        const spec = attemptContainerSpec({ ...base, loginReadOnly, session: { ...paths, projectsOutDir: "/tmp/study-runner-home-1-abc/session-out" } });
+        const spec = attemptContainerSpec({ ...base, loginReadOnly, session: { ...paths, channelSocket: "/tmp/study-runner-home-1-abc/session-channel/session.sock" } });
         expect(spec.readOnlyRootfs).toBe(true);
         // No tmpfs but HOME: a session container has no writable /tmp, its TMPDIR is in HOME.
         expect(Object.keys(spec.tmpfs ?? {})).toEqual([CONTAINER.home]);
@@ -33,11 +33,18 @@ describe("a session call's container", () => {
         const writable = spec.mounts.filter((m) => !m.readOnly).map((m) => m.target);
         expect(writable.length).toBeGreaterThan(0);
         for (const target of writable) expect(inside(target, CONTAINER.workspace) || inside(target, CONTAINER.home), target).toBe(true);
-        // Where with-relay.cjs reads the prompt and the session files from, and copies them to, is in HOME.
+        // Where with-relay.cjs reads the prompt and the session files from is in HOME.
         const entry = spec.entrypoint!;
-        for (const flag of ["--login", "--stdin", "--projects", "--projects-out"]) {
+        for (const flag of ["--login", "--stdin", "--projects"]) {
           expect(inside(entry[entry.indexOf(flag) + 1]!, CONTAINER.home), flag).toBe(true);
         }
+        // The session files leave through the channel's socket, in a folder mounted read-only (contract R141).
+        expect(entry[entry.indexOf("--session-out") + 1]).toBe(`${CONTAINER.sessionChannelDir}/session.sock`);
+        expect(spec.mounts.find((m) => m.target === CONTAINER.sessionChannelDir)).toEqual({
+          source: "/tmp/study-runner-home-1-abc/session-channel",
+          target: CONTAINER.sessionChannelDir,
+          readOnly: true,
+        });
         expect(spec.mounts.find((m) => m.target === CONTAINER.sessionLoginDir)?.readOnly).toBe(loginReadOnly);
       }
       // An ordinary attempt keeps its tmpfs /tmp and the login folder outside HOME.
