@@ -67,12 +67,12 @@ describe("the adjudicator's prompt is blind to the scenario", () => {
     for (const o of other.observations) {
       o.scenario = o.scenario === first ? second! : first!;
       o.arm = o.arm === "mcp" ? "repository" : "mcp";
-      o.chargedUsd += 0.0123;
+      o.chargedUsd = (o.chargedUsd ?? 0) + 0.0123;
       o.computedCostUsd = o.chargedUsd;
       o.cliReportedCostUsd = o.chargedUsd;
       o.toolCalls += 7;
       o.toolCallsByName = { ...o.toolCallsByName, Glob: (o.toolCallsByName.Glob ?? 0) + 7 };
-      o.wallTimeMs += 4321;
+      o.wallTimeMs = (o.wallTimeMs ?? 0) + 4321;
     }
     const reshuffled = planAdjudication(other, DEMO, 7);
     expect(reshuffled.order).not.toEqual(plan.order);
