@@ -197,3 +197,30 @@ export function checkLedger(path: string, bytes: Buffer, kinds: Readonly<Record<
   }
   return result;
 }
+
+/**
+ * What `run --output PATH` adds to its "already exists" refusal when PATH is a study ledger a killed runner left open
+ * (status `running`): nothing resumes a run (contract R27), so the message names each open attempt
+ * by its index, task, scenario and repetition, its phase and its reservation counted as spent, and
+ * points to `study-runner ledger check PATH` (contract R160). Null for any other file (a finished
+ * ledger, another record kind, not JSON).
+ */
+export function interruptedLedgerProblem(path: string, bytes: Buffer): string | null {
+  let json: unknown;
+  try {
+    json = JSON.parse(bytes.toString("utf8"));
+  } catch {
+    return null;
+  }
+  if (!isRecord(json) || json.kind !== undefined || json.status !== "running") return null;
+  const check = checkLedger(path, bytes);
+  const observations = Array.isArray(json.observations) ? json.observations : [];
+  const word = (v: unknown) => (typeof v === "string" && /^[\w.-]{1,80}$/.test(v) ? v : "?");
+  const named = check.openReservations.map((o) => {
+    const row = isRecord(observations[o.index]) ? (observations[o.index] as Record<string, unknown>) : {};
+    const repetition = num(row.repetition);
+    return `attempt ${o.index} (task ${word(row.task)}, scenario ${word(row.scenario)}, repetition ${repetition ?? "?"}) is open (phase ${o.phase}), its reservation of ${usd(o.reservationUsd)} counted as spent`;
+  });
+  const what = named.length === 0 ? "no attempt was open" : named.join("; ");
+  return `It is the ledger of an interrupted study run (status running, left by a runner that was killed or is still running): ${what}. A run is never resumed: see it with \`study-runner ledger check ${path}\``;
+}

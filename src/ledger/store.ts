@@ -1,5 +1,6 @@
 import { lstat, readFile, realpath, stat, unlink } from "node:fs/promises";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
+import { interruptedLedgerProblem } from "./check.ts";
 import { LedgerSchema, type Ledger } from "./schema.ts";
 import { fsyncDirectory, NODE_FILES, writeFileAtomic, type FileLayer } from "../util/atomic-file.ts";
 import { UsageError } from "../util/errors.ts";
@@ -68,8 +69,10 @@ async function resolveTarget(path: string, context: OutputPathContext, noun = "l
   }
   const problems: string[] = [];
   try {
-    await lstat(lexical);
-    problems.push(`--output ${path} already exists; ${article(noun)} ${noun} is never overwritten or reused: choose a new file name`);
+    const existing = await lstat(lexical);
+    // A study ledger a killed runner left open: name its open attempt and point to `ledger check` (contract R160).
+    const interrupted = noun === "ledger" && existing.isFile() ? interruptedLedgerProblem(path, await readFile(lexical).catch(() => Buffer.alloc(0))) : null;
+    problems.push(`--output ${path} already exists; ${article(noun)} ${noun} is never overwritten or reused: choose a new file name${interrupted ? `. ${interrupted}` : ""}`);
   } catch (err) {
     if (errnoCode(err) !== "ENOENT") problems.push(`--output ${path} cannot be checked (${errnoCode(err)}); choose a new file in an existing folder`);
   }

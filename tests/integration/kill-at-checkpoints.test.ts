@@ -12,7 +12,20 @@ import { join } from "node:path";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/runtime/reaper.ts";
 import { runCli } from "../support/cli.ts";
-import { containersOfRun, exists, freshLogin, ledgerOf, leftovers, prepareRun, preparePipeline, runPipeline, startPipeline, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
+import {
+  containersOfRun,
+  exists,
+  freshLogin,
+  ledgerOf,
+  leftovers,
+  prepareRun,
+  preparePipeline,
+  runPipeline,
+  startPipeline,
+  RESERVATION_USD,
+  type Pipeline,
+  type PreparedRun,
+} from "../support/pipeline.ts";
 
 let p: Pipeline;
 beforeAll(async () => {
@@ -24,6 +37,8 @@ afterAll(() => p?.cleanup());
 const FAST_STALE = ["--test-login-lock-stale-ms", "2000"];
 
 interface Killed {
+  /** The killed run's command, --output included. */
+  run: PreparedRun;
   ledger: Ledger | undefined;
   ledgerText: string | undefined;
   pid: number;
@@ -48,6 +63,7 @@ async function killAt(point: string): Promise<Killed> {
   const ledger = ledgerText === undefined ? undefined : await ledgerOf(run); // readLedger validates schema and arithmetic
   const c = await runCli(["ledger", "check", run.output, "--json"]);
   return {
+    run,
     ledger,
     ledgerText,
     pid: started.pid,
@@ -129,6 +145,27 @@ describe("the runner killed with SIGKILL at each checkpoint", () => {
     const truth = next.observations[0]!.chargedUsd!;
     expect(truth).toBeGreaterThan(0);
     expect(k.ledger!.budget.spentUsd).toBeGreaterThanOrEqual(truth);
+  }, 180_000);
+
+  // contract: R160
+  it("during the attempt, then run on the same --output: refused with exit 2, naming the open attempt and pointing to ledger check; the ledger is untouched", async () => {
+    const k = await killAt("during-attempt");
+    expectInterrupted(k, { phase: "running" });
+    const open = k.ledger!.observations[0]!;
+    expect(k.check.json.verdict).toContain("observation 0 is unsettled (phase running)");
+    // The same command again, without the kill: it refuses before anything starts.
+    const again = await runCli(k.run.args, { env: { ...k.run.env, STUDY_RUNNER_TEST_KILL_AT: undefined }, timeoutMs: k.run.timeoutMs });
+    expect(again.code, again.stderr).toBe(2);
+    expect(again.stdout).toBe("");
+    expect(again.stderr).toContain(`--output ${k.run.output} already exists; a ledger is never overwritten or reused: choose a new file name. It is the ledger of an interrupted study run`);
+    expect(again.stderr).toContain(
+      `attempt 0 (task ${open.task}, scenario ${open.scenario}, repetition ${open.repetition}) is open (phase running), its reservation of ${RESERVATION_USD} USD counted as spent`,
+    );
+    expect(again.stderr).toContain(`\`study-runner ledger check ${k.run.output}\``);
+    expect(await readFile(k.run.output, "utf8")).toBe(k.ledgerText);
+    // It started nothing: the dead run's container is still the only one, and the next run on a new --output removes it.
+    expect((await p.runtime.listByLabel({ [LABELS.pid]: String(k.pid) })).map((c) => c.id)).toEqual(k.containers.map((c) => c.id));
+    await nextRunCleansUp(k);
   }, 180_000);
 
   it("after the attempt, before the final write: the container and its folders are already gone, the spend still covers the attempt", async () => {

@@ -60,6 +60,30 @@ describe("the adjudicator's prompt is blind to the scenario", () => {
     expect(revealed.prompt).toContain(task.question);
     for (const [i, p] of task.expected.entries()) expect(revealed.prompt).toContain(`P${i + 1}: ${p}`);
     expect(revealed.prompt).toContain(task.sources.join(", "));
+    // The prompt is built from the item id, the task and the masked answer alone: the same
+    // answers under swapped scenarios and arms, other costs and tool counts, in another order,
+    // give every observation the same prompt, and each is exactly the one those inputs build.
+    const other = ledgerWithAnswers({ 1: REVEALING, 2: REVEALING });
+    const [first, second] = DEMO.scenarios;
+    for (const o of other.observations) {
+      o.scenario = o.scenario === first ? second! : first!;
+      o.arm = o.arm === "mcp" ? "repository" : "mcp";
+      o.chargedUsd = (o.chargedUsd ?? 0) + 0.0123;
+      o.computedCostUsd = o.chargedUsd;
+      o.cliReportedCostUsd = o.chargedUsd;
+      o.toolCalls += 7;
+      o.toolCallsByName = { ...o.toolCallsByName, Glob: (o.toolCallsByName.Glob ?? 0) + 7 };
+      o.wallTimeMs = (o.wallTimeMs ?? 0) + 4321;
+    }
+    const reshuffled = planAdjudication(other, DEMO, 7);
+    expect(reshuffled.order).not.toEqual(plan.order);
+    const terms = maskTerms(ledger, DEMO.scenarios);
+    for (const item of prompts) {
+      const o = ledger.observations[item.observationIndex]!;
+      const built = buildAdjudicatorPrompt({ itemId: item.itemId, task: DEMO.tasks.find((t) => t.id === o.task)!, maskedAnswer: maskText(o.answer!, terms).text });
+      expect(item.prompt).toBe(built);
+      expect(reshuffled.items.find((i) => i.observationIndex === item.observationIndex)!.prompt).toBe(item.prompt);
+    }
   });
 
   it("masks what the ledger shows the arm used and the built-in tools of both arms, and leaves ordinary words alone", () => {

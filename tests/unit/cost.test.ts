@@ -35,7 +35,7 @@ describe("CLI_PRICES, generated from the pinned CLI (tests/conformance/measure-p
     expect(Object.isFrozen(CLI_PRICES[MODEL]!.tier1)).toBe(true);
   });
 
-  it("has a row for every model the CLI priced as list, and a model without a second tier never leaves the first", () => {
+  it("holds every measured row, and a model without a second tier never leaves the first", () => {
     expect(Object.keys(CLI_PRICES).sort()).toEqual(Object.keys(GENERATED_PRICE_TABLE.models).sort());
     // The facts: claude-sonnet-5 1M in + 1M out = 12.00 USD; claude-haiku-4-5 1M in = 1.00 USD.
     expect(CLI_PRICES["claude-sonnet-5"]!.tier1.input + CLI_PRICES["claude-sonnet-5"]!.tier1.output).toBeCloseTo(12, 12);

@@ -11,6 +11,8 @@ import { assertReadableLedger, checkLedger as checkLedgerBytes, LEDGER_CHECK_EXI
 /** Reads the ledger at `path` and checks it, as `study-runner ledger check` does. */
 const checkLedger = async (path: string) => checkLedgerBytes(path, await assertReadableLedger(path));
 import type { Ledger } from "../../src/ledger/schema.ts";
+import { checkOutputPath } from "../../src/ledger/store.ts";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { completedObservation, reservedObservation, sampleLedger } from "../support/ledger-sample.ts";
 
 const ANSWER = "PRIVATE-ANSWER-7f3a: the limit is in src/limits.ts";
@@ -81,6 +83,28 @@ describe("ledger check", () => {
     expect(check.verdict).toMatch(/observations 0 \(phase running, 0\.1 USD\), 2 \(phase running, 0\.1 USD\), 3 \(phase reserved, 0\.1 USD\) are unsettled; their reservations are counted as spent/);
     expect(check.arithmetic!.holds).toBe(true);
     expect(check.arithmetic!.openReservationsUsd).toBeCloseTo(0.3, 12);
+  });
+
+  // contract: R160
+  it("run given an interrupted ledger as --output names every open attempt and points to ledger check; a finished one is only 'already exists'", async () => {
+    const ledger = sampleLedger({
+      status: "running",
+      scheduling: { concurrency: 4, pairs: "together", rateEvents: [] },
+      observations: [reservedObservation(0, { phase: "running", startedAt: "2026-11-30T05:02:00.000Z" }), completedObservation(1, 0.002, { answer: ANSWER }), reservedObservation(2)],
+      budget: { capUsd: 1, attemptBudgetUsd: 0.1, reservedUsd: 0.2, spentUsd: 0.202, cumulativeCapExceeded: false },
+    });
+    const context = { checkouts: [], projectRoot: PROJECT_ROOT };
+    const path = await write(ledger);
+    const [problem, ...rest] = await checkOutputPath(path, context);
+    expect(rest).toEqual([]);
+    const [o0, , o2] = ledger.observations;
+    expect(problem).toContain(`--output ${path} already exists; a ledger is never overwritten or reused: choose a new file name. It is the ledger of an interrupted study run`);
+    expect(problem).toContain(`attempt 0 (task ${o0!.task}, scenario ${o0!.scenario}, repetition ${o0!.repetition}) is open (phase running), its reservation of 0.1 USD counted as spent`);
+    expect(problem).toContain(`attempt 2 (task ${o2!.task}, scenario ${o2!.scenario}, repetition ${o2!.repetition}) is open (phase reserved)`);
+    expect(problem).toContain(`\`study-runner ledger check ${path}\``);
+    expect(problem).not.toContain(ANSWER);
+    const done = await write(finished());
+    expect(await checkOutputPath(done, context)).toEqual([`--output ${done} already exists; a ledger is never overwritten or reused: choose a new file name`]);
   });
 
   it("a run killed during an attempt: interrupted (exit 4), naming the open reservation counted as spent", async () => {
