@@ -1,4 +1,3 @@
-import { chown, mkdir } from "node:fs/promises";
 import type { ExpectedInit } from "../claude/init-expectation.ts";
 import { join } from "node:path";
 import type { ContainerRuntime } from "../runtime/port.ts";
