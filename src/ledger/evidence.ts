@@ -1,7 +1,7 @@
 import { createHash } from "node:crypto";
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { transcriptDir } from "./transcripts.ts";
+import { transcriptDir, transcriptNames } from "./transcripts.ts";
 
 /**
  * The public report's commitment to the private evidence (contract R158, docs/report.md,
@@ -63,15 +63,8 @@ async function hashFile(path: string): Promise<string> {
 /** Every regular file of `<privateFile>.transcripts/`, by name; none when the folder does not exist. */
 async function transcriptFiles(privateFile: string, role: string): Promise<EvidenceFile[]> {
   const dir = transcriptDir(privateFile);
-  let names: string[];
-  try {
-    names = await readdir(dir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
-    throw err;
-  }
   const out: EvidenceFile[] = [];
-  for (const name of names.sort()) out.push({ name: `${role}.transcripts/${name}`, sha256: await hashFile(join(dir, name)) });
+  for (const name of await transcriptNames(privateFile)) out.push({ name: `${role}.transcripts/${name}`, sha256: await hashFile(join(dir, name)) });
   return out;
 }
 

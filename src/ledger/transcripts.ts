@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { closeSync, fsyncSync, openSync, writeSync } from "node:fs";
-import { chmod, lstat, mkdir, readFile, stat } from "node:fs/promises";
+import { chmod, lstat, mkdir, readdir, readFile, stat } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
 import { fsyncDirectory } from "../util/atomic-file.ts";
 import { LEDGER_MODE } from "./store.ts";
@@ -19,6 +19,16 @@ export const TRANSCRIPT_DIR_MODE = 0o700;
 /** `<ledger>.transcripts/`: beside the private file, so it is as private as that file's place. */
 export function transcriptDir(privateFile: string): string {
   return join(dirname(privateFile), `${basename(privateFile)}.transcripts`);
+}
+
+/** The names in `<privateFile>.transcripts/`, sorted; none when the folder does not exist. */
+export async function transcriptNames(privateFile: string): Promise<string[]> {
+  try {
+    return (await readdir(transcriptDir(privateFile))).sort();
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
+    throw err;
+  }
 }
 
 /**

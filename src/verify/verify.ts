@@ -1,4 +1,4 @@
-import { readdir, readFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { isDeepStrictEqual } from "node:util";
 import { attemptInitKind, expectedInit, type ExpectedInit } from "../claude/init-expectation.ts";
 import { readArmGuess, readResultEvent, readVerdict, transcriptIndexOf } from "../adjudicate/plan.ts";
@@ -13,7 +13,7 @@ import type { Arm } from "../terms/terms.ts";
 import type { Observation, RunFacts } from "../ledger/schema.ts";
 import { LEDGER_MODE, readLedger } from "../ledger/store.ts";
 import { verifyExportHashes } from "./export-hash.ts";
-import { readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines } from "../ledger/transcripts.ts";
+import { readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines, transcriptNames } from "../ledger/transcripts.ts";
 import { SESSION_INIT_TOOLS } from "../session/args.ts";
 import { SessionLedgerSchema, SessionManifestSchema } from "../session/schema.ts";
 import { formatIssues } from "../util/zod-errors.ts";
@@ -204,16 +204,8 @@ export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway
  */
 async function orphanProblems(privateFile: string, expected: ReadonlySet<string>): Promise<string[]> {
   const dir = transcriptDir(privateFile);
-  let names: string[];
-  try {
-    names = await readdir(dir);
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
-    throw err;
-  }
-  return names
+  return (await transcriptNames(privateFile))
     .filter((n) => !expected.has(n))
-    .sort()
     .map((n) => `transcripts: ${dir}/${n} belongs to no entry of the record (an orphan: its entry was removed, or the file was added)`);
 }
 
