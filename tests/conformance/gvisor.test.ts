@@ -20,6 +20,7 @@ import { runCli, type CliResult } from "../support/cli.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
+import { planAdjudication } from "../../src/adjudicate/plan.ts";
 import { itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
@@ -115,7 +116,6 @@ describe("a doc-bridge attempt through the model gateway, and its adjudicator, u
                 propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "stated and cited" })),
                 contradictions: [],
                 reasons: "every proposition is stated and cited",
-                armGuess: "files-only",
               },
             },
           ],
@@ -123,7 +123,13 @@ describe("a doc-bridge attempt through the model gateway, and its adjudicator, u
         },
       ],
     }));
-    graderApi = await startStudyApi(scripts);
+    // The arm guess is a call of its own after the verdict (contract R143): its prompt's item line is its marker.
+    const guessScripts: ScriptInput[] = planAdjudication(ledger, loaded.manifest, 7).items.map((p) => ({
+      name: `guess-${p.observationIndex}`,
+      marker: p.guessPrompt!.slice(p.guessPrompt!.indexOf("Item: "), p.guessPrompt!.indexOf("<<<ANSWER")),
+      turns: [{ toolCalls: [{ name: STRUCTURED_OUTPUT_TOOL, input: { armGuess: "files-only" } }], usage: { input_tokens: 900, output_tokens: 20 } }],
+    }));
+    graderApi = await startStudyApi([...guessScripts, ...scripts]);
     if (graderApi.route !== "gateway") throw new Error("the adjudicator runs through the gateway");
     const bytes = await readFile(run.summary.ledger);
     const output = join(await mkdtemp(join(corpus.work, "adjudication-")), "adjudication.json");
