@@ -23,7 +23,7 @@ import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
+import { armGuessScripts, MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
 import { messageRequests, TEST_TOKEN, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 /** Both arms' answers name their tools, the server and a scenario, in spellings a naive mask lets through. */
@@ -66,11 +66,7 @@ beforeAll(async () => {
   // arm-guess call's prompt (its item line, question and its own answer sentence) is matched
   // first; the verdict's by the item id. Both observations are guessed files-only: observation 0
   // (files only) right, observation 1 (with the docs server) wrong.
-  const guessScripts: ScriptInput[] = planned.map((p) => ({
-    name: `guess-${p.observationIndex}`,
-    marker: p.guessPrompt!.slice(p.guessPrompt!.indexOf("Item: "), p.guessPrompt!.indexOf("<<<ANSWER")),
-    turns: [{ toolCalls: [{ name: STRUCTURED_OUTPUT_TOOL, input: { armGuess: "files-only" } }], usage: { input_tokens: 900 + p.observationIndex, output_tokens: 20 } }],
-  }));
+  const guessScripts = armGuessScripts(planned);
   const scripts: ScriptInput[] = ledger.observations.map((o) => ({
     name: `grader-${o.index}`,
     marker: itemIdFor(ledger.runId, o.index),

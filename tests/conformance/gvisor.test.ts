@@ -37,7 +37,7 @@ import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/serve
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { makeTestCa } from "../support/test-ca.ts";
-import { MCP_SCRIPT } from "./scripts.ts";
+import { armGuessScripts, MCP_SCRIPT } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 const RUNSC = "runsc";
@@ -123,13 +123,7 @@ describe("a doc-bridge attempt through the model gateway, and its adjudicator, u
         },
       ],
     }));
-    // The arm guess is a call of its own after the verdict (contract R143): its prompt's item line is its marker.
-    const guessScripts: ScriptInput[] = planAdjudication(ledger, loaded.manifest, 7).items.map((p) => ({
-      name: `guess-${p.observationIndex}`,
-      marker: p.guessPrompt!.slice(p.guessPrompt!.indexOf("Item: "), p.guessPrompt!.indexOf("<<<ANSWER")),
-      turns: [{ toolCalls: [{ name: STRUCTURED_OUTPUT_TOOL, input: { armGuess: "files-only" } }], usage: { input_tokens: 900, output_tokens: 20 } }],
-    }));
-    graderApi = await startStudyApi([...guessScripts, ...scripts]);
+    graderApi = await startStudyApi([...armGuessScripts(planAdjudication(ledger, loaded.manifest, 7).items), ...scripts]);
     if (graderApi.route !== "gateway") throw new Error("the adjudicator runs through the gateway");
     const bytes = await readFile(run.summary.ledger);
     const output = join(await mkdtemp(join(corpus.work, "adjudication-")), "adjudication.json");

@@ -33,7 +33,7 @@ import { startSessions } from "../../src/session/run.ts";
 import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { pilotScripts } from "./scripts.ts";
+import { armGuessScripts, pilotScripts } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi } from "./support.ts";
 
 export const REGENERATE_INIT_COMMAND = "node --import tsx tests/conformance/measure-init.ts --write";
@@ -149,7 +149,6 @@ async function adjudicate(
               propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "stated and cited" })),
               contradictions: [],
               reasons: "every proposition is stated and cited",
-              armGuess: "files-only",
             },
           },
         ],
@@ -157,12 +156,11 @@ async function adjudicate(
       },
     ],
   }));
-  const api = await startStudyApi(scripts);
+  const api = await startStudyApi([...armGuessScripts(planAdjudication(ledger, loaded.manifest, 5).items), ...scripts]);
   if (api.route !== "gateway") throw new Error("the adjudicator is measured through the gateway");
   try {
     const output = join(await mkdtemp(join(corpus.work, "adjudication-")), "adjudication.json");
     const model = DEFAULT_ADJUDICATOR_MODELS[0]!;
-    planAdjudication(ledger, loaded.manifest, 5);
     await runAdjudication(
       {
         ledgerPath,

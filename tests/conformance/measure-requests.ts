@@ -17,6 +17,7 @@ import { dirname, join } from "node:path";
 import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
+import { planAdjudication } from "../../src/adjudicate/plan.ts";
 import { itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
@@ -28,7 +29,7 @@ import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { startSessions } from "../../src/session/run.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import type { JsonValue } from "../../src/util/strict-json.ts";
-import { pilotScripts } from "./scripts.ts";
+import { armGuessScripts, pilotScripts } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, startStudyApi } from "./support.ts";
 
 export const REGENERATE_COMMAND = "node --import tsx tests/conformance/measure-requests.ts --write";
@@ -132,7 +133,6 @@ export async function measureRequests(): Promise<RecordedRequest[]> {
                 propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "stated and cited" })),
                 contradictions: [],
                 reasons: "every proposition is stated and cited",
-                armGuess: "files-only",
               },
             },
           ],
@@ -140,7 +140,7 @@ export async function measureRequests(): Promise<RecordedRequest[]> {
         },
       ],
     }));
-    const graderApi = await startApi(graderScripts, { recordBodies: true });
+    const graderApi = await startApi([...armGuessScripts(planAdjudication(run.ledger, loaded.manifest, 5).items), ...graderScripts], { recordBodies: true });
     try {
       const bytes = await readFile(run.summary.ledger);
       let stderr = "";

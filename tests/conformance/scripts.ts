@@ -4,6 +4,8 @@
  * taken from the wrong place cannot match by chance.
  */
 import { parseScripts, scriptedTotals, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
+import type { PlannedItem } from "../../src/adjudicate/plan.ts";
 
 /** Repository arm: Glob and Grep over the export, then three Reads (one of a file not exported). */
 export const REPOSITORY_SCRIPT: ScriptInput = {
@@ -76,4 +78,18 @@ export function expectedToolCalls(script: ScriptInput): Record<string, number> {
   const counts: Record<string, number> = {};
   for (const turn of script.turns) if ("toolCalls" in turn) for (const c of turn.toolCalls) counts[c.name] = (counts[c.name] ?? 0) + 1;
   return counts;
+}
+
+/**
+ * The adjudicator's second call per item, the arm guess asked after the verdict (contract R143):
+ * one script an item, chosen by its prompt's item line and question, answering `guess` at once.
+ */
+export function armGuessScripts(items: readonly PlannedItem[], guess = "files-only"): ScriptInput[] {
+  return items
+    .filter((p) => p.guessPrompt !== null)
+    .map((p) => ({
+      name: `guess-${p.observationIndex}`,
+      marker: p.guessPrompt!.slice(p.guessPrompt!.indexOf("Item: "), p.guessPrompt!.indexOf("<<<ANSWER")),
+      turns: [{ toolCalls: [{ name: STRUCTURED_OUTPUT_TOOL, input: { armGuess: guess } }], usage: { input_tokens: 900 + p.observationIndex, output_tokens: 20 } }],
+    }));
 }
