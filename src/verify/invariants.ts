@@ -154,7 +154,9 @@ function capProblems(where: string, spentUsd: number, capUsd: number, flag: bool
 }
 
 const studyRuns = (l: Ledger) => l.observations.map((o) => ({ ...runOf(`observations[${o.index}]`, o), exactCharge: o.transport === "cli", crossChecked: o.transport === "cli" }));
-const recordRuns = (r: AdjudicationRecord) => r.items.flatMap((it) => (it.run ? [runOf(`items[${it.position}].run`, it.run)] : []));
+/** Every paid run of a record: each item's verdict call, then its arm-guess call (contract R143). */
+const recordRuns = (r: AdjudicationRecord) =>
+  r.items.flatMap((it) => [...(it.run ? [runOf(`items[${it.position}].run`, it.run)] : []), ...(it.armGuess?.run ? [runOf(`items[${it.position}].armGuess.run`, it.armGuess.run)] : [])]);
 const sessionCalls = (l: SessionLedger) => l.sessions.flatMap((s, i) => s.calls.map((c, j) => callOf(`sessions[${i}].calls[${j}]`, c)));
 
 /** The rules every kind of paid run obeys, applied to a record's runs. */
