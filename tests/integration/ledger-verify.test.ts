@@ -296,7 +296,7 @@ describe("ledger verify --report", () => {
     const args = (ledger: string, record: string) => ["ledger", "verify", ledger, "--adjudication", record, "--report", demo.report.json];
     const ok = await runCli(args(ledgerPath, demo.adjudication));
     expect(ok.code, ok.stdout + ok.stderr).toBe(0);
-    expect(ok.stdout).toContain(`evidence: 75 private files against the report's digest ${report.evidence.root}`);
+    expect(ok.stdout).toContain(`evidence: ${report.evidence.files.length} private files against the report's digest ${report.evidence.root}`);
 
     const c = await copy("report");
     const record = join(c.ledger, "..", basename(demo.adjudication));
