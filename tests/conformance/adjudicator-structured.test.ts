@@ -14,7 +14,7 @@ import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { planAdjudication } from "../../src/adjudicate/plan.ts";
-import { adjudicatorInitTools, itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
+import { adjudicatorInitTools, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
 import { clopperPearson } from "../../src/adjudicate/blinding.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
@@ -23,7 +23,7 @@ import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { armGuessScripts, MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
+import { armGuessScripts, correctVerdictScripts, MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
 import { messageRequests, TEST_TOKEN, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 /** Both arms' answers name their tools, the server and a scenario, in spellings a naive mask lets through. */
@@ -67,26 +67,7 @@ beforeAll(async () => {
   // first; the verdict's by the item id. Both observations are guessed files-only: observation 0
   // (files only) right, observation 1 (with the docs server) wrong.
   const guessScripts = armGuessScripts(planned);
-  const scripts: ScriptInput[] = ledger.observations.map((o) => ({
-    name: `grader-${o.index}`,
-    marker: itemIdFor(ledger.runId, o.index),
-    turns: [
-      {
-        toolCalls: [
-          {
-            name: STRUCTURED_OUTPUT_TOOL,
-            input: {
-              outcome: "correct",
-              propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "the answer states it and cites docs/rounding.md" })),
-              contradictions: [],
-              reasons: "every proposition is stated and cited",
-            },
-          },
-        ],
-        usage: { input_tokens: 1800 + o.index, output_tokens: 140 },
-      },
-    ],
-  }));
+  const scripts = correctVerdictScripts(ledger, expected, "the answer states it and cites docs/rounding.md");
   // Through the gateway too, as `adjudicate` runs by default: the grader holds a placeholder login.
   graderApi = await startStudyApi([...guessScripts, ...scripts], { recordBodies: true });
   const bytes = await readFile(run.summary.ledger);

@@ -21,7 +21,6 @@ import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { planAdjudication } from "../../src/adjudicate/plan.ts";
-import { itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
@@ -34,10 +33,9 @@ import { startSessions } from "../../src/session/run.ts";
 import type { SessionLedger } from "../../src/session/schema.ts";
 import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { makeTestCa } from "../support/test-ca.ts";
-import { armGuessScripts, MCP_SCRIPT } from "./scripts.ts";
+import { armGuessScripts, correctVerdictScripts, MCP_SCRIPT } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 const RUNSC = "runsc";
@@ -103,26 +101,7 @@ describe("a doc-bridge attempt through the model gateway, and its adjudicator, u
     const ledger = run.ledger;
     const loaded = await loadManifest(DEMO_MANIFEST);
     const expected = loaded.manifest.tasks[0]!.expected.length;
-    const scripts: ScriptInput[] = ledger.observations.map((o) => ({
-      name: `grader-${o.index}`,
-      marker: itemIdFor(ledger.runId, o.index),
-      turns: [
-        {
-          toolCalls: [
-            {
-              name: STRUCTURED_OUTPUT_TOOL,
-              input: {
-                outcome: "correct",
-                propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "stated and cited" })),
-                contradictions: [],
-                reasons: "every proposition is stated and cited",
-              },
-            },
-          ],
-          usage: { input_tokens: 1800, output_tokens: 140 },
-        },
-      ],
-    }));
+    const scripts = correctVerdictScripts(ledger, expected);
     graderApi = await startStudyApi([...armGuessScripts(planAdjudication(ledger, loaded.manifest, 7).items), ...scripts]);
     if (graderApi.route !== "gateway") throw new Error("the adjudicator runs through the gateway");
     const bytes = await readFile(run.summary.ledger);

@@ -22,7 +22,6 @@ import { isDeepStrictEqual } from "node:util";
 import { Writable } from "node:stream";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { planAdjudication } from "../../src/adjudicate/plan.ts";
-import { itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
@@ -31,9 +30,8 @@ import { loadManifest } from "../../src/manifest/load.ts";
 import { readTranscriptFile, transcriptLines } from "../../src/ledger/transcripts.ts";
 import { startSessions } from "../../src/session/run.ts";
 import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { armGuessScripts, pilotScripts } from "./scripts.ts";
+import { armGuessScripts, correctVerdictScripts, pilotScripts } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi } from "./support.ts";
 
 export const REGENERATE_INIT_COMMAND = "node --import tsx tests/conformance/measure-init.ts --write";
@@ -136,26 +134,7 @@ async function adjudicate(
 ): Promise<MeasuredInit[]> {
   const loaded = await loadManifest(DEMO_MANIFEST);
   const expected = loaded.manifest.tasks[0]!.expected.length;
-  const scripts: ScriptInput[] = ledger.observations.map((o) => ({
-    name: `grader-${o.index}`,
-    marker: itemIdFor(ledger.runId, o.index),
-    turns: [
-      {
-        toolCalls: [
-          {
-            name: STRUCTURED_OUTPUT_TOOL,
-            input: {
-              outcome: "correct",
-              propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "stated and cited" })),
-              contradictions: [],
-              reasons: "every proposition is stated and cited",
-            },
-          },
-        ],
-        usage: { input_tokens: 1800, output_tokens: 140 },
-      },
-    ],
-  }));
+  const scripts = correctVerdictScripts(ledger, expected);
   const api = await startStudyApi([...armGuessScripts(planAdjudication(ledger, loaded.manifest, 5).items), ...scripts]);
   if (api.route !== "gateway") throw new Error("the adjudicator is measured through the gateway");
   try {

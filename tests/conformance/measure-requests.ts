@@ -18,18 +18,16 @@ import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { planAdjudication } from "../../src/adjudicate/plan.ts";
-import { itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts";
 import { inferShape, parseTarget, type MeasuredRequest, type RequestShapes } from "../../src/gateway/request-shape.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
 import type { RecordedRequest } from "../../src/scripted-api/server.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { startSessions } from "../../src/session/run.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import type { JsonValue } from "../../src/util/strict-json.ts";
-import { armGuessScripts, pilotScripts } from "./scripts.ts";
+import { armGuessScripts, correctVerdictScripts, pilotScripts } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, startStudyApi } from "./support.ts";
 
 export const REGENERATE_COMMAND = "node --import tsx tests/conformance/measure-requests.ts --write";
@@ -120,26 +118,7 @@ export async function measureRequests(): Promise<RecordedRequest[]> {
     // 2. The adjudicator on that pilot: the grader answers through StructuredOutput at once.
     const loaded = await loadManifest(DEMO_MANIFEST);
     const expected = loaded.manifest.tasks[0]!.expected.length;
-    const graderScripts: ScriptInput[] = run.ledger.observations.map((o) => ({
-      name: `grader-${o.index}`,
-      marker: itemIdFor(run.ledger.runId, o.index),
-      turns: [
-        {
-          toolCalls: [
-            {
-              name: STRUCTURED_OUTPUT_TOOL,
-              input: {
-                outcome: "correct",
-                propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason: "stated and cited" })),
-                contradictions: [],
-                reasons: "every proposition is stated and cited",
-              },
-            },
-          ],
-          usage: { input_tokens: 1800 + o.index, output_tokens: 140 },
-        },
-      ],
-    }));
+    const graderScripts = correctVerdictScripts(run.ledger, expected);
     const graderApi = await startApi([...armGuessScripts(planAdjudication(run.ledger, loaded.manifest, 5).items), ...graderScripts], { recordBodies: true });
     try {
       const bytes = await readFile(run.summary.ledger);

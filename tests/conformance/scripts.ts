@@ -4,7 +4,8 @@
  * taken from the wrong place cannot match by chance.
  */
 import { parseScripts, scriptedTotals, type ScriptInput } from "../../src/scripted-api/script.ts";
-import { STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
+import { itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
+import type { Ledger } from "../../src/ledger/schema.ts";
 import type { PlannedItem } from "../../src/adjudicate/plan.ts";
 
 /** Repository arm: Glob and Grep over the export, then three Reads (one of a file not exported). */
@@ -92,4 +93,32 @@ export function armGuessScripts(items: readonly PlannedItem[], guess = "files-on
       marker: p.guessPrompt!.slice(p.guessPrompt!.indexOf("Item: "), p.guessPrompt!.indexOf("<<<ANSWER")),
       turns: [{ toolCalls: [{ name: STRUCTURED_OUTPUT_TOOL, input: { armGuess: guess } }], usage: { input_tokens: 900 + p.observationIndex, output_tokens: 20 } }],
     }));
+}
+
+/**
+ * The adjudicator's verdict call per observation: one script an item, chosen by its item id, calling
+ * StructuredOutput at once with a correct verdict over `expected` propositions; input tokens
+ * 1800 + the observation's index, so each item's usage is its own.
+ */
+export function correctVerdictScripts(ledger: Ledger, expected: number, reason = "stated and cited"): ScriptInput[] {
+  return ledger.observations.map((o) => ({
+    name: `grader-${o.index}`,
+    marker: itemIdFor(ledger.runId, o.index),
+    turns: [
+      {
+        toolCalls: [
+          {
+            name: STRUCTURED_OUTPUT_TOOL,
+            input: {
+              outcome: "correct",
+              propositions: Array.from({ length: expected }, (_, i) => ({ id: `P${i + 1}`, verdict: "supported", citation: "valid", reason })),
+              contradictions: [],
+              reasons: "every proposition is stated and cited",
+            },
+          },
+        ],
+        usage: { input_tokens: 1800 + o.index, output_tokens: 140 },
+      },
+    ],
+  }));
 }
