@@ -32,9 +32,9 @@ module.exports = {
     },
     {
       name: "only-the-docker-adapter-imports-dockerode",
-      comment: "Everything above the runtime port speaks the project's own types, so a fake or another engine can stand in: only src/runtime/docker.ts may import dockerode.",
+      comment: "Everything above the runtime port speaks the project's own types, so a fake or another engine can stand in: only src/sandbox/docker.ts may import dockerode.",
       severity: "error",
-      from: { pathNot: "^src/runtime/docker\\.ts$" },
+      from: { pathNot: "^src/sandbox/docker\\.ts$" },
       to: { path: "(^|/)node_modules/(@types/)?dockerode/" },
     },
     {

@@ -31,7 +31,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { loadManifest } from "../src/manifest/load.ts";
 import { planStudy } from "../src/plan/plan.ts";
-import { DockerRuntime } from "../src/runtime/docker.ts";
+import { DockerRuntime } from "../src/sandbox/docker.ts";
 import { referenceEngineCommand } from "../src/mcp/preflight.ts";
 import { DEMO_MANIFEST } from "../src/util/paths.ts";
 import { prepareDemo } from "../src/demo/setup.ts";

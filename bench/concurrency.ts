@@ -14,7 +14,7 @@ import { Writable } from "node:stream";
 import { buildImage } from "../src/image/build.ts";
 import { claudeCodeImageSpec } from "../src/image/specs.ts";
 import { ensureClaudeBinary } from "../src/image/install.ts";
-import { DockerRuntime } from "../src/runtime/docker.ts";
+import { DockerRuntime } from "../src/sandbox/docker.ts";
 import { loadManifest } from "../src/manifest/load.ts";
 import { planStudy } from "../src/plan/plan.ts";
 import { referenceEngineCommand } from "../src/mcp/preflight.ts";

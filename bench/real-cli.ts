@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { buildImage } from "../src/image/build.ts";
 import { claudeCodeImageSpec } from "../src/image/specs.ts";
 import { ensureClaudeBinary } from "../src/image/install.ts";
-import { DockerRuntime } from "../src/runtime/docker.ts";
+import { DockerRuntime } from "../src/sandbox/docker.ts";
 import { startScriptedApi } from "../src/scripted-api/server.ts";
 import type { ScriptInput } from "../src/scripted-api/script.ts";
 import { loadManifest } from "../src/manifest/load.ts";

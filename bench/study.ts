@@ -8,7 +8,7 @@ import { performance } from "node:perf_hooks";
 import { Writable } from "node:stream";
 import { readLedger } from "../src/ledger/store.ts";
 import type { Observation } from "../src/ledger/schema.ts";
-import type { ContainerRuntime } from "../src/runtime/port.ts";
+import type { ContainerRuntime } from "../src/sandbox/port.ts";
 import { runStudy, type StudyConfig } from "../src/study/run.ts";
 
 /** A progress line of runStudy announcing an attempt (Progress.start, not a terminal). */

@@ -13,9 +13,9 @@
 import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
-import { runBounded } from "../src/attempt/run.ts";
-import { FakeRuntime } from "../src/runtime/fake.ts";
-import type { ContainerSpec } from "../src/runtime/port.ts";
+import { runBounded } from "../src/sandbox/bounded.ts";
+import { FakeRuntime } from "../tests/support/fake-runtime.ts";
+import type { ContainerSpec } from "../src/sandbox/port.ts";
 import { TranscriptReader, type TranscriptFacts } from "../src/transcript/reader.ts";
 import { measure, note, ratio, round, runMain, stats } from "./lib.ts";
 import { TRANSCRIPT_MODEL, TRANSCRIPT_INIT, TRANSCRIPT_TOOLS, TRANSCRIPT_VERSION, transcriptLines, type TranscriptShape } from "./gen.ts";

@@ -244,7 +244,7 @@ function listing(dir) {
   }
 }
 
-/** Where a session call's files leave the container: src/attempt/spec.ts CONTAINER.sessionChannelDir. */
+/** Where a session call's files leave the container: src/transport/cli/spec.ts CONTAINER.sessionChannelDir. */
 const SESSION_CHANNEL_DIR = "/run/study-runner-session";
 
 /**

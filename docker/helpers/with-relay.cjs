@@ -67,7 +67,7 @@ const PROJECTS_MAX_DEPTH = 4;
 const PROJECT_NAME_RE = /^[A-Za-z0-9_.-]{1,200}$/;
 /** The largest login copied back: a real .credentials.json is well under 4 KiB. */
 const LOGIN_LIMIT_BYTES = 64 * 1024;
-/** Written to stderr when HOME is full at the end; src/attempt/run.ts looks for it. */
+/** Written to stderr when HOME is full at the end; src/sandbox/bounded.ts looks for it. */
 const HOME_FULL_MARK = "with-relay: HOME is full";
 
 function fail(code, message) {

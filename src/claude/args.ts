@@ -2,7 +2,7 @@ import type { Arm } from "../terms/terms.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
 import { formatByteBound, PROMPT_LIMIT_BYTES } from "../terms/limits.ts";
-import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../mcp/names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../terms/tool-names.ts";
 
 /**
  * The `claude` argument array (contract R63). Every flag
@@ -49,7 +49,7 @@ export const HOME_READ_DENIALS = ["Read(//home/agent/**)", "Grep(//home/agent/**
 /**
  * Read rules for the rest of the container that is not the corpus: `/proc` (its mountinfo names
  * host paths, its environ and status the runner's pids), `/sys`, and the staged login folder
- * (src/attempt/spec.ts, CONTAINER.loginDir), denied the same way as HOME.
+ * (src/transport/cli/spec.ts, CONTAINER.loginDir), denied the same way as HOME.
  */
 export const SYSTEM_READ_DENIALS = ["//proc/**", "//sys/**", "//run/study-runner-login/**"].flatMap((path) => BUILTIN_READ_TOOLS.map((tool) => `${tool}(${path})`));
 

@@ -98,7 +98,7 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
 
   const [{ readLedgerInput, loadLedgerManifest }, { chooseAdjudicatorModel }, { checkOutputPath }] = await Promise.all([
     import("../adjudicate/input.ts"),
-    import("../adjudicate/model.ts"),
+    import("../cost/models.ts"),
     import("../ledger/store.ts"),
   ]);
   let input: Awaited<ReturnType<typeof readLedgerInput>> | undefined;
@@ -137,7 +137,7 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
 
   // The adjudicator runs in the containers the attempts ran in: the ledger's runtime unless --runtime names another.
   const runtimeName = flags.runtime ?? input.ledger.runtime ?? undefined;
-  const [{ runAdjudication }, { DockerRuntime }] = await Promise.all([import("../adjudicate/run.ts"), import("../runtime/docker.ts")]);
+  const [{ runAdjudication }, { DockerRuntime }] = await Promise.all([import("../adjudicate/run.ts"), import("../sandbox/docker.ts")]);
   const controller = new AbortController();
   let signals = 0;
   const onSignal = (sig: NodeJS.Signals) => {

@@ -2,7 +2,7 @@ import { access, mkdir, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo } from "../demo/setup.ts";
-import { DockerRuntime } from "../runtime/docker.ts";
+import { DockerRuntime } from "../sandbox/docker.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
 import { runtimeNameProblem } from "../isolation/profile.ts";
@@ -114,7 +114,7 @@ async function startRealDemo(workdir: string, pilot: boolean) {
 
 /** `demo --sessions`: the two session tasks (src/session), a summary of counts and states on stdout. */
 async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean; runtime?: string }): Promise<number> {
-  const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("../session/cli.ts")]);
+  const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("./session.ts")]);
   const { exitCode, ledgerPath, ledger } = await runSessionDemo(workdir, flags);
   process.stdout.write(`${JSON.stringify({ demo: sessionSummary(ledgerPath, ledger) }, null, 2)}\n`);
   return exitCode;

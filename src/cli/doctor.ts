@@ -1,5 +1,5 @@
 import { parseExportLimits } from "../export/options.ts";
-import { DockerRuntime } from "../runtime/docker.ts";
+import { DockerRuntime } from "../sandbox/docker.ts";
 import { runDoctor, formatReport } from "../doctor/doctor.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
 import { parseRoots } from "../settings/run-options.ts";

@@ -1,4 +1,4 @@
-import { DockerRuntime } from "../runtime/docker.ts";
+import { DockerRuntime } from "../sandbox/docker.ts";
 import { buildImage, probeVersion } from "../image/build.ts";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { claudeCodeImageSpec, fakeClaudeImageSpec, findClaudeBinary } from "../image/specs.ts";

@@ -1,4 +1,4 @@
-import { DEFAULT_ADJUDICATOR_MODELS } from "../adjudicate/model.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../cost/models.ts";
 import { Command, CommanderError, Option } from "commander";
 import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST, runnerVersion } from "../util/paths.ts";
@@ -8,7 +8,7 @@ import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";
 import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import { exitCodeHelp } from "./exit-codes.ts";
-import { addSessionCommands } from "../session/cli.ts";
+import { addSessionCommands } from "./session.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -171,7 +171,7 @@ Example:
     .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
     .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
     .action(async (opts) => {
-      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("../export/command.ts"), import("../settings/run-options.ts")]);
+      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("./export.ts"), import("../settings/run-options.ts")]);
       const summary = await exportCommand({
         manifest: opts.manifest,
         roots: Object.fromEntries(parseRoots(opts.root)),

@@ -208,7 +208,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   }
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
   const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
-  if (flags.transport === "http") (await import("../http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
+  if (flags.transport === "http") (await import("../transport/http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
   await assertRoots(loaded, roots, exportLimits);
 
   const [{ referenceEngineCommand }, { killAtCheckpoint }] = await Promise.all([import("../mcp/preflight.ts"), import("../loop/checkpoint.ts")]);
@@ -226,7 +226,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
   process.on("SIGTERM", onSignal);
   try {
     if (flags.transport === "http") {
-      const { runHttpStudy } = await import("../http/run.ts");
+      const { runHttpStudy } = await import("../study/http.ts");
       return await runHttpStudy(
         {
           loaded,
@@ -248,7 +248,7 @@ export async function runCommand(flags: RunFlags): Promise<number> {
         { stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal: controller.signal },
       );
     }
-    const [{ runStudy }, { DockerRuntime }] = await Promise.all([import("../study/run.ts"), import("../runtime/docker.ts")]);
+    const [{ runStudy }, { DockerRuntime }] = await Promise.all([import("../study/run.ts"), import("../sandbox/docker.ts")]);
     return await runStudy(
       {
         loaded,

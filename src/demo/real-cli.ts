@@ -18,7 +18,7 @@ import { ensureClaudeBinary } from "../image/install.ts";
 import { claudeCodeImageSpec } from "../image/specs.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import type { PlannedAttempt } from "../plan/plan.ts";
-import type { ContainerRuntime } from "../runtime/port.ts";
+import type { ContainerRuntime } from "../sandbox/port.ts";
 import type { ScriptInput } from "../scripted-api/script.ts";
 import { startScriptedApi, type StartScriptedApiOptions } from "../scripted-api/server.ts";
 import { makeTestCa } from "./test-ca.ts";

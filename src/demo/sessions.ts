@@ -142,7 +142,7 @@ export function sessionDemoScripts(): ScriptInput[] {
 export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string } = {}) {
   const [{ mkdir, mkdtemp }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startDemoGatewayApi }, { ensureClaudeBinary }] = await Promise.all([
     import("node:fs/promises"),
-    import("../runtime/docker.ts"),
+    import("../sandbox/docker.ts"),
     import("../image/build.ts"),
     import("../image/specs.ts"),
     import("./setup.ts"),

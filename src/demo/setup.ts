@@ -13,7 +13,7 @@ import { loadManifest } from "../manifest/load.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { buildImage } from "../image/build.ts";
 import { fakeClaudeImageSpec } from "../image/specs.ts";
-import type { ContainerRuntime } from "../runtime/port.ts";
+import type { ContainerRuntime } from "../sandbox/port.ts";
 
 export interface DemoSetup {
   roots: Record<string, string>;

@@ -1,13 +1,13 @@
 import { resolve } from "node:path";
 import { runChild } from "../process/child.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
-import type { ContainerRuntime } from "../runtime/port.ts";
+import type { ContainerRuntime } from "../sandbox/port.ts";
 import { probeVersion } from "../image/build.ts";
 import { probeOciRuntime, runtimeProblem, type RuntimeNeeds, type RuntimeProbe } from "../isolation/oci-runtime.ts";
 import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { NATIVE_PACKAGE } from "../image/install.ts";
-import { inspectLogin, resolveLogin, RELOGIN } from "../attempt/login.ts";
+import { inspectLogin, resolveLogin, RELOGIN } from "../credentials/login.ts";
 import { checkRoot } from "../export/root-check.ts";
 import type { ExportLimits } from "../export/export.ts";
 import { preflightDocBridge, referenceEngineCommand, type CheckoutToProbe } from "../mcp/preflight.ts";

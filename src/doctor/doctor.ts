@@ -1,7 +1,7 @@
 import type { ExportLimits } from "../export/export.ts";
 import { randomBytes } from "node:crypto";
-import type { ContainerRuntime } from "../runtime/port.ts";
-import { runnerLabels } from "../runtime/reaper.ts";
+import type { ContainerRuntime } from "../sandbox/port.ts";
+import { runnerLabels } from "../sandbox/reaper.ts";
 import { runtimeNeeds } from "../isolation/oci-runtime.ts";
 import { loadManifest, type LoadedManifest } from "../manifest/load.ts";
 import { planStudy, plannedRepositories, type Mode, type PlannedAttempt } from "../plan/plan.ts";

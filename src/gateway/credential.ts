@@ -1,7 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { chmod, chown, mkdir, open, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { acquireLoginLock, RELOGIN, STAGED_GLOBAL_CONFIG_KEYS, type LoginLocation, type LoginLockOptions } from "../attempt/login.ts";
+import { acquireLoginLock, RELOGIN, STAGED_GLOBAL_CONFIG_KEYS, type LoginLocation, type LoginLockOptions } from "../credentials/login.ts";
 import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 import { RefusalError } from "../util/errors.ts";
 

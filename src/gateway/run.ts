@@ -1,4 +1,4 @@
-import type { LoginLocation } from "../attempt/login.ts";
+import type { LoginLocation } from "../credentials/login.ts";
 import { ATTEMPT_TIMEOUT_MS } from "../terms/limits.ts";
 import { assertSocketOwner } from "../util/container-socket.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";

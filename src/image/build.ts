@@ -1,5 +1,5 @@
 import { RefusalError } from "../util/errors.ts";
-import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../runtime/port.ts";
+import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../sandbox/port.ts";
 import { contextDigest, packContext, type ImageSpec } from "./context.ts";
 import { IMAGE_LABELS, IMAGE_LAYOUT } from "./specs.ts";
 

@@ -1,7 +1,7 @@
 import { createServer, type Socket } from "node:net";
 import { probeSpec } from "../image/build.ts";
 import { IMAGE_LAYOUT } from "../image/specs.ts";
-import type { ContainerRuntime, EngineInfo, NetworkMode } from "../runtime/port.ts";
+import type { ContainerRuntime, EngineInfo, NetworkMode } from "../sandbox/port.ts";
 import { assertSocketOwner, listenForContainer } from "../util/container-socket.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { makeRunnerFolder } from "../util/orphans.ts";

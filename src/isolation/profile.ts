@@ -1,4 +1,4 @@
-import type { NetworkSetting } from "../attempt/spec.ts";
+import type { NetworkSetting } from "../sandbox/port.ts";
 
 /** The isolation profiles of `--isolation` (contract R71); what each guarantees is in docs/isolation.md. */
 export const ISOLATION_PROFILES = ["standard", "strict", "offline"] as const;

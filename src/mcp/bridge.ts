@@ -13,7 +13,7 @@ import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/co
 import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import { fileURLToPath } from "node:url";
-import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER } from "./names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER } from "../terms/tool-names.ts";
 import { prepareEngineSandbox, type EngineSandbox } from "./engine-sandbox.ts";
 import { gitHead } from "../corpus/git.ts";
 

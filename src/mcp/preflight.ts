@@ -10,7 +10,7 @@ import { lsTree, readBlobs } from "../corpus/git.ts";
 import { exportSourceFor } from "../export/options.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { resolveConfigAtPin } from "./config.ts";
-import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "./names.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "../terms/tool-names.ts";
 import { enginePrivileges, prepareEngineSandbox, type EnginePrivileges, type EngineSandbox } from "./engine-sandbox.ts";
 
 export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";

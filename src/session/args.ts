@@ -13,7 +13,7 @@ export const SESSION_INIT_TOOLS = [...SESSION_TOOLS, "StructuredOutput"].sort();
 
 /**
  * Edits outside the worktree: HOME holds the CLI's own state (its session files) and the staged
- * login (src/attempt/spec.ts); the container's mounts make everything else read-only, and these
+ * login (src/transport/cli/spec.ts); the container's mounts make everything else read-only, and these
  * rules keep the agent from rewriting what the wrapper sends back out (through a channel the
  * kernel keeps it out of, contract R141).
  */

@@ -2,7 +2,7 @@ import { constants } from "node:fs";
 import { chmod, chown, lstat, mkdir, open, readdir, rename, rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { exportAtPin, removeTree, type ExportOptions } from "../export/export.ts";
-import { CONTAINER } from "../attempt/spec.ts";
+import { CONTAINER } from "../transport/cli/spec.ts";
 import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 
 /**
@@ -15,10 +15,10 @@ import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
  * Measured on 2.1.296 (docs/claude-cli-observations.md, "Resume"): a resume in a fresh HOME
  * needs only the login and `.claude/projects/-workspace/<id>.jsonl`, owned by the container
  * user. `state/` is the copy of `$HOME/.claude/projects` that with-relay.cjs hands back
- * through the session channel (src/cli-attempt/session-channel.ts, contract R141).
+ * through the session channel (src/transport/cli/session-channel.ts, contract R141).
  */
 
-/** Bounds of a session's state, the same as with-relay.cjs applies in the container (and src/cli-attempt/session-channel.ts to the stream). */
+/** Bounds of a session's state, the same as with-relay.cjs applies in the container (and src/transport/cli/session-channel.ts to the stream). */
 export const STATE_FILE_LIMIT_BYTES = 8 * 1024 * 1024;
 export const STATE_LIMIT_BYTES = 32 * 1024 * 1024;
 const STATE_MAX_DEPTH = 4;
@@ -168,7 +168,7 @@ export async function stageSessionCall(stagedHome: string, input: SessionCallInp
 }
 
 /**
- * Reads the frames with-relay.cjs sent through the session channel (src/cli-attempt/session-channel.ts):
+ * Reads the frames with-relay.cjs sent through the session channel (src/transport/cli/session-channel.ts):
  * a JSON line `{"path","bytes"}` and that many bytes per file, then `{"end":true}`. The stream came
  * out of the agent's container, so it is read as untrusted: paths of at most four names of letters,
  * digits, '.', '_' and '-', each file once, within the bounds. Anything else refuses the whole

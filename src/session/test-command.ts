@@ -1,6 +1,6 @@
-import type { ContainerRuntime, ContainerSpec } from "../runtime/port.ts";
-import { CONTAINER } from "../attempt/spec.ts";
-import { runBounded } from "../attempt/run.ts";
+import type { ContainerRuntime, ContainerSpec } from "../sandbox/port.ts";
+import { CONTAINER } from "../transport/cli/spec.ts";
+import { runBounded } from "../sandbox/bounded.ts";
 
 /** The test output kept in the ledger: its last 16 KiB. */
 export const TEST_OUTPUT_KEEP_BYTES = 16 * 1024;

@@ -1,7 +1,7 @@
 import { z } from "zod";
 import { resolve } from "node:path";
 import { UsageError } from "../util/errors.ts";
-import { aliasProblem } from "../adjudicate/model.ts";
+import { aliasProblem } from "../cost/models.ts";
 import type { Transport } from "../terms/terms.ts";
 import { checkPricedModel } from "../cost/priced.ts";
 

@@ -2,7 +2,7 @@ import type { Observation } from "../ledger/schema.ts";
 import type { PlannedAttempt } from "../plan/plan.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
 import type { CostResult } from "../cost/compute.ts";
-import { emptyRunFacts, runFactsFrom } from "../cli-attempt/record.ts";
+import { emptyRunFacts, runFactsFrom } from "../transport/cli/record.ts";
 import type { Transport } from "../terms/terms.ts";
 
 /** A fresh observation for a planned attempt whose budget is reserved and nothing has started. */

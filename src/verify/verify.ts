@@ -5,7 +5,7 @@ import { readArmGuess, readResultEvent, readVerdict, transcriptIndexOf } from ".
 import { readRecord } from "../adjudicate/store.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { settle } from "../budget/budget.ts";
-import { gatewayBudgetRefusal, interpretRun, runReader } from "../cli-attempt/interpret.ts";
+import { gatewayBudgetRefusal, interpretRun, runReader } from "../transport/cli/interpret.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
 import { observationExtras } from "../study/observation.ts";
 import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
@@ -26,7 +26,7 @@ import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, SESSION_LEDGER_INVARIA
 
 /**
  * `study-runner ledger verify`: every stored transcript read again with the runner's own
- * interpretation of a run (src/cli-attempt/interpret.ts, the same function the container stage
+ * interpretation of a run (src/transport/cli/interpret.ts, the same function the container stage
  * applies) and settled again, then compared with the ledger field by field, and every
  * transcript's sha256 checked. It never writes. Differences name the entry and the field; they
  * never quote an answer, a verdict or a tool input (all private).

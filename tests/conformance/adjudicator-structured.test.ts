@@ -18,7 +18,7 @@ import { adjudicatorInitTools, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudica
 import { clopperPearson } from "../../src/adjudicate/blinding.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
-import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";

@@ -6,7 +6,7 @@
  */
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { Ledger } from "../../src/ledger/schema.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, TEST_TOKEN, toolResults, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 

@@ -8,7 +8,7 @@ import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { Turn } from "../../src/scripted-api/script.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { assertMeteredEqualsTranscript, prepareCorpus, realImage, runConformanceStudy, scanContainers, TEST_TOKEN, type ContainerScan, type Corpus } from "./support.ts";
 import { pilotScripts } from "./scripts.ts";

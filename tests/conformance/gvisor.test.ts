@@ -23,7 +23,7 @@ import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { planAdjudication } from "../../src/adjudicate/plan.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
-import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
 import { planStudy } from "../../src/plan/plan.ts";

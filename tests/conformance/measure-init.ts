@@ -23,7 +23,7 @@ import { Writable } from "node:stream";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { planAdjudication } from "../../src/adjudicate/plan.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
-import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { INIT_KINDS, isSessionKind, measuredPart, varyingFields, type GeneratedInitEvents, type InitKind } from "../../src/claude/init-expectation.ts";
 import { loadManifest } from "../../src/manifest/load.ts";

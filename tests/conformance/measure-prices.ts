@@ -20,7 +20,7 @@ import { fileURLToPath } from "node:url";
 import { ensureClaudeBinary } from "../../src/image/install.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import type { GeneratedPriceTable, TierPrices } from "../../src/cost/prices.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
 import { measureModel, worstPerTokenError, type ModelMeasurement, type ProbeEnv } from "./price-probe.ts";

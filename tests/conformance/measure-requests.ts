@@ -18,7 +18,7 @@ import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { planAdjudication } from "../../src/adjudicate/plan.ts";
-import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts";
 import { inferShape, parseTarget, type MeasuredRequest, type RequestShapes } from "../../src/gateway/request-shape.ts";

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, type CliResult } from "../support/cli.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import {
   assertLedgerMeteredEqualsTranscript,
   messageRequests,

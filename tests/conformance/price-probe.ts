@@ -12,13 +12,13 @@
  */
 import { mkdtemp } from "node:fs/promises";
 import { join } from "node:path";
-import { stageLogin, resolveLogin } from "../../src/attempt/login.ts";
-import { runBounded } from "../../src/attempt/run.ts";
-import { attemptContainerSpec } from "../../src/attempt/spec.ts";
+import { stageLogin, resolveLogin } from "../../src/credentials/login.ts";
+import { runBounded } from "../../src/sandbox/bounded.ts";
+import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { cliArguments } from "../../src/claude/args.ts";
 import type { Turn } from "../../src/scripted-api/script.ts";
 import { startScriptedApi, type DynamicRequest } from "../../src/scripted-api/server.ts";
-import type { ContainerRuntime } from "../../src/runtime/port.ts";
+import type { ContainerRuntime } from "../../src/sandbox/port.ts";
 import type { TierPrices } from "../../src/cost/prices.ts";
 
 /** Token counts of one probe turn; `writeUnsplit` are cache writes sent without a TTL split. */

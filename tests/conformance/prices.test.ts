@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
-import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { probeEnv, rowOf, TOLERANCE_USD_PER_TOKEN, twoAtATime } from "./measure-prices.ts";
 import { measureModel, SEARCH_LIMIT, worstPerTokenError, type ModelMeasurement } from "./price-probe.ts";

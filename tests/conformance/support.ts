@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { Writable } from "node:stream";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";

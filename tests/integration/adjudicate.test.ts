@@ -9,8 +9,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Ajv2020 } from "ajv/dist/2020.js";
 import addFormats from "ajv-formats";
 import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
-import { LABELS, reapOrphans } from "../../src/runtime/reaper.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
+import { LABELS, reapOrphans } from "../../src/sandbox/reaper.ts";
 import { reapOrphanExports, removeTree } from "../../src/export/export.ts";
 import { reapOrphanFolders } from "../../src/util/orphans.ts";
 import { readLedger } from "../../src/ledger/store.ts";
@@ -23,7 +23,7 @@ import { makeFakeDir, parseEvents, runFakeOnHost, type FakeDir, type FakeRecord 
 import { adjudicatorArguments, buildAdjudicatorPrompt } from "../../src/adjudicate/prompt.ts";
 import { readVerdict } from "../../src/adjudicate/plan.ts";
 import { DEMO } from "../support/adjudication-fixtures.ts";
-import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 
 // Real Docker, the fake claude image, the demo corpus: runs of the shipped command, then their
 // blind adjudication with the fake's scripted verdicts (--json-schema).

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 import { exists, freshLogin, leftovers, ledgerOf, prepareRun, preparePipeline, repositoryInit, runPipeline, startPipeline, waitFor, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
 

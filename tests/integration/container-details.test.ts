@@ -8,7 +8,7 @@ import Docker from "dockerode";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CONTAINER, DEFAULT_HOME_BYTES } from "../../src/attempt/spec.ts";
+import { CONTAINER, DEFAULT_HOME_BYTES } from "../../src/transport/cli/spec.ts";
 import {
   containersOfRun,
   freshLogin,

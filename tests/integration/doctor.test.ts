@@ -6,7 +6,7 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { runCli, type CliResult } from "../support/cli.ts";
 
 /**

@@ -12,9 +12,9 @@ import { mkdtemp, open, readdir, readFile, readlink, rm, writeFile } from "node:
 import { join, resolve } from "node:path";
 import { promisify } from "node:util";
 import { prepareDemo } from "../../src/demo/setup.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { readLedger } from "../../src/ledger/store.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 import { freshLogin, leftovers, prepareRun, runPipeline, startPipeline, waitFor, waitForAttemptContainer, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
 

@@ -7,7 +7,7 @@ import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { readBlobs } from "../../src/corpus/git.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree, writeExport } from "../../src/export/export.ts";
-import { exportCommand } from "../../src/export/command.ts";
+import { exportCommand } from "../../src/cli/export.ts";
 import { UsageError } from "../../src/util/errors.ts";
 import { makeGitRepo, type FixtureEntry, type GitFixture } from "../support/git-fixture.ts";
 

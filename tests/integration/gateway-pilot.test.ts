@@ -6,7 +6,7 @@
  */
 import Docker from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
 import { freshLogin, ledgerOf, preparePipeline, prepareRun, recordsOf, recordsText, startPipeline, waitForAttemptContainer, type Pipeline } from "../support/pipeline.ts";
 

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
-import { sendMessages, type CallOutcome } from "../../src/http/client.ts";
+import { sendMessages, type CallOutcome } from "../../src/transport/http/client.ts";
 import { jsonReplyFacts } from "../../src/gateway/meter.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";

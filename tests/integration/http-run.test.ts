@@ -5,12 +5,12 @@ import { join } from "node:path";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { hashExport, planExport } from "../../src/export/export.ts";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
-import { SYSTEM_PROMPT } from "../../src/http/loop.ts";
+import { SYSTEM_PROMPT } from "../../src/transport/http/tool-loop.ts";
 import { buildPrompt } from "../../src/claude/args.ts";
 import { bodies, DOC_SEARCH, MODEL, pilotScripts, prepareCorpus, PRICES, runHttp, TEST_KEY, usage, type Corpus } from "../support/http-fixture.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
 import { requestTokenBound } from "../../src/cost/usage.ts";
-import { callCeiling, usageCostUsd } from "../../src/http/pricing.ts";
+import { callCeiling, usageCostUsd } from "../../src/transport/http/pricing.ts";
 
 // runHttpStudy against the scripted Messages API on loopback, over the demo corpus at its pins
 // (real git) with the reference doc-bridge server: the protocol's outcomes and the money.

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { makeGitRepo, type GitFixture } from "../support/git-fixture.ts";
-import { openRepositoryTools, REPOSITORY_LIMITS, type RepositoryTools } from "../../src/http/tools.ts";
+import { openRepositoryTools, REPOSITORY_LIMITS, type RepositoryTools } from "../../src/transport/http/tools.ts";
 import { exportAtPin, planExport, removeExport } from "../../src/export/export.ts";
 
 // The http transport's repository tools over a real git repository: the pinned blobs that pass

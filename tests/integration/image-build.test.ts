@@ -3,7 +3,7 @@ import { buildImage, probeVersion } from "../../src/image/build.ts";
 import { contextDigest, fileSha256 } from "../../src/image/context.ts";
 import { fakeClaudeImageSpec, FAKE_CLAUDE_SCRIPT, IMAGE_LABELS } from "../../src/image/specs.ts";
 import type { ImageSpec } from "../../src/image/context.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 
 const runtime = new DockerRuntime();
 let spec: ImageSpec;

@@ -4,9 +4,9 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage, probeSpec } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
-import { runBounded } from "../../src/attempt/run.ts";
-import type { ContainerSpec, Mount } from "../../src/runtime/port.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
+import { runBounded } from "../../src/sandbox/bounded.ts";
+import type { ContainerSpec, Mount } from "../../src/sandbox/port.ts";
 import { makeFakeDir, parseEvents, runToEnd, streamJsonArgs, type FakeBehaviourFile, type FakeDir } from "../support/fake-claude.ts";
 
 // The fake claude inside the hardened FROM-scratch image on the real engine: what it can

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { EGRESS_RELAY_PORT } from "../../src/attempt/spec.ts";
+import { EGRESS_RELAY_PORT } from "../../src/transport/cli/spec.ts";
 import { ALLOWED, prepareFixture, runIsolated, type Fixture } from "./isolation-fixtures.ts";
 
 // --isolation offline on the real engine (issue 9): no way out at all. The fake claude image tries

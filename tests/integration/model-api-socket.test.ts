@@ -3,7 +3,7 @@ import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { assertModelApiSocket } from "../../src/attempt/model-api.ts";
+import { assertModelApiSocket } from "../../src/transport/cli/model-api.ts";
 import { RefusalError } from "../../src/util/errors.ts";
 
 const dirs: string[] = [];

@@ -4,7 +4,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 
 /**

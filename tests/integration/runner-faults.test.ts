@@ -9,9 +9,9 @@ import { execFile } from "node:child_process";
 import { mkdir, open, readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { acquireLoginLock, resolveLogin } from "../../src/attempt/login.ts";
+import { acquireLoginLock, resolveLogin } from "../../src/credentials/login.ts";
 import { readLedger } from "../../src/ledger/store.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 import {
   containersOfRun,

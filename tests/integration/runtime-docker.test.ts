@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { PROGRAM_SCRIPTS, runtimeBehaviourSuite } from "../support/runtime-behaviour.ts";

@@ -1,10 +1,10 @@
 import { spawnSync } from "node:child_process";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
-import { LABELS, reapOrphans, runnerLabels } from "../../src/runtime/reaper.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
+import { LABELS, reapOrphans, runnerLabels } from "../../src/sandbox/reaper.ts";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
-import type { ContainerSpec } from "../../src/runtime/port.ts";
+import type { ContainerSpec } from "../../src/sandbox/port.ts";
 
 const runtime = new DockerRuntime();
 let image = "";

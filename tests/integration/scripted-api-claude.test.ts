@@ -3,7 +3,7 @@ import { chmod, chown, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/p
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";

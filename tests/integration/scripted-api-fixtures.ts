@@ -1,4 +1,4 @@
-import type { ContainerRuntime, Mount } from "../../src/runtime/port.ts";
+import type { ContainerRuntime, Mount } from "../../src/sandbox/port.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 
 /** Where the tests bind-mount the host folder that holds the scripted API's socket. */

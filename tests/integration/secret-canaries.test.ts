@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { randomBytes } from "node:crypto";
 import { readdir, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 import { makeFakeDir, type FakeDir } from "../support/fake-claude.ts";
 import { freshLogin, ledgerOf, leftovers, prepareRun, preparePipeline, recordsOf, startPipeline, MODEL, type Pipeline } from "../support/pipeline.ts";

@@ -10,9 +10,9 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
-import { acquireLoginLock, resolveLogin } from "../../src/attempt/login.ts";
+import { acquireLoginLock, resolveLogin } from "../../src/credentials/login.ts";
 import { answerSession, readSessionLedger, resumeSessions, retrySession, startSessions, type StartConfig } from "../../src/session/run.ts";
 import type { SessionLedger } from "../../src/session/schema.ts";
 import { checkAnyLedger } from "../../src/session/check.ts";
@@ -20,7 +20,7 @@ import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, type
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 
 const MODEL = "claude-haiku-5-5";

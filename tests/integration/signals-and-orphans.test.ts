@@ -8,7 +8,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readdir, readFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 import {
   containersOfRun,

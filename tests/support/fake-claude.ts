@@ -6,7 +6,7 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { text } from "node:stream/consumers";
-import type { ContainerRuntime, ContainerSpec, Mount } from "../../src/runtime/port.ts";
+import type { ContainerRuntime, ContainerSpec, Mount } from "../../src/sandbox/port.ts";
 import { FAKE_CLAUDE_SCRIPT } from "../../src/image/specs.ts";
 
 /** Helpers to drive docker/fake-claude/claude.mjs: its behaviour file, its records. */

@@ -17,7 +17,7 @@ import type { Ledger } from "../../src/ledger/schema.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { ScriptInput } from "../../src/scripted-api/script.ts";
-import { runHttpStudy, type HttpStudyConfig, type HttpStudyDeps } from "../../src/http/run.ts";
+import { runHttpStudy, type HttpStudyConfig, type HttpStudyDeps } from "../../src/study/http.ts";
 
 export const MODEL = "claude-haiku-5-5";
 /** A key-shaped test value; it must never show up in anything the runner writes or prints. */

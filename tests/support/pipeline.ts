@@ -10,10 +10,10 @@ import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "n
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
-import { LABELS } from "../../src/runtime/reaper.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";

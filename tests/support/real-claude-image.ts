@@ -12,7 +12,7 @@ import { buildImage } from "../../src/image/build.ts";
 import { ensureClaudeBinary } from "../../src/image/install.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { claudeCodeImageSpec, defaultCacheDir } from "../../src/image/specs.ts";
-import type { ContainerRuntime } from "../../src/runtime/port.ts";
+import type { ContainerRuntime } from "../../src/sandbox/port.ts";
 
 let imagePromise: Promise<{ tag: string; id: string }> | undefined;
 

@@ -3,8 +3,8 @@ import { text } from "node:stream/consumers";
 import tar from "tar-stream";
 import { buffer as readAll } from "node:stream/consumers";
 import { afterAll, describe, expect, it } from "vitest";
-import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../../src/runtime/port.ts";
-import type { FakeProgram } from "../../src/runtime/fake.ts";
+import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../../src/sandbox/port.ts";
+import type { FakeProgram } from "./fake-runtime.ts";
 
 /**
  * One behaviour suite for the `ContainerRuntime` port, run against `FakeRuntime` (unit)

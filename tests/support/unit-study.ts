@@ -4,7 +4,7 @@
  * over the demo corpus's repository-arm attempts (no doc-bridge server is started).
  */
 import { join } from "node:path";
-import { FakeRuntime, type FakeProcess } from "../../src/runtime/fake.ts";
+import { FakeRuntime, type FakeProcess } from "./fake-runtime.ts";
 import type { StudyConfig } from "../../src/study/run.ts";
 import type { LoadedManifest } from "../../src/manifest/load.ts";
 import { planStudy } from "../../src/plan/plan.ts";

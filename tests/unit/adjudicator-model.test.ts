@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { aliasProblem, chooseAdjudicatorModel, DEFAULT_ADJUDICATOR_MODELS } from "../../src/adjudicate/model.ts";
+import { aliasProblem, chooseAdjudicatorModel, DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { adjudicatorSentence } from "../../src/report/adjudicator.ts";
 import { checkExecution } from "../../src/settings/run-options.ts";
 import { pricesFor } from "../../src/cost/prices.ts";

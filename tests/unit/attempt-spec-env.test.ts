@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { attemptContainerSpec, CONTAINER, type AttemptContainerInput } from "../../src/attempt/spec.ts";
+import { attemptContainerSpec, CONTAINER, type AttemptContainerInput } from "../../src/transport/cli/spec.ts";
 
 const base: AttemptContainerInput = {
   image: "study-runner/claude-code:2.1.296",

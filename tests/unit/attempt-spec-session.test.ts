@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { attemptContainerSpec, CONTAINER, type AttemptContainerInput } from "../../src/attempt/spec.ts";
+import { attemptContainerSpec, CONTAINER, type AttemptContainerInput } from "../../src/transport/cli/spec.ts";
 import { stageSessionCall } from "../../src/session/state.ts";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";

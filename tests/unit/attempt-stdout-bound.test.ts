@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { runBounded } from "../../src/attempt/run.ts";
-import { FakeRuntime } from "../../src/runtime/fake.ts";
+import { runBounded } from "../../src/sandbox/bounded.ts";
+import { FakeRuntime } from "../support/fake-runtime.ts";
 import { STDOUT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 import { evaluate, baseEvents, toText } from "./transcript-fixtures.ts";
 

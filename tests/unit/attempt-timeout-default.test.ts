@@ -1,8 +1,8 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { runBounded } from "../../src/attempt/run.ts";
+import { runBounded } from "../../src/sandbox/bounded.ts";
 import { ATTEMPT_TIMEOUT_MS } from "../../src/terms/limits.ts";
-import { FakeRuntime } from "../../src/runtime/fake.ts";
-import type { ContainerSpec } from "../../src/runtime/port.ts";
+import { FakeRuntime } from "../support/fake-runtime.ts";
+import type { ContainerSpec } from "../../src/sandbox/port.ts";
 
 /** The contract's attempt timeout: five minutes unless a test shortens it. */
 

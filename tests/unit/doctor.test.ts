@@ -19,8 +19,8 @@ import {
 } from "../../src/doctor/checks.ts";
 import { formatReport, runDoctor, type DoctorInput } from "../../src/doctor/doctor.ts";
 import { findClaudeBinary, IMAGE_LABELS } from "../../src/image/specs.ts";
-import { FakeRuntime, type FakeProgram } from "../../src/runtime/fake.ts";
-import type { ContainerRuntime } from "../../src/runtime/port.ts";
+import { FakeRuntime, type FakeProgram } from "../support/fake-runtime.ts";
+import type { ContainerRuntime } from "../../src/sandbox/port.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 
 const ACCESS = "test-ACCESS-TOKEN-NEVER-PRINTED";

@@ -9,7 +9,7 @@ import { readCredential, resolveCredentialSource, SETUP_TOKEN_ENV } from "../../
 import { CLI_MAX_TOKENS, gatewayForRun, gatewayLimitProblem, prepareRunGateway } from "../../src/gateway/run.ts";
 import { picoToUsd } from "../../src/cost/money.ts";
 import type { GatewayRecord, GatewayRequestRecord } from "../../src/gateway/gateway.ts";
-import { resolveLogin } from "../../src/attempt/login.ts";
+import { resolveLogin } from "../../src/credentials/login.ts";
 import { RefusalError } from "../../src/util/errors.ts";
 
 const MODEL = "claude-haiku-5-5";

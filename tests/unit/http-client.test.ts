@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { checkApiKey, DEFAULT_API_BASE_URL, parseApiBaseUrl, redactDeep, redactSecret } from "../../src/http/client.ts";
+import { checkApiKey, DEFAULT_API_BASE_URL, parseApiBaseUrl, redactDeep, redactSecret } from "../../src/transport/http/client.ts";
 import { UsageError } from "../../src/util/errors.ts";
 
 describe("--api-base-url", () => {

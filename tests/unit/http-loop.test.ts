@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { runAgentLoop, PROTOCOL_LIMITS, SYSTEM_PROMPT, type CallAccount, type LoopOptions } from "../../src/http/loop.ts";
-import type { CallOutcome, ContentBlock, MeasuredUsage } from "../../src/http/client.ts";
-import type { ToolSet } from "../../src/http/tools.ts";
+import { runAgentLoop, PROTOCOL_LIMITS, SYSTEM_PROMPT, type CallAccount, type LoopOptions } from "../../src/transport/http/tool-loop.ts";
+import type { CallOutcome, ContentBlock, MeasuredUsage } from "../../src/transport/http/client.ts";
+import type { ToolSet } from "../../src/transport/http/tools.ts";
 
 const MODEL = "claude-haiku-5-5";
 const usage = (input = 100, output = 10): MeasuredUsage => ({

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { requestBound } from "../../src/gateway/meter.ts";
-import { callCeiling, inputCeilingTokens, MAX_OUTPUT_TOKENS, usageCostUsd } from "../../src/http/pricing.ts";
+import { callCeiling, inputCeilingTokens, MAX_OUTPUT_TOKENS, usageCostUsd } from "../../src/transport/http/pricing.ts";
 
 /** A reply's usage without cache tokens. */
 const plain = (inputTokens: number, outputTokens: number) => ({ inputTokens, outputTokens, cacheReadInputTokens: 0, cacheWrite5mInputTokens: 0, cacheWrite1hInputTokens: 0 });

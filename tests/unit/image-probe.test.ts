@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { probeVersion } from "../../src/image/build.ts";
 import { IMAGE_LABELS } from "../../src/image/specs.ts";
-import { FakeRuntime, type FakeProgram } from "../../src/runtime/fake.ts";
+import { FakeRuntime, type FakeProgram } from "../support/fake-runtime.ts";
 import { RefusalError } from "../../src/util/errors.ts";
 
 const SHA = "a".repeat(64);

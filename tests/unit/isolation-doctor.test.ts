@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { checkIsolation, checkRuntime } from "../../src/doctor/checks.ts";
-import { FakeRuntime } from "../../src/runtime/fake.ts";
-import type { ContainerRuntime } from "../../src/runtime/port.ts";
+import { FakeRuntime } from "../support/fake-runtime.ts";
+import type { ContainerRuntime } from "../../src/sandbox/port.ts";
 
 // The doctor's checks for --runtime and --isolation strict (issue 9): the run's own rules.
 

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { attemptContainerSpec, CONTAINER, DEFAULT_HOME_BYTES, EGRESS_RELAY_PORT, MODEL_API_RELAY_PORT, type AttemptContainerInput } from "../../src/attempt/spec.ts";
+import { attemptContainerSpec, CONTAINER, DEFAULT_HOME_BYTES, EGRESS_RELAY_PORT, MODEL_API_RELAY_PORT, type AttemptContainerInput } from "../../src/transport/cli/spec.ts";
 import { networkFor } from "../../src/isolation/profile.ts";
 
 // The container spec of each --isolation profile (issue 9). Standard is checked here only: the

@@ -26,7 +26,7 @@ async function layeringCheck(dir: string): Promise<{ code: number; output: strin
 
 /**
  * A small project laid out like this one: src/ folders that import downward only (plan -> util,
- * runtime/docker.ts -> dockerode), with the project's own package.json, tsconfig and rules, and its
+ * sandbox/docker.ts -> dockerode), with the project's own package.json, tsconfig and rules, and its
  * node_modules linked in. `files` adds or replaces files to break one rule at a time.
  */
 async function miniProject(parent: string, name: string, files: Record<string, string> = {}): Promise<string> {
@@ -34,7 +34,7 @@ async function miniProject(parent: string, name: string, files: Record<string, s
   const tree: Record<string, string> = {
     "src/util/errors.ts": "export class UsageError extends Error {}\n",
     "src/plan/plan.ts": 'import { UsageError } from "../util/errors.ts";\nexport const plan = () => new UsageError("x");\n',
-    "src/runtime/docker.ts": 'import Docker from "dockerode";\nimport { plan } from "../plan/plan.ts";\nexport const engine = () => [new Docker(), plan()];\n',
+    "src/sandbox/docker.ts": 'import Docker from "dockerode";\nimport { plan } from "../plan/plan.ts";\nexport const engine = () => [new Docker(), plan()];\n',
     ...files,
   };
   for (const [path, text] of Object.entries(tree)) {
@@ -79,12 +79,12 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
     const dir = await miniProject(parent, "outside", {
       "tests/helper.ts": "export const helper = 1;\n",
       "src/plan/plan.ts": 'import { UsageError } from "../util/errors.ts";\nexport { helper } from "../../tests/helper.ts";\nexport const plan = () => new UsageError("x");\n',
-      "src/attempt/run.ts": 'import type Docker from "dockerode";\nexport type Engine = Docker;\n',
+      "src/sandbox/bounded.ts": 'import type Docker from "dockerode";\nexport type Engine = Docker;\n',
     });
     const { code, output } = await layeringCheck(dir);
     expect(code).not.toBe(0);
     expect(output).toContain("error src-imports-only-src: src/plan/plan.ts → tests/helper.ts");
-    expect(output).toMatch(/error only-the-docker-adapter-imports-dockerode: src\/attempt\/run\.ts → \S*node_modules\/dockerode\//);
-    expect(output).not.toContain("src/runtime/docker.ts →");
+    expect(output).toMatch(/error only-the-docker-adapter-imports-dockerode: src\/sandbox\/bounded\.ts → \S*node_modules\/dockerode\//);
+    expect(output).not.toContain("src/sandbox/docker.ts →");
   });
 });

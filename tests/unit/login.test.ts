@@ -3,7 +3,7 @@ import { execFileSync } from "node:child_process";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { acquireLoginLock, LOGIN_WRITE_BACK_LIMIT_BYTES, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../../src/attempt/login.ts";
+import { acquireLoginLock, LOGIN_WRITE_BACK_LIMIT_BYTES, inspectLogin, resolveLogin, stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../../src/credentials/login.ts";
 import { RefusalError } from "../../src/util/errors.ts";
 
 const ACCESS = "test-oat-ACCESS-TOKEN-NEVER-PRINTED";

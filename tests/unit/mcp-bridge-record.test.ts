@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { JsonRpcRecorder, MAX_LOGGED_MESSAGES, MAX_PARSED_LINE_BYTES, ToolCallGate, compareMcpRecord, containerMcpConfig } from "../../src/mcp/bridge.ts";
-import { cliToolName } from "../../src/mcp/names.ts";
+import { cliToolName } from "../../src/terms/tool-names.ts";
 import { enginePrivileges } from "../../src/mcp/engine-sandbox.ts";
 
 const line = (o: unknown) => Buffer.from(JSON.stringify(o) + "\n");

@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { resolveOciRuntime, runtimeNeeds, runtimeProblem } from "../../src/isolation/oci-runtime.ts";
-import { FakeRuntime } from "../../src/runtime/fake.ts";
+import { FakeRuntime } from "../support/fake-runtime.ts";
 
 // What the preflight refuses from a probe container's findings (src/isolation/oci-runtime.ts): each
 // gVisor limit named with its fix, derived from what the run will use.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { FakeRuntime } from "../../src/runtime/fake.ts";
+import { FakeRuntime } from "../support/fake-runtime.ts";
 import { fakePrograms, runtimeBehaviourSuite } from "../support/runtime-behaviour.ts";
 
 runtimeBehaviourSuite("FakeRuntime", async () => {

@@ -1,9 +1,9 @@
 import { spawnSync } from "node:child_process";
 import { hostname } from "node:os";
 import { describe, expect, it } from "vitest";
-import { FakeRuntime } from "../../src/runtime/fake.ts";
-import { isProcessAlive, LABELS, reapOrphans, runnerLabels } from "../../src/runtime/reaper.ts";
-import type { ContainerSpec } from "../../src/runtime/port.ts";
+import { FakeRuntime } from "../support/fake-runtime.ts";
+import { isProcessAlive, LABELS, reapOrphans, runnerLabels } from "../../src/sandbox/reaper.ts";
+import type { ContainerSpec } from "../../src/sandbox/port.ts";
 
 function deadPid(): number {
   // A child that has exited and been waited for: its pid is no longer alive.

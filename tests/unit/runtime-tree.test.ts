@@ -3,9 +3,9 @@ import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises"
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import tar from "tar-stream";
-import { packFolder, treeFromFolder } from "../../src/runtime/tree.ts";
-import { ContainerRuntimeError, assertValidSpec, type ContainerSpec } from "../../src/runtime/port.ts";
-import { DockerRuntime } from "../../src/runtime/docker.ts";
+import { packFolder, treeFromFolder } from "../../src/sandbox/tree.ts";
+import { ContainerRuntimeError, assertValidSpec, type ContainerSpec } from "../../src/sandbox/port.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
 
 /** The export handed to the runtime as content: the tar a runtime without the runner's disk would copy in. */
 

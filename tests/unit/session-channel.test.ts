@@ -3,7 +3,7 @@ import { createConnection, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { openSessionChannel, sessionChannelPaths } from "../../src/cli-attempt/session-channel.ts";
+import { openSessionChannel, sessionChannelPaths } from "../../src/transport/cli/session-channel.ts";
 import { collectSessionCall, parseSessionStream, STATE_FILE_LIMIT_BYTES } from "../../src/session/state.ts";
 
 let dir = "";

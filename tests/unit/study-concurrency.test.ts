@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { access, mkdtemp, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { FakeProcess, FakeRuntime } from "../../src/runtime/fake.ts";
+import type { FakeProcess, FakeRuntime } from "../support/fake-runtime.ts";
 import { runStudy } from "../../src/study/run.ts";
 import { fakeClaudeRuntime, unitStudyConfig } from "../support/unit-study.ts";
 import { concurrencyProblem, rateLimitStatus, sharedHold } from "../../src/study/attempts.ts";

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import type { FakeProcess, FakeRuntime } from "../../src/runtime/fake.ts";
+import type { FakeProcess, FakeRuntime } from "../support/fake-runtime.ts";
 import { runStudy } from "../../src/study/run.ts";
 import { fakeClaudeRuntime, UNIT_IMAGE as IMAGE, unitStudyConfig } from "../support/unit-study.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
@@ -130,7 +130,7 @@ describe("the CLI attempt kind on the in-memory runtime", () => {
 describe("the adjudicator kind on the in-memory runtime", () => {
   it("takes the login before reserving: a lock that times out reserves nothing and leaves the record blocked, not running", async () => {
     const { runAdjudication } = await import("../../src/adjudicate/run.ts");
-    const { acquireLoginLock, resolveLogin } = await import("../../src/attempt/login.ts");
+    const { acquireLoginLock, resolveLogin } = await import("../../src/credentials/login.ts");
     const { readRecord } = await import("../../src/adjudicate/store.ts");
     const { syntheticLedger } = await import("../support/adjudication-fixtures.ts");
     const loginDir = join(work, "login-adjudicate");

@@ -1,6 +1,6 @@
-import type { RunFacts } from "../ledger/schema.ts";
-import type { TranscriptFacts } from "../transcript/reader.ts";
-import type { CostResult } from "../cost/compute.ts";
+import type { RunFacts } from "../../ledger/schema.ts";
+import type { TranscriptFacts } from "../../transcript/reader.ts";
+import type { CostResult } from "../../cost/compute.ts";
 
 /** The shared record of a run whose budget is reserved and which has not started. */
 export function emptyRunFacts(reservationUsd: number): RunFacts {

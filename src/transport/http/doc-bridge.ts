@@ -1,9 +1,9 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { ChildStdioTransport } from "../process/mcp-stdio.ts";
-import { errorMessage } from "../util/errors.ts";
-import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "../mcp/names.ts";
-import { prepareEngineSandbox } from "../mcp/engine-sandbox.ts";
-import { gitHead } from "../corpus/git.ts";
+import { ChildStdioTransport } from "../../process/mcp-stdio.ts";
+import { errorMessage } from "../../util/errors.ts";
+import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "../../terms/tool-names.ts";
+import { prepareEngineSandbox } from "../../mcp/engine-sandbox.ts";
+import { gitHead } from "../../corpus/git.ts";
 import type { ToolDefinition, ToolResult, ToolSet } from "./tools.ts";
 
 /**

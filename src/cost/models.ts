@@ -1,4 +1,4 @@
-import { MODEL_ALIASES, pricesFor } from "../cost/prices.ts";
+import { MODEL_ALIASES, pricesFor } from "./prices.ts";
 
 /**
  * Which model adjudicates. The protocol wants a different model from the answering one, and its

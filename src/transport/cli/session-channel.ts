@@ -1,7 +1,7 @@
 import { createWriteStream, type WriteStream } from "node:fs";
 import { createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
-import { listenForContainer, makeSocketDir } from "../util/container-socket.ts";
+import { listenForContainer, makeSocketDir } from "../../util/container-socket.ts";
 
 /**
  * The channel a session call's files leave the container through (contract R141): a unix socket

@@ -182,3 +182,6 @@ export function assertValidSpec(spec: ContainerSpec): void {
 export function assertLabelFilter(labels: Record<string, string>): void {
   if (Object.keys(labels).length === 0) throw new ContainerRuntimeError("listByLabel needs at least one label", "invalid-spec");
 }
+
+/** The network an attempt container joins: none, the engine's bridge, or another container's namespace. */
+export type NetworkSetting = { mode: "none" } | { mode: "bridge" } | { mode: "container"; id: string };

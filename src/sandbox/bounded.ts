@@ -1,4 +1,4 @@
-import type { ContainerRuntime, ContainerSpec } from "../runtime/port.ts";
+import type { ContainerRuntime, ContainerSpec } from "./port.ts";
 import { ATTEMPT_TIMEOUT_MS, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 
 /** The CLI may linger after its result event while MCP children exit; then it is killed. */

@@ -1,7 +1,7 @@
 import { basename, dirname } from "node:path";
-import type { ContainerSpec, Mount } from "../runtime/port.ts";
-import { treeFromFolder } from "../runtime/tree.ts";
-import { IMAGE_LAYOUT } from "../image/specs.ts";
+import type { ContainerSpec, Mount, NetworkSetting } from "../../sandbox/port.ts";
+import { treeFromFolder } from "../../sandbox/tree.ts";
+import { IMAGE_LAYOUT } from "../../image/specs.ts";
 
 /** Where things live inside the attempt container (the image's layout, see src/image). */
 export const CONTAINER = {
@@ -23,7 +23,7 @@ export const CONTAINER = {
    */
   sessionLoginDir: "/home/agent/.study-runner/login",
   /**
-   * The folder of a session call's channel socket (src/cli-attempt/session-channel.ts), mounted
+   * The folder of a session call's channel socket (src/transport/cli/session-channel.ts), mounted
    * read-only: with-relay.cjs sends the CLI's session files through that socket when the CLI
    * exits, over a connection it opened before the CLI started (contract R141).
    */
@@ -67,8 +67,6 @@ export function nanoCpusOf(cpus: number): number {
   if (!Number.isFinite(cpus) || cpus < 0.01) throw new Error(`the CPU limit must be a number of CPUs of at least 0.01, got ${cpus}`);
   return Math.round(cpus * 1e9);
 }
-
-export type NetworkSetting = { mode: "none" } | { mode: "bridge" } | { mode: "container"; id: string };
 
 export interface AttemptContainerInput {
   image: string;

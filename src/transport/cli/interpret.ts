@@ -1,12 +1,12 @@
-import { TranscriptReader, type TranscriptFacts } from "../transcript/reader.ts";
-import { classifyAttempt } from "../transcript/classify.ts";
-import { computeCost, type CostResult, type MessagePromptUsage } from "../cost/compute.ts";
-import type { RunFacts } from "../ledger/schema.ts";
-import type { AttemptStatus, Arm } from "../terms/terms.ts";
-import { expectedInitTools } from "../claude/args.ts";
-import type { ExpectedInit } from "../claude/init-expectation.ts";
+import { TranscriptReader, type TranscriptFacts } from "../../transcript/reader.ts";
+import { classifyAttempt } from "../../transcript/classify.ts";
+import { computeCost, type CostResult, type MessagePromptUsage } from "../../cost/compute.ts";
+import type { RunFacts } from "../../ledger/schema.ts";
+import type { AttemptStatus, Arm } from "../../terms/terms.ts";
+import { expectedInitTools } from "../../claude/args.ts";
+import type { ExpectedInit } from "../../claude/init-expectation.ts";
 import { runFactsFrom } from "./record.ts";
-import type { GatewayRecord } from "../gateway/gateway.ts";
+import type { GatewayRecord } from "../../gateway/gateway.ts";
 
 /**
  * What a finished CLI run means, from its transcript and how its container ended: the facts, the

@@ -14,7 +14,7 @@ import {
   type ContainerSummary,
   type EngineInfo,
   type ImageInfo,
-} from "./port.ts";
+} from "../../src/sandbox/port.ts";
 
 /** What a fake container's "process" sees: its spec, its output streams, and a kill signal. */
 export interface FakeProcess {

@@ -4,8 +4,8 @@ import type { ExclusionReason } from "../corpus/filter.ts";
 import { gitTopLevel } from "../corpus/git.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { UsageError } from "../util/errors.ts";
-import { planExport, removeTree, writeExport } from "./export.ts";
-import { exportSourceFor, parseExportLimits } from "./options.ts";
+import { planExport, removeTree, writeExport } from "../export/export.ts";
+import { exportSourceFor, parseExportLimits } from "../export/options.ts";
 
 export interface ExportCommandOptions {
   /** The study manifest: it pins the repository and lists its answer keys. */

@@ -3,26 +3,26 @@ import { buildPrompt, assertPrompt } from "../claude/args.ts";
 import type { Reservation } from "../budget/budget.ts";
 import { createLedger, writeLedger } from "../ledger/store.ts";
 import type { HttpCall, Ledger, Observation } from "../ledger/schema.ts";
-import { commonHeader, newRunId, type StudyRunBase } from "../study/header.ts";
+import { commonHeader, newRunId, type StudyRunBase } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
 import { exportSourceFor } from "../export/options.ts";
-import { DOC_BRIDGE_SERVER } from "../mcp/names.ts";
+import { DOC_BRIDGE_SERVER } from "../terms/tool-names.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import type { Meter } from "../loop/loop.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { reservedObservation } from "../study/observation.ts";
-import { runAttempts, type AttemptKind } from "../study/attempts.ts";
-import { Progress } from "../study/progress.ts";
-import { summarize } from "../study/summary.ts";
+import { reservedObservation } from "./observation.ts";
+import { runAttempts, type AttemptKind } from "./attempts.ts";
+import { Progress } from "./progress.ts";
+import { summarize } from "./summary.ts";
 import { engineProvenance } from "../mcp/bundle-hash.ts";
-import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "./client.ts";
-import { callCeiling, usageCostUsd, type UpperPrices } from "./pricing.ts";
+import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "../transport/http/client.ts";
+import { callCeiling, usageCostUsd, type UpperPrices } from "../transport/http/pricing.ts";
 import { picoToUsd, usdToPico } from "../cost/money.ts";
 import { cacheWriteTokens, promptTokens } from "../cost/usage.ts";
-import { openRepositoryTools } from "./tools.ts";
+import { openRepositoryTools } from "../transport/http/tools.ts";
 import { instructionFilesIn } from "../corpus/filter.ts";
-import { combineTools, openDocBridgeTools, type DocBridgeTools } from "./doc-bridge.ts";
-import { PROTOCOL_LIMITS, runAgentLoop, type CallAccount, type LoopResult } from "./loop.ts";
+import { combineTools, openDocBridgeTools, type DocBridgeTools } from "../transport/http/doc-bridge.ts";
+import { PROTOCOL_LIMITS, runAgentLoop, type CallAccount, type LoopResult } from "../transport/http/tool-loop.ts";
 
 /**
  * `--transport http` (contract R7; docs/http-transport.md): the runner is the
@@ -275,7 +275,7 @@ async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: Att
 
 /**
  * A measured call's usage as the ledger holds it: cache writes as one figure (every TTL is priced
- * alike, src/http/pricing.ts); a figure the reply left out was counted as zero when it was charged.
+ * alike, src/transport/http/pricing.ts); a figure the reply left out was counted as zero when it was charged.
  */
 function callUsage(c: HttpCall) {
   return {

@@ -1,7 +1,7 @@
-import type { AttemptStatus } from "../terms/terms.ts";
+import type { AttemptStatus } from "../../terms/terms.ts";
 import type { CallOutcome, ContentBlock, MeasuredUsage } from "./client.ts";
-import { cacheWriteTokens, promptTokens } from "../cost/usage.ts";
-import { ATTEMPT_TIMEOUT_MS } from "../terms/limits.ts";
+import { cacheWriteTokens, promptTokens } from "../../cost/usage.ts";
+import { ATTEMPT_TIMEOUT_MS } from "../../terms/limits.ts";
 import { MAX_OUTPUT_TOKENS } from "./pricing.ts";
 import type { ToolResult, ToolSet } from "./tools.ts";
 

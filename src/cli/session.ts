@@ -3,8 +3,8 @@ import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { UsageError } from "../util/errors.ts";
 import { runtimeNameProblem } from "../isolation/profile.ts";
 import { parseRoots } from "../settings/run-options.ts";
-import { answerSession, resumeSessions, retrySession, startSessions, type SessionRuntimeOptions } from "./run.ts";
-import type { SessionLedger } from "./schema.ts";
+import { answerSession, resumeSessions, retrySession, startSessions, type SessionRuntimeOptions } from "../session/run.ts";
+import type { SessionLedger } from "../session/schema.ts";
 
 export interface SessionRuntimeFlags {
   claudeConfigDir?: string;
@@ -202,7 +202,7 @@ export function addSessionCommands(program: import("commander").Command, setExit
     .command("status <ledger>")
     .description("each session's state; an open question is shown fenced, as untrusted text from the agent")
     .action(async (ledger) => {
-      const { readSessionLedger } = await import("./run.ts");
+      const { readSessionLedger } = await import("../session/run.ts");
       process.stdout.write(statusText(await readSessionLedger(ledger)));
       setExit(0);
     });
@@ -222,7 +222,7 @@ export function addSessionCommands(program: import("commander").Command, setExit
 
 /** Loaded only when a session command runs, so that every other command starts without dockerode. */
 async function dockerRuntime() {
-  const { DockerRuntime } = await import("../runtime/docker.ts");
+  const { DockerRuntime } = await import("../sandbox/docker.ts");
   return new DockerRuntime();
 }
 

@@ -1,5 +1,5 @@
-import { PICO_PER_MICRO, picoToUsd, usdToPico } from "../cost/money.ts";
-import { cacheWriteTokens, requestTokenBound, type MeteredUsage } from "../cost/usage.ts";
+import { PICO_PER_MICRO, picoToUsd, usdToPico } from "../../cost/money.ts";
+import { cacheWriteTokens, requestTokenBound, type MeteredUsage } from "../../cost/usage.ts";
 
 /**
  * Per-call money of the Messages API transport (contract R29, R30). Prices are the

@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { readBlobs } from "../corpus/git.ts";
-import { hashExport, planExport, type ExportedFile, type ExportSource } from "../export/export.ts";
+import { readBlobs } from "../../corpus/git.ts";
+import { hashExport, planExport, type ExportedFile, type ExportSource } from "../../export/export.ts";
 
 /**
  * The Messages API transport's repository tools (contract R58): list, read and literal search over

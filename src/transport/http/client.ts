@@ -1,6 +1,6 @@
 import { z } from "zod";
-import { parseUsage, type CacheReported, type MeteredUsage } from "../cost/usage.ts";
-import { UsageError, errorMessage } from "../util/errors.ts";
+import { parseUsage, type CacheReported, type MeteredUsage } from "../../cost/usage.ts";
+import { UsageError, errorMessage } from "../../util/errors.ts";
 
 /**
  * One call of the Anthropic Messages API over Node's built-in `fetch`, so
@@ -157,7 +157,7 @@ async function readBounded(res: Response, limit: number): Promise<Buffer | "too-
 /**
  * The usage of a 2xx reply: the one reading the gateway uses too, so what it refuses is refused
  * here and what it reads is read the same way. The request asks for no caching, but cache tokens a
- * reply reports are counted and priced like any other (src/http/pricing.ts), never ignored.
+ * reply reports are counted and priced like any other (src/transport/http/pricing.ts), never ignored.
  */
 function readUsage(raw: unknown): { ok: true; usage: MeasuredUsage } | { ok: false; problem: string } {
   const reading = parseUsage(raw);

@@ -1,10 +1,10 @@
 import { lstat, readdir } from "node:fs/promises";
 import { basename, dirname, isAbsolute } from "node:path";
-import { RefusalError } from "../util/errors.ts";
+import { RefusalError } from "../../util/errors.ts";
 
 /**
  * Preflight of `StudyConfig.modelApi`: the Messages API reached through a unix socket whose
- * folder is bind-mounted into every attempt container (src/attempt/spec.ts). The agent can
+ * folder is bind-mounted into every attempt container (src/transport/cli/spec.ts). The agent can
  * read that folder, so it must hold the socket and nothing else; a missing socket would only
  * show up as an API error inside the first attempt, after its reservation.
  */
