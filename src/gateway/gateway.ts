@@ -253,247 +253,11 @@ export class Gateway {
     const attemptNo = ++this.attempts;
     const placeholder = `study-runner-placeholder-${randomBytes(24).toString("hex")}`;
     this.issued.set(placeholder, attemptNo);
-    const limitPico = usdToPico(o.limitUsd, "floor");
-    const record: GatewayRecord = { requests: [], dropped: 0, forwarded: 0, refused: 0, meteredCostUsd: 0, budgetRefused: false, setupProblems: [] };
-    let spentPico = 0n;
-    const inflight = new Set<{ bound: bigint }>();
-    let seq = 0;
     const maxBytes = this.options.maxRequestBytes ?? MAX_REQUEST_BYTES;
-    const model = this.options.model;
-    const shapes = this.options.requestShapes ?? CLI_REQUEST_SHAPES;
-    const buffered: BufferBudget = { held: 0, limit: this.options.attemptBufferedBytes ?? Math.min(MAX_ATTEMPT_BUFFERED_BYTES, maxBytes) };
-    const maxConnections = this.options.attemptConnections ?? MAX_ATTEMPT_CONNECTIONS;
-
-    const keep = (r: GatewayRequestRecord) => {
-      if (record.requests.length < MAX_RECORDED_REQUESTS) record.requests.push(r);
-      else record.dropped++;
-    };
-    const problem = (text: string) => {
-      if (record.setupProblems.length < 20 && !record.setupProblems.includes(text)) record.setupProblems.push(text);
-    };
-
-    const handle = async (req: IncomingMessage, res: ServerResponse) => {
-      const t0 = performance.now();
-      const r: GatewayRequestRecord = {
-        seq: seq++,
-        method: req.method ?? "",
-        path: (req.url ?? "").slice(0, 300),
-        status: 0,
-        requestBytes: 0,
-        requestModel: null,
-        messageId: null,
-        model: null,
-        inputTokens: null,
-        cacheReadInputTokens: null,
-        cacheWrite5mInputTokens: null,
-        cacheWrite1hInputTokens: null,
-        outputTokens: null,
-        complete: false,
-        boundUsd: null,
-        costUsd: null,
-        ttfbMs: null,
-        durationMs: 0,
-        refused: null,
-      };
-      keep(r);
-      /** Gives back the attempt's buffered-bytes budget this request's body holds (set once the body is read). */
-      let releaseBody = () => {};
-      const refuse = (kind: RefusalKind, reason: string, status = REFUSAL_STATUS, type = REFUSAL_TYPE) => {
-        releaseBody();
-        r.refused = { kind, reason };
-        r.status = status;
-        r.durationMs = performance.now() - t0;
-        record.refused++;
-        if (kind === "budget") record.budgetRefused = true;
-        else problem(`gateway refused ${r.method} ${r.path}: ${reason}`);
-        sendError(res, status, type, reason);
-      };
-
-      // The target read by a URL parser, compared whole with the measured ones: `?beta=true?&x=y`
-      // is the query `beta=true?&x=y`, which the CLI never sends.
-      const targetWhy = targetProblem(shapes, req.method ?? "", req.url ?? "");
-      const target = parseTarget(req.url ?? "");
-      if (targetWhy) {
-        req.resume();
-        return refuse("path", targetWhy, 404, "not_found_error");
-      }
-      const token = tokenOf(req.headers);
-      if (token !== placeholder) {
-        req.resume();
-        const other = token === undefined ? undefined : this.issued.get(token);
-        if (other !== undefined) return refuse("foreign-placeholder", `the request carries the placeholder of another attempt of this run`, 401, "authentication_error");
-        return refuse("unknown-token", token === undefined ? "the request carries no credential" : "the request's credential is not this attempt's placeholder", 401, "authentication_error");
-      }
-      const headerWhy = headerProblem(shapes, req.rawHeaders);
-      if (headerWhy) {
-        req.resume();
-        return refuse("header", headerWhy);
-      }
-      const read = await readBody(req, maxBytes, buffered);
-      if ("refused" in read) {
-        res.setHeader("connection", "close");
-        return refuse("size", read.refused, 413, "request_too_large");
-      }
-      const raw = read.body;
-      releaseBody = read.release;
-      // A backstop: whatever happens to this request (a throw below included), its bytes stop counting when its response closes.
-      res.on("close", releaseBody);
-      r.requestBytes = raw.length;
-      let body: Record<string, unknown>;
-      try {
-        const parsed = parseStrictJson(raw.toString("utf8"));
-        if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new StrictJsonError("not a JSON object");
-        const why = shapeProblem(shapes.body, parsed);
-        if (why) return refuse("body", `${why}; refused before sending`);
-        body = parsed;
-      } catch (err) {
-        if (!(err instanceof StrictJsonError)) {
-          releaseBody();
-          throw err;
-        }
-        return refuse("body", `the request body is not one JSON object with each key once: ${err.message}`);
-      }
-      r.requestModel = typeof body.model === "string" ? body.model.slice(0, 200) : null;
-      if (body.model !== model) return refuse("model", `the request asks for model ${JSON.stringify(r.requestModel)}, not the study's ${model}`);
-      const maxTokens = body.max_tokens;
-      if (typeof maxTokens !== "number" || !Number.isSafeInteger(maxTokens) || maxTokens < 1) return refuse("body", "the request has no whole max_tokens");
-
-      // The ceiling: what is metered, plus what is in flight, plus this request's worst case.
-      const bound = requestBound(model, raw.length, maxTokens);
-      r.boundUsd = picoToUsd(bound.costPico);
-      let held = spentPico + bound.costPico;
-      for (const f of inflight) held += f.bound;
-      const runLeft = o.runRemainingUsd ? usdToPico(Math.max(0, o.runRemainingUsd()), "floor") : undefined;
-      if (held > limitPico || (runLeft !== undefined && bound.costPico > runLeft)) {
-        const which = held > limitPico ? `the attempt's limit of ${o.limitUsd} USD` : "the run's remaining cap";
-        return refuse("budget", `this request could cost up to ${r.boundUsd} USD, which with ${picoToUsd(spentPico)} USD metered would pass ${which}; not sent`);
-      }
-      const flight = { bound: bound.costPico };
-      inflight.add(flight);
-      record.forwarded++;
-
-      let settledOnce = false;
-      /** `errorAnswered`: the upstream answered with an error status and its whole body arrived. */
-      const settle = (facts: ReplyFacts | undefined, errorAnswered = false) => {
-        // A reply can end in more than one way (an error after the response began): count it once.
-        if (settledOnce) return;
-        settledOnce = true;
-        inflight.delete(flight);
-        r.durationMs = performance.now() - t0;
-        if (facts) {
-          r.messageId = facts.messageId;
-          r.model = facts.model;
-          r.complete = facts.complete;
-          if (facts.usage) setUsage(r, facts.usage);
-        }
-        let cost = 0n;
-        // An error status line comes before any generation: the API produced no message and bills
-        // no tokens for it, so a whole error answer costs nothing (the CLI's measured retry of a
-        // 400 must not be refused for a spend that never happened).
-        if (errorAnswered) cost = 0n;
-        else if (facts?.usage && facts.complete) cost = meteredCostPico(model, facts.usage);
-        // Broke off after the request left (it may have been billed): the worst case stays counted.
-        else if (facts?.usage || (r.status >= 200 && r.status < 300) || upstreamReq.writableFinished) cost = bound.costPico;
-        spentPico += cost;
-        r.costUsd = picoToUsd(cost);
-        record.meteredCostUsd = picoToUsd(spentPico);
-        if (facts?.usage && promptTokens(facts.usage) > raw.length) {
-          problem(`the reply to request ${r.seq} claims ${promptTokens(facts.usage)} prompt tokens for a request of ${raw.length} bytes, which no request that size can produce`);
-        }
-        if (facts?.serverToolUse) problem(`the reply to request ${r.seq} reports server-tool use (${facts.serverToolUse}), which the runner never offers and does not meter`);
-        if (facts?.model && facts.model !== model) problem(`the reply to request ${r.seq} is from model ${facts.model}, not the study's ${model}`);
-      };
-
-      const upstreamReq = httpsRequest({
-        protocol: "https:",
-        hostname: this.upstream.hostname,
-        port: this.upstream.port || 443,
-        ...(isIP(this.upstream.hostname) ? {} : { servername: this.upstream.hostname }),
-        method: "POST",
-        // The target as checked: the parser's path and query, not the bytes the container sent.
-        path: `${target!.path}${target!.search}`,
-        headers: upstreamHeaders(req.headers, o.credential, raw.length),
-        agent: this.agent,
-        rejectUnauthorized: true,
-      });
-      upstreamReq.on("socket", (s: Socket) => s.setNoDelay(true));
-      // The body stops counting against the attempt's buffered bytes once it is handed on (or the request failed).
-      upstreamReq.on("finish", releaseBody);
-      upstreamReq.on("close", releaseBody);
-      const aborted = () => upstreamReq.destroy();
-      res.on("close", aborted);
-      upstreamReq.on("error", (err) => {
-        if (settledOnce) return;
-        settle(undefined);
-        r.status = 502;
-        r.refused = { kind: "upstream-unreachable", reason: `the upstream did not answer (${(err as NodeJS.ErrnoException).code ?? "error"})` };
-        sendError(res, 502, "api_error", "the Messages API could not be reached");
-      });
-      upstreamReq.on("response", (up) => {
-        r.status = up.statusCode ?? 0;
-        if (r.status >= 300 && r.status < 400) {
-          // A redirect could carry the credential elsewhere: never followed, never passed on.
-          up.resume();
-          settle(undefined);
-          r.status = 502;
-          r.refused = { kind: "upstream-redirect", reason: `the upstream answered ${up.statusCode} (a redirect); refused` };
-          problem(`the upstream answered request ${r.seq} with a redirect (${up.statusCode})`);
-          sendError(res, 502, "api_error", "the Messages API answered with a redirect, which the gateway does not follow");
-          return;
-        }
-        const streamed = /^text\/event-stream/i.test(String(up.headers["content-type"] ?? ""));
-        const sse = streamed ? new SseMeter() : undefined;
-        const jsonChunks: Buffer[] = [];
-        let jsonBytes = 0;
-        res.writeHead(r.status, replyHeaders(up.headers));
-        res.flushHeaders();
-        up.on("data", (chunk: Buffer) => {
-          if (r.ttfbMs === null) r.ttfbMs = performance.now() - t0;
-          // Passed on first, metered second: the CLI never waits for the meter.
-          res.write(chunk);
-          if (sse) sse.push(chunk);
-          else if (jsonBytes < 4 * 1024 * 1024) {
-            jsonChunks.push(chunk);
-            jsonBytes += chunk.length;
-          }
-        });
-        up.on("end", () => {
-          res.off("close", aborted);
-          res.end();
-          if (sse) {
-            sse.end();
-            settle(r.status >= 200 && r.status < 300 ? sse.facts : undefined, r.status >= 400);
-          } else {
-            settle(r.status >= 200 && r.status < 300 ? jsonReplyFacts(Buffer.concat(jsonChunks)) : undefined, r.status >= 400);
-          }
-        });
-        up.on("error", () => {
-          res.destroy();
-          settle(sse?.facts);
-        });
-      });
-      upstreamReq.end(raw);
-    };
-
-    const server: Server = createServer((req, res) => {
-      handle(req, res).catch(() => sendError(res, 500, "api_error", "the gateway failed on this request"));
-    });
-    server.keepAliveTimeout = 5_000;
-    // At most this many connections of the attempt at once: Node closes any further one as it is accepted.
-    server.maxConnections = maxConnections;
-    let droppedConnections = 0;
-    server.on("drop", () => {
-      droppedConnections++;
-      const text = (n: number) => `the attempt opened more than ${maxConnections} connections to the gateway at once; ${n} were closed unanswered`;
-      const at = record.setupProblems.indexOf(text(droppedConnections - 1));
-      if (at >= 0) record.setupProblems[at] = text(droppedConnections);
-      else problem(text(droppedConnections));
-    });
-    const connections = new Set<Socket>();
-    server.on("connection", (s: Socket) => {
-      connections.add(s);
-      s.on("close", () => connections.delete(s));
-    });
+    const run: RunSide = { model: this.options.model, shapes: this.options.requestShapes ?? CLI_REQUEST_SHAPES, maxBytes, upstream: this.upstream, agent: this.agent, issued: this.issued };
+    const bufferLimit = this.options.attemptBufferedBytes ?? Math.min(MAX_ATTEMPT_BUFFERED_BYTES, maxBytes);
+    const attempt = new AttemptSide(run, o, placeholder, bufferLimit);
+    const { server, connections } = attemptServer(attempt, this.options.attemptConnections ?? MAX_ATTEMPT_CONNECTIONS);
     const socketDir = await makeSocketDir(o.socketDir, "sr-gateway-");
     const socketPath = await listenForContainer(server, socketDir, GATEWAY_SOCKET_NAME, { containerUid: this.options.containerUid, containerGid: this.options.containerGid });
     let stopped: Promise<GatewayRecord> | undefined;
@@ -501,7 +265,7 @@ export class Gateway {
       placeholder,
       socketDir,
       socketPath,
-      record,
+      record: attempt.record,
       stop: () =>
         (stopped ??= (async () => {
           await new Promise<void>((resolve) => {
@@ -509,13 +273,371 @@ export class Gateway {
             for (const s of connections) s.destroy();
           });
           await rm(socketDir, { recursive: true, force: true });
-          return record;
+          return attempt.record;
         })()),
     };
   }
 
   close(): void {
     this.agent.destroy();
+  }
+}
+
+/** What every attempt of a run shares: the study model, the admitted shapes, the upstream and its connections, the placeholders issued. */
+interface RunSide {
+  model: string;
+  shapes: RequestShapes;
+  maxBytes: number;
+  upstream: URL;
+  agent: HttpsAgent;
+  issued: ReadonlyMap<string, number>;
+}
+
+/**
+ * The attempt's server on its socket: every request goes to the attempt's handler, at most
+ * `maxConnections` connections at once (Node closes any further one as it is accepted, and the
+ * attempt counts it), and the open connections are kept so stopping can close them.
+ */
+function attemptServer(attempt: AttemptSide, maxConnections: number): { server: Server; connections: Set<Socket> } {
+  const server: Server = createServer((req, res) => {
+    attempt.handle(req, res).catch(() => sendError(res, 500, "api_error", "the gateway failed on this request"));
+  });
+  server.keepAliveTimeout = 5_000;
+  // At most this many connections of the attempt at once: Node closes any further one as it is accepted.
+  server.maxConnections = maxConnections;
+  let droppedConnections = 0;
+  server.on("drop", () => attempt.connectionsDropped(++droppedConnections, maxConnections));
+  const connections = new Set<Socket>();
+  server.on("connection", (s: Socket) => {
+    connections.add(s);
+    s.on("close", () => connections.delete(s));
+  });
+  return { server, connections };
+}
+
+/** One request on its way through the gateway: its line in the record, when it began, and the body bytes it holds. */
+interface Exchange {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly r: GatewayRequestRecord;
+  readonly t0: number;
+  /** Gives back the attempt's buffered-bytes budget this request's body holds (set once the body is read). */
+  releaseBody: () => void;
+}
+
+/** A forwarded request's hold on the attempt's ceiling, until its reply is settled (once). */
+interface Flight {
+  readonly bound: bigint;
+  readonly requestBytes: number;
+  settled: boolean;
+}
+
+function newRequestRecord(seq: number, req: IncomingMessage): GatewayRequestRecord {
+  return {
+    seq,
+    method: req.method ?? "",
+    path: (req.url ?? "").slice(0, 300),
+    status: 0,
+    requestBytes: 0,
+    requestModel: null,
+    messageId: null,
+    model: null,
+    inputTokens: null,
+    cacheReadInputTokens: null,
+    cacheWrite5mInputTokens: null,
+    cacheWrite1hInputTokens: null,
+    outputTokens: null,
+    complete: false,
+    boundUsd: null,
+    costUsd: null,
+    ttfbMs: null,
+    durationMs: 0,
+    refused: null,
+  };
+}
+
+/**
+ * Reads a request body as the one JSON object of a measured shape; why not, when it is not. A
+ * throw other than the strict parser's is passed on.
+ */
+function parseRequestBody(raw: Buffer, shapes: RequestShapes): { body: Record<string, unknown> } | { why: string } {
+  try {
+    const parsed = parseStrictJson(raw.toString("utf8"));
+    if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new StrictJsonError("not a JSON object");
+    const why = shapeProblem(shapes.body, parsed);
+    if (why) return { why: `${why}; refused before sending` };
+    return { body: parsed };
+  } catch (err) {
+    if (!(err instanceof StrictJsonError)) throw err;
+    return { why: `the request body is not one JSON object with each key once: ${err.message}` };
+  }
+}
+
+/**
+ * One attempt's side of the gateway: its placeholder, its record, what it has spent and has in
+ * flight. Each request is checked (target, token, headers, body, model, ceiling) and refused at
+ * the first check it fails, or forwarded with the real credential and its reply metered.
+ */
+class AttemptSide {
+  readonly record: GatewayRecord = { requests: [], dropped: 0, forwarded: 0, refused: 0, meteredCostUsd: 0, budgetRefused: false, setupProblems: [] };
+  private readonly limitPico: bigint;
+  private readonly buffered: BufferBudget;
+  private spentPico = 0n;
+  private readonly inflight = new Set<Flight>();
+  private seq = 0;
+
+  constructor(
+    private readonly run: RunSide,
+    private readonly o: AttemptGatewayOptions,
+    private readonly placeholder: string,
+    bufferLimit: number,
+  ) {
+    this.limitPico = usdToPico(o.limitUsd, "floor");
+    this.buffered = { held: 0, limit: bufferLimit };
+  }
+
+  private keep(r: GatewayRequestRecord): void {
+    if (this.record.requests.length < MAX_RECORDED_REQUESTS) this.record.requests.push(r);
+    else this.record.dropped++;
+  }
+
+  private problem(text: string): void {
+    const problems = this.record.setupProblems;
+    if (problems.length < 20 && !problems.includes(text)) problems.push(text);
+  }
+
+  /** The server closed the attempt's `dropped`th connection beyond `maxConnections`: one setup problem, its count kept current. */
+  connectionsDropped(dropped: number, maxConnections: number): void {
+    const text = (n: number) => `the attempt opened more than ${maxConnections} connections to the gateway at once; ${n} were closed unanswered`;
+    const at = this.record.setupProblems.indexOf(text(dropped - 1));
+    if (at >= 0) this.record.setupProblems[at] = text(dropped);
+    else this.problem(text(dropped));
+  }
+
+  /** One request: checked, then refused or forwarded. */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const x: Exchange = { req, res, r: newRequestRecord(this.seq++, req), t0: performance.now(), releaseBody: () => {} };
+    this.keep(x.r);
+    const target = this.checkArrival(x);
+    if (!target) return;
+    const read = await this.readRequest(x);
+    if (!read) return;
+    const maxTokens = this.checkModel(x, read.body);
+    if (maxTokens === undefined) return;
+    const flight = this.reserve(x, read.raw.length, maxTokens);
+    if (!flight) return;
+    this.forward(x, target, read.raw, flight);
+  }
+
+  /** Answers the request with an error and records why; undefined, so a check can return it. */
+  private refuse(x: Exchange, kind: RefusalKind, reason: string, status = REFUSAL_STATUS, type = REFUSAL_TYPE): undefined {
+    x.releaseBody();
+    x.r.refused = { kind, reason };
+    x.r.status = status;
+    x.r.durationMs = performance.now() - x.t0;
+    this.record.refused++;
+    if (kind === "budget") this.record.budgetRefused = true;
+    else this.problem(`gateway refused ${x.r.method} ${x.r.path}: ${reason}`);
+    sendError(x.res, status, type, reason);
+    return undefined;
+  }
+
+  /** The checks before the body is read: a measured target, this attempt's placeholder, measured headers. The target as parsed, or undefined when refused. */
+  private checkArrival(x: Exchange): { path: string; search: string } | undefined {
+    const { req } = x;
+    // The target read by a URL parser, compared whole with the measured ones: `?beta=true?&x=y`
+    // is the query `beta=true?&x=y`, which the CLI never sends.
+    const targetWhy = targetProblem(this.run.shapes, req.method ?? "", req.url ?? "");
+    const target = parseTarget(req.url ?? "");
+    if (targetWhy) {
+      req.resume();
+      return this.refuse(x, "path", targetWhy, 404, "not_found_error");
+    }
+    const token = tokenOf(req.headers);
+    if (token !== this.placeholder) {
+      req.resume();
+      const other = token === undefined ? undefined : this.run.issued.get(token);
+      if (other !== undefined) return this.refuse(x, "foreign-placeholder", `the request carries the placeholder of another attempt of this run`, 401, "authentication_error");
+      return this.refuse(x, "unknown-token", token === undefined ? "the request carries no credential" : "the request's credential is not this attempt's placeholder", 401, "authentication_error");
+    }
+    const headerWhy = headerProblem(this.run.shapes, req.rawHeaders);
+    if (headerWhy) {
+      req.resume();
+      return this.refuse(x, "header", headerWhy);
+    }
+    return target!;
+  }
+
+  /** The body read under the size bounds and parsed as a measured shape; undefined when refused. */
+  private async readRequest(x: Exchange): Promise<{ raw: Buffer; body: Record<string, unknown> } | undefined> {
+    const read = await readBody(x.req, this.run.maxBytes, this.buffered);
+    if ("refused" in read) {
+      x.res.setHeader("connection", "close");
+      return this.refuse(x, "size", read.refused, 413, "request_too_large");
+    }
+    const raw = read.body;
+    x.releaseBody = read.release;
+    // A backstop: whatever happens to this request (a throw below included), its bytes stop counting when its response closes.
+    x.res.on("close", x.releaseBody);
+    x.r.requestBytes = raw.length;
+    let parsed: ReturnType<typeof parseRequestBody>;
+    try {
+      parsed = parseRequestBody(raw, this.run.shapes);
+    } catch (err) {
+      x.releaseBody();
+      throw err;
+    }
+    if ("why" in parsed) return this.refuse(x, "body", parsed.why);
+    return { raw, body: parsed.body };
+  }
+
+  /** The study's model and a whole max_tokens: the max_tokens, or undefined when refused. */
+  private checkModel(x: Exchange, body: Record<string, unknown>): number | undefined {
+    const model = this.run.model;
+    x.r.requestModel = typeof body.model === "string" ? body.model.slice(0, 200) : null;
+    if (body.model !== model) return this.refuse(x, "model", `the request asks for model ${JSON.stringify(x.r.requestModel)}, not the study's ${model}`);
+    const maxTokens = body.max_tokens;
+    if (typeof maxTokens !== "number" || !Number.isSafeInteger(maxTokens) || maxTokens < 1) return this.refuse(x, "body", "the request has no whole max_tokens");
+    return maxTokens;
+  }
+
+  /** The ceiling: what is metered, plus what is in flight, plus this request's worst case. The request's hold when it fits, else undefined (refused). */
+  private reserve(x: Exchange, requestBytes: number, maxTokens: number): Flight | undefined {
+    const bound = requestBound(this.run.model, requestBytes, maxTokens);
+    x.r.boundUsd = picoToUsd(bound.costPico);
+    let held = this.spentPico + bound.costPico;
+    for (const f of this.inflight) held += f.bound;
+    const runLeft = this.o.runRemainingUsd ? usdToPico(Math.max(0, this.o.runRemainingUsd()), "floor") : undefined;
+    if (held > this.limitPico || (runLeft !== undefined && bound.costPico > runLeft)) {
+      const which = held > this.limitPico ? `the attempt's limit of ${this.o.limitUsd} USD` : "the run's remaining cap";
+      return this.refuse(x, "budget", `this request could cost up to ${x.r.boundUsd} USD, which with ${picoToUsd(this.spentPico)} USD metered would pass ${which}; not sent`);
+    }
+    const flight: Flight = { bound: bound.costPico, requestBytes, settled: false };
+    this.inflight.add(flight);
+    this.record.forwarded++;
+    return flight;
+  }
+
+  /** Sends the request upstream with the real credential, to the target as checked, and relays its reply. */
+  private forward(x: Exchange, target: { path: string; search: string }, raw: Buffer, flight: Flight): void {
+    const { upstream, agent } = this.run;
+    const upstreamReq = httpsRequest({
+      protocol: "https:",
+      hostname: upstream.hostname,
+      port: upstream.port || 443,
+      ...(isIP(upstream.hostname) ? {} : { servername: upstream.hostname }),
+      method: "POST",
+      // The target as checked: the parser's path and query, not the bytes the container sent.
+      path: `${target.path}${target.search}`,
+      headers: upstreamHeaders(x.req.headers, this.o.credential, raw.length),
+      agent,
+      rejectUnauthorized: true,
+    });
+    /** `errorAnswered`: the upstream answered with an error status and its whole body arrived. */
+    const settle = (facts: ReplyFacts | undefined, errorAnswered = false) => this.settle(x, flight, facts, errorAnswered, upstreamReq.writableFinished);
+    upstreamReq.on("socket", (s: Socket) => s.setNoDelay(true));
+    // The body stops counting against the attempt's buffered bytes once it is handed on (or the request failed).
+    upstreamReq.on("finish", x.releaseBody);
+    upstreamReq.on("close", x.releaseBody);
+    const aborted = () => upstreamReq.destroy();
+    x.res.on("close", aborted);
+    upstreamReq.on("error", (err) => {
+      if (flight.settled) return;
+      settle(undefined);
+      x.r.status = 502;
+      x.r.refused = { kind: "upstream-unreachable", reason: `the upstream did not answer (${(err as NodeJS.ErrnoException).code ?? "error"})` };
+      sendError(x.res, 502, "api_error", "the Messages API could not be reached");
+    });
+    upstreamReq.on("response", (up) => this.relayReply(x, up, settle, aborted));
+    upstreamReq.end(raw);
+  }
+
+  /** Passes the upstream's reply on as it streams (a redirect never), metering it on the way, and settles the request when it ends. */
+  private relayReply(x: Exchange, up: IncomingMessage, settle: (facts: ReplyFacts | undefined, errorAnswered?: boolean) => void, aborted: () => void): void {
+    const { r, res } = x;
+    r.status = up.statusCode ?? 0;
+    if (r.status >= 300 && r.status < 400) {
+      // A redirect could carry the credential elsewhere: never followed, never passed on.
+      up.resume();
+      settle(undefined);
+      r.status = 502;
+      r.refused = { kind: "upstream-redirect", reason: `the upstream answered ${up.statusCode} (a redirect); refused` };
+      this.problem(`the upstream answered request ${r.seq} with a redirect (${up.statusCode})`);
+      sendError(res, 502, "api_error", "the Messages API answered with a redirect, which the gateway does not follow");
+      return;
+    }
+    const streamed = /^text\/event-stream/i.test(String(up.headers["content-type"] ?? ""));
+    const sse = streamed ? new SseMeter() : undefined;
+    const jsonChunks: Buffer[] = [];
+    let jsonBytes = 0;
+    res.writeHead(r.status, replyHeaders(up.headers));
+    res.flushHeaders();
+    up.on("data", (chunk: Buffer) => {
+      if (r.ttfbMs === null) r.ttfbMs = performance.now() - x.t0;
+      // Passed on first, metered second: the CLI never waits for the meter.
+      res.write(chunk);
+      if (sse) sse.push(chunk);
+      else if (jsonBytes < 4 * 1024 * 1024) {
+        jsonChunks.push(chunk);
+        jsonBytes += chunk.length;
+      }
+    });
+    up.on("end", () => {
+      res.off("close", aborted);
+      res.end();
+      if (sse) {
+        sse.end();
+        settle(r.status >= 200 && r.status < 300 ? sse.facts : undefined, r.status >= 400);
+      } else {
+        settle(r.status >= 200 && r.status < 300 ? jsonReplyFacts(Buffer.concat(jsonChunks)) : undefined, r.status >= 400);
+      }
+    });
+    up.on("error", () => {
+      res.destroy();
+      settle(sse?.facts);
+    });
+  }
+
+  /**
+   * The request's end, counted once however it came (an error after the response began): its
+   * hold released, the reply's facts and its cost recorded and added to what is metered.
+   * `sentWhole`: the request left in full (it may have been billed).
+   */
+  private settle(x: Exchange, flight: Flight, facts: ReplyFacts | undefined, errorAnswered: boolean, sentWhole: boolean): void {
+    const { r } = x;
+    // A reply can end in more than one way (an error after the response began): count it once.
+    if (flight.settled) return;
+    flight.settled = true;
+    this.inflight.delete(flight);
+    r.durationMs = performance.now() - x.t0;
+    if (facts) {
+      r.messageId = facts.messageId;
+      r.model = facts.model;
+      r.complete = facts.complete;
+      if (facts.usage) setUsage(r, facts.usage);
+    }
+    let cost = 0n;
+    // An error status line comes before any generation: the API produced no message and bills
+    // no tokens for it, so a whole error answer costs nothing (the CLI's measured retry of a
+    // 400 must not be refused for a spend that never happened).
+    if (errorAnswered) cost = 0n;
+    else if (facts?.usage && facts.complete) cost = meteredCostPico(this.run.model, facts.usage);
+    // Broke off after the request left (it may have been billed): the worst case stays counted.
+    else if (facts?.usage || (r.status >= 200 && r.status < 300) || sentWhole) cost = flight.bound;
+    this.spentPico += cost;
+    r.costUsd = picoToUsd(cost);
+    this.record.meteredCostUsd = picoToUsd(this.spentPico);
+    this.checkReply(r, facts, flight.requestBytes);
+  }
+
+  /** What a reply claims that no honest one to this request can: each a setup problem. */
+  private checkReply(r: GatewayRequestRecord, facts: ReplyFacts | undefined, requestBytes: number): void {
+    const model = this.run.model;
+    if (facts?.usage && promptTokens(facts.usage) > requestBytes) {
+      this.problem(`the reply to request ${r.seq} claims ${promptTokens(facts.usage)} prompt tokens for a request of ${requestBytes} bytes, which no request that size can produce`);
+    }
+    if (facts?.serverToolUse) this.problem(`the reply to request ${r.seq} reports server-tool use (${facts.serverToolUse}), which the runner never offers and does not meter`);
+    if (facts?.model && facts.model !== model) this.problem(`the reply to request ${r.seq} is from model ${facts.model}, not the study's ${model}`);
   }
 }
 
