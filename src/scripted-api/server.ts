@@ -345,12 +345,119 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
   if ((options.script === undefined) === (options.respond === undefined)) {
     throw new Error("startScriptedApi needs exactly one of script and respond");
   }
-  const scripts = options.script === undefined ? [] : parseScripts(options.script as ScriptInput | ScriptInput[]);
-  const served = new Map(scripts.map((s) => [s.name, s.turns.map(() => 0)]));
-  const claims = new Map<string, string>();
-  const requests: RecordedRequest[] = [];
+  const scripted = new ScriptedAnswers(options);
+  const listener = (req: IncomingMessage, res: ServerResponse) => {
+    scripted.handle(req, res).catch((err: unknown) => {
+      if (!res.headersSent) writeError(res, 500, "api_error", `scripted API fault: ${(err as Error).message}`);
+      else res.destroy();
+    });
+  };
+  const server: Server = options.tls ? createTlsServer({ key: options.tls.key, cert: options.tls.cert }, listener) : createServer(listener);
+  // The CLI keeps connections alive between turns; close() must not wait for it to hang up.
+  server.keepAliveTimeout = 5_000;
+  const url = await listen(server, options);
+  return {
+    url,
+    socketPath: options.socketPath,
+    requests: scripted.requests,
+    claims: scripted.claims,
+    close: () =>
+      new Promise<void>((resolve, reject) => {
+        server.close((err) => (err ? reject(err) : resolve()));
+        server.closeAllConnections();
+      }),
+  };
+}
 
-  function scriptFor(firstText: string, conversation: string, toolNames: readonly string[]): Script | undefined {
+/** Listens on the unix socket (open to the container user) or on loopback TCP; the URL when on TCP. */
+async function listen(server: Server, options: StartScriptedApiOptions): Promise<string | undefined> {
+  if (options.socketPath !== undefined) {
+    // A killed run leaves its socket file behind; replace that, but never another kind of file.
+    const existing = await lstat(options.socketPath).catch((err: NodeJS.ErrnoException) => {
+      if (err.code === "ENOENT") return undefined;
+      throw err;
+    });
+    if (existing && !existing.isSocket()) throw new Error(`scripted API: ${options.socketPath} exists and is not a socket`);
+    if (existing) await unlink(options.socketPath);
+  }
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    if (options.socketPath !== undefined) server.listen(options.socketPath, resolve);
+    else server.listen(options.port, "127.0.0.1", resolve);
+  });
+  if (options.socketPath !== undefined) {
+    // The container user (uid 1000) must be able to connect; the folder's mode guards access.
+    await chmod(options.socketPath, 0o666);
+    return undefined;
+  }
+  const address = server.address();
+  if (address === null || typeof address === "string") throw new Error("scripted API: no TCP address");
+  return `${options.tls ? "https" : "http"}://127.0.0.1:${address.port}`;
+}
+
+/** Answers a request with a 400 invalid_request_error the CLI does not retry, and records why. */
+function refuse(res: ServerResponse, record: RecordedRequest, reason: string, script?: Script): void {
+  record.answer = { kind: "error", status: 400, errorType: "invalid_request_error", ...(script ? { script: script.name } : {}), reason };
+  writeError(res, 400, "invalid_request_error", `scripted API: ${reason}`);
+}
+
+/** What the record keeps of a Messages request's body, and the conversation's messages and first user text. */
+function summarizeBody(body: Record<string, unknown>): { summary: NonNullable<RecordedRequest["body"]>; messages: Message[]; first: string } {
+  const messages = (Array.isArray(body.messages) ? body.messages : []).filter((m): m is Message => typeof m === "object" && m !== null);
+  const tools = Array.isArray(body.tools) ? body.tools : [];
+  const first = firstUserText(messages);
+  const summary = {
+    model: typeof body.model === "string" ? body.model : undefined,
+    stream: typeof body.stream === "boolean" ? body.stream : undefined,
+    maxTokens: typeof body.max_tokens === "number" ? body.max_tokens : undefined,
+    messageCount: messages.length,
+    roles: messages.map((m) => String(m.role)),
+    assistantTurns: messages.filter((m) => m.role === "assistant").length,
+    toolNames: tools.map((t) => (typeof t === "object" && t !== null ? String((t as { name?: unknown }).name) : "")),
+    newestToolResults: newestToolResults(messages),
+    firstUserText: first.slice(0, RESULT_TEXT_LIMIT),
+  };
+  return { summary, messages, first };
+}
+
+/** Drops the request's connection unanswered: a TCP RST where there is TCP (the client sees ECONNRESET); a unix socket can only be closed. */
+function resetConnection(req: IncomingMessage): void {
+  // A TLS socket cannot always send a RST (it throws); then the connection is closed unanswered.
+  try {
+    if (req.socket.remoteFamily) req.socket.resetAndDestroy();
+    else req.socket.destroy();
+  } catch {
+    req.socket.destroy();
+  }
+}
+
+/** A Messages request on its way to its turn: its record, its parsed body and the model it named. */
+interface MessagesRequest {
+  readonly req: IncomingMessage;
+  readonly res: ServerResponse;
+  readonly record: RecordedRequest;
+  readonly body: Record<string, unknown>;
+  readonly model: string;
+}
+
+/**
+ * The server's side of the conversations: the scripts, the turns each has served, the script
+ * each conversation claimed, and every request recorded in arrival order.
+ */
+class ScriptedAnswers {
+  readonly requests: RecordedRequest[] = [];
+  readonly claims = new Map<string, string>();
+  private readonly scripts: Script[];
+  private readonly served: Map<string, number[]>;
+
+  constructor(private readonly options: StartScriptedApiOptions) {
+    this.scripts = options.script === undefined ? [] : parseScripts(options.script as ScriptInput | ScriptInput[]);
+    this.served = new Map(this.scripts.map((s) => [s.name, s.turns.map(() => 0)]));
+  }
+
+  /** The script a conversation follows: one its first message or tools select, else the one it claimed, else the next unclaimed one. */
+  private scriptFor(firstText: string, conversation: string, toolNames: readonly string[]): Script | undefined {
+    const { scripts, claims } = this;
     const selects = (s: Script) => s.marker !== undefined || s.tool !== undefined;
     const marked = scripts.find((s) => selects(s) && (s.marker === undefined || firstText.includes(s.marker)) && (s.tool === undefined || toolNames.includes(s.tool)));
     if (marked) return marked;
@@ -363,20 +470,10 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     return next;
   }
 
-  async function handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const { headers, auth } = redactHeaders(req);
-    const record: RecordedRequest = {
-      seq: requests.length,
-      at: new Date().toISOString(),
-      method: req.method ?? "",
-      path: req.url ?? "",
-      headers,
-      auth,
-      answer: { kind: "not-found" },
-    };
-    requests.push(record);
+  /** One request: recorded, routed, its body read, and answered with its conversation's turn. */
+  async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const record = this.recordArrival(req);
     const path = (req.url ?? "").split("?")[0];
-
     if (path === "/api/hello" && (req.method === "HEAD" || req.method === "GET")) {
       record.answer = { kind: "hello" };
       res.writeHead(200, { "content-type": "application/json" });
@@ -388,44 +485,14 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
       writeError(res, 404, "not_found_error", `scripted API: no route ${req.method} ${path}`);
       return;
     }
-
-    const raw = await readBody(req);
-    if (raw === "too-large") {
-      record.bodyProblem = "body over 32 MiB";
-      record.answer = { kind: "error", status: 413, errorType: "request_too_large", reason: record.bodyProblem };
-      writeError(res, 413, "request_too_large", "scripted API: request body too large");
-      return;
-    }
-    let body: Record<string, unknown>;
-    try {
-      const parsed: unknown = JSON.parse(raw.toString("utf8"));
-      if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("not a JSON object");
-      body = parsed as Record<string, unknown>;
-    } catch (err) {
-      record.bodyProblem = `body is not a JSON object: ${(err as Error).message}`;
-      record.answer = { kind: "error", status: 400, errorType: "invalid_request_error", reason: record.bodyProblem };
-      writeError(res, 400, "invalid_request_error", `scripted API: ${record.bodyProblem}`);
-      return;
-    }
-    if (options.recordBodies) record.rawBody = body;
-    const messages = (Array.isArray(body.messages) ? body.messages : []).filter((m): m is Message => typeof m === "object" && m !== null);
-    const tools = Array.isArray(body.tools) ? body.tools : [];
-    const first = firstUserText(messages);
-    record.body = {
-      model: typeof body.model === "string" ? body.model : undefined,
-      stream: typeof body.stream === "boolean" ? body.stream : undefined,
-      maxTokens: typeof body.max_tokens === "number" ? body.max_tokens : undefined,
-      messageCount: messages.length,
-      roles: messages.map((m) => String(m.role)),
-      assistantTurns: messages.filter((m) => m.role === "assistant").length,
-      toolNames: tools.map((t) => (typeof t === "object" && t !== null ? String((t as { name?: unknown }).name) : "")),
-      newestToolResults: newestToolResults(messages),
-      firstUserText: first.slice(0, RESULT_TEXT_LIMIT),
-    };
-
-    record.conversation = conversationKey(headers, body.metadata, first);
-    await options.onRequest?.(record);
-
+    const read = await this.readJson(req, res, record);
+    if (!read) return;
+    const { body, raw } = read;
+    if (this.options.recordBodies) record.rawBody = body;
+    const { summary, messages, first } = summarizeBody(body);
+    record.body = summary;
+    record.conversation = conversationKey(record.headers, body.metadata, first);
+    await this.options.onRequest?.(record);
     if (path === "/v1/messages/count_tokens") {
       // Only the size matters to the CLI; a rough count keeps it from deciding to compact.
       const inputTokens = Math.ceil(raw.length / 4);
@@ -434,41 +501,68 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
       res.end(JSON.stringify({ input_tokens: inputTokens }));
       return;
     }
+    const model = summary.model;
+    if (model === undefined || messages.length === 0) return refuse(res, record, "request has no model or no messages");
+    await this.answer({ req, res, record, body, model }, first);
+  }
 
-    const model = record.body.model;
-    if (model === undefined || messages.length === 0) {
-      const reason = "request has no model or no messages";
-      record.answer = { kind: "error", status: 400, errorType: "invalid_request_error", reason };
-      writeError(res, 400, "invalid_request_error", `scripted API: ${reason}`);
-      return;
+  private recordArrival(req: IncomingMessage): RecordedRequest {
+    const { headers, auth } = redactHeaders(req);
+    const record: RecordedRequest = {
+      seq: this.requests.length,
+      at: new Date().toISOString(),
+      method: req.method ?? "",
+      path: req.url ?? "",
+      headers,
+      auth,
+      answer: { kind: "not-found" },
+    };
+    this.requests.push(record);
+    return record;
+  }
+
+  /** The body as one JSON object; undefined when it was too large or not one (answered 413 or 400). */
+  private async readJson(req: IncomingMessage, res: ServerResponse, record: RecordedRequest): Promise<{ body: Record<string, unknown>; raw: Buffer } | undefined> {
+    const raw = await readBody(req);
+    if (raw === "too-large") {
+      record.bodyProblem = "body over 32 MiB";
+      record.answer = { kind: "error", status: 413, errorType: "request_too_large", reason: record.bodyProblem };
+      writeError(res, 413, "request_too_large", "scripted API: request body too large");
+      return undefined;
     }
-    let script: Script | undefined;
-    let picked: { turn: Turn; index: number } | undefined;
-    if (options.respond) {
-      const turn = options.respond({ body, record });
-      script = DYNAMIC_SCRIPT;
-      picked = turn === undefined ? undefined : { turn: TurnSchema.parse(turn), index: record.body.assistantTurns };
-    } else {
-      script = scriptFor(first, record.conversation, record.body.toolNames);
-      if (script) picked = pickTurn(script, record.body.assistantTurns, served.get(script.name)!);
+    try {
+      const parsed: unknown = JSON.parse(raw.toString("utf8"));
+      if (typeof parsed !== "object" || parsed === null || Array.isArray(parsed)) throw new Error("not a JSON object");
+      return { body: parsed as Record<string, unknown>, raw };
+    } catch (err) {
+      record.bodyProblem = `body is not a JSON object: ${(err as Error).message}`;
+      refuse(res, record, record.bodyProblem);
+      return undefined;
     }
-    if (!script) {
-      const reason = "no script matches this conversation";
-      record.answer = { kind: "error", status: 400, errorType: "invalid_request_error", reason };
-      writeError(res, 400, "invalid_request_error", `scripted API: ${reason}`);
-      return;
+  }
+
+  /** The turn `respond` chooses, or the conversation's script's next one. */
+  private chooseTurn(m: MessagesRequest, first: string): { script: Script | undefined; picked: { turn: Turn; index: number } | undefined } {
+    const summary = m.record.body!;
+    if (this.options.respond) {
+      const turn = this.options.respond({ body: m.body, record: m.record });
+      return { script: DYNAMIC_SCRIPT, picked: turn === undefined ? undefined : { turn: TurnSchema.parse(turn), index: summary.assistantTurns } };
     }
-    if (!picked) {
-      // Fail closed: a conversation longer than its script is a broken test, not a reason to
-      // invent an answer. 400 is not retried by the CLI, so the run ends at once.
-      const reason = `script ${script.name} has no turn after ${record.body.assistantTurns} assistant turns`;
-      record.answer = { kind: "error", status: 400, errorType: "invalid_request_error", script: script.name, reason };
-      writeError(res, 400, "invalid_request_error", `scripted API: ${reason}`);
-      return;
-    }
+    const script = this.scriptFor(first, m.record.conversation!, summary.toolNames);
+    return { script, picked: script ? pickTurn(script, summary.assistantTurns, this.served.get(script.name)!) : undefined };
+  }
+
+  /** Serves the conversation's turn (after the configured delay): an error, a fault, an answer or tool calls. */
+  private async answer(m: MessagesRequest, first: string): Promise<void> {
+    const { req, res, record, model } = m;
+    const { script, picked } = this.chooseTurn(m, first);
+    if (!script) return refuse(res, record, "no script matches this conversation");
+    // Fail closed: a conversation longer than its script is a broken test, not a reason to
+    // invent an answer. 400 is not retried by the CLI, so the run ends at once.
+    if (!picked) return refuse(res, record, `script ${script.name} has no turn after ${record.body!.assistantTurns} assistant turns`, script);
     const { turn, index } = picked;
-    if (options.turnDelayMs) await new Promise((r) => setTimeout(r, options.turnDelayMs));
-    const stream = body.stream === true;
+    if (this.options.turnDelayMs) await new Promise((r) => setTimeout(r, this.options.turnDelayMs));
+    const stream = m.body.stream === true;
     if ("error" in turn) {
       record.answer = { kind: "error", status: turn.error.status, errorType: turn.error.type, script: script.name, turn: index, reason: "scripted" };
       const echoed = turn.echoApiKey ? ` (x-api-key: ${String(req.headers["x-api-key"] ?? "")})` : "";
@@ -477,16 +571,8 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     }
     if ("fault" in turn) {
       record.answer = { kind: "fault", fault: turn.fault, script: script.name, turn: index };
-      // A TCP RST where there is TCP (the client sees ECONNRESET); a unix socket can only be closed.
-      if (turn.fault === "connection-reset") {
-        // A TLS socket cannot always send a RST (it throws); then the connection is closed unanswered.
-        try {
-          if (req.socket.remoteFamily) req.socket.resetAndDestroy();
-          else req.socket.destroy();
-        } catch {
-          req.socket.destroy();
-        }
-      } else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
+      if (turn.fault === "connection-reset") resetConnection(req);
+      else if (turn.fault === "missing-usage") writeMessage(res, stream, model, id("msg"), [{ type: "text", text: "scripted answer without usage" }], "end_turn", undefined);
       // "hang": no reply; close() ends the connection.
       return;
     }
@@ -505,50 +591,4 @@ export async function startScriptedApi(options: StartScriptedApiOptions): Promis
     ];
     writeMessage(res, stream, model, messageId, content, "tool_use", turn.usage, turn.deltaUsage);
   }
-
-  const listener = (req: IncomingMessage, res: ServerResponse) => {
-    handle(req, res).catch((err: unknown) => {
-      if (!res.headersSent) writeError(res, 500, "api_error", `scripted API fault: ${(err as Error).message}`);
-      else res.destroy();
-    });
-  };
-  const server: Server = options.tls ? createTlsServer({ key: options.tls.key, cert: options.tls.cert }, listener) : createServer(listener);
-  // The CLI keeps connections alive between turns; close() must not wait for it to hang up.
-  server.keepAliveTimeout = 5_000;
-
-  if (options.socketPath !== undefined) {
-    // A killed run leaves its socket file behind; replace that, but never another kind of file.
-    const existing = await lstat(options.socketPath).catch((err: NodeJS.ErrnoException) => {
-      if (err.code === "ENOENT") return undefined;
-      throw err;
-    });
-    if (existing && !existing.isSocket()) throw new Error(`scripted API: ${options.socketPath} exists and is not a socket`);
-    if (existing) await unlink(options.socketPath);
-  }
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    if (options.socketPath !== undefined) server.listen(options.socketPath, resolve);
-    else server.listen(options.port, "127.0.0.1", resolve);
-  });
-  let url: string | undefined;
-  if (options.socketPath !== undefined) {
-    // The container user (uid 1000) must be able to connect; the folder's mode guards access.
-    await chmod(options.socketPath, 0o666);
-  } else {
-    const address = server.address();
-    if (address === null || typeof address === "string") throw new Error("scripted API: no TCP address");
-    url = `${options.tls ? "https" : "http"}://127.0.0.1:${address.port}`;
-  }
-
-  return {
-    url,
-    socketPath: options.socketPath,
-    requests,
-    claims,
-    close: () =>
-      new Promise<void>((resolve, reject) => {
-        server.close((err) => (err ? reject(err) : resolve()));
-        server.closeAllConnections();
-      }),
-  };
 }
