@@ -10,7 +10,7 @@
  * send a request and to dial), so a flood from one attempt costs that attempt's proxy and
  * nothing else; the next attempt gets a new proxy.
  */
-import { STATUS_CODES, createServer, type IncomingMessage } from "node:http";
+import { STATUS_CODES, createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { rm } from "node:fs/promises";
 import { connect as netConnect, isIP, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
@@ -99,99 +99,196 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
   // As for the MCP bridge: only the container user may reach the socket.
   assertSocketOwner("egress proxy", opts);
   const socketDir = await makeSocketDir(opts.socketDir, "study-runner-egress-");
+  const tunnels = new EgressTunnels(limits, allow, resolve);
+  const server = proxyServer(tunnels, limits);
+  const socketPath = await listenForContainer(server, socketDir, EGRESS_SOCKET_NAME, opts);
 
-  const totals = { requests: 0, allowed: 0, refused: 0, bytesUp: 0, bytesDown: 0, entriesDropped: 0, droppedConnections: 0 };
-  const entries: EgressRequest[] = [];
-  const open = new Set<OpenEntry>();
-  const sockets = new Set<Duplex>();
-  let tunnels = 0;
-  let stopping = false;
+  let stopped: Promise<EgressRecord> | undefined;
+  const stop = () =>
+    (stopped ??= (async () => {
+      const closed = new Promise<void>((ok) => server.close(() => ok()));
+      tunnels.stop();
+      await closed;
+      await rm(socketDir, { recursive: true, force: true });
+      return tunnels.record();
+    })());
 
-  const begin = (host: string, port: number): OpenEntry => {
+  return { socketDir, socketPath, stop };
+}
+
+/**
+ * The proxy's server: a CONNECT opens a tunnel (or is refused), a plain request or a request
+ * head that does not parse is a refused entry; connections beyond the limit are closed unread
+ * (counted), and a request head must arrive whole and in time.
+ */
+function proxyServer(tunnels: EgressTunnels, limits: EgressLimits): Server {
+  // connectionsCheckingInterval: Node checks the header timeout only that often (default 30 s).
+  const server = createServer({
+    headersTimeout: limits.headersTimeoutMs,
+    requestTimeout: limits.headersTimeoutMs,
+    connectionsCheckingInterval: 1000,
+    maxHeaderSize: limits.maxHeaderBytes,
+  });
+  server.maxConnections = limits.maxConnections;
+  server.on("drop", () => tunnels.connectionDropped());
+  server.on("connection", (s: Socket) => tunnels.track(s));
+  server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => void tunnels.onConnect(req, socket, head));
+  // A plain HTTP request through HTTP_PROXY (http://host/...): nothing but CONNECT to port 443 is served.
+  server.on("request", (req: IncomingMessage, res: ServerResponse) => tunnels.refusePlainRequest(req, res));
+  // A request head that does not parse (or comes too slowly) is a refused request of unknown target.
+  server.on("clientError", (err: NodeJS.ErrnoException, socket: Duplex) => {
+    if (err.code?.startsWith("HPE_") || err.code === "ERR_HTTP_REQUEST_TIMEOUT") tunnels.refuseBadHead(err.code, socket);
+    socket.destroy();
+  });
+  return server;
+}
+
+/** Answers a refused request and closes the connection (soon, if the client does not). */
+function answer(socket: Duplex, status: number): void {
+  if (socket.destroyed) return;
+  socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+  // A client that never closes its side would hold a connection slot until the attempt ends.
+  (socket as Socket).setTimeout?.(ANSWERED_LINGER_MS, () => socket.destroy());
+}
+
+/** Waits until the socket is connected or the deadline passes (a connection error rejects). */
+function connected(up: Socket, deadline: Promise<never>): Promise<void> {
+  return Promise.race([
+    new Promise<void>((ok, fail) => {
+      up.once("connect", ok);
+      up.once("error", fail);
+    }),
+    deadline,
+  ]);
+}
+
+/**
+ * One attempt's egress: every request's entry (kept up to maxEntries) and the totals, the
+ * tunnels being opened or open, and every socket, so stopping can end them all.
+ */
+class EgressTunnels {
+  private readonly totals = { requests: 0, allowed: 0, refused: 0, bytesUp: 0, bytesDown: 0, entriesDropped: 0, droppedConnections: 0 };
+  private readonly entries: EgressRequest[] = [];
+  private readonly open = new Set<OpenEntry>();
+  private readonly sockets = new Set<Duplex>();
+  private tunnels = 0;
+  private stopping = false;
+
+  constructor(
+    private readonly limits: EgressLimits,
+    private readonly allow: ReadonlySet<string>,
+    private readonly resolve: Resolve,
+  ) {}
+
+  /** Keeps the socket until it closes, so stopping can destroy it. */
+  track(s: Duplex): void {
+    this.sockets.add(s);
+    s.on("close", () => this.sockets.delete(s));
+  }
+
+  connectionDropped(): void {
+    this.totals.droppedConnections++;
+  }
+
+  private begin(host: string, port: number): OpenEntry {
     const entry: EgressRequest = { host, port, allowed: false, bytesUp: 0, bytesDown: 0, startedAt: new Date().toISOString(), ms: 0 };
-    if (entries.length < limits.maxEntries) entries.push(entry);
-    else totals.entriesDropped++;
+    if (this.entries.length < this.limits.maxEntries) this.entries.push(entry);
+    else this.totals.entriesDropped++;
     const o: OpenEntry = { entry, t0: performance.now(), done: false, tunnel: false, established: false };
-    open.add(o);
+    this.open.add(o);
     return o;
-  };
+  }
+
   // Every entry ends here exactly once; the totals count it then, so they always agree with the entries.
-  const finish = (o: OpenEntry, error?: string) => {
+  private finish(o: OpenEntry, error?: string): void {
     if (o.done) return;
     o.done = true;
-    open.delete(o);
-    if (o.tunnel) tunnels--;
+    this.open.delete(o);
+    if (o.tunnel) this.tunnels--;
     o.entry.ms = Math.round(performance.now() - o.t0);
     if (error !== undefined) o.entry.error = error.slice(0, 300);
+    const { totals } = this;
     totals.requests++;
     if (o.entry.allowed) totals.allowed++;
     else totals.refused++;
     totals.bytesUp += o.entry.bytesUp;
     totals.bytesDown += o.entry.bytesDown;
-  };
-  const answer = (socket: Duplex, status: number) => {
-    if (socket.destroyed) return;
-    socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
-    // A client that never closes its side would hold a connection slot until the attempt ends.
-    (socket as Socket).setTimeout?.(ANSWERED_LINGER_MS, () => socket.destroy());
-  };
-  const refuse = (o: OpenEntry, socket: Duplex, status: number, reason: string) => {
-    o.entry.allowed = false;
-    finish(o, reason);
-    answer(socket, status);
-  };
+  }
 
-  const onConnect = async (req: IncomingMessage, socket: Duplex, head: Buffer) => {
-    sockets.add(socket);
+  private refuse(o: OpenEntry, socket: Duplex, status: number, reason: string): void {
+    o.entry.allowed = false;
+    this.finish(o, reason);
+    answer(socket, status);
+  }
+
+  /** A CONNECT: checked against the policy, then dialled and joined to the client as a tunnel. */
+  async onConnect(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    this.track(socket);
     socket.on("error", () => {});
-    socket.on("close", () => sockets.delete(socket));
+    const admitted = this.admit(req, socket);
+    if (!admitted) return;
+    const up = await this.dial(admitted.o, socket, admitted.host, admitted.port);
+    if (up) this.join(admitted.o, socket, up, head);
+  }
+
+  /** The target checked (a host:port, the attempt still on, port 443, an allowlisted name, a free tunnel): its entry, now counted as a tunnel, or undefined when refused. */
+  private admit(req: IncomingMessage, socket: Duplex): { o: OpenEntry; host: string; port: number } | undefined {
     const m = TARGET_RE.exec(req.url ?? "");
     const host = m ? normalizeHost(m[1] ?? m[2]!) : "";
     const port = m ? Number(m[3]) : 0;
-    const o = begin(host, port <= 65535 ? port : 0);
-    if (!m || port > 65535) return refuse(o, socket, 400, `not a host:port target: ${JSON.stringify((req.url ?? "").slice(0, 100))}`);
-    if (stopping) return refuse(o, socket, 503, "the attempt is over");
-    if (port !== EGRESS_PORT) return refuse(o, socket, 403, `port ${port} is not ${EGRESS_PORT}`);
-    if (isIP(host)) return refuse(o, socket, 403, "raw IP addresses are refused; only allowlisted host names");
-    if (!allow.has(host)) return refuse(o, socket, 403, "not on the allowlist");
-    if (tunnels >= limits.maxTunnels) return refuse(o, socket, 503, `too many open tunnels (${limits.maxTunnels})`);
+    const o = this.begin(host, port <= 65535 ? port : 0);
+    const why = (status: number, reason: string) => (this.refuse(o, socket, status, reason), undefined);
+    if (!m || port > 65535) return why(400, `not a host:port target: ${JSON.stringify((req.url ?? "").slice(0, 100))}`);
+    if (this.stopping) return why(503, "the attempt is over");
+    if (port !== EGRESS_PORT) return why(403, `port ${port} is not ${EGRESS_PORT}`);
+    if (isIP(host)) return why(403, "raw IP addresses are refused; only allowlisted host names");
+    if (!this.allow.has(host)) return why(403, "not on the allowlist");
+    if (this.tunnels >= this.limits.maxTunnels) return why(503, `too many open tunnels (${this.limits.maxTunnels})`);
     o.entry.allowed = true;
     o.tunnel = true;
-    tunnels++;
+    this.tunnels++;
+    return { o, host, port };
+  }
 
+  /** Resolves and connects to the allowed host within the connect timeout: the connection, or undefined when it failed (answered) or the client left. */
+  private async dial(o: OpenEntry, socket: Duplex, host: string, port: number): Promise<Socket | undefined> {
+    const { connectTimeoutMs } = this.limits;
     let timer: NodeJS.Timeout | undefined;
-    const deadline = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no connection within ${limits.connectTimeoutMs} ms`)), limits.connectTimeoutMs)));
+    const deadline = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no connection within ${connectTimeoutMs} ms`)), connectTimeoutMs)));
     let upstream: Socket | undefined;
     try {
-      const target = await Promise.race([resolve(host, port), deadline]);
-      if (o.done || socket.destroyed) return finish(o, "the client went away before the tunnel opened");
+      const target = await Promise.race([this.resolve(host, port), deadline]);
+      if (o.done || socket.destroyed) {
+        this.finish(o, "the client went away before the tunnel opened");
+        return undefined;
+      }
       upstream = netConnect({ host: target.address, port: target.port });
-      const up = upstream;
-      sockets.add(up);
-      up.on("close", () => sockets.delete(up));
-      await Promise.race([
-        new Promise<void>((ok, fail) => {
-          up.once("connect", ok);
-          up.once("error", fail);
-        }),
-        deadline,
-      ]);
+      this.track(upstream);
+      await connected(upstream, deadline);
     } catch (err) {
       upstream?.destroy();
-      if (err instanceof EgressRefusal) return refuse(o, socket, 403, err.message);
-      finish(o, `cannot reach ${host}:${port}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
-      return answer(socket, 502);
+      if (err instanceof EgressRefusal) this.refuse(o, socket, 403, err.message);
+      else {
+        this.finish(o, `cannot reach ${host}:${port}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+        answer(socket, 502);
+      }
+      return undefined;
     } finally {
       clearTimeout(timer);
     }
     if (o.done || socket.destroyed) {
       upstream.destroy();
-      return finish(o, "the client went away before the tunnel opened");
+      this.finish(o, "the client went away before the tunnel opened");
+      return undefined;
     }
-    const up = upstream;
+    return upstream;
+  }
+
+  /** Tells the client the tunnel is up and pipes both ways, counting bytes; the entry ends when either side closes. */
+  private join(o: OpenEntry, socket: Duplex, up: Socket, head: Buffer): void {
     up.on("error", () => {});
     const close = () => {
-      finish(o);
+      this.finish(o);
       up.destroy();
       socket.destroy();
     };
@@ -207,24 +304,10 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     }
     socket.pipe(up);
     up.pipe(socket);
-  };
+  }
 
-  // connectionsCheckingInterval: Node checks the header timeout only that often (default 30 s).
-  const server = createServer({
-    headersTimeout: limits.headersTimeoutMs,
-    requestTimeout: limits.headersTimeoutMs,
-    connectionsCheckingInterval: 1000,
-    maxHeaderSize: limits.maxHeaderBytes,
-  });
-  server.maxConnections = limits.maxConnections;
-  server.on("drop", () => totals.droppedConnections++);
-  server.on("connection", (s: Socket) => {
-    sockets.add(s);
-    s.on("close", () => sockets.delete(s));
-  });
-  server.on("connect", (req: IncomingMessage, socket: Duplex, head: Buffer) => void onConnect(req, socket, head));
-  // A plain HTTP request through HTTP_PROXY (http://host/...): nothing but CONNECT to port 443 is served.
-  server.on("request", (req, res) => {
+  /** A plain HTTP request: recorded with the host and port its absolute URL names, refused 405. */
+  refusePlainRequest(req: IncomingMessage, res: ServerResponse): void {
     let host = "";
     let port = 0;
     try {
@@ -234,34 +317,27 @@ export async function startEgressProxy(opts: EgressProxyOptions): Promise<Egress
     } catch {
       // not an absolute URL: host and port stay unknown
     }
-    const o = begin(host, port);
-    finish(o, `method ${req.method} refused; only CONNECT to port ${EGRESS_PORT} is served`);
+    const o = this.begin(host, port);
+    this.finish(o, `method ${req.method} refused; only CONNECT to port ${EGRESS_PORT} is served`);
     res.writeHead(405, { connection: "close", "content-length": "0" }).end();
-  });
-  // A request head that does not parse (or comes too slowly) is a refused request of unknown target.
-  server.on("clientError", (err: NodeJS.ErrnoException, socket: Duplex) => {
-    if (err.code?.startsWith("HPE_") || err.code === "ERR_HTTP_REQUEST_TIMEOUT") {
-      const o = begin("", 0);
-      finish(o, `bad request: ${err.code}`);
-      answer(socket, err.code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400);
-    }
-    socket.destroy();
-  });
+  }
 
-  const socketPath = await listenForContainer(server, socketDir, EGRESS_SOCKET_NAME, opts);
+  /** A request head that did not parse or came too slowly: a refused entry of unknown target, answered 400 or 408. */
+  refuseBadHead(code: string, socket: Duplex): void {
+    const o = this.begin("", 0);
+    this.finish(o, `bad request: ${code}`);
+    answer(socket, code === "ERR_HTTP_REQUEST_TIMEOUT" ? 408 : 400);
+  }
 
-  let stopped: Promise<EgressRecord> | undefined;
-  const stop = () =>
-    (stopped ??= (async () => {
-      stopping = true;
-      const closed = new Promise<void>((ok) => server.close(() => ok()));
-      for (const s of sockets) s.destroy();
-      // Tunnels still open when the attempt ends end now; one still being opened never opened.
-      for (const o of [...open]) finish(o, o.established ? undefined : "the attempt ended before the tunnel opened");
-      await closed;
-      await rm(socketDir, { recursive: true, force: true });
-      return structuredClone({ ...totals, entries });
-    })());
+  /** The attempt is over: every socket destroyed; tunnels still open end now, one still being opened never opened. */
+  stop(): void {
+    this.stopping = true;
+    for (const s of this.sockets) s.destroy();
+    for (const o of [...this.open]) this.finish(o, o.established ? undefined : "the attempt ended before the tunnel opened");
+  }
 
-  return { socketDir, socketPath, stop };
+  /** The attempt's record: the totals and the entries kept (a copy). */
+  record(): EgressRecord {
+    return structuredClone({ ...this.totals, entries: this.entries });
+  }
 }
