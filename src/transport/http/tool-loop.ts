@@ -1,5 +1,5 @@
 import type { AttemptStatus } from "../../terms/terms.ts";
-import type { CallOutcome, ContentBlock, MeasuredUsage } from "./client.ts";
+import type { AssistantMessage, CallOutcome, ContentBlock, MeasuredUsage } from "./client.ts";
 import { cacheWriteTokens, promptTokens } from "../../cost/usage.ts";
 import { ATTEMPT_TIMEOUT_MS } from "../../terms/limits.ts";
 import { MAX_OUTPUT_TOKENS } from "./pricing.ts";
@@ -86,7 +86,7 @@ export interface LoopResult {
 }
 
 type ApiContent = Array<{ type: "text"; text: string } | { type: "tool_use"; id: string; name: string; input: Record<string, unknown> }>;
-type ApiMessage = { role: "user"; content: string | Array<{ type: "tool_result"; tool_use_id: string; content: string; is_error?: true }> } | { role: "assistant"; content: ApiContent };
+type ApiMessage = { role: "user"; content: string | ToolResultBlock[] } | { role: "assistant"; content: ApiContent };
 
 /** A dated snapshot id of the requested alias (`claude-x` -> `claude-x-20260101`) is the same model. */
 function sameModel(requested: string, reported: string): boolean {
@@ -113,13 +113,70 @@ async function callBounded(tools: ToolSet, name: string, input: Record<string, u
 }
 
 export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
-  const limits: Limits = { ...PROTOCOL_LIMITS, ...o.limits };
-  const offered = new Set(o.tools.definitions.map((d) => d.name));
-  const docBridge = new Set(o.docBridgeToolNames ?? []);
-  const started = o.now();
-  const messages: ApiMessage[] = [{ role: "user", content: o.prompt }];
-  const seenIds = new Set<string>();
-  const r: LoopResult = {
+  const loop = new AgentLoop(o);
+  for (let turn = 1; ; turn++) {
+    const ended = await loop.turn(turn);
+    if (ended) return ended;
+  }
+}
+
+type ToolUse = Extract<ContentBlock, { type: "tool_use" }>;
+type ToolResultBlock = { type: "tool_result"; tool_use_id: string; content: string; is_error?: true };
+type Opened = { ok: true; inputCeilingTokens: number; outputCeilingTokens: number };
+
+/** One call of a turn, sent and settled: what came back and how it stood against its ceiling and the cap. */
+interface Called {
+  outcome: CallOutcome;
+  opened: Opened;
+  capExceeded: boolean;
+  overReservation: boolean;
+}
+
+/** Why the usage stopped the attempt: the cumulative cap, the call's reservation (cache writes), or the call's token ceiling. */
+function overWhat(usage: MeasuredUsage, opened: Opened, overCeiling: boolean, overReservation: boolean): string {
+  const prompt = promptTokens(usage);
+  if (!overCeiling) return "the cumulative cap was passed";
+  if (overReservation && prompt <= opened.inputCeilingTokens && usage.outputTokens <= opened.outputCeilingTokens) {
+    return `the usage's cost (${prompt} prompt tokens, ${cacheWriteTokens(usage)} of them cache writes) passed the call's reservation`;
+  }
+  return `the usage (${prompt} prompt, ${usage.outputTokens} output tokens) passed the call's ceiling (${opened.inputCeilingTokens} prompt, ${opened.outputCeilingTokens} output)`;
+}
+
+/** The answer text of a reply: its text blocks joined, trimmed. */
+function answerText(message: AssistantMessage): string {
+  return message.content
+    .flatMap((b) => (b.type === "text" ? [b.text] : []))
+    .join("\n")
+    .trim();
+}
+
+/** The reply as the next request carries it back: as sent by the API, minus blocks the request cannot carry (the API refuses empty text blocks). */
+function echoed(message: AssistantMessage): ApiContent {
+  const out: ApiContent = [];
+  for (const b of message.content) {
+    if (b.type === "text" && b.text.trim() !== "") out.push({ type: "text", text: b.text });
+    else if (b.type === "tool_use") out.push({ type: "tool_use", id: b.id, name: b.name, input: b.input });
+  }
+  return out;
+}
+
+/** The calls of the named tools in `byName`. */
+function countOf(byName: Record<string, number>, names: ReadonlySet<string>): number {
+  return Object.entries(byName)
+    .filter(([n]) => names.has(n))
+    .reduce((n, [, c]) => n + c, 0);
+}
+
+/** One attempt's loop: the conversation so far, the tool calls counted, the usage measured, and how it ends. */
+class AgentLoop {
+  private readonly limits: Limits;
+  private readonly offered: Set<string>;
+  private readonly docBridge: Set<string>;
+  private readonly started: number;
+  private readonly messages: ApiMessage[];
+  private readonly seenIds = new Set<string>();
+  private readonly tools: Array<{ name: string; description?: string; input_schema: unknown }>;
+  private readonly r: LoopResult = {
     status: "failed",
     reason: "",
     answer: null,
@@ -138,79 +195,125 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
     stopReason: null,
     wallTimeMs: 0,
   };
-  let measuredCalls = 0;
-  let unmeasuredCalls = 0;
-  let cacheReported = true;
-  const measure = (u: MeasuredUsage) => {
-    measuredCalls++;
+  private measuredCalls = 0;
+  private unmeasuredCalls = 0;
+  private cacheReported = true;
+
+  constructor(private readonly o: LoopOptions) {
+    this.limits = { ...PROTOCOL_LIMITS, ...o.limits };
+    this.offered = new Set(o.tools.definitions.map((d) => d.name));
+    this.docBridge = new Set(o.docBridgeToolNames ?? []);
+    this.started = o.now();
+    this.messages = [{ role: "user", content: o.prompt }];
+    this.tools = o.tools.definitions.map((d) => ({ name: d.name, ...(d.description ? { description: d.description } : {}), input_schema: d.input_schema }));
+  }
+
+  private measure(u: MeasuredUsage): void {
+    const r = this.r;
+    this.measuredCalls++;
     r.inputTokens! += u.inputTokens;
     r.outputTokens! += u.outputTokens;
-    if (!u.cacheReported.read || !u.cacheReported.write) cacheReported = false;
+    if (!u.cacheReported.read || !u.cacheReported.write) this.cacheReported = false;
     r.cacheCreationInputTokens! += cacheWriteTokens(u);
     r.cacheReadInputTokens! += u.cacheReadInputTokens;
-  };
-  const elapsed = () => o.now() - started;
-  const finish = (status: AttemptStatus, reason: string): LoopResult => {
+  }
+
+  private elapsed(): number {
+    return this.o.now() - this.started;
+  }
+
+  private finish(status: AttemptStatus, reason: string): LoopResult {
+    const r = this.r;
     r.status = status;
     r.reason = reason;
-    r.wallTimeMs = Math.max(0, Math.round(elapsed()));
-    r.usageComplete = unmeasuredCalls === 0;
+    r.wallTimeMs = Math.max(0, Math.round(this.elapsed()));
+    r.usageComplete = this.unmeasuredCalls === 0;
     // Only known tokens: none known after an unmeasured call is null, never a zero (contract R46).
-    if (measuredCalls === 0 && unmeasuredCalls > 0) {
+    if (this.measuredCalls === 0 && this.unmeasuredCalls > 0) {
       r.inputTokens = r.outputTokens = null;
-      cacheReported = false;
+      this.cacheReported = false;
     }
-    if (!cacheReported) r.cacheCreationInputTokens = r.cacheReadInputTokens = null;
+    if (!this.cacheReported) r.cacheCreationInputTokens = r.cacheReadInputTokens = null;
     return r;
-  };
-  const overDeadline = () => elapsed() >= limits.deadlineMs;
-  const deadlineReason = (where: string) => `the ${limits.deadlineMs / 1000}-second deadline passed ${where}`;
-  const interrupted = () => (o.signal?.aborted ? `interrupted by ${String(o.signal.reason ?? "a signal")}` : undefined);
+  }
 
-  const tools = o.tools.definitions.map((d) => ({ name: d.name, ...(d.description ? { description: d.description } : {}), input_schema: d.input_schema }));
-  for (let turn = 1; ; turn++) {
-    const stop = interrupted();
-    if (stop) return finish("failed", stop);
+  private deadlineReason(where: string): string {
+    return `the ${this.limits.deadlineMs / 1000}-second deadline passed ${where}`;
+  }
+
+  private interrupted(): string | undefined {
+    const { signal } = this.o;
+    return signal?.aborted ? `interrupted by ${String(signal.reason ?? "a signal")}` : undefined;
+  }
+
+  /** One turn: the call, its reply checked, then the end of the attempt or the tools run for the next turn (undefined). */
+  async turn(turn: number): Promise<LoopResult | undefined> {
+    const call = await this.call(turn);
+    if ("ended" in call) return call.ended;
+    const { outcome, opened, capExceeded, overReservation } = call;
+    if (outcome.kind !== "message" && outcome.kind !== "bad-message") return this.unmeasured(turn, outcome);
+    this.measure(outcome.usage);
+    // The input ceiling bounds every prompt token, cached or not (the gateway's token bound).
+    const overCeiling = promptTokens(outcome.usage) > opened.inputCeilingTokens || outcome.usage.outputTokens > opened.outputCeilingTokens || overReservation;
+    if (outcome.kind === "bad-message") {
+      if (overCeiling || capExceeded) return this.finish("budget-exceeded", `turn ${turn}: the usage passed the call's ceiling; ${outcome.problem}`);
+      return this.finish("failed", `turn ${turn}: ${outcome.problem}`);
+    }
+    const message = outcome.message;
+    const uses = this.readReply(turn, message);
+    // Setup is checked before cost (contract R41).
+    if (this.r.setupProblems.length) return this.finish("invalid-setup", this.r.setupProblems[0]!);
+    if (overCeiling || capExceeded) return this.finish("budget-exceeded", `turn ${turn}: ${overWhat(outcome.usage, opened, overCeiling, overReservation)}`);
+    if (message.stopReason === "end_turn" || message.stopReason === "stop_sequence") return this.answered(turn, message, uses);
+    const why = this.cannotGoOn(turn, message, uses);
+    if (why) return this.finish("failed", why);
+    const results = await this.runTools(turn, uses);
+    if (!Array.isArray(results)) return results;
+    this.messages.push({ role: "assistant", content: echoed(message) });
+    this.messages.push({ role: "user", content: results });
+    return undefined;
+  }
+
+  /** Checks the interruption and the deadline, then reserves, sends and settles the turn's request; `ended` when the attempt ends before a reply. */
+  private async call(turn: number): Promise<Called | { ended: LoopResult }> {
+    const { o, limits } = this;
+    const stop = this.interrupted();
+    if (stop) return { ended: this.finish("failed", stop) };
     // One reading of the clock decides both whether the turn starts and how long its request may take.
-    const remainingMs = limits.deadlineMs - elapsed();
-    if (remainingMs <= 0) return finish("timed-out", deadlineReason(`before turn ${turn}`));
-
+    const remainingMs = limits.deadlineMs - this.elapsed();
+    if (remainingMs <= 0) return { ended: this.finish("timed-out", this.deadlineReason(`before turn ${turn}`)) };
     const body = JSON.stringify({
       model: o.model,
       max_tokens: limits.maxOutputTokens,
       temperature: limits.temperature,
       system: SYSTEM_PROMPT,
-      messages,
-      tools,
+      messages: this.messages,
+      tools: this.tools,
     });
     const opened = await o.account.open(turn, Buffer.byteLength(body, "utf8"));
-    if (!opened.ok) return finish("budget-exceeded", opened.reason);
+    if (!opened.ok) return { ended: this.finish("budget-exceeded", opened.reason) };
     const outcome = await o.send(body, remainingMs, o.signal);
     const { capExceeded, overReservation } = await o.account.close(outcome);
+    return { outcome, opened, capExceeded, overReservation };
+  }
 
-    if (outcome.kind !== "message" && outcome.kind !== "bad-message") {
-      unmeasuredCalls++;
-      const where = `turn ${turn}: ${outcome.problem}`;
-      if (outcome.kind === "invalid-usage") {
-        r.costProblem = `turn ${turn}: ${outcome.problem}; the call's reservation stays charged`;
-        return finish("invalid-cost", where);
-      }
-      if (outcome.kind === "lost" && outcome.aborted === "deadline")
-        return finish("timed-out", `${deadlineReason(`during turn ${turn}`)}; the request was abandoned and its reservation stays charged`);
-      if (outcome.kind === "lost" && outcome.aborted === "signal") return finish("failed", `${interrupted() ?? "interrupted"} during turn ${turn}; the request's reservation stays charged`);
-      return finish("failed", `${where}; the request's reservation stays charged and it is not retried`);
+  /** A call that brought back no valid usage ends the attempt; its reservation stays charged and it is never retried. */
+  private unmeasured(turn: number, outcome: Exclude<CallOutcome, { kind: "message" | "bad-message" }>): LoopResult {
+    this.unmeasuredCalls++;
+    const where = `turn ${turn}: ${outcome.problem}`;
+    if (outcome.kind === "invalid-usage") {
+      this.r.costProblem = `turn ${turn}: ${outcome.problem}; the call's reservation stays charged`;
+      return this.finish("invalid-cost", where);
     }
+    if (outcome.kind === "lost" && outcome.aborted === "deadline")
+      return this.finish("timed-out", `${this.deadlineReason(`during turn ${turn}`)}; the request was abandoned and its reservation stays charged`);
+    if (outcome.kind === "lost" && outcome.aborted === "signal") return this.finish("failed", `${this.interrupted() ?? "interrupted"} during turn ${turn}; the request's reservation stays charged`);
+    return this.finish("failed", `${where}; the request's reservation stays charged and it is not retried`);
+  }
 
-    measure(outcome.usage);
-    // The input ceiling bounds every prompt token, cached or not (the gateway's token bound).
-    const prompt = promptTokens(outcome.usage);
-    const overCeiling = prompt > opened.inputCeilingTokens || outcome.usage.outputTokens > opened.outputCeilingTokens || overReservation;
-    if (outcome.kind === "bad-message") {
-      if (overCeiling || capExceeded) return finish("budget-exceeded", `turn ${turn}: the usage passed the call's ceiling; ${outcome.problem}`);
-      return finish("failed", `turn ${turn}: ${outcome.problem}`);
-    }
-
-    const message = outcome.message;
+  /** Records the reply (its model, stop reason, tool calls by id) and its setup problems; its tool calls. */
+  private readReply(turn: number, message: AssistantMessage): ToolUse[] {
+    const { r, o } = this;
     r.numTurns++;
     r.model ??= message.model;
     r.stopReason = message.stopReason;
@@ -218,80 +321,66 @@ export async function runAgentLoop(o: LoopOptions): Promise<LoopResult> {
     for (const block of message.content) {
       if (block.type === "other") r.setupProblems.push(`turn ${turn}: the reply holds a ${block.blockType} block; the request asked for no thinking and no server tools`);
     }
-    const uses = message.content.filter((b): b is Extract<ContentBlock, { type: "tool_use" }> => b.type === "tool_use");
+    const uses = message.content.filter((b): b is ToolUse => b.type === "tool_use");
     for (const use of uses) {
-      if (seenIds.has(use.id)) {
+      if (this.seenIds.has(use.id)) {
         r.setupProblems.push(`turn ${turn}: tool_use id ${use.id} repeats`);
         continue;
       }
-      seenIds.add(use.id);
+      this.seenIds.add(use.id);
       // Every tool_use counts once by id, refused ones included (contract R35).
       r.toolCalls++;
       r.toolCallsByName[use.name] = (r.toolCallsByName[use.name] ?? 0) + 1;
-      if (!offered.has(use.name)) r.setupProblems.push(`turn ${turn}: the model called ${use.name}, which was not offered`);
+      if (!this.offered.has(use.name)) r.setupProblems.push(`turn ${turn}: the model called ${use.name}, which was not offered`);
     }
-    // Setup is checked before cost (contract R41).
-    if (r.setupProblems.length) return finish("invalid-setup", r.setupProblems[0]!);
-    if (overCeiling || capExceeded) {
-      const what = !overCeiling
-        ? "the cumulative cap was passed"
-        : overReservation && prompt <= opened.inputCeilingTokens && outcome.usage.outputTokens <= opened.outputCeilingTokens
-          ? `the usage's cost (${prompt} prompt tokens, ${cacheWriteTokens(outcome.usage)} of them cache writes) passed the call's reservation`
-          : `the usage (${prompt} prompt, ${outcome.usage.outputTokens} output tokens) passed the call's ceiling (${opened.inputCeilingTokens} prompt, ${opened.outputCeilingTokens} output)`;
-      return finish("budget-exceeded", `turn ${turn}: ${what}`);
-    }
+    return uses;
+  }
 
-    if (message.stopReason === "end_turn" || message.stopReason === "stop_sequence") {
-      if (uses.length) return finish("failed", `turn ${turn}: the reply ends the turn (${message.stopReason}) but holds tool calls`);
-      const answer = message.content
-        .flatMap((b) => (b.type === "text" ? [b.text] : []))
-        .join("\n")
-        .trim();
-      if (answer === "") return finish("failed", `turn ${turn}: the reply ends the turn without answer text`);
-      const dbCalls = Object.entries(r.toolCallsByName)
-        .filter(([n]) => docBridge.has(n))
-        .reduce((n, [, c]) => n + c, 0);
-      const dbErrors = Object.entries(r.toolErrorsByName)
-        .filter(([n]) => docBridge.has(n))
-        .reduce((n, [, c]) => n + c, 0);
-      if (dbCalls > 0 && dbErrors === dbCalls) {
-        r.setupProblems.push(`every doc-bridge tool call (${dbCalls}) returned an error: the treatment was lost`);
-        r.answer = answer;
-        return finish("invalid-setup", r.setupProblems[0]!);
-      }
+  /** A reply that ends the turn: completed with its answer text, unless it also asks for tools, has no text, or every doc-bridge call failed. */
+  private answered(turn: number, message: AssistantMessage, uses: readonly ToolUse[]): LoopResult {
+    const r = this.r;
+    if (uses.length) return this.finish("failed", `turn ${turn}: the reply ends the turn (${message.stopReason}) but holds tool calls`);
+    const answer = answerText(message);
+    if (answer === "") return this.finish("failed", `turn ${turn}: the reply ends the turn without answer text`);
+    const dbCalls = countOf(r.toolCallsByName, this.docBridge);
+    const dbErrors = countOf(r.toolErrorsByName, this.docBridge);
+    if (dbCalls > 0 && dbErrors === dbCalls) {
+      r.setupProblems.push(`every doc-bridge tool call (${dbCalls}) returned an error: the treatment was lost`);
       r.answer = answer;
-      return finish("completed", "an answer was returned");
+      return this.finish("invalid-setup", r.setupProblems[0]!);
     }
+    r.answer = answer;
+    return this.finish("completed", "an answer was returned");
+  }
+
+  /** Why a reply that did not end the turn cannot lead to another: not a tool_use stop, no tool calls, too many, or no turn left. */
+  private cannotGoOn(turn: number, message: AssistantMessage, uses: readonly ToolUse[]): string | undefined {
+    const { limits } = this;
     if (message.stopReason !== "tool_use") {
-      return finish(
-        "failed",
-        `turn ${turn}: the reply stopped with ${message.stopReason ?? "no stop_reason"}${message.stopReason === "max_tokens" ? ` (the ${limits.maxOutputTokens}-token output limit)` : ""}, not with an answer`,
-      );
+      return `turn ${turn}: the reply stopped with ${message.stopReason ?? "no stop_reason"}${message.stopReason === "max_tokens" ? ` (the ${limits.maxOutputTokens}-token output limit)` : ""}, not with an answer`;
     }
-    if (uses.length === 0) return finish("failed", `turn ${turn}: stop_reason tool_use without a tool call`);
+    if (uses.length === 0) return `turn ${turn}: stop_reason tool_use without a tool call`;
     if (uses.length > limits.maxToolCallsPerTurn) {
-      return finish("failed", `turn ${turn}: the model asked for ${uses.length} tool calls, more than the limit of ${limits.maxToolCallsPerTurn} per turn; none was run`);
+      return `turn ${turn}: the model asked for ${uses.length} tool calls, more than the limit of ${limits.maxToolCallsPerTurn} per turn; none was run`;
     }
     if (turn >= limits.maxTurns) {
-      return finish("failed", `turn ${turn}: the model asked for tools again, but a ${turn + 1}th turn would pass the limit of ${limits.maxTurns} turns`);
+      return `turn ${turn}: the model asked for tools again, but a ${turn + 1}th turn would pass the limit of ${limits.maxTurns} turns`;
     }
+    return undefined;
+  }
 
-    const results: Array<{ type: "tool_result"; tool_use_id: string; content: string; is_error?: true }> = [];
+  /** Runs the turn's tool calls in order, each bounded, checking the interruption and the deadline before each: their results, or the attempt's end. */
+  private async runTools(turn: number, uses: readonly ToolUse[]): Promise<ToolResultBlock[] | LoopResult> {
+    const { r, limits } = this;
+    const results: ToolResultBlock[] = [];
     for (const use of uses) {
-      const stop = interrupted();
-      if (stop) return finish("failed", stop);
-      if (overDeadline()) return finish("timed-out", deadlineReason(`before a tool call of turn ${turn}`));
-      const result = await callBounded(o.tools, use.name, use.input, limits.toolTimeoutMs);
+      const stop = this.interrupted();
+      if (stop) return this.finish("failed", stop);
+      if (this.elapsed() >= limits.deadlineMs) return this.finish("timed-out", this.deadlineReason(`before a tool call of turn ${turn}`));
+      const result = await callBounded(this.o.tools, use.name, use.input, limits.toolTimeoutMs);
       if (result.isError) r.toolErrorsByName[use.name] = (r.toolErrorsByName[use.name] ?? 0) + 1;
       results.push({ type: "tool_result", tool_use_id: use.id, content: result.content, ...(result.isError ? { is_error: true as const } : {}) });
     }
-    // Echoed as sent by the API, minus blocks the request cannot carry (the API refuses empty text blocks).
-    const echoed: ApiContent = [];
-    for (const b of message.content) {
-      if (b.type === "text" && b.text.trim() !== "") echoed.push({ type: "text", text: b.text });
-      else if (b.type === "tool_use") echoed.push({ type: "tool_use", id: b.id, name: b.name, input: b.input });
-    }
-    messages.push({ role: "assistant", content: echoed });
-    messages.push({ role: "user", content: results });
+    return results;
   }
 }
