@@ -146,15 +146,47 @@ export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTo
   // The CLI attempt's exportHash is over the bytes it writes: the same bytes, read once here.
   const exportHash = await hashExport(o.repoDir, plan.files);
   const files = [...plan.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
-  const byPath = new Map(files.map((f) => [f.path, f]));
-  const cache = new Map<string, Buffer>();
-  let cached = 0;
+  const blobs = new PinnedBlobs(o.repoDir, files);
+  return {
+    files,
+    exportHash,
+    definitions: REPOSITORY_TOOL_DEFINITIONS,
+    async call(name, input, signal) {
+      try {
+        if (name === REPOSITORY_TOOL_NAMES.list) return { content: list(files, input), isError: false };
+        if (name === REPOSITORY_TOOL_NAMES.read) return { content: await read(blobs, input, signal), isError: false };
+        if (name === REPOSITORY_TOOL_NAMES.search) return { content: await search(blobs, input, signal), isError: false };
+        return { content: `no tool named ${name}`, isError: true };
+      } catch (err) {
+        if (err instanceof ToolInputError) return { content: err.message, isError: true };
+        throw err;
+      }
+    },
+    async close() {
+      blobs.clear();
+    },
+  };
+}
+
+/** The attempt's public files (in path order) and their blobs, kept in memory up to CACHE_BYTES. */
+class PinnedBlobs {
+  readonly byPath: ReadonlyMap<string, ExportedFile>;
+  private readonly cache = new Map<string, Buffer>();
+  private cached = 0;
+
+  constructor(
+    private readonly repoDir: string,
+    readonly files: readonly ExportedFile[],
+  ) {
+    this.byPath = new Map(files.map((f) => [f.path, f]));
+  }
 
   /**
    * Visits `wanted` in order, from the cache or from one `git cat-file --batch` process, until
    * `visit` returns false; then the git process is killed instead of reading on.
    */
-  async function eachBlob(wanted: readonly ExportedFile[], signal: AbortSignal, visit: (i: number, data: Buffer) => boolean): Promise<void> {
+  async eachBlob(wanted: readonly ExportedFile[], signal: AbortSignal, visit: (i: number, data: Buffer) => boolean): Promise<void> {
+    const { cache } = this;
     const missing = wanted.flatMap((f, i) => (cache.has(f.oid) ? [] : [i]));
     let next = 0;
     let stopped = false;
@@ -163,17 +195,14 @@ export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTo
     };
     try {
       await readBlobs(
-        o.repoDir,
+        this.repoDir,
         missing.map((i) => wanted[i]!.oid),
         (k, data) => {
           if (signal.aborted) throw new Error("the tool call was stopped");
           const i = missing[k]!;
           visitCachedBefore(i);
           if (stopped) throw STOP;
-          if (!cache.has(wanted[i]!.oid) && cached + data.length <= CACHE_BYTES) {
-            cache.set(wanted[i]!.oid, data);
-            cached += data.length;
-          }
+          this.keep(wanted[i]!.oid, data);
           next = i + 1;
           if (!visit(i, data)) stopped = true;
           if (stopped) throw STOP;
@@ -185,90 +214,85 @@ export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTo
     visitCachedBefore(wanted.length);
   }
 
-  function list(input: unknown): string {
-    const { directory } = parseInput(ListInput, input, REPOSITORY_TOOL_NAMES.list);
-    const dir = folder(directory);
-    const inScope = files.filter((f) => under(f.path, dir));
-    if (inScope.length === 0) return `no files under ${scopeName(dir)}`;
-    const shown = inScope.slice(0, REPOSITORY_LIMITS.listPaths).map((f) => f.path);
-    const more = inScope.length - shown.length;
-    const head =
-      `${inScope.length} files under ${scopeName(dir)}` + (more > 0 ? `; the first ${shown.length} are shown (limit ${REPOSITORY_LIMITS.listPaths}), ${more} more: narrow with directory` : "");
-    return [head, ...shown].join("\n");
-  }
-
-  async function read(input: unknown, signal: AbortSignal): Promise<string> {
-    const args = parseInput(ReadInput, input, REPOSITORY_TOOL_NAMES.read);
-    const path = filePath(args.path);
-    const file = byPath.get(path);
-    if (!file) {
-      // The same answer for a missing and a filtered-out path: nothing tells the agent an excluded file exists.
-      const dir = path.replace(/\/+$/, "");
-      if (dir !== "" && files.some((f) => f.path.startsWith(`${dir}/`))) throw new ToolInputError(`${dir} is a folder; list it with ${REPOSITORY_TOOL_NAMES.list}`);
-      throw new ToolInputError(`no such file: ${path}`);
+  /** Keeps a blob read from git while the cache has room. */
+  private keep(oid: string, data: Buffer): void {
+    if (!this.cache.has(oid) && this.cached + data.length <= CACHE_BYTES) {
+      this.cache.set(oid, data);
+      this.cached += data.length;
     }
-    let data: Buffer = Buffer.alloc(0);
-    await eachBlob([file], signal, (_, blob) => ((data = blob), false));
-    if (data.length !== file.size) throw new Error(`blob ${file.oid} of ${path} has ${data.length} bytes, the tree says ${file.size}`);
-    if (data.includes(0)) throw new ToolInputError(`${path} is a binary file`);
-    const all = lines(data);
-    const start = args.start_line ?? 1;
-    if (all.length === 0) return `${path} is empty`;
-    if (start > all.length) throw new ToolInputError(`start_line ${start} is past the end of ${path} (${all.length} lines)`);
-    const end = Math.min(all.length, start + REPOSITORY_LIMITS.readLines - 1);
-    const body = all.slice(start - 1, end).map((l, i) => `${String(start + i).padStart(6)}\t${l}`);
-    const tail = end < all.length ? [`(lines ${end + 1}-${all.length} follow; call ${REPOSITORY_TOOL_NAMES.read} with start_line ${end + 1})`] : [];
-    return [`${path}: lines ${start}-${end} of ${all.length}`, ...body, ...tail].join("\n");
   }
 
-  async function search(input: unknown, signal: AbortSignal): Promise<string> {
-    const { query, directory } = parseInput(SearchInput, input, REPOSITORY_TOOL_NAMES.search);
-    const dir = folder(directory);
-    const eligible = files.filter((f) => under(f.path, dir));
-    const searched = eligible.slice(0, REPOSITORY_LIMITS.searchFiles);
-    const matches: string[] = [];
-    let stoppedAt: string | undefined;
-    await eachBlob(searched, signal, (i, blob) => {
-      if (blob.includes(0)) return true;
-      const path = searched[i]!.path;
-      for (const [n, line] of lines(blob).entries()) {
-        if (!line.includes(query)) continue;
-        if (matches.length === REPOSITORY_LIMITS.searchMatches) {
-          stoppedAt = path;
-          return false;
-        }
-        const shown = line.length > MATCH_LINE_CHARS ? `${line.slice(0, MATCH_LINE_CHARS)}…` : line;
-        matches.push(`${path}:${n + 1}: ${shown}`);
-      }
-      return true;
-    });
-    const notes: string[] = [];
-    notes.push(`${matches.length} matching lines in ${scopeName(dir)}; searched ${searched.length} of ${eligible.length} files`);
-    if (stoppedAt !== undefined) notes.push(`stopped at the limit of ${REPOSITORY_LIMITS.searchMatches} matches (in ${stoppedAt}); narrow the query or the directory`);
-    if (searched.length < eligible.length)
-      notes.push(
-        `the limit of ${REPOSITORY_LIMITS.searchFiles} files was reached: ${eligible.length - searched.length} files after ${searched[searched.length - 1]!.path} were not searched; narrow with directory`,
-      );
-    return [...notes, ...matches].join("\n");
+  clear(): void {
+    this.cache.clear();
   }
+}
 
-  return {
-    files,
-    exportHash,
-    definitions: REPOSITORY_TOOL_DEFINITIONS,
-    async call(name, input, signal) {
-      try {
-        if (name === REPOSITORY_TOOL_NAMES.list) return { content: list(input), isError: false };
-        if (name === REPOSITORY_TOOL_NAMES.read) return { content: await read(input, signal), isError: false };
-        if (name === REPOSITORY_TOOL_NAMES.search) return { content: await search(input, signal), isError: false };
-        return { content: `no tool named ${name}`, isError: true };
-      } catch (err) {
-        if (err instanceof ToolInputError) return { content: err.message, isError: true };
-        throw err;
+/** list_files: the paths under a folder, at most REPOSITORY_LIMITS.listPaths of them, and how many more. */
+function list(files: readonly ExportedFile[], input: unknown): string {
+  const { directory } = parseInput(ListInput, input, REPOSITORY_TOOL_NAMES.list);
+  const dir = folder(directory);
+  const inScope = files.filter((f) => under(f.path, dir));
+  if (inScope.length === 0) return `no files under ${scopeName(dir)}`;
+  const shown = inScope.slice(0, REPOSITORY_LIMITS.listPaths).map((f) => f.path);
+  const more = inScope.length - shown.length;
+  const head =
+    `${inScope.length} files under ${scopeName(dir)}` + (more > 0 ? `; the first ${shown.length} are shown (limit ${REPOSITORY_LIMITS.listPaths}), ${more} more: narrow with directory` : "");
+  return [head, ...shown].join("\n");
+}
+
+/** read_file: a text file's lines with numbers, at most REPOSITORY_LIMITS.readLines from start_line. */
+async function read(blobs: PinnedBlobs, input: unknown, signal: AbortSignal): Promise<string> {
+  const args = parseInput(ReadInput, input, REPOSITORY_TOOL_NAMES.read);
+  const path = filePath(args.path);
+  const file = blobs.byPath.get(path);
+  if (!file) {
+    // The same answer for a missing and a filtered-out path: nothing tells the agent an excluded file exists.
+    const dir = path.replace(/\/+$/, "");
+    if (dir !== "" && blobs.files.some((f) => f.path.startsWith(`${dir}/`))) throw new ToolInputError(`${dir} is a folder; list it with ${REPOSITORY_TOOL_NAMES.list}`);
+    throw new ToolInputError(`no such file: ${path}`);
+  }
+  let data: Buffer = Buffer.alloc(0);
+  await blobs.eachBlob([file], signal, (_, blob) => ((data = blob), false));
+  if (data.length !== file.size) throw new Error(`blob ${file.oid} of ${path} has ${data.length} bytes, the tree says ${file.size}`);
+  if (data.includes(0)) throw new ToolInputError(`${path} is a binary file`);
+  const all = lines(data);
+  const start = args.start_line ?? 1;
+  if (all.length === 0) return `${path} is empty`;
+  if (start > all.length) throw new ToolInputError(`start_line ${start} is past the end of ${path} (${all.length} lines)`);
+  const end = Math.min(all.length, start + REPOSITORY_LIMITS.readLines - 1);
+  const body = all.slice(start - 1, end).map((l, i) => `${String(start + i).padStart(6)}\t${l}`);
+  const tail = end < all.length ? [`(lines ${end + 1}-${all.length} follow; call ${REPOSITORY_TOOL_NAMES.read} with start_line ${end + 1})`] : [];
+  return [`${path}: lines ${start}-${end} of ${all.length}`, ...body, ...tail].join("\n");
+}
+
+/** search_files: the lines holding a literal text in the first REPOSITORY_LIMITS.searchFiles files under a folder, up to REPOSITORY_LIMITS.searchMatches, with notes on the limits reached. */
+async function search(blobs: PinnedBlobs, input: unknown, signal: AbortSignal): Promise<string> {
+  const { query, directory } = parseInput(SearchInput, input, REPOSITORY_TOOL_NAMES.search);
+  const dir = folder(directory);
+  const eligible = blobs.files.filter((f) => under(f.path, dir));
+  const searched = eligible.slice(0, REPOSITORY_LIMITS.searchFiles);
+  const matches: string[] = [];
+  let stoppedAt: string | undefined;
+  await blobs.eachBlob(searched, signal, (i, blob) => {
+    if (blob.includes(0)) return true;
+    const path = searched[i]!.path;
+    for (const [n, line] of lines(blob).entries()) {
+      if (!line.includes(query)) continue;
+      if (matches.length === REPOSITORY_LIMITS.searchMatches) {
+        stoppedAt = path;
+        return false;
       }
-    },
-    async close() {
-      cache.clear();
-    },
-  };
+      const shown = line.length > MATCH_LINE_CHARS ? `${line.slice(0, MATCH_LINE_CHARS)}…` : line;
+      matches.push(`${path}:${n + 1}: ${shown}`);
+    }
+    return true;
+  });
+  const notes: string[] = [];
+  notes.push(`${matches.length} matching lines in ${scopeName(dir)}; searched ${searched.length} of ${eligible.length} files`);
+  if (stoppedAt !== undefined) notes.push(`stopped at the limit of ${REPOSITORY_LIMITS.searchMatches} matches (in ${stoppedAt}); narrow the query or the directory`);
+  if (searched.length < eligible.length)
+    notes.push(
+      `the limit of ${REPOSITORY_LIMITS.searchFiles} files was reached: ${eligible.length - searched.length} files after ${searched[searched.length - 1]!.path} were not searched; narrow with directory`,
+    );
+  return [...notes, ...matches].join("\n");
 }
