@@ -419,7 +419,7 @@ class AttemptSide {
     const x: Exchange = { req, res, r: newRequestRecord(this.seq++, req), t0: performance.now(), releaseBody: () => {} };
     this.keep(x.r);
     const target = this.checkArrival(x);
-    if (!target) return;
+    if (target === undefined) return;
     const read = await this.readRequest(x);
     if (!read) return;
     const maxTokens = this.checkModel(x, read.body);
