@@ -14,12 +14,13 @@ import { buildImage, isFakeClaudeImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec, IMAGE_LABELS } from "../../src/image/specs.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
-import { startSessions, type StartConfig } from "../../src/session/run.ts";
+import { startSessions } from "../../src/session/run.ts";
 import { FIXED_INVOICE, makeSessionDemo, type SessionDemo } from "../../src/demo/sessions.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { gatewayLimitProblem } from "../../src/gateway/run.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
+import { sessionTestConfig } from "../support/session-config.ts";
 
 const MODEL = "claude-haiku-5-5";
 /** What the scripted API says each request used: the gateway meters it at the model's list prices. */
@@ -48,22 +49,12 @@ async function oneCall(reportedCostFactor: number) {
   const behaviourFile = join(work, `behaviour-${n++}.json`);
   const session = { questions: 0, viaApi: true, reportedCostFactor, edits: [{ path: "src/invoice.js", content: FIXED_INVOICE }] };
   await writeFile(behaviourFile, JSON.stringify({ prices: GENERATED_PRICE_TABLE.models, attempts: { "0": { kind: "ok", session } } }), { mode: 0o644 });
-  const config: StartConfig = {
-    manifestPath: await manifest(),
-    roots: new Map(Object.entries(demo.roots)),
-    output: join(work, `ledger-${n++}.json`),
-    model: MODEL,
-    image,
-    expectedCliVersion: "2.1.296",
-    capUsd: 10,
-    callBudgetUsd: 2,
-    sessionBudgetUsd: 10,
-    isolation: "offline",
-    claudeConfigDir: loginDir,
-    credentials: "gateway",
-    gatewayUpstream: { url: api.url!, ca: ca.ca },
-    fake: { behaviourFile },
-  };
+  const output = join(work, `ledger-${n++}.json`);
+  const config = sessionTestConfig(
+    { manifestPath: await manifest(), roots: demo.roots, output, model: MODEL, image, loginDir },
+    // A call budget that holds one request's bound at the gateway (the runner holds the real CLI to it).
+    { capUsd: 10, callBudgetUsd: 2, credentials: "gateway", gatewayUpstream: { url: api.url!, ca: ca.ca }, fake: { behaviourFile } },
+  );
   const before = api.requests.length;
   const { exitCode, ledger } = await startSessions(config, { runtime });
   return { exitCode, ledger, call: ledger.sessions[0]!.calls[0]!, requests: api.requests.length - before };

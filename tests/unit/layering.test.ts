@@ -46,6 +46,13 @@ async function miniProject(parent: string, name: string, files: Record<string, s
   return dir;
 }
 
+/** The check's output on a small project with `files` that break a rule; the check must have failed. */
+async function violations(parent: string, name: string, files: Record<string, string>): Promise<string> {
+  const { code, output } = await layeringCheck(await miniProject(parent, name, files));
+  expect(code).not.toBe(0);
+  return output;
+}
+
 describe.concurrent("the layering check (the deps script, part of npm test)", () => {
   let parent: string;
   beforeAll(async () => {
@@ -75,7 +82,7 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
   });
 
   it("fails when a module imports one of a higher layer, or lies in a src/ folder the layer table does not name", async () => {
-    const dir = await miniProject(parent, "misplaced", {
+    const output = await violations(parent, "misplaced", {
       // util (core) -> study (run kinds), settings (core) -> adjudicate (run kinds): upward, though no cycle.
       "src/study/run.ts": "export const study = () => 1;\n",
       "src/util/x.ts": 'import { study } from "../study/run.ts";\nexport const x = study();\n',
@@ -88,8 +95,6 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
       "src/alone/alone.ts": "export const alone = 1;\n",
       "src/index.ts": "export const top = 1;\n",
     });
-    const { code, output } = await layeringCheck(dir);
-    expect(code).not.toBe(0);
     expect(output).toContain("error no-import-from-a-higher-layer: src/util/x.ts → src/study/run.ts");
     expect(output).toContain("error no-import-from-a-higher-layer: src/settings/run-options.ts → src/adjudicate/plan.ts");
     expect(output).not.toContain("no-cycle-between-folders");
@@ -103,20 +108,18 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
 
   it("fails when a lower folder imports one above it, closing a cycle between folders", async () => {
     // plan/ imports util/; util/ importing plan/ closes the loop.
-    const dir = await miniProject(parent, "cycle", { "src/util/errors.ts": 'import { plan } from "../plan/plan.ts";\nexport class UsageError extends Error {}\nexport const again = () => plan();\n' });
-    const { code, output } = await layeringCheck(dir);
-    expect(code).not.toBe(0);
+    const output = await violations(parent, "cycle", {
+      "src/util/errors.ts": 'import { plan } from "../plan/plan.ts";\nexport class UsageError extends Error {}\nexport const again = () => plan();\n',
+    });
     expect(output).toMatch(/error no-cycle-between-folders: src\/util →\s+src\/plan →\s+src\/util/);
   });
 
   it("fails when src imports from outside src, or a module other than the Docker adapter imports dockerode", async () => {
-    const dir = await miniProject(parent, "outside", {
+    const output = await violations(parent, "outside", {
       "tests/helper.ts": "export const helper = 1;\n",
       "src/plan/plan.ts": 'import { UsageError } from "../util/errors.ts";\nexport { helper } from "../../tests/helper.ts";\nexport const plan = () => new UsageError("x");\n',
       "src/sandbox/bounded.ts": 'import type Docker from "dockerode";\nexport type Engine = Docker;\n',
     });
-    const { code, output } = await layeringCheck(dir);
-    expect(code).not.toBe(0);
     expect(output).toContain("error src-imports-only-src: src/plan/plan.ts → tests/helper.ts");
     expect(output).toMatch(/error only-the-docker-adapter-imports-dockerode: src\/sandbox\/bounded\.ts → \S*node_modules\/dockerode\//);
     expect(output).not.toContain("src/sandbox/docker.ts →");
