@@ -33,7 +33,9 @@
 // With --json-schema and --session-id or --resume (a session task, src/session), the fake plays a
 // session instead (see sessionTranscript): `session` params { questions (default 1), question,
 // edits: [{ path, content } | { path, append }, with `call` n: made in that call, else in the call
-// that says done], sessionId (report another id), resultSessionId (null: no session_id in the result; a string: that id in the result only), failResume, turnUsage, delayMs }; the prompt may come on stdin, as the real CLI accepts it.
+// that says done], sessionId (report another id), resultSessionId (null: no session_id in the result; a string: that id in the result only), failResume, turnUsage, delayMs,
+// viaApi (send one Messages API request through ANTHROPIC_BASE_URL, the runner's gateway, and report its reply's id and usage),
+// reportedCostFactor (total_cost_usd is the call's cost times this) }; the prompt may come on stdin, as the real CLI accepts it.
 // With --json-schema (the adjudicator), the ok transcript's answer is what that schema asks for:
 // a verdict: `verdicts` (item id from the prompt's "Item: <id>" line -> verdict fields), else
 // `verdict`, else a correct verdict over the prompt's P1..Pn; or, when the schema asks for
@@ -1078,6 +1080,55 @@ function structuredAnswer(schemaText, b, prompt) {
 // ---------------------------------------------------------------------------------------
 // session tasks
 
+/**
+ * One Messages API request as the real CLI sends it for a session call (`session.viaApi`): to
+ * $ANTHROPIC_BASE_URL (the runner's relay to its gateway), with the login's token from
+ * $HOME/.claude/.credentials.json as `Authorization: Bearer`, only headers and body members the
+ * pinned CLI was measured to send, not streamed. Returns the reply's message id and usage.
+ */
+async function askModelApi(model, prompt) {
+  const base = process.env.ANTHROPIC_BASE_URL;
+  if (!base) return { ok: false, problem: "no ANTHROPIC_BASE_URL" };
+  let token;
+  try {
+    token = JSON.parse(fs.readFileSync(path.join(process.env.HOME ?? "/nonexistent", ".claude", ".credentials.json"), "utf8")).claudeAiOauth.accessToken;
+  } catch (err) {
+    return { ok: false, problem: `no login: ${err.code ?? err.message}` };
+  }
+  // The real CLI's requests carry its system prompt and tools (tens of KiB); a few KiB of padding stand in for them, so the
+  // reply's prompt tokens are ones a request of this size can produce (the gateway checks that).
+  const text = `${String(prompt).slice(0, 16_000)}\n${"-".repeat(8192)}`;
+  const body = JSON.stringify({ model, max_tokens: 1024, messages: [{ role: "user", content: [{ type: "text", text }] }], stream: false });
+  const url = new URL("/v1/messages?beta=true", base);
+  return new Promise((resolve) => {
+    const req = http.request(
+      url,
+      { method: "POST", headers: { authorization: `Bearer ${token}`, "anthropic-version": "2023-06-01", "content-type": "application/json", "content-length": Buffer.byteLength(body) }, agent: false },
+      (res) => {
+        const chunks = [];
+        res.on("data", (c) => chunks.push(c));
+        res.on("end", () => {
+          const text = Buffer.concat(chunks).toString("utf8");
+          if (res.statusCode !== 200) return resolve({ ok: false, problem: `${res.statusCode} ${text.slice(0, 300)}` });
+          try {
+            const m = JSON.parse(text);
+            const u = m.usage;
+            resolve({
+              ok: true,
+              id: m.id,
+              usage: { input: u.input_tokens, output: u.output_tokens, cacheRead: u.cache_read_input_tokens ?? 0, cacheWrite5m: u.cache_creation_input_tokens ?? 0, cacheWrite1h: 0 },
+            });
+          } catch (err) {
+            resolve({ ok: false, problem: `unreadable reply: ${err.message}` });
+          }
+        });
+      },
+    );
+    req.on("error", (err) => resolve({ ok: false, problem: err.code ?? err.message }));
+    req.end(body);
+  });
+}
+
 /** Where the real CLI keeps a session: ~/.claude/projects/<cwd with "/" as "-">/<id>.jsonl (measured). */
 function sessionFile(id) {
   return path.join(process.env.HOME ?? "/nonexistent", ".claude", "projects", process.cwd().replace(/[^A-Za-z0-9]/g, "-"), `${id}.jsonl`);
@@ -1146,15 +1197,26 @@ async function sessionTranscript(options, b, version, prompt) {
 
   let cost = 0;
   const totals = { input: 0, output: 0, cacheRead: 0, cacheWrite5m: 0, cacheWrite1h: 0 };
+  // `viaApi`: one real request through ANTHROPIC_BASE_URL (the runner's gateway), whose reply's id and usage the call reports.
+  const reply = s.viaApi ? await askModelApi(model, prompt) : null;
+  if (reply && !reply.ok) {
+    process.stderr.write(`fake-claude: API Error: ${reply.problem}\n`);
+    return 1;
+  }
   for (const [i, block] of blocks.entries()) {
-    const u = { ...defaultTurnUsage(i), ...(s.turnUsage?.[call] ?? {}) };
-    for (const k of Object.keys(totals)) totals[k] += u[k];
-    cost += priceOf(model, u).cost;
+    const u = reply ? reply.usage : { ...defaultTurnUsage(i), ...(s.turnUsage?.[call] ?? {}) };
+    // A reply's usage is its one message's: counted once, repeated on each of its blocks' events.
+    if (!reply || i === 0) {
+      for (const k of Object.keys(totals)) totals[k] += u[k];
+      cost += priceOf(model, u).cost;
+    }
     const toolUseId = `toolu_fake_s${call}_${i}`;
-    const usage = { input_tokens: u.input, output_tokens: 1, cache_creation_input_tokens: u.cacheWrite5m + u.cacheWrite1h, cache_read_input_tokens: u.cacheRead };
+    const usage = { input_tokens: u.input, output_tokens: reply ? u.output : 1, cache_creation_input_tokens: u.cacheWrite5m + u.cacheWrite1h, cache_read_input_tokens: u.cacheRead };
+    // With a reply, every block is part of its one message (one id), as the real CLI streams a message's blocks.
+    const messageId = reply ? reply.id : `msg_fake_s${call}_${i}`;
     emit({
       type: "assistant",
-      message: { id: `msg_fake_s${call}_${i}`, type: "message", role: "assistant", model, content: [{ type: "tool_use", id: toolUseId, ...block }], stop_reason: null, usage },
+      message: { id: messageId, type: "message", role: "assistant", model, content: [{ type: "tool_use", id: toolUseId, ...block }], stop_reason: null, usage },
       ...stamp(),
     });
     emit({
@@ -1169,7 +1231,8 @@ async function sessionTranscript(options, b, version, prompt) {
   // The session's previous calls' usage and cost, as the real CLI reports them after a resume.
   const before = history.at(-1) ?? { cost: 0, totals: { input: 0, output: 0, cacheRead: 0, cacheWrite5m: 0, cacheWrite1h: 0 } };
   const all = Object.fromEntries(Object.keys(totals).map((k) => [k, totals[k] + before.totals[k]]));
-  const cumulative = before.cost + cost;
+  // `reportedCostFactor`: a CLI whose total_cost_usd is not what its requests cost (the gateway's metered spend).
+  const cumulative = before.cost + cost * (s.reportedCostFactor ?? 1);
   fs.mkdirSync(path.dirname(file), { recursive: true });
   fs.appendFileSync(file, `${JSON.stringify({ call, cost: cumulative, totals: all, prompt: String(prompt).slice(0, 200) })}\n`);
   emit({

@@ -1,4 +1,5 @@
 import { readFile } from "node:fs/promises";
+import type { z } from "zod";
 import { budgetTotals, LedgerSchema } from "./schema.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import { UsageError } from "../util/errors.ts";
@@ -115,6 +116,31 @@ export async function assertReadableLedger(path: string): Promise<Buffer> {
 
 /** A checker of another private record kind, chosen by the file's `kind` field (a session ledger). */
 export type RecordKindCheck = (json: Record<string, unknown>, result: LedgerCheck) => LedgerCheck;
+
+/**
+ * The first step of a RecordKindCheck: `json` against the schema of its kind. A mismatch puts the
+ * schema's problems in `result` with a verdict naming the kind ("session ledger") and returns null;
+ * a match makes the result valid, names the record's id, status and reason, and returns the record.
+ */
+export function parseRecordKind<T extends { status: string; statusReason?: string | null | undefined }>(
+  schema: z.ZodType<T>,
+  json: Record<string, unknown>,
+  result: LedgerCheck,
+  kind: string,
+  idOf: (record: T) => string,
+): T | null {
+  const parsed = schema.safeParse(json);
+  if (!parsed.success) {
+    result.problems.push(...formatIssues(parsed.error.issues));
+    result.verdict = `invalid ${kind}: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}`;
+    return null;
+  }
+  result.valid = true;
+  result.runId = idOf(parsed.data);
+  result.status = parsed.data.status;
+  result.statusReason = parsed.data.statusReason ?? null;
+  return parsed.data;
+}
 
 /**
  * Judges the bytes of the ledger read from `path`; never throws: whatever is wrong is a problem in

@@ -1,6 +1,5 @@
-import { formatIssues } from "../util/zod-errors.ts";
 import { SESSION_LEDGER_KIND, SessionLedgerSchema } from "./schema.ts";
-import { checkLedger, type LedgerCheck } from "../ledger/check.ts";
+import { checkLedger, parseRecordKind, type LedgerCheck } from "../ledger/check.ts";
 
 /** True when the JSON is a session ledger (its own record kind beside the study ledger). */
 export function isSessionLedger(json: Record<string, unknown>): boolean {
@@ -14,17 +13,8 @@ export function isSessionLedger(json: Record<string, unknown>): boolean {
  * reservation and ends that session, and continues the others.
  */
 export function checkSessionLedger(json: Record<string, unknown>, result: LedgerCheck): LedgerCheck {
-  const parsed = SessionLedgerSchema.safeParse(json);
-  if (!parsed.success) {
-    result.problems.push(...formatIssues(parsed.error.issues));
-    result.verdict = `invalid session ledger: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}`;
-    return result;
-  }
-  const l = parsed.data;
-  result.valid = true;
-  result.runId = l.runId;
-  result.status = l.status;
-  result.statusReason = l.statusReason ?? null;
+  const l = parseRecordKind(SessionLedgerSchema, json, result, "session ledger", (r) => r.runId);
+  if (l === null) return result;
   const calls = l.sessions.flatMap((s) => s.calls);
   const open = calls.filter((c) => c.phase !== "settled");
   result.observations = { total: calls.length, settled: calls.length - open.length, open: open.length };

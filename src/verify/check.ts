@@ -1,9 +1,8 @@
 import { AdjudicationRecordSchema } from "../adjudicate/schema.ts";
-import { checkLedger, type LedgerCheck } from "../ledger/check.ts";
+import { checkLedger, parseRecordKind, type LedgerCheck } from "../ledger/check.ts";
 import { LedgerSchema } from "../ledger/schema.ts";
 import { checkSessionLedger } from "../session/check.ts";
 import { SESSION_LEDGER_KIND, SessionLedgerSchema } from "../session/schema.ts";
-import { formatIssues } from "../util/zod-errors.ts";
 import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, SESSION_LEDGER_INVARIANTS, STUDY_LEDGER_INVARIANTS } from "./invariants.ts";
 
 /**
@@ -23,17 +22,8 @@ function withInvariants(result: LedgerCheck, problems: readonly string[]): Ledge
 }
 
 function checkRecord(json: Record<string, unknown>, result: LedgerCheck): LedgerCheck {
-  const parsed = AdjudicationRecordSchema.safeParse(json);
-  if (!parsed.success) {
-    result.problems.push(...formatIssues(parsed.error.issues));
-    result.verdict = `invalid adjudication record: ${result.problems.length} problem${result.problems.length === 1 ? "" : "s"}`;
-    return result;
-  }
-  const r = parsed.data;
-  result.valid = true;
-  result.runId = r.adjudicationId;
-  result.status = r.status;
-  result.statusReason = r.statusReason ?? null;
+  const r = parseRecordKind(AdjudicationRecordSchema, json, result, "adjudication record", (record) => record.adjudicationId);
+  if (r === null) return result;
   const runs = r.items.flatMap((i) => (i.run ? [i.run] : []));
   const open = r.items.filter((i) => i.run !== null && i.run.phase !== "settled");
   result.observations = { total: runs.length, settled: runs.length - open.length, open: open.length };

@@ -194,20 +194,36 @@ function budgetProblems(budget: { reservedUsd: number; spentUsd: number }, entri
   return out;
 }
 
-export const STUDY_LEDGER_INVARIANTS: readonly Invariant<Ledger>[] = [
-  ...runInvariants(studyRuns),
-  {
+/** The part of a record the budget invariants read: its budget and its status. */
+interface Budgeted {
+  budget: { reservedUsd: number; spentUsd: number; cumulativeCapExceeded: boolean };
+  status: string;
+}
+
+/** R149 for a record whose budget holds its runs' money: `runs` are what its open reservations are called in the statement. */
+function openReservationsInvariant<T extends Budgeted>(runs: string, runsOf: (subject: T) => PaidRun[]): Invariant<T> {
+  return {
     rule: "R149",
     id: "open-reservations",
-    statement: "reservedUsd is the sum of the unsettled observations' reservations, and spentUsd the settled charges plus those reservations",
-    check: (l) => budgetProblems(l.budget, studyRuns(l)),
-  },
-  {
+    statement: `reservedUsd is the sum of ${runs} reservations, and spentUsd the settled charges plus those reservations`,
+    check: (subject) => budgetProblems(subject.budget, runsOf(subject)),
+  };
+}
+
+/** R150 for any record kind: `what` names the record in the statement ("a run", "an adjudication", "a ledger"). */
+function capFlagInvariant<T extends Budgeted>(what: string, capOf: (subject: T) => number): Invariant<T> {
+  return {
     rule: "R150",
     id: "cap-flag",
-    statement: "cumulativeCapExceeded is true whenever spentUsd passed capUsd, and a run that passed the cap is blocked (or still running)",
-    check: (l) => capProblems("budget", l.budget.spentUsd, l.budget.capUsd, l.budget.cumulativeCapExceeded, l.status, ["blocked", "running"]),
-  },
+    statement: `cumulativeCapExceeded is true whenever spentUsd passed capUsd, and ${what} that passed the cap is blocked (or still running)`,
+    check: (subject) => capProblems("budget", subject.budget.spentUsd, capOf(subject), subject.budget.cumulativeCapExceeded, subject.status, ["blocked", "running"]),
+  };
+}
+
+export const STUDY_LEDGER_INVARIANTS: readonly Invariant<Ledger>[] = [
+  ...runInvariants(studyRuns),
+  openReservationsInvariant("the unsettled observations'", studyRuns),
+  capFlagInvariant("a run", (l) => l.budget.capUsd),
   {
     rule: "R153",
     id: "status-follows-observations",
@@ -230,18 +246,8 @@ export const STUDY_LEDGER_INVARIANTS: readonly Invariant<Ledger>[] = [
 
 export const ADJUDICATION_RECORD_INVARIANTS: readonly Invariant<AdjudicationRecord>[] = [
   ...runInvariants(recordRuns),
-  {
-    rule: "R149",
-    id: "open-reservations",
-    statement: "reservedUsd is the sum of the open adjudicator runs' reservations, and spentUsd the settled charges plus those reservations",
-    check: (r) => budgetProblems(r.budget, recordRuns(r)),
-  },
-  {
-    rule: "R150",
-    id: "cap-flag",
-    statement: "cumulativeCapExceeded is true whenever spentUsd passed capUsd, and an adjudication that passed the cap is blocked (or still running)",
-    check: (r) => capProblems("budget", r.budget.spentUsd, r.budget.capUsd, r.budget.cumulativeCapExceeded, r.status, ["blocked", "running"]),
-  },
+  openReservationsInvariant("the open adjudicator runs'", recordRuns),
+  capFlagInvariant("an adjudication", (r) => r.budget.capUsd),
 ];
 
 /** R152: what the events say each session did is what its calls and questions say. */
@@ -324,12 +330,7 @@ export const SESSION_LEDGER_INVARIANTS: readonly Invariant<SessionLedger>[] = [
       return out;
     },
   },
-  {
-    rule: "R150",
-    id: "cap-flag",
-    statement: "cumulativeCapExceeded is true whenever spentUsd passed capUsd, and a ledger that passed the cap is blocked (or still running)",
-    check: (l) => capProblems("budget", l.budget.spentUsd, l.capUsd, l.budget.cumulativeCapExceeded, l.status, ["blocked", "running"]),
-  },
+  capFlagInvariant("a ledger", (l) => l.capUsd),
   {
     rule: "R152",
     id: "events-follow-calls",

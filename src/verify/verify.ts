@@ -3,6 +3,7 @@ import { isDeepStrictEqual } from "node:util";
 import { attemptInitKind, expectedInit, type ExpectedInit } from "../claude/init-expectation.ts";
 import { readArmGuess, readResultEvent, readVerdict, transcriptIndexOf } from "../adjudicate/plan.ts";
 import { readRecord } from "../adjudicate/store.ts";
+import type { AdjudicationRecord } from "../adjudicate/schema.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { settle } from "../budget/budget.ts";
 import { gatewayBudgetRefusal, interpretRun, runReader } from "../transport/cli/interpret.ts";
@@ -324,71 +325,70 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
   const differences: string[] = applyInvariants(ADJUDICATION_RECORD_INVARIANTS, record);
   let verified = 0;
   // Each verdict call's transcript, and each arm-guess call's at its own index after them.
+  const armGuessIndex = (item: AdjudicationRecord["items"][number]) => transcriptIndexOf("arm-guess", item.observationIndex, record.ledger.observations);
   const kept = (run: { transcriptSha256?: string; phase: string } | null | undefined) => run != null && (run.transcriptSha256 !== undefined || run.phase !== "reserved");
   const expected = new Set([
     ...record.items.filter((i) => kept(i.run)).map((i) => fileName(transcriptFile(path, i.observationIndex))),
-    ...record.items.filter((i) => kept(i.armGuess?.run)).map((i) => fileName(transcriptFile(path, transcriptIndexOf("arm-guess", i.observationIndex, record.ledger.observations)))),
+    ...record.items.filter((i) => kept(i.armGuess?.run)).map((i) => fileName(transcriptFile(path, armGuessIndex(i)))),
   ]);
   differences.push(...(await orphanProblems(path, expected)));
   for (const item of record.items) {
-    const run = item.run;
-    if (run === null || run.phase === "reserved") continue;
-    const where = `items[${item.position}] (observation ${item.observationIndex}).run`;
-    const checked = await checkRun(
-      {
-        privateFile: path,
-        noun: "record",
-        index: item.observationIndex,
-        where,
-        run,
-        arm: "repository",
-        expectedTools: adjudicatorInitTools(),
-        init: expectedInit("adjudicator", { model: record.adjudicator.model }),
-        model: record.adjudicator.model,
-        cliVersion: record.adjudicator.expectedCliVersion,
-        capUsd: record.budget.capUsd,
-      },
-      differences,
-    );
-    if (!checked?.verified) continue;
+    const where = `items[${item.position}] (observation ${item.observationIndex})`;
+    const result = await checkAdjudicatorCall(path, record, { run: item.run, index: item.observationIndex, where: `${where}.run` }, differences);
+    if (result === null) continue;
     if (item.decidedBy === "adjudicator" && item.verdict) {
-      const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
-      for (const line of checked.lines) readResultEvent(line, out);
-      const reading = readVerdict(out.structuredOutput, out.resultText, item.verdict.propositions.length);
+      const reading = readVerdict(result.structuredOutput, result.resultText, item.verdict.propositions.length);
       if (!reading.ok || !isDeepStrictEqual(reading.verdict, item.verdict))
-        differences.push(`items[${item.position}] (observation ${item.observationIndex}).verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
+        differences.push(`${where}.verdict: the record's verdict differs from the one the transcript's result gives (not shown: private)`);
     }
     verified++;
   }
   // The arm-guess calls, asked after the verdicts: their runs and guesses read again the same way.
   for (const item of record.items) {
     const run = item.armGuess?.run;
-    if (run === undefined || run.phase === "reserved") continue;
-    const where = `items[${item.position}] (observation ${item.observationIndex}).armGuess.run`;
-    const checked = await checkRun(
-      {
-        privateFile: path,
-        noun: "record",
-        index: transcriptIndexOf("arm-guess", item.observationIndex, record.ledger.observations),
-        where,
-        run,
-        arm: "repository",
-        expectedTools: adjudicatorInitTools(),
-        init: expectedInit("adjudicator", { model: record.adjudicator.model }),
-        model: record.adjudicator.model,
-        cliVersion: record.adjudicator.expectedCliVersion,
-        capUsd: record.budget.capUsd,
-      },
-      differences,
-    );
-    if (!checked?.verified) continue;
-    const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
-    for (const line of checked.lines) readResultEvent(line, out);
-    const reading = run.status === "completed" ? readArmGuess(out.structuredOutput, out.resultText) : null;
+    const where = `items[${item.position}] (observation ${item.observationIndex})`;
+    const result = await checkAdjudicatorCall(path, record, { run, index: armGuessIndex(item), where: `${where}.armGuess.run` }, differences);
+    if (result === null) continue;
+    const reading = run!.status === "completed" ? readArmGuess(result.structuredOutput, result.resultText) : null;
     const again = reading?.ok ? reading.guess : null;
-    if (again !== item.armGuess!.guess) differences.push(differ(`items[${item.position}] (observation ${item.observationIndex}).armGuess`, "guess", item.armGuess!.guess, again));
+    if (again !== item.armGuess!.guess) differences.push(differ(`${where}.armGuess`, "guess", item.armGuess!.guess, again));
   }
   return { path, observations: record.items.length, verified, differences };
+}
+
+/**
+ * One adjudicator call (a verdict or an arm guess) of the record against its transcript, as the
+ * adjudicator's runs are checked: its result event when the run is settled and verified, null when
+ * it was never run (or only reserved) or could not be verified.
+ */
+async function checkAdjudicatorCall(
+  path: string,
+  record: AdjudicationRecord,
+  call: { run: StoredRun | null | undefined; index: number; where: string },
+  differences: string[],
+): Promise<{ structuredOutput: unknown; resultText: string | null } | null> {
+  const { run } = call;
+  if (run == null || run.phase === "reserved") return null;
+  const checked = await checkRun(
+    {
+      privateFile: path,
+      noun: "record",
+      index: call.index,
+      where: call.where,
+      run,
+      arm: "repository",
+      expectedTools: adjudicatorInitTools(),
+      init: expectedInit("adjudicator", { model: record.adjudicator.model }),
+      model: record.adjudicator.model,
+      cliVersion: record.adjudicator.expectedCliVersion,
+      capUsd: record.budget.capUsd,
+    },
+    differences,
+  );
+  if (!checked?.verified) return null;
+  const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
+  for (const line of checked.lines) readResultEvent(line, out);
+  return out;
 }
 
 function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Record<string, unknown> {

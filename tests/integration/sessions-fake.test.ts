@@ -22,6 +22,7 @@ import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
+import { sessionTestConfig } from "../support/session-config.ts";
 
 const MODEL = "claude-haiku-5-5";
 const runtime = new DockerRuntime();
@@ -53,21 +54,7 @@ async function config(manifestPath: string, behaviourFile: string, extra: Partia
   await mkdir(records, { mode: 0o777 });
   const { chmod } = await import("node:fs/promises");
   await chmod(records, 0o777);
-  return {
-    manifestPath,
-    roots: new Map(Object.entries(demo.roots)),
-    output: join(work, `ledger-${n++}.json`),
-    model: MODEL,
-    image,
-    expectedCliVersion: "2.1.296",
-    capUsd: 5,
-    callBudgetUsd: 0.5,
-    sessionBudgetUsd: 10,
-    isolation: "offline",
-    claudeConfigDir: loginDir,
-    fake: { behaviourFile, recordsDir: records },
-    ...extra,
-  };
+  return sessionTestConfig({ manifestPath, roots: demo.roots, output: join(work, `ledger-${n++}.json`), model: MODEL, image, loginDir }, { fake: { behaviourFile, recordsDir: records }, ...extra });
 }
 
 const types = (l: SessionLedger) => l.events.map((e) => e.type);

@@ -26,7 +26,7 @@ async function layeringCheck(dir: string): Promise<{ code: number; output: strin
 
 /**
  * A small project laid out like this one: src/ folders that import downward only (plan -> util,
- * sandbox/docker.ts -> dockerode), with the project's own package.json, tsconfig and rules, and its
+ * sandbox/docker.ts -> plan and dockerode), with the project's own package.json, tsconfig and rules, and its
  * node_modules linked in. `files` adds or replaces files to break one rule at a time.
  */
 async function miniProject(parent: string, name: string, files: Record<string, string> = {}): Promise<string> {
@@ -46,6 +46,13 @@ async function miniProject(parent: string, name: string, files: Record<string, s
   return dir;
 }
 
+/** The check's output on a small project with `files` that break a rule; the check must have failed. */
+async function violations(parent: string, name: string, files: Record<string, string>): Promise<string> {
+  const { code, output } = await layeringCheck(await miniProject(parent, name, files));
+  expect(code).not.toBe(0);
+  return output;
+}
+
 describe.concurrent("the layering check (the deps script, part of npm test)", () => {
   let parent: string;
   beforeAll(async () => {
@@ -61,28 +68,58 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
     expect(code).toBe(0);
   });
 
-  it("passes on a small tree that imports downward only", async () => {
-    const { code, output } = await layeringCheck(await miniProject(parent, "clean"));
+  it("passes on a small tree that imports downward only: each layer its own layer or lower ones", async () => {
+    // entry -> run kinds -> attempt machinery -> core, and imports within a layer (transport -> sandbox, plan -> util).
+    const dir = await miniProject(parent, "clean", {
+      "src/cli/main.ts": 'import { study } from "../study/run.ts";\nexport const main = () => study();\n',
+      "src/study/run.ts": 'import { attempt } from "../transport/cli/run.ts";\nexport const study = () => attempt();\n',
+      "src/transport/cli/run.ts":
+        'import { engine } from "../../sandbox/docker.ts";\nimport { UsageError } from "../../util/errors.ts";\nexport const attempt = () => [engine(), new UsageError("y")];\n',
+    });
+    const { code, output } = await layeringCheck(dir);
     expect(output).toContain("no dependency violations found");
     expect(code).toBe(0);
   });
 
+  it("fails when a module imports one of a higher layer, or lies in a src/ folder the layer table does not name", async () => {
+    const output = await violations(parent, "misplaced", {
+      // util (core) -> study (run kinds), settings (core) -> adjudicate (run kinds): upward, though no cycle.
+      "src/study/run.ts": "export const study = () => 1;\n",
+      "src/util/x.ts": 'import { study } from "../study/run.ts";\nexport const x = study();\n',
+      "src/adjudicate/plan.ts": "export const verdicts = () => 1;\n",
+      "src/settings/run-options.ts": 'import { verdicts } from "../adjudicate/plan.ts";\nexport const options = verdicts();\n',
+      // Folders the table does not name: one that imports, one that is imported, one that stands alone, and a file outside any folder.
+      "src/newthing/helper.ts": 'import { UsageError } from "../util/errors.ts";\nexport const helper = () => new UsageError("z");\n',
+      "src/shapes/shape.ts": "export type Shape = { a: number };\n",
+      "src/plan/plan.ts": 'import { UsageError } from "../util/errors.ts";\nimport type { Shape } from "../shapes/shape.ts";\nexport const plan = (s?: Shape) => new UsageError(String(s));\n',
+      "src/alone/alone.ts": "export const alone = 1;\n",
+      "src/index.ts": "export const top = 1;\n",
+    });
+    expect(output).toContain("error no-import-from-a-higher-layer: src/util/x.ts → src/study/run.ts");
+    expect(output).toContain("error no-import-from-a-higher-layer: src/settings/run-options.ts → src/adjudicate/plan.ts");
+    expect(output).not.toContain("no-cycle-between-folders");
+    expect(output).toContain("error every-src-folder-in-a-layer: src/newthing/helper.ts → src/util/errors.ts");
+    expect(output).toContain("error every-src-folder-in-a-layer: src/plan/plan.ts → src/shapes/shape.ts");
+    expect(output).toMatch(/error every-src-folder-in-a-layer: src\/alone\/alone\.ts\n/);
+    expect(output).toMatch(/error every-src-folder-in-a-layer: src\/index\.ts\n/);
+    // The placed modules' own imports are not flagged.
+    expect(output).not.toMatch(/every-src-folder-in-a-layer: src\/(util|sandbox)\//);
+  });
+
   it("fails when a lower folder imports one above it, closing a cycle between folders", async () => {
     // plan/ imports util/; util/ importing plan/ closes the loop.
-    const dir = await miniProject(parent, "cycle", { "src/util/errors.ts": 'import { plan } from "../plan/plan.ts";\nexport class UsageError extends Error {}\nexport const again = () => plan();\n' });
-    const { code, output } = await layeringCheck(dir);
-    expect(code).not.toBe(0);
+    const output = await violations(parent, "cycle", {
+      "src/util/errors.ts": 'import { plan } from "../plan/plan.ts";\nexport class UsageError extends Error {}\nexport const again = () => plan();\n',
+    });
     expect(output).toMatch(/error no-cycle-between-folders: src\/util →\s+src\/plan →\s+src\/util/);
   });
 
   it("fails when src imports from outside src, or a module other than the Docker adapter imports dockerode", async () => {
-    const dir = await miniProject(parent, "outside", {
+    const output = await violations(parent, "outside", {
       "tests/helper.ts": "export const helper = 1;\n",
       "src/plan/plan.ts": 'import { UsageError } from "../util/errors.ts";\nexport { helper } from "../../tests/helper.ts";\nexport const plan = () => new UsageError("x");\n',
       "src/sandbox/bounded.ts": 'import type Docker from "dockerode";\nexport type Engine = Docker;\n',
     });
-    const { code, output } = await layeringCheck(dir);
-    expect(code).not.toBe(0);
     expect(output).toContain("error src-imports-only-src: src/plan/plan.ts → tests/helper.ts");
     expect(output).toMatch(/error only-the-docker-adapter-imports-dockerode: src\/sandbox\/bounded\.ts → \S*node_modules\/dockerode\//);
     expect(output).not.toContain("src/sandbox/docker.ts →");

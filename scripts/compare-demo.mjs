@@ -1,0 +1,294 @@
+#!/usr/bin/env node
+// `npm run compare-demo -- BASE_REV [--keep] [--reuse DIR]`: does a change keep what the demo writes?
+//
+// Runs `npm run demo` (the full fake-model study, its blind adjudication and its reports) in a
+// temporary `git worktree` of BASE_REV (with this tree's node_modules linked in) and in the current
+// working tree, one after the other, then writes each side's Inspect logs with `study-runner report
+// --format inspect`. It compares, side by side: the ledger, the adjudication record, report.md,
+// report.json, report.html and each Inspect log. Prints every difference (file, then the JSON path
+// or the line) and exits 1 on any, 0 when the two agree, 2 when a side could not be run.
+//
+// What legitimately differs between two runs is normalized by field name and structure, never by
+// a blanket pattern over the whole text: times, run, adjudication and item ids, random ids (session,
+// message, Inspect event), absolute temporary paths, durations (wall-time fields, a report metric of
+// wall time, the Markdown and HTML rows, columns and charts labelled with it), and the digests that
+// cover those (transcript hashes, the report's evidence digest, the runner's own source hash). An id
+// or digest found in those fields is replaced where another string quotes it, so an outcome, a cost,
+// a count or a text that changed still shows.
+//
+//   --keep        keep the temporary folder (both worktrees' outputs) and print where it is
+//   --reuse DIR   compare the outputs a --keep run left in DIR instead of running the demo again
+import { spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const HERE = dirname(dirname(fileURLToPath(import.meta.url)));
+
+// ---- the fields that differ between two runs of the same code ------------------------------------
+
+/** Fields whose value is a point in time (one placeholder), an id made at random or from the clock, or a digest over those (numbered placeholders). */
+const VOLATILE_FIELDS = {
+  time: ["startedAt", "endedAt", "finishedAt", "createdAt", "updatedAt", "writtenAt", "askedAt", "answeredAt", "at", "timestamp", "started_at", "completed_at", "created", "completed"],
+  id: ["runId", "adjudicationId", "itemId", "run_id", "eval_id", "task_id", "containerId", "sessionId", "session_id", "uuid", "messageId", "message_id", "requestId", "id", "tool_call_id"],
+  digest: ["transcriptSha256", "ledgerSha256", "ledger_file_sha256", "recordSha256", "adjudication_file_sha256", "runnerHash", "runner_hash", "evidenceRoot", "merkleRoot", "root", "sha256"],
+};
+const FIELD_KIND = new Map(Object.entries(VOLATILE_FIELDS).flatMap(([kind, names]) => names.map((n) => [n, kind])));
+
+/** Durations (wall clock, not work done): these fields, any field named for wall time, and every number of a report metric of time. */
+const DURATION_FIELDS = new Set(["durationMs", "duration_ms", "duration_api_ms", "wallMs", "elapsedMs", "setupMs", "ms", "time", "working_start", "working_time", "total_time"]);
+const isDurationField = (key) => DURATION_FIELDS.has(key) || /wall_?time/i.test(key);
+const DURATION_METRICS = new Set(["wallTimeMs"]);
+/** How the Markdown and HTML reports label a duration: a table row with this first cell, a column with this header, a chart with this label. */
+const DURATION_LABELS = ["wall time (ms)", "wall time ms", "mean wall time ms", "wall ms", "wall time: paired values per task"];
+const DURATION = "<duration>";
+
+/**
+ * A side's normalizer. `collect` first walks every JSON file of the side and numbers each id and
+ * digest in order of first appearance per kind (`<id:1>`, `<digest:3>`), so that two runs agree
+ * exactly when their volatile values stand in the same places. `json` then replaces those fields,
+ * durations, the side's own temporary paths, and any known volatile value quoted inside another
+ * string (a verdict reason naming its item id); `text` does the same for Markdown and HTML, where
+ * durations are found by the table row, column or chart that shows them.
+ */
+function normalizer(side) {
+  const seen = new Map();
+  const counts = {};
+  const placeholder = (kind, value) => {
+    // Times only stand in their places: two events in the same millisecond in one run and not in the other are no difference.
+    if (kind === "time") return "<time>";
+    const key = `${kind}\u0000${value}`;
+    if (!seen.has(key)) {
+      counts[kind] = (counts[kind] ?? 0) + 1;
+      seen.set(key, `<${kind}:${counts[kind]}>`);
+    }
+    return seen.get(key);
+  };
+  // The side's own files and folders, longest first, so an absolute temporary path keeps only its tail.
+  const prefixes = [
+    [side.ledger.replace(/\.json$/, ""), "<ledger>"],
+    [dirname(side.report.json), "<reports>"],
+    [side.work, "<workdir>"],
+    [side.tree, "<tree>"],
+    [realpathSync(tmpdir()), "<tmp>"],
+  ];
+  const known = () =>
+    [...seen.entries()]
+      .map(([key, name]) => [key.slice(key.indexOf("\u0000") + 1), name])
+      .filter(([v]) => v.length >= 8)
+      .sort((a, b) => b[0].length - a[0].length);
+  let values = [];
+  const quoted = (t) => [...prefixes, ...values].reduce((acc, [v, name]) => acc.split(v).join(name), t);
+
+  function walk(value, key, inDuration) {
+    if (Array.isArray(value)) return value.map((v) => walk(v, key, inDuration));
+    if (value !== null && typeof value === "object") {
+      const duration = inDuration || DURATION_METRICS.has(value.metric);
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, walk(v, k, duration)]));
+    }
+    const kind = FIELD_KIND.get(key);
+    if (kind && (typeof value === "string" || typeof value === "number")) return placeholder(kind, String(value));
+    if (typeof value === "number" && (inDuration || isDurationField(key))) return DURATION;
+    return typeof value === "string" ? quoted(value) : value;
+  }
+  return {
+    collect(value) {
+      walk(value, "", false);
+      values = known();
+    },
+    json: (value) => walk(value, "", false),
+    text: (t) => durationsInText(quoted(t)),
+  };
+}
+
+const isDurationLabel = (cell) => DURATION_LABELS.includes(cell.replace(/<[^>]*>/g, "").trim());
+
+/** Markdown tables and HTML tables and charts: the cells of a duration row or column, and a duration chart, become placeholders. */
+function durationsInText(t) {
+  // HTML: a chart whose label is a duration's, and each table's rows (header cells name the columns).
+  let out = t.replace(/<svg\b[^>]*aria-label="([^"]*)"[^>]*>.*?<\/svg>/gs, (svg, label) => (isDurationLabel(label) ? `<svg aria-label="${label}">${DURATION}</svg>` : svg));
+  out = out.replace(/<table\b[^>]*>.*?<\/table>/gs, (table) => {
+    let header = [];
+    return table.replace(/<tr>(.*?)<\/tr>/gs, (row, inner) => {
+      const cells = [...inner.matchAll(/<(t[hd])\b[^>]*>(.*?)<\/\1>/gs)];
+      if (cells.length > 1 && cells.every((c) => c[1] === "th")) header = cells.map((c) => c[2]);
+      else if (cells.length > 1) {
+        const whole = isDurationLabel(cells[0][2]);
+        cells.forEach((c, i) => {
+          if (i > 0 && (whole || isDurationLabel(header[i] ?? ""))) row = row.replace(c[0], `<${c[1]}>${DURATION}</${c[1]}>`);
+        });
+      }
+      return row;
+    });
+  });
+  // Markdown: a table's first row names its columns.
+  let header = null;
+  return out
+    .split("\n")
+    .map((line) => {
+      if (!line.startsWith("|")) {
+        header = null;
+        return line;
+      }
+      const cells = line.split("|").slice(1, -1);
+      if (header === null) {
+        header = cells.map((c) => c.trim());
+        return line;
+      }
+      const whole = isDurationLabel(cells[0] ?? "");
+      return `|${cells.map((c, i) => (i > 0 && (whole || isDurationLabel(header[i] ?? "")) && !/^\s*-+\s*$/.test(c) ? ` ${DURATION} ` : c)).join("|")}|`;
+    })
+    .join("\n");
+}
+
+// ---- comparing ------------------------------------------------------------------------------------
+
+/** Every place where two normalized JSON values differ, as `path: base …, current …`. */
+function jsonDifferences(a, b, path = "$", out = []) {
+  if (out.length >= 200) return out;
+  if (Array.isArray(a) && Array.isArray(b)) {
+    if (a.length !== b.length) out.push(`${path}: ${a.length} entries in base, ${b.length} in current`);
+    for (let i = 0; i < Math.min(a.length, b.length); i++) jsonDifferences(a[i], b[i], `${path}[${i}]`, out);
+  } else if (a && b && typeof a === "object" && typeof b === "object" && !Array.isArray(a) && !Array.isArray(b)) {
+    for (const k of new Set([...Object.keys(a), ...Object.keys(b)])) {
+      if (!(k in a)) out.push(`${path}.${k}: only in current (${show(b[k])})`);
+      else if (!(k in b)) out.push(`${path}.${k}: only in base (${show(a[k])})`);
+      else jsonDifferences(a[k], b[k], `${path}.${k}`, out);
+    }
+  } else if (JSON.stringify(a) !== JSON.stringify(b)) out.push(`${path}: base ${show(a)}, current ${show(b)}`);
+  return out;
+}
+
+const show = (v) => {
+  const s = JSON.stringify(v);
+  return s.length > 160 ? `${s.slice(0, 157)}...` : s;
+};
+
+/** The lines that differ between two normalized texts, line by line (a report's lines are its structure). */
+function textDifferences(a, b) {
+  const x = a.split("\n");
+  const y = b.split("\n");
+  const out = [];
+  if (x.length !== y.length) out.push(`${x.length} lines in base, ${y.length} in current`);
+  for (let i = 0; i < Math.max(x.length, y.length) && out.length < 50; i++) {
+    if (x[i] !== y[i]) out.push(`line ${i + 1}:\n    base:    ${clip(x[i])}\n    current: ${clip(y[i])}`);
+  }
+  return out;
+}
+
+const clip = (s) => (s === undefined ? "(none)" : s.length > 300 ? `${s.slice(0, 297)}...` : s);
+
+// ---- running one side -----------------------------------------------------------------------------
+
+/** A side that could not be run (exit 2), as opposed to a difference (exit 1). */
+class SideError extends Error {}
+
+function sh(cmd, args, cwd, what) {
+  const r = spawnSync(cmd, args, { cwd, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, env: { ...process.env, FORCE_COLOR: "0" } });
+  if (r.status !== 0) throw new SideError(`${what} failed (exit ${r.status ?? r.signal}):\n${(r.stderr ?? "").slice(-4000)}`);
+  return r.stdout;
+}
+
+/** The last JSON object on stdout (the demo and `report --format inspect` end with one). */
+function lastJson(stdout) {
+  const start = stdout.lastIndexOf("\n{\n");
+  return JSON.parse(stdout.slice(start < 0 ? 0 : start + 1));
+}
+
+/** Runs the demo in `tree`, then writes the Inspect logs; the paths of what it wrote go into `side.json`. */
+function runSide(name, tree, dir) {
+  const work = join(dir, `${name}-work`);
+  const t0 = Date.now();
+  process.stderr.write(`compare-demo: npm run demo in ${tree} (${name}) ...\n`);
+  const demo = lastJson(sh("node", ["bin/study-runner.mjs", "demo", "--quiet", "--workdir", work], tree, `the demo (${name})`)).demo;
+  const inspect = lastJson(sh("node", ["bin/study-runner.mjs", "report", "--ledger", demo.ledger, "--adjudication", demo.adjudication, "--format", "inspect", "--out-dir", join(dir, `${name}-inspect`)], tree, `the Inspect logs (${name})`));
+  const side = { name, tree, work, seconds: Math.round((Date.now() - t0) / 1000), ...demo, inspect: inspect.inspect };
+  writeFileSync(join(dir, `${name}.json`), JSON.stringify(side, null, 2));
+  process.stderr.write(`compare-demo: ${name} done in ${side.seconds} s\n`);
+  return side;
+}
+
+/** A worktree of `rev` in `dir`, with this tree's node_modules linked in (never installed). */
+function baseTree(rev, dir) {
+  const tree = join(dir, "base-tree");
+  sh("git", ["worktree", "add", "--detach", tree, rev], HERE, `git worktree add ${rev}`);
+  symlinkSync(realpathSync(join(HERE, "node_modules")), join(tree, "node_modules"), "dir");
+  return tree;
+}
+
+// ---- the comparison -------------------------------------------------------------------------------
+
+/** The files of one side to compare, by a name both sides share. */
+function filesOf(side) {
+  const files = { ledger: side.ledger, "adjudication record": side.adjudication, "report.md": side.report.markdown, "report.json": side.report.json, "report.html": side.report.html };
+  for (const f of readdirSync(side.inspect).sort()) files[`inspect log #${Object.keys(files).length - 4}`] = join(side.inspect, f);
+  return files;
+}
+
+function compare(base, current) {
+  const files = { base: filesOf(base), current: filesOf(current) };
+  const norm = { base: normalizer(base), current: normalizer(current) };
+  const names = [...new Set([...Object.keys(files.base), ...Object.keys(files.current)])];
+  const read = (path) => (isJson(path) ? JSON.parse(readFileSync(path, "utf8")) : readFileSync(path, "utf8"));
+  const content = { base: {}, current: {} };
+  for (const side of ["base", "current"]) {
+    for (const name of names) if (files[side][name]) content[side][name] = read(files[side][name]);
+    // Every volatile value of the side is known before any file is normalized.
+    for (const name of names) if (isJson(files[side][name] ?? "")) norm[side].collect(content[side][name]);
+  }
+  let differences = 0;
+  for (const name of names) {
+    const [a, b] = [content.base[name], content.current[name]];
+    if (a === undefined || b === undefined) {
+      process.stdout.write(`${name}: only in ${a === undefined ? "current" : "base"}\n`);
+      differences++;
+      continue;
+    }
+    const found = isJson(files.base[name]) ? jsonDifferences(norm.base.json(a), norm.current.json(b)) : textDifferences(norm.base.text(a), norm.current.text(b));
+    process.stdout.write(found.length ? `${name}: ${found.length} difference(s)\n${found.map((d) => `  ${d}`).join("\n")}\n` : `${name}: same\n`);
+    differences += found.length;
+  }
+  return differences;
+}
+
+const isJson = (path) => path.endsWith(".json");
+
+function main(argv) {
+  const keep = argv.includes("--keep");
+  const reuseAt = argv.indexOf("--reuse");
+  const reuse = reuseAt >= 0 ? argv[reuseAt + 1] : undefined;
+  const rev = argv.find((a, i) => !a.startsWith("--") && (reuseAt < 0 || i !== reuseAt + 1));
+  if (!rev && !reuse) {
+    process.stderr.write("usage: npm run compare-demo -- BASE_REV [--keep] [--reuse DIR]\n");
+    return 2;
+  }
+  const dir = reuse ?? mkdtempSync(join(realpathSync(tmpdir()), "study-runner-compare-demo-"));
+  // A runner that is root starts the doc-bridge engine as uid 65534 (docs/doc-bridge.md), which must read the base worktree.
+  if (!reuse) chmodSync(dir, 0o755);
+  try {
+    let base;
+    let current;
+    if (reuse) [base, current] = ["base", "current"].map((n) => JSON.parse(readFileSync(join(dir, `${n}.json`), "utf8")));
+    else {
+      mkdirSync(dir, { recursive: true });
+      base = runSide("base", baseTree(rev, dir), dir);
+      current = runSide("current", HERE, dir);
+    }
+    const differences = compare(base, current);
+    process.stdout.write(
+      `compare-demo: ${differences === 0 ? "the same" : `${differences} difference(s)`} (base ${rev ?? "(reused)"} ${base.seconds} s, current ${current.seconds} s)\n`,
+    );
+    return differences === 0 ? 0 : 1;
+  } catch (err) {
+    if (!(err instanceof SideError)) throw err;
+    process.stderr.write(`compare-demo: ${err.message}\n`);
+    return 2;
+  } finally {
+    if (!reuse && existsSync(join(dir, "base-tree"))) spawnSync("git", ["worktree", "remove", "--force", join(dir, "base-tree")], { cwd: HERE });
+    if (keep || reuse) process.stderr.write(`compare-demo: outputs kept in ${dir}\n`);
+    else rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+process.exitCode = main(process.argv.slice(2));
