@@ -30,8 +30,9 @@ export interface Workspace {
 /** `none`, `bridge` (only the documented default of a real pilot), or `container:<id>` (a sidecar's namespace). */
 export type NetworkMode = "none" | "bridge" | `container:${string}`;
 
-export interface ContainerSpec {
-  name?: string;
+/** What runs, the same for a container and for a sandbox of any provider. */
+export interface ProgramSpec {
+  /** An image id (`sha256:…`), a digest, or (in tests) a tag. */
   image: string;
   /** Replaces the image's ENTRYPOINT when given; `cmd` are its arguments. */
   entrypoint?: string[];
@@ -41,6 +42,10 @@ export interface ContainerSpec {
   /** `uid:gid` or a name from the image's /etc/passwd. */
   user?: string;
   workingDir?: string;
+}
+
+export interface ContainerSpec extends ProgramSpec {
+  name?: string;
   /** Host folders bound into the container (socket folders, the staged login, test files). */
   mounts: Mount[];
   /** The read-only tree the attempt works on (its export). */

@@ -1,4 +1,4 @@
-import type { NetworkSetting, Workspace } from "./port.ts";
+import type { NetworkSetting, ProgramSpec, Workspace } from "./port.ts";
 import type { ReapOptions, ReapResult } from "./reaper.ts";
 
 /**
@@ -43,17 +43,7 @@ export interface HostFolder {
   readOnly: boolean;
 }
 
-export interface SandboxSpec {
-  /** By id (`sha256:…`) or digest; a tag only in tests. */
-  image: string;
-  /** Replaces the image's ENTRYPOINT when given; `cmd` are its arguments. */
-  entrypoint?: string[];
-  cmd: string[];
-  /** The complete environment besides the image's: an allowlist built by the caller. */
-  env: Record<string, string>;
-  /** `uid:gid`. */
-  user?: string;
-  workingDir?: string;
+export interface SandboxSpec extends ProgramSpec {
   /** The read-only tree the run works on (an attempt's export), as content. */
   workspace?: Workspace;
   /** A folder worked in by path (a session's worktree, kept between calls; read-only for its test command). */
