@@ -1,7 +1,9 @@
 /**
  * The container-runtime port: what the runner needs from a container engine, in the
- * project's own types. Only `docker.ts` beside this file knows dockerode; everything
- * else is written against `ContainerRuntime`, so a test can hand in `FakeRuntime`.
+ * project's own types. Only `docker.ts` beside this file knows dockerode; the rest is written
+ * against `ContainerRuntime` (so a test can hand in `FakeRuntime`): the Docker provider of the
+ * sandbox seam (`docker-sandbox.ts`, where attempts and test commands run; see `sandbox.ts`), and
+ * the engine's own business (the doctor, image builds and probes, the reaper).
  */
 
 export interface Mount {
