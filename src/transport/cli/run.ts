@@ -28,7 +28,7 @@ import { compareMeteredUsage } from "../../gateway/check.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../../gateway/gateway.ts";
 
 /**
- * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
+ * One run of the Claude Code CLI in a fresh hardened sandbox (a container on the Docker provider), from the export to a classified
  * outcome: the stage that the study's attempts and the adjudicator's items share. It fills the
  * shared part of the caller's record as it goes and returns the verdict; it never reserves or
  * settles (the loop does). Every resource it made is released whatever happens; a fault of the
