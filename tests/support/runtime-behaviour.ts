@@ -288,6 +288,22 @@ async function until(stream: NodeJS.ReadableStream, text: string): Promise<void>
   });
 }
 
+/** A hardened, network-less sandbox of `program`, bounded, labelled with the suite's run. */
+function baseSandboxSpec(harness: SandboxHarness, program: ProgramName, run: string): SandboxSpec {
+  return {
+    image: harness.image,
+    ...harness.program(program),
+    env: {},
+    user: "1000:1000",
+    memoryVolumes: [{ target: "/tmp", bytes: 8 * 1024 ** 2, mode: "1777" }],
+    endpoints: [],
+    limits: { pidsLimit: 64 },
+    security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
+    network: { mode: "none" },
+    labels: { "suite.run": run },
+  };
+}
+
 /**
  * The same contract one level up: the `Sandbox` seam (prepare, run, wait, stop with grace, clean up,
  * reach an endpoint, list and reap by the owner's liveness token), run against the Docker provider
@@ -301,22 +317,7 @@ export function sandboxBehaviourSuite(name: string, setup: () => Promise<Sandbox
     let harness: SandboxHarness | undefined;
     const h = async (): Promise<SandboxHarness> => (harness ??= await setup());
 
-    const spec = async (program: ProgramName, extra: Partial<SandboxSpec> = {}): Promise<SandboxSpec> => {
-      const { image, program: p } = await h();
-      return {
-        image,
-        ...p(program),
-        env: {},
-        user: "1000:1000",
-        memoryVolumes: [{ target: "/tmp", bytes: 8 * 1024 ** 2, mode: "1777" }],
-        endpoints: [],
-        limits: { pidsLimit: 64 },
-        security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
-        network: { mode: "none" },
-        labels: { "suite.run": run },
-        ...extra,
-      };
-    };
+    const spec = async (program: ProgramName, extra: Partial<SandboxSpec> = {}): Promise<SandboxSpec> => ({ ...baseSandboxSpec(await h(), program, run), ...extra });
     const prepare = async (s: SandboxSpec): Promise<PreparedSandbox> => {
       const p = await (await h()).sandbox.prepare(s);
       prepared.push(p);

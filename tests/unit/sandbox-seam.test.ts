@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, describe, expect, it } from "vitest";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -38,17 +38,14 @@ class RecordingSandbox extends DockerSandbox {
   }
 }
 
-let work: string;
-let loaded: LoadedManifest;
-let roots: Map<string, string>;
-
-beforeAll(async () => {
-  work = await mkdtemp(join(tmpdir(), "sr-unit-seam-"));
-  const corpus = await makeDemoCorpus(join(work, "corpus"));
-  roots = new Map(Object.entries(corpus).map(([n, { dir }]) => [n, dir]));
-  loaded = await loadManifest(DEMO_MANIFEST);
-});
-afterAll(() => rm(work, { recursive: true, force: true }));
+/** A work folder with the demo corpus, and the demo manifest. */
+async function demoFixture(): Promise<{ work: string; loaded: LoadedManifest; roots: Map<string, string> }> {
+  const work = await mkdtemp(join(tmpdir(), "sr-unit-seam-"));
+  const corpus = Object.entries(await makeDemoCorpus(join(work, "corpus")));
+  return { work, loaded: await loadManifest(DEMO_MANIFEST), roots: new Map(corpus.map(([n, { dir }]) => [n, dir])) };
+}
+const fixture = demoFixture();
+afterAll(async () => rm((await fixture).work, { recursive: true, force: true }));
 
 describe("the sandbox seam", () => {
   it("runs every attempt of a study in the sandbox it is given, from a provider-neutral spec", async () => {
@@ -57,6 +54,7 @@ describe("the sandbox seam", () => {
       return 0;
     });
     const sandbox = new RecordingSandbox(runtime);
+    const { work, loaded, roots } = await fixture;
     const loginDir = join(work, "login");
     await writeTestLogin(loginDir);
     const config = unitStudyConfig({ work, name: "seam", loaded, roots, loginDir, attempts: 2, overrides: { capUsd: 1 } });
