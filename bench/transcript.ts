@@ -14,6 +14,7 @@ import { spawn } from "node:child_process";
 import { once } from "node:events";
 import { fileURLToPath } from "node:url";
 import { runBounded } from "../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../src/sandbox/docker-sandbox.ts";
 import { FakeRuntime } from "../tests/support/fake-runtime.ts";
 import type { ContainerSpec } from "../src/sandbox/port.ts";
 import { TranscriptReader, type TranscriptFacts } from "../src/transcript/reader.ts";
@@ -73,7 +74,7 @@ function* chunked(lines: Iterable<string>): Generator<Buffer> {
 
 async function throughRunner(runtime: FakeRuntime, limit: number): Promise<TranscriptFacts> {
   const reader = newReader();
-  const raw = await runBounded(runtime, SPEC, (line) => reader.pushLine(line), { stdoutLimitBytes: limit });
+  const raw = await runBounded(dockerSandbox(runtime).containers, SPEC, (line) => reader.pushLine(line), { stdoutLimitBytes: limit });
   if (raw.truncated || raw.exitCode !== 0) throw new Error(`runBounded ended truncated=${raw.truncated} exit=${raw.exitCode}`);
   return reader.finish();
 }
@@ -97,7 +98,7 @@ async function memoryChild(size: number): Promise<void> {
     const runtime = streamingRuntime(() => chunked(transcriptLines(bytes, 1, shape)));
     const reader = newReader();
     const raw = await runBounded(
-      runtime,
+      dockerSandbox(runtime).containers,
       SPEC,
       (line) => {
         reader.pushLine(line);

@@ -1,5 +1,6 @@
 import { RefusalError } from "../util/errors.ts";
 import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../sandbox/port.ts";
+import { readBoundedText } from "../sandbox/output.ts";
 import { contextDigest, packContext, type ImageSpec } from "./context.ts";
 import { IMAGE_LABELS, IMAGE_LAYOUT } from "./specs.ts";
 
@@ -86,7 +87,7 @@ export async function probeVersion(runtime: ContainerRuntime, image: string, opt
   const id = await runtime.create({ ...probeSpec(info.id, opts.labels ?? {}), ...(opts.runtime !== undefined ? { runtime: opts.runtime } : {}) });
   try {
     const { stdout, stderr } = await runtime.attach(id);
-    const output = Promise.all([collect(stdout, PROBE_OUTPUT_LIMIT), collect(stderr, PROBE_OUTPUT_LIMIT)]);
+    const output = Promise.all([readBoundedText(stdout, PROBE_OUTPUT_LIMIT), readBoundedText(stderr, PROBE_OUTPUT_LIMIT)]);
     output.catch(() => undefined); // awaited below, or abandoned on a timeout
     await runtime.start(id);
     let timer: NodeJS.Timeout | undefined;
@@ -106,18 +107,6 @@ export async function probeVersion(runtime: ContainerRuntime, image: string, opt
   } finally {
     await runtime.remove(id);
   }
-}
-
-/** Reads a stream as UTF-8 text, keeping at most `limit` bytes and draining the rest. */
-async function collect(stream: NodeJS.ReadableStream, limit: number): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
-    if (size < limit) chunks.push(buf.subarray(0, limit - size));
-    size += buf.length;
-  }
-  return Buffer.concat(chunks).toString("utf8");
 }
 
 /** The fake claude image answers without any model: like a scripted API, a test stand-in that sends no request. */

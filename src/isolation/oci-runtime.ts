@@ -2,6 +2,7 @@ import { createServer, type Socket } from "node:net";
 import { probeSpec } from "../image/build.ts";
 import { IMAGE_LAYOUT } from "../image/specs.ts";
 import type { ContainerRuntime, EngineInfo, NetworkMode } from "../sandbox/port.ts";
+import { readBoundedText } from "../sandbox/output.ts";
 import { assertSocketOwner, listenForContainer } from "../util/container-socket.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { makeRunnerFolder } from "../util/orphans.ts";
@@ -156,7 +157,7 @@ export async function probeOciRuntime(runtime: ContainerRuntime, image: string, 
       runtime: name,
     });
     const { stdout, stderr } = await runtime.attach(id);
-    const output = Promise.all([collect(stdout), collect(stderr)]);
+    const output = Promise.all([readBoundedText(stdout, PROBE_OUTPUT_LIMIT), readBoundedText(stderr, PROBE_OUTPUT_LIMIT)]);
     output.catch(() => undefined);
     await runtime.start(id);
     let timer: NodeJS.Timeout | undefined;
@@ -177,15 +178,4 @@ export async function probeOciRuntime(runtime: ContainerRuntime, image: string, 
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await removeTree(dir);
   }
-}
-
-async function collect(stream: NodeJS.ReadableStream): Promise<string> {
-  const chunks: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    const buf = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk);
-    if (size < PROBE_OUTPUT_LIMIT) chunks.push(buf.subarray(0, PROBE_OUTPUT_LIMIT - size));
-    size += buf.length;
-  }
-  return Buffer.concat(chunks).toString("utf8");
 }

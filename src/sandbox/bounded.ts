@@ -1,4 +1,4 @@
-import type { ContainerRuntime, ContainerSpec } from "./port.ts";
+import type { Preparer } from "./sandbox.ts";
 import { ATTEMPT_TIMEOUT_MS, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 
 /** The CLI may linger after its result event while MCP children exit; then it is killed. */
@@ -33,88 +33,118 @@ export interface RunBounds {
   stdoutLimitBytes?: number;
   timeoutMs?: number;
   afterResultGraceMs?: number;
-  /** Aborts the attempt (signals): the container is killed and removed. */
+  /** Aborts the attempt (signals): the sandbox is stopped and cleaned up. */
   signal?: AbortSignal;
   /** Called once the container has started: the runner is idle until it ends. */
   onStarted?: () => void;
 }
 
+/** Why the runner killed a run; recorded before the kill, so the outcome never depends on who won a race. */
+type KillReason = "timeout" | "truncated" | "after-result" | "abort";
+
 /**
- * Runs one container to its end under the bounds and feeds every complete stdout line to
- * `onLine` as it arrives. Outcomes (timeout, truncation, non-zero exit, OOM kill) are
- * results; only the runner's own faults (the engine unreachable) throw. The container is
- * removed whatever happened.
+ * The run's stdout as lines, under the byte bound: every complete line goes to `onLine`; past the
+ * bound reading stops and `onBound` is called once; the first result event calls `onResult`.
  */
-export async function runBounded(runtime: ContainerRuntime, spec: ContainerSpec, onLine: (line: string) => void, bounds: RunBounds = {}): Promise<RawOutcome> {
+class BoundedLines {
+  bytes = 0;
+  cut = false;
+  private pending = "";
+  private sawResult = false;
+  private readonly decoder = new TextDecoder("utf-8");
+
+  constructor(
+    private readonly limit: number,
+    private readonly onLine: (line: string) => void,
+    private readonly onBound: () => void,
+    private readonly onResult: () => void,
+  ) {}
+
+  push(chunk: Buffer): void {
+    if (this.cut) return;
+    if (this.bytes + chunk.length > this.limit) {
+      chunk = chunk.subarray(0, this.limit - this.bytes);
+      this.bytes = this.limit;
+      this.cut = true;
+      this.onBound();
+    } else this.bytes += chunk.length;
+    this.pending += this.decoder.decode(chunk, { stream: true });
+    let nl: number;
+    while ((nl = this.pending.indexOf("\n")) >= 0) {
+      const line = this.pending.slice(0, nl);
+      this.pending = this.pending.slice(nl + 1);
+      if (!this.sawResult && line.includes('"result"') && /"type"\s*:\s*"result"/.test(line)) {
+        this.sawResult = true;
+        this.onResult();
+      }
+      this.onLine(line);
+    }
+  }
+
+  /** A final line without a newline is still a line (a truncated one is not: it was cut). */
+  finish(): void {
+    if (!this.cut && this.pending.length > 0) this.onLine(this.pending);
+  }
+}
+
+/** Resolves when the stream has ended, closed or failed. */
+function drained(stream: NodeJS.ReadableStream): Promise<void> {
+  return new Promise<void>((resolve) => {
+    stream.on("end", resolve);
+    stream.on("close", resolve);
+    stream.on("error", () => resolve());
+  });
+}
+
+/**
+ * Runs one sandbox to its end under the bounds and feeds every complete stdout line to `onLine`
+ * as it arrives. Outcomes (timeout, truncation, non-zero exit, OOM kill) are results; only the
+ * runner's own faults (the engine unreachable) throw. The sandbox is cleaned up whatever happened.
+ * `sandbox` is a `Sandbox` given a `SandboxSpec`, or the Docker provider's `containers` given a
+ * container spec as it is (tests).
+ */
+export async function runBounded<S>(sandbox: Preparer<S>, spec: S, onLine: (line: string) => void, bounds: RunBounds = {}): Promise<RawOutcome> {
   const limit = bounds.stdoutLimitBytes ?? STDOUT_LIMIT_BYTES;
   const started = Date.now();
-  const id = await runtime.create(spec);
-  let timedOut = false;
-  let truncated = false;
-  let killedAfterResult = false;
-  let stdoutBytes = 0;
-  let stderrTail = "";
+  const prepared = await sandbox.prepare(spec);
+  const killed = new Set<KillReason>();
   const timers: NodeJS.Timeout[] = [];
-  // The reason is recorded before the kill, so the outcome never depends on who won a race.
-  const kill = (why: "timeout" | "truncated" | "after-result" | "abort") => {
-    if (why === "timeout") timedOut = true;
-    if (why === "truncated") truncated = true;
-    if (why === "after-result") killedAfterResult = true;
-    runtime.kill(id).catch(() => {});
+  const kill = (why: KillReason) => {
+    killed.add(why);
+    prepared.stop().catch(() => {});
   };
+  const lines = new BoundedLines(
+    limit,
+    onLine,
+    () => kill("truncated"),
+    () => timers.push(setTimeout(() => kill("after-result"), bounds.afterResultGraceMs ?? AFTER_RESULT_GRACE_MS)),
+  );
   const onAbort = () => kill("abort");
+  let stderrTail = "";
   try {
-    const streams = await runtime.attach(id);
-    let pending = "";
-    let sawResult = false;
-    const decoder = new TextDecoder("utf-8");
-    const stdoutDone = new Promise<void>((resolve) => {
-      streams.stdout.on("data", (chunk: Buffer) => {
-        if (truncated) return;
-        if (stdoutBytes + chunk.length > limit) {
-          chunk = chunk.subarray(0, limit - stdoutBytes);
-          stdoutBytes = limit;
-          kill("truncated");
-        } else stdoutBytes += chunk.length;
-        pending += decoder.decode(chunk, { stream: true });
-        let nl: number;
-        while ((nl = pending.indexOf("\n")) >= 0) {
-          const line = pending.slice(0, nl);
-          pending = pending.slice(nl + 1);
-          if (!sawResult && line.includes('"result"') && /"type"\s*:\s*"result"/.test(line)) {
-            sawResult = true;
-            timers.push(setTimeout(() => kill("after-result"), bounds.afterResultGraceMs ?? AFTER_RESULT_GRACE_MS));
-          }
-          onLine(line);
-        }
-      });
-      streams.stdout.on("end", resolve);
-      streams.stdout.on("close", resolve);
-      streams.stdout.on("error", () => resolve());
-    });
-    streams.stderr.on("data", (chunk: Buffer) => {
-      stderrTail = (stderrTail + chunk.toString("utf8")).slice(-STDERR_KEEP_BYTES);
-    });
     timers.push(setTimeout(() => kill("timeout"), bounds.timeoutMs ?? ATTEMPT_TIMEOUT_MS));
     bounds.signal?.addEventListener("abort", onAbort, { once: true });
     if (bounds.signal?.aborted) onAbort();
-    await runtime.start(id);
+    const streams = await prepared.run();
+    streams.stdout.on("data", (chunk: Buffer) => lines.push(chunk));
+    const stdoutDone = drained(streams.stdout);
+    streams.stderr.on("data", (chunk: Buffer) => {
+      stderrTail = (stderrTail + chunk.toString("utf8")).slice(-STDERR_KEEP_BYTES);
+    });
     bounds.onStarted?.();
-    const waited = await runtime.wait(id);
+    const exit = await prepared.wait();
     await Promise.race([stdoutDone, new Promise((r) => setTimeout(r, 2_000))]);
-    // A final line without a newline is still a line (a truncated one is not: it was cut).
-    if (!truncated && pending.length > 0) onLine(pending);
-    const info = await runtime.inspect(id);
+    lines.finish();
     return {
-      containerId: id,
-      ...(info ? { runtime: info.runtime } : {}),
-      exitCode: waited.exitCode,
-      timedOut,
-      truncated,
+      containerId: prepared.id,
+      ...(exit.ociRuntime !== undefined ? { runtime: exit.ociRuntime } : {}),
+      exitCode: exit.exitCode,
+      timedOut: killed.has("timeout"),
+      truncated: lines.cut,
       stdoutLimitBytes: limit,
-      oomKilled: waited.oomKilled || (info?.oomKilled ?? false),
-      killedAfterResult,
-      stdoutBytes,
+      oomKilled: exit.oomKilled,
+      killedAfterResult: killed.has("after-result"),
+      stdoutBytes: lines.bytes,
       stderrTail,
       homeFull: stderrTail.includes(HOME_FULL_MARK),
       wallTimeMs: Date.now() - started,
@@ -122,6 +152,6 @@ export async function runBounded(runtime: ContainerRuntime, spec: ContainerSpec,
   } finally {
     for (const t of timers) clearTimeout(t);
     bounds.signal?.removeEventListener("abort", onAbort);
-    await runtime.remove(id);
+    await prepared.cleanup();
   }
 }

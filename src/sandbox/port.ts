@@ -1,7 +1,9 @@
 /**
  * The container-runtime port: what the runner needs from a container engine, in the
- * project's own types. Only `docker.ts` beside this file knows dockerode; everything
- * else is written against `ContainerRuntime`, so a test can hand in `FakeRuntime`.
+ * project's own types. Only `docker.ts` beside this file knows dockerode; the rest is written
+ * against `ContainerRuntime` (so a test can hand in `FakeRuntime`): the Docker provider of the
+ * sandbox seam (`docker-sandbox.ts`, where attempts and test commands run; see `sandbox.ts`), and
+ * the engine's own business (the doctor, image builds and probes, the reaper).
  */
 
 export interface Mount {
@@ -30,8 +32,9 @@ export interface Workspace {
 /** `none`, `bridge` (only the documented default of a real pilot), or `container:<id>` (a sidecar's namespace). */
 export type NetworkMode = "none" | "bridge" | `container:${string}`;
 
-export interface ContainerSpec {
-  name?: string;
+/** What runs, the same for a container and for a sandbox of any provider. */
+export interface ProgramSpec {
+  /** An image id (`sha256:…`), a digest, or (in tests) a tag. */
   image: string;
   /** Replaces the image's ENTRYPOINT when given; `cmd` are its arguments. */
   entrypoint?: string[];
@@ -41,6 +44,10 @@ export interface ContainerSpec {
   /** `uid:gid` or a name from the image's /etc/passwd. */
   user?: string;
   workingDir?: string;
+}
+
+export interface ContainerSpec extends ProgramSpec {
+  name?: string;
   /** Host folders bound into the container (socket folders, the staged login, test files). */
   mounts: Mount[];
   /** The read-only tree the attempt works on (its export). */

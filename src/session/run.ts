@@ -21,6 +21,7 @@ import { formatIssues } from "../util/zod-errors.ts";
 import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, sessionPrompt } from "./args.ts";
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { runTestCommand } from "./test-command.ts";
+import { dockerSandbox } from "../sandbox/docker-sandbox.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { planExport } from "../export/export.ts";
 import { parseJsonStrict } from "../util/strict-json.ts";
@@ -643,7 +644,7 @@ async function advanceSessions(
         } else {
           s.summary = { untrusted: true, text: r.summary };
           if (task.testCommand) {
-            s.test = await runTestCommand(deps.runtime, {
+            s.test = await runTestCommand(dockerSandbox(deps.runtime), {
               image: config.image,
               worktree: paths.worktree,
               command: task.testCommand,

@@ -1,4 +1,4 @@
-import type { ContainerRuntime, ContainerSpec } from "../sandbox/port.ts";
+import type { Sandbox, SandboxSpec } from "../sandbox/sandbox.ts";
 import { CONTAINER } from "../transport/cli/spec.ts";
 import { runBounded } from "../sandbox/bounded.ts";
 
@@ -16,12 +16,12 @@ export interface TestRun {
 }
 
 /**
- * The task's test command after `done`, in a container of its own: the worktree mounted
- * read-only (tests judge the agent's edits, they do not make more), no network, a read-only root,
- * no capabilities, a tmpfs /tmp and HOME, the command as an argument array (no shell), bounded
+ * The task's test command after `done`, in a sandbox of its own: the worktree read-only (tests
+ * judge the agent's edits, they do not make more), no network and no endpoint, a read-only root,
+ * no capabilities, an in-memory /tmp and HOME, the command as an argument array (no shell), bounded
  * time and output. Its exit code and the tail of its output are what is recorded.
  */
-export function testContainerSpec(o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; runtime?: string }): ContainerSpec {
+export function testSandboxSpec(o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; runtime?: string }): SandboxSpec {
   return {
     image: o.image,
     entrypoint: [o.command[0]!],
@@ -29,29 +29,29 @@ export function testContainerSpec(o: { image: string; worktree: string; command:
     env: { HOME: CONTAINER.home, PATH: "/usr/local/bin:/usr/bin:/bin", LANG: "C.UTF-8", TMPDIR: "/tmp", CI: "1" },
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
-    mounts: [{ source: o.worktree, target: CONTAINER.workspace, readOnly: true }],
-    tmpfs: { "/tmp": "rw,nosuid,nodev,size=64m,mode=1777", [CONTAINER.home]: "rw,nosuid,nodev,size=16m,uid=1000,gid=1000,mode=0700" },
-    readOnlyRootfs: true,
-    networkMode: "none",
-    capDrop: ["ALL"],
-    securityOpt: ["no-new-privileges"],
-    pidsLimit: 128,
-    memoryBytes: 1024 ** 3,
-    nanoCpus: 1e9,
+    worktree: { folder: o.worktree, target: CONTAINER.workspace, readOnly: true },
+    memoryVolumes: [
+      { target: "/tmp", bytes: 64 * 1024 ** 2, mode: "1777" },
+      { target: CONTAINER.home, bytes: 16 * 1024 ** 2, owner: { uid: 1000, gid: 1000 }, mode: "0700" },
+    ],
+    endpoints: [],
+    limits: { pidsLimit: 128, memoryBytes: 1024 ** 3, nanoCpus: 1e9 },
+    security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
+    network: { mode: "none" },
     labels: o.labels,
-    ...(o.runtime !== undefined ? { runtime: o.runtime } : {}),
+    ...(o.runtime !== undefined ? { ociRuntime: o.runtime } : {}),
   };
 }
 
 export async function runTestCommand(
-  runtime: ContainerRuntime,
+  sandbox: Sandbox,
   o: { image: string; worktree: string; command: readonly string[]; labels: Record<string, string>; timeoutMs?: number; runtime?: string },
 ): Promise<TestRun> {
   let stdout = "";
   let truncated = false;
   const raw = await runBounded(
-    runtime,
-    testContainerSpec(o),
+    sandbox,
+    testSandboxSpec(o),
     (line) => {
       stdout += `${line}\n`;
       if (stdout.length > TEST_OUTPUT_KEEP_BYTES) {

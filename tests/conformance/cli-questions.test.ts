@@ -14,6 +14,7 @@ import { chmod, chown, cp, mkdir, mkdtemp, readdir, writeFile } from "node:fs/pr
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec, CONTAINER } from "../../src/transport/cli/spec.ts";
 import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths } from "../../src/transport/cli/session-channel.ts";
 import { collectSessionCall } from "../../src/session/state.ts";
@@ -124,7 +125,7 @@ async function run(name: string, args: string[], opts: { home?: TestGatewayAttem
     init: expectedInit("attempt-repository", { model: MODEL }),
   });
   const raw = await runBounded(
-    runtime,
+    dockerSandbox(runtime).containers,
     spec,
     (line) => {
       reader.pushLine(line);

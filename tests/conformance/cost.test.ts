@@ -13,6 +13,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createHash } from "node:crypto";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { computeCost, type CostResult } from "../../src/cost/compute.ts";
@@ -130,7 +131,7 @@ async function runPoint(name: string, index: number): Promise<void> {
     cliVersion: "2.1.296",
     init: expectedInit("attempt-repository", { model: MODEL }),
   });
-  const raw = await runBounded(runtime, spec, (line) => reader.pushLine(line), { timeoutMs: 60_000 });
+  const raw = await runBounded(dockerSandbox(runtime).containers, spec, (line) => reader.pushLine(line), { timeoutMs: 60_000 });
   const metered = await attempt.finish();
   const facts = reader.finish();
   const cost = computeCost({ model: MODEL, modelUsage: facts.modelUsage, cacheCreation: facts.cacheCreation, perMessageUsage: facts.perMessageUsage, reportedCostUsd: facts.reportedCostUsd });

@@ -13,6 +13,7 @@ import { chmod, chown, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promis
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec, CONTAINER } from "../../src/transport/cli/spec.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
@@ -124,7 +125,7 @@ beforeAll(async () => {
     cliVersion: "2.1.296",
     init: expectedInit("attempt-repository", { model: MODEL }),
   });
-  const raw = await runBounded(runtime, spec, (line) => reader.pushLine(line), { timeoutMs: 90_000 });
+  const raw = await runBounded(dockerSandbox(runtime).containers, spec, (line) => reader.pushLine(line), { timeoutMs: 90_000 });
   metered = await attempt.finish();
   facts = reader.finish();
   expect(raw.exitCode, raw.stderrTail).toBe(0);

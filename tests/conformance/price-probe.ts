@@ -14,6 +14,7 @@ import { mkdtemp } from "node:fs/promises";
 import { join } from "node:path";
 import { stageLogin, resolveLogin } from "../../src/credentials/login.ts";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { cliArguments } from "../../src/claude/args.ts";
 import type { Turn } from "../../src/scripted-api/script.ts";
@@ -310,7 +311,7 @@ export async function measureModel(env: ProbeEnv, model: string): Promise<ModelM
       extraEnv: { DISABLE_AUTO_COMPACT: "1", DISABLE_COMPACT: "1", CLAUDE_CODE_MAX_CONTEXT_TOKENS: "100000000", CLAUDE_CODE_BLOCKING_LIMIT_OVERRIDE: "100000000" },
     });
     const raw = await runBounded(
-      env.runtime,
+      dockerSandbox(env.runtime).containers,
       spec,
       (line) => {
         if (!line.startsWith("{")) return;

@@ -22,6 +22,7 @@ import { chmod, mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { expectedInit, INIT_FIELDS_VARYING_PER_RUN } from "../../src/claude/init-expectation.ts";
 import type { Gateway } from "../../src/gateway/gateway.ts";
@@ -98,7 +99,7 @@ async function run(name: "clean" | "hostile", image: string): Promise<Run> {
     modelApiSocket: attempt.socketPath,
   });
   const lines: string[] = [];
-  const raw = await runBounded(runtime, spec, (line) => lines.push(line), { timeoutMs: 120_000 });
+  const raw = await runBounded(dockerSandbox(runtime).containers, spec, (line) => lines.push(line), { timeoutMs: 120_000 });
   await attempt.finish();
   const events = lines.map((l) => JSON.parse(l) as Record<string, unknown>);
   const init = events.find((e) => e.type === "system" && e.subtype === "init");

@@ -6,6 +6,7 @@ import { buildImage, probeSpec } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import type { ContainerSpec, Mount } from "../../src/sandbox/port.ts";
 import { makeFakeDir, parseEvents, runToEnd, streamJsonArgs, type FakeBehaviourFile, type FakeDir } from "../support/fake-claude.ts";
 
@@ -134,7 +135,7 @@ describe("the fake claude image on the real engine", () => {
     const read = "let n=0;process.stdin.on('data',(d)=>{n+=d.length}).on('end',()=>console.log(JSON.stringify({type:'stdin-end',bytes:n})))";
     const spec = { ...attemptSpec([], []), entrypoint: [IMAGE_LAYOUT.node, "-e", read] };
     const lines: string[] = [];
-    const raw = await runBounded(runtime, spec, (line) => lines.push(line), { timeoutMs: 20_000 });
+    const raw = await runBounded(dockerSandbox(runtime).containers, spec, (line) => lines.push(line), { timeoutMs: 20_000 });
     expect(raw).toMatchObject({ timedOut: false, exitCode: 0 });
     expect(lines).toEqual(['{"type":"stdin-end","bytes":0}']);
   });

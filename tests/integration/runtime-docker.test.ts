@@ -2,13 +2,20 @@ import { describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
-import { PROGRAM_SCRIPTS, runtimeBehaviourSuite } from "../support/runtime-behaviour.ts";
+import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
+import { PROGRAM_SCRIPTS, runtimeBehaviourSuite, sandboxBehaviourSuite } from "../support/runtime-behaviour.ts";
 
 // The programs run under the Node of the fake-claude image (built once, cached by digest).
 runtimeBehaviourSuite("DockerRuntime", async () => {
   const runtime = new DockerRuntime();
   const image = await buildImage(runtime, await fakeClaudeImageSpec());
   return { runtime, image: image.id, program: (name) => ({ entrypoint: [IMAGE_LAYOUT.node, "-e", PROGRAM_SCRIPTS[name]], cmd: [] }) };
+});
+
+sandboxBehaviourSuite("the Docker provider over DockerRuntime", async () => {
+  const runtime = new DockerRuntime();
+  const image = await buildImage(runtime, await fakeClaudeImageSpec());
+  return { sandbox: new DockerSandbox(runtime), image: image.id, program: (name) => ({ entrypoint: [IMAGE_LAYOUT.node, "-e", PROGRAM_SCRIPTS[name]], cmd: [] }) };
 });
 
 describe("DockerRuntime connection", () => {

@@ -24,6 +24,12 @@ export interface FakeProcess {
   stderr: NodeJS.WritableStream;
   /** Aborted when the container is killed; the program should stop promptly. */
   signal: AbortSignal;
+  /**
+   * Handles a catchable signal (SIGTERM, SIGINT…) the way a program's own handler would; the program
+   * decides whether to end. An untrapped one is ignored, as the kernel ignores it for a container's
+   * first process, unless the spec asks for an init, which forwards it (the program then dies of it).
+   */
+  trap(signal: string, handler: () => void): void;
 }
 
 /** A container's program: returns its exit code (or an exit with an OOM kill); a throw is exit 1. */
@@ -48,6 +54,7 @@ interface FakeContainer {
   exit?: ContainerExit;
   output?: { stdout: PassThrough; stderr: PassThrough };
   abort: AbortController;
+  traps: Map<string, () => void>;
   done: Promise<ContainerExit>;
   finish: (exit: ContainerExit) => void;
 }
@@ -118,7 +125,7 @@ export class FakeRuntime implements ContainerRuntime {
     const id = randomBytes(32).toString("hex");
     let finish!: (exit: ContainerExit) => void;
     const done = new Promise<ContainerExit>((resolve) => (finish = resolve));
-    const container: FakeContainer = { id, spec: copySpec(spec), image, state: "created", abort: new AbortController(), done, finish };
+    const container: FakeContainer = { id, spec: copySpec(spec), image, state: "created", abort: new AbortController(), traps: new Map(), done, finish };
     if (spec.name !== undefined) container.name = spec.name;
     this.containers.set(id, container);
     this.created.push(copySpec(spec));
@@ -151,7 +158,8 @@ export class FakeRuntime implements ContainerRuntime {
     void (async () => {
       let exit: ContainerExit;
       try {
-        const r = await this.options.program({ spec: c.spec, image: { id: c.image.id, labels: { ...c.image.labels } }, stdout, stderr, signal: c.abort.signal });
+        const trap = (signal: string, handler: () => void): void => void c.traps.set(signal.toUpperCase(), handler);
+        const r = await this.options.program({ spec: c.spec, image: { id: c.image.id, labels: { ...c.image.labels } }, stdout, stderr, signal: c.abort.signal, trap });
         exit = typeof r === "number" ? { exitCode: r, oomKilled: false } : (r ?? { exitCode: 0, oomKilled: false });
       } catch (err) {
         stderr.write(`${err instanceof Error ? err.message : String(err)}\n`);
@@ -182,6 +190,11 @@ export class FakeRuntime implements ContainerRuntime {
     if (n === undefined) throw new ContainerRuntimeError(`kill ${id}: unknown signal ${signal}`, "invalid-spec");
     const c = this.containers.get(id);
     if (c?.state !== "running") return;
+    if (n !== 9) {
+      const handler = c.traps.get(signal.toUpperCase());
+      if (handler) return handler();
+      if (c.spec.init !== true) return;
+    }
     c.abort.abort(new Error(signal));
     this.exited(c, { exitCode: 128 + n, oomKilled: false });
   }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { FakeRuntime } from "../support/fake-runtime.ts";
 import { STDOUT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 import { evaluate, baseEvents, toText } from "./transcript-fixtures.ts";
@@ -26,7 +27,7 @@ function floodingRuntime(): FakeRuntime {
 describe("the stdout bound of one attempt", () => {
   it("cuts at a configured bound lower than the default, reports that bound, and the attempt's reason names it", async () => {
     const lines: string[] = [];
-    const raw = await runBounded(floodingRuntime(), spec, (l) => lines.push(l), { stdoutLimitBytes: 64 * 1024, timeoutMs: 30_000 });
+    const raw = await runBounded(dockerSandbox(floodingRuntime()).containers, spec, (l) => lines.push(l), { stdoutLimitBytes: 64 * 1024, timeoutMs: 30_000 });
     expect(raw.truncated).toBe(true);
     expect(raw.timedOut).toBe(false);
     expect(raw.stdoutLimitBytes).toBe(64 * 1024);
@@ -36,7 +37,7 @@ describe("the stdout bound of one attempt", () => {
   });
 
   it("applies the 4 MiB default when no bound is configured, and reports it", async () => {
-    const raw = await runBounded(floodingRuntime(), spec, () => {}, { timeoutMs: 60_000 });
+    const raw = await runBounded(dockerSandbox(floodingRuntime()).containers, spec, () => {}, { timeoutMs: 60_000 });
     expect(raw.truncated).toBe(true);
     expect(raw.stdoutLimitBytes).toBe(STDOUT_LIMIT_BYTES);
     expect(STDOUT_LIMIT_BYTES).toBe(4 * 1024 * 1024);

@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { runBounded } from "../../src/sandbox/bounded.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { ATTEMPT_TIMEOUT_MS } from "../../src/terms/limits.ts";
 import { FakeRuntime } from "../support/fake-runtime.ts";
 import type { ContainerSpec } from "../../src/sandbox/port.ts";
@@ -23,7 +24,7 @@ describe("the attempt timeout default", () => {
     });
     runtime.addImage("img:1");
     let done = false;
-    const outcome = runBounded(runtime, spec, () => {}).finally(() => (done = true));
+    const outcome = runBounded(dockerSandbox(runtime).containers, spec, () => {}).finally(() => (done = true));
     await vi.advanceTimersByTimeAsync(5 * 60_000 - 1);
     expect(done).toBe(false);
     await vi.advanceTimersByTimeAsync(1);

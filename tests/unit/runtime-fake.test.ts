@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { FakeRuntime } from "../support/fake-runtime.ts";
-import { fakePrograms, runtimeBehaviourSuite } from "../support/runtime-behaviour.ts";
+import { fakePrograms, runtimeBehaviourSuite, sandboxBehaviourSuite } from "../support/runtime-behaviour.ts";
+import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 
 runtimeBehaviourSuite("FakeRuntime", async () => {
   const runtime = new FakeRuntime({ program: fakePrograms });
@@ -44,4 +45,10 @@ describe("FakeRuntime specifics", () => {
     expect(await runtime.wait(id)).toEqual({ exitCode: 1, oomKilled: false });
     expect(err).toBe("boom\n");
   });
+});
+
+sandboxBehaviourSuite("the Docker provider over FakeRuntime", async () => {
+  const runtime = new FakeRuntime({ program: fakePrograms });
+  const image = runtime.addImage("study-runner-test/programs:fake");
+  return { sandbox: new DockerSandbox(runtime), image: image.id, program: (name) => ({ cmd: [name] }) };
 });

@@ -1,11 +1,13 @@
 import type { ExpectedInit } from "../../claude/init-expectation.ts";
 import { join } from "node:path";
 import type { ContainerRuntime } from "../../sandbox/port.ts";
+import type { Sandbox, SandboxSpec } from "../../sandbox/sandbox.ts";
+import { dockerSandbox } from "../../sandbox/docker-sandbox.ts";
 import { exportAtPin, removeExport, removeTree, type ExportOptions, type ExportResult } from "../../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../../credentials/login.ts";
-import { attemptContainerSpec } from "./spec.ts";
+import { attemptSandboxSpec, type AttemptContainerInput } from "./spec.ts";
 import type { NetworkSetting } from "../../sandbox/port.ts";
-import { runBounded } from "../../sandbox/bounded.ts";
+import { runBounded, type RawOutcome } from "../../sandbox/bounded.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../../isolation/proxy.ts";
 import { compareMcpRecord, startMcpBridge, type McpBridge, type McpBridgeRecord } from "../../mcp/bridge.ts";
 import type { EngineSandbox } from "../../mcp/engine-sandbox.ts";
@@ -26,7 +28,7 @@ import { compareMeteredUsage } from "../../gateway/check.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../../gateway/gateway.ts";
 
 /**
- * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
+ * One run of the Claude Code CLI in a fresh hardened sandbox (a container on the Docker provider), from the export to a classified
  * outcome: the stage that the study's attempts and the adjudicator's items share. It fills the
  * shared part of the caller's record as it goes and returns the verdict; it never reserves or
  * settles (the loop does). Every resource it made is released whatever happens; a fault of the
@@ -34,13 +36,16 @@ import type { AttemptGateway, Gateway, GatewayRecord } from "../../gateway/gatew
  */
 
 export interface CliRunDeps {
+  /** The engine the caller holds (image checks, the reaper); the attempt runs in `sandbox`. */
   runtime: ContainerRuntime;
+  /** Where the attempt runs: the Docker provider over `runtime` when absent. */
+  sandbox?: Sandbox;
   /** Makes a fresh runner-owned folder (named with the runner's pid, reaped after a crash). */
   makeFolder?: (kind: FolderKind) => Promise<string>;
   /** The current time, for `startedAt`. */
   now?: () => Date;
   checkpoint?: (point: Checkpoint) => void;
-  /** Aborted on SIGINT/SIGTERM: the container is stopped. */
+  /** Aborted on SIGINT/SIGTERM: the sandbox is stopped. */
   signal?: AbortSignal;
 }
 
@@ -145,187 +150,242 @@ export interface CliRunResult {
   gateway?: GatewayRecord;
 }
 
+/** What one run of the stage holds: its inputs, and what it must release whatever happens (in reverse order). */
+interface Stage {
+  deps: CliRunDeps;
+  input: CliRunInput;
+  record: RunFacts;
+  makeFolder: (kind: FolderKind) => Promise<string>;
+  cleanups: Array<() => Promise<unknown>>;
+}
+
+/** The staged HOME and what reaches the model: the login copy, or the gateway's placeholder and the attempt's gateway. */
+interface StagedHome {
+  homeParent: string;
+  homeDir: string;
+  /** The login copy, written back after the run (login-copy mode only). */
+  staged?: Awaited<ReturnType<typeof stageLogin>>;
+  attemptGateway?: AttemptGateway;
+  modelApiSocket?: string;
+}
+
+/** The runner's services this attempt reaches, started for it alone. */
+interface Services {
+  bridge?: McpBridge;
+  egress?: EgressProxy;
+  channel?: SessionChannel;
+  sessionMount?: { stdinFile: string; projectsDir: string };
+}
+
 /** Fills `record` (export hash, container, transcript facts, cost) and persists it once before the container starts. */
 export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, record: RunFacts, persist: () => Promise<void>): Promise<CliRunResult> {
-  const makeFolder = deps.makeFolder ?? makeRunnerFolder;
-  const checkpoint = deps.checkpoint ?? (() => {});
-  const cleanups: Array<() => Promise<unknown>> = [];
-  let bridge: McpBridge | undefined;
-  let egress: EgressProxy | undefined;
-  let attemptGateway: AttemptGateway | undefined;
+  const stage: Stage = { deps, input, record, makeFolder: deps.makeFolder ?? makeRunnerFolder, cleanups: [] };
   // What the caller made ahead is this stage's from here, whether or not it gets as far as using it.
   const sandboxAhead = input.docBridge?.sandbox;
-  if (sandboxAhead) cleanups.push(() => sandboxAhead.then((s) => s.remove()));
+  if (sandboxAhead) stage.cleanups.push(() => sandboxAhead.then((s) => s.remove()));
   const exporting = input.session ? undefined : (input.exported ?? exportAtPin(input.export));
-  if (exporting) cleanups.push(() => exporting.then((e) => removeExport(e.dir)));
+  if (exporting) stage.cleanups.push(() => exporting.then((e) => removeExport(e.dir)));
   try {
-    let workDir: string;
-    if (input.session) {
-      workDir = input.session.worktree;
-      record.exportHash = input.session.exportHash;
-    } else {
-      const exported = await exporting!;
-      record.exportHash = exported.exportHash;
-      // The instruction files and every file the CLI inlines from them through @ imports (contract R129).
-      record.instructionFiles = await instructionFilesWithImports(
-        exported.dir,
-        exported.files.map((f) => f.path),
-      );
-      workDir = exported.dir;
-    }
-
-    const homeParent = await makeFolder("home");
-    cleanups.push(() => removeTree(homeParent));
-    let staged: Awaited<ReturnType<typeof stageLogin>> | undefined;
-    let modelApiSocket = input.modelApiSocket;
-    if (input.gateway) {
-      const gatewayParent = await makeFolder("gateway");
-      cleanups.push(() => removeTree(gatewayParent));
-      attemptGateway = await input.gateway.gateway.openAttempt({
-        socketDir: join(gatewayParent, "socket"),
-        credential: input.gateway.credential,
-        limitUsd: input.gateway.limitUsd,
-        runRemainingUsd: input.gateway.runRemainingUsd,
-      });
-      const g = attemptGateway;
-      cleanups.push(() => g.stop());
-      modelApiSocket = g.socketPath;
-      await stagePlaceholderLogin(join(homeParent, "home"), g.placeholder, { globalConfigPath: input.login.globalConfigPath });
-    } else {
-      staged = await stageLogin(input.login, join(homeParent, "home"));
-    }
-    const homeDir = join(homeParent, "home");
-    const sessionMount = input.session ? await input.session.stage(homeDir) : undefined;
-    // The session files leave through a channel of their own that the agent cannot write (contract
-    // R141), so the login folder need not be writable; with the gateway nothing else is written
-    // back, and it is mounted read-only (contract R116).
-    let channel: SessionChannel | undefined;
-    if (input.session) {
-      const paths = sessionChannelPaths(homeParent);
-      channel = await openSessionChannel(paths.socketDir, paths.streamFile, SESSION_STREAM_LIMIT_BYTES);
-      const c = channel;
-      cleanups.push(() => c.close());
-    }
-
-    if (input.docBridge) {
-      const mcpParent = await makeFolder("mcp");
-      cleanups.push(() => removeTree(mcpParent));
-      bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, sandbox: input.docBridge.sandbox, socketDir: join(mcpParent, "socket") });
-      const b = bridge;
-      cleanups.push(() => b.stop());
-    }
-    // With the gateway the container has no network and no proxy: the gateway is its one way out.
-    if (input.egress && !input.gateway) {
-      const egressParent = await makeFolder("egress");
-      cleanups.push(() => removeTree(egressParent));
-      egress = await startEgressProxy({ ...input.egress, socketDir: join(egressParent, "socket") });
-      const e = egress;
-      cleanups.push(() => e.stop());
-    }
-    const spec = attemptContainerSpec({
-      image: input.image,
-      argv: input.argv,
-      exportDir: workDir,
-      session: sessionMount && { ...sessionMount, channelSocket: channel!.socketPath },
-      loginReadOnly: input.gateway !== undefined,
-      writableWorkspace: input.session !== undefined,
-      homeDir,
-      mcpSocketDir: bridge?.socketDir,
-      network: input.gateway ? { mode: "none" } : input.network,
-      modelApiSocket,
-      egressProxySocket: egress?.socketPath,
-      runtime: input.runtimeName,
-      labels: input.labels,
-      attemptIndex: input.attemptIndex,
-      fake: input.fake,
-      memoryBytes: input.memoryBytes,
-      cpus: input.cpus,
-      homeBytes: input.homeBytes,
-    });
-
-    const reader = runReader(input.arm, input.model, input.expectedCliVersion, input.expectedInit, input.expectedTools);
-    record.phase = "running";
-    record.startedAt = (deps.now?.() ?? new Date()).toISOString();
-    await persist(); // the child may spend from here on
-    const transcript = input.transcripts?.store.begin(input.transcripts.index);
-    let transcriptError: unknown;
-    if (transcript) cleanups.push(async () => transcript.finish());
-    checkpoint("before-container-start");
-    const raw = await runBounded(
-      deps.runtime,
-      spec,
-      (line) => {
-        checkpoint("during-attempt");
-        // A transcript that cannot be kept (a full disk) is the runner's fault: raised once the
-        // container has ended, so it is stopped and removed first.
-        if (transcript && transcriptError === undefined) {
-          try {
-            transcript.pushLine(line);
-          } catch (err) {
-            transcriptError = err;
-          }
-        }
-        reader.pushLine(line);
-        input.onLine?.(line);
-      },
-      { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: input.onContainerStarted },
-    );
-    Object.assign(record, {
-      containerId: raw.containerId,
-      ...(raw.runtime ? { runtime: raw.runtime } : {}),
-      wallTimeMs: raw.wallTimeMs,
-      exitCode: raw.exitCode,
-      timedOut: raw.timedOut,
-      truncated: raw.truncated,
-    });
-    if (transcriptError !== undefined) throw transcriptError;
-    if (transcript) record.transcriptSha256 = transcript.finish();
-
-    const facts = reader.finish();
-    // A refused egress request does not fail the attempt by itself (contract R72): it is recorded and reported.
-    const egressRecord = egress ? await egress.stop() : undefined;
-    let mcpRecord: McpBridgeRecord | undefined;
-    if (bridge) {
-      mcpRecord = await bridge.stop();
-      bridge = undefined;
-      const mismatch = compareMcpRecord(
-        mcpRecord,
-        facts.docBridgeCalls.map((c) => c.name),
-      );
-      // The CLI lists the server's tools before its init event, so a "connected" server that
-      // never connected through the runner is a treatment that did not come from the runner.
-      if (mcpRecord.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
-      facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
-    }
-    if (staged) await writeBackLogin(input.login, staged, { lock: input.lock });
-    if (input.session) {
-      const kept = await input.session.collect(await channel!.finish());
-      // A call the runner cut short has its own status; one that ran its course must hand its session on.
-      if (!raw.timedOut && deps.signal?.aborted !== true) facts.setupProblems.push(...kept.map((p) => `session files: ${p}`));
-    }
-    let gatewayRecord: GatewayRecord | undefined;
-    if (attemptGateway) {
-      gatewayRecord = await attemptGateway.stop();
-      // A run the runner ended (its time limit, a signal) cut its last reply and its transcript
-      // short on both sides: there is no whole usage to compare, and its own status says why.
-      const cutByRunner = raw.timedOut || deps.signal?.aborted === true;
-      const problems = [
-        ...gatewayRecord.setupProblems,
-        ...(input.gateway!.compareUsage && !cutByRunner ? compareMeteredUsage(gatewayRecord, facts, { cumulativeModelUsage: input.gateway!.cumulativeModelUsage }) : []),
-      ];
-      facts.setupProblems.push(...problems.map((p) => `gateway: ${p}`));
-      if (problems.length > 0) facts.setupProblemCodes.push("gateway");
-    }
-
+    const workDir = await workspaceOf(stage, exporting);
+    const home = await stageHome(stage);
+    const services = await startServices(stage, home);
+    const sandbox = deps.sandbox ?? dockerSandbox(deps.runtime);
+    const spec = attemptSandboxSpec(attemptInput(input, workDir, home, services), (e) => sandbox.reach(e));
+    const { raw, facts } = await runAttemptSandbox(stage, sandbox, spec, persist);
+    const records = await settleServices(stage, home, services, raw, facts);
     const meaning = interpretRun(facts, input.model, {
       ...raw,
       interruptedBy: deps.signal?.aborted ? String(deps.signal.reason ?? "a signal") : undefined,
       priorMessageUsage: input.session?.priorMessageUsage,
-      refusedByHost: gatewayBudgetRefusal(gatewayRecord),
+      refusedByHost: gatewayBudgetRefusal(records.gateway),
     });
     Object.assign(record, meaning.fields);
-    return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord, gateway: gatewayRecord };
+    return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, ...records };
   } finally {
-    for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    for (const cleanup of stage.cleanups.reverse()) await cleanup().catch(() => {});
   }
+}
+
+/** The folder the CLI works in: a session's worktree, or the export with its hash and instruction files recorded. */
+async function workspaceOf({ input, record }: Stage, exporting: Promise<ExportResult> | undefined): Promise<string> {
+  if (input.session) {
+    record.exportHash = input.session.exportHash;
+    return input.session.worktree;
+  }
+  const exported = await exporting!;
+  record.exportHash = exported.exportHash;
+  // The instruction files and every file the CLI inlines from them through @ imports (contract R129).
+  record.instructionFiles = await instructionFilesWithImports(
+    exported.dir,
+    exported.files.map((f) => f.path),
+  );
+  return exported.dir;
+}
+
+/** Stages the HOME folder: the gateway's placeholder login behind this attempt's gateway, or a copy of the login. */
+async function stageHome({ input, makeFolder, cleanups }: Stage): Promise<StagedHome> {
+  const homeParent = await makeFolder("home");
+  cleanups.push(() => removeTree(homeParent));
+  const homeDir = join(homeParent, "home");
+  if (!input.gateway) return { homeParent, homeDir, staged: await stageLogin(input.login, homeDir), modelApiSocket: input.modelApiSocket };
+  const gatewayParent = await makeFolder("gateway");
+  cleanups.push(() => removeTree(gatewayParent));
+  const attemptGateway = await input.gateway.gateway.openAttempt({
+    socketDir: join(gatewayParent, "socket"),
+    credential: input.gateway.credential,
+    limitUsd: input.gateway.limitUsd,
+    runRemainingUsd: input.gateway.runRemainingUsd,
+  });
+  cleanups.push(() => attemptGateway.stop());
+  await stagePlaceholderLogin(homeDir, attemptGateway.placeholder, { globalConfigPath: input.login.globalConfigPath });
+  return { homeParent, homeDir, attemptGateway, modelApiSocket: attemptGateway.socketPath };
+}
+
+/** Starts the session channel, the doc-bridge and the egress proxy the attempt needs, each in a folder of its own. */
+async function startServices({ input, makeFolder, cleanups }: Stage, home: StagedHome): Promise<Services> {
+  const services: Services = {};
+  if (input.session) {
+    services.sessionMount = await input.session.stage(home.homeDir);
+    // The session files leave through a channel of their own that the agent cannot write (contract
+    // R141), so the login folder need not be writable; with the gateway nothing else is written
+    // back, and it is mounted read-only (contract R116).
+    const paths = sessionChannelPaths(home.homeParent);
+    const channel = await openSessionChannel(paths.socketDir, paths.streamFile, SESSION_STREAM_LIMIT_BYTES);
+    services.channel = channel;
+    cleanups.push(() => channel.close());
+  }
+  if (input.docBridge) {
+    const mcpParent = await makeFolder("mcp");
+    cleanups.push(() => removeTree(mcpParent));
+    const bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, sandbox: input.docBridge.sandbox, socketDir: join(mcpParent, "socket") });
+    services.bridge = bridge;
+    cleanups.push(() => bridge.stop());
+  }
+  // With the gateway the container has no network and no proxy: the gateway is its one way out.
+  if (input.egress && !input.gateway) {
+    const egressParent = await makeFolder("egress");
+    cleanups.push(() => removeTree(egressParent));
+    const egress = await startEgressProxy({ ...input.egress, socketDir: join(egressParent, "socket") });
+    services.egress = egress;
+    cleanups.push(() => egress.stop());
+  }
+  return services;
+}
+
+/** What the attempt's sandbox is made of. */
+function attemptInput(input: CliRunInput, workDir: string, home: StagedHome, services: Services): AttemptContainerInput {
+  return {
+    image: input.image,
+    argv: input.argv,
+    exportDir: workDir,
+    session: services.sessionMount && { ...services.sessionMount, channelSocket: services.channel!.socketPath },
+    loginReadOnly: input.gateway !== undefined,
+    writableWorkspace: input.session !== undefined,
+    homeDir: home.homeDir,
+    mcpSocketDir: services.bridge?.socketDir,
+    network: input.gateway ? { mode: "none" } : input.network,
+    modelApiSocket: home.modelApiSocket,
+    egressProxySocket: services.egress?.socketPath,
+    runtime: input.runtimeName,
+    labels: input.labels,
+    attemptIndex: input.attemptIndex,
+    fake: input.fake,
+    memoryBytes: input.memoryBytes,
+    cpus: input.cpus,
+    homeBytes: input.homeBytes,
+  };
+}
+
+/**
+ * Persists the record as running (the child may spend from there on), then runs the sandbox to its
+ * end, every stdout line to the transcript store, the reader and the caller; records the container.
+ */
+async function runAttemptSandbox({ deps, input, record, cleanups }: Stage, sandbox: Sandbox, spec: SandboxSpec, persist: () => Promise<void>): Promise<{ raw: RawOutcome; facts: TranscriptFacts }> {
+  const checkpoint = deps.checkpoint ?? (() => {});
+  const reader = runReader(input.arm, input.model, input.expectedCliVersion, input.expectedInit, input.expectedTools);
+  record.phase = "running";
+  record.startedAt = (deps.now?.() ?? new Date()).toISOString();
+  await persist();
+  const transcript = input.transcripts?.store.begin(input.transcripts.index);
+  let transcriptError: unknown;
+  if (transcript) cleanups.push(async () => transcript.finish());
+  checkpoint("before-container-start");
+  const onLine = (line: string): void => {
+    checkpoint("during-attempt");
+    // A transcript that cannot be kept (a full disk) is the runner's fault: raised once the
+    // container has ended, so it is stopped and removed first.
+    if (transcript && transcriptError === undefined) {
+      try {
+        transcript.pushLine(line);
+      } catch (err) {
+        transcriptError = err;
+      }
+    }
+    reader.pushLine(line);
+    input.onLine?.(line);
+  };
+  const raw = await runBounded(sandbox, spec, onLine, { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: input.onContainerStarted });
+  Object.assign(record, {
+    containerId: raw.containerId,
+    ...(raw.runtime ? { runtime: raw.runtime } : {}),
+    wallTimeMs: raw.wallTimeMs,
+    exitCode: raw.exitCode,
+    timedOut: raw.timedOut,
+    truncated: raw.truncated,
+  });
+  if (transcriptError !== undefined) throw transcriptError;
+  if (transcript) record.transcriptSha256 = transcript.finish();
+  return { raw, facts: reader.finish() };
+}
+
+/**
+ * After the sandbox ended: stops the services and checks what they saw against the transcript
+ * (their problems become setup problems), writes the refreshed login back and hands a session's
+ * files on. A refused egress request does not fail the attempt by itself (contract R72).
+ */
+async function settleServices(
+  { deps, input }: Stage,
+  home: StagedHome,
+  services: Services,
+  raw: RawOutcome,
+  facts: TranscriptFacts,
+): Promise<{ mcp?: McpBridgeRecord; egress?: EgressRecord; gateway?: GatewayRecord }> {
+  const egress = services.egress ? await services.egress.stop() : undefined;
+  const mcp = services.bridge ? await settleDocBridge(services.bridge, facts) : undefined;
+  if (home.staged) await writeBackLogin(input.login, home.staged, { lock: input.lock });
+  // A run the runner ended (its time limit, a signal) was cut short: its own status says why.
+  const cutByRunner = raw.timedOut || deps.signal?.aborted === true;
+  if (input.session) {
+    const kept = await input.session.collect(await services.channel!.finish());
+    // A call the runner cut short has its own status; one that ran its course must hand its session on.
+    if (!cutByRunner) facts.setupProblems.push(...kept.map((p) => `session files: ${p}`));
+  }
+  const gateway = home.attemptGateway ? await settleGateway(home.attemptGateway, input.gateway!, facts, cutByRunner) : undefined;
+  return { mcp, egress, gateway };
+}
+
+/** The bridge's record against the transcript's doc-bridge calls. */
+async function settleDocBridge(bridge: McpBridge, facts: TranscriptFacts): Promise<McpBridgeRecord> {
+  const record = await bridge.stop();
+  const mismatch = compareMcpRecord(
+    record,
+    facts.docBridgeCalls.map((c) => c.name),
+  );
+  // The CLI lists the server's tools before its init event, so a "connected" server that
+  // never connected through the runner is a treatment that did not come from the runner.
+  if (record.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
+  facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
+  return record;
+}
+
+/**
+ * The gateway's record and its metered usage against the transcript's. A run the runner cut short
+ * cut its last reply and its transcript short on both sides: there is no whole usage to compare.
+ */
+async function settleGateway(attemptGateway: AttemptGateway, options: NonNullable<CliRunInput["gateway"]>, facts: TranscriptFacts, cutByRunner: boolean): Promise<GatewayRecord> {
+  const record = await attemptGateway.stop();
+  const problems = [...record.setupProblems, ...(options.compareUsage && !cutByRunner ? compareMeteredUsage(record, facts, { cumulativeModelUsage: options.cumulativeModelUsage }) : [])];
+  facts.setupProblems.push(...problems.map((p) => `gateway: ${p}`));
+  if (problems.length > 0) facts.setupProblemCodes.push("gateway");
+  return record;
 }

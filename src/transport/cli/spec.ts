@@ -1,14 +1,17 @@
-import { basename, dirname } from "node:path";
-import type { ContainerSpec, Mount, NetworkSetting } from "../../sandbox/port.ts";
+import { join } from "node:path";
+import type { ContainerSpec, NetworkSetting } from "../../sandbox/port.ts";
+import type { Endpoint, HostFolder, SandboxSpec } from "../../sandbox/sandbox.ts";
+import { dockerEndpointAddress, ENDPOINT_DIRS, toContainerSpec } from "../../sandbox/docker-sandbox.ts";
 import { treeFromFolder } from "../../sandbox/tree.ts";
 import { IMAGE_LAYOUT } from "../../image/specs.ts";
+import { SOCKET_NAME as MCP_SOCKET_NAME } from "../../mcp/bridge.ts";
 
 /** Where things live inside the attempt container (the image's layout, see src/image). */
 export const CONTAINER = {
   workspace: "/workspace",
   home: "/home/agent",
   user: "1000:1000",
-  mcpDir: "/run/study-runner",
+  mcpDir: ENDPOINT_DIRS["doc-bridge"],
   /**
    * The host folder with the staged login (`homeDir`), mounted read-write with the login copy
    * (read-only with the gateway's placeholder, see `loginReadOnly`): with-relay.cjs copies
@@ -27,13 +30,13 @@ export const CONTAINER = {
    * read-only: with-relay.cjs sends the CLI's session files through that socket when the CLI
    * exits, over a connection it opened before the CLI started (contract R141).
    */
-  sessionChannelDir: "/run/study-runner-session",
+  sessionChannelDir: ENDPOINT_DIRS["session-channel"],
   /** A session call's TMPDIR: under HOME, since a session container has no writable /tmp. */
   sessionTmpDir: "/home/agent/.tmp",
   /** The folder of the model API's unix socket (`modelApiSocket`), mounted read-only. */
-  modelApiDir: "/run/study-runner-api",
+  modelApiDir: ENDPOINT_DIRS["model-api"],
   /** The folder of the strict profile's egress proxy socket (`egressProxySocket`), mounted read-only. */
-  egressDir: "/run/study-runner-egress",
+  egressDir: ENDPOINT_DIRS["egress-proxy"],
   withRelay: `${IMAGE_LAYOUT.helpers}/with-relay.cjs`,
   fakeBehaviour: "/fake/behaviour.json",
   fakeRecords: "/fake/records",
@@ -134,13 +137,11 @@ export interface AttemptContainerInput {
 const FORBIDDEN_ENV = /^(ANTHROPIC_API_KEY|ANTHROPIC_AUTH_TOKEN|CLAUDE_CODE_OAUTH_TOKEN|AWS_|GOOGLE_|AZURE_)/;
 
 /**
- * The hardened container of one attempt. The environment is built from an allowlist, never
- * copied from the host. HOME is a size-bounded tmpfs, so whatever the CLI writes there cannot
- * fill the host's disk; the login reaches it, and a refreshed single-use token leaves it, only
- * through with-relay.cjs and the staged login folder (a tmpfs is gone once the container stops,
- * so the refresh is copied out as it happens and again when the CLI exits).
+ * The environment from an allowlist, never copied from the host. Where the CLI sends its login
+ * token and its other traffic is the runner's decision alone (`modelApiSocket`, `egressProxySocket`):
+ * neither a base URL nor a proxy variable may come in through `extraEnv`, and both need network "none".
  */
-export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpec {
+function attemptEnv(input: AttemptContainerInput): Record<string, string> {
   const env: Record<string, string> = {
     HOME: CONTAINER.home,
     USER: "agent",
@@ -158,7 +159,6 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
   for (const name of Object.keys(env)) {
     if (FORBIDDEN_ENV.test(name)) throw new Error(`refusing to pass ${name} into an attempt container`);
   }
-  // Where the CLI sends its login token is the runner's decision alone (modelApiSocket), never a passed-in variable.
   if (input.extraEnv && Object.hasOwn(input.extraEnv, "ANTHROPIC_BASE_URL")) throw new Error("refusing ANTHROPIC_BASE_URL in extraEnv; use modelApiSocket");
   // Likewise the route out: a proxy variable from elsewhere could bypass the strict profile's proxy.
   const proxyVariable = Object.keys(input.extraEnv ?? {}).find((k) => /^(https?|all|no)_proxy$/i.test(k));
@@ -175,55 +175,79 @@ export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpe
     // A model API behind the relay (and anything else on loopback) is reached directly.
     env.NO_PROXY = "127.0.0.1,localhost";
   }
-  // The export is handed over as a tree (content), not as a host path: see docs/scaling.md. A
-  // session's worktree is different: the agent edits it and the next call must find the edits, so
-  // it is a writable folder of the host, bound read-write.
-  const workspace = input.writableWorkspace ? undefined : treeFromFolder(CONTAINER.workspace, input.exportDir);
-  const loginTarget = input.session ? CONTAINER.sessionLoginDir : CONTAINER.loginDir;
-  const mounts: Mount[] = [
-    ...(input.writableWorkspace ? [{ source: input.exportDir, target: CONTAINER.workspace, readOnly: false }] : []),
-    { source: input.homeDir, target: loginTarget, readOnly: input.loginReadOnly === true },
-    // The session channel's folder holds nothing but its socket; read-only, so nothing can be left beside it.
-    ...(input.session !== undefined ? [{ source: dirname(input.session.channelSocket), target: CONTAINER.sessionChannelDir, readOnly: true }] : []),
-  ];
-  // Connecting to a unix socket needs no write access to its folder; read-only keeps the agent's
-  // side from replacing the socket or leaving files beside it.
-  if (input.mcpSocketDir) mounts.push({ source: input.mcpSocketDir, target: CONTAINER.mcpDir, readOnly: true });
-  if (input.modelApiSocket !== undefined) mounts.push({ source: dirname(input.modelApiSocket), target: CONTAINER.modelApiDir, readOnly: true });
-  if (input.egressProxySocket !== undefined) mounts.push({ source: dirname(input.egressProxySocket), target: CONTAINER.egressDir, readOnly: true });
-  const relays = [
+  return env;
+}
+
+/** The runner's services this attempt may reach, each named by what it is. */
+function attemptEndpoints(input: AttemptContainerInput): { sessionChannel?: Endpoint; docBridge?: Endpoint; modelApi?: Endpoint; egressProxy?: Endpoint } {
+  return {
+    ...(input.session !== undefined ? { sessionChannel: { name: "session-channel", socket: input.session.channelSocket } } : {}),
+    ...(input.mcpSocketDir ? { docBridge: { name: "doc-bridge", socket: join(input.mcpSocketDir, MCP_SOCKET_NAME) } } : {}),
+    ...(input.modelApiSocket !== undefined ? { modelApi: { name: "model-api", socket: input.modelApiSocket } } : {}),
+    ...(input.egressProxySocket !== undefined ? { egressProxy: { name: "egress-proxy", socket: input.egressProxySocket } } : {}),
+  };
+}
+
+/**
+ * with-relay.cjs's arguments: it stages the login from the staged folder, starts the relays to the
+ * endpoints (at the addresses the sandbox reaches them at) before the CLI, and exits with the CLI's
+ * code (docs/claude-cli-observations.md).
+ */
+function relayArgs(input: AttemptContainerInput, loginTarget: string, endpoints: ReturnType<typeof attemptEndpoints>, reach: (e: Endpoint) => string): string[] {
+  return [
     "--login",
     loginTarget,
-    ...(input.modelApiSocket !== undefined ? ["--api", `${CONTAINER.modelApiDir}/${basename(input.modelApiSocket)}`] : []),
-    ...(input.egressProxySocket !== undefined ? ["--proxy", `${CONTAINER.egressDir}/${basename(input.egressProxySocket)}`] : []),
+    ...(endpoints.modelApi ? ["--api", reach(endpoints.modelApi)] : []),
+    ...(endpoints.egressProxy ? ["--proxy", reach(endpoints.egressProxy)] : []),
     ...(input.session?.stdinFile !== undefined ? ["--stdin", input.session.stdinFile] : []),
     ...(input.session !== undefined ? ["--projects", input.session.projectsDir] : []),
-    ...(input.session !== undefined ? ["--session-out", `${CONTAINER.sessionChannelDir}/${basename(input.session.channelSocket)}`] : []),
+    ...(endpoints.sessionChannel ? ["--session-out", reach(endpoints.sessionChannel)] : []),
   ];
-  if (input.fake?.behaviourFile) mounts.push({ source: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true });
-  if (input.fake?.recordsDir) mounts.push({ source: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false });
+}
+
+/**
+ * The hardened sandbox of one attempt. The environment is built from an allowlist, never copied
+ * from the host. HOME is a size-bounded in-memory volume, so whatever the CLI writes there cannot
+ * fill the host's disk; the login reaches it, and a refreshed single-use token leaves it, only
+ * through with-relay.cjs and the staged login folder (the volume is gone once the sandbox stops,
+ * so the refresh is copied out as it happens and again when the CLI exits). `reach` is the
+ * sandbox's (`Sandbox.reach`): where the inside finds each endpoint.
+ */
+export function attemptSandboxSpec(input: AttemptContainerInput, reach: (endpoint: Endpoint) => string): SandboxSpec {
+  const loginTarget = input.session ? CONTAINER.sessionLoginDir : CONTAINER.loginDir;
+  const endpoints = attemptEndpoints(input);
+  // The export is handed over as a tree (content), not as a host path: see docs/scaling.md. A
+  // session's worktree is different: the agent edits it and the next call must find the edits, so
+  // it is a writable folder of the host.
+  const testMounts: HostFolder[] = [
+    ...(input.fake?.behaviourFile ? [{ folder: input.fake.behaviourFile, target: CONTAINER.fakeBehaviour, readOnly: true }] : []),
+    ...(input.fake?.recordsDir ? [{ folder: input.fake.recordsDir, target: CONTAINER.fakeRecords, readOnly: false }] : []),
+  ];
   return {
     image: input.image,
-    // with-relay.cjs stages the login, starts the relays before the CLI and exits with the CLI's code (docs/claude-cli-observations.md).
-    entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, ...relays, "--", IMAGE_LAYOUT.claude],
+    entrypoint: [IMAGE_LAYOUT.node, CONTAINER.withRelay, ...relayArgs(input, loginTarget, endpoints, reach), "--", IMAGE_LAYOUT.claude],
     cmd: [...input.argv],
-    env,
+    env: attemptEnv(input),
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
-    ...(workspace ? { workspace } : {}),
-    mounts,
-    tmpfs: {
-      ...(input.session ? {} : { "/tmp": "rw,nosuid,nodev,size=256m,mode=1777" }),
-      [CONTAINER.home]: `rw,nosuid,nodev,size=${homeBytesOf(input.homeBytes)},uid=${IMAGE_LAYOUT.uid},gid=${IMAGE_LAYOUT.gid},mode=0700`,
-    },
-    readOnlyRootfs: true,
-    networkMode: input.network.mode === "container" ? `container:${input.network.id}` : input.network.mode,
-    capDrop: ["ALL"],
-    securityOpt: ["no-new-privileges"],
-    pidsLimit: input.pidsLimit ?? 256,
-    memoryBytes: input.memoryBytes ?? 2 * 1024 ** 3,
-    nanoCpus: nanoCpusOf(input.cpus ?? DEFAULT_ATTEMPT_CPUS),
+    ...(input.writableWorkspace ? { worktree: { folder: input.exportDir, target: CONTAINER.workspace, readOnly: false } } : { workspace: treeFromFolder(CONTAINER.workspace, input.exportDir) }),
+    staged: { folder: input.homeDir, target: loginTarget, readOnly: input.loginReadOnly === true },
+    // In this order: the session channel, the doc-bridge, the model API, the egress proxy.
+    endpoints: [endpoints.sessionChannel, endpoints.docBridge, endpoints.modelApi, endpoints.egressProxy].filter((e): e is Endpoint => e !== undefined),
+    ...(testMounts.length > 0 ? { testMounts } : {}),
+    memoryVolumes: [
+      ...(input.session ? [] : [{ target: "/tmp", bytes: 256 * 1024 ** 2, mode: "1777" }]),
+      { target: CONTAINER.home, bytes: homeBytesOf(input.homeBytes), owner: { uid: IMAGE_LAYOUT.uid, gid: IMAGE_LAYOUT.gid }, mode: "0700" },
+    ],
+    limits: { pidsLimit: input.pidsLimit ?? 256, memoryBytes: input.memoryBytes ?? 2 * 1024 ** 3, nanoCpus: nanoCpusOf(input.cpus ?? DEFAULT_ATTEMPT_CPUS) },
+    security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
+    network: input.network,
     labels: input.labels,
-    ...(input.runtime ? { runtime: input.runtime } : {}),
+    ...(input.runtime ? { ociRuntime: input.runtime } : {}),
   };
+}
+
+/** The attempt's container on the Docker provider (unit tests of the policy, conformance runs). */
+export function attemptContainerSpec(input: AttemptContainerInput): ContainerSpec {
+  return toContainerSpec(attemptSandboxSpec(input, dockerEndpointAddress));
 }

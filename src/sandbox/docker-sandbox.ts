@@ -1,0 +1,145 @@
+import { basename, dirname } from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+import type { ContainerRuntime, ContainerSpec, Mount } from "./port.ts";
+import { reapOrphans, runnerLabels, type ReapOptions, type ReapResult } from "./reaper.ts";
+import type { Endpoint, EndpointName, HostFolder, MemoryVolume, PreparedSandbox, Preparer, Sandbox, SandboxExit, SandboxSpec, SandboxStreams, SandboxSummary } from "./sandbox.ts";
+
+/**
+ * The Docker provider of the sandbox seam, over the `ContainerRuntime` port (`DockerRuntime` in
+ * production, `FakeRuntime` in unit tests): one sandbox is one container on the engine the runner
+ * talks to. Endpoints are the runner's unix sockets, each one's folder bound read-only at a fixed
+ * path; the workspace's host copy is bound read-only (the adapter does that); the memory volumes
+ * are tmpfs mounts; the liveness token is the runner's pid and host (src/sandbox/reaper.ts).
+ */
+
+/** Where the folder of each endpoint's socket is bound inside the container. */
+export const ENDPOINT_DIRS: Record<EndpointName, string> = {
+  "model-api": "/run/study-runner-api",
+  "doc-bridge": "/run/study-runner",
+  "egress-proxy": "/run/study-runner-egress",
+  "session-channel": "/run/study-runner-session",
+};
+
+/** The in-container path of an endpoint's socket on Docker. */
+export function dockerEndpointAddress(endpoint: Endpoint): string {
+  return `${ENDPOINT_DIRS[endpoint.name]}/${basename(endpoint.socket)}`;
+}
+
+function mountOf(f: HostFolder): Mount {
+  return { source: f.folder, target: f.target, readOnly: f.readOnly };
+}
+
+function tmpfsOptions(v: MemoryVolume): string {
+  const owner = v.owner ? `,uid=${v.owner.uid},gid=${v.owner.gid}` : "";
+  return `rw,nosuid,nodev,size=${v.bytes}${owner}${v.mode ? `,mode=${v.mode}` : ""}`;
+}
+
+/**
+ * The container of a sandbox spec. Mounts in a fixed order: the worktree, the staged folder, each
+ * endpoint's socket folder (read-only: connecting needs no write access, and the inside can neither
+ * replace the socket nor leave files beside it), the test mounts.
+ */
+export function toContainerSpec(spec: SandboxSpec): ContainerSpec {
+  const folders = [...(spec.worktree ? [spec.worktree] : []), ...(spec.staged ? [spec.staged] : [])];
+  const endpointMounts = spec.endpoints.map((e) => ({ source: dirname(e.socket), target: ENDPOINT_DIRS[e.name], readOnly: true }));
+  const { limits, security, network } = spec;
+  return {
+    image: spec.image,
+    ...(spec.entrypoint ? { entrypoint: [...spec.entrypoint] } : {}),
+    cmd: [...spec.cmd],
+    env: { ...spec.env },
+    ...(spec.user !== undefined ? { user: spec.user } : {}),
+    ...(spec.workingDir !== undefined ? { workingDir: spec.workingDir } : {}),
+    ...(spec.workspace ? { workspace: spec.workspace } : {}),
+    mounts: [...folders.map(mountOf), ...endpointMounts, ...(spec.testMounts ?? []).map(mountOf)],
+    tmpfs: Object.fromEntries(spec.memoryVolumes.map((v) => [v.target, tmpfsOptions(v)])),
+    readOnlyRootfs: security.readOnlyRoot,
+    networkMode: network.mode === "container" ? `container:${network.id}` : network.mode,
+    capDrop: security.dropAllCapabilities ? ["ALL"] : [],
+    securityOpt: security.noNewPrivileges ? ["no-new-privileges"] : [],
+    ...(limits.pidsLimit !== undefined ? { pidsLimit: limits.pidsLimit } : {}),
+    ...(limits.memoryBytes !== undefined ? { memoryBytes: limits.memoryBytes } : {}),
+    ...(limits.nanoCpus !== undefined ? { nanoCpus: limits.nanoCpus } : {}),
+    labels: { ...spec.labels },
+    ...(spec.ociRuntime !== undefined ? { runtime: spec.ociRuntime } : {}),
+    ...(spec.init !== undefined ? { init: spec.init } : {}),
+  };
+}
+
+/** One container as a prepared sandbox. */
+class PreparedContainer implements PreparedSandbox {
+  constructor(
+    private readonly runtime: ContainerRuntime,
+    readonly id: string,
+  ) {}
+
+  /** Attaches before the start, so no output is lost. */
+  async run(): Promise<SandboxStreams> {
+    const streams = await this.runtime.attach(this.id);
+    await this.runtime.start(this.id);
+    return streams;
+  }
+
+  async wait(): Promise<SandboxExit> {
+    const exit = await this.runtime.wait(this.id);
+    const state = await this.runtime.inspect(this.id);
+    return { exitCode: exit.exitCode, oomKilled: exit.oomKilled || (state?.oomKilled ?? false), ...(state ? { ociRuntime: state.runtime } : {}) };
+  }
+
+  async stop(graceMs = 0): Promise<void> {
+    if (graceMs > 0) {
+      await this.runtime.kill(this.id, "SIGTERM");
+      const ended = this.runtime.wait(this.id).then(() => "ended" as const);
+      ended.catch(() => undefined);
+      if ((await Promise.race([ended, sleep(graceMs, "grace" as const)])) === "ended") return;
+    }
+    await this.runtime.kill(this.id);
+  }
+
+  cleanup(): Promise<void> {
+    return this.runtime.remove(this.id);
+  }
+}
+
+/** The Docker provider. */
+export class DockerSandbox implements Sandbox {
+  readonly provider = "docker";
+  /**
+   * The same provider given a container spec as it is: Docker only, for tests and probes that set
+   * what the provider-neutral spec does not name (a HOME bound from the host, an image's own entrypoint).
+   */
+  readonly containers: Preparer<ContainerSpec>;
+
+  constructor(private readonly runtime: ContainerRuntime) {
+    this.containers = { prepare: async (spec) => new PreparedContainer(runtime, await runtime.create(spec)) };
+  }
+
+  prepare(spec: SandboxSpec): Promise<PreparedSandbox> {
+    return this.containers.prepare(toContainerSpec(spec));
+  }
+
+  reach(endpoint: Endpoint): string {
+    return dockerEndpointAddress(endpoint);
+  }
+
+  ownerLabels(run: string, attempt: string): Record<string, string> {
+    return runnerLabels(run, attempt);
+  }
+
+  list(labels: Record<string, string>): Promise<SandboxSummary[]> {
+    return this.runtime.listByLabel(labels);
+  }
+
+  reap(opts?: ReapOptions): Promise<ReapResult> {
+    return reapOrphans(this.runtime, opts);
+  }
+}
+
+const providers = new WeakMap<ContainerRuntime, DockerSandbox>();
+
+/** The Docker provider over `runtime` (one per runtime). */
+export function dockerSandbox(runtime: ContainerRuntime): DockerSandbox {
+  let sandbox = providers.get(runtime);
+  if (!sandbox) providers.set(runtime, (sandbox = new DockerSandbox(runtime)));
+  return sandbox;
+}
