@@ -130,7 +130,7 @@ describe("run", () => {
       /^--cpus must be a number of CPUs/,
     ];
     expect(problems).toHaveLength(expected.length);
-    expected.forEach((re, i) => expect(problems[i]).toMatch(re));
+    for (const [i, re] of expected.entries()) expect(problems[i]).toMatch(re);
   });
 
   it("the gateway's own flags: a socket bypasses it, a token file or test upstream needs it", async () => {
