@@ -24,6 +24,7 @@ import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
 import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
+import type { TestHooks } from "../transport/test-hooks.ts";
 
 /**
  * Blind agent adjudication of one ledger (contract R87 to R93): one fresh hardened container per answer,
@@ -59,7 +60,8 @@ export interface AdjudicationConfig extends GatewayRunOptions {
   /** A Messages API on a host unix socket (the scripted API of the conformance suite); isolation must be offline. */
   modelApi?: { socketPath: string };
   timeoutMs?: number;
-  stdoutLimitBytes?: number;
+  /** Set by tests only, never by src/cli or src/demo. */
+  testHooks?: TestHooks;
   quiet?: boolean;
 }
 
@@ -309,7 +311,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           modelApiSocket: config.modelApi?.socketPath,
           runtimeName: ociRuntime,
           timeoutMs: config.timeoutMs,
-          stdoutLimitBytes: config.stdoutLimitBytes,
+          stdoutLimitBytes: config.testHooks?.stdoutLimitBytes,
           onLine: (line) => readResultEvent(line, out),
           transcripts: { store: transcripts, index: transcriptIndexOf(ask, p.observationIndex, config.ledger.observations.length) },
         },

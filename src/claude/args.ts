@@ -1,6 +1,7 @@
 import type { Arm } from "../terms/terms.ts";
 import type { Task } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
+import { modelProblem } from "../cost/models.ts";
 import { formatByteBound, PROMPT_LIMIT_BYTES } from "../terms/limits.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, DOC_BRIDGE_SERVER, mcpToolName } from "../terms/tool-names.ts";
 
@@ -187,17 +188,9 @@ export function hardenedArguments(opts: {
   extra?: readonly string[];
   prompt: string;
 }): string[] {
-  assertModelName(opts.model);
   const denied = [...BUILTIN_DENIED_TOOLS, ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS, ...(opts.deniedTools ?? [])];
   return [
-    "-p",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--model",
-    opts.model,
-    "--max-budget-usd",
-    formatBudgetUsd(opts.maxBudgetUsd),
+    ...printModeArguments(opts.model, opts.maxBudgetUsd),
     "--tools",
     BUILTIN_READ_TOOLS.join(","),
     "--allowedTools",
@@ -218,7 +211,17 @@ export function hardenedArguments(opts: {
   ];
 }
 
-/** A model name the CLI gets as one argument; a value starting with '-' would be read as a flag. */
-export function assertModelName(model: string): void {
-  if (!/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(model)) throw new UsageError(`the model '${model}' is not a model name such as claude-haiku-5-5`);
+/** A model name the CLI gets as one argument; a value starting with '-' would be read as a flag (the check is cost/models.ts's). */
+function assertModelName(model: string): void {
+  const problem = modelProblem(model, { what: "the model", argument: true });
+  if (problem) throw new UsageError(problem);
+}
+
+/**
+ * The head of every `claude` command line of this runner (attempts, the adjudicator, session
+ * calls): print mode with the stream-json transcript, the checked model and the per-run cap.
+ */
+export function printModeArguments(model: string, maxBudgetUsd: number): string[] {
+  assertModelName(model);
+  return ["-p", "--output-format", "stream-json", "--verbose", "--model", model, "--max-budget-usd", formatBudgetUsd(maxBudgetUsd)];
 }

@@ -4,9 +4,9 @@ import { join, resolve } from "node:path";
 import { prepareDemo } from "../demo/setup.ts";
 import { DockerRuntime } from "../sandbox/docker.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
-import { ExitCode, UsageError } from "../util/errors.ts";
-import { runtimeNameProblem } from "../isolation/profile.ts";
+import { ExitCode } from "../util/errors.ts";
 import { runCommand } from "./run.ts";
+import { checkDemoRuntime } from "./options.ts";
 
 /**
  * The bundled demo, end to end: the demo corpus at its pins, a doc-bridge index per checkout,
@@ -21,8 +21,7 @@ import { runCommand } from "./run.ts";
  */
 export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean; sessions?: boolean; concurrency?: string; runtime?: string }): Promise<number> {
   const workdir = resolve(flags.workdir ?? join(tmpdir(), "study-runner-demo"));
-  const runtimeProblem = flags.runtime !== undefined && runtimeNameProblem(flags.runtime);
-  if (runtimeProblem) throw new UsageError(runtimeProblem);
+  checkDemoRuntime(flags.runtime);
   if (flags.sessions) return sessionsDemo(workdir, flags);
   const setup = await prepareDemo(workdir, new DockerRuntime());
   // --real-cli: the real pinned binary in the real image, the model scripted behind the runner's gateway.

@@ -3,9 +3,10 @@ import { dirname, resolve } from "node:path";
 import type { ExclusionReason } from "../corpus/filter.ts";
 import { gitTopLevel } from "../corpus/git.ts";
 import { loadManifest } from "../manifest/load.ts";
-import { UsageError } from "../util/errors.ts";
+import { ExitCode, UsageError } from "../util/errors.ts";
 import { planExport, removeTree, writeExport } from "../export/export.ts";
 import { exportSourceFor, parseExportLimits } from "../export/options.ts";
+import { parseExportRoots, type ExportFlags } from "./options.ts";
 
 export interface ExportCommandOptions {
   /** The study manifest: it pins the repository and lists its answer keys. */
@@ -74,4 +75,11 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
     excluded: plan.excluded,
     exportHash,
   };
+}
+
+/** `study-runner export` from its flags: the checkouts parsed (src/cli/options.ts), the summary printed as JSON. */
+export async function exportFlagsCommand(flags: ExportFlags): Promise<number> {
+  const summary = await exportCommand({ ...flags, roots: parseExportRoots(flags) });
+  process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
+  return ExitCode.ok;
 }

@@ -19,36 +19,73 @@ const manifestOption = () => new Option("--manifest <path>", "study manifest (JS
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 
-export function buildProgram(setExit: (code: number) => void): Command {
-  const program = new Command("study-runner")
-    .description(
-      "Run paired studies of the Claude Code CLI: the same questions over the same pinned repositories, answered " +
-        "once with repository tools alone and once with the doc-bridge MCP server, each attempt in a fresh container.",
-    )
-    .version(`study-runner ${runnerVersion()} (pinned Claude Code CLI ${CLAUDE_CODE_VERSION})`, "-V, --version", "print the runner's version and the Claude Code version it pins")
-    // --version only before a command: `image build --version <version>` keeps its own meaning.
-    .enablePositionalOptions()
-    .showHelpAfterError("(run `study-runner --help` for usage)")
-    .configureOutput({ writeErr: (s) => process.stderr.write(s) })
-    .exitOverride()
-    .addHelpText("after", `\n${exitCodeHelp()}`);
+type SetExit = (code: number) => void;
 
-  program
-    .command("run", { isDefault: true })
-    .description("validate (--dry-run) or execute (--pilot / --run) a study; the default command")
+const LOGIN_FOLDER_HELP = "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)";
+
+/** `--max-export-files` and `--max-export-bytes`, the same on every command that exports (docs/export.md, Limits). */
+function exportLimitOptions(command: Command): Command {
+  const refuse = "refuse (exit 2, before anything is reserved) an export of more";
+  return command
+    .option("--max-export-files <n>", `${refuse} files than this (docs/export.md, Limits)`, "50000")
+    .option("--max-export-bytes <n>", `${refuse} bytes than this (docs/export.md, Limits)`, "500000000");
+}
+
+/** `--oauth-token-file` and the hidden gateway test flags of a command that runs CLI units through the gateway; `unit` names what the token must outlive. */
+function gatewayOptions(command: Command, unit: string): Command {
+  return command
+    .option(
+      "--oauth-token-file <file>",
+      `--credentials gateway: a file holding a long-lived token made with \`claude setup-token\` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each ${unit}`,
+    )
+    .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream instead of https://api.anthropic.com (an https:// origin)").hideHelp())
+    .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp());
+}
+
+/** `--quiet` and the hidden fake-image flags (CI and tests). */
+function quietAndFakeOptions(command: Command): Command {
+  return command
+    .option("--quiet", "no progress lines on stderr")
+    .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
+    .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp());
+}
+
+const RUN_HELP_AFTER = `
+Environment:
+  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute; with
+                       --transport cli it must have a row in the runner's price table (CLI_PRICES), or run,
+                       doctor and a dry run given it refuse it with exit 2 before anything is spent
+  STUDY_BUDGET_USD     the approved cumulative cap in USD (e.g. 1 for the pilot); required to execute
+  ANTHROPIC_API_KEY    http transport only, read from the environment only; the cli transport never reads it
+
+${exitCodeHelp()}
+
+Examples:
+  study-runner --dry-run --pilot
+  study-runner --dry-run --run --root ledgerlite=../ledgerlite --root queuekit=../queuekit --root routekit=../routekit
+  STUDY_MODEL=claude-haiku-5-5 STUDY_BUDGET_USD=1 study-runner --pilot --approve-budget --transport cli \\
+    --root ledgerlite=../ledgerlite --output ~/study-ledgers/pilot.json`;
+
+/** `run`'s visible flags up to the container settings: what to run, on which checkouts, into which ledger, in which image. */
+function runStudyOptions(command: Command): Command {
+  command
     .addOption(manifestOption())
     .option("--dry-run", "validate the matrix (and checkouts given with --root) without network, credentials or Claude processes")
     .option("--pilot", "the pilot: the first task, both scenarios, one repetition (2 attempts)")
     .option("--run", "the full study: every task x repetition x scenario")
     .option("--approve-budget", "required to spend: confirms STUDY_BUDGET_USD is the approved cumulative cap")
     .addOption(new Option("--transport <name>", "provider path: 'cli' (Claude Code in a container, the pilot transport) or 'http' (Messages API)").choices(TransportSchema.options).default("http"))
-    .option("--root <name=path>", "checkout of a pinned repository (repeatable); checked clean and at its pin", collect)
-    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
-    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
+    .option("--root <name=path>", "checkout of a pinned repository (repeatable); checked clean and at its pin", collect);
+  return exportLimitOptions(command)
     .option("--output <path>", "the private ledger: a new file outside every checkout and outside this project")
     .option("--attempt-budget-usd <usd>", "per-attempt limit, reserved and passed as --max-budget-usd", String(DEFAULT_ATTEMPT_BUDGET_USD))
     .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
-    .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", claudeCodeImageRef())
+    .option("--image <ref>", "the Claude Code image attempts run in (build it with `study-runner image build`)", claudeCodeImageRef());
+}
+
+/** `run`'s container flags: network, runtime, CPUs, concurrency, the login and how attempts reach the API. */
+function runContainerOptions(command: Command): Command {
+  command
     .addOption(
       new Option(
         "--isolation <profile>",
@@ -68,26 +105,23 @@ export function buildProgram(setExit: (code: number) => void): Command {
       "cli transport: attempts running at once (default 1); above 1 the two arms of a task x repetition start together, each attempt's whole limit stays reserved while it runs, and a 429/529 slows new starts. Refused while attempts get a copy of the CLI login (two containers would hold one single-use refresh token)",
       "1",
     )
-    .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .option("--claude-config-dir <dir>", LOGIN_FOLDER_HELP)
     .addOption(
       new Option(
         "--credentials <mode>",
         "cli transport (docs/gateway.md): 'gateway' (default: the login stays on the host, containers hold a placeholder, have no network and reach the API only through the runner's metering gateway, which refuses a request before it could pass the attempt's budget) or 'login-copy' (each container gets a copy of the CLI login; needed for --isolation standard/strict to mean anything)",
       ).choices(["gateway", "login-copy"]),
-    )
-    .option(
-      "--oauth-token-file <file>",
-      "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each attempt",
-    )
-    .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream instead of https://api.anthropic.com (an https:// origin)").hideHelp())
-    .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp())
-    .option(
-      "--doc-bridge-command <json>",
-      'the doc-bridge engine as a JSON array, run with each checkout as cwd, e.g. \'["node","/opt/ak/bin/ak-docs.js","mcp"]\' (default: the bundled reference server)',
-    )
-    .option("--quiet", "no progress lines on stderr")
-    .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
-    .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())
+    );
+  return gatewayOptions(command, "attempt");
+}
+
+/** `run`'s last flags: the doc-bridge engine, the hidden test knobs, the http transport's prices. */
+function runRestOptions(command: Command): Command {
+  command.option(
+    "--doc-bridge-command <json>",
+    'the doc-bridge engine as a JSON array, run with each checkout as cwd, e.g. \'["node","/opt/ak/bin/ak-docs.js","mcp"]\' (default: the bundled reference server)',
+  );
+  return quietAndFakeOptions(command)
     .addOption(new Option("--test-attempt-timeout-ms <ms>", "tests: a shorter attempt timeout than the contract's five minutes").hideHelp())
     .addOption(new Option("--test-login-lock-timeout-ms <ms>", "tests: how long an attempt waits for a CLI login locked by another run (default ten minutes)").hideHelp())
     .addOption(new Option("--test-login-lock-stale-ms <ms>", "tests: after how long a dead run's login lock is taken over (default 30 s, at least 2 s)").hideHelp())
@@ -98,50 +132,18 @@ export function buildProgram(setExit: (code: number) => void): Command {
     )
     .addOption(new Option("--api-base-url <url>", "tests: the http transport's Messages API base (http://127.0.0.1:<port>, http://localhost:<port> or https://api.anthropic.com)").hideHelp())
     .option("--input-price-usd-per-mtok <usd>", "http transport: upper input price per million tokens (or STUDY_INPUT_PRICE_USD_PER_MTOK)")
-    .option("--output-price-usd-per-mtok <usd>", "http transport: upper output price per million tokens (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)")
-    .addHelpText(
-      "after",
-      `
-Environment:
-  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute; with
-                       --transport cli it must have a row in the runner's price table (CLI_PRICES), or run,
-                       doctor and a dry run given it refuse it with exit 2 before anything is spent
-  STUDY_BUDGET_USD     the approved cumulative cap in USD (e.g. 1 for the pilot); required to execute
-  ANTHROPIC_API_KEY    http transport only, read from the environment only; the cli transport never reads it
+    .option("--output-price-usd-per-mtok <usd>", "http transport: upper output price per million tokens (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)");
+}
 
-${exitCodeHelp()}
-
-Examples:
-  study-runner --dry-run --pilot
-  study-runner --dry-run --run --root ledgerlite=../ledgerlite --root queuekit=../queuekit --root routekit=../routekit
-  STUDY_MODEL=claude-haiku-5-5 STUDY_BUDGET_USD=1 study-runner --pilot --approve-budget --transport cli \\
-    --root ledgerlite=../ledgerlite --output ~/study-ledgers/pilot.json`,
-    )
+/** `run`, the default command: a dry run, the pilot or the full study. */
+function addRunCommand(program: Command, setExit: SetExit): void {
+  const run = program.command("run", { isDefault: true }).description("validate (--dry-run) or execute (--pilot / --run) a study; the default command");
+  runRestOptions(runContainerOptions(runStudyOptions(run)))
+    .addHelpText("after", RUN_HELP_AFTER)
     .action(async (opts) => setExit(await (await import("./run.ts")).runCommand(opts)));
+}
 
-  program
-    .command("doctor")
-    .description("check, without spending anything or starting an attempt, everything a run with the same flags needs; exit 0 only when it could start")
-    .addOption(manifestOption())
-    .option("--pilot", "check for the pilot (the default)")
-    .option("--run", "check for the full study")
-    .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(TransportSchema.options).default("http"))
-    .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect)
-    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
-    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
-    .option("--output <path>", "the ledger path the run would be given")
-    .option("--attempt-budget-usd <usd>", "per-attempt limit", String(DEFAULT_ATTEMPT_BUDGET_USD))
-    .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
-    .option("--image <ref>", "the Claude Code image attempts run in", claudeCodeImageRef())
-    .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
-    .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array (default: the bundled reference server)")
-    .addOption(new Option("--isolation <profile>", "as for run; 'strict' adds an isolation check").choices(["standard", "strict", "offline"]).default("standard"))
-    .option("--egress-allow <hosts>", "as for run (--isolation strict only)", collect)
-    .option("--runtime <name>", "as for run; adds a check that the engine offers this OCI runtime and runs one probe container under it")
-    .option("--json", "one JSON object instead of lines")
-    .addHelpText(
-      "after",
-      `
+const DOCTOR_HELP_AFTER = `
 One line per check: node, git, docker (and which engine), image, claude-version, login (never the token),
 manifest, root:<name> for every planned or given checkout, doc-bridge (the run's own preflight), output,
 transport, model (STUDY_MODEL), budget (STUDY_BUDGET_USD), attempts (the per-attempt limit and how many
@@ -149,10 +151,35 @@ attempts the cap holds). A failed check names its fix. Exit 0 when a run could s
 
 Example:
   STUDY_MODEL=claude-haiku-5-5 STUDY_BUDGET_USD=1 study-runner doctor --pilot --transport cli \\
-    --root ledgerlite=../ledgerlite --output ~/study-ledgers/pilot.json`,
-    )
-    .action(async (opts) => setExit(await (await import("./doctor.ts")).doctorCommand(opts)));
+    --root ledgerlite=../ledgerlite --output ~/study-ledgers/pilot.json`;
 
+/** `doctor`: the run's own checks without spending anything. */
+function addDoctorCommand(program: Command, setExit: SetExit): void {
+  const doctor = program
+    .command("doctor")
+    .description("check, without spending anything or starting an attempt, everything a run with the same flags needs; exit 0 only when it could start")
+    .addHelpText("after", DOCTOR_HELP_AFTER)
+    .addOption(manifestOption())
+    .option("--pilot", "check for the pilot (the default)")
+    .option("--run", "check for the full study")
+    .addOption(new Option("--transport <name>", "as for run: 'cli' or 'http'").choices(TransportSchema.options).default("http"))
+    .option("--root <name=path>", "checkout of a pinned repository (repeatable)", collect);
+  exportLimitOptions(doctor)
+    .option("--output <path>", "the ledger path the run would be given")
+    .option("--attempt-budget-usd <usd>", "per-attempt limit", String(DEFAULT_ATTEMPT_BUDGET_USD))
+    .option("--cli-version <version>", "the Claude Code version the image must report", CLAUDE_CODE_VERSION)
+    .option("--image <ref>", "the Claude Code image attempts run in", claudeCodeImageRef())
+    .option("--claude-config-dir <dir>", LOGIN_FOLDER_HELP)
+    .option("--doc-bridge-command <json>", "the doc-bridge engine as a JSON array (default: the bundled reference server)")
+    .addOption(new Option("--isolation <profile>", "as for run; 'strict' adds an isolation check").choices(["standard", "strict", "offline"]).default("standard"))
+    .option("--egress-allow <hosts>", "as for run (--isolation strict only)", collect)
+    .option("--runtime <name>", "as for run; adds a check that the engine offers this OCI runtime and runs one probe container under it")
+    .option("--json", "one JSON object instead of lines")
+    .action(async (opts) => setExit(await (await import("./doctor.ts")).doctorCommand(opts)));
+}
+
+/** `plan` and `export`: what a study would run, and what one attempt would see. */
+function addPlanAndExportCommands(program: Command, setExit: SetExit): void {
   program
     .command("plan")
     .description("print the fixed, counterbalanced plan (task, scenario, repetition in run order)")
@@ -161,29 +188,18 @@ Example:
     .option("--json", "one JSON array instead of a table")
     .action(async (opts) => setExit(await (await import("./plan.ts")).planCommand(opts)));
 
-  program
+  const exportCommand = program
     .command("export")
     .description("write the export an attempt would see (one repository at its pin, public files only, read-only) into a new folder")
     .addOption(manifestOption())
     .requiredOption("--root <name=path>", "checkout of the repository (repeatable)", collect)
     .requiredOption("--repository <name>", "which repository of the manifest to export")
-    .requiredOption("--out <dir>", "a folder that does not exist yet; its files end up 0444, folders 0555")
-    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
-    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
-    .action(async (opts) => {
-      const [{ exportCommand }, { parseRoots }] = await Promise.all([import("./export.ts"), import("../settings/run-options.ts")]);
-      const summary = await exportCommand({
-        manifest: opts.manifest,
-        roots: Object.fromEntries(parseRoots(opts.root)),
-        repository: opts.repository,
-        out: opts.out,
-        maxExportFiles: opts.maxExportFiles,
-        maxExportBytes: opts.maxExportBytes,
-      });
-      process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
-      setExit(ExitCode.ok);
-    });
+    .requiredOption("--out <dir>", "a folder that does not exist yet; its files end up 0444, folders 0555");
+  exportLimitOptions(exportCommand).action(async (opts) => setExit(await (await import("./export.ts")).exportFlagsCommand(opts)));
+}
 
+/** `image build` and `image probe`. */
+function addImageCommands(program: Command, setExit: SetExit): void {
   const image = program.command("image").description("build or probe the Claude Code image attempts run in");
   image
     .command("build")
@@ -197,7 +213,10 @@ Example:
     .command("probe <ref>")
     .description("run `claude --version` in a throwaway hardened container of the image")
     .action(async (ref) => setExit(await (await import("./image.ts")).imageProbeCommand(ref)));
+}
 
+/** `classify`: a saved transcript re-checked offline. */
+function addClassifyCommand(program: Command, setExit: SetExit): void {
   program
     .command("classify <transcript>")
     .description("re-check a saved stream-json transcript offline with the runner's own rules; prints facts and status (never the answer)")
@@ -209,7 +228,10 @@ Example:
     .option("--timed-out", "the attempt was killed by the timeout")
     .option("--truncated", `stdout was cut at the ${formatByteBound(STDOUT_LIMIT_BYTES)} bound`)
     .action(async (file, opts) => setExit(await (await import("./classify.ts")).classifyCommand(file, opts)));
+}
 
+/** `ledger verify` and `ledger check`: read a private record without changing it. */
+function addLedgerCommands(program: Command, setExit: SetExit): void {
   const ledgerCommand = program.command("ledger").description("read a private ledger without changing it");
   ledgerCommand
     .command("verify <path>")
@@ -233,7 +255,10 @@ Example:
     .option("--json", "one JSON object instead of lines")
     .addHelpText("after", "\nExit codes: 0 valid and finished, 4 valid but interrupted (status running), 1 invalid, 2 unreadable.")
     .action(async (path, opts) => setExit(await (await import("./ledger.ts")).ledgerCheckCommand(path, opts)));
+}
 
+/** `schemas`: the JSON Schemas generated from the zod schemas. */
+function addSchemasCommand(program: Command, setExit: SetExit): void {
   program
     .command("schemas")
     .description("write the JSON Schemas of the manifest and the ledger (generated from the zod schemas)")
@@ -243,18 +268,29 @@ Example:
       process.stdout.write(written.join("\n") + "\n");
       setExit(ExitCode.ok);
     });
+}
 
-  program
-    .command("adjudicate")
-    .description("blind agent adjudication of a ledger: one read-only Claude Code run per answer, scenario never named, structured verdicts into a separate private record")
+const ADJUDICATE_HELP_AFTER = `
+Environment:
+  STUDY_ADJUDICATOR_MODEL         the adjudicator's model (default: ${DEFAULT_ADJUDICATOR_MODELS[0]}, or ${DEFAULT_ADJUDICATOR_MODELS[1]} when
+                                  that answered); a full model id with a measured price row, different from
+                                  the answering model unless --force-same-model
+  STUDY_ADJUDICATION_BUDGET_USD   the approved cumulative cap of this adjudication in USD
+
+Exit codes: 0 every observation has an outcome, 1 an adjudicator run did not complete (adjudication blocked; the rest is
+            recorded blocked), 2 bad input or a refused start (nothing spent), 3 the runner's own fault.
+Correctness is agent-adjudicated: there is no human review.`;
+
+/** `adjudicate`'s flags up to the image: which ledger, into which record, with which budget and checkouts. */
+function adjudicateInputOptions(command: Command): Command {
+  command
     .option("--ledger <path>", "the private ledger to adjudicate (only read, never modified)")
     .option("--output <path>", "the private adjudication record: a new file outside every checkout and outside this project")
     .option("--approve-budget", "required to spend: confirms STUDY_ADJUDICATION_BUDGET_USD is the approved cumulative cap")
     .option("--seed <n>", "seed of the shuffled item order, 0-4294967295 (default: drawn at random); recorded")
     .option("--manifest <path>", "the manifest the run used (default: the path the ledger records); its hash must equal the ledger's protocol hash")
-    .option("--root <name=path>", "checkout holding a repository's pinned commit (repeatable; default: the checkouts the ledger records)", collect)
-    .option("--max-export-files <n>", "refuse (exit 2, before anything is reserved) an export of more files than this (docs/export.md, Limits)", "50000")
-    .option("--max-export-bytes <n>", "refuse (exit 2, before anything is reserved) an export of more bytes than this (docs/export.md, Limits)", "500000000")
+    .option("--root <name=path>", "checkout holding a repository's pinned commit (repeatable; default: the checkouts the ledger records)", collect);
+  return exportLimitOptions(command)
     .option(
       "--item-budget-usd <usd>",
       "per-item limit, reserved and passed as --max-budget-usd; with --credentials gateway it must hold the gateway's bound of one request (about 1.4 USD for claude-sonnet-5-5), else the start is refused",
@@ -262,7 +298,12 @@ Example:
     )
     .option("--force-same-model", "adjudicate with the answering model (or allow STUDY_ADJUDICATOR_MODEL to equal it): a departure from the protocol, recorded and stated in every report")
     .option("--image <ref>", "the Claude Code image (default: the image the ledger records)")
-    .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)")
+    .option("--cli-version <version>", "the Claude Code version the image must report (default: the ledger's)");
+}
+
+/** `adjudicate`'s container flags: network, runtime, the login and how the adjudicator reaches the API. */
+function adjudicateContainerOptions(command: Command): Command {
+  command
     .addOption(
       new Option(
         "--isolation <profile>",
@@ -272,38 +313,27 @@ Example:
         .default("standard"),
     )
     .option("--runtime <name>", "OCI runtime of adjudicator containers, e.g. runsc (gVisor) (default: the runtime the ledger records); checked by a probe container before anything is spent")
-    .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
+    .option("--claude-config-dir <dir>", LOGIN_FOLDER_HELP)
     .addOption(
       new Option(
         "--credentials <mode>",
         "as for `run` (docs/gateway.md): 'gateway' (default: the login stays on the host, each adjudicator container holds a placeholder, has no network and reaches the API only through the runner's metering gateway, which refuses a request before it could pass the item's budget) or 'login-copy' (each container gets a copy of the CLI login)",
       ).choices(["gateway", "login-copy"]),
-    )
-    .option(
-      "--oauth-token-file <file>",
-      "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (or set CLAUDE_CODE_OAUTH_TOKEN); default: the host CLI login's access token, which must outlive each item",
-    )
-    .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream instead of https://api.anthropic.com (an https:// origin)").hideHelp())
-    .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp())
-    .option("--quiet", "no progress lines on stderr")
-    .addOption(new Option("--fake-behaviour <file>", "CI/tests: behaviour file for the fake claude image").hideHelp())
-    .addOption(new Option("--fake-records <dir>", "CI/tests: folder where the fake claude image writes its records").hideHelp())
-    .addOption(new Option("--test-item-timeout-ms <ms>", "tests: a shorter timeout than five minutes").hideHelp())
-    .addHelpText(
-      "after",
-      `
-Environment:
-  STUDY_ADJUDICATOR_MODEL         the adjudicator's model (default: ${DEFAULT_ADJUDICATOR_MODELS[0]}, or ${DEFAULT_ADJUDICATOR_MODELS[1]} when
-                                  that answered); a full model id with a measured price row, different from
-                                  the answering model unless --force-same-model
-  STUDY_ADJUDICATION_BUDGET_USD   the approved cumulative cap of this adjudication in USD
+    );
+  return quietAndFakeOptions(gatewayOptions(command, "item")).addOption(new Option("--test-item-timeout-ms <ms>", "tests: a shorter timeout than five minutes").hideHelp());
+}
 
-Exit codes: 0 every observation has an outcome, 1 an adjudicator run did not complete (adjudication blocked; the rest is
-            recorded blocked), 2 bad input or a refused start (nothing spent), 3 the runner's own fault.
-Correctness is agent-adjudicated: there is no human review.`,
-    )
-    .action(async (opts) => setExit(await (await import("./adjudicate.ts")).adjudicateCommand(opts)));
+/** `adjudicate`: blind agent adjudication of a ledger. */
+function addAdjudicateCommand(program: Command, setExit: SetExit): void {
+  const adjudicate = program
+    .command("adjudicate")
+    .description("blind agent adjudication of a ledger: one read-only Claude Code run per answer, scenario never named, structured verdicts into a separate private record");
+  adjudicate.addHelpText("after", ADJUDICATE_HELP_AFTER);
+  adjudicateContainerOptions(adjudicateInputOptions(adjudicate)).action(async (opts) => setExit(await (await import("./adjudicate.ts")).adjudicateCommand(opts)));
+}
 
+/** `report`: the published report, or the private pair viewer. */
+function addReportCommand(program: Command, setExit: SetExit): void {
   program
     .command("report")
     .description("report a run from its ledger and, when given, its adjudication record: statuses, outcomes per arm, task-level statistics (docs/report.md), behaviour per arm, totals")
@@ -330,10 +360,10 @@ Correctness is agent-adjudicated: there is no human review.`,
     .option("--seed <n>", "seed of the cluster bootstrap (an integer 0..4294967295; the report states it)", "20261201")
     .option("--effect <points...>", "score effects (points, > 0 and ≤ 1) the planning table sizes a study for", ["0.1", "0.2", "0.3"])
     .action(async (opts) => setExit(await (await import("./report.ts")).reportCommand(opts)));
+}
 
-  // Session tasks: their own manifest and ledger (src/session).
-  addSessionCommands(program, setExit);
-
+/** `demo`: the bundled study end to end with a fake or scripted model. */
+function addDemoCommand(program: Command, setExit: SetExit): void {
   program
     .command("demo")
     .description("run the bundled demo study end to end: demo corpus, doc-bridge indexes, the fake claude image (no network, no cost), ledger")
@@ -351,7 +381,41 @@ Correctness is agent-adjudicated: there is no human review.`,
     )
     .option("--quiet", "no progress lines on stderr")
     .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));
+}
 
+/** The root program: its description, version, error output and exit-code help. */
+function rootProgram(): Command {
+  return (
+    new Command("study-runner")
+      .description(
+        "Run paired studies of the Claude Code CLI: the same questions over the same pinned repositories, answered " +
+          "once with repository tools alone and once with the doc-bridge MCP server, each attempt in a fresh container.",
+      )
+      .version(`study-runner ${runnerVersion()} (pinned Claude Code CLI ${CLAUDE_CODE_VERSION})`, "-V, --version", "print the runner's version and the Claude Code version it pins")
+      // --version only before a command: `image build --version <version>` keeps its own meaning.
+      .enablePositionalOptions()
+      .showHelpAfterError("(run `study-runner --help` for usage)")
+      .configureOutput({ writeErr: (s) => process.stderr.write(s) })
+      .exitOverride()
+      .addHelpText("after", `\n${exitCodeHelp()}`)
+  );
+}
+
+/** The whole command line, one step per command in the order `--help` lists them; `setExit` receives each action's exit code. */
+export function buildProgram(setExit: SetExit): Command {
+  const program = rootProgram();
+  addRunCommand(program, setExit);
+  addDoctorCommand(program, setExit);
+  addPlanAndExportCommands(program, setExit);
+  addImageCommands(program, setExit);
+  addClassifyCommand(program, setExit);
+  addLedgerCommands(program, setExit);
+  addSchemasCommand(program, setExit);
+  addAdjudicateCommand(program, setExit);
+  addReportCommand(program, setExit);
+  // Session tasks: their own manifest and ledger (src/session).
+  addSessionCommands(program, setExit);
+  addDemoCommand(program, setExit);
   return program;
 }
 

@@ -1,45 +1,9 @@
 import { readFile } from "node:fs/promises";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { UsageError } from "../util/errors.ts";
-import { runtimeNameProblem } from "../isolation/profile.ts";
-import { parseRoots } from "../settings/run-options.ts";
-import { answerSession, resumeSessions, retrySession, startSessions, type SessionRuntimeOptions } from "../session/run.ts";
+import { answerSession, resumeSessions, retrySession, startSessions } from "../session/run.ts";
+import { parseRoots, parseSessionRuntimeFlags, parseSessionStartFlags, type SessionRuntimeFlags, type SessionStartFlags } from "./options.ts";
 import type { SessionLedger } from "../session/schema.ts";
-
-export interface SessionRuntimeFlags {
-  claudeConfigDir?: string;
-  isolation?: string;
-  modelApiSocket?: string;
-  fakeBehaviour?: string;
-  fakeRecords?: string;
-  credentials?: string;
-  oauthTokenFile?: string;
-  quiet?: boolean;
-}
-
-export function runtimeOptions(flags: SessionRuntimeFlags): SessionRuntimeOptions {
-  const isolation = flags.isolation ?? (flags.modelApiSocket || flags.fakeBehaviour ? "offline" : "standard");
-  if (isolation !== "standard" && isolation !== "offline") throw new UsageError(`--isolation ${isolation}: sessions run 'standard' or 'offline'`);
-  // As for a study: the gateway unless the calls go to a scripted API's socket directly.
-  const credentials = flags.credentials ?? (flags.modelApiSocket ? "login-copy" : "gateway");
-  if (credentials !== "gateway" && credentials !== "login-copy") throw new UsageError(`--credentials ${credentials}: give 'gateway' or 'login-copy'`);
-  if (credentials === "gateway" && flags.modelApiSocket) throw new UsageError("--model-api-socket reaches the API directly; use it with --credentials login-copy");
-  if (credentials !== "gateway" && flags.oauthTokenFile !== undefined) throw new UsageError("--oauth-token-file applies to --credentials gateway only");
-  return {
-    credentials,
-    oauthTokenFile: flags.oauthTokenFile,
-    claudeConfigDir: flags.claudeConfigDir,
-    isolation,
-    modelApi: flags.modelApiSocket ? { socketPath: flags.modelApiSocket } : undefined,
-    fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour, recordsDir: flags.fakeRecords } : undefined,
-  };
-}
-
-function usd(name: string, value: string | undefined, problems: string[]): number {
-  const n = Number(value);
-  if (value === undefined || !/^[0-9]+(\.[0-9]+)?$/.test(value) || !(n > 0)) problems.push(`${name} must be a positive decimal number of USD, e.g. 0.5`);
-  return n;
-}
 
 const say = (quiet: boolean | undefined) => (line: string) => {
   if (!quiet) process.stderr.write(`study-runner sessions: ${line}\n`);
@@ -64,45 +28,21 @@ export function sessionSummary(ledgerPath: string, ledger: SessionLedger) {
   };
 }
 
-export async function sessionsStartCommand(
-  flags: SessionRuntimeFlags & {
-    manifest?: string;
-    root?: string[];
-    output?: string;
-    image?: string;
-    model?: string;
-    capUsd?: string;
-    callBudgetUsd?: string;
-    sessionBudgetUsd?: string;
-    cliVersion?: string;
-    runtime?: string;
-  },
-): Promise<number> {
-  const problems: string[] = [];
-  const runtimeProblem = flags.runtime !== undefined && runtimeNameProblem(flags.runtime);
-  if (runtimeProblem) problems.push(runtimeProblem);
-  if (!flags.manifest) problems.push('--manifest is required: the session manifest (tasks of kind "session")');
-  if (!flags.output) problems.push("--output is required: a new private ledger file outside every checkout and the project");
-  if (!flags.image) problems.push("--image is required: the Claude Code image (study-runner image build)");
-  const model = flags.model ?? process.env.STUDY_MODEL;
-  if (!model) problems.push("--model or STUDY_MODEL is required");
-  const capUsd = usd("--cap-usd", flags.capUsd, problems);
-  const callBudgetUsd = usd("--call-budget-usd", flags.callBudgetUsd, problems);
-  const sessionBudgetUsd = usd("--session-budget-usd", flags.sessionBudgetUsd, problems);
-  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+export async function sessionsStartCommand(flags: SessionStartFlags): Promise<number> {
+  const values = parseSessionStartFlags(flags, process.env);
   const started = await startSessions(
     {
-      ...runtimeOptions(flags),
-      manifestPath: flags.manifest!,
+      ...parseSessionRuntimeFlags(flags),
+      manifestPath: values.manifest,
       roots: parseRoots(flags.root ?? []),
-      output: flags.output!,
-      model: model!,
-      image: flags.image!,
+      output: values.output,
+      model: values.model,
+      image: values.image,
       expectedCliVersion: flags.cliVersion ?? CLAUDE_CODE_VERSION,
       ...(flags.runtime !== undefined ? { ociRuntime: flags.runtime } : {}),
-      capUsd,
-      callBudgetUsd,
-      sessionBudgetUsd,
+      capUsd: values.capUsd,
+      callBudgetUsd: values.callBudgetUsd,
+      sessionBudgetUsd: values.sessionBudgetUsd,
     },
     { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint() },
   );
@@ -125,7 +65,7 @@ export async function answerCommand(ledgerPath: string, session: string, flags: 
 export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
   const resumed = await resumeSessions(
     ledgerPath,
-    { ...runtimeOptions(flags), manifestPath: flags.manifest },
+    { ...parseSessionRuntimeFlags(flags), manifestPath: flags.manifest },
     { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint() },
   );
   process.stdout.write(`${JSON.stringify(sessionSummary(ledgerPath, resumed.ledger), null, 2)}\n`);
@@ -133,7 +73,7 @@ export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFla
 }
 
 export async function retryCommand(ledgerPath: string, task: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
-  const retried = await retrySession(ledgerPath, task, { ...runtimeOptions(flags), manifestPath: flags.manifest }, { runtime: await dockerRuntime(), say: say(flags.quiet) });
+  const retried = await retrySession(ledgerPath, task, { ...parseSessionRuntimeFlags(flags), manifestPath: flags.manifest }, { runtime: await dockerRuntime(), say: say(flags.quiet) });
   process.stdout.write(
     `${JSON.stringify({ ...sessionSummary(ledgerPath, retried.ledger), retry: { session: retried.session.id, attempt: retried.session.attempt, retryOf: retried.session.retryOf } }, null, 2)}\n`,
   );

@@ -40,5 +40,5 @@ export function tier1MaxPromptTokens(model: string): number | undefined {
   return GENERATED_PRICE_TABLE.models[model]!.tier1MaxPromptTokens ?? Number.POSITIVE_INFINITY;
 }
 
-/** The family aliases the binary resolves on its own; the runner refuses them (see modelNameProblem). */
+/** The family aliases the binary resolves on its own; the runner refuses them (see modelProblem in models.ts). */
 export const MODEL_ALIASES: Readonly<Record<string, GeneratedPriceTable["aliases"][string]>> = GENERATED_PRICE_TABLE.aliases;

@@ -1,5 +1,5 @@
 import { z } from "zod";
-import { assertModelName, BUILTIN_DENIED_TOOLS, EMPTY_MCP_CONFIG, formatBudgetUsd, HOME_READ_DENIALS, SYSTEM_READ_DENIALS } from "../claude/args.ts";
+import { BUILTIN_DENIED_TOOLS, EMPTY_MCP_CONFIG, HOME_READ_DENIALS, printModeArguments, SYSTEM_READ_DENIALS } from "../claude/args.ts";
 import { SessionResultSchema, type SessionResult } from "./schema.ts";
 
 /** A session's tools: the read tools and the two that edit files in the working folder. */
@@ -66,18 +66,10 @@ export interface SessionArgumentOptions {
  * what a resume needs.
  */
 export function sessionArguments(o: SessionArgumentOptions): string[] {
-  assertModelName(o.model);
   if (!z.uuid().safeParse(o.sessionId).success) throw new Error(`session id ${o.sessionId} is not a UUID`);
   const denied = [...BUILTIN_DENIED_TOOLS.filter((t) => t !== "Edit" && t !== "Write"), ...HOME_READ_DENIALS, ...SYSTEM_READ_DENIALS, ...SESSION_EDIT_DENIALS];
   return [
-    "-p",
-    "--output-format",
-    "stream-json",
-    "--verbose",
-    "--model",
-    o.model,
-    "--max-budget-usd",
-    formatBudgetUsd(o.maxBudgetUsd),
+    ...printModeArguments(o.model, o.maxBudgetUsd),
     "--tools",
     SESSION_TOOLS.join(","),
     "--allowedTools",

@@ -1,13 +1,12 @@
 import { z } from "zod";
 import { resolve } from "node:path";
-import { UsageError } from "../util/errors.ts";
-import { aliasProblem } from "../cost/models.ts";
+import { modelProblem, type ModelNeeds } from "../cost/models.ts";
 import type { Transport } from "../terms/terms.ts";
-import { checkPricedModel } from "../cost/priced.ts";
 
 /**
- * The `run` command's flags and environment, validated by one zod schema so that every
- * problem is reported at once, with the flag or variable it concerns and the fix.
+ * What executing a study needs of the `run` command's flags and environment (the run and the
+ * doctor both ask): every problem at once, each with the flag or variable it concerns and the fix.
+ * The flags themselves are parsed in src/cli/options.ts; this layer holds what the doctor shares.
  */
 
 export const DEFAULT_ATTEMPT_BUDGET_USD = 0.1;
@@ -28,7 +27,12 @@ export interface RawRunFlags {
   outputPriceUsdPerMtok?: string;
 }
 
-const Positive = (what: string) =>
+/**
+ * An amount such as a cap, a limit or a price: a plain positive decimal (no sign, no exponent),
+ * refused with `what` (the flag or variable) and an example of the fix. Every command's USD
+ * values go through it (src/cli/options.ts).
+ */
+export const positiveDecimal = (what: string) =>
   z
     .string()
     .trim()
@@ -36,21 +40,18 @@ const Positive = (what: string) =>
     .transform(Number)
     .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0`);
 
-export function parseRoots(values: readonly string[] = []): Map<string, string> {
-  const roots = new Map<string, string>();
-  const problems: string[] = [];
-  for (const value of values) {
-    const eq = value.indexOf("=");
-    if (eq <= 0 || eq === value.length - 1) {
-      problems.push(`--root '${value}': expected name=path, e.g. --root ledgerlite=../ledgerlite`);
-      continue;
-    }
-    const name = value.slice(0, eq);
-    if (roots.has(name)) problems.push(`--root '${name}' is given twice; give each repository once`);
-    roots.set(name, resolve(value.slice(eq + 1)));
-  }
-  if (problems.length) throw new UsageError(problems.join("\n"), problems);
-  return roots;
+/**
+ * What the study's model (STUDY_MODEL) must be: set, a full model id, and with the CLI transport
+ * priced by the runner's own table (it cross-checks the CLI's cost against it); the http transport
+ * prices with the protocol's upper prices given as flags.
+ */
+export function studyModelNeeds(transport: Transport): ModelNeeds {
+  return {
+    what: "STUDY_MODEL",
+    missing: "STUDY_MODEL is not set; export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5",
+    fullId: true,
+    ...(transport === "cli" ? { priced: "attempt" as const } : {}),
+  };
 }
 
 /** One problem of `checkExecution`, tagged with what it concerns (doctor shows each on its own line). */
@@ -89,18 +90,12 @@ export function checkExecution(
   if (!flags.pilot && !flags.run) add("mode", "choose what to run: --pilot (the first task, both scenarios, one repetition) or --run (the full study)");
   if (!flags.approveBudget) add("approval", "--approve-budget is required to spend money; pass it once the budget (STUDY_BUDGET_USD) is approved");
   const model = env.STUDY_MODEL?.trim();
-  if (!model) add("model", "STUDY_MODEL is not set; export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5");
-  else if (aliasProblem(model, "STUDY_MODEL")) add("model", aliasProblem(model, "STUDY_MODEL")!);
-  else if (transport === "cli") {
-    // The http transport prices with the protocol's upper prices given as flags; the CLI
-    // transport cross-checks the CLI's cost against the runner's own table.
-    const unpriced = checkPricedModel(model);
-    if (unpriced) add("model", unpriced);
-  }
-  const cap = Positive("STUDY_BUDGET_USD").safeParse(env.STUDY_BUDGET_USD ?? "");
+  const modelRefused = modelProblem(model, studyModelNeeds(transport));
+  if (modelRefused) add("model", modelRefused);
+  const cap = positiveDecimal("STUDY_BUDGET_USD").safeParse(env.STUDY_BUDGET_USD ?? "");
   if (env.STUDY_BUDGET_USD === undefined) add("cap", "STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
   else if (!cap.success) add("cap", cap.error.issues[0]!.message);
-  const attempt = Positive("--attempt-budget-usd").safeParse(flags.attemptBudgetUsd ?? String(DEFAULT_ATTEMPT_BUDGET_USD));
+  const attempt = positiveDecimal("--attempt-budget-usd").safeParse(flags.attemptBudgetUsd ?? String(DEFAULT_ATTEMPT_BUDGET_USD));
   if (!attempt.success) add("attempt-limit", attempt.error.issues[0]!.message);
   for (const repo of plannedRepositories) {
     if (!roots.has(repo)) add("root", `--root ${repo}=<path> is missing; every planned repository needs its checkout`);
@@ -114,8 +109,8 @@ export function checkExecution(
     apiKey = env.ANTHROPIC_API_KEY;
     if (!apiKey) add("http", "ANTHROPIC_API_KEY is not set; the http transport reads the key from the environment only (or pass --transport cli to use the CLI's own login)");
     else if (/[\r\n]/.test(apiKey)) add("http", "ANTHROPIC_API_KEY contains a line break; export the key alone");
-    const inP = Positive("--input-price-usd-per-mtok (or STUDY_INPUT_PRICE_USD_PER_MTOK)").safeParse(flags.inputPriceUsdPerMtok ?? env.STUDY_INPUT_PRICE_USD_PER_MTOK ?? "");
-    const outP = Positive("--output-price-usd-per-mtok (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)").safeParse(flags.outputPriceUsdPerMtok ?? env.STUDY_OUTPUT_PRICE_USD_PER_MTOK ?? "");
+    const inP = positiveDecimal("--input-price-usd-per-mtok (or STUDY_INPUT_PRICE_USD_PER_MTOK)").safeParse(flags.inputPriceUsdPerMtok ?? env.STUDY_INPUT_PRICE_USD_PER_MTOK ?? "");
+    const outP = positiveDecimal("--output-price-usd-per-mtok (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)").safeParse(flags.outputPriceUsdPerMtok ?? env.STUDY_OUTPUT_PRICE_USD_PER_MTOK ?? "");
     if (!inP.success) add("http", `${inP.error.issues[0]!.message}: the upper input price in USD per million tokens`);
     else inputPrice = inP.data;
     if (!outP.success) add("http", `${outP.error.issues[0]!.message}: the upper output price in USD per million tokens`);

@@ -9,9 +9,9 @@ import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../credentials/login.ts";
 import { assertModelApiSocket } from "../transport/cli/model-api.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../transport/cli/spec.ts";
-import { checkEgressRunner, type EgressProxyOptions } from "../isolation/proxy.ts";
+import { checkEgressRunner } from "../isolation/proxy.ts";
 import { exportSourceFor } from "../export/options.ts";
-import { DEFAULT_EGRESS_ALLOW, type Resolve } from "../isolation/policy.ts";
+import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { buildPrompt, cliArguments, denyList, EMPTY_MCP_CONFIG } from "../claude/args.ts";
 import { CLI_PRICES } from "../cost/prices.ts";
@@ -29,6 +29,7 @@ import { runCliInContainer, type CliRunDeps, type CliRunInput } from "../transpo
 import { observationExtras, reservedObservation } from "./observation.ts";
 import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
+import type { TestHooks } from "../transport/test-hooks.ts";
 import { summarize } from "./summary.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
 import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
@@ -44,8 +45,8 @@ export interface StudyConfig extends StudyRunBase, GatewayRunOptions {
    * allowlisted hosts on port 443; offline = no way out at all.
    */
   isolation: IsolationProfile;
-  /** Strict only: the proxy's allowlist (default DEFAULT_EGRESS_ALLOW) and, for tests, its resolver and bounds. */
-  egress?: { allow?: readonly string[]; resolve?: Resolve; limits?: EgressProxyOptions["limits"] };
+  /** Strict only: the proxy's allowlist (default DEFAULT_EGRESS_ALLOW); its resolver and bounds are test hooks. */
+  egress?: { allow?: readonly string[] };
   /** OCI runtime of attempt containers (e.g. runsc); the run refuses to start when the engine lacks it. */
   runtime?: string;
   /** Overrides where the CLI login is read from (the folder holding .credentials.json). */
@@ -64,7 +65,8 @@ export interface StudyConfig extends StudyRunBase, GatewayRunOptions {
   /** Test/CI only: the fake claude image's behaviour file and records folder. */
   fake?: { behaviourFile?: string; recordsDir?: string };
   timeoutMs?: number;
-  stdoutLimitBytes?: number;
+  /** Set by tests only, never by src/cli or src/demo. */
+  testHooks?: TestHooks;
   /** How many attempts may run at once (--concurrency, default 1); see concurrencyProblem. */
   concurrency?: number;
 }
@@ -320,7 +322,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       expectedCliVersion: config.expectedCliVersion,
       network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
       docBridge: sandbox ? { ...engine(attempt), sandbox } : undefined,
-      egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.egress?.resolve, limits: config.egress?.limits } : undefined,
+      egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.testHooks?.egress?.resolve, limits: config.testHooks?.egress?.limits } : undefined,
       modelApiSocket: config.modelApi?.socketPath,
       runtimeName: ctx.ociRuntime,
       labels: runnerLabels(ctx.runId, String(attempt.index)),
@@ -330,7 +332,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
       cpus: config.cpus,
       homeBytes: config.homeBytes,
       timeoutMs: config.timeoutMs,
-      stdoutLimitBytes: config.stdoutLimitBytes,
+      stdoutLimitBytes: config.testHooks?.stdoutLimitBytes,
       onLine: (line) => {
         ctx.onLine?.(line);
         deps.onTranscriptLine?.(attempt, line);

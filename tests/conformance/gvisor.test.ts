@@ -244,7 +244,7 @@ describe("the strict profile's proxy under runsc", () => {
         isolation: "strict",
         runtime: RUNSC,
         // Every allowed name goes to the loopback sink: nothing leaves the machine.
-        egress: { resolve: async () => ({ address: "127.0.0.1", port }) },
+        testHooks: { egress: { resolve: async () => ({ address: "127.0.0.1", port }) } },
         docBridgeCommand: referenceEngineCommand(),
         claudeConfigDir: corpus.loginDir,
         timeoutMs: 15_000,

@@ -64,10 +64,12 @@ async function strictAttempt(name: string): Promise<{ obs: Observation; resolved
       image,
       expectedCliVersion: "2.1.296",
       isolation: "strict",
-      egress: {
-        resolve: async (host) => {
-          resolved.push(host);
-          return { address: "127.0.0.1", port };
+      testHooks: {
+        egress: {
+          resolve: async (host) => {
+            resolved.push(host);
+            return { address: "127.0.0.1", port };
+          },
         },
       },
       docBridgeCommand: referenceEngineCommand(),

@@ -16,6 +16,7 @@ import { loadManifest } from "../../src/manifest/load.ts";
 import { planStudy } from "../../src/plan/plan.ts";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { runStudy, type StudyConfig } from "../../src/study/run.ts";
+import type { TestHooks } from "../../src/transport/test-hooks.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import type { Resolve } from "../../src/isolation/policy.ts";
@@ -162,7 +163,8 @@ export async function runIsolated(
     isolation: StudyConfig["isolation"];
     behaviour: object;
     plan?: "pilot" | "repository";
-    egress?: StudyConfig["egress"];
+    /** The allowlist (the study's `egress`) and the proxy's resolver and bounds (its test hooks). */
+    egress?: StudyConfig["egress"] & NonNullable<TestHooks["egress"]>;
     runtime?: string;
     timeoutMs?: number;
   },
@@ -193,7 +195,7 @@ export async function runIsolated(
     image: f.demo.image,
     expectedCliVersion: "2.1.296",
     isolation: o.isolation,
-    egress: o.egress,
+    ...(o.egress ? { egress: { allow: o.egress.allow }, testHooks: { egress: { resolve: o.egress.resolve, limits: o.egress.limits } } } : {}),
     runtime: o.runtime,
     docBridgeCommand: referenceEngineCommand(),
     claudeConfigDir: f.demo.loginDir,

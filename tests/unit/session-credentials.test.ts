@@ -3,7 +3,7 @@
  * --credentials choice and the check of the gateway's spend against the cumulative difference.
  */
 import { describe, expect, it } from "vitest";
-import { runtimeOptions } from "../../src/cli/session.ts";
+import { parseSessionRuntimeFlags as runtimeOptions } from "../../src/cli/options.ts";
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,0 +1,597 @@
+import { readFile } from "node:fs/promises";
+import { resolve } from "node:path";
+import { randomInt } from "node:crypto";
+import { z } from "zod";
+import type { UpstreamOptions } from "../gateway/gateway.ts";
+import { parseExportLimits } from "../export/options.ts";
+import type { ExportLimits } from "../export/export.ts";
+import type { DoctorInput } from "../doctor/doctor.ts";
+import { runtimeNameProblem, type IsolationProfile } from "../isolation/profile.ts";
+import { parseEgressAllow } from "../isolation/policy.ts";
+import { checkOutputPath } from "../ledger/store.ts";
+import { modelProblem } from "../cost/models.ts";
+import { checkExecution, DEFAULT_ATTEMPT_BUDGET_USD, positiveDecimal, type ExecutionSettings, type RawRunFlags } from "../settings/run-options.ts";
+import type { Mode } from "../plan/plan.ts";
+import type { Transport } from "../terms/terms.ts";
+import { errorMessage, UsageError } from "../util/errors.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+
+/**
+ * One home for the command line's options: each command's flags (as commander hands them over,
+ * strings) and the environment variables it reads are parsed here, once, into a typed config.
+ * The value shapes are zod schemas (like src/manifest/schema.ts); every refusal names the flag
+ * or variable and the fix, and a command reports all of its problems at once (exit 2) before
+ * anything starts. What the doctor shares with `run` (money, model, output) is checkExecution in
+ * src/settings/run-options.ts, one layer down; model names are checked by src/cost/models.ts.
+ */
+
+// ---------------------------------------------------------------------------------------------
+// Value shapes shared by the commands.
+
+/** The first message of a failed zod parse: each schema below says the flag and the fix itself. */
+const firstMessage = (error: z.ZodError): string => error.issues[0]!.message;
+
+/** Parses `value` with `schema`, pushing its message onto `problems` on failure. */
+function take<T>(schema: z.ZodType<T, string>, value: string, problems: string[]): T | undefined {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  problems.push(firstMessage(parsed.error));
+  return undefined;
+}
+
+/** `--seed`: an unsigned 32-bit whole number. */
+const SeedSchema = z
+  .string()
+  .trim()
+  .regex(/^\d+$/, "--seed must be a whole number from 0 to 4294967295")
+  .transform(Number)
+  .refine((n) => n <= 0xffffffff, "--seed must be a whole number from 0 to 4294967295");
+
+/** `--cpus`: a number of CPUs of at least 0.01 (Docker's smallest useful share). */
+const CpusSchema = z
+  .string()
+  .refine((v) => v.trim() !== "" && Number.isFinite(Number(v)) && Number(v) >= 0.01 && Number(v) <= 1024, {
+    error: (issue) => `--cpus must be a number of CPUs between 0.01 and 1024, e.g. --cpus 1 or --cpus 0.5; got '${issue.input}'`,
+  })
+  .transform(Number);
+
+/** `--concurrency`: a whole number of attempts at once, 1 to 64. */
+const ConcurrencySchema = z
+  .string()
+  .refine((v) => v.trim() !== "" && Number.isSafeInteger(Number(v)) && Number(v) >= 1 && Number(v) <= 64, {
+    error: (issue) => `--concurrency must be a whole number of attempts from 1 to 64, e.g. --concurrency 4; got '${issue.input}'`,
+  })
+  .transform(Number);
+
+/** A hidden test flag's positive whole number. */
+const testNumberSchema = (flag: string) =>
+  z
+    .string()
+    .refine((v) => Number.isSafeInteger(Number(v)) && Number(v) > 0, { error: (issue) => `${flag} must be a positive whole number, got '${issue.input}'` })
+    .transform(Number);
+
+const NON_EMPTY_ENGINE_COMMAND = "--doc-bridge-command must be a non-empty JSON array of non-empty strings";
+
+/** `--doc-bridge-command`: a non-empty JSON array of non-empty strings (never a shell string). */
+const EngineCommandSchema = z
+  .string()
+  .transform((value, ctx) => {
+    try {
+      return JSON.parse(value) as unknown;
+    } catch {
+      ctx.addIssue({ code: "custom", message: `--doc-bridge-command must be a JSON array of strings, e.g. '["node","/opt/ak/bin/ak-docs.js","mcp"]'` });
+      return z.NEVER;
+    }
+  })
+  .pipe(z.array(z.string({ error: NON_EMPTY_ENGINE_COMMAND }).min(1, NON_EMPTY_ENGINE_COMMAND), { error: NON_EMPTY_ENGINE_COMMAND }).min(1, NON_EMPTY_ENGINE_COMMAND));
+
+/** `--root name=path` (repeatable): each repository's checkout, resolved; every malformed or repeated one named at once. */
+export function parseRoots(values: readonly string[] = []): Map<string, string> {
+  const roots = new Map<string, string>();
+  const problems: string[] = [];
+  for (const value of values) {
+    const eq = value.indexOf("=");
+    if (eq <= 0 || eq === value.length - 1) {
+      problems.push(`--root '${value}': expected name=path, e.g. --root ledgerlite=../ledgerlite`);
+      continue;
+    }
+    const name = value.slice(0, eq);
+    if (roots.has(name)) problems.push(`--root '${name}' is given twice; give each repository once`);
+    roots.set(name, resolve(value.slice(eq + 1)));
+  }
+  if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  return roots;
+}
+
+/** `--doc-bridge-command`, parsed; undefined when absent (the bundled reference server). */
+export function parseEngineCommand(value: string | undefined): string[] | undefined {
+  if (value === undefined) return undefined;
+  const parsed = EngineCommandSchema.safeParse(value);
+  if (!parsed.success) throw new UsageError(firstMessage(parsed.error));
+  return parsed.data;
+}
+
+/** `--cpus`: the number of CPUs, or undefined when absent; pushes a problem otherwise. */
+export function parseCpus(value: string | undefined, problems: string[]): number | undefined {
+  return value === undefined ? undefined : take(CpusSchema, value, problems);
+}
+
+/** `--concurrency`: the number of attempts at once, or undefined when absent; above 1 for the cli transport only. */
+export function parseConcurrency(value: string | undefined, transport: Transport, problems: string[]): number | undefined {
+  if (value === undefined) return undefined;
+  const n = take(ConcurrencySchema, value, problems);
+  if (n !== undefined && n > 1 && transport !== "cli") problems.push("--concurrency above 1 applies to --transport cli only (the http transport runs one attempt at a time)");
+  return n;
+}
+
+/** A hidden test flag's positive whole number, or undefined when absent; throws naming the flag. */
+function testNumber(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const problems: string[] = [];
+  const n = take(testNumberSchema(flag), value, problems);
+  if (problems.length) throw new UsageError(problems[0]!);
+  return n;
+}
+
+/** `--runtime NAME`: pushes the refusal of a name no OCI runtime has. */
+function checkRuntimeName(name: string | undefined, problems: string[]): void {
+  const problem = name !== undefined && runtimeNameProblem(name);
+  if (problem) problems.push(problem);
+}
+
+/** Adds checkOutputPath's problems for a new private file (`what`) outside every checkout and the project. */
+async function checkNewPrivateFile(output: string, roots: ReadonlyMap<string, string>, problems: string[], what?: string): Promise<void> {
+  problems.push(...(await checkOutputPath(output, { checkouts: [...roots.values()], projectRoot: PROJECT_ROOT }, what)));
+}
+
+/** Throws one UsageError listing every problem, when there is any. */
+function refuse(problems: readonly string[]): void {
+  if (problems.length) throw new UsageError(problems.join("\n"), [...problems]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Credentials and test endpoints: the same flags on `run --transport cli` and `adjudicate`.
+
+/** The flags that choose how CLI units reach the model API, and the fake image's hidden ones. */
+export interface CredentialFlags {
+  /** gateway (default unless --model-api-socket) or login-copy. */
+  credentials?: "gateway" | "login-copy";
+  oauthTokenFile?: string;
+  /** Tests only: the gateway's upstream origin and the CA it trusts. */
+  testGatewayUpstream?: string;
+  testGatewayCa?: string;
+  fakeBehaviour?: string;
+  fakeRecords?: string;
+}
+
+/** The parsed credential flags: resolved paths, the upstream with its CA read, the fake image's files. */
+export interface CredentialOptions {
+  credentials: "gateway" | "login-copy";
+  oauthTokenFile?: string;
+  gatewayUpstream?: UpstreamOptions;
+  fake?: { behaviourFile?: string; recordsDir?: string };
+}
+
+/** The rules between the credential flags; `credentials` is the mode in force (given or defaulted). */
+function checkCredentialFlags(flags: CredentialFlags, credentials: "gateway" | "login-copy", problems: string[]): void {
+  if (credentials !== "gateway" && (flags.oauthTokenFile !== undefined || flags.testGatewayUpstream !== undefined))
+    problems.push("--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only");
+  if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
+}
+
+/** The credential flags as options: paths resolved, the test CA read (call it once every flag was accepted). */
+export async function credentialOptions(flags: CredentialFlags, credentials: "gateway" | "login-copy"): Promise<CredentialOptions> {
+  return {
+    credentials,
+    ...(flags.oauthTokenFile !== undefined ? { oauthTokenFile: resolve(flags.oauthTokenFile) } : {}),
+    ...(flags.testGatewayUpstream !== undefined
+      ? { gatewayUpstream: { url: flags.testGatewayUpstream, ...(flags.testGatewayCa ? { ca: await readFile(resolve(flags.testGatewayCa), "utf8") } : {}) } }
+      : {}),
+    fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// `run`
+
+/** `run`'s flags as commander hands them over. */
+export interface RunFlags extends RawRunFlags, CredentialFlags {
+  manifest: string;
+  transport: Transport;
+  image?: string;
+  isolation?: IsolationProfile;
+  /** Strict isolation: the allowlisted host names (comma-separated, repeatable); replaces the default. */
+  egressAllow?: string[];
+  /** OCI runtime of attempt containers, e.g. runsc. */
+  runtime?: string;
+  /** CPUs per attempt container (Docker's --cpus). */
+  cpus?: string;
+  /** How many attempts may run at once. */
+  concurrency?: string;
+  claudeConfigDir?: string;
+  docBridgeCommand?: string;
+  quiet?: boolean;
+  testAttemptTimeoutMs?: string;
+  /** Tests only (docs/reliability.md): the login lock's wait and stale times, the attempt's memory limit. */
+  testLoginLockTimeoutMs?: string;
+  testLoginLockStaleMs?: string;
+  testMemoryLimitMb?: string;
+  testHomeSizeMb?: string;
+  modelApiSocket?: string;
+  /** Tests only: the Messages API base of the http transport (loopback or the real API). */
+  apiBaseUrl?: string;
+  /** Raise the export limits (docs/export.md, "Limits"). */
+  maxExportFiles?: string;
+  maxExportBytes?: string;
+}
+
+/** `run`'s mode, checked before the manifest is read (contract R8). */
+export function runMode(flags: Pick<RunFlags, "pilot" | "run">): Mode {
+  if (flags.pilot && flags.run) throw new UsageError("--pilot and --run exclude each other; choose one");
+  return flags.pilot ? "pilot" : "full";
+}
+
+/** The checkouts given (each a repository of the manifest) and the export limits: what a dry run and an execution both need. */
+export function parseStudyInputs(flags: RunFlags, repositories: readonly string[]): { roots: Map<string, string>; exportLimits: ExportLimits } {
+  const roots = parseRoots(flags.root);
+  const unknown = [...roots.keys()].filter((name) => !repositories.includes(name));
+  if (unknown.length) {
+    throw new UsageError(unknown.map((n) => `--root ${n}=…: '${n}' is not a repository of the manifest (known: ${repositories.join(", ")})`).join("\n"));
+  }
+  return { roots, exportLimits: parseExportLimits(flags) };
+}
+
+/** A dry run given the model an execution would use answers what that execution would: an unpriced model is refused here too. */
+export function checkDryRunModel(flags: RunFlags, env: NodeJS.ProcessEnv): void {
+  const model = env.STUDY_MODEL?.trim();
+  const unpriced = model && flags.transport === "cli" ? modelProblem(model, { what: "STUDY_MODEL", priced: "attempt" }) : null;
+  if (unpriced) throw new UsageError(unpriced);
+}
+
+/** Everything an execution of `run` was given, parsed: the money and model (checkExecution), the containers, the credentials, the test knobs. */
+export interface RunExecution extends CredentialOptions {
+  settings: ExecutionSettings;
+  isolation: IsolationProfile;
+  egressAllow?: string[];
+  runtime?: string;
+  cpus?: number;
+  concurrency?: number;
+  docBridgeCommand?: string[];
+  modelApi?: { socketPath: string };
+  apiBaseUrl?: string;
+  timeoutMs?: number;
+  loginLockTimeoutMs?: number;
+  loginLockStaleMs?: number;
+  memoryBytes?: number;
+  homeBytes?: number;
+}
+
+/**
+ * The network flags: a model API on a unix socket is reached through the in-container relay,
+ * with no network: offline, or strict when asked for (the proxy beside it).
+ */
+function parseNetwork(flags: RunFlags, credentials: "gateway" | "login-copy", problems: string[]): { isolation: IsolationProfile; egressAllow?: string[] } {
+  const isolation = flags.modelApiSocket && flags.isolation !== "strict" ? "offline" : (flags.isolation ?? "standard");
+  let egressAllow: string[] | undefined;
+  if (flags.egressAllow !== undefined) {
+    if (isolation !== "strict") problems.push("--egress-allow applies to --isolation strict only");
+    else {
+      try {
+        egressAllow = parseEgressAllow(flags.egressAllow);
+      } catch (err) {
+        problems.push(...(err instanceof UsageError ? err.problems : [String(err)]));
+      }
+    }
+  }
+  if (flags.transport === "cli" && credentials === "gateway" && flags.egressAllow !== undefined && isolation === "strict") {
+    problems.push(
+      "--egress-allow has no effect with --credentials gateway (every attempt container has network none and no proxy; the gateway is its only way out); use --credentials login-copy for the strict profile's proxy",
+    );
+  }
+  return { isolation, ...(egressAllow ? { egressAllow } : {}) };
+}
+
+/** The rules between `run`'s transport, credentials and test endpoints; returns the credential mode in force. */
+function checkRunTransport(flags: RunFlags, problems: string[]): "gateway" | "login-copy" {
+  if (flags.apiBaseUrl !== undefined && flags.transport !== "http") problems.push("--api-base-url applies to --transport http only");
+  if (flags.transport !== "cli" && (flags.credentials !== undefined || flags.oauthTokenFile !== undefined)) problems.push("--credentials and --oauth-token-file apply to --transport cli only");
+  // A Messages API socket given for tests is the direct route: it bypasses the gateway by design.
+  const credentials = flags.credentials ?? (flags.modelApiSocket ? "login-copy" : "gateway");
+  if (credentials === "gateway" && flags.modelApiSocket) problems.push("--model-api-socket reaches the API directly; use it with --credentials login-copy");
+  checkCredentialFlags(flags, credentials, problems);
+  if (flags.runtime !== undefined && flags.transport !== "cli") problems.push("--runtime applies to --transport cli only (the http transport runs no container)");
+  return credentials;
+}
+
+/** The hidden test knobs of `run`, each a positive whole number naming its flag when it is not. */
+function runTestKnobs(flags: RunFlags): Pick<RunExecution, "timeoutMs" | "loginLockTimeoutMs" | "loginLockStaleMs" | "memoryBytes" | "homeBytes"> {
+  const mb = (flag: string, value: string | undefined) => (value === undefined ? undefined : testNumber(flag, value)! * 1024 * 1024);
+  return {
+    timeoutMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
+    loginLockTimeoutMs: testNumber("--test-login-lock-timeout-ms", flags.testLoginLockTimeoutMs),
+    loginLockStaleMs: testNumber("--test-login-lock-stale-ms", flags.testLoginLockStaleMs),
+    memoryBytes: mb("--test-memory-limit-mb", flags.testMemoryLimitMb),
+    homeBytes: mb("--test-home-size-mb", flags.testHomeSizeMb),
+  };
+}
+
+/**
+ * What an execution (not a dry run) of `run` needs, parsed once: every problem of the money,
+ * the model, the mode, the checkouts of the `planned` repositories, the output and the flags'
+ * rules is reported at once (UsageError, exit 2) before anything is reserved.
+ */
+export async function parseRunExecution(flags: RunFlags, env: NodeJS.ProcessEnv, planned: readonly string[], roots: ReadonlyMap<string, string>): Promise<RunExecution> {
+  const { settings, problems } = checkExecution(flags, env, flags.transport, planned, roots);
+  const credentials = checkRunTransport(flags, problems);
+  const network = parseNetwork(flags, credentials, problems);
+  checkRuntimeName(flags.runtime, problems);
+  const cpus = parseCpus(flags.cpus, problems);
+  const concurrency = parseConcurrency(flags.concurrency, flags.transport, problems);
+  if (flags.output) await checkNewPrivateFile(flags.output, roots, problems);
+  if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
+  const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
+  if (flags.transport === "http") (await import("../transport/http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
+  return {
+    settings,
+    ...network,
+    ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
+    ...(cpus !== undefined ? { cpus } : {}),
+    ...(concurrency !== undefined ? { concurrency } : {}),
+    ...(docBridgeCommand ? { docBridgeCommand } : {}),
+    ...(await credentialOptions(flags, credentials)),
+    modelApi: flags.modelApiSocket ? { socketPath: resolve(flags.modelApiSocket) } : undefined,
+    apiBaseUrl: flags.apiBaseUrl,
+    ...runTestKnobs(flags),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// `doctor`
+
+/** `doctor`'s flags as commander hands them over. */
+export interface DoctorFlags {
+  maxExportFiles?: string;
+  maxExportBytes?: string;
+  manifest: string;
+  root?: string[];
+  transport: Transport;
+  image: string;
+  claudeConfigDir?: string;
+  docBridgeCommand?: string;
+  output?: string;
+  attemptBudgetUsd?: string;
+  cliVersion: string;
+  pilot?: boolean;
+  run?: boolean;
+  json?: boolean;
+  isolation?: string;
+  egressAllow?: string[];
+  runtime?: string;
+}
+
+/** `doctor`'s flags as the doctor's input: the same values a run with these flags would parse. */
+export function parseDoctorFlags(flags: DoctorFlags): DoctorInput {
+  runMode(flags);
+  const mode = flags.run ? "full" : "pilot";
+  if (flags.egressAllow !== undefined && flags.isolation !== "strict") throw new UsageError("--egress-allow applies to --isolation strict only");
+  return {
+    manifest: flags.manifest,
+    mode,
+    transport: flags.transport,
+    roots: parseRoots(flags.root),
+    image: flags.image,
+    expectedCliVersion: flags.cliVersion,
+    claudeConfigDir: flags.claudeConfigDir,
+    docBridgeCommand: parseEngineCommand(flags.docBridgeCommand),
+    output: flags.output,
+    attemptBudgetUsd: flags.attemptBudgetUsd,
+    isolation: flags.isolation,
+    egressAllow: flags.egressAllow !== undefined ? parseEgressAllow(flags.egressAllow) : undefined,
+    runtime: flags.runtime,
+    exportLimits: parseExportLimits(flags),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// `export`
+
+/** `export`'s flags as commander hands them over. */
+export interface ExportFlags {
+  manifest: string;
+  root?: string[];
+  repository: string;
+  out: string;
+  maxExportFiles?: string;
+  maxExportBytes?: string;
+}
+
+/** `export`'s checkouts, by repository name. */
+export function parseExportRoots(flags: ExportFlags): Record<string, string> {
+  return Object.fromEntries(parseRoots(flags.root));
+}
+
+// ---------------------------------------------------------------------------------------------
+// `adjudicate`
+
+/** `adjudicate`'s flags as commander hands them over. */
+export interface AdjudicateFlags extends CredentialFlags {
+  ledger?: string;
+  maxExportFiles?: string;
+  maxExportBytes?: string;
+  output?: string;
+  manifest?: string;
+  root?: string[];
+  approveBudget?: boolean;
+  seed?: string;
+  itemBudgetUsd?: string;
+  forceSameModel?: boolean;
+  image?: string;
+  cliVersion?: string;
+  isolation?: "standard" | "offline";
+  claudeConfigDir?: string;
+  /** OCI runtime of the adjudicator's containers; default: the ledger's. */
+  runtime?: string;
+  quiet?: boolean;
+  testItemTimeoutMs?: string;
+}
+
+export const DEFAULT_ITEM_BUDGET_USD = DEFAULT_ATTEMPT_BUDGET_USD;
+
+/** What `adjudicate` was given, parsed as far as it can be without the ledger; `problems` lists every refusal so far. */
+export interface AdjudicateOptions {
+  problems: string[];
+  /** The credential mode in force (given or the gateway); `credentialOptions` reads the rest once every problem is known. */
+  credentials: "gateway" | "login-copy";
+  capUsd?: number;
+  itemBudgetUsd?: number;
+  seed?: number;
+  exportLimits?: ExportLimits;
+  /** The checkouts given with --root; the ledger's fill in the rest. */
+  roots: Map<string, string>;
+  timeoutMs?: number;
+}
+
+/** The money flags and variables of `adjudicate`: the required ones present, the cap, the item limit and the seed. */
+function adjudicateMoney(flags: AdjudicateFlags, env: NodeJS.ProcessEnv, problems: string[]): Pick<AdjudicateOptions, "capUsd" | "itemBudgetUsd" | "seed"> {
+  if (!flags.ledger) problems.push("--ledger PATH is required: the private ledger of the run to adjudicate (it is only read)");
+  if (!flags.output) problems.push("--output PATH is required: a new file outside every checkout and outside this project, for the private adjudication record");
+  if (!flags.approveBudget) problems.push("--approve-budget is required to spend money; pass it once the adjudication budget (STUDY_ADJUDICATION_BUDGET_USD) is approved");
+  const cap = env.STUDY_ADJUDICATION_BUDGET_USD;
+  if (cap === undefined) problems.push("STUDY_ADJUDICATION_BUDGET_USD is not set; export the approved cumulative cap of the adjudication in USD, e.g. STUDY_ADJUDICATION_BUDGET_USD=1");
+  return {
+    capUsd: cap === undefined ? undefined : take(positiveDecimal("STUDY_ADJUDICATION_BUDGET_USD"), cap, problems),
+    itemBudgetUsd: take(positiveDecimal("--item-budget-usd"), flags.itemBudgetUsd ?? String(DEFAULT_ITEM_BUDGET_USD), problems),
+    seed: flags.seed === undefined ? randomInt(0, 2 ** 32 - 1) : take(SeedSchema, flags.seed, problems),
+  };
+}
+
+/** Pushes a thrown UsageError's problems (or its message) and returns the fallback. */
+function collecting<T>(parse: () => T, fallback: T, problems: string[]): T {
+  try {
+    return parse();
+  } catch (err) {
+    problems.push(...((err as UsageError).problems ?? [errorMessage(err)]));
+    return fallback;
+  }
+}
+
+/** `adjudicate`'s flags and variables, parsed before the ledger is read; the command adds the ledger's problems and refuses them all at once. */
+export function parseAdjudicateFlags(flags: AdjudicateFlags, env: NodeJS.ProcessEnv): AdjudicateOptions {
+  const problems: string[] = [];
+  const money = adjudicateMoney(flags, env, problems);
+  const credentials = flags.credentials ?? "gateway";
+  checkCredentialFlags(flags, credentials, problems);
+  checkRuntimeName(flags.runtime, problems);
+  const exportLimits = collecting<ExportLimits | undefined>(() => parseExportLimits(flags), undefined, problems);
+  const roots = collecting(() => parseRoots(flags.root), new Map<string, string>(), problems);
+  return { problems, ...money, credentials, exportLimits, roots, timeoutMs: flags.testItemTimeoutMs ? Number(flags.testItemTimeoutMs) : undefined };
+}
+
+/** The adjudication record's path: a new private file outside every checkout and the project, and never the ledger itself. */
+export async function checkAdjudicationOutput(output: string, roots: ReadonlyMap<string, string>, ledgerPath: string | undefined, problems: string[]): Promise<void> {
+  await checkNewPrivateFile(output, roots, problems, "adjudication record");
+  if (ledgerPath && resolve(output) === resolve(ledgerPath)) problems.push("--output names the ledger itself; the ledger is never modified: choose a new file");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sessions: `sessions start|retry`, `resume`
+
+/** The flags every session command that runs calls shares. */
+export interface SessionRuntimeFlags {
+  claudeConfigDir?: string;
+  isolation?: string;
+  modelApiSocket?: string;
+  fakeBehaviour?: string;
+  fakeRecords?: string;
+  credentials?: string;
+  oauthTokenFile?: string;
+  quiet?: boolean;
+}
+
+/** The session runtime flags, parsed: isolation and credentials with their defaults, the test endpoints. */
+export interface SessionRuntimeConfig {
+  credentials: "gateway" | "login-copy";
+  oauthTokenFile?: string;
+  claudeConfigDir?: string;
+  isolation: "standard" | "offline";
+  modelApi?: { socketPath: string };
+  fake?: { behaviourFile?: string; recordsDir?: string };
+}
+
+/** The session runtime flags; throws naming the flag. */
+export function parseSessionRuntimeFlags(flags: SessionRuntimeFlags): SessionRuntimeConfig {
+  const isolation = flags.isolation ?? (flags.modelApiSocket || flags.fakeBehaviour ? "offline" : "standard");
+  if (isolation !== "standard" && isolation !== "offline") throw new UsageError(`--isolation ${isolation}: sessions run 'standard' or 'offline'`);
+  // As for a study: the gateway unless the calls go to a scripted API's socket directly.
+  const credentials = flags.credentials ?? (flags.modelApiSocket ? "login-copy" : "gateway");
+  if (credentials !== "gateway" && credentials !== "login-copy") throw new UsageError(`--credentials ${credentials}: give 'gateway' or 'login-copy'`);
+  if (credentials === "gateway" && flags.modelApiSocket) throw new UsageError("--model-api-socket reaches the API directly; use it with --credentials login-copy");
+  if (credentials !== "gateway" && flags.oauthTokenFile !== undefined) throw new UsageError("--oauth-token-file applies to --credentials gateway only");
+  return {
+    credentials,
+    oauthTokenFile: flags.oauthTokenFile,
+    claudeConfigDir: flags.claudeConfigDir,
+    isolation,
+    modelApi: flags.modelApiSocket ? { socketPath: flags.modelApiSocket } : undefined,
+    fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour, recordsDir: flags.fakeRecords } : undefined,
+  };
+}
+
+/** `sessions start`'s flags as commander hands them over. */
+export interface SessionStartFlags extends SessionRuntimeFlags {
+  manifest?: string;
+  root?: string[];
+  output?: string;
+  image?: string;
+  model?: string;
+  capUsd?: string;
+  callBudgetUsd?: string;
+  sessionBudgetUsd?: string;
+  cliVersion?: string;
+  runtime?: string;
+}
+
+/** `sessions start`'s required values, parsed. */
+export interface SessionStartValues {
+  manifest: string;
+  output: string;
+  image: string;
+  model: string;
+  capUsd: number;
+  callBudgetUsd: number;
+  sessionBudgetUsd: number;
+}
+
+/** A session amount in USD: a plain positive decimal. */
+function sessionUsd(flag: string, value: string | undefined, problems: string[]): number {
+  const n = Number(value);
+  if (value === undefined || !/^[0-9]+(\.[0-9]+)?$/.test(value) || !(n > 0)) problems.push(`${flag} must be a positive decimal number of USD, e.g. 0.5`);
+  return n;
+}
+
+/** `sessions start`'s flags and STUDY_MODEL; every missing or malformed one refused at once. */
+export function parseSessionStartFlags(flags: SessionStartFlags, env: NodeJS.ProcessEnv): SessionStartValues {
+  const problems: string[] = [];
+  checkRuntimeName(flags.runtime, problems);
+  if (!flags.manifest) problems.push('--manifest is required: the session manifest (tasks of kind "session")');
+  if (!flags.output) problems.push("--output is required: a new private ledger file outside every checkout and the project");
+  if (!flags.image) problems.push("--image is required: the Claude Code image (study-runner image build)");
+  const model = flags.model ?? env.STUDY_MODEL;
+  const modelRefused = modelProblem(model, { what: "--model", missing: "--model or STUDY_MODEL is required" });
+  if (modelRefused) problems.push(modelRefused);
+  const capUsd = sessionUsd("--cap-usd", flags.capUsd, problems);
+  const callBudgetUsd = sessionUsd("--call-budget-usd", flags.callBudgetUsd, problems);
+  const sessionBudgetUsd = sessionUsd("--session-budget-usd", flags.sessionBudgetUsd, problems);
+  refuse(problems);
+  return { manifest: flags.manifest!, output: flags.output!, image: flags.image!, model: model!, capUsd, callBudgetUsd, sessionBudgetUsd };
+}
+
+// ---------------------------------------------------------------------------------------------
+// `demo`
+
+/** `demo --runtime NAME`: refused before anything is set up when no OCI runtime has that name. */
+export function checkDemoRuntime(runtime: string | undefined): void {
+  const problems: string[] = [];
+  checkRuntimeName(runtime, problems);
+  if (problems.length) throw new UsageError(problems[0]!);
+}
