@@ -70,24 +70,16 @@ export interface CostResult {
   problems: string[];
 }
 
-export function computeCost(input: CostInput): CostResult {
-  const problems: string[] = [];
-  const { model, modelUsage } = input;
+/** The CLI's `total_cost_usd` when it is a valid amount (finite, non-negative); else a problem and null. */
+function validReportedCost(reported: number | null, problems: string[]): number | null {
+  if (reported === null || !Number.isFinite(reported)) problems.push("total_cost_usd is missing or not a finite number");
+  else if (reported < 0) problems.push(`total_cost_usd is negative (${reported})`);
+  else return reported;
+  return null;
+}
 
-  let reportedCostUsd: number | null = null;
-  if (input.reportedCostUsd === null || !Number.isFinite(input.reportedCostUsd)) {
-    problems.push("total_cost_usd is missing or not a finite number");
-  } else if (input.reportedCostUsd < 0) {
-    problems.push(`total_cost_usd is negative (${input.reportedCostUsd})`);
-  } else {
-    reportedCostUsd = input.reportedCostUsd;
-  }
-
-  if (modelUsage === null) {
-    problems.push("modelUsage is missing or malformed");
-    return { computedCostUsd: null, reportedCostUsd, costBasis: null, problems };
-  }
-
+/** Every model besides the requested one, and every entry not at list price, is a problem (the first ten of each named). */
+function modelUsageProblems(model: string, modelUsage: Readonly<Record<string, ModelUsageTokens>>, problems: string[]): void {
   const models = Object.keys(modelUsage);
   // 2.1.288 once billed an auxiliary claude-haiku-4-5 next to the study model at ~60x the
   // estimate (contract R52): any other model in modelUsage is an invalid cost.
@@ -98,77 +90,93 @@ export function computeCost(input: CostInput): CostResult {
     const basis = modelUsage[m]!.costBasis;
     if (basis !== "list") problems.push(`modelUsage ${quote(m)} has costBasis ${basis === undefined ? "missing" : quote(basis)}, not "list"`);
   }
-  const usage = Object.hasOwn(modelUsage, model) ? modelUsage[model]! : undefined;
-  if (usage === undefined) problems.push(`modelUsage has no entry for the requested model ${quote(model)}`);
-  const prices = pricesFor(model);
-  if (prices === undefined) problems.push(`CLI_PRICES has no row for ${quote(model)}`);
-  if (usage === undefined || prices === undefined || models.length !== 1) {
-    return { computedCostUsd: null, reportedCostUsd, costBasis: null, problems };
-  }
-  // Measured per model: the largest prompt still priced at the first tier.
-  const threshold = tier1MaxPromptTokens(model)!;
+}
 
-  // Cache writes by TTL; writes without a split are priced at the 1-hour rate on purpose
-  // (contract R55), above the CLI's own 5-minute choice (facts), so the estimate stays an upper one.
+/** The cache writes by TTL: the result's split where it has one; the rest unattributed. */
+interface CacheWrites {
+  write5m: number;
+  write1h: number;
+  unattributed: number;
+}
+
+/**
+ * Cache writes by TTL; writes without a split are priced at the 1-hour rate on purpose
+ * (contract R55), above the CLI's own 5-minute choice (facts), so the estimate stays an upper one.
+ */
+function cacheWritesOf(writes: number, split: CacheCreationSplit | null, problems: string[]): CacheWrites {
+  if (split === null) return { write5m: 0, write1h: 0, unattributed: writes };
+  const write5m = split.ephemeral5mInputTokens;
+  const write1h = split.ephemeral1hInputTokens;
+  if (write5m + write1h > writes) {
+    problems.push(`usage.cache_creation splits ${write5m + write1h} cache-write tokens, but modelUsage has ${writes}`);
+    return { write5m, write1h, unattributed: 0 };
+  }
+  return { write5m, write1h, unattributed: writes - write5m - write1h };
+}
+
+type TierChoice = Pick<CostBasis, "tier" | "tierSource" | "tierPromptTokens">;
+
+/**
+ * The price tier, from the largest single prompt when the per-message usage sums to `modelUsage`,
+ * else from the aggregate prompt (with no per-message usage), else the dearer of the two (a problem).
+ */
+function tierOf(usage: ModelUsageTokens, perMessageUsage: readonly MessagePromptUsage[], threshold: number, problems: string[]): TierChoice {
   const writes = usage.cacheCreationInputTokens;
-  let write5m = 0;
-  let write1h = 0;
-  let unattributed = writes;
-  if (input.cacheCreation !== null) {
-    write5m = input.cacheCreation.ephemeral5mInputTokens;
-    write1h = input.cacheCreation.ephemeral1hInputTokens;
-    if (write5m + write1h > writes) {
-      problems.push(`usage.cache_creation splits ${write5m + write1h} cache-write tokens, but modelUsage has ${writes}`);
-      unattributed = 0;
-    } else {
-      unattributed = writes - write5m - write1h;
-    }
-  }
-
   const aggregatePrompt = usage.inputTokens + usage.cacheReadInputTokens + writes;
-  let tier: 1 | 2;
-  let tierSource: CostBasis["tierSource"] = "aggregate";
-  let tierPromptTokens = aggregatePrompt;
-  if (input.perMessageUsage.length === 0) {
-    tier = aggregatePrompt > threshold ? 2 : 1;
-  } else {
-    let largest = 0;
-    const sums = { input: 0, cacheRead: 0, cacheWrite: 0 };
-    for (const m of input.perMessageUsage) {
-      largest = Math.max(largest, m.inputTokens + m.cacheReadInputTokens + m.cacheCreationInputTokens);
-      sums.input += m.inputTokens;
-      sums.cacheRead += m.cacheReadInputTokens;
-      sums.cacheWrite += m.cacheCreationInputTokens;
-    }
-    // Measured: summed over distinct message ids, the prompt side equals modelUsage exactly;
-    // per-message output_tokens is a placeholder, so output is not compared.
-    const mismatches: string[] = [];
-    if (sums.input !== usage.inputTokens) mismatches.push(`input ${sums.input} vs ${usage.inputTokens}`);
-    if (sums.cacheRead !== usage.cacheReadInputTokens) mismatches.push(`cache read ${sums.cacheRead} vs ${usage.cacheReadInputTokens}`);
-    if (sums.cacheWrite !== writes) mismatches.push(`cache write ${sums.cacheWrite} vs ${writes}`);
-    if (mismatches.length === 0) {
-      tier = largest > threshold ? 2 : 1;
-      tierSource = "per-message";
-      tierPromptTokens = largest;
-    } else {
-      problems.push(`per-message usage does not sum to modelUsage (${mismatches.join("; ")})`);
-      // Neither source is trusted: take the dearer tier either one points to.
-      tier = largest > threshold || aggregatePrompt > threshold ? 2 : 1;
-      tierPromptTokens = Math.max(largest, aggregatePrompt);
-    }
+  if (perMessageUsage.length === 0) return { tier: aggregatePrompt > threshold ? 2 : 1, tierSource: "aggregate", tierPromptTokens: aggregatePrompt };
+  let largest = 0;
+  const sums = { input: 0, cacheRead: 0, cacheWrite: 0 };
+  for (const m of perMessageUsage) {
+    largest = Math.max(largest, m.inputTokens + m.cacheReadInputTokens + m.cacheCreationInputTokens);
+    sums.input += m.inputTokens;
+    sums.cacheRead += m.cacheReadInputTokens;
+    sums.cacheWrite += m.cacheCreationInputTokens;
   }
+  // Measured: summed over distinct message ids, the prompt side equals modelUsage exactly;
+  // per-message output_tokens is a placeholder, so output is not compared.
+  const mismatches: string[] = [];
+  if (sums.input !== usage.inputTokens) mismatches.push(`input ${sums.input} vs ${usage.inputTokens}`);
+  if (sums.cacheRead !== usage.cacheReadInputTokens) mismatches.push(`cache read ${sums.cacheRead} vs ${usage.cacheReadInputTokens}`);
+  if (sums.cacheWrite !== writes) mismatches.push(`cache write ${sums.cacheWrite} vs ${writes}`);
+  if (mismatches.length === 0) return { tier: largest > threshold ? 2 : 1, tierSource: "per-message", tierPromptTokens: largest };
+  problems.push(`per-message usage does not sum to modelUsage (${mismatches.join("; ")})`);
+  // Neither source is trusted: take the dearer tier either one points to.
+  return { tier: largest > threshold || aggregatePrompt > threshold ? 2 : 1, tierSource: "aggregate", tierPromptTokens: Math.max(largest, aggregatePrompt) };
+}
 
-  const row = tier === 1 ? prices.tier1 : prices.tier2;
-  // Each term is tokens x (pico-USD per million tokens); one division at the end, rounded up.
+/** The list-price cost in USD: each term is tokens x (pico-USD per million tokens); one division at the end, rounded up. */
+function listPriceUsd(usage: ModelUsageTokens, writes: CacheWrites, row: CostBasis["pricesUsdPerMillion"]): number {
   const perMillion =
     BigInt(usage.inputTokens) * usdToPico(row.input, "ceil") +
     BigInt(usage.outputTokens) * usdToPico(row.output, "ceil") +
     BigInt(usage.cacheReadInputTokens) * usdToPico(row.cacheRead, "ceil") +
-    BigInt(write5m) * usdToPico(row.cacheWrite5m, "ceil") +
-    BigInt(write1h + unattributed) * usdToPico(row.cacheWrite1h, "ceil");
+    BigInt(writes.write5m) * usdToPico(row.cacheWrite5m, "ceil") +
+    BigInt(writes.write1h + writes.unattributed) * usdToPico(row.cacheWrite1h, "ceil");
   const million = 1_000_000n;
-  const pico = (perMillion + million - 1n) / million;
-  const computedCostUsd = picoToUsd(pico);
+  return picoToUsd((perMillion + million - 1n) / million);
+}
+
+export function computeCost(input: CostInput): CostResult {
+  const problems: string[] = [];
+  const { model, modelUsage } = input;
+  const reportedCostUsd = validReportedCost(input.reportedCostUsd, problems);
+  if (modelUsage === null) {
+    problems.push("modelUsage is missing or malformed");
+    return { computedCostUsd: null, reportedCostUsd, costBasis: null, problems };
+  }
+  modelUsageProblems(model, modelUsage, problems);
+  const usage = Object.hasOwn(modelUsage, model) ? modelUsage[model]! : undefined;
+  if (usage === undefined) problems.push(`modelUsage has no entry for the requested model ${quote(model)}`);
+  const prices = pricesFor(model);
+  if (prices === undefined) problems.push(`CLI_PRICES has no row for ${quote(model)}`);
+  if (usage === undefined || prices === undefined || Object.keys(modelUsage).length !== 1) {
+    return { computedCostUsd: null, reportedCostUsd, costBasis: null, problems };
+  }
+  const writes = cacheWritesOf(usage.cacheCreationInputTokens, input.cacheCreation, problems);
+  // Measured per model: the largest prompt still priced at the first tier.
+  const { tier, tierSource, tierPromptTokens } = tierOf(usage, input.perMessageUsage, tier1MaxPromptTokens(model)!, problems);
+  const row = tier === 1 ? prices.tier1 : prices.tier2;
+  const computedCostUsd = listPriceUsd(usage, writes, row);
 
   // Within a factor of two both ways. With a computed cost of 0 (no tokens) there is no ratio:
   // only a reported 0 agrees, since a positive charge for nothing is unexplained.
@@ -188,9 +196,9 @@ export function computeCost(input: CostInput): CostResult {
       inputTokens: usage.inputTokens,
       outputTokens: usage.outputTokens,
       cacheReadInputTokens: usage.cacheReadInputTokens,
-      cacheWrite5mTokens: write5m,
-      cacheWrite1hTokens: write1h,
-      cacheWriteUnattributedTokens: unattributed,
+      cacheWrite5mTokens: writes.write5m,
+      cacheWrite1hTokens: writes.write1h,
+      cacheWriteUnattributedTokens: writes.unattributed,
     },
     problems,
   };

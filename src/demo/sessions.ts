@@ -99,6 +99,19 @@ export function fakeSessionBehaviour() {
 
 const usage = (input_tokens: number, output_tokens: number) => ({ input_tokens, output_tokens });
 
+/** One session's conversation: read the file, ask the question, (the synthetic turn), write the fix, say done; `tokens` are each turn's input and output. */
+function sessionScript(s: { name: string; marker: string; path: string; question: string; fixed: string; done: string; tokens: Array<[input: number, output: number]> }): ScriptInput {
+  const file_path = `/workspace/${s.path}`;
+  const turns = [
+    { toolCalls: [{ name: "Read", input: { file_path } }] },
+    { toolCalls: [{ name: "StructuredOutput", input: { status: "question", question: s.question, summary: `Read ${s.path}; nothing changed yet.` } }] },
+    { answer: "never served: the CLI's own synthetic assistant message takes this place" },
+    { toolCalls: [{ name: "Write", input: { file_path, content: s.fixed } }] },
+    { toolCalls: [{ name: "StructuredOutput", input: { status: "done", summary: s.done } }] },
+  ];
+  return { name: s.name, marker: s.marker, turns: turns.map((t, k) => ({ ...t, usage: usage(...s.tokens[k]!) })) };
+}
+
 /**
  * The real CLI's conversations. A resume re-sends the first call's messages, so the same marker
  * selects the same script and the assistant count picks the turn: read, ask (StructuredOutput),
@@ -109,28 +122,36 @@ const usage = (input_tokens: number, output_tokens: number) => ({ input_tokens, 
  */
 export function sessionDemoScripts(): ScriptInput[] {
   return [
-    {
+    sessionScript({
       name: "session-rounding",
       marker: MARK_ROUNDING,
-      turns: [
-        { toolCalls: [{ name: "Read", input: { file_path: "/workspace/src/invoice.js" } }], usage: usage(1200, 40) },
-        { toolCalls: [{ name: "StructuredOutput", input: { status: "question", question: ROUNDING_QUESTION, summary: "Read src/invoice.js; nothing changed yet." } }], usage: usage(1500, 60) },
-        { answer: "never served: the CLI's own synthetic assistant message takes this place", usage: usage(1, 1) },
-        { toolCalls: [{ name: "Write", input: { file_path: "/workspace/src/invoice.js", content: FIXED_INVOICE } }], usage: usage(1900, 120) },
-        { toolCalls: [{ name: "StructuredOutput", input: { status: "done", summary: "total() now rounds to 2 decimal places." } }], usage: usage(2100, 50) },
+      path: "src/invoice.js",
+      question: ROUNDING_QUESTION,
+      fixed: FIXED_INVOICE,
+      done: "total() now rounds to 2 decimal places.",
+      tokens: [
+        [1200, 40],
+        [1500, 60],
+        [1, 1],
+        [1900, 120],
+        [2100, 50],
       ],
-    },
-    {
+    }),
+    sessionScript({
       name: "session-tiers",
       marker: MARK_TIERS,
-      turns: [
-        { toolCalls: [{ name: "Read", input: { file_path: "/workspace/src/discount.js" } }], usage: usage(1100, 35) },
-        { toolCalls: [{ name: "StructuredOutput", input: { status: "question", question: TIER_QUESTION, summary: "Read src/discount.js; nothing changed yet." } }], usage: usage(1400, 55) },
-        { answer: "never served: the CLI's own synthetic assistant message takes this place", usage: usage(1, 1) },
-        { toolCalls: [{ name: "Write", input: { file_path: "/workspace/src/discount.js", content: FIXED_DISCOUNT } }], usage: usage(1800, 110) },
-        { toolCalls: [{ name: "StructuredOutput", input: { status: "done", summary: "TIERS now holds gold 10 and silver 5." } }], usage: usage(2000, 45) },
+      path: "src/discount.js",
+      question: TIER_QUESTION,
+      fixed: FIXED_DISCOUNT,
+      done: "TIERS now holds gold 10 and silver 5.",
+      tokens: [
+        [1100, 35],
+        [1400, 55],
+        [1, 1],
+        [1800, 110],
+        [2000, 45],
       ],
-    },
+    }),
   ];
 }
 

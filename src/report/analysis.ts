@@ -40,13 +40,16 @@ export interface AnalysisAttempt {
   chargedUsd: number | null;
 }
 
-export const TASK_METRICS = [
-  { key: "score", label: "score", unit: "points" },
-  { key: "tokens", label: "tokens (input + output + cache write + cache read)", unit: "tokens" },
+/** The score metric, the same in the task-level analysis and the attempt pairs. */
+export const SCORE_METRIC = { key: "score", label: "score", unit: "points" } as const;
+/** What an attempt spent, the same in the task-level analysis and the attempt pairs. */
+export const EFFORT_METRICS = [
   { key: "toolCalls", label: "tool calls", unit: "calls" },
   { key: "wallTimeMs", label: "wall time", unit: "ms" },
   { key: "chargedUsd", label: "charged cost", unit: "USD" },
 ] as const;
+
+export const TASK_METRICS = [SCORE_METRIC, { key: "tokens", label: "tokens (input + output + cache write + cache read)", unit: "tokens" }, ...EFFORT_METRICS] as const;
 export type TaskMetricKey = (typeof TASK_METRICS)[number]["key"];
 
 /** A metric's value of one attempt, or null when it has none (not completed, not scored, unknown). */

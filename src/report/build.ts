@@ -3,11 +3,11 @@ import { blindingSummary } from "../adjudicate/blinding.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import type { Evidence } from "../ledger/evidence.ts";
-import { planStudy } from "../plan/plan.ts";
+import { planStudy, type PlannedAttempt } from "../plan/plan.ts";
 import type { Arm } from "../terms/terms.ts";
 import { UsageError } from "../util/errors.ts";
 import { ADJUDICATION_USD_LABEL, extrapolationCaveat, spendLabel, type SpendLabel } from "../cost/labels.ts";
-import { analyse, type Analysis } from "./analysis.ts";
+import { analyse, EFFORT_METRICS, SCORE_METRIC, type Analysis, type AnalysisAttempt } from "./analysis.ts";
 import { behaviourOf, type Behaviour } from "./behaviour.ts";
 import { DEFAULT_BOOTSTRAP_SEED } from "./stats.ts";
 
@@ -24,26 +24,16 @@ export const AGENT_ADJUDICATION_STATEMENT =
 export const REPORT_OUTCOMES = ["correct", "partial", "incorrect", "incomplete", "blocked", "missing"] as const;
 export type ReportOutcome = (typeof REPORT_OUTCOMES)[number];
 
-export interface AttemptRow {
+/** A report row: what the analysis reads of an attempt (AnalysisAttempt), and what the tables and the behaviour show besides. */
+export interface AttemptRow extends AnalysisAttempt {
   /** The ledger's index; null for a planned attempt that never ran. */
   index: number | null;
-  task: string;
   scenario: string;
-  arm: Arm;
-  repetition: number;
   /** The ledger status, `unsettled` (reserved or running when the ledger was last written) or `not run`. */
   status: string;
   statusReason: string | null;
   outcome: ReportOutcome;
   outcomeReason: string;
-  score: number | null;
-  inputTokens: number | null;
-  outputTokens: number | null;
-  cacheCreationInputTokens: number | null;
-  cacheReadInputTokens: number | null;
-  toolCalls: number | null;
-  wallTimeMs: number | null;
-  chargedUsd: number | null;
   /** The OCI runtime the engine ran the attempt's container under (null: no container ran, or a ledger from before it was recorded). */
   runtime: string | null;
   usageComplete: boolean;
@@ -57,10 +47,8 @@ export const PAIRED_METRICS = [
   { key: "outputTokens", label: "output tokens", unit: "tokens" },
   { key: "cacheCreationInputTokens", label: "cache-write tokens", unit: "tokens" },
   { key: "cacheReadInputTokens", label: "cache-read tokens", unit: "tokens" },
-  { key: "toolCalls", label: "tool calls", unit: "calls" },
-  { key: "wallTimeMs", label: "wall time", unit: "ms" },
-  { key: "chargedUsd", label: "charged cost", unit: "USD" },
-  { key: "score", label: "score", unit: "points" },
+  ...EFFORT_METRICS,
+  SCORE_METRIC,
 ] as const;
 export type PairedMetricKey = (typeof PAIRED_METRICS)[number]["key"];
 
@@ -279,7 +267,6 @@ export const PAIRED_METHOD =
   "descriptive: the mean of the attempt-pair differences (same task and repetition); repetitions of a task are not independent, so no interval or test is computed over attempt pairs: see the task-level analysis";
 
 const usd6 = (n: number) => Number(n.toFixed(6));
-
 function attemptReason(o: Observation, ledger: Ledger): string | null {
   if (o.status === "completed") return null;
   if (o.status === null) return `never settled (phase ${o.phase})`;
@@ -297,83 +284,79 @@ function outcomeOf(o: Observation, record: AdjudicationRecord | null, items: Map
   return { outcome: item.outcome as Outcome, reason: item.decidedBy === "adjudicator" ? "adjudicator verdict" : (item.reason ?? ""), score: item.score };
 }
 
-export function buildReport(input: ReportInput): ReportData {
-  const { ledger, record } = input;
-  if (record) {
-    const problems = checkBinding(ledger, input.ledgerSha256, record);
-    if (problems.length) throw new UsageError(problems.join("\n"), problems);
-  }
-  const items = new Map((record?.items ?? []).map((i) => [i.observationIndex, i]));
-  const gaps: string[] = [];
-
-  const scenarioOf: Record<Arm, string> = {
-    repository: input.manifest?.scenarios[0] ?? ledger.observations.find((o) => o.arm === "repository")?.scenario ?? "repository",
-    mcp: input.manifest?.scenarios[1] ?? ledger.observations.find((o) => o.arm === "mcp")?.scenario ?? "mcp",
+/** The scenario name of each arm: the manifest's, else the ledger's, else the arm's own name. */
+function scenarioNames(ledger: Ledger, manifest: Manifest | null): Record<Arm, string> {
+  return {
+    repository: manifest?.scenarios[0] ?? ledger.observations.find((o) => o.arm === "repository")?.scenario ?? "repository",
+    mcp: manifest?.scenarios[1] ?? ledger.observations.find((o) => o.arm === "mcp")?.scenario ?? "mcp",
   };
+}
 
-  const attempts: AttemptRow[] = ledger.observations.map((o) => {
-    const out = outcomeOf(o, record, items);
-    return {
-      index: o.index,
-      task: o.task,
-      scenario: o.scenario,
-      arm: o.arm,
-      repetition: o.repetition,
-      status: o.status ?? "unsettled",
-      statusReason: attemptReason(o, ledger),
-      outcome: out.outcome,
-      outcomeReason: out.reason,
-      score: out.score,
-      inputTokens: o.inputTokens,
-      outputTokens: o.outputTokens,
-      cacheCreationInputTokens: o.cacheCreationInputTokens,
-      cacheReadInputTokens: o.cacheReadInputTokens,
-      toolCalls: o.status === null ? null : o.toolCalls,
-      wallTimeMs: o.wallTimeMs,
-      chargedUsd: o.chargedUsd,
-      runtime: o.runtime ?? null,
-      usageComplete: o.usageComplete,
-      numTurns: o.numTurns,
-      toolCallsByName: o.status === null ? null : o.toolCallsByName,
-    };
-  });
+/** The row of an attempt that ran: its ledger figures and its adjudicated outcome. */
+function ranAttemptRow(o: Observation, ledger: Ledger, record: AdjudicationRecord | null, items: Map<number, Item>): AttemptRow {
+  const out = outcomeOf(o, record, items);
+  return {
+    index: o.index,
+    task: o.task,
+    scenario: o.scenario,
+    arm: o.arm,
+    repetition: o.repetition,
+    status: o.status ?? "unsettled",
+    statusReason: attemptReason(o, ledger),
+    outcome: out.outcome,
+    outcomeReason: out.reason,
+    score: out.score,
+    inputTokens: o.inputTokens,
+    outputTokens: o.outputTokens,
+    cacheCreationInputTokens: o.cacheCreationInputTokens,
+    cacheReadInputTokens: o.cacheReadInputTokens,
+    toolCalls: o.status === null ? null : o.toolCalls,
+    wallTimeMs: o.wallTimeMs,
+    chargedUsd: o.chargedUsd,
+    runtime: o.runtime ?? null,
+    usageComplete: o.usageComplete,
+    numTurns: o.numTurns,
+    toolCallsByName: o.status === null ? null : o.toolCallsByName,
+  };
+}
 
-  let planned: number | null = null;
-  let fullPlanSize: number | null = null;
-  if (input.manifest) {
-    const plan = planStudy(input.manifest, ledger.mode);
-    planned = plan.length;
-    fullPlanSize = planStudy(input.manifest, "full").length;
-    for (const a of plan.slice(ledger.observations.length)) {
-      attempts.push({
-        index: null,
-        task: a.taskId,
-        scenario: a.scenario,
-        arm: a.arm,
-        repetition: a.repetition,
-        status: "not run",
-        statusReason: ledger.status === "blocked" ? `the run stopped before it: ${ledger.statusReason ?? "blocked"}` : "the run has not reached it",
-        outcome: "missing",
-        outcomeReason: "missing: the attempt never ran",
-        score: null,
-        inputTokens: null,
-        outputTokens: null,
-        cacheCreationInputTokens: null,
-        cacheReadInputTokens: null,
-        toolCalls: null,
-        wallTimeMs: null,
-        chargedUsd: null,
-        runtime: null,
-        usageComplete: false,
-        numTurns: null,
-        toolCallsByName: null,
-      });
-    }
-  } else {
-    gaps.push(`the manifest could not be read (${input.manifestNote ?? "unknown reason"}): planned attempts that never ran are not listed, and there is no extrapolation`);
-  }
+/** The row of a planned attempt the run never reached: every figure unknown. */
+function notRunAttemptRow(a: PlannedAttempt, ledger: Ledger): AttemptRow {
+  return {
+    index: null,
+    task: a.taskId,
+    scenario: a.scenario,
+    arm: a.arm,
+    repetition: a.repetition,
+    status: "not run",
+    statusReason: ledger.status === "blocked" ? `the run stopped before it: ${ledger.statusReason ?? "blocked"}` : "the run has not reached it",
+    outcome: "missing",
+    outcomeReason: "missing: the attempt never ran",
+    score: null,
+    inputTokens: null,
+    outputTokens: null,
+    cacheCreationInputTokens: null,
+    cacheReadInputTokens: null,
+    toolCalls: null,
+    wallTimeMs: null,
+    chargedUsd: null,
+    runtime: null,
+    usageComplete: false,
+    numTurns: null,
+    toolCallsByName: null,
+  };
+}
 
-  // Gaps, each in words: nothing is hidden by an average.
+/** The plan's size in this mode and in a full run, and the planned attempts the ledger does not hold; all null without a manifest. */
+function planOf(ledger: Ledger, manifest: Manifest | null): { planned: number | null; fullPlanSize: number | null; notRun: PlannedAttempt[] } {
+  if (!manifest) return { planned: null, fullPlanSize: null, notRun: [] };
+  const plan = planStudy(manifest, ledger.mode);
+  return { planned: plan.length, fullPlanSize: planStudy(manifest, "full").length, notRun: plan.slice(ledger.observations.length) };
+}
+
+/** What each attempt lacks, in words: nothing is hidden by an average. */
+function attemptGaps(attempts: readonly AttemptRow[]): string[] {
+  const gaps: string[] = [];
   for (const a of attempts) {
     const who = `${a.task} / ${a.scenario} / repetition ${a.repetition}`;
     if (a.status === "not run") gaps.push(`${who}: not run (${a.statusReason})`);
@@ -381,6 +364,12 @@ export function buildReport(input: ReportInput): ReportData {
     if (a.status !== "not run" && (a.outcome === "blocked" || a.outcome === "missing")) gaps.push(`${who}: correctness ${a.outcome} (${a.outcomeReason})`);
     if (a.status !== "not run" && !a.usageComplete) gaps.push(`${who}: usage incomplete; its token counts are known prior turns only or unknown`);
   }
+  return gaps;
+}
+
+/** What the run and its adjudication lack as a whole: a test endpoint, a run not finished, no or an unfinished record, a departure. */
+function runGaps(ledger: Ledger, record: AdjudicationRecord | null): string[] {
+  const gaps: string[] = [];
   if (ledger.modelApi === "test") gaps.push("the model answered through a test endpoint (a scripted or fake API), not the real API: this run is no evidence about the model");
   if (ledger.status !== "awaiting-adjudication") gaps.push(`the run is ${ledger.status}${ledger.statusReason ? `: ${ledger.statusReason}` : ""}`);
   if (record === null) gaps.push("no adjudication record: correctness is unknown for every attempt");
@@ -391,18 +380,23 @@ export function buildReport(input: ReportInput): ReportData {
         `departure from the protocol: the adjudicator used the answering model ${record.adjudicator.model} (forced with --force-same-model): a different run of the same model, not a different model`,
       );
   }
+  return gaps;
+}
 
-  const scenarios = [scenarioOf.repository, scenarioOf.mcp];
+const emptyDistribution = (): OutcomeDistribution => ({ counts: Object.fromEntries(REPORT_OUTCOMES.map((k) => [k, 0])) as Record<ReportOutcome, number>, scored: 0, meanScore: null });
+
+/** Per scenario (both arms' first, even when empty): how many attempts ended in each status and each outcome, and the mean score. */
+function countByScenario(attempts: readonly AttemptRow[], scenarioOf: Record<Arm, string>): Pick<ReportData, "statusCounts" | "outcomes"> {
   const statusCounts: ReportData["statusCounts"] = {};
   const outcomes: ReportData["outcomes"] = {};
-  for (const s of scenarios) {
+  for (const s of [scenarioOf.repository, scenarioOf.mcp]) {
     statusCounts[s] = {};
-    outcomes[s] = { counts: Object.fromEntries(REPORT_OUTCOMES.map((k) => [k, 0])) as Record<ReportOutcome, number>, scored: 0, meanScore: null };
+    outcomes[s] = emptyDistribution();
   }
   for (const a of attempts) {
     const sc = (statusCounts[a.scenario] ??= {});
     sc[a.status] = (sc[a.status] ?? 0) + 1;
-    const dist = (outcomes[a.scenario] ??= { counts: Object.fromEntries(REPORT_OUTCOMES.map((k) => [k, 0])) as Record<ReportOutcome, number>, scored: 0, meanScore: null });
+    const dist = (outcomes[a.scenario] ??= emptyDistribution());
     dist.counts[a.outcome]++;
   }
   for (const s of Object.keys(outcomes)) {
@@ -410,124 +404,178 @@ export function buildReport(input: ReportInput): ReportData {
     outcomes[s]!.scored = scores.length;
     outcomes[s]!.meanScore = scores.length ? scores.reduce((x, y) => x + y, 0) / scores.length : null;
   }
+  return { statusCounts, outcomes };
+}
 
-  // Pairs: the same task and repetition in both arms.
+interface AttemptPair {
+  task: string;
+  repetition: number;
+  repository?: AttemptRow;
+  mcp?: AttemptRow;
+}
+
+/** The attempts of the same task and repetition, one per arm, in first-seen order. */
+function attemptPairs(attempts: readonly AttemptRow[]): AttemptPair[] {
   const keyOf = (a: AttemptRow) => `${a.task}\0${a.repetition}`;
-  const byKey = new Map<string, { task: string; repetition: number; repository?: AttemptRow; mcp?: AttemptRow }>();
+  const byKey = new Map<string, AttemptPair>();
   for (const a of attempts) {
     const entry = byKey.get(keyOf(a)) ?? { task: a.task, repetition: a.repetition };
     entry[a.arm] = a;
     byKey.set(keyOf(a), entry);
   }
-  const metrics: PairedMetric[] = PAIRED_METRICS.map(({ key, label, unit }) => {
+  return [...byKey.values()];
+}
+
+/** Why a pair has no difference for `key` (null: it has one): an arm missing, unscored, not completed, or a value unknown. */
+function pairLeftOut(r: AttemptRow | undefined, m: AttemptRow | undefined, key: PairedMetricKey, scenarioOf: Record<Arm, string>): string | null {
+  if (!r || !m) return "one arm has no attempt";
+  if (key === "score") {
+    if (r.score !== null && m.score !== null) return null;
+    return `no score in ${[r.score === null ? scenarioOf.repository : null, m.score === null ? scenarioOf.mcp : null].filter(Boolean).join(" and ")}`;
+  }
+  if (r.status !== "completed" || m.status !== "completed")
+    return [r.status !== "completed" ? `${scenarioOf.repository} ${r.status}` : null, m.status !== "completed" ? `${scenarioOf.mcp} ${m.status}` : null].filter(Boolean).join(", ");
+  return r[key] === null || m[key] === null ? "value unknown" : null;
+}
+
+/** Each paired metric over the attempt pairs: the differences, their mean, and the pairs left out with why. */
+function pairedMetrics(attempts: readonly AttemptRow[], scenarioOf: Record<Arm, string>): PairedMetric[] {
+  const entries = attemptPairs(attempts);
+  return PAIRED_METRICS.map(({ key, label, unit }) => {
     const pairs: Pair[] = [];
     const missing: PairedMetric["missing"] = [];
-    for (const e of byKey.values()) {
-      const r = e.repository;
-      const m = e.mcp;
-      const why =
-        !r || !m
-          ? "one arm has no attempt"
-          : key === "score"
-            ? r.score === null || m.score === null
-              ? `no score in ${[r.score === null ? scenarioOf.repository : null, m.score === null ? scenarioOf.mcp : null].filter(Boolean).join(" and ")}`
-              : null
-            : r.status !== "completed" || m.status !== "completed"
-              ? [r.status !== "completed" ? `${scenarioOf.repository} ${r.status}` : null, m.status !== "completed" ? `${scenarioOf.mcp} ${m.status}` : null].filter(Boolean).join(", ")
-              : r[key] === null || m[key] === null
-                ? "value unknown"
-                : null;
+    for (const e of entries) {
+      const why = pairLeftOut(e.repository, e.mcp, key, scenarioOf);
       if (why !== null) {
         missing.push({ task: e.task, repetition: e.repetition, why });
         continue;
       }
-      const rv = r![key] as number;
-      const mv = m![key] as number;
+      const rv = e.repository![key] as number;
+      const mv = e.mcp![key] as number;
       pairs.push({ task: e.task, repetition: e.repetition, repository: rv, mcp: mv, diff: mv - rv });
     }
     const meanDiff = pairs.length ? pairs.reduce((s, p) => s + p.diff, 0) / pairs.length : null;
     return { metric: key, label, unit, pairs, n: pairs.length, meanDiff, missing };
   });
+}
 
+/** Every attempt of the ledger has complete usage (and there is one). */
+const usageCompleteOf = (ledger: Ledger) => ledger.observations.length > 0 && ledger.observations.every((o) => o.usageComplete);
+
+/** The run's sums over its attempts and its charges (USD to 6 places). */
+function totalsOf(ledger: Ledger, record: AdjudicationRecord | null, planned: number | null): ReportData["totals"] {
   const run = ledger.observations;
   const sum = (f: (o: Observation) => number | null) => run.reduce((s, o) => s + (f(o) ?? 0), 0);
   const answeringChargedUsd = usd6(ledger.budget.spentUsd);
   const adjudicationChargedUsd = record ? usd6(record.budget.spentUsd) : null;
-  const usageComplete = run.length > 0 && run.every((o) => o.usageComplete);
-  const pilotDone = ledger.mode === "pilot" && ledger.status === "awaiting-adjudication" && usageComplete;
-  let extrapolation: ReportData["extrapolation"];
-  if (ledger.mode !== "pilot") extrapolation = { applies: false, fullRunUsd: null, note: "a full run: no extrapolation" };
-  else if (!pilotDone) extrapolation = { applies: false, fullRunUsd: null, note: "no extrapolation: only a pilot that completed with complete usage is extrapolated" };
-  else if (planned === null || fullPlanSize === null) extrapolation = { applies: false, fullRunUsd: null, note: "no extrapolation: the manifest could not be read" };
-  else {
-    const factor = fullPlanSize / planned;
-    extrapolation = {
-      applies: true,
-      fullRunUsd: usd6(ledger.budget.spentUsd * factor),
-      note: `answering spend of the pilot x ${factor} (${fullPlanSize} full-run attempts / ${planned} pilot attempts); not an upper bound: other tasks may cost more; adjudication not included; ${extrapolationCaveat(ledger.transport)}`,
-    };
-  }
+  return {
+    planned,
+    run: run.length,
+    notRun: planned === null ? null : Math.max(0, planned - run.length),
+    inputTokens: sum((o) => o.inputTokens),
+    outputTokens: sum((o) => o.outputTokens),
+    cacheCreationInputTokens: sum((o) => o.cacheCreationInputTokens),
+    cacheReadInputTokens: sum((o) => o.cacheReadInputTokens),
+    toolCalls: sum((o) => (o.status === null ? null : o.toolCalls)),
+    wallTimeMs: sum((o) => o.wallTimeMs),
+    usageComplete: usageCompleteOf(ledger),
+    answeringChargedUsd,
+    adjudicationChargedUsd,
+    totalChargedUsd: usd6(answeringChargedUsd + (adjudicationChargedUsd ?? 0)),
+    capUsd: ledger.budget.capUsd,
+  };
+}
 
+/** A finished pilot with complete usage, scaled to the full plan; anything else says why there is none. */
+function extrapolationOf(ledger: Ledger, planned: number | null, fullPlanSize: number | null): ReportData["extrapolation"] {
+  const pilotDone = ledger.mode === "pilot" && ledger.status === "awaiting-adjudication" && usageCompleteOf(ledger);
+  if (ledger.mode !== "pilot") return { applies: false, fullRunUsd: null, note: "a full run: no extrapolation" };
+  if (!pilotDone) return { applies: false, fullRunUsd: null, note: "no extrapolation: only a pilot that completed with complete usage is extrapolated" };
+  if (planned === null || fullPlanSize === null) return { applies: false, fullRunUsd: null, note: "no extrapolation: the manifest could not be read" };
+  const factor = fullPlanSize / planned;
+  return {
+    applies: true,
+    fullRunUsd: usd6(ledger.budget.spentUsd * factor),
+    note: `answering spend of the pilot x ${factor} (${fullPlanSize} full-run attempts / ${planned} pilot attempts); not an upper bound: other tasks may cost more; adjudication not included; ${extrapolationCaveat(ledger.transport)}`,
+  };
+}
+
+/** The run's header as the report states it. */
+function runSummary(ledger: Ledger): ReportData["run"] {
+  return {
+    runId: ledger.runId,
+    createdAt: ledger.createdAt,
+    mode: ledger.mode,
+    model: ledger.model,
+    transport: ledger.transport,
+    cliVersion: ledger.cliVersion,
+    isolation: ledger.isolation,
+    runtime: ledger.runtime ?? null,
+    status: ledger.status,
+    statusReason: ledger.statusReason ?? null,
+    protocolHash: ledger.protocol.protocolHash,
+  };
+}
+
+/** The adjudication as the report states it: who judged, how blind, what it cost (never a verdict's text). */
+function adjudicationSummary(record: AdjudicationRecord): NonNullable<ReportData["adjudication"]> {
+  return {
+    method: "agent",
+    humanReview: false,
+    status: record.status,
+    statusReason: record.statusReason ?? null,
+    model: record.adjudicator.model,
+    answeringModel: record.adjudicator.answeringModel,
+    sameModel: record.adjudicator.sameModel,
+    forcedSameModel: record.adjudicator.forcedSameModel,
+    seed: record.order.seed,
+    maskedTerms: record.masking.terms,
+    spentUsd: usd6(record.budget.spentUsd),
+    capUsd: record.budget.capUsd,
+    blinding: blindingSummary(record.items),
+  };
+}
+
+/**
+ * The report of a ledger and its adjudication record: the record must be this ledger's; every
+ * planned attempt gets a row (the ones never run included, when the manifest was read), then the
+ * gaps in words, the counts per scenario, the attempt pairs, the task-level analysis, the
+ * behaviour, the totals and the pilot's extrapolation.
+ */
+export function buildReport(input: ReportInput): ReportData {
+  const { ledger, record } = input;
+  if (record) {
+    const problems = checkBinding(ledger, input.ledgerSha256, record);
+    if (problems.length) throw new UsageError(problems.join("\n"), problems);
+  }
+  const items = new Map((record?.items ?? []).map((i) => [i.observationIndex, i]));
+  const scenarioOf = scenarioNames(ledger, input.manifest);
+  const { planned, fullPlanSize, notRun } = planOf(ledger, input.manifest);
+  const attempts = [...ledger.observations.map((o) => ranAttemptRow(o, ledger, record, items)), ...notRun.map((a) => notRunAttemptRow(a, ledger))];
+  const gaps = [
+    ...(input.manifest ? [] : [`the manifest could not be read (${input.manifestNote ?? "unknown reason"}): planned attempts that never ran are not listed, and there is no extrapolation`]),
+    ...attemptGaps(attempts),
+    ...runGaps(ledger, record),
+  ];
   const direction = `${scenarioOf.mcp} minus ${scenarioOf.repository}`;
+  const egress = egressRows(ledger.observations);
   return {
     schemaVersion: 1,
     kind: "study-report",
     statement: AGENT_ADJUDICATION_STATEMENT,
-    run: {
-      runId: ledger.runId,
-      createdAt: ledger.createdAt,
-      mode: ledger.mode,
-      model: ledger.model,
-      transport: ledger.transport,
-      cliVersion: ledger.cliVersion,
-      isolation: ledger.isolation,
-      runtime: ledger.runtime ?? null,
-      status: ledger.status,
-      statusReason: ledger.statusReason ?? null,
-      protocolHash: ledger.protocol.protocolHash,
-    },
+    run: runSummary(ledger),
     scenarios: scenarioOf,
-    adjudication: record && {
-      method: "agent",
-      humanReview: false,
-      status: record.status,
-      statusReason: record.statusReason ?? null,
-      model: record.adjudicator.model,
-      answeringModel: record.adjudicator.answeringModel,
-      sameModel: record.adjudicator.sameModel,
-      forcedSameModel: record.adjudicator.forcedSameModel,
-      seed: record.order.seed,
-      maskedTerms: record.masking.terms,
-      spentUsd: usd6(record.budget.spentUsd),
-      capUsd: record.budget.capUsd,
-      blinding: blindingSummary(record.items),
-    },
+    adjudication: record && adjudicationSummary(record),
     attempts,
-    statusCounts,
-    outcomes,
-    paired: { direction, method: PAIRED_METHOD, metrics },
+    ...countByScenario(attempts, scenarioOf),
+    paired: { direction, method: PAIRED_METHOD, metrics: pairedMetrics(attempts, scenarioOf) },
     analysis: analyse(attempts, { seed: input.seed ?? DEFAULT_BOOTSTRAP_SEED, direction, effects: input.effects }),
     behaviour: behaviourOf(attempts),
-    totals: {
-      planned,
-      run: run.length,
-      notRun: planned === null ? null : Math.max(0, planned - run.length),
-      inputTokens: sum((o) => o.inputTokens),
-      outputTokens: sum((o) => o.outputTokens),
-      cacheCreationInputTokens: sum((o) => o.cacheCreationInputTokens),
-      cacheReadInputTokens: sum((o) => o.cacheReadInputTokens),
-      toolCalls: sum((o) => (o.status === null ? null : o.toolCalls)),
-      wallTimeMs: sum((o) => o.wallTimeMs),
-      usageComplete,
-      answeringChargedUsd,
-      adjudicationChargedUsd,
-      totalChargedUsd: usd6(answeringChargedUsd + (adjudicationChargedUsd ?? 0)),
-      capUsd: ledger.budget.capUsd,
-    },
-    extrapolation,
+    totals: totalsOf(ledger, record, planned),
+    extrapolation: extrapolationOf(ledger, planned, fullPlanSize),
     spend: { ...(ledger.spendLabel ?? spendLabel(ledger.transport)), adjudicationUsd: record ? ADJUDICATION_USD_LABEL : null },
     gaps,
-    ...(egressRows(ledger.observations) ? { egress: egressRows(ledger.observations) } : {}),
+    ...(egress ? { egress } : {}),
     instructionFiles: instructionFileRows(ledger.observations),
   };
 }

@@ -1,6 +1,27 @@
 import { adjudicatorSentence } from "./adjudicator.ts";
 import { evidenceText, REPORT_OUTCOMES, type PairedMetric, type ReportData, type ReportOutcome } from "./build.ts";
-import { ATTEMPT_COLUMNS, attemptRows, blindingLine, egressTargetsText, fmt, instructionFilesText, INSTRUCTION_FILES_NOTE, spendLines } from "./markdown.ts";
+import {
+  adjudicationTable,
+  ATTEMPT_COLUMNS,
+  attemptRows,
+  blindingLine,
+  EGRESS_TEXT,
+  egressTable,
+  extrapolationText,
+  fmt,
+  INSTRUCTION_FILES_NOTE,
+  instructionFilesTable,
+  NO_ADJUDICATION_TEXT,
+  NO_GAPS_TEXT,
+  outcomeTable,
+  pairedTable,
+  runTable,
+  SCORES_TEXT,
+  spendLines,
+  statusTable,
+  type TableData,
+  totalsCells,
+} from "./markdown.ts";
 import { analysisBlocks, behaviourBlock, num, type Block } from "./sections.ts";
 import type { ArmBehaviour } from "./behaviour.ts";
 
@@ -179,134 +200,90 @@ function table(head: string[], rows: string[][]): string {
 
 const PLOTTED = ["inputTokens", "outputTokens", "toolCalls", "wallTimeMs"] as const;
 
-export function renderHtml(r: ReportData): string {
-  const sc = [r.scenarios.repository, r.scenarios.mcp];
-  const tasks = [...new Set(r.attempts.map((a) => a.task))];
-  const t = r.totals;
-  const body: string[] = [];
-  body.push(`<h1>Study report: ${esc(r.run.runId)}</h1>`);
+const tableHtml = (t: TableData) => table(t.head, t.rows);
+
+/** The title, the evidence digest, the statements, the run's and the adjudication's rows and the blinding. */
+function headerHtml(r: ReportData): string[] {
+  const body = [`<h1>Study report: ${esc(r.run.runId)}</h1>`];
   if (r.evidence) body.push(`<h2>Evidence</h2>`, `<p class="evidence">${esc(evidenceText(r.evidence))}</p>`);
   body.push(`<p class="statement">${esc(r.statement)}</p>`);
   if (r.adjudication) {
     const s = adjudicatorSentence(r.adjudication);
     body.push(`<p${s.departure ? ' class="warn"' : ""}>${esc(s.text)}</p>`);
   }
-  body.push(
-    table(
-      ["run", "mode", "model", "status", "CLI", "isolation", "runtime"],
-      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
-    ),
-  );
-  if (r.adjudication) {
-    const a = r.adjudication;
-    body.push(
-      table(
-        ["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"],
-        [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]],
-      ),
-    );
-    body.push(`<p class="blinding">${esc(blindingLine(a.blinding))}</p>`);
-  } else body.push(`<p class="warn">No adjudication record: correctness is unknown (every outcome is missing).</p>`);
+  body.push(tableHtml(runTable(r)));
+  if (r.adjudication) body.push(tableHtml(adjudicationTable(r.adjudication)), `<p class="blinding">${esc(blindingLine(r.adjudication.blinding))}</p>`);
+  else body.push(`<p class="warn">${esc(NO_ADJUDICATION_TEXT)}</p>`);
+  return body;
+}
 
-  body.push(`<h2>Totals</h2>`);
-  body.push(
-    `<table id="totals"><tbody>${(
-      [
-        ["planned attempts", fmt(t.planned)],
-        ["attempts run", fmt(t.run)],
-        ["attempts not run", fmt(t.notRun)],
-        ["input tokens", fmt(t.inputTokens)],
-        ["output tokens", fmt(t.outputTokens)],
-        ["cache-write tokens", fmt(t.cacheCreationInputTokens)],
-        ["cache-read tokens", fmt(t.cacheReadInputTokens)],
-        ["tool calls", fmt(t.toolCalls)],
-        ["wall time ms", fmt(t.wallTimeMs)],
-        ["usage complete", t.usageComplete ? "yes" : "no"],
-        ["answering charged USD", fmt(t.answeringChargedUsd, "USD")],
-        ["adjudication charged USD", fmt(t.adjudicationChargedUsd, "USD")],
-        ["total charged USD", fmt(t.totalChargedUsd, "USD")],
-        ["pilot extrapolation", r.extrapolation.applies ? `${fmt(r.extrapolation.fullRunUsd, "USD")} USD (${r.extrapolation.note})` : r.extrapolation.note],
-      ] as Array<[string, string]>
-    )
-      .map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`)
-      .join("")}</tbody></table>`,
-  );
-  body.push(
+/** The totals, one per row, with the extrapolation, and what the figures are. */
+function totalsHtml(r: ReportData): string[] {
+  const rows: Array<[string, string]> = [...totalsCells(r.totals).map(([, label, value]): [string, string] => [label, value]), ["pilot extrapolation", extrapolationText(r)]];
+  return [
+    `<h2>Totals</h2>`,
+    `<table id="totals"><tbody>${rows.map(([k, v]) => `<tr><th>${esc(k)}</th><td>${esc(v)}</td></tr>`).join("")}</tbody></table>`,
     `<p class="spend-label" id="spend-label">${spendLines(r)
       .map((line) => esc(`${line}.`))
       .join("<br>")}</p>`,
-  );
+  ];
+}
 
-  body.push(`<h2>Correctness per arm</h2>`, outcomeChart(r));
-  body.push(
-    table(
-      ["scenario", ...REPORT_OUTCOMES, "scored", "mean score"],
-      sc.map((s) => {
-        const d = r.outcomes[s]!;
-        return [s, ...REPORT_OUTCOMES.map((k) => String(d.counts[k])), String(d.scored), fmt(d.meanScore, "points")];
-      }),
-    ),
-  );
-  body.push(`<p>Scores: correct 1, partial 0.5, incorrect 0, incomplete 0; blocked and missing have no score.</p>`);
+/** The attempt pairs: a dot plot per plotted metric, the method and the table of all metrics. */
+function pairsHtml(r: ReportData): string[] {
+  const tasks = [...new Set(r.attempts.map((a) => a.task))];
+  return [
+    `<h2 id="pairs">Attempt pairs (${esc(r.paired.direction)})</h2>`,
+    ...PLOTTED.map((key) => dotPlot(r.paired.metrics.find((m) => m.metric === key)!, r, tasks)),
+    `<p>${esc(r.paired.method)}.</p>`,
+    tableHtml(pairedTable(r)),
+  ];
+}
 
-  for (const b of analysisBlocks(r)) body.push(blockHtml(b));
-  const bb = behaviourBlock(r);
-  body.push(blockHtml(bb, behaviourCharts(r)));
+/** The sections after the attempts table, each only when there is something to show: egress and instruction files. */
+function corpusHtml(r: ReportData): string[] {
+  const body: string[] = [];
+  if (r.egress) body.push(`<h2>Egress (isolation strict)</h2>`, `<p>${esc(EGRESS_TEXT)}</p>`, tableHtml(egressTable(r.egress)));
+  if (r.instructionFiles.length) body.push(`<h2>Instruction files in the corpus</h2>`, `<p>${esc(INSTRUCTION_FILES_NOTE)}</p>`, tableHtml(instructionFilesTable(r.instructionFiles)));
+  return body;
+}
 
-  body.push(`<h2 id="pairs">Attempt pairs (${esc(r.paired.direction)})</h2>`);
-  for (const key of PLOTTED) body.push(dotPlot(r.paired.metrics.find((m) => m.metric === key)!, r, tasks));
-  body.push(`<p>${esc(r.paired.method)}.</p>`);
-  body.push(
-    table(
-      ["metric", "pairs", "mean difference", "pairs left out"],
-      r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), String(m.missing.length)]),
-    ),
-  );
-
-  body.push(`<h2>Attempt statuses</h2>`);
-  const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
-  body.push(
-    table(
-      ["scenario", ...statuses],
-      sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))]),
-    ),
-  );
-  body.push(table(ATTEMPT_COLUMNS, attemptRows(r)));
-
-  if (r.egress) {
-    body.push(`<h2>Egress (isolation strict)</h2>`, `<p>Requests to the runner's egress proxy per attempt. A refused request does not fail an attempt by itself.</p>`);
-    body.push(
-      table(
-        ["#", "task", "scenario", "rep", "requests", "allowed", "refused", "refused targets"],
-        r.egress.map((e) => [String(e.index + 1), e.task, e.scenario, String(e.repetition), String(e.requests), String(e.allowed), String(e.refused), egressTargetsText(e)]),
-      ),
-    );
-  }
-
-  if (r.instructionFiles.length) {
-    body.push(`<h2>Instruction files in the corpus</h2>`, `<p>${esc(INSTRUCTION_FILES_NOTE)}</p>`);
-    body.push(
-      table(
-        ["repository", "instruction files"],
-        r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)]),
-      ),
-    );
-  }
-
-  body.push(`<h2>Gaps</h2>`);
-  body.push(r.gaps.length ? `<ul class="gaps">${r.gaps.map((g) => `<li>${esc(g)}</li>`).join("")}</ul>` : `<p>None: every planned attempt completed, was adjudicated, and has complete usage.</p>`);
+/** The gaps, the evidence digest and the closing statement. */
+function closingHtml(r: ReportData): string[] {
+  const body = [`<h2>Gaps</h2>`, r.gaps.length ? `<ul class="gaps">${r.gaps.map((g) => `<li>${esc(g)}</li>`).join("")}</ul>` : `<p>${esc(NO_GAPS_TEXT)}</p>`];
   if (r.evidence) body.push(`<h2>Evidence</h2>`, `<p class="evidence">${esc(evidenceText(r.evidence))}</p>`);
   body.push(`<p class="statement">${esc(r.statement)}</p>`);
+  return body;
+}
 
+const PAGE_STYLE = `body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1000px}
+table{border-collapse:collapse;margin:8px 0 16px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
+th{background:#f0f0f0}.statement{font-weight:600}.warn{color:#8a4b00;font-weight:600}.gaps li{margin:2px 0}
+svg.chart{display:block;margin:8px 0 16px}svg .ct{font-size:13px;font-weight:600}svg .lb,svg .lg{font-size:12px}
+svg .tk{font-size:10px;fill:#555}svg .gap{font-size:11px;fill:#8a4b00}svg .bar{font-size:12px;fill:#fff;font-weight:600}`;
+
+export function renderHtml(r: ReportData): string {
+  const body = [
+    ...headerHtml(r),
+    ...totalsHtml(r),
+    `<h2>Correctness per arm</h2>`,
+    outcomeChart(r),
+    tableHtml(outcomeTable(r)),
+    `<p>${esc(SCORES_TEXT)}</p>`,
+    ...analysisBlocks(r).map((b) => blockHtml(b)),
+    blockHtml(behaviourBlock(r), behaviourCharts(r)),
+    ...pairsHtml(r),
+    `<h2>Attempt statuses</h2>`,
+    tableHtml(statusTable(r)),
+    table(ATTEMPT_COLUMNS, attemptRows(r)),
+    ...corpusHtml(r),
+    ...closingHtml(r),
+  ];
   return `<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
 <title>${esc(`Study report ${r.run.runId}`)}</title>
 <style>
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1000px}
-table{border-collapse:collapse;margin:8px 0 16px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
-th{background:#f0f0f0}.statement{font-weight:600}.warn{color:#8a4b00;font-weight:600}.gaps li{margin:2px 0}
-svg.chart{display:block;margin:8px 0 16px}svg .ct{font-size:13px;font-weight:600}svg .lb,svg .lg{font-size:12px}
-svg .tk{font-size:10px;fill:#555}svg .gap{font-size:11px;fill:#8a4b00}svg .bar{font-size:12px;fill:#fff;font-weight:600}
+${PAGE_STYLE}
 </style></head>
 <body>
 ${body.join("\n")}

@@ -2,13 +2,19 @@ import { adjudicatorSentence } from "./adjudicator.ts";
 import { evidenceText, REPORT_OUTCOMES, type EgressRow, type InstructionFilesRow, type ReportData } from "./build.ts";
 import { analysisBlocks, behaviourBlock, type Block } from "./sections.ts";
 
-/** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
+/**
+ * The Markdown report, and the pieces it shares with the HTML page (src/report/html.ts): the
+ * number format, the tables as plain text cells and the fixed sentences, so that both formats
+ * show the same figures and words.
+ */
+
 /** What the USD figures and token counts are, one sentence each (shared with the HTML page). */
 export function spendLines(r: ReportData): string[] {
   const cap = (t: string) => t.charAt(0).toUpperCase() + t.slice(1);
   return [r.spend.usd, cap(r.spend.tokens), ...(r.spend.adjudicationUsd ? [cap(r.spend.adjudicationUsd)] : [])];
 }
 
+/** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
 export function fmt(n: number | null | undefined, unit?: string): string {
   if (n === null || n === undefined) return "—";
   if (unit === "USD") return n.toFixed(6);
@@ -50,143 +56,161 @@ export function instructionFilesText(r: InstructionFilesRow): string {
   return r.unrecorded > 0 ? `${files} (${r.unrecorded} of ${r.recorded + r.unrecorded} attempts have no record of it)` : files;
 }
 
-export function renderMarkdown(r: ReportData): string {
-  const out: string[] = [];
-  const sc = [r.scenarios.repository, r.scenarios.mcp];
-  out.push(`# Study report: ${r.run.runId}`, "");
-  out.push(`> ${r.statement}`, "");
-  if (r.adjudication) out.push(`> ${adjudicatorSentence(r.adjudication).text}`, "");
-  out.push(
-    ...table(
-      ["run", "mode", "model", "status", "CLI", "isolation", "runtime"],
-      [[r.run.runId, r.run.mode, r.run.model, r.run.status + (r.run.statusReason ? `: ${r.run.statusReason}` : ""), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
-    ),
-    "",
-  );
-  if (r.adjudication) {
-    const a = r.adjudication;
-    out.push(
-      ...table(
-        ["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"],
-        [[a.status + (a.statusReason ? `: ${a.statusReason}` : ""), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]],
-      ),
-      "",
-      blindingLine(a.blinding),
-      "",
-    );
-  } else out.push("No adjudication record: correctness is unknown (every outcome is missing).", "");
+/** A table as plain text cells: the same figures in the Markdown and the HTML. */
+export interface TableData {
+  head: string[];
+  rows: string[][];
+}
 
-  out.push("## Totals", "");
-  const t = r.totals;
-  out.push(
+const withReason = (status: string, reason: string | null) => status + (reason ? `: ${reason}` : "");
+
+/** The run's header row. */
+export function runTable(r: ReportData): TableData {
+  return {
+    head: ["run", "mode", "model", "status", "CLI", "isolation", "runtime"],
+    rows: [[r.run.runId, r.run.mode, r.run.model, withReason(r.run.status, r.run.statusReason), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
+  };
+}
+
+/** The adjudication's header row. */
+export function adjudicationTable(a: NonNullable<ReportData["adjudication"]>): TableData {
+  return {
+    head: ["adjudication", "adjudicator model", "seed", "spent USD", "cap USD", "human review"],
+    rows: [[withReason(a.status, a.statusReason), a.model, String(a.seed), fmt(a.spentUsd, "USD"), fmt(a.capUsd, "USD"), "none"]],
+  };
+}
+
+export const NO_ADJUDICATION_TEXT = "No adjudication record: correctness is unknown (every outcome is missing).";
+
+/** The pilot's extrapolation in words: the figure and how it was made, or why there is none. */
+export function extrapolationText(r: ReportData): string {
+  return r.extrapolation.applies ? `${fmt(r.extrapolation.fullRunUsd, "USD")} USD (${r.extrapolation.note})` : r.extrapolation.note;
+}
+
+/** The outcome counts of each arm, with the scored attempts and the mean score. */
+export function outcomeTable(r: ReportData): TableData {
+  return {
+    head: ["scenario", ...REPORT_OUTCOMES, "scored", "mean score"],
+    rows: [r.scenarios.repository, r.scenarios.mcp].map((s) => {
+      const d = r.outcomes[s]!;
+      return [s, ...REPORT_OUTCOMES.map((k) => String(d.counts[k])), String(d.scored), fmt(d.meanScore, "points")];
+    }),
+  };
+}
+
+export const SCORES_TEXT = "Scores: correct 1, partial 0.5, incorrect 0, incomplete 0; blocked and missing have no score.";
+
+/** The attempts of each arm per status (every status any arm has, sorted). */
+export function statusTable(r: ReportData): TableData {
+  const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
+  return { head: ["scenario", ...statuses], rows: [r.scenarios.repository, r.scenarios.mcp].map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))]) };
+}
+
+/** The attempt pairs per metric: how many, the mean difference, how many left out. */
+export function pairedTable(r: ReportData): TableData {
+  return {
+    head: ["metric", "pairs", "mean difference", "pairs left out"],
+    rows: r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), String(m.missing.length)]),
+  };
+}
+
+export const EGRESS_TEXT = "Requests to the runner's egress proxy per attempt. A refused request does not fail an attempt by itself.";
+
+/** What each attempt asked of the egress proxy. */
+export function egressTable(egress: readonly EgressRow[]): TableData {
+  return {
+    head: ["#", "task", "scenario", "rep", "requests", "allowed", "refused", "refused targets"],
+    rows: egress.map((e) => [String(e.index + 1), e.task, e.scenario, String(e.repetition), String(e.requests), String(e.allowed), String(e.refused), egressTargetsText(e)]),
+  };
+}
+
+/** Each repository's instruction files. */
+export function instructionFilesTable(rows: readonly InstructionFilesRow[]): TableData {
+  return { head: ["repository", "instruction files"], rows: rows.map((f) => [f.repository, instructionFilesText(f)]) };
+}
+
+export const NO_GAPS_TEXT = "None: every planned attempt completed, was adjudicated, and has complete usage.";
+
+const tableLines = (t: TableData) => table(t.head, t.rows);
+
+/** The title, the statements, the run's and the adjudication's rows and the blinding. */
+function headerLines(r: ReportData): string[] {
+  const out = [`# Study report: ${r.run.runId}`, "", `> ${r.statement}`, ""];
+  if (r.adjudication) out.push(`> ${adjudicatorSentence(r.adjudication).text}`, "");
+  out.push(...tableLines(runTable(r)), "");
+  if (r.adjudication) out.push(...tableLines(adjudicationTable(r.adjudication)), "", blindingLine(r.adjudication.blinding), "");
+  else out.push(NO_ADJUDICATION_TEXT, "");
+  return out;
+}
+
+/** The totals, each as the Markdown's column name, the HTML's row label and the figure. */
+export function totalsCells(t: ReportData["totals"]): Array<[column: string, label: string, value: string]> {
+  return [
+    ["planned", "planned attempts", fmt(t.planned)],
+    ["run", "attempts run", fmt(t.run)],
+    ["not run", "attempts not run", fmt(t.notRun)],
+    ["input tokens", "input tokens", fmt(t.inputTokens)],
+    ["output tokens", "output tokens", fmt(t.outputTokens)],
+    ["cache-write tokens", "cache-write tokens", fmt(t.cacheCreationInputTokens)],
+    ["cache-read tokens", "cache-read tokens", fmt(t.cacheReadInputTokens)],
+    ["tool calls", "tool calls", fmt(t.toolCalls)],
+    ["wall time ms", "wall time ms", fmt(t.wallTimeMs)],
+    ["usage complete", "usage complete", t.usageComplete ? "yes" : "no"],
+    ["answering USD", "answering charged USD", fmt(t.answeringChargedUsd, "USD")],
+    ["adjudication USD", "adjudication charged USD", fmt(t.adjudicationChargedUsd, "USD")],
+    ["total USD", "total charged USD", fmt(t.totalChargedUsd, "USD")],
+  ];
+}
+
+/** The totals in one row, the extrapolation and what the figures are. */
+function totalsLines(r: ReportData): string[] {
+  const cells = totalsCells(r.totals);
+  return [
+    "## Totals",
+    "",
     ...table(
-      [
-        "planned",
-        "run",
-        "not run",
-        "input tokens",
-        "output tokens",
-        "cache-write tokens",
-        "cache-read tokens",
-        "tool calls",
-        "wall time ms",
-        "usage complete",
-        "answering USD",
-        "adjudication USD",
-        "total USD",
-      ],
-      [
-        [
-          fmt(t.planned),
-          fmt(t.run),
-          fmt(t.notRun),
-          fmt(t.inputTokens),
-          fmt(t.outputTokens),
-          fmt(t.cacheCreationInputTokens),
-          fmt(t.cacheReadInputTokens),
-          fmt(t.toolCalls),
-          fmt(t.wallTimeMs),
-          t.usageComplete ? "yes" : "no",
-          fmt(t.answeringChargedUsd, "USD"),
-          fmt(t.adjudicationChargedUsd, "USD"),
-          fmt(t.totalChargedUsd, "USD"),
-        ],
-      ],
+      cells.map(([column]) => column),
+      [cells.map(([, , value]) => value)],
     ),
     "",
-    `Pilot extrapolation: ${r.extrapolation.applies ? `${fmt(r.extrapolation.fullRunUsd, "USD")} USD (${r.extrapolation.note})` : r.extrapolation.note}.`,
+    `Pilot extrapolation: ${extrapolationText(r)}.`,
     "",
     ...spendLines(r).map((line) => `${line}.`),
     "",
-  );
+  ];
+}
 
-  out.push("## Correctness per arm", "");
-  out.push(
-    ...table(
-      ["scenario", ...REPORT_OUTCOMES, "scored", "mean score"],
-      sc.map((s) => {
-        const d = r.outcomes[s]!;
-        return [s, ...REPORT_OUTCOMES.map((k) => String(d.counts[k])), String(d.scored), fmt(d.meanScore, "points")];
-      }),
-    ),
-    "",
-    "Scores: correct 1, partial 0.5, incorrect 0, incomplete 0; blocked and missing have no score.",
-    "",
-  );
+/** The sections after the attempts table, each only when there is something to show: egress and instruction files. */
+function corpusLines(r: ReportData): string[] {
+  const out: string[] = [];
+  if (r.egress) out.push("## Egress (isolation strict)", "", EGRESS_TEXT, "", ...tableLines(egressTable(r.egress)), "");
+  if (r.instructionFiles.length) out.push("## Instruction files in the corpus", "", INSTRUCTION_FILES_NOTE, "", ...tableLines(instructionFilesTable(r.instructionFiles)), "");
+  return out;
+}
 
-  out.push("## Attempt statuses", "");
-  const statuses = [...new Set(Object.values(r.statusCounts).flatMap((c) => Object.keys(c)))].sort();
-  out.push(
-    ...table(
-      ["scenario", ...statuses],
-      sc.map((s) => [s, ...statuses.map((k) => String(r.statusCounts[s]?.[k] ?? 0))]),
-    ),
-    "",
-  );
-
-  for (const b of analysisBlocks(r)) out.push(...block(b));
-  out.push(...block(behaviourBlock(r)));
-
-  out.push(`## Attempt pairs (${r.paired.direction})`, "", `${r.paired.method}.`, "");
-  out.push(
-    ...table(
-      ["metric", "pairs", "mean difference", "pairs left out"],
-      r.paired.metrics.map((m) => [`${m.label} (${m.unit})`, String(m.n), fmt(m.meanDiff, m.unit), String(m.missing.length)]),
-    ),
-    "",
-  );
-
-  out.push("## Attempts", "");
-  out.push(...table(ATTEMPT_COLUMNS, attemptRows(r)), "");
-
-  if (r.egress) {
-    out.push("## Egress (isolation strict)", "", "Requests to the runner's egress proxy per attempt. A refused request does not fail an attempt by itself.", "");
-    out.push(
-      ...table(
-        ["#", "task", "scenario", "rep", "requests", "allowed", "refused", "refused targets"],
-        r.egress.map((e) => [String(e.index + 1), e.task, e.scenario, String(e.repetition), String(e.requests), String(e.allowed), String(e.refused), egressTargetsText(e)]),
-      ),
-      "",
-    );
-  }
-
-  if (r.instructionFiles.length) {
-    out.push("## Instruction files in the corpus", "", INSTRUCTION_FILES_NOTE, "");
-    out.push(
-      ...table(
-        ["repository", "instruction files"],
-        r.instructionFiles.map((f) => [f.repository, instructionFilesText(f)]),
-      ),
-      "",
-    );
-  }
-
-  out.push("## Gaps", "");
-  if (r.gaps.length === 0) out.push("None: every planned attempt completed, was adjudicated, and has complete usage.");
+/** The gaps, the evidence digest and the closing statement. */
+function closingLines(r: ReportData): string[] {
+  const out = ["## Gaps", ""];
+  if (r.gaps.length === 0) out.push(NO_GAPS_TEXT);
   else out.push(...r.gaps.map((g) => `- ${g}`));
   if (r.evidence) out.push("", "## Evidence", "", evidenceText(r.evidence));
   out.push("", `_${r.statement}_`, "");
-  return out.join("\n");
+  return out;
+}
+
+export function renderMarkdown(r: ReportData): string {
+  return [
+    ...headerLines(r),
+    ...totalsLines(r),
+    ...["## Correctness per arm", "", ...tableLines(outcomeTable(r)), "", SCORES_TEXT, ""],
+    ...["## Attempt statuses", "", ...tableLines(statusTable(r)), ""],
+    ...analysisBlocks(r).flatMap(block),
+    ...block(behaviourBlock(r)),
+    ...[`## Attempt pairs (${r.paired.direction})`, "", `${r.paired.method}.`, "", ...tableLines(pairedTable(r)), ""],
+    ...["## Attempts", "", ...table(ATTEMPT_COLUMNS, attemptRows(r)), ""],
+    ...corpusLines(r),
+    ...closingLines(r),
+  ].join("\n");
 }
 
 /** The attempts table, the same in every format. */

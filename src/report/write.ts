@@ -9,6 +9,7 @@ import { buildInspectLogs } from "./inspect.ts";
 import { readLedgerInput, loadLedgerManifest } from "../adjudicate/input.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import { errorMessage, UsageError } from "../util/errors.ts";
+import type { Ledger } from "../ledger/schema.ts";
 import { buildReport, type ReportData } from "./build.ts";
 import { renderHtml } from "./html.ts";
 import { renderMarkdown } from "./markdown.ts";
@@ -48,32 +49,46 @@ export async function loadReport(sources: ReportSources): Promise<ReportData> {
 /** `<ledger>.pairs.html`: beside the ledger, as private as it. */
 export const viewerPath = (ledgerRealPath: string) => `${ledgerRealPath}.pairs.html`;
 
+/** The ledger's real path (links resolved), or the path as given when it cannot be resolved. */
+const ledgerRealPath = (sources: ReportSources) => realpath(resolve(sources.ledger)).catch(() => resolve(sources.ledger));
+
+const exists = (path: string) =>
+  stat(path).then(
+    () => true,
+    () => false,
+  );
+
+/** The corpus checkouts of the run: no private file is written inside one. */
+const checkoutRoots = (ledger: Ledger) => ledger.corpus.flatMap((c) => (c.root ? [c.root] : []));
+
+/**
+ * What the private files show besides the ledger: the report, the adjudication record, and each
+ * kept transcript whose bytes match the ledger's hash (observation index -> lines).
+ */
+async function readPrivateParts(sources: ReportSources, ledgerPath: string, ledger: Ledger) {
+  const report = await loadReport(sources);
+  const record = sources.adjudication ? await readRecord(resolve(sources.adjudication)) : null;
+  const transcripts = new Map<number, string[]>();
+  for (const o of ledger.observations) {
+    const file = await readTranscriptFile(ledgerPath, o.index);
+    if (file && o.transcriptSha256 === sha256Hex(file.bytes)) transcripts.set(o.index, transcriptLines(file.bytes));
+  }
+  return { report, record, transcripts };
+}
+
 /**
  * Writes the private pair viewer beside the ledger: created exclusively, mode 600, refused inside
  * a checkout or the project. A transcript whose bytes do not match the ledger's hash is not
  * shown (the viewer says so); `ledger verify` says why.
  */
 export async function writePrivateViewer(sources: ReportSources): Promise<{ path: string; pairs: number; attempts: number }> {
-  const ledgerPath = await realpath(resolve(sources.ledger)).catch(() => resolve(sources.ledger));
+  const ledgerPath = await ledgerRealPath(sources);
   const input = await readLedgerInput(ledgerPath);
-  const report = await loadReport(sources);
-  const record = sources.adjudication ? await readRecord(resolve(sources.adjudication)) : null;
-  const transcripts = new Map<number, string[]>();
-  for (const o of input.ledger.observations) {
-    const file = await readTranscriptFile(ledgerPath, o.index);
-    if (file && o.transcriptSha256 === sha256Hex(file.bytes)) transcripts.set(o.index, transcriptLines(file.bytes));
-  }
+  const { report, record, transcripts } = await readPrivateParts(sources, ledgerPath, input.ledger);
   const html = renderViewer({ report, ledger: input.ledger, record, transcripts });
   const path = viewerPath(ledgerPath);
-  if (
-    await stat(path).then(
-      () => true,
-      () => false,
-    )
-  )
-    throw new UsageError(`${path} already exists; the pair viewer is never overwritten: remove it first (it is private: rm, do not publish)`);
-  const checkouts = input.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []));
-  const real = await createPrivateFile(path, html, { checkouts, projectRoot: PROJECT_ROOT }, "pair viewer");
+  if (await exists(path)) throw new UsageError(`${path} already exists; the pair viewer is never overwritten: remove it first (it is private: rm, do not publish)`);
+  const real = await createPrivateFile(path, html, { checkouts: checkoutRoots(input.ledger), projectRoot: PROJECT_ROOT }, "pair viewer");
   const pairs = new Set(input.ledger.observations.map((o) => `${o.task}\0${o.repetition}`)).size;
   return { path: real, pairs, attempts: input.ledger.observations.length };
 }
@@ -89,24 +104,18 @@ export const inspectDir = (ledgerRealPath: string) => `${ledgerRealPath}.inspect
  * the one the run used.
  */
 export async function writeInspectLogs(sources: ReportSources & { outDir?: string }): Promise<{ dir: string; logs: Array<{ arm: string; path: string; samples: number }> }> {
-  const ledgerPath = await realpath(resolve(sources.ledger)).catch(() => resolve(sources.ledger));
+  const ledgerPath = await ledgerRealPath(sources);
   const input = await readLedgerInput(ledgerPath);
   const { manifest } = await loadLedgerManifest(input.ledger, sources.manifest && resolve(sources.manifest)).catch((err: unknown) => {
     throw new UsageError(`--format inspect takes each sample's question from the manifest the run used: ${errorMessage(err)}`);
   });
-  const report = await loadReport(sources);
-  const record = sources.adjudication ? await readRecord(resolve(sources.adjudication)) : null;
-  const transcripts = new Map<number, string[]>();
-  for (const o of input.ledger.observations) {
-    const file = await readTranscriptFile(ledgerPath, o.index);
-    if (file && o.transcriptSha256 === sha256Hex(file.bytes)) transcripts.set(o.index, transcriptLines(file.bytes));
-  }
+  const { report, record, transcripts } = await readPrivateParts(sources, ledgerPath, input.ledger);
   const logs = buildInspectLogs({ report, ledger: input.ledger, ledgerFileSha256: input.sha256, record, manifest, transcripts });
   const dir = resolve(sources.outDir ?? inspectDir(ledgerPath));
   const flag = sources.outDir ? "--out-dir" : "the default folder beside the ledger";
   // A folder this call creates is removed again when a log is refused: nothing is left inside a checkout or the project.
   const created = await mkdir(dir, { recursive: true, mode: 0o700 });
-  const checkouts = input.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []));
+  const checkouts = checkoutRoots(input.ledger);
   const written: Array<{ arm: string; path: string; samples: number }> = [];
   try {
     for (const l of logs) {
@@ -138,14 +147,7 @@ export async function writeReportFiles(dir: string, report: ReportData): Promise
   await mkdir(dir, { recursive: true });
   const files: ReportFiles = { markdown: join(resolve(dir), "report.md"), json: join(resolve(dir), "report.json"), html: join(resolve(dir), "report.html") };
   const existing: string[] = [];
-  for (const path of Object.values(files))
-    if (
-      await stat(path).then(
-        () => true,
-        () => false,
-      )
-    )
-      existing.push(path);
+  for (const path of Object.values(files)) if (await exists(path)) existing.push(path);
   if (existing.length) throw new UsageError(`${existing.join(", ")} already exists; a report is never overwritten: choose another --out-dir`);
   await writeFile(files.markdown, renderMarkdown(report), { flag: "wx", mode: 0o644 });
   await writeFile(files.json, renderJson(report), { flag: "wx", mode: 0o644 });

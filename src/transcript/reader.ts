@@ -178,6 +178,26 @@ type LastResult = Pick<
   | "permissionDenials"
 > & { deniedOthers: Set<string> };
 
+/** What the facts hold when no result event was read: every field unknown, usage incomplete, no denial (in the order onResult writes them). */
+function noResult(): LastResult {
+  return {
+    cliSubtype: null,
+    isError: null,
+    numTurns: null,
+    answer: null,
+    inputTokens: null,
+    outputTokens: null,
+    cacheCreationInputTokens: null,
+    cacheReadInputTokens: null,
+    cacheCreation: null,
+    modelUsage: null,
+    reportedCostUsd: null,
+    usageComplete: false,
+    permissionDenials: [],
+    deniedOthers: new Set(),
+  };
+}
+
 const RESULT_ERROR = 1;
 const RESULT_OK = 2;
 
@@ -324,6 +344,8 @@ export class TranscriptReader {
       this.problems.push(`… and ${this.problemCount - this.problems.length} more setup problems`);
     }
 
+    // The last result's fields, in the facts' order; without a result, each is unknown.
+    const { deniedOthers: _checkedAbove, permissionDenials, ...last } = r ?? noResult();
     this.finished = {
       arm: this.exp.arm,
       requestedModel: this.exp.model,
@@ -332,22 +354,11 @@ export class TranscriptReader {
       toolCalls: this.toolNames.size,
       toolCallsByName: Object.fromEntries(this.callsByName),
       toolErrorsByName: Object.fromEntries(this.errorsByName),
-      permissionDenials: r?.permissionDenials ?? [],
+      permissionDenials,
       docBridgeCalls: [...this.docBridgeCalls.values()],
       docBridgeCallsTruncated: this.docBridgeIds.length > this.docBridgeCalls.size,
       resultSeen: r !== null,
-      cliSubtype: r?.cliSubtype ?? null,
-      isError: r?.isError ?? null,
-      numTurns: r?.numTurns ?? null,
-      answer: r?.answer ?? null,
-      inputTokens: r?.inputTokens ?? null,
-      outputTokens: r?.outputTokens ?? null,
-      cacheCreationInputTokens: r?.cacheCreationInputTokens ?? null,
-      cacheReadInputTokens: r?.cacheReadInputTokens ?? null,
-      cacheCreation: r?.cacheCreation ?? null,
-      modelUsage: r?.modelUsage ?? null,
-      reportedCostUsd: r?.reportedCostUsd ?? null,
-      usageComplete: r?.usageComplete ?? false,
+      ...last,
       perMessageUsage: [...this.messages.values()],
       setupProblems: [...this.problems],
       setupProblemCodes: [...this.codes],
