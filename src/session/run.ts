@@ -527,6 +527,11 @@ function budgetSpent(pass: SessionPass, s: Session): boolean {
   return true;
 }
 
+/**
+ * Taken before the call's reservation: with the gateway, the credential (read under the login
+ * lock); otherwise the login lock, held until the call's login is written back. Every wait is an
+ * `account.lock_wait` event, also one that gave up.
+ */
 async function acquireCall(pass: SessionPass, route: CallRoute, s: Session): Promise<{ release(): Promise<void> }> {
   const { config, ledger, deps } = pass;
   const started = Date.now();
@@ -547,6 +552,7 @@ async function acquireCall(pass: SessionPass, route: CallRoute, s: Session): Pro
   }
 }
 
+/** The session's next call, added to it before anything is reserved (its reservation is set when the meter grants it). */
 function openCall(s: Session): SessionCall {
   const call: SessionCall = {
     ...emptyRunFacts(0),
