@@ -292,8 +292,8 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
           }),
           login,
           lock: locks.get(u),
-          // What this item may still spend under the cap: the cap less every charge and hold but its own.
-          gateway: gateway?.input(u, ctx.reservation!.reservedUsd, () => config.capUsd - record.budget.spentUsd + ctx.reservation!.reservedUsd),
+          // What this item may still spend under the cap: the loop's, from its own budget.
+          gateway: gateway?.input(u, ctx.reservation!.reservedUsd, ctx.remainingUsd),
           image: config.image,
           argv:
             ask === "verdict"

@@ -40,9 +40,11 @@ export interface Settlement {
   cumulativeCapExceeded: boolean;
 }
 
-export function initialBudget(capUsd: number): BudgetState {
+/** The state of a run under `capUsd` that has charged `spentUsd` so far (0 for a new run) and holds no reservation. */
+export function initialBudget(capUsd: number, spentUsd = 0): BudgetState {
   if (!Number.isFinite(capUsd) || capUsd <= 0) throw new RangeError(`the budget cap must be a positive number of USD, got ${capUsd}`);
-  return { capUsd, spentUsd: 0, reservedUsd: 0 };
+  if (!Number.isFinite(spentUsd) || spentUsd < 0) throw new RangeError(`the spend so far must be a non-negative number of USD, got ${spentUsd}`);
+  return { capUsd, spentUsd, reservedUsd: 0 };
 }
 
 /**

@@ -33,6 +33,11 @@ export function picoToUsd(pico: bigint): number {
   return Number(pico) / 1e12;
 }
 
+/** A sum of USD amounts in exact pico-USD (each rounded up), so 0.0019 + 0.0023 is 0.0042 and not one ulp off. */
+export function sumUsd(amounts: readonly number[]): number {
+  return picoToUsd(amounts.reduce((sum, a) => sum + usdToPico(a, "ceil"), 0n));
+}
+
 export function maxBigint(first: bigint, ...rest: bigint[]): bigint {
   return rest.reduce((a, b) => (b > a ? b : a), first);
 }

@@ -18,10 +18,16 @@ import { errorMessage, ExitCode, RefusalError } from "../util/errors.ts";
  * and settle, and every write goes through one writer. At 1 it is the loop one unit at a time.
  *
  * Money rules (docs/contract.md, "Budget and charging"): a unit starts only when its full limit
- * fits under the cap minus the charges and the open reservations; a completed unit is charged the
- * larger of its valid costs; anything else keeps at least its reservation charged. A kind that
- * reserves per call (the http transport) opens and settles each call through the unit's meter,
- * and the unit is charged what its calls were charged.
+ * fits under the cap minus the charges (what the book spent before the loop included) and the
+ * open reservations; a completed unit is charged the larger of its valid costs; anything else
+ * keeps at least its reservation charged. A kind that reserves per call (the http transport)
+ * opens and settles each call through the unit's meter, and the unit is charged what its calls
+ * were charged.
+ *
+ * The steps, in the order they happen: `dispatch` a group (wait for room, take its locks, reserve
+ * it whole, write, start each unit); `runUnit` (the kind's `runOne`, then `settleUnit`, the
+ * `stopPolicy`, the rate governor's count, the write); the `RateGovernor` halves and restores how
+ * many units may run after a rate limit.
  */
 
 /** The record fields the loop maintains: the ledger and the adjudication record both carry them. */
@@ -66,6 +72,12 @@ export interface UnitContext<E extends Entry> {
    * slow down. The runner never retries for it; the CLI's own retries are its business.
    */
   rateLimited(httpStatus: number): void;
+  /**
+   * What the unit may still spend under the run's cap, USD: the cap less every charge and every
+   * open reservation but the unit's own (its reservation, its open calls); never below 0. The
+   * gateway checks each request against it.
+   */
+  remainingUsd(): number;
 }
 
 /** Named points between writes where a test may stop the process (see docs/reliability.md). */
@@ -124,6 +136,11 @@ export interface LoopOptions<U, E extends Entry, S extends string> {
   kind: RunKind<U, E>;
   units: readonly U[];
   book: Book<S>;
+  /**
+   * The run's cumulative cap (the study's, the adjudication's, the session ledger's), not what is
+   * left of it: what the book already spent when the loop starts (earlier passes over the same
+   * record) counts against it.
+   */
   capUsd: number;
   /** The record's status when every unit ran and the run was not stopped. */
   doneStatus: S;
@@ -167,15 +184,6 @@ export function oneWriter(persist: () => Promise<void>): () => Promise<void> {
   };
 }
 
-function reservesAll(state: BudgetState, limitUsd: number, count: number): boolean {
-  for (let i = 0; i < count; i++) {
-    const reserved = reserve(state, limitUsd);
-    if (!reserved.ok) return false;
-    state = reserved.state;
-  }
-  return true;
-}
-
 /** Consecutive units with the same key form one group; without a key every unit is its own. */
 function groupsOf<U>(units: readonly U[], key?: (unit: U) => string): U[][] {
   const groups: U[][] = [];
@@ -190,237 +198,368 @@ function groupsOf<U>(units: readonly U[], key?: (unit: U) => string): U[][] {
 }
 
 /**
+ * The rate governor: a rate limit halves how many units may run (at least one) and each clean
+ * settlement of a unit started after the last halving adds one back, up to the limit asked for.
+ */
+class RateGovernor<U> {
+  /** How many units may run at once now. */
+  allowed: number;
+  /** Counts the halvings: a unit started before the last one does not raise the limit again. */
+  epoch = 0;
+
+  constructor(
+    private readonly limit: number,
+    private readonly onEvent?: (event: RateEvent<U>) => void,
+  ) {
+    this.allowed = limit;
+  }
+
+  backOff(unit: U, httpStatus: number): void {
+    this.allowed = Math.max(1, Math.floor(this.allowed / 2));
+    this.epoch++;
+    this.onEvent?.({ event: "backoff", unit, httpStatus, concurrency: this.allowed });
+  }
+
+  /** After a unit settled: one more may run again if it met no limit and none was met since it started. */
+  settled(unit: U, startedEpoch: number, metLimit: boolean): void {
+    if (metLimit || startedEpoch !== this.epoch || this.allowed >= this.limit) return;
+    this.allowed++;
+    this.onEvent?.({ event: "recover", unit, httpStatus: null, concurrency: this.allowed });
+  }
+}
+
+/** What one running unit holds: the calls it opened through the meter and what it has met. */
+interface UnitState {
+  reservation: Reservation | null;
+  /** Calls the kind opens through the meter: each is settled by the kind, or at the unit's settlement if left open. */
+  calls: Array<{ reservation: Reservation; chargedUsd: number | null }>;
+  /** What this unit's settled calls were charged, pico-USD. */
+  ownSettledCalls: bigint;
+  startedEpoch: number;
+  metLimit: boolean;
+}
+
+type Held = { release(): Promise<void> } | undefined;
+
+/** One group on its way to start: its units, the locks taken for them, their reservations. */
+interface GroupStart<U> {
+  units: U[];
+  held: Held[];
+  reservations: Array<Reservation | null>;
+}
+
+/**
  * Runs the units in order under the one budget, up to `concurrency` at once; returns how the run
  * ended. Faults of the runner propagate after the record says so and the other running units
  * have been settled.
  */
 export async function runLoop<U, E extends Entry, S extends string>(o: LoopOptions<U, E, S>): Promise<LoopEnd> {
-  const { kind, book } = o;
-  const checkpoint = o.checkpoint ?? (() => {});
-  const limit = o.concurrency ?? 1;
-  if (!Number.isSafeInteger(limit) || limit < 1) throw new RangeError(`concurrency must be a whole number of at least 1, got ${limit}`);
-  const persist = oneWriter(o.persist);
-  let budget: BudgetState = initialBudget(o.capUsd);
+  return new Bookkeeper(o).run();
+}
+
+/** One run of the loop: the budget it owns, the units in flight, and why it stopped. */
+class Bookkeeper<U, E extends Entry, S extends string> {
+  private readonly kind: RunKind<U, E>;
+  private readonly book: Book<S>;
+  private readonly limit: number;
+  private readonly persist: () => Promise<void>;
+  private readonly checkpoint: (point: Checkpoint) => void;
+  private readonly governor: RateGovernor<U>;
+  private budget: BudgetState;
   // What the open units' settled calls were charged: the record counts them as held by their
   // unit (its entry's reservationUsd) until the unit itself is settled.
-  let heldBySettledCalls = 0n;
-  const sync = () => {
+  private heldBySettledCalls = 0n;
+  private stopReason: string | null = null;
+  private fault: { error: unknown } | undefined;
+  private readonly running = new Set<Promise<void>>();
+
+  constructor(private readonly o: LoopOptions<U, E, S>) {
+    this.kind = o.kind;
+    this.book = o.book;
+    this.limit = o.concurrency ?? 1;
+    if (!Number.isSafeInteger(this.limit) || this.limit < 1) throw new RangeError(`concurrency must be a whole number of at least 1, got ${this.limit}`);
+    this.persist = oneWriter(o.persist);
+    this.checkpoint = o.checkpoint ?? (() => {});
+    this.governor = new RateGovernor(this.limit, o.onRateEvent);
+    // What the record already spent (earlier passes over the same record) counts against the cap;
+    // its spend includes any reservation it still held, so that stays charged.
+    this.budget = initialBudget(o.capUsd, o.book.budget.spentUsd);
+  }
+
+  /** Each group in turn, then the last write. */
+  async run(): Promise<LoopEnd> {
+    for (const group of groupsOf(this.o.units, this.limit > 1 ? this.o.groupKey : undefined)) {
+      // A fault of the runner ends dispatching at once; the units in flight still settle.
+      if (this.fault) break;
+      await this.dispatch(group);
+      // One after another, as before concurrency existed: the unit settles before the next is looked at.
+      if (this.limit === 1) await Promise.all(this.running);
+    }
+    await Promise.all(this.running);
+    if (this.fault) throw this.fault.error;
+    // Every way out ends with a write: a run stopped before a unit started (the cap, the login, a
+    // signal) says so on disk too, not only in the summary.
+    if (this.book.status !== BLOCKED) this.book.status = this.o.doneStatus;
+    await this.persist();
+    return { exitCode: exitCodeOf(this.book.status === BLOCKED, this.o.signal), stopReason: this.stopReason };
+  }
+
+  /** The record's money from the budget state, before every write. */
+  private sync(): void {
+    const { budget, book } = this;
+    book.budget.reservedUsd = picoToUsd(usdToPico(budget.reservedUsd, "ceil") + this.heldBySettledCalls);
     // spentUsd counts open reservations too, so a crash at any write never under-counts.
-    book.budget.reservedUsd = picoToUsd(usdToPico(budget.reservedUsd, "ceil") + heldBySettledCalls);
     book.budget.spentUsd = picoToUsd(usdToPico(budget.spentUsd, "ceil") + usdToPico(budget.reservedUsd, "ceil"));
     // With units in flight, a charge above its reservation can take the spend (open reservations
     // included) past the cap while the settled charges alone are still under it: that passes the
     // cap too, and the record says so before it is written (contract R161).
-    if (usdToPico(book.budget.spentUsd, "ceil") > usdToPico(o.capUsd, "floor")) book.budget.cumulativeCapExceeded = true;
-  };
-  let stopReason: string | null = null;
-  // The first reason wins: with units in flight, later ones settle after the run already stopped.
-  const stop = (reason: string) => {
-    if (stopReason !== null) return stopReason;
-    book.status = BLOCKED as S;
-    book.statusReason = reason;
-    stopReason = reason;
+    if (usdToPico(book.budget.spentUsd, "ceil") > usdToPico(this.o.capUsd, "floor")) book.budget.cumulativeCapExceeded = true;
+  }
+
+  /** The run stops for `reason`; the first reason wins: with units in flight, later ones settle after the run already stopped. */
+  private stop(reason: string): string {
+    if (this.stopReason !== null) return this.stopReason;
+    this.book.status = BLOCKED as S;
+    this.book.statusReason = reason;
+    this.stopReason = reason;
     return reason;
-  };
-  const interrupted = () => `interrupted by ${String(o.signal?.reason ?? "a signal")}`;
-  const name = (unit: U) => kind.name?.(unit) ?? `${kind.noun} ${kind.number(unit)}`;
+  }
 
-  // Rate limits halve how many units may run (at least one) and each clean settlement of a
-  // unit started after the last halving adds one back, up to the limit asked for.
-  let allowed = limit;
-  let rateEpoch = 0;
-  let fault: { error: unknown } | undefined;
-  const running = new Set<Promise<void>>();
+  private name(unit: U): string {
+    return this.kind.name?.(unit) ?? `${this.kind.noun} ${this.kind.number(unit)}`;
+  }
 
-  const runUnit = async (unit: U, entry: E, reservation: Reservation | null, held: { release(): Promise<void> } | undefined) => {
-    const startedEpoch = rateEpoch;
-    let metLimit = false;
-    // Calls the kind opens through the meter: each is settled by the kind, or here if left open.
-    const calls: Array<{ reservation: Reservation; chargedUsd: number | null }> = [];
-    let ownSettledCalls = 0n;
-    const meter: Meter = {
-      reserve(amountUsd) {
-        const reserved = reserve(budget, amountUsd);
-        if (!reserved.ok) return reserved;
-        budget = reserved.state;
-        calls.push({ reservation: reserved.reservation, chargedUsd: null });
-        sync();
-        return { ok: true, reservation: reserved.reservation };
-      },
-      settle(callReservation, outcome) {
-        const call = calls.find((c) => c.reservation === callReservation && c.chargedUsd === null);
-        if (!call) throw new Error("settle of a call that is not open");
-        const settled = settle(budget, callReservation, outcome);
-        budget = settled.state;
-        call.chargedUsd = settled.chargedUsd;
-        const pico = usdToPico(settled.chargedUsd, "ceil");
-        heldBySettledCalls += pico;
-        ownSettledCalls += pico;
-        if (settled.cumulativeCapExceeded) book.budget.cumulativeCapExceeded = true;
-        sync();
-        return settled;
-      },
-    };
-    const rateLimited = (httpStatus: number) => {
-      if (metLimit) return; // one unit's retries are one signal
-      metLimit = true;
-      allowed = Math.max(1, Math.floor(allowed / 2));
-      rateEpoch++;
-      o.onRateEvent?.({ event: "backoff", unit, httpStatus, concurrency: allowed });
-    };
-    try {
-      let outcome: UnitOutcome;
+  /** Reserve a group: locks, then every reservation, persisted before any unit starts; nothing is left held when it cannot start. */
+  private async dispatch(group: U[]): Promise<void> {
+    const toRun = group.filter((unit) => !(this.stopReason === null && this.fault === undefined && this.kind.recordWithoutRun?.(unit)));
+    if (toRun.length < group.length) await this.persist();
+    await this.waitForRoom(toRun);
+    if (this.stopReason === null && toRun.length > 0 && this.o.signal?.aborted) this.stop(`interrupted by ${String(this.o.signal.reason ?? "a signal")} before ${this.name(toRun[0]!)}`);
+    if (this.stopReason !== null) return this.notReached(toRun, this.stopReason);
+    if (toRun.length === 0) return;
+    const start: GroupStart<U> = { units: toRun, held: [], reservations: [] };
+    // A unit in flight may stop the run while this group waits for its lock.
+    const refused = (await this.acquireGroup(start)) ?? this.stopReason ?? this.reserveGroup(start);
+    if (refused !== null) {
+      const reason = this.stop(refused);
+      await releaseAll(start.held);
+      return this.notReached(toRun, reason);
+    }
+    await this.startGroup(start);
+  }
+
+  /**
+   * Waits for room: a group starts whole, or alone when it is larger than the limit, and only when
+   * its whole limit fits beside the open reservations: a unit that does not fit while others run
+   * waits for their settlements (which usually free money), so the run refuses for the cap exactly
+   * where a run one at a time would.
+   */
+  private async waitForRoom(toRun: U[]): Promise<void> {
+    const fits = () => this.kind.limitUsd === null || reservesAll(this.budget, this.kind.limitUsd, toRun.length);
+    while (toRun.length > 0 && this.running.size > 0 && this.stopReason === null && (this.running.size + toRun.length > this.governor.allowed || !fits())) await Promise.race(this.running);
+  }
+
+  private notReached(units: U[], reason: string): void {
+    for (const unit of units) this.kind.notReached?.(unit, reason);
+  }
+
+  /** Takes each unit's lock (the login) before anything is reserved; the refusal, or null when every unit holds it. */
+  private async acquireGroup(start: GroupStart<U>): Promise<string | null> {
+    for (const unit of start.units) {
       try {
-        outcome = await kind.runOne(unit, { entry, persist, meter, reservation, rateLimited });
+        start.held.push(await this.kind.acquire?.(unit));
       } catch (err) {
         if (!(err instanceof RefusalError)) {
-          // The runner's own fault (the engine gone, a full disk): the outcome is unknown, so the
-          // unit stays unsettled with its reservation counted as spent, and the record says why.
-          // If even this write fails, the file holds the previous write: the same open reservation.
-          stop(`${name(unit)} stopped by a fault of the runner: ${errorMessage(err)}; the ${kind.noun} was not settled and its reservation stays charged`);
-          fault ??= { error: err };
-          await persist().catch(() => undefined);
-          return;
+          await releaseAll(start.held);
+          throw err;
         }
-        // Refused after its reservation (the login expired, ...): the unit did not complete.
-        outcome = { status: "failed", reason: `refused after its reservation: ${errorMessage(err)}`, reportedCostUsd: null, computedCostUsd: null };
-      } finally {
-        o.progress?.stopLive();
+        return `${this.name(unit)} not started, nothing reserved: ${errorMessage(err)}`;
       }
-
-      // Settle: the up-front reservation by the outcome's costs, calls left open at their reservation.
-      let status: AttemptStatus = outcome.status;
-      let charged = 0n;
-      if (reservation) {
-        const settled = settle(budget, reservation, outcome);
-        budget = settled.state;
-        status = settled.status;
-        charged += usdToPico(settled.chargedUsd, "ceil");
-        if (settled.cumulativeCapExceeded) book.budget.cumulativeCapExceeded = true;
-      }
-      for (const call of calls) {
-        if (call.chargedUsd === null) meter.settle(call.reservation, { status: "failed", reportedCostUsd: null, computedCostUsd: null });
-        charged += usdToPico(call.chargedUsd!, "ceil");
-      }
-      Object.assign(entry, { phase: "settled", status, chargedUsd: picoToUsd(charged) });
-      heldBySettledCalls -= ownSettledCalls;
-      sync();
-      let stopsHere: string | null = null;
-      if (stopReason === null) {
-        if (status !== "completed") stopsHere = stop(`${kind.describe(unit)} ended ${status}: ${outcome.reason}`);
-        else if (book.budget.cumulativeCapExceeded) stopsHere = stop(`the cumulative cap of ${o.capUsd} USD was passed after ${name(unit)}`);
-      }
-      if (!metLimit && startedEpoch === rateEpoch && allowed < limit) {
-        allowed++;
-        o.onRateEvent?.({ event: "recover", unit, httpStatus: null, concurrency: allowed });
-      }
-      kind.settled?.(unit, entry, stopsHere, outcome);
-      checkpoint("after-attempt-before-write");
-      await persist(); // after the outcome is known
-      o.progress?.end(unit, entry, book.budget.spentUsd);
-    } finally {
-      await held?.release();
     }
-  };
+    return null;
+  }
 
-  const launch = (unit: U, entry: E, reservation: Reservation | null, held: { release(): Promise<void> } | undefined) => {
+  /** The whole group is reserved before any of it starts: all of it fits, or none of it runs (the refusal). */
+  private reserveGroup(start: GroupStart<U>): string | null {
+    const { limitUsd } = this.kind;
+    if (limitUsd === null) return null;
+    let trial = this.budget;
+    for (const unit of start.units) {
+      const reserved = reserve(trial, limitUsd);
+      if (!reserved.ok) return `${this.name(unit)} refused: ${reserved.reason}`;
+      trial = reserved.state;
+      start.reservations.push(reserved.reservation);
+    }
+    this.budget = trial;
+    return null;
+  }
+
+  /** Opens the group's entries, writes them before anything is spent, then starts every unit. */
+  private async startGroup(start: GroupStart<U>): Promise<void> {
+    const entries = start.units.map((unit, i) => this.kind.open(unit, start.reservations[i]?.reservedUsd ?? 0));
+    this.sync();
+    try {
+      this.checkpoint("before-reserve-write");
+      await this.persist(); // before anything is spent
+      this.checkpoint("after-reserve-write");
+    } catch (err) {
+      await releaseAll(start.held);
+      throw err;
+    }
+    start.units.forEach((unit, i) => {
+      this.o.progress?.start(unit);
+      this.launch(unit, entries[i]!, start.reservations[i] ?? null, start.held[i]);
+    });
+  }
+
+  private launch(unit: U, entry: E, reservation: Reservation | null, held: Held): void {
     // Assigned before its first await ends: runUnit always awaits.
     let task: Promise<void> | undefined;
     task = (async () => {
       try {
-        await runUnit(unit, entry, reservation, held);
+        await this.runUnit(unit, entry, reservation, held);
       } catch (err) {
         // A write or a release that failed: the runner's fault, like a fault of runOne.
-        fault ??= { error: err };
-        stop(`${name(unit)} stopped by a fault of the runner: ${errorMessage(err)}`);
+        this.fault ??= { error: err };
+        this.stop(`${this.name(unit)} stopped by a fault of the runner: ${errorMessage(err)}`);
       } finally {
-        running.delete(task!);
+        this.running.delete(task!);
       }
     })();
-    running.add(task);
-  };
-
-  const groups = groupsOf(o.units, limit > 1 ? o.groupKey : undefined);
-  for (const group of groups) {
-    // A fault of the runner ends dispatching at once; the units in flight still settle.
-    if (fault) break;
-    const toRun = group.filter((unit) => !(stopReason === null && fault === undefined && kind.recordWithoutRun?.(unit)));
-    if (toRun.length < group.length) await persist();
-    // Wait for room: a group starts whole, or alone when it is larger than the limit, and only when its whole limit fits beside the open reservations: a unit that does not fit
-    // while others run waits for their settlements (which usually free money), so the run
-    // refuses for the cap exactly where a run one at a time would.
-    const fits = () => kind.limitUsd === null || reservesAll(budget, kind.limitUsd, toRun.length);
-    while (toRun.length > 0 && running.size > 0 && stopReason === null && (running.size + toRun.length > allowed || !fits())) await Promise.race(running);
-    if (stopReason === null && toRun.length > 0 && o.signal?.aborted) stop(`${interrupted()} before ${name(toRun[0]!)}`);
-    if (stopReason !== null) {
-      for (const unit of toRun) kind.notReached?.(unit, stopReason);
-      continue;
-    }
-    if (toRun.length === 0) continue;
-
-    const held: Array<{ release(): Promise<void> } | undefined> = [];
-    const releaseAll = async () => {
-      for (const h of held) await h?.release();
-    };
-    let refused: string | null = null;
-    for (const unit of toRun) {
-      try {
-        held.push(await kind.acquire?.(unit));
-      } catch (err) {
-        if (!(err instanceof RefusalError)) {
-          await releaseAll();
-          throw err;
-        }
-        refused = `${name(unit)} not started, nothing reserved: ${errorMessage(err)}`;
-        break;
-      }
-    }
-    if (refused === null && stopReason !== null) refused = stopReason; // a unit in flight stopped the run while this group waited for its lock
-    // The whole group is reserved before any of it starts: all of it fits, or none of it runs.
-    const reservations: Array<Reservation | null> = [];
-    let trial = budget;
-    if (refused === null && kind.limitUsd !== null) {
-      for (const unit of toRun) {
-        const reserved = reserve(trial, kind.limitUsd);
-        if (!reserved.ok) {
-          refused = `${name(unit)} refused: ${reserved.reason}`;
-          break;
-        }
-        trial = reserved.state;
-        reservations.push(reserved.reservation);
-      }
-    }
-    if (refused !== null) {
-      const reason = stop(refused);
-      await releaseAll();
-      for (const unit of toRun) kind.notReached?.(unit, reason);
-      continue;
-    }
-    budget = trial;
-    const entries = toRun.map((unit, i) => kind.open(unit, reservations[i]?.reservedUsd ?? 0));
-    sync();
-    try {
-      checkpoint("before-reserve-write");
-      await persist(); // before anything is spent
-      checkpoint("after-reserve-write");
-    } catch (err) {
-      await releaseAll();
-      throw err;
-    }
-    toRun.forEach((unit, i) => {
-      o.progress?.start(unit);
-      launch(unit, entries[i]!, reservations[i] ?? null, held[i]);
-    });
-    // One after another, as before concurrency existed: the unit settles before the next is looked at.
-    if (limit === 1) await Promise.all(running);
+    this.running.add(task);
   }
-  await Promise.all(running);
-  if (fault) throw fault.error;
-  // Every way out ends with a write: a run stopped before a unit started (the cap, the login, a
-  // signal) says so on disk too, not only in the summary.
-  if (book.status !== BLOCKED) book.status = o.doneStatus;
-  await persist();
-  return { exitCode: exitCodeOf(book.status === BLOCKED, o.signal), stopReason };
+
+  /** Run a unit, settle it, apply the stop policy and write; its lock is released whatever happens. */
+  private async runUnit(unit: U, entry: E, reservation: Reservation | null, held: Held): Promise<void> {
+    const state: UnitState = { reservation, calls: [], ownSettledCalls: 0n, startedEpoch: this.governor.epoch, metLimit: false };
+    try {
+      const outcome = await this.runKind(unit, entry, state);
+      if (outcome === null) return;
+      const status = this.settleUnit(entry, state, outcome);
+      const stopsHere = this.stopPolicy(unit, status, outcome);
+      this.governor.settled(unit, state.startedEpoch, state.metLimit);
+      this.kind.settled?.(unit, entry, stopsHere, outcome);
+      this.checkpoint("after-attempt-before-write");
+      await this.persist(); // after the outcome is known
+      this.o.progress?.end(unit, entry, this.book.budget.spentUsd);
+    } finally {
+      await held?.release();
+    }
+  }
+
+  /** The kind's runOne: its outcome, a refusal after the reservation as a failed unit, or null after a fault of the runner. */
+  private async runKind(unit: U, entry: E, state: UnitState): Promise<UnitOutcome | null> {
+    const ctx: UnitContext<E> = {
+      entry,
+      persist: this.persist,
+      meter: this.meterFor(state),
+      reservation: state.reservation,
+      rateLimited: (httpStatus) => {
+        if (state.metLimit) return; // one unit's retries are one signal
+        state.metLimit = true;
+        this.governor.backOff(unit, httpStatus);
+      },
+      remainingUsd: () => this.remainingBeside(state),
+    };
+    try {
+      return await this.kind.runOne(unit, ctx);
+    } catch (err) {
+      if (err instanceof RefusalError) {
+        // Refused after its reservation (the login expired, ...): the unit did not complete.
+        return { status: "failed", reason: `refused after its reservation: ${errorMessage(err)}`, reportedCostUsd: null, computedCostUsd: null };
+      }
+      // The runner's own fault (the engine gone, a full disk): the outcome is unknown, so the
+      // unit stays unsettled with its reservation counted as spent, and the record says why.
+      // If even this write fails, the file holds the previous write: the same open reservation.
+      this.stop(`${this.name(unit)} stopped by a fault of the runner: ${errorMessage(err)}; the ${this.kind.noun} was not settled and its reservation stays charged`);
+      this.fault ??= { error: err };
+      await this.persist().catch(() => undefined);
+      return null;
+    } finally {
+      this.o.progress?.stopLive();
+    }
+  }
+
+  /** Per-call money of one unit on the run's budget. */
+  private meterFor(state: UnitState): Meter {
+    return {
+      reserve: (amountUsd) => {
+        const reserved = reserve(this.budget, amountUsd);
+        if (!reserved.ok) return reserved;
+        this.budget = reserved.state;
+        state.calls.push({ reservation: reserved.reservation, chargedUsd: null });
+        this.sync();
+        return { ok: true, reservation: reserved.reservation };
+      },
+      settle: (callReservation, outcome) => {
+        const call = state.calls.find((c) => c.reservation === callReservation && c.chargedUsd === null);
+        if (!call) throw new Error("settle of a call that is not open");
+        const settled = settle(this.budget, callReservation, outcome);
+        this.budget = settled.state;
+        call.chargedUsd = settled.chargedUsd;
+        const pico = usdToPico(settled.chargedUsd, "ceil");
+        this.heldBySettledCalls += pico;
+        state.ownSettledCalls += pico;
+        if (settled.cumulativeCapExceeded) this.book.budget.cumulativeCapExceeded = true;
+        this.sync();
+        return settled;
+      },
+    };
+  }
+
+  /**
+   * What the unit may still spend under the cap: the cap less every charge and every open
+   * reservation but the unit's own (its up-front reservation and its open calls), never below 0.
+   */
+  private remainingBeside(state: UnitState): number {
+    let own = state.reservation ? usdToPico(state.reservation.reservedUsd, "ceil") : 0n;
+    for (const call of state.calls) if (call.chargedUsd === null) own += usdToPico(call.reservation.reservedUsd, "ceil");
+    const left = usdToPico(this.o.capUsd, "floor") - usdToPico(this.budget.spentUsd, "ceil") - usdToPico(this.budget.reservedUsd, "ceil") + own;
+    return picoToUsd(left > 0n ? left : 0n);
+  }
+
+  /** Settle: the up-front reservation by the outcome's costs, calls left open at their reservation; the unit's status. */
+  private settleUnit(entry: E, state: UnitState, outcome: UnitOutcome): AttemptStatus {
+    let status: AttemptStatus = outcome.status;
+    let charged = 0n;
+    if (state.reservation) {
+      const settled = settle(this.budget, state.reservation, outcome);
+      this.budget = settled.state;
+      status = settled.status;
+      charged += usdToPico(settled.chargedUsd, "ceil");
+      if (settled.cumulativeCapExceeded) this.book.budget.cumulativeCapExceeded = true;
+    }
+    const meter = this.meterFor(state);
+    for (const call of state.calls) {
+      if (call.chargedUsd === null) meter.settle(call.reservation, { status: "failed", reportedCostUsd: null, computedCostUsd: null });
+      charged += usdToPico(call.chargedUsd!, "ceil");
+    }
+    Object.assign(entry, { phase: "settled", status, chargedUsd: picoToUsd(charged) });
+    this.heldBySettledCalls -= state.ownSettledCalls;
+    this.sync();
+    return status;
+  }
+
+  /** The stop policy: a unit that did not complete, or a passed cap, stops the run here (the reason), unless it already stopped. */
+  private stopPolicy(unit: U, status: AttemptStatus, outcome: UnitOutcome): string | null {
+    if (this.stopReason !== null) return null;
+    if (status !== "completed") return this.stop(`${this.kind.describe(unit)} ended ${status}: ${outcome.reason}`);
+    if (this.book.budget.cumulativeCapExceeded) return this.stop(`the cumulative cap of ${this.o.capUsd} USD was passed after ${this.name(unit)}`);
+    return null;
+  }
+}
+
+function reservesAll(state: BudgetState, limitUsd: number, count: number): boolean {
+  for (let i = 0; i < count; i++) {
+    const reserved = reserve(state, limitUsd);
+    if (!reserved.ok) return false;
+    state = reserved.state;
+  }
+  return true;
+}
+
+async function releaseAll(held: Held[]): Promise<void> {
+  for (const h of held) await h?.release();
 }
 
 /** 0 when the run finished, the signal's code when a signal stopped it, 1 when it is blocked. */

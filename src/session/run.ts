@@ -4,9 +4,12 @@ import { expectedInit } from "../claude/init-expectation.ts";
 import { mkdir, readFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { resolveLogin, acquireLoginLock, type LoginLock } from "../credentials/login.ts";
-import { runCliInContainer, type CliRunDeps } from "../transport/cli/run.ts";
+import { runCliInContainer, type CliRunDeps, type CliRunResult } from "../transport/cli/run.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
-import { runLoop, type Book, type Checkpoint, type RunKind } from "../loop/loop.ts";
+import { runLoop, type Book, type Checkpoint, type LoopEnd, type RunKind, type UnitContext, type UnitOutcome } from "../loop/loop.ts";
+import type { Reservation } from "../budget/budget.ts";
+import { sumUsd } from "../cost/money.ts";
+import type { AttemptStatus } from "../terms/terms.ts";
 import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../sandbox/reaper.ts";
@@ -18,7 +21,8 @@ import { writeFileAtomic } from "../util/atomic-file.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
 import { formatIssues } from "../util/zod-errors.ts";
-import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, sessionPrompt } from "./args.ts";
+import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, sessionPrompt, type ResultReading } from "./args.ts";
+import { budgetReached, callShareUsd, sessionSpentUsd } from "./money.ts";
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { runTestCommand } from "./test-command.ts";
 import { dockerSandbox } from "../sandbox/docker-sandbox.ts";
@@ -37,6 +41,8 @@ import {
   type SessionCall,
   type SessionLedger,
   type SessionManifest,
+  type SessionResult,
+  type SessionTask,
 } from "./schema.ts";
 
 /** What a pass needs besides the ledger: the things that are not recorded (sockets, test hooks). */
@@ -347,7 +353,7 @@ async function continueSessions(
   }
   if (settledNow.length > 0) {
     const open = ledger.sessions.flatMap((s) => s.calls.filter((c) => c.phase !== "settled"));
-    ledger.budget.reservedUsd = round12(open.reduce((n, c) => n + c.reservationUsd, 0));
+    ledger.budget.reservedUsd = sumUsd(open.map((c) => c.reservationUsd));
     ledger.status = "blocked";
     ledger.statusReason = `${settledNow.join(", ")} ${settledNow.length === 1 ? "was" : "were"} left open by a runner that stopped: settled failed with the reservation charged; \`study-runner resume\` continues the other sessions`;
     await writeSessionLedger(ledgerPath, ledger);
@@ -403,6 +409,39 @@ const callLimit = (usd: number) => ({ usd, flag: "--call-budget-usd" });
 
 const ready = (s: Session) => s.state === "new" || s.state === "answered";
 
+/** A harness event as the runner writes it: `at` is added when it is recorded. */
+type NewEvent = HarnessEvent extends infer E ? (E extends HarnessEvent ? Omit<E, "at"> : never) : never;
+
+/** What every step of a pass reads: the ledger and its file, the manifest, the configuration and the run's services. */
+interface SessionPass {
+  ledgerPath: string;
+  ledger: SessionLedger;
+  manifest: SessionManifest;
+  config: PassConfig;
+  deps: SessionDeps;
+  fakeImage: boolean;
+  gateway: RunGateway | undefined;
+  transcripts: TranscriptStore;
+  login: ReturnType<typeof resolveLogin>;
+  say(line: string): void;
+  now(): Date;
+  event(e: NewEvent): void;
+}
+
+/** How this pass's calls reach the model: the login lock each holds, or the gateway's units. */
+interface CallRoute {
+  locks: Map<Session, LoginLock>;
+  viaGateway: ReturnType<typeof gatewayUnits<Session>> | undefined;
+}
+
+/** What the call's result event says, read from its stream as it arrives. */
+interface ResultEvent {
+  structuredOutput: unknown;
+  resultText: string | null;
+  sessionId: string | null;
+  durationMs: number | null;
+}
+
 /** Passes over the ready sessions, one call each, through the one loop, until none is ready or a pass stops. */
 async function advanceSessions(
   ledgerPath: string,
@@ -412,268 +451,345 @@ async function advanceSessions(
   deps: SessionDeps,
   route: { gateway: RunGateway | undefined; fakeImage: boolean },
 ): Promise<number> {
-  const { gateway, fakeImage } = route;
-  const transcripts = await TranscriptStore.openOrCreate(ledgerPath);
-  const say = deps.say ?? (() => {});
   const now = () => deps.now?.() ?? new Date();
-  const event = (e: HarnessEvent extends infer E ? (E extends HarnessEvent ? Omit<E, "at"> : never) : never) => ledger.events.push({ at: now().toISOString(), ...e } as HarnessEvent);
-  const login = resolveLogin({ configDir: config.claudeConfigDir });
-  let exitCode = 0;
+  const pass: SessionPass = {
+    ledgerPath,
+    ledger,
+    manifest,
+    config,
+    deps,
+    ...route,
+    transcripts: await TranscriptStore.openOrCreate(ledgerPath),
+    login: resolveLogin({ configDir: config.claudeConfigDir }),
+    say: deps.say ?? (() => {}),
+    now,
+    event: (e) => ledger.events.push({ at: now().toISOString(), ...e } as HarnessEvent),
+  };
   ledger.status = "running";
   delete ledger.statusReason;
   for (;;) {
     const units = ledger.sessions.filter(ready);
     if (units.length === 0) break;
-    // The loop keeps its own book for the pass; the ledger's budget is what earlier passes spent plus it.
-    const base = { ...ledger.budget };
-    const book: Book<"running" | "blocked" | "finished"> = { status: "running", budget: { reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false } };
-    const persist = async () => {
-      ledger.budget = {
-        reservedUsd: book.budget.reservedUsd,
-        spentUsd: Math.round((base.spentUsd + book.budget.spentUsd) * 1e12) / 1e12,
-        cumulativeCapExceeded: base.cumulativeCapExceeded || book.budget.cumulativeCapExceeded,
-      };
-      for (const s of ledger.sessions) s.spentUsd = Math.round(s.calls.reduce((n, c) => n + (c.chargedUsd ?? c.reservationUsd), 0) * 1e12) / 1e12;
-      await writeSessionLedger(ledgerPath, ledger);
-    };
-    const locks = new Map<Session, LoginLock>();
-    // The fake image sends no model request: with the gateway its metered spend is 0 and is not compared.
-    const viaGateway = gateway && gatewayUnits<Session>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
-    const results = new Map<Session, { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }>();
-    const kind: RunKind<Session, SessionCall> = {
-      noun: "call",
-      number: (s) => units.indexOf(s) + 1,
-      describe: (s) => `call ${s.calls.length} of session ${s.id} (${s.taskId})`,
-      limitUsd: null,
-      recordWithoutRun(s) {
-        // The session's budget is checked before every further call (its calls' own costs, summed).
-        if (s.spentUsd < config.sessionBudgetUsd - 1e-12) return false;
-        event({ type: "harness.budget_spent", session: s.id, spent_usd: s.spentUsd, budget_usd: config.sessionBudgetUsd });
-        s.state = "budget-spent";
-        s.stateReason = `the session's calls cost ${s.spentUsd} USD, which reaches its budget of ${config.sessionBudgetUsd} USD; no further call`;
-        say(`session ${s.taskId}: budget spent (${s.spentUsd} of ${config.sessionBudgetUsd} USD)`);
-        return true;
-      },
-      async acquire(s) {
-        const started = Date.now();
-        try {
-          if (viaGateway) {
-            // Read under the login lock and released at once: nothing is written back in this mode.
-            const held = await viaGateway.acquire(s);
-            event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
-            return held;
-          }
-          const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ledger.runId, signal: deps.signal });
-          event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
-          locks.set(s, lock);
-          return { release: () => (locks.delete(s), lock.release()) };
-        } catch (err) {
-          event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: true });
-          throw err;
-        }
-      },
-      open(s) {
-        const call: SessionCall = {
-          ...emptyRunFacts(0),
-          index: s.calls.length,
-          mode: s.calls.length === 0 ? "start" : "resume",
-          sessionIdReported: null,
-          resultStatus: null,
-          durationMs: null,
-          callCostUsd: null,
-          callComputedCostUsd: null,
-          exitCode: null,
-          timedOut: null,
-          truncated: null,
-          statusReason: null,
-        };
-        s.calls.push(call);
-        return call;
-      },
-      async runOne(s, ctx) {
-        const call = ctx.entry;
-        const task = manifest.tasks.find((t) => t.id === s.taskId)!;
-        // Each call reserves the full per-call cap: the session's budget is checked before each call
-        // (recordWithoutRun), so a session can pass it by at most one call, as the field notes' harness did.
-        if (call.mode === "start") event({ type: "harness.start", session: s.id, task: s.taskId, attempt: s.attempt, ...(s.retryOf ? { retry_of: s.retryOf } : {}) });
-        else {
-          const q = s.questions.at(-1)!;
-          event({ type: "harness.resume", session: s.id, waited_s: (Date.parse(q.answer!.answeredAt) - Date.parse(q.askedAt)) / 1000 });
-        }
-        const reserved = ctx.meter.reserve(config.callBudgetUsd);
-        if (!reserved.ok) {
-          // Recorded like any call that did not complete: its result event, its session ended (contract R152, R153).
-          const reason = `not started: ${reserved.reason}`;
-          call.statusReason = reason;
-          event({ type: "harness.result", session: s.id, status: "failed", num_turns: null, duration_ms: null, total_cost_usd: null, call_cost_usd: null });
-          await endSession(ledger, s, "failed", `call ${call.index} ended failed: ${reason}`);
-          return { status: "failed", reason, reportedCostUsd: null, computedCostUsd: null };
-        }
-        call.reservationUsd = reserved.reservation.reservedUsd;
-        const prompt = call.mode === "start" ? sessionPrompt(task.prompt) : answerPrompt(s.questions.at(-1)!.answer!.text);
-        const out = { structuredOutput: undefined as unknown, resultText: null as string | null, sessionId: null as string | null, durationMs: null as number | null };
-        results.set(s, out);
-        const paths = sessionPaths(ledger.storageDir, s.id);
-        const cliDeps: CliRunDeps = { runtime: deps.runtime, now: deps.now, signal: deps.signal, checkpoint: deps.checkpoint };
-        const result = await runCliInContainer(
-          cliDeps,
-          {
-            export: { repoDir: config.roots.get(s.repository)!, pin: manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
-            login,
-            lock: locks.get(s),
-            gateway: viaGateway && {
-              // What this call may still spend under the cap: the cap less every charge but its own hold.
-              ...viaGateway.input(s, call.reservationUsd, () => config.capUsd - ledger.budget.spentUsd - ledger.budget.reservedUsd + call.reservationUsd),
-              cumulativeModelUsage: call.mode === "resume",
-            },
-            image: config.image,
-            argv: sessionArguments({ model: config.model, maxBudgetUsd: call.reservationUsd, sessionId: s.id, resume: call.mode === "resume" }),
-            arm: "repository",
-            model: config.model,
-            expectedTools: SESSION_INIT_TOOLS,
-            expectedInit: expectedInit(call.mode === "resume" ? "session-resume" : "session-start", { model: config.model, sessionId: s.id }),
-            expectedCliVersion: config.expectedCliVersion,
-            network: networkFor(config.isolation),
-            modelApiSocket: config.modelApi?.socketPath,
-            runtimeName: ledger.runtime,
-            labels: runnerLabels(ledger.runId, `session-${s.id}-${call.index}`),
-            attemptIndex: ledger.sessions.indexOf(s),
-            fake: config.fake,
-            timeoutMs: config.timeoutMs,
-            onLine: (line) => {
-              readResult(line, out);
-              deps.onTranscriptLine?.(s, call, line);
-            },
-            transcripts: { store: transcripts, index: sessionCallTranscript(ledger.sessions.indexOf(s), call.index) },
-            session: {
-              worktree: paths.worktree,
-              exportHash: s.exportHash,
-              priorMessageUsage: s.messageUsage,
-              stage: (stagedHome) => stageSessionCall(stagedHome, { worktree: paths.worktree, stateDir: paths.state, prompt, exportHash: s.exportHash, priorMessageUsage: s.messageUsage }),
-              collect: (receipt) => collectSessionCall(receipt, paths.state),
-            },
-          },
-          call,
-          ctx.persist,
-        );
-        call.sessionIdReported = out.sessionId;
-        if (result.status === "completed")
-          s.messageUsage.push(
-            ...result.facts.perMessageUsage.map((m) => ({
-              messageId: m.messageId,
-              inputTokens: m.inputTokens,
-              cacheReadInputTokens: m.cacheReadInputTokens,
-              cacheCreationInputTokens: m.cacheCreationInputTokens,
-            })),
-          );
-        call.durationMs = out.durationMs;
-        call.resultStatus = null;
-        // The CLI reports the session's cumulative cost: the call's own is the difference from the previous result.
-        const total = call.cliReportedCostUsd;
-        const computed = call.computedCostUsd;
-        call.callCostUsd = total === null ? null : Math.max(0, round12(total - s.lastTotalCostUsd));
-        call.callComputedCostUsd = computed === null ? null : Math.max(0, round12(computed - s.lastComputedCostUsd));
-        call.meteredCostUsd = result.gateway ? round12(result.gateway.meteredCostUsd) : null;
-        call.gateway = result.gateway ?? null;
-        let status = result.status;
-        let reason = result.reason;
-        // The gateway saw every request of this call: its spend and the cumulative difference must agree (contract R112).
-        const disagreement = status === "completed" && !fakeImage ? meteredCostProblem(call) : null;
-        if (disagreement) {
-          status = "invalid-setup";
-          reason = disagreement;
-          call.setupProblems.push(reason);
-        }
-        // The result must name the session the runner passed (contract R126): one without a session_id
-        // proves nothing about which conversation the CLI continued.
-        const idProblem = sessionIdProblem(result.facts.resultSeen, out.sessionId, s.id);
-        if (idProblem !== null) {
-          status = "invalid-setup";
-          reason = idProblem;
-          call.setupProblems.push(reason);
-        }
-        let reading: ReturnType<typeof readSessionResult> | undefined;
-        if (status === "completed") {
-          reading = readSessionResult(out.structuredOutput, out.resultText);
-          if (!reading.ok) {
-            status = "failed";
-            reason = `the session result is unusable: ${reading.problem}`;
-          } else call.resultStatus = reading.result.status;
-        }
-        const settled = ctx.meter.settle(reserved.reservation, { status, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd });
-        if (settled.status !== "completed" && status === "completed") reason = `the call cost ${settled.chargedUsd} USD, above its reservation of ${call.reservationUsd} USD`;
-        status = settled.status;
-        call.statusReason = status === "completed" ? null : reason;
-        if (total !== null) s.lastTotalCostUsd = total;
-        if (computed !== null) s.lastComputedCostUsd = computed;
-        event({
-          type: "harness.result",
-          session: s.id,
-          status: status === "completed" ? (call.resultStatus ?? status) : status,
-          num_turns: call.numTurns,
-          duration_ms: call.durationMs,
-          total_cost_usd: total,
-          call_cost_usd: call.callCostUsd,
-        });
-        s.spentUsd = round12(s.spentUsd + settled.chargedUsd);
-
-        if (status !== "completed" || !reading?.ok) {
-          // A failed call ends its session: a failed resume is never handed to another session.
-          await endSession(ledger, s, "failed", `call ${call.index} ended ${status}: ${reason}`);
-          say(`session ${s.taskId}: call ${call.index} ${status}: ${reason}`);
-          return { status, reason, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd };
-        }
-        const r = reading.result;
-        if (r.status === "question") {
-          const cycle = s.questions.length + 1;
-          s.questions.push({ cycle, question: { untrusted: true, text: r.question }, summary: { untrusted: true, text: r.summary }, askedAt: now().toISOString(), answer: null });
-          if (cycle > MAX_QUESTIONS) {
-            event({ type: "harness.too_many_questions", session: s.id, questions: cycle });
-            await endSession(ledger, s, "too-many-questions", `question ${cycle} after ${MAX_QUESTIONS}: the session ends; a retry starts a new session`);
-            say(`session ${s.taskId}: too many questions (${cycle})`);
-          } else {
-            event({ type: "harness.question", session: s.id, item: cycle - 1, cycle });
-            s.state = "awaiting-answer";
-            const scripted = task.answers?.[cycle - 1];
-            if (scripted !== undefined) {
-              s.questions.at(-1)!.answer = { source: "scripted", text: scripted, answeredAt: now().toISOString() };
-              s.state = "answered";
-            }
-            say(`session ${s.taskId}: question ${cycle}${scripted !== undefined ? " (scripted answer)" : ", awaiting an answer"}`);
-          }
-        } else {
-          s.summary = { untrusted: true, text: r.summary };
-          if (task.testCommand) {
-            s.test = await runTestCommand(dockerSandbox(deps.runtime), {
-              image: config.image,
-              worktree: paths.worktree,
-              command: task.testCommand,
-              runtime: ledger.runtime,
-              labels: runnerLabels(ledger.runId, `session-${s.id}-test`),
-            });
-            event({ type: "harness.test", session: s.id, exit_code: s.test.exitCode });
-          }
-          await endSession(ledger, s, "done", null);
-          say(`session ${s.taskId}: done${s.test ? `, tests exit ${s.test.exitCode}` : ""}`);
-        }
-        return { status, reason, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd };
-      },
-    };
-    const end = await runLoop({ kind, units, book, capUsd: Math.max(config.capUsd - base.spentUsd, 0), doneStatus: "finished", persist });
+    const end = await runPass(pass, units);
     if (end.exitCode !== 0) {
-      exitCode = end.exitCode;
       ledger.status = "blocked";
-      ledger.statusReason = end.stopReason ?? book.statusReason ?? "blocked";
+      ledger.statusReason = end.stopReason ?? "blocked";
       await writeSessionLedger(ledgerPath, ledger);
-      return exitCode;
+      return end.exitCode;
     }
   }
   ledger.status = ledger.sessions.some((s) => s.state === "awaiting-answer") ? "parked" : "finished";
   await writeSessionLedger(ledgerPath, ledger);
-  return exitCode;
+  return 0;
 }
 
-const round12 = (n: number) => Math.round(n * 1e12) / 1e12;
+/**
+ * One pass: the next call of every ready session, through the loop. The ledger's budget is the
+ * loop's book, so what earlier passes spent counts against the ledger's cap.
+ */
+async function runPass(pass: SessionPass, units: Session[]): Promise<LoopEnd> {
+  const { ledger } = pass;
+  const book: Book<"running" | "blocked" | "finished"> = { status: "running", budget: ledger.budget };
+  const persist = async () => {
+    for (const s of ledger.sessions) s.spentUsd = sessionSpentUsd(s.calls);
+    await writeSessionLedger(pass.ledgerPath, ledger);
+  };
+  const end = await runLoop({ kind: sessionCallKind(pass, units), units, book, capUsd: pass.config.capUsd, doneStatus: "finished", persist });
+  return { ...end, stopReason: end.stopReason ?? book.statusReason ?? null };
+}
+
+/** The session call as the loop's run kind: it reserves per call, through the meter. */
+function sessionCallKind(pass: SessionPass, units: Session[]): RunKind<Session, SessionCall> {
+  const route: CallRoute = {
+    locks: new Map(),
+    // The fake image sends no model request: with the gateway its metered spend is 0 and is not compared.
+    viaGateway: pass.gateway && gatewayUnits<Session>(pass.gateway, { compareUsage: !pass.fakeImage, signal: pass.deps.signal }),
+  };
+  return {
+    noun: "call",
+    number: (s) => units.indexOf(s) + 1,
+    describe: (s) => `call ${s.calls.length} of session ${s.id} (${s.taskId})`,
+    limitUsd: null,
+    recordWithoutRun: (s) => budgetSpent(pass, s),
+    acquire: (s) => acquireCall(pass, route, s),
+    open: openCall,
+    runOne: (s, ctx) => runCall(pass, route, s, ctx),
+  };
+}
+
+/** The session's budget is checked before every further call (its calls' own costs, summed): true when it is spent and the session parks. */
+function budgetSpent(pass: SessionPass, s: Session): boolean {
+  const budgetUsd = pass.config.sessionBudgetUsd;
+  if (!budgetReached(s, budgetUsd)) return false;
+  pass.event({ type: "harness.budget_spent", session: s.id, spent_usd: s.spentUsd, budget_usd: budgetUsd });
+  s.state = "budget-spent";
+  s.stateReason = `the session's calls cost ${s.spentUsd} USD, which reaches its budget of ${budgetUsd} USD; no further call`;
+  pass.say(`session ${s.taskId}: budget spent (${s.spentUsd} of ${budgetUsd} USD)`);
+  return true;
+}
+
+/**
+ * Taken before the call's reservation: with the gateway, the credential (read under the login
+ * lock); otherwise the login lock, held until the call's login is written back. Every wait is an
+ * `account.lock_wait` event, also one that gave up.
+ */
+async function acquireCall(pass: SessionPass, route: CallRoute, s: Session): Promise<{ release(): Promise<void> }> {
+  const { config, ledger, deps } = pass;
+  const started = Date.now();
+  try {
+    if (route.viaGateway) {
+      // Read under the login lock and released at once: nothing is written back in this mode.
+      const held = await route.viaGateway.acquire(s);
+      pass.event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
+      return held;
+    }
+    const lock = await acquireLoginLock(pass.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ledger.runId, signal: deps.signal });
+    pass.event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
+    route.locks.set(s, lock);
+    return { release: () => (route.locks.delete(s), lock.release()) };
+  } catch (err) {
+    pass.event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: true });
+    throw err;
+  }
+}
+
+/** The session's next call, added to it before anything is reserved (its reservation is set when the meter grants it). */
+function openCall(s: Session): SessionCall {
+  const call: SessionCall = {
+    ...emptyRunFacts(0),
+    index: s.calls.length,
+    mode: s.calls.length === 0 ? "start" : "resume",
+    sessionIdReported: null,
+    resultStatus: null,
+    durationMs: null,
+    callCostUsd: null,
+    callComputedCostUsd: null,
+    exitCode: null,
+    timedOut: null,
+    truncated: null,
+    statusReason: null,
+  };
+  s.calls.push(call);
+  return call;
+}
+
+/**
+ * One call of a session: reserve the per-call cap, run the CLI in a fresh container, judge what it
+ * returned, settle it, and move the session on (ended, asking, or done).
+ */
+async function runCall(pass: SessionPass, route: CallRoute, s: Session, ctx: UnitContext<SessionCall>): Promise<UnitOutcome> {
+  const call = ctx.entry;
+  const task = pass.manifest.tasks.find((t) => t.id === s.taskId)!;
+  announceCall(pass, s, call);
+  // Each call reserves the full per-call cap: the session's budget is checked before each call
+  // (recordWithoutRun), so a session can pass it by at most one call, as the field notes' harness did.
+  const reserved = ctx.meter.reserve(pass.config.callBudgetUsd);
+  if (!reserved.ok) return notStarted(pass, s, call, reserved.reason);
+  call.reservationUsd = reserved.reservation.reservedUsd;
+  const out: ResultEvent = { structuredOutput: undefined, resultText: null, sessionId: null, durationMs: null };
+  const result = await runCallContainer(pass, route, s, task, ctx, out);
+  const judged = judgeCall(pass, s, call, result, out);
+  const outcome = settleCall(pass, s, ctx, reserved.reservation, judged);
+  if (outcome.status !== "completed" || !judged.reading?.ok) {
+    // A failed call ends its session: a failed resume is never handed to another session.
+    await endSession(pass.ledger, s, "failed", `call ${call.index} ended ${outcome.status}: ${outcome.reason}`);
+    pass.say(`session ${s.taskId}: call ${call.index} ${outcome.status}: ${outcome.reason}`);
+    return outcome;
+  }
+  const r = judged.reading.result;
+  if (r.status === "question") await askQuestion(pass, s, task, r);
+  else await finishSession(pass, s, task, r);
+  return outcome;
+}
+
+/** The call's first event: the session starts, or resumes after the answer to its last question. */
+function announceCall(pass: SessionPass, s: Session, call: SessionCall): void {
+  if (call.mode === "start") pass.event({ type: "harness.start", session: s.id, task: s.taskId, attempt: s.attempt, ...(s.retryOf ? { retry_of: s.retryOf } : {}) });
+  else {
+    const q = s.questions.at(-1)!;
+    pass.event({ type: "harness.resume", session: s.id, waited_s: (Date.parse(q.answer!.answeredAt) - Date.parse(q.askedAt)) / 1000 });
+  }
+}
+
+/** A call whose reservation did not fit: recorded like any call that did not complete, its result event, its session ended (contract R152, R153). */
+async function notStarted(pass: SessionPass, s: Session, call: SessionCall, why: string): Promise<UnitOutcome> {
+  const reason = `not started: ${why}`;
+  call.statusReason = reason;
+  pass.event({ type: "harness.result", session: s.id, status: "failed", num_turns: null, duration_ms: null, total_cost_usd: null, call_cost_usd: null });
+  await endSession(pass.ledger, s, "failed", `call ${call.index} ended failed: ${reason}`);
+  return { status: "failed", reason, reportedCostUsd: null, computedCostUsd: null };
+}
+
+/** The CLI in a fresh container on the session's worktree, its session files staged in and collected back. */
+async function runCallContainer(pass: SessionPass, route: CallRoute, s: Session, task: SessionTask, ctx: UnitContext<SessionCall>, out: ResultEvent): Promise<CliRunResult> {
+  const { config, ledger, deps } = pass;
+  const call = ctx.entry;
+  const prompt = call.mode === "start" ? sessionPrompt(task.prompt) : answerPrompt(s.questions.at(-1)!.answer!.text);
+  const paths = sessionPaths(ledger.storageDir, s.id);
+  const cliDeps: CliRunDeps = { runtime: deps.runtime, now: deps.now, signal: deps.signal, checkpoint: deps.checkpoint };
+  return runCliInContainer(
+    cliDeps,
+    {
+      export: { repoDir: config.roots.get(s.repository)!, pin: pass.manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
+      login: pass.login,
+      lock: route.locks.get(s),
+      gateway: route.viaGateway && {
+        // What this call may still spend under the cap: the loop's, from its own budget.
+        ...route.viaGateway.input(s, call.reservationUsd, ctx.remainingUsd),
+        cumulativeModelUsage: call.mode === "resume",
+      },
+      image: config.image,
+      argv: sessionArguments({ model: config.model, maxBudgetUsd: call.reservationUsd, sessionId: s.id, resume: call.mode === "resume" }),
+      arm: "repository",
+      model: config.model,
+      expectedTools: SESSION_INIT_TOOLS,
+      expectedInit: expectedInit(call.mode === "resume" ? "session-resume" : "session-start", { model: config.model, sessionId: s.id }),
+      expectedCliVersion: config.expectedCliVersion,
+      network: networkFor(config.isolation),
+      modelApiSocket: config.modelApi?.socketPath,
+      runtimeName: ledger.runtime,
+      labels: runnerLabels(ledger.runId, `session-${s.id}-${call.index}`),
+      attemptIndex: ledger.sessions.indexOf(s),
+      fake: config.fake,
+      timeoutMs: config.timeoutMs,
+      onLine: (line) => {
+        readResult(line, out);
+        deps.onTranscriptLine?.(s, call, line);
+      },
+      transcripts: { store: pass.transcripts, index: sessionCallTranscript(ledger.sessions.indexOf(s), call.index) },
+      session: {
+        worktree: paths.worktree,
+        exportHash: s.exportHash,
+        priorMessageUsage: s.messageUsage,
+        stage: (stagedHome) => stageSessionCall(stagedHome, { worktree: paths.worktree, stateDir: paths.state, prompt, exportHash: s.exportHash, priorMessageUsage: s.messageUsage }),
+        collect: (receipt) => collectSessionCall(receipt, paths.state),
+      },
+    },
+    call,
+    ctx.persist,
+  );
+}
+
+/** What the call is judged to be before its settlement: its status and reason, and the session result it returned. */
+interface JudgedCall {
+  status: AttemptStatus;
+  reason: string;
+  reading: ResultReading | undefined;
+}
+
+/**
+ * Records what the container returned (the session id, the message usage, the call's own share
+ * of the session's cumulative costs) and judges it: the metered spend, the session id and the
+ * session result can each make a completed run not count.
+ */
+function judgeCall(pass: SessionPass, s: Session, call: SessionCall, result: CliRunResult, out: ResultEvent): JudgedCall {
+  const { fakeImage } = pass;
+  call.sessionIdReported = out.sessionId;
+  if (result.status === "completed")
+    s.messageUsage.push(
+      ...result.facts.perMessageUsage.map((m) => ({
+        messageId: m.messageId,
+        inputTokens: m.inputTokens,
+        cacheReadInputTokens: m.cacheReadInputTokens,
+        cacheCreationInputTokens: m.cacheCreationInputTokens,
+      })),
+    );
+  call.durationMs = out.durationMs;
+  call.resultStatus = null;
+  // The CLI reports the session's cumulative cost: the call's own is the difference from the previous result.
+  call.callCostUsd = callShareUsd(call.cliReportedCostUsd, s.lastTotalCostUsd);
+  call.callComputedCostUsd = callShareUsd(call.computedCostUsd, s.lastComputedCostUsd);
+  call.meteredCostUsd = result.gateway ? result.gateway.meteredCostUsd : null;
+  call.gateway = result.gateway ?? null;
+  let status = result.status;
+  let reason = result.reason;
+  // The gateway saw every request of this call: its spend and the cumulative difference must agree (contract R112).
+  const disagreement = status === "completed" && !fakeImage ? meteredCostProblem(call) : null;
+  if (disagreement) {
+    status = "invalid-setup";
+    reason = disagreement;
+    call.setupProblems.push(reason);
+  }
+  // The result must name the session the runner passed (contract R126): one without a session_id
+  // proves nothing about which conversation the CLI continued.
+  const idProblem = sessionIdProblem(result.facts.resultSeen, out.sessionId, s.id);
+  if (idProblem !== null) {
+    status = "invalid-setup";
+    reason = idProblem;
+    call.setupProblems.push(reason);
+  }
+  let reading: ResultReading | undefined;
+  if (status === "completed") {
+    reading = readSessionResult(out.structuredOutput, out.resultText);
+    if (!reading.ok) {
+      status = "failed";
+      reason = `the session result is unusable: ${reading.problem}`;
+    } else call.resultStatus = reading.result.status;
+  }
+  return { status, reason, reading };
+}
+
+/** Settles the call on the meter (a success above its reservation is budget-exceeded), records its result event and the session's last cumulative costs. */
+function settleCall(pass: SessionPass, s: Session, ctx: UnitContext<SessionCall>, reservation: Reservation, judged: JudgedCall): UnitOutcome {
+  const call = ctx.entry;
+  const total = call.cliReportedCostUsd;
+  const computed = call.computedCostUsd;
+  const settled = ctx.meter.settle(reservation, { status: judged.status, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd });
+  let reason = judged.reason;
+  if (settled.status !== "completed" && judged.status === "completed") reason = `the call cost ${settled.chargedUsd} USD, above its reservation of ${call.reservationUsd} USD`;
+  const status = settled.status;
+  call.statusReason = status === "completed" ? null : reason;
+  if (total !== null) s.lastTotalCostUsd = total;
+  if (computed !== null) s.lastComputedCostUsd = computed;
+  pass.event({
+    type: "harness.result",
+    session: s.id,
+    status: status === "completed" ? (call.resultStatus ?? status) : status,
+    num_turns: call.numTurns,
+    duration_ms: call.durationMs,
+    total_cost_usd: total,
+    call_cost_usd: call.callCostUsd,
+  });
+  return { status, reason, reportedCostUsd: call.callCostUsd, computedCostUsd: call.callComputedCostUsd };
+}
+
+/** The session asked a question: it waits for an answer (the manifest's scripted one, or a person's), or ends after too many. */
+async function askQuestion(pass: SessionPass, s: Session, task: SessionTask, r: Extract<SessionResult, { status: "question" }>): Promise<void> {
+  const cycle = s.questions.length + 1;
+  s.questions.push({ cycle, question: { untrusted: true, text: r.question }, summary: { untrusted: true, text: r.summary }, askedAt: pass.now().toISOString(), answer: null });
+  if (cycle > MAX_QUESTIONS) {
+    pass.event({ type: "harness.too_many_questions", session: s.id, questions: cycle });
+    await endSession(pass.ledger, s, "too-many-questions", `question ${cycle} after ${MAX_QUESTIONS}: the session ends; a retry starts a new session`);
+    pass.say(`session ${s.taskId}: too many questions (${cycle})`);
+    return;
+  }
+  pass.event({ type: "harness.question", session: s.id, item: cycle - 1, cycle });
+  s.state = "awaiting-answer";
+  const scripted = task.answers?.[cycle - 1];
+  if (scripted !== undefined) {
+    s.questions.at(-1)!.answer = { source: "scripted", text: scripted, answeredAt: pass.now().toISOString() };
+    s.state = "answered";
+  }
+  pass.say(`session ${s.taskId}: question ${cycle}${scripted !== undefined ? " (scripted answer)" : ", awaiting an answer"}`);
+}
+
+/** The session is done: its summary, then the task's test command on its worktree, if it has one. */
+async function finishSession(pass: SessionPass, s: Session, task: SessionTask, r: SessionResult): Promise<void> {
+  const { ledger } = pass;
+  s.summary = { untrusted: true, text: r.summary };
+  if (task.testCommand) {
+    s.test = await runTestCommand(dockerSandbox(pass.deps.runtime), {
+      image: pass.config.image,
+      worktree: sessionPaths(ledger.storageDir, s.id).worktree,
+      command: task.testCommand,
+      runtime: ledger.runtime,
+      labels: runnerLabels(ledger.runId, `session-${s.id}-test`),
+    });
+    pass.event({ type: "harness.test", session: s.id, exit_code: s.test.exitCode });
+  }
+  await endSession(ledger, s, "done", null);
+  pass.say(`session ${s.taskId}: done${s.test ? `, tests exit ${s.test.exitCode}` : ""}`);
+}
 
 /**
  * With the gateway, the spend it metered for one call and the growth of the CLI's cumulative
@@ -692,7 +808,7 @@ export function sessionIdProblem(resultSeen: boolean, reported: string | null, s
   return reported === null ? `the result has no session_id; the session's is ${sessionId}` : `the result's session_id ${reported} is not the session's ${sessionId}`;
 }
 
-function readResult(line: string, out: { structuredOutput: unknown; resultText: string | null; sessionId: string | null; durationMs: number | null }): void {
+function readResult(line: string, out: ResultEvent): void {
   if (!line.includes('"result"')) return;
   let event: Record<string, unknown>;
   try {

@@ -17,7 +17,7 @@ import { summarize } from "./summary.ts";
 import { engineProvenance } from "../mcp/bundle-hash.ts";
 import { checkApiKey, parseApiBaseUrl, redactDeep, redactSecret, sendMessages, type CallOutcome, DEFAULT_API_BASE_URL } from "../transport/http/client.ts";
 import { callCeiling, usageCostUsd, type UpperPrices } from "../transport/http/pricing.ts";
-import { picoToUsd, usdToPico } from "../cost/money.ts";
+import { sumUsd } from "../cost/money.ts";
 import { cacheWriteTokens, promptTokens } from "../cost/usage.ts";
 import { openRepositoryTools } from "../transport/http/tools.ts";
 import { instructionFilesIn } from "../corpus/filter.ts";
@@ -133,11 +133,6 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
 /** The observation's hold: settled calls at their charge, the open one at its reservation. */
 function hold(calls: readonly HttpCall[]): number {
   return sumUsd(calls.map((c) => c.chargedUsd ?? c.reservationUsd));
-}
-
-/** A sum of USD amounts in exact pico-USD (each rounded up), so 0.0019 + 0.0023 is 0.0042 and not one ulp off. */
-function sumUsd(amounts: readonly number[]): number {
-  return picoToUsd(amounts.reduce((sum, a) => sum + usdToPico(a, "ceil"), 0n));
 }
 
 /**

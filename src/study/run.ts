@@ -217,8 +217,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     },
     async runOne(a, ctx) {
       const reservedUsd = ctx.reservation!.reservedUsd;
-      // What this attempt may still spend under the run's cap: the cap less every charge and hold but its own.
-      const viaGateway = units?.input(a, reservedUsd, () => config.capUsd - ledger.budget.spentUsd + reservedUsd);
+      // What this attempt may still spend under the run's cap: the loop's, from its own budget.
+      const viaGateway = units?.input(a, reservedUsd, ctx.remainingUsd);
       const result = await runAttempt(
         config,
         deps,

@@ -16,6 +16,7 @@ import { LEDGER_MODE, readLedger } from "../ledger/store.ts";
 import { verifyExportHashes } from "./export-hash.ts";
 import { readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines, transcriptNames } from "../ledger/transcripts.ts";
 import { SESSION_INIT_TOOLS } from "../session/args.ts";
+import { callShareUsd } from "../session/money.ts";
 import { SessionLedgerSchema, SessionManifestSchema } from "../session/schema.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import type { Ledger } from "../ledger/schema.ts";
@@ -428,7 +429,6 @@ export async function verifyAgainstReport(reportPath: string, sources: { ledger:
 
 /** Setup problems a session call records from outside its own transcript's facts: taken as recorded. */
 const SESSION_OUTSIDE_PROBLEMS = [...OUTSIDE_PROBLEMS, "the result's session_id ", "the gateway metered "];
-const round12 = (n: number) => Math.round(n * 1e12) / 1e12;
 
 /**
  * A session ledger (contract R162): its invariants, its manifest found by the recorded sha256,
@@ -503,8 +503,8 @@ export async function verifySessionLedger(path: string, options: VerifyOptions =
       // As the run derived them: the cumulative figures of this call's facts, less the previous result's.
       const total = again.fields.cliReportedCostUsd ?? null;
       const computed = again.fields.computedCostUsd ?? null;
-      const share = total === null ? null : Math.max(0, round12(total - lastTotal));
-      const computedShare = computed === null ? null : Math.max(0, round12(computed - lastComputed));
+      const share = callShareUsd(total, lastTotal);
+      const computedShare = callShareUsd(computed, lastComputed);
       if (share !== c.callCostUsd) differences.push(differ(where, "callCostUsd", c.callCostUsd, share));
       if (computedShare !== c.callComputedCostUsd) differences.push(differ(where, "callComputedCostUsd", c.callComputedCostUsd, computedShare));
       if (total !== null) lastTotal = total;

@@ -10,6 +10,21 @@ function reserved(state: BudgetState, limit: number): { reservation: Reservation
   return r;
 }
 
+describe("initialBudget", () => {
+  it("starts from what the run already spent: it counts against the cap, nothing is held", () => {
+    const state = initialBudget(1, 0.95);
+    expect(state).toEqual({ capUsd: 1, spentUsd: 0.95, reservedUsd: 0 });
+    expect(reserve(state, 0.1)).toMatchObject({ ok: false, remainingUsd: 0.05 });
+    expect(reserved(state, 0.05).state.reservedUsd).toBe(0.05);
+  });
+
+  it("refuses a cap that is not positive and a spend that is not a non-negative amount", () => {
+    expect(() => initialBudget(0)).toThrow(RangeError);
+    expect(() => initialBudget(1, -0.1)).toThrow(/spend so far/);
+    expect(() => initialBudget(1, Number.NaN)).toThrow(/spend so far/);
+  });
+});
+
 describe("reserve (seed 000: the full limit must fit under the remaining cap)", () => {
   it("holds the limit and passes it as --max-budget-usd", () => {
     const r = reserved(initialBudget(1), 0.1);

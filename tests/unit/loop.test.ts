@@ -318,6 +318,97 @@ describe("the bookkeeping loop", () => {
   });
 });
 
+describe("the remaining cap, from the loop's own budget", () => {
+  it("what the book spent before the loop (an earlier pass over the same record) counts against the run's cap", async () => {
+    const h = harness([() => ok(0.02), () => ok(0.02)], { capUsd: 1 });
+    h.book.budget.spentUsd = 0.85;
+    const end = await h.run();
+    // 1 - 0.85 - 0.02 leaves 0.13 for the second unit's 0.1, and then 0.11.
+    expect(end.exitCode).toBe(ExitCode.ok);
+    expect(h.book.budget).toEqual({ reservedUsd: 0, spentUsd: 0.89, cumulativeCapExceeded: false });
+    const short = harness([() => ok(0.02), () => ok(0.02)], { capUsd: 1 });
+    short.book.budget.spentUsd = 0.89;
+    const refused = await short.run();
+    expect(refused.exitCode).toBe(ExitCode.blocked);
+    expect(short.book.statusReason).toMatch(/^attempt 2 refused: the per-attempt limit 0\.1 USD does not fit under the remaining budget 0\.09 USD/);
+  });
+
+  it("a unit that does not fit beside the spend carried in is refused, and a pass of the cap names the run's cap", async () => {
+    const h = harness([() => ok(0.0001), () => ok(0.01)], { capUsd: 1, limitUsd: 0.05 });
+    h.book.budget.spentUsd = 0.95;
+    const end = await h.run();
+    // The first unit's 0.05 fits exactly; after its charge of 0.0001 the second's does not.
+    expect(end.stopReason).toMatch(/^attempt 2 refused: the per-attempt limit 0\.05 USD does not fit under the remaining budget 0\.0499 USD/);
+    const over = harness(
+      [
+        (ctx) => {
+          const r = ctx.meter.reserve(0.05);
+          if (!r.ok) throw new Error(r.reason);
+          ctx.meter.settle(r.reservation, { status: "completed", reportedCostUsd: null, computedCostUsd: 0.2 });
+          return ok(0);
+        },
+      ],
+      { capUsd: 1, limitUsd: null },
+    );
+    over.book.budget.spentUsd = 0.9;
+    const passed = await over.run();
+    expect(over.book.budget).toMatchObject({ spentUsd: 1.1, cumulativeCapExceeded: true });
+    expect(passed.stopReason).toBe("the cumulative cap of 1 USD was passed after attempt 1");
+  });
+
+  it("tells a unit what it may still spend: the cap less every charge and every other unit's hold, its own hold added back", async () => {
+    const seen: number[] = [];
+    const h = harness([() => ok(0.03), (ctx) => (seen.push(ctx.remainingUsd()), ok(0.01))], { capUsd: 1 });
+    h.book.budget.spentUsd = 0.2;
+    await h.run();
+    // 1 - 0.2 (before the loop) - 0.03 (unit 1): its own reservation of 0.1 is its to spend.
+    expect(seen).toEqual([0.77]);
+  });
+
+  it("with units in flight, the others' reservations are not the unit's to spend", async () => {
+    const seen: number[] = [];
+    let release!: () => void;
+    const first = new Promise<void>((r) => (release = r));
+    const h = harness(
+      [
+        async () => {
+          await first;
+          return ok(0.01);
+        },
+        (ctx) => {
+          seen.push(ctx.remainingUsd());
+          release();
+          return ok(0.01);
+        },
+      ],
+      { capUsd: 1 },
+    );
+    await h.run({ concurrency: 2 });
+    expect(seen).toEqual([0.9]);
+  });
+
+  it("a unit that reserves per call gets its open calls back, not its settled ones", async () => {
+    const seen: number[] = [];
+    const h = harness(
+      [
+        (ctx) => {
+          seen.push(ctx.remainingUsd());
+          const first = ctx.meter.reserve(0.2);
+          if (!first.ok) throw new Error(first.reason);
+          seen.push(ctx.remainingUsd());
+          ctx.meter.settle(first.reservation, { status: "completed", reportedCostUsd: null, computedCostUsd: 0.05 });
+          seen.push(ctx.remainingUsd());
+          return ok(0);
+        },
+      ],
+      { capUsd: 1, limitUsd: null },
+    );
+    h.book.budget.spentUsd = 0.3;
+    await h.run();
+    expect(seen).toEqual([0.7, 0.7, 0.65]);
+  });
+});
+
 describe("the bookkeeping loop with units in flight (--concurrency)", () => {
   /** A unit the test ends by hand; `started` resolves when its runOne was called. */
   interface Gate {
