@@ -7,7 +7,8 @@ import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { planExport, reapOrphanExports, removeTree, type ExportLimits } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { adjudicatorFilterOptions } from "../corpus/filter.ts";
-import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLock } from "../credentials/login.ts";
+import type { LoginLock } from "../credentials/login.ts";
+import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
 import type { NetworkSetting } from "../sandbox/port.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { RefusalError, UsageError, errorMessage } from "../util/errors.ts";
@@ -125,9 +126,7 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
       modelApiSocket: config.modelApi !== undefined,
     }),
   });
-  const login = resolveLogin({ configDir: config.claudeConfigDir });
-  const facts = await inspectLogin(login);
-  if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
+  const login = await usableLogin(config.claudeConfigDir);
   const problems: string[] = [];
   for (const { repository } of repositories) {
     const root = config.roots.get(repository);
@@ -261,7 +260,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
     // As for attempts: the login before the reservation, held until the login is written back.
     async acquire(u) {
       if (gateway) return gateway.acquire(u);
-      const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: adjudicationId, signal: deps.signal });
+      const lock = await lockUnitLogin(login, { timeoutMs: config.loginLockTimeoutMs, staleMs: config.loginLockStaleMs, holder: adjudicationId, signal: deps.signal, note: say });
       locks.set(u, lock);
       return { release: () => (locks.delete(u), lock.release()) };
     },

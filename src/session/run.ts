@@ -3,7 +3,8 @@ import { resolve } from "node:path";
 import { expectedInit } from "../claude/init-expectation.ts";
 import { mkdir, readFile } from "node:fs/promises";
 import { createHash } from "node:crypto";
-import { resolveLogin, acquireLoginLock, type LoginLock } from "../credentials/login.ts";
+import { resolveLogin, type LoginLock } from "../credentials/login.ts";
+import { lockUnitLogin } from "../credentials/unit-login.ts";
 import { runCliInContainer, type CliRunDeps } from "../transport/cli/run.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { runLoop, type Book, type Checkpoint, type RunKind } from "../loop/loop.ts";
@@ -462,7 +463,7 @@ async function advanceSessions(
             event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
             return held;
           }
-          const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ledger.runId, signal: deps.signal });
+          const lock = await lockUnitLogin(login, { timeoutMs: config.loginLockTimeoutMs, staleMs: config.loginLockStaleMs, holder: ledger.runId, signal: deps.signal, note: say });
           event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
           locks.set(s, lock);
           return { release: () => (locks.delete(s), lock.release()) };

@@ -6,7 +6,8 @@ import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOp
 import { Ahead } from "../util/ahead.ts";
 import { engineSandboxFor } from "../mcp/bridge.ts";
 import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
-import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../credentials/login.ts";
+import type { LoginLocation, LoginLock } from "../credentials/login.ts";
+import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
 import { assertModelApiSocket } from "../transport/cli/model-api.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../transport/cli/spec.ts";
 import { checkEgressRunner, type EgressProxyOptions } from "../isolation/proxy.ts";
@@ -122,9 +123,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
       egressProxy: config.isolation === "strict" && config.credentials !== "gateway",
     }),
   });
-  const login = resolveLogin({ configDir: config.claudeConfigDir });
-  const facts = await inspectLogin(login);
-  if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
+  const login = await usableLogin(config.claudeConfigDir);
 
   let docBridge: Ledger["docBridge"] = null;
   if (config.plan.some((a) => a.arm === "mcp")) {
@@ -185,15 +184,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
 
   const locks = new Map<PlannedAttempt, LoginLock>();
   const units = gateway && gatewayUnits<PlannedAttempt>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
-  const lockLogin = () =>
-    acquireLoginLock(login, {
-      timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
-      staleMs: config.loginLockStaleMs,
-      holder: runId,
-      signal: deps.signal,
-      // Not silent: a dead run's lock is only taken over once it is stale (30 s).
-      onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
-    });
+  const lockLogin = () => lockUnitLogin(login, { timeoutMs: config.loginLockTimeoutMs, staleMs: config.loginLockStaleMs, holder: runId, signal: deps.signal, note: (line) => progress.note(line) });
   // Attempts in flight at once share the run's one hold on the login (only test stand-ins, see concurrencyProblem).
   const takeLogin = sharedHold(lockLogin);
   const kind: AttemptKind = {
