@@ -45,29 +45,43 @@ async function loginWithDeadLock(name: string): Promise<string> {
   return loginDir;
 }
 
-/** A login held by a live run (this test) for `ms`, then released. */
-async function loginHeldFor(name: string, ms: number): Promise<string> {
+/**
+ * A login held by a live run (this test) until the unit says it is waiting for it (`heard`), or
+ * at the latest after 5 s, so a unit that waits without a word still ends.
+ */
+async function loginHeldUntilHeard(name: string): Promise<{ loginDir: string; heard: (line: string) => void }> {
   const loginDir = join(work, name);
   await writeTestLogin(loginDir);
   const held = await acquireLoginLock(resolveLogin({ configDir: loginDir }), { timeoutMs: 1000, holder: "held-by-the-test" });
-  setTimeout(() => void held.release(), ms);
-  return loginDir;
+  const timer = setTimeout(() => void held.release(), 5000);
+  const heard = (line: string) => {
+    if (!line.includes("waiting for the CLI login")) return;
+    clearTimeout(timer);
+    void held.release();
+  };
+  return { loginDir, heard };
 }
 
-function capture(): { stream: Writable; text: () => string } {
+function capture(heard?: (line: string) => void): { stream: Writable; text: () => string } {
   let text = "";
   const stream = new Writable({
     write(chunk, _encoding, done) {
       text += String(chunk);
+      heard?.(String(chunk));
       done();
     },
   });
   return { stream, text: () => text };
 }
 
-async function adjudicate(name: string, loginDir: string, lock: { loginLockTimeoutMs: number; loginLockStaleMs?: number }) {
+interface LockSettings {
+  loginLockTimeoutMs: number;
+  loginLockStaleMs?: number;
+}
+
+async function adjudicate(name: string, loginDir: string, lock: LockSettings, heard?: (line: string) => void) {
   const runtime = fakeClaudeRuntime(() => 0);
-  const stderr = capture();
+  const stderr = capture(heard);
   const output = join(work, `${name}.adjudication.json`);
   await runAdjudication(
     {
@@ -94,7 +108,7 @@ async function adjudicate(name: string, loginDir: string, lock: { loginLockTimeo
   return { record, stderr: stderr.text(), calls: runtime.created.filter((s) => !s.cmd.includes("--version")).length };
 }
 
-async function sessions(name: string, loginDir: string, lock: { loginLockTimeoutMs: number; loginLockStaleMs?: number }) {
+async function sessions(name: string, loginDir: string, lock: LockSettings, heard?: (line: string) => void) {
   const demo = await makeSessionDemo(join(work, `${name}-sessions`));
   const runtime = fakeClaudeRuntime(() => 0);
   const said: string[] = [];
@@ -114,7 +128,13 @@ async function sessions(name: string, loginDir: string, lock: { loginLockTimeout
       credentials: "login-copy",
       ...lock,
     },
-    { runtime, say: (line) => said.push(line) },
+    {
+      runtime,
+      say: (line) => {
+        said.push(line);
+        heard?.(line);
+      },
+    },
   );
   const waits = ledger.events.filter((e) => e.type === "account.lock_wait");
   return { said, waits, calls: runtime.created.filter((s) => !s.cmd.includes("--version")).length };
@@ -134,8 +154,8 @@ describe("the login lock of a CLI run kind's unit", () => {
   });
 
   it("the adjudicator says it is waiting for the login, naming its holder", async () => {
-    const loginDir = await loginHeldFor("login-adjudicate-wait", 500);
-    const { stderr, calls } = await adjudicate("wait", loginDir, { loginLockTimeoutMs: 20_000 });
+    const { loginDir, heard } = await loginHeldUntilHeard("login-adjudicate-wait");
+    const { stderr, calls } = await adjudicate("wait", loginDir, { loginLockTimeoutMs: 20_000 }, heard);
     expect(stderr).toMatch(/^study-runner adjudicate: waiting for the CLI login \(held by run held-by-the-test, pid \d+ on .* since .*\)$/m);
     expect(calls).toBeGreaterThan(0);
   });
@@ -149,8 +169,8 @@ describe("the login lock of a CLI run kind's unit", () => {
   });
 
   it("a session call says it is waiting for the login, naming its holder", async () => {
-    const loginDir = await loginHeldFor("login-sessions-wait", 500);
-    const { said, calls } = await sessions("wait", loginDir, { loginLockTimeoutMs: 20_000 });
+    const { loginDir, heard } = await loginHeldUntilHeard("login-sessions-wait");
+    const { said, calls } = await sessions("wait", loginDir, { loginLockTimeoutMs: 20_000 }, heard);
     expect(said).toContainEqual(expect.stringMatching(/^waiting for the CLI login \(held by run held-by-the-test, pid \d+ on .* since .*\)$/));
     expect(calls).toBeGreaterThan(0);
   });
