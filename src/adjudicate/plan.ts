@@ -133,11 +133,14 @@ export function readVerdict(structuredOutput: unknown, resultText: string | null
   return { ok: true, verdict: { ...v, propositions: [...v.propositions].sort((a, b) => Number(a.id.slice(1)) - Number(b.id.slice(1))) }, source };
 }
 
+/** The two questions asked about an item, in this order: its verdict, then the guess of its arm. */
+export type Ask = "verdict" | "arm-guess";
+
 /**
  * Where an item's transcripts are kept beside the record (<record>.transcripts/NNNN.jsonl): the
  * verdict call's under the observation's index, the arm-guess call's after every verdict's.
  */
-export function transcriptIndexOf(ask: "verdict" | "arm-guess", observationIndex: number, observations: number): number {
+export function transcriptIndexOf(ask: Ask, observationIndex: number, observations: number): number {
   return ask === "verdict" ? observationIndex : observations + observationIndex;
 }
 

@@ -10,6 +10,7 @@ import { adjudicatorFilterOptions } from "../corpus/filter.ts";
 import type { LoginLock } from "../credentials/login.ts";
 import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
 import type { NetworkSetting } from "../sandbox/port.ts";
+import type { IsolationProfile } from "../isolation/profile.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
@@ -19,7 +20,7 @@ import { emptyRunFacts } from "../transport/cli/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments, adjudicatorInitTools, armGuessJsonSchema } from "./prompt.ts";
 import { armGuessOf } from "./blinding.ts";
-import { planAdjudication, readArmGuess, readResultEvent, readVerdict, transcriptIndexOf, type PlannedItem } from "./plan.ts";
+import { planAdjudication, readArmGuess, readResultEvent, readVerdict, transcriptIndexOf, type Ask, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
@@ -52,7 +53,8 @@ export interface AdjudicationConfig extends GatewayRunOptions {
   output: string;
   image: string;
   expectedCliVersion: string;
-  isolation: "standard" | "offline";
+  /** `--isolation standard|offline` (docs/adjudication.md): the strict profile is not offered for the adjudicator. */
+  isolation: Exclude<IsolationProfile, "strict">;
   claudeConfigDir?: string;
   /** OCI runtime of the adjudicator's containers (the CLI's default: the ledger's); checked like the run's (docs/isolation.md, "gVisor"). */
   runtime?: string;
@@ -153,7 +155,7 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
 
 /** One paid question about one item: its verdict, or afterwards the separate guess of its arm. */
 interface Unit {
-  ask: "verdict" | "arm-guess";
+  ask: Ask;
   p: PlannedItem;
 }
 
