@@ -3,7 +3,7 @@ import { expectedInit } from "../claude/init-expectation.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { reapOrphans, runnerLabels } from "../sandbox/reaper.ts";
-import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
+import { isFakeClaudeImage } from "../image/build.ts";
 import { planExport, reapOrphanExports, removeTree, type ExportLimits } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { adjudicatorFilterOptions } from "../corpus/filter.ts";
@@ -13,10 +13,11 @@ import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
 import type { NetworkSetting } from "../sandbox/port.ts";
 import type { IsolationProfile } from "../isolation/profile.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { RefusalError, UsageError, errorMessage } from "../util/errors.ts";
+import { RefusalError, UsageError } from "../util/errors.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
 import { runLoop, type RunKind } from "../loop/loop.ts";
 import { runCliInContainer, type CliRunDeps } from "../transport/cli/run.ts";
+import { probeCliImage, reachEngine } from "../transport/cli/preflight.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments, adjudicatorInitTools, armGuessJsonSchema } from "./prompt.ts";
@@ -26,7 +27,6 @@ import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
-import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 
 /**
  * Blind agent adjudication of one ledger (contract R87 to R93): one fresh hardened container per answer,
@@ -103,31 +103,17 @@ const networkFor = (isolation: AdjudicationConfig["isolation"]): NetworkSetting 
 async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id: string, repositories: readonly { repository: string; pin: string }[]) {
   const sameModel = checkAdjudicatorModel(config.model, config.ledger.model, config.forceSameModel);
   if (sameModel) throw new UsageError(sameModel);
-  let engine;
-  try {
-    engine = await deps.runtime.ping();
-  } catch (err) {
-    throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
-  }
-  assertRuntimeOffered(engine, config.runtime, "--runtime");
+  const engine = await reachEngine(deps.runtime, config.runtime);
   await reapOrphans(deps.runtime);
   await reapOrphanExports();
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("gateway", removeTree);
-  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels(id, "probe"), runtime: config.runtime });
-  if (probed.version !== config.expectedCliVersion) {
-    throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
-  }
-  const ociRuntime = await resolveOciRuntime(deps.runtime, engine, {
-    name: config.runtime,
-    flag: "--runtime",
+  const { probed, ociRuntime } = await probeCliImage(deps.runtime, engine, {
     image: config.image,
-    labels: runnerLabels(id, "probe"),
-    needs: runtimeNeeds({
-      network: config.isolation === "standard" && !config.modelApi && config.credentials !== "gateway" ? "bridge" : "none",
-      gateway: config.credentials === "gateway",
-      modelApiSocket: config.modelApi !== undefined,
-    }),
+    expectedCliVersion: config.expectedCliVersion,
+    runtimeName: config.runtime,
+    runId: id,
+    route: { isolation: config.isolation, gateway: config.credentials === "gateway", modelApiSocket: config.modelApi !== undefined },
   });
   const login = await usableLogin(config.claudeConfigDir);
   const problems: string[] = [];
