@@ -3,40 +3,25 @@
  * and the sessions' calls take the login the way the study's attempts do, so they too take over a
  * dead run's stale lock after `loginLockStaleMs` and say that they are waiting for a live one.
  */
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { mkdir, mkdtemp, realpath, rm, utimes } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { describe, expect, it } from "vitest";
+import { mkdir, realpath, utimes } from "node:fs/promises";
 import { join } from "node:path";
 import { Writable } from "node:stream";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import { acquireLoginLock, resolveLogin } from "../../src/credentials/login.ts";
 import { LOGIN_LOCK_TIMEOUT_MS, unitLockOptions } from "../../src/credentials/unit-login.ts";
-import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
 import { startSessions } from "../../src/session/run.ts";
-import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { makeSessionDemo } from "../../src/demo/sessions.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
-import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
-import { fakeClaudeRuntime, UNIT_IMAGE } from "../support/unit-study.ts";
-import { syntheticLedger } from "../support/adjudication-fixtures.ts";
+import { fakeClaudeRuntime, UNIT_IMAGE, unitAdjudicationConfig, unitWorkspace } from "../support/unit-study.ts";
 
-let work: string;
-let loaded: LoadedManifest;
-let roots: Map<string, string>;
-
-beforeAll(async () => {
-  work = await mkdtemp(join(tmpdir(), "sr-unit-login-"));
-  const corpus = await makeDemoCorpus(join(work, "corpus"));
-  roots = new Map(Object.entries(corpus).map(([n, { dir }]) => [n, dir]));
-  loaded = await loadManifest(DEMO_MANIFEST);
-});
-afterAll(() => rm(work, { recursive: true, force: true }));
+const ws = unitWorkspace("sr-unit-login-");
 
 /** A login whose lock a dead run left behind: the lock folder last refreshed 10 s ago (stale after 2 s, fresh under the 30 s default). */
 async function loginWithDeadLock(name: string): Promise<string> {
-  const loginDir = join(work, name);
+  const loginDir = join(ws.work, name);
   await writeTestLogin(loginDir);
   const lockDir = `${await realpath(join(loginDir, ".credentials.json"))}.lock`;
   await mkdir(lockDir);
@@ -50,7 +35,7 @@ async function loginWithDeadLock(name: string): Promise<string> {
  * at the latest after 5 s, so a unit that waits without a word still ends.
  */
 async function loginHeldUntilHeard(name: string): Promise<{ loginDir: string; heard: (line: string) => void }> {
-  const loginDir = join(work, name);
+  const loginDir = join(ws.work, name);
   await writeTestLogin(loginDir);
   const held = await acquireLoginLock(resolveLogin({ configDir: loginDir }), { timeoutMs: 1000, holder: "held-by-the-test" });
   const timer = setTimeout(() => void held.release(), 5000);
@@ -82,41 +67,21 @@ interface LockSettings {
 async function adjudicate(name: string, loginDir: string, lock: LockSettings, heard?: (line: string) => void) {
   const runtime = fakeClaudeRuntime(() => 0);
   const stderr = capture(heard);
-  const output = join(work, `${name}.adjudication.json`);
-  await runAdjudication(
-    {
-      ledgerPath: join(work, "pilot.ledger.json"),
-      ledger: syntheticLedger({ mode: "pilot" }),
-      ledgerSha256: "0".repeat(64),
-      loaded,
-      roots,
-      model: "claude-sonnet-4-6",
-      forceSameModel: false,
-      capUsd: 1,
-      itemBudgetUsd: 0.1,
-      seed: 7,
-      output,
-      image: UNIT_IMAGE,
-      expectedCliVersion: CLAUDE_CODE_VERSION,
-      isolation: "offline",
-      claudeConfigDir: loginDir,
-      ...lock,
-    },
-    { runtime, stdout: () => {}, stderr: stderr.stream },
-  );
+  const output = join(ws.work, `${name}.adjudication.json`);
+  await runAdjudication(unitAdjudicationConfig({ ...ws, loginDir, output, overrides: lock }), { runtime, stdout: () => {}, stderr: stderr.stream });
   const record = await readRecord(output);
   return { record, stderr: stderr.text(), calls: runtime.created.filter((s) => !s.cmd.includes("--version")).length };
 }
 
 async function sessions(name: string, loginDir: string, lock: LockSettings, heard?: (line: string) => void) {
-  const demo = await makeSessionDemo(join(work, `${name}-sessions`));
+  const demo = await makeSessionDemo(join(ws.work, `${name}-sessions`));
   const runtime = fakeClaudeRuntime(() => 0);
   const said: string[] = [];
   const { ledger } = await startSessions(
     {
       manifestPath: demo.manifestPath,
       roots: new Map(Object.entries(demo.roots)),
-      output: join(work, `${name}.sessions.json`),
+      output: join(ws.work, `${name}.sessions.json`),
       model: "claude-sonnet-5-5",
       image: UNIT_IMAGE,
       expectedCliVersion: CLAUDE_CODE_VERSION,
