@@ -1,9 +1,8 @@
 import { createHash } from "node:crypto";
-import { readFile } from "node:fs/promises";
-import { LedgerSchema, type Ledger } from "../ledger/schema.ts";
+import type { Ledger } from "../ledger/schema.ts";
+import { LEDGER_STORE } from "../ledger/store.ts";
 import { loadManifest, type LoadedManifest } from "../manifest/load.ts";
 import { UsageError } from "../util/errors.ts";
-import { formatIssues } from "../util/zod-errors.ts";
 
 /** A ledger as read, with the sha256 of the exact bytes the record and the report bind to. */
 export interface LedgerInput {
@@ -14,24 +13,8 @@ export interface LedgerInput {
 
 /** Reads the ledger once (hash and content from the same bytes); never quotes its content. */
 export async function readLedgerInput(path: string): Promise<LedgerInput> {
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(path);
-  } catch (err) {
-    throw new UsageError(`cannot read ledger ${path}: ${(err as NodeJS.ErrnoException).code ?? String(err)}; check the path given to --ledger`);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(bytes.toString("utf8"));
-  } catch {
-    throw new UsageError(`ledger ${path} is not valid JSON; it was not written by this runner or is damaged`);
-  }
-  const parsed = LedgerSchema.safeParse(json);
-  if (!parsed.success) {
-    const problems = formatIssues(parsed.error.issues);
-    throw new UsageError(`ledger ${path} does not match the ledger schema:\n  ${problems.join("\n  ")}`, problems);
-  }
-  return { path, ledger: parsed.data, sha256: createHash("sha256").update(bytes).digest("hex") };
+  const { value, bytes } = await LEDGER_STORE.readWithBytes(path);
+  return { path, ledger: value, sha256: createHash("sha256").update(bytes).digest("hex") };
 }
 
 /**

@@ -91,6 +91,21 @@ export function planAdjudication(ledger: Ledger, manifest: Manifest, seed: numbe
   return { seed, order, terms, items };
 }
 
+/**
+ * What the adjudicator answered in a call with a JSON schema: `structured_output` of the result
+ * event, else the JSON text of `result`, which holds the same JSON as text (contract R90).
+ */
+function structuredAnswer(structuredOutput: unknown, resultText: string | null): { ok: true; candidate: unknown; source: "structured_output" | "result" } | { ok: false; problem: string } {
+  if (structuredOutput !== undefined && structuredOutput !== null) return { ok: true, candidate: structuredOutput, source: "structured_output" };
+  if (resultText === null) return { ok: false, problem: "the result has neither structured_output nor a result text" };
+  try {
+    return { ok: true, candidate: JSON.parse(resultText), source: "result" };
+  } catch {
+    // JSON.parse's message quotes the input, which is the adjudicator's private text.
+    return { ok: false, problem: "the result has no structured_output and its result text is not JSON" };
+  }
+}
+
 export type VerdictReading = { ok: true; verdict: Verdict; source: "structured_output" | "result" } | { ok: false; problem: string };
 
 /**
@@ -100,18 +115,9 @@ export type VerdictReading = { ok: true; verdict: Verdict; source: "structured_o
  * "partial" needs at least one supported or partial.
  */
 export function readVerdict(structuredOutput: unknown, resultText: string | null, expectedCount: number): VerdictReading {
-  let candidate: unknown = structuredOutput;
-  let source: "structured_output" | "result" = "structured_output";
-  if (candidate === undefined || candidate === null) {
-    source = "result";
-    if (resultText === null) return { ok: false, problem: "the result has neither structured_output nor a result text" };
-    try {
-      candidate = JSON.parse(resultText);
-    } catch {
-      // JSON.parse's message quotes the input, which is the adjudicator's private text.
-      return { ok: false, problem: "the result has no structured_output and its result text is not JSON" };
-    }
-  }
+  const answer = structuredAnswer(structuredOutput, resultText);
+  if (!answer.ok) return answer;
+  const { candidate, source } = answer;
   const parsed = VerdictSchema.safeParse(candidate);
   if (!parsed.success) return { ok: false, problem: `the ${source} does not match the verdict schema: ${formatIssues(parsed.error.issues).slice(0, 5).join("; ")}` };
   const v = parsed.data;
@@ -133,11 +139,14 @@ export function readVerdict(structuredOutput: unknown, resultText: string | null
   return { ok: true, verdict: { ...v, propositions: [...v.propositions].sort((a, b) => Number(a.id.slice(1)) - Number(b.id.slice(1))) }, source };
 }
 
+/** The two questions asked about an item, in this order: its verdict, then the guess of its arm. */
+export type Ask = "verdict" | "arm-guess";
+
 /**
  * Where an item's transcripts are kept beside the record (<record>.transcripts/NNNN.jsonl): the
  * verdict call's under the observation's index, the arm-guess call's after every verdict's.
  */
-export function transcriptIndexOf(ask: "verdict" | "arm-guess", observationIndex: number, observations: number): number {
+export function transcriptIndexOf(ask: Ask, observationIndex: number, observations: number): number {
   return ask === "verdict" ? observationIndex : observations + observationIndex;
 }
 
@@ -145,16 +154,9 @@ export type ArmGuessReading = { ok: true; guess: ArmGuess } | { ok: false; probl
 
 /** The arm-guess call's answer: `structured_output`, else the JSON text of `result`, matching `{ armGuess }`. */
 export function readArmGuess(structuredOutput: unknown, resultText: string | null): ArmGuessReading {
-  let candidate = structuredOutput;
-  if (candidate === undefined || candidate === null) {
-    if (resultText === null) return { ok: false, problem: "the result has neither structured_output nor a result text" };
-    try {
-      candidate = JSON.parse(resultText);
-    } catch {
-      return { ok: false, problem: "the result has no structured_output and its result text is not JSON" };
-    }
-  }
-  const parsed = ArmGuessAnswerSchema.safeParse(candidate);
+  const answer = structuredAnswer(structuredOutput, resultText);
+  if (!answer.ok) return answer;
+  const parsed = ArmGuessAnswerSchema.safeParse(answer.candidate);
   if (!parsed.success) return { ok: false, problem: `the guess does not match its schema: ${formatIssues(parsed.error.issues).slice(0, 3).join("; ")}` };
   return { ok: true, guess: parsed.data.armGuess };
 }

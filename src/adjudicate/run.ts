@@ -3,27 +3,30 @@ import { expectedInit } from "../claude/init-expectation.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { reapOrphans, runnerLabels } from "../sandbox/reaper.ts";
-import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
+import { isFakeClaudeImage } from "../image/build.ts";
 import { planExport, reapOrphanExports, removeTree, type ExportLimits } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { adjudicatorFilterOptions } from "../corpus/filter.ts";
-import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLock } from "../credentials/login.ts";
+import type { LoginLocation, LoginLock } from "../credentials/login.ts";
+import type { CredentialMode } from "../terms/terms.ts";
+import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
 import type { NetworkSetting } from "../sandbox/port.ts";
+import type { IsolationProfile } from "../isolation/profile.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
-import { RefusalError, UsageError, errorMessage } from "../util/errors.ts";
+import { RefusalError, UsageError } from "../util/errors.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
 import { runLoop, type RunKind } from "../loop/loop.ts";
 import { runCliInContainer, type CliRunDeps } from "../transport/cli/run.ts";
+import { probeCliImage, reachEngine } from "../transport/cli/preflight.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments, adjudicatorInitTools, armGuessJsonSchema } from "./prompt.ts";
 import { armGuessOf } from "./blinding.ts";
-import { planAdjudication, readArmGuess, readResultEvent, readVerdict, transcriptIndexOf, type PlannedItem } from "./plan.ts";
+import { planAdjudication, readArmGuess, readResultEvent, readVerdict, transcriptIndexOf, type Ask, type PlannedItem } from "./plan.ts";
 import { OUTCOME_SCORES, type AdjudicationRecord, type AdjudicatorRun, type Item, type Outcome } from "./schema.ts";
 import { createRecord, writeRecord } from "./store.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
-import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 import type { TestHooks } from "../transport/test-hooks.ts";
 
 /**
@@ -52,7 +55,8 @@ export interface AdjudicationConfig extends GatewayRunOptions {
   output: string;
   image: string;
   expectedCliVersion: string;
-  isolation: "standard" | "offline";
+  /** `--isolation standard|offline` (docs/adjudication.md): the strict profile is not offered for the adjudicator. */
+  isolation: Exclude<IsolationProfile, "strict">;
   claudeConfigDir?: string;
   /** OCI runtime of the adjudicator's containers (the CLI's default: the ledger's); checked like the run's (docs/isolation.md, "gVisor"). */
   runtime?: string;
@@ -101,35 +105,19 @@ const networkFor = (isolation: AdjudicationConfig["isolation"]): NetworkSetting 
 async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id: string, repositories: readonly { repository: string; pin: string }[]) {
   const sameModel = checkAdjudicatorModel(config.model, config.ledger.model, config.forceSameModel);
   if (sameModel) throw new UsageError(sameModel);
-  let engine;
-  try {
-    engine = await deps.runtime.ping();
-  } catch (err) {
-    throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
-  }
-  assertRuntimeOffered(engine, config.runtime, "--runtime");
+  const engine = await reachEngine(deps.runtime, config.runtime);
   await reapOrphans(deps.runtime);
   await reapOrphanExports();
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("gateway", removeTree);
-  const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels(id, "probe"), runtime: config.runtime });
-  if (probed.version !== config.expectedCliVersion) {
-    throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
-  }
-  const ociRuntime = await resolveOciRuntime(deps.runtime, engine, {
-    name: config.runtime,
-    flag: "--runtime",
+  const { probed, ociRuntime } = await probeCliImage(deps.runtime, engine, {
     image: config.image,
-    labels: runnerLabels(id, "probe"),
-    needs: runtimeNeeds({
-      network: config.isolation === "standard" && !config.modelApi && config.credentials !== "gateway" ? "bridge" : "none",
-      gateway: config.credentials === "gateway",
-      modelApiSocket: config.modelApi !== undefined,
-    }),
+    expectedCliVersion: config.expectedCliVersion,
+    runtimeName: config.runtime,
+    runId: id,
+    route: { isolation: config.isolation, gateway: config.credentials === "gateway", modelApiSocket: config.modelApi !== undefined },
   });
-  const login = resolveLogin({ configDir: config.claudeConfigDir });
-  const facts = await inspectLogin(login);
-  if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
+  const login = await usableLogin(config.claudeConfigDir);
   const problems: string[] = [];
   for (const { repository } of repositories) {
     const root = config.roots.get(repository);
@@ -156,7 +144,7 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
 
 /** One paid question about one item: its verdict, or afterwards the separate guess of its arm. */
 interface Unit {
-  ask: "verdict" | "arm-guess";
+  ask: Ask;
   p: PlannedItem;
 }
 
@@ -183,17 +171,79 @@ function decided(p: PlannedItem, outcome: Outcome, reason: string, decidedBy: It
   };
 }
 
+/**
+ * The adjudication: plan the items, check everything before anything is reserved, create the
+ * record, then ask each item's questions through the one loop and print the summary.
+ */
 export async function runAdjudication(config: AdjudicationConfig, deps: AdjudicationDeps): Promise<number> {
   const adjudicationId = `adj-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
   const plan = planAdjudication(config.ledger, config.loaded.manifest, config.seed);
-  const needed = new Map<string, { repository: string; pin: string }>();
-  for (const p of plan.items) if (p.prompt !== null) needed.set(`${p.repository}@${p.pin}`, { repository: p.repository, pin: p.pin });
-  const { probed, login, gateway, closeGateway, ociRuntime } = await preflight(config, deps, adjudicationId, [...needed.values()]);
+  const { probed, login, gateway, closeGateway, ociRuntime } = await preflight(config, deps, adjudicationId, checkoutsToExport(plan.items));
+  const record = newRecord(config, { adjudicationId, plan, probed, ociRuntime, credentials: gateway ? "gateway" : "login-copy" });
+  const checkouts = [...new Set([...config.roots.values(), ...config.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []))])];
+  const handle = await createRecord(config.output, record, { checkouts, projectRoot: PROJECT_ROOT });
+  const say = (line: string) => {
+    if (!config.quiet) deps.stderr.write(`study-runner adjudicate: ${line}\n`);
+  };
+  const a: Adjudication = {
+    config,
+    deps,
+    adjudicationId,
+    record,
+    login,
+    ociRuntime,
+    gateway,
+    transcripts: await TranscriptStore.create(handle.path),
+    say,
+    tag: (p) => `[${p.position + 1}/${plan.items.length}] ${p.itemId}`,
+    itemOf: (p) => record.items.find((i) => i.observationIndex === p.observationIndex),
+    locks: new Map(),
+    structured: new Map(),
+  };
+  // Each item is asked twice, in this order: its verdict, and once that is recorded, in a call of
+  // its own, the arm guess that measures blinding (contract R142). The verdict call hears nothing
+  // of arms; the guess can change nothing in the verdict.
+  const units: Unit[] = plan.items.flatMap((p) => [
+    { ask: "verdict", p },
+    { ask: "arm-guess", p },
+  ]);
+  const end = await runLoop({
+    kind: adjudicatorKind(a),
+    units,
+    book: record,
+    capUsd: config.capUsd,
+    doneStatus: "complete",
+    persist: () => writeRecord(handle, record),
+    progress: { start: ({ ask, p }) => say(`${a.tag(p)}: ${ask === "verdict" ? "started" : "arm guess started"}`), end: () => {}, stopLive: () => {} },
+    checkpoint: deps.checkpoint,
+    signal: deps.signal,
+  }).finally(() => closeGateway?.());
+  deps.stdout(JSON.stringify(summarizeAdjudication(record, handle), null, 2) + "\n");
+  return end.exitCode;
+}
 
-  const record: AdjudicationRecord = {
+/** Each repository at each pin an item's grader reads, once. */
+function checkoutsToExport(items: readonly PlannedItem[]): { repository: string; pin: string }[] {
+  const needed = new Map<string, { repository: string; pin: string }>();
+  for (const p of items) if (p.prompt !== null) needed.set(`${p.repository}@${p.pin}`, { repository: p.repository, pin: p.pin });
+  return [...needed.values()];
+}
+
+/** The record as created: the ledger it grades, the adjudicator, the order and masking, an empty budget and no item yet. */
+function newRecord(
+  config: AdjudicationConfig,
+  o: {
+    adjudicationId: string;
+    plan: ReturnType<typeof planAdjudication>;
+    probed: { imageId: string; binarySha256: string; version: string };
+    ociRuntime: AdjudicationRecord["adjudicator"]["runtime"];
+    credentials: CredentialMode;
+  },
+): AdjudicationRecord {
+  return {
     schemaVersion: 1,
     kind: "adjudication",
-    adjudicationId,
+    adjudicationId: o.adjudicationId,
     createdAt: new Date().toISOString(),
     method: "agent",
     humanReview: false,
@@ -212,38 +262,46 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       sameModel: config.model === config.ledger.model,
       forcedSameModel: config.forceSameModel,
       transport: "cli",
-      image: { ref: config.image, id: probed.imageId, binarySha256: probed.binarySha256 },
-      cliVersion: probed.version,
+      image: { ref: config.image, id: o.probed.imageId, binarySha256: o.probed.binarySha256 },
+      cliVersion: o.probed.version,
       expectedCliVersion: config.expectedCliVersion,
       isolation: config.isolation,
-      runtime: ociRuntime,
-      credentials: gateway ? "gateway" : "login-copy",
+      runtime: o.ociRuntime,
+      credentials: o.credentials,
     },
-    order: { seed: config.seed, observationIndices: plan.order },
-    masking: { replacement: MASK, terms: plan.terms.map((t) => t.label) },
+    order: { seed: config.seed, observationIndices: o.plan.order },
+    masking: { replacement: MASK, terms: o.plan.terms.map((t) => t.label) },
     budget: { capUsd: config.capUsd, itemBudgetUsd: config.itemBudgetUsd, reservedUsd: 0, spentUsd: 0, cumulativeCapExceeded: false },
     status: "running",
     items: [],
   };
-  const checkouts = [...new Set([...config.roots.values(), ...config.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []))])];
-  const handle = await createRecord(config.output, record, { checkouts, projectRoot: PROJECT_ROOT });
-  const transcripts = await TranscriptStore.create(handle.path);
-  const say = (line: string) => {
-    if (!config.quiet) deps.stderr.write(`study-runner adjudicate: ${line}\n`);
-  };
-  const tag = (p: PlannedItem) => `[${p.position + 1}/${plan.items.length}] ${p.itemId}`;
+}
 
-  // Each item is asked twice, in this order: its verdict, and once that is recorded, in a call of
-  // its own, the arm guess that measures blinding (contract R142). The verdict call hears nothing
-  // of arms; the guess can change nothing in the verdict.
-  const units: Unit[] = plan.items.flatMap((p) => [
-    { ask: "verdict", p },
-    { ask: "arm-guess", p },
-  ]);
-  const itemOf = (p: PlannedItem) => record.items.find((i) => i.observationIndex === p.observationIndex);
-  const locks = new Map<Unit, LoginLock>();
-  const structured = new Map<Unit, { structuredOutput: unknown; resultText: string | null }>();
-  const kind: RunKind<Unit, AdjudicatorRun> = {
+/** What the steps of one adjudication share once its record exists. */
+interface Adjudication {
+  config: AdjudicationConfig;
+  deps: AdjudicationDeps;
+  adjudicationId: string;
+  record: AdjudicationRecord;
+  login: LoginLocation;
+  ociRuntime: AdjudicationRecord["adjudicator"]["runtime"];
+  /** The gateway's half of each unit when the run goes through it. */
+  gateway: Awaited<ReturnType<typeof preflight>>["gateway"];
+  transcripts: TranscriptStore;
+  say: (line: string) => void;
+  /** `[3/12] item-id`, the start of every progress line of an item. */
+  tag: (p: PlannedItem) => string;
+  itemOf: (p: PlannedItem) => Item | undefined;
+  /** Login-copy: each unit's hold on the login, from its acquire until its login is written back. */
+  locks: Map<Unit, LoginLock>;
+  /** Each unit's structured output and result text, read from its stream as it arrives. */
+  structured: Map<Unit, { structuredOutput: unknown; resultText: string | null }>;
+}
+
+/** The adjudicator's run kind for the one loop: what each unit records, runs and settles. */
+function adjudicatorKind(a: Adjudication): RunKind<Unit, AdjudicatorRun> {
+  const { config, record } = a;
+  return {
     noun: "item",
     number: ({ p }) => p.position + 1,
     name: ({ ask, p }) => (ask === "verdict" ? `item ${p.position + 1}` : `the arm guess of item ${p.position + 1}`),
@@ -252,24 +310,24 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
     recordWithoutRun({ ask, p }) {
       if (ask === "arm-guess") {
         // Only a verdict on record is followed by its guess.
-        const item = itemOf(p);
+        const item = a.itemOf(p);
         return item === undefined || item.decidedBy !== "adjudicator" || item.verdict === null;
       }
       if (p.decision === null) return false;
       record.items.push(decided(p, p.decision.outcome, p.decision.reason, "runner"));
-      say(`${tag(p)}: ${p.decision.outcome} (no adjudicator run)`);
+      a.say(`${a.tag(p)}: ${p.decision.outcome} (no adjudicator run)`);
       return true;
     },
     // As for attempts: the login before the reservation, held until the login is written back.
     async acquire(u) {
-      if (gateway) return gateway.acquire(u);
-      const lock = await acquireLoginLock(login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: adjudicationId, signal: deps.signal });
-      locks.set(u, lock);
-      return { release: () => (locks.delete(u), lock.release()) };
+      if (a.gateway) return a.gateway.acquire(u);
+      const lock = await lockUnitLogin(a.login, { timeoutMs: config.loginLockTimeoutMs, staleMs: config.loginLockStaleMs, holder: a.adjudicationId, signal: a.deps.signal, note: a.say });
+      a.locks.set(u, lock);
+      return { release: () => (a.locks.delete(u), lock.release()) };
     },
     open({ ask, p }, reservationUsd) {
       if (ask === "arm-guess") {
-        const item = itemOf(p)!;
+        const item = a.itemOf(p)!;
         item.armGuess = armGuessOf(null, p.arm, emptyRun(reservationUsd));
         return item.armGuess.run;
       }
@@ -277,100 +335,94 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
       record.items.push(item);
       return item.run!;
     },
-    async runOne(u, ctx) {
-      const { ask, p } = u;
-      const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
-      structured.set(u, out);
-      const result = await runCliInContainer(
-        deps,
-        {
-          // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
-          export: adjudicatorFilterOptions({
-            ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)),
-            ...(config.exportLimits ? { limits: config.exportLimits } : {}),
-            labels: { run: adjudicationId, attempt: `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}` },
-          }),
-          login,
-          lock: locks.get(u),
-          // What this item may still spend under the cap: the loop's, from its own budget.
-          gateway: gateway?.input(u, ctx.reservation!.reservedUsd, ctx.remainingUsd),
-          image: config.image,
-          argv:
-            ask === "verdict"
-              ? adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! })
-              : adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.guessPrompt!, jsonSchema: armGuessJsonSchema() }),
-          arm: "repository",
-          model: config.model,
-          expectedTools: adjudicatorInitTools(),
-          expectedInit: expectedInit("adjudicator", { model: config.model }),
-          expectedCliVersion: config.expectedCliVersion,
-          network: networkFor(config.isolation),
-          labels: runnerLabels(adjudicationId, `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}`),
-          attemptIndex: p.position,
-          fake: config.fake,
-          modelApiSocket: config.modelApi?.socketPath,
-          runtimeName: ociRuntime,
-          timeoutMs: config.timeoutMs,
-          stdoutLimitBytes: config.testHooks?.stdoutLimitBytes,
-          onLine: (line) => readResultEvent(line, out),
-          transcripts: { store: transcripts, index: transcriptIndexOf(ask, p.observationIndex, config.ledger.observations.length) },
-        },
-        ctx.entry,
-        ctx.persist,
-      );
-      if (result.gateway) ctx.entry.gateway = result.gateway;
-      return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
-    },
-    settled(u, run, stopReason) {
-      const { ask, p } = u;
-      const item = itemOf(p)!;
-      const out = structured.get(u);
-      structured.delete(u);
-      if (ask === "arm-guess") {
-        // A guess changes nothing in the item's outcome; a run that did not complete stops the adjudication like any other.
-        const reading =
-          run.status === "completed" ? readArmGuess(out?.structuredOutput, out?.resultText ?? null) : { ok: false as const, problem: stopReason ?? `the arm-guess run ended ${run.status}` };
-        item.armGuess = reading.ok ? armGuessOf(reading.guess, p.arm, run) : armGuessOf(null, p.arm, run, `no guess: ${reading.problem}`);
-        say(`${tag(p)}: arm guess ${reading.ok ? "recorded" : "missing"}, charged ${run.chargedUsd} USD, spent ${record.budget.spentUsd} of ${config.capUsd} USD`);
-        return;
-      }
-      if (run.status !== "completed") {
-        Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: stopReason });
-      } else {
-        const reading = readVerdict(out?.structuredOutput, out?.resultText ?? null, p.expectedCount);
-        if (reading.ok) {
-          Object.assign(item, {
-            outcome: reading.verdict.outcome,
-            score: OUTCOME_SCORES[reading.verdict.outcome],
-            decidedBy: "adjudicator",
-            reason: `adjudicator verdict (from ${reading.source})`,
-            verdict: reading.verdict,
-          });
-        } else {
-          // One unusable verdict says nothing about the others: this item is missing, the rest go on.
-          Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: `the adjudicator's output is unusable: ${reading.problem}` });
-        }
-      }
-      say(`${tag(p)}: ${item.outcome}, charged ${run.chargedUsd} USD, spent ${record.budget.spentUsd} of ${config.capUsd} USD`);
-    },
+    runOne: (u, ctx) => runUnit(a, u, ctx),
+    settled: (u, run, stopReason) => settleUnit(a, u, run, stopReason),
     notReached({ ask, p }, stopReason) {
       // An item whose verdict is recorded keeps it; only its guess is not asked.
       if (ask === "verdict") record.items.push(decided(p, "blocked", `not adjudicated: ${stopReason}`, "runner"));
     },
   };
-  const end = await runLoop({
-    kind,
-    units,
-    book: record,
-    capUsd: config.capUsd,
-    doneStatus: "complete",
-    persist: () => writeRecord(handle, record),
-    progress: { start: ({ ask, p }) => say(`${tag(p)}: ${ask === "verdict" ? "started" : "arm guess started"}`), end: () => {}, stopLive: () => {} },
-    checkpoint: deps.checkpoint,
-    signal: deps.signal,
-  }).finally(() => closeGateway?.());
-  deps.stdout(JSON.stringify(summarizeAdjudication(record, handle), null, 2) + "\n");
-  return end.exitCode;
+}
+
+/** One question in its own hardened container: the grader's export of the item's repository, its prompt, its structured output read as it streams. */
+async function runUnit(a: Adjudication, u: Unit, ctx: Parameters<RunKind<Unit, AdjudicatorRun>["runOne"]>[1]) {
+  const { config } = a;
+  const { ask, p } = u;
+  const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
+  a.structured.set(u, out);
+  const result = await runCliInContainer(
+    a.deps,
+    {
+      // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
+      export: adjudicatorFilterOptions({
+        ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)),
+        ...(config.exportLimits ? { limits: config.exportLimits } : {}),
+        labels: { run: a.adjudicationId, attempt: `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}` },
+      }),
+      login: a.login,
+      lock: a.locks.get(u),
+      // What this item may still spend under the cap: the loop's, from its own budget.
+      gateway: a.gateway?.input(u, ctx.reservation!.reservedUsd, ctx.remainingUsd),
+      image: config.image,
+      argv:
+        ask === "verdict"
+          ? adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! })
+          : adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.guessPrompt!, jsonSchema: armGuessJsonSchema() }),
+      arm: "repository",
+      model: config.model,
+      expectedTools: adjudicatorInitTools(),
+      expectedInit: expectedInit("adjudicator", { model: config.model }),
+      expectedCliVersion: config.expectedCliVersion,
+      network: networkFor(config.isolation),
+      labels: runnerLabels(a.adjudicationId, `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}`),
+      attemptIndex: p.position,
+      fake: config.fake,
+      modelApiSocket: config.modelApi?.socketPath,
+      runtimeName: a.ociRuntime,
+      timeoutMs: config.timeoutMs,
+      stdoutLimitBytes: config.testHooks?.stdoutLimitBytes,
+      onLine: (line) => readResultEvent(line, out),
+      transcripts: { store: a.transcripts, index: transcriptIndexOf(ask, p.observationIndex, config.ledger.observations.length) },
+    },
+    ctx.entry,
+    ctx.persist,
+  );
+  if (result.gateway) ctx.entry.gateway = result.gateway;
+  return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
+}
+
+/** A settled question: the item's outcome from its verdict, or its arm guess; a run that did not complete blocks the item. */
+function settleUnit(a: Adjudication, u: Unit, run: AdjudicatorRun, stopReason: string | null): void {
+  const { ask, p } = u;
+  const item = a.itemOf(p)!;
+  const out = a.structured.get(u);
+  a.structured.delete(u);
+  const spent = `charged ${run.chargedUsd} USD, spent ${a.record.budget.spentUsd} of ${a.config.capUsd} USD`;
+  if (ask === "arm-guess") {
+    // A guess changes nothing in the item's outcome; a run that did not complete stops the adjudication like any other.
+    const reading = run.status === "completed" ? readArmGuess(out?.structuredOutput, out?.resultText ?? null) : { ok: false as const, problem: stopReason ?? `the arm-guess run ended ${run.status}` };
+    item.armGuess = reading.ok ? armGuessOf(reading.guess, p.arm, run) : armGuessOf(null, p.arm, run, `no guess: ${reading.problem}`);
+    a.say(`${a.tag(p)}: arm guess ${reading.ok ? "recorded" : "missing"}, ${spent}`);
+    return;
+  }
+  if (run.status !== "completed") {
+    Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: stopReason });
+  } else {
+    const reading = readVerdict(out?.structuredOutput, out?.resultText ?? null, p.expectedCount);
+    if (reading.ok) {
+      Object.assign(item, {
+        outcome: reading.verdict.outcome,
+        score: OUTCOME_SCORES[reading.verdict.outcome],
+        decidedBy: "adjudicator",
+        reason: `adjudicator verdict (from ${reading.source})`,
+        verdict: reading.verdict,
+      });
+    } else {
+      // One unusable verdict says nothing about the others: this item is missing, the rest go on.
+      Object.assign(item, { outcome: "blocked", score: null, decidedBy: "runner", reason: `the adjudicator's output is unusable: ${reading.problem}` });
+    }
+  }
+  a.say(`${a.tag(p)}: ${item.outcome}, ${spent}`);
 }
 
 export function summarizeAdjudication(record: AdjudicationRecord, handle: { path: string }): AdjudicationSummary {

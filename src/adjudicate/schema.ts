@@ -1,6 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
-import { ArmSchema, AttemptStatusSchema } from "../terms/terms.ts";
+import { ArmSchema, AttemptStatusSchema, CredentialModeSchema, ModeSchema } from "../terms/terms.ts";
 import { Count, GatewayRecordSchema, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
 
 /**
@@ -180,7 +180,7 @@ export const AdjudicationRecordSchema = z
       protocolHash: Sha256,
       sha256: Sha256.meta({ description: "sha256 of the ledger file's bytes as read" }),
       status: RunStatusSchema,
-      mode: z.enum(["pilot", "full"]),
+      mode: ModeSchema,
       observations: Count,
     }),
     adjudicator: z.strictObject({
@@ -196,7 +196,7 @@ export const AdjudicationRecordSchema = z
       runtime: z.string().min(1).optional().meta({
         description: "the OCI runtime every adjudicator container is created with (--runtime, default the ledger's; else the engine's default by name); absent in records made before it was recorded",
       }),
-      credentials: z.enum(["gateway", "login-copy"]).optional().meta({
+      credentials: CredentialModeSchema.optional().meta({
         description:
           "gateway = the login stayed on the host and every adjudicator request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login; absent in records made before the gateway",
       }),

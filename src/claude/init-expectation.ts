@@ -1,3 +1,4 @@
+import type { Arm } from "../terms/terms.ts";
 import { GENERATED_INIT_EVENTS } from "./init-events.generated.ts";
 import type { GeneratedInitEvents, InitKind, MeasuredInitKind } from "./init-types.ts";
 
@@ -87,7 +88,7 @@ export function expectedInit(kind: InitKind, params: InitParameters, data: Gener
 }
 
 /** The kind of an attempt of `arm`. */
-export const attemptInitKind = (arm: "repository" | "mcp"): InitKind => (arm === "mcp" ? "attempt-mcp" : "attempt-repository");
+export const attemptInitKind = (arm: Arm): InitKind => (arm === "mcp" ? "attempt-mcp" : "attempt-repository");
 
 /** Values for the varying fields of an init built from the measurement (tests, the bench, the fake's data). */
 export interface VaryingValues {

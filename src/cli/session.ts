@@ -142,7 +142,7 @@ export function addSessionCommands(program: import("commander").Command, setExit
     .command("status <ledger>")
     .description("each session's state; an open question is shown fenced, as untrusted text from the agent")
     .action(async (ledger) => {
-      const { readSessionLedger } = await import("../session/run.ts");
+      const { readSessionLedger } = await import("../session/store.ts");
       process.stdout.write(statusText(await readSessionLedger(ledger)));
       setExit(0);
     });

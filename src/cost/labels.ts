@@ -1,3 +1,5 @@
+import type { Transport } from "../terms/terms.ts";
+
 /**
  * What the runner's USD and token figures are, said wherever they are shown (stdout summary,
  * ledger, reports). A researcher sizing a budget from them must not read an estimate as a bill,
@@ -24,12 +26,12 @@ const HTTP: SpendLabel = Object.freeze({
 /** The adjudicator is a Claude Code run whatever the answering transport was. */
 export const ADJUDICATION_USD_LABEL = "the adjudication's USD figures are the Claude Code CLI's own list-price estimate as well, not a bill";
 
-export function spendLabel(transport: "cli" | "http"): SpendLabel {
+export function spendLabel(transport: Transport): SpendLabel {
   return transport === "cli" ? CLI : HTTP;
 }
 
 /** The sentence that follows a pilot's extrapolated full-run cost wherever it is printed. */
-export function extrapolationCaveat(transport: "cli" | "http"): string {
+export function extrapolationCaveat(transport: Transport): string {
   return transport === "cli"
     ? "an extrapolation of the CLI's list-price estimate, not of a bill: a budget approved on it approves estimated, not billed, spend"
     : "an extrapolation of the runner's estimate at the protocol's upper prices, not of an invoice";

@@ -347,7 +347,7 @@ export function attemptsWithinCap(capUsd: number, attemptLimitUsd: number): numb
  * STUDY_MODEL, STUDY_BUDGET_USD, the per-attempt limit and what the cap allows, by the run's
  * own rules (checkExecution); the approval flag is the run's to give, never the doctor's.
  */
-export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number; transport?: "cli" | "http" }): Check[] {
+export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number; transport?: Transport }): Check[] {
   const { issues, parsed } = checkExecution({ ...input.flags, approveBudget: true, pilot: input.mode === "pilot", run: input.mode === "full" }, input.env, input.transport ?? "cli", [], new Map());
   const issue = (about: string) => issues.find((i) => i.about === about)?.message;
   const checks: Check[] = [];

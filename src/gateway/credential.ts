@@ -1,7 +1,8 @@
 import { randomBytes } from "node:crypto";
 import { chmod, chown, mkdir, open, readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { acquireLoginLock, RELOGIN, STAGED_GLOBAL_CONFIG_KEYS, type LoginLocation, type LoginLockOptions } from "../credentials/login.ts";
+import { RELOGIN, STAGED_GLOBAL_CONFIG_KEYS, type LoginLocation } from "../credentials/login.ts";
+import { lockUnitLogin, type UnitLock } from "../credentials/unit-login.ts";
 import { CONTAINER_GID, CONTAINER_UID } from "../util/container-socket.ts";
 import { RefusalError } from "../util/errors.ts";
 
@@ -66,13 +67,10 @@ export const REFRESH_HINT =
  * login that expires before then is refused: the CLI inside cannot refresh through the gateway,
  * and a token that dies mid-attempt would fail the attempt after its reservation.
  */
-export async function readCredential(
-  source: CredentialSource,
-  o: { mustLastUntil: number; lock?: Omit<LoginLockOptions, "timeoutMs"> & { timeoutMs?: number } },
-): Promise<{ token: string; expiresAt: number | null }> {
+export async function readCredential(source: CredentialSource, o: { mustLastUntil: number; lock?: UnitLock }): Promise<{ token: string; expiresAt: number | null }> {
   if (source.kind === "setup-token") return { token: source.token, expiresAt: null };
   const path = source.location.credentialsPath;
-  const lock = await acquireLoginLock(source.location, { timeoutMs: 10 * 60_000, ...o.lock });
+  const lock = await lockUnitLogin(source.location, o.lock ?? {});
   let bytes: Buffer;
   try {
     bytes = await readFile(path);

@@ -6,10 +6,7 @@ import { readCredential, resolveCredentialSource, type CredentialSource } from "
 import { Gateway, type UpstreamOptions } from "./gateway.ts";
 import { requestBound } from "./meter.ts";
 import { picoToUsd } from "../cost/money.ts";
-
-/** How attempts of `--transport cli` are authenticated (docs/gateway.md, docs/isolation.md). */
-export const CREDENTIAL_MODES = ["gateway", "login-copy"] as const;
-export type CredentialMode = (typeof CREDENTIAL_MODES)[number];
+import type { CredentialMode } from "../terms/terms.ts";
 
 /** Time beyond the attempt's time limit that the token must still be valid: the container's start and the last reply. */
 export const EXPIRY_MARGIN_MS = 5 * 60_000;

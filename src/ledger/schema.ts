@@ -1,7 +1,7 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
 import { COMMIT_RE } from "../manifest/schema.ts";
-import { ArmSchema, AttemptStatusSchema, TransportSchema } from "../terms/terms.ts";
+import { ArmSchema, AttemptStatusSchema, CredentialModeSchema, ModeSchema, ModelApiSchema, TransportSchema } from "../terms/terms.ts";
 
 /**
  * The private ledger of one run (contract R80). It is written
@@ -382,17 +382,17 @@ export const LedgerSchema = z
         "cli: the OCI runtime every attempt container is created with: --runtime, checked by a probe container in the preflight, or the engine's default by name; null in ledgers written before the default was recorded by name",
     }),
     attemptCpus: z.number().positive().optional().meta({ description: "cli: the CPUs each attempt container could use (--cpus, Docker's NanoCpus / 1e9)" }),
-    modelApi: z.enum(["anthropic", "test"]).optional().meta({
+    modelApi: ModelApiSchema.optional().meta({
       description:
         "who answered: the model through the real API (anthropic), or a test stand-in (the fake claude image, a scripted API on a unix socket, a test-only --api-base-url): such a run is no evidence about the model",
     }),
     egressAllow: z.array(z.string().min(1)).optional().meta({ description: "strict isolation: the host names the egress proxy allowed, port 443 only" }),
-    credentials: z.enum(["gateway", "login-copy"]).optional().meta({
+    credentials: CredentialModeSchema.optional().meta({
       description: "cli: gateway = the credential stayed on the host and every request went through the runner's gateway (network none); login-copy = each container held a copy of the CLI login",
     }),
     model: z.string().min(1),
     prices: PriceTableSchema,
-    mode: z.enum(["pilot", "full"]),
+    mode: ModeSchema,
     scheduling: SchedulingSchema.optional().meta({ description: "absent in ledgers of runs that ran one attempt at a time before concurrency existed" }),
     budget: BudgetSchema,
     spendLabel: z

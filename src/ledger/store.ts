@@ -1,10 +1,12 @@
 import { lstat, readFile, realpath, stat, unlink } from "node:fs/promises";
+import type { z } from "zod";
 import { basename, dirname, isAbsolute, join, relative, resolve, sep } from "node:path";
 import { interruptedLedgerProblem } from "./check.ts";
 import { LedgerSchema, type Ledger } from "./schema.ts";
 import { fsyncDirectory, NODE_FILES, writeFileAtomic, type FileLayer } from "../util/atomic-file.ts";
 import { UsageError } from "../util/errors.ts";
 import { formatIssues } from "../util/zod-errors.ts";
+import { readJsonAs } from "../util/json-file.ts";
 
 /** The ledger holds private answers: owner read/write only. */
 export const LEDGER_MODE = 0o600;
@@ -17,11 +19,8 @@ export interface OutputPathContext {
   projectRoot: string;
 }
 
-/** What `createLedger` returns; later writes go to the real path that was checked and created. */
-export interface LedgerHandle {
-  readonly path: string;
-  readonly runId: string;
-}
+/** What `createLedger` returns (its id is the runId). */
+export type LedgerHandle = PrivateRecordHandle;
 
 /** A ledger that does not match the schema: a runner bug, caught before anything is written. */
 export class InvalidLedgerError extends Error {
@@ -115,25 +114,103 @@ export async function checkOutputPath(path: string, context: OutputPathContext, 
   return (await resolveTarget(path, context, noun)).problems;
 }
 
-function serialize(ledger: unknown, path: string): { text: string; ledger: Ledger } {
-  const parsed = LedgerSchema.safeParse(ledger);
-  if (!parsed.success) {
-    const problems = formatIssues(parsed.error.issues);
-    throw new InvalidLedgerError(`refusing to write the ledger ${path}: it does not match the ledger schema (a runner bug):\n  ${problems.join("\n  ")}`, problems);
-  }
-  return { text: `${JSON.stringify(parsed.data, null, 2)}\n`, ledger: parsed.data };
+/** One kind of private record: what messages call it, its schema, and the field whose value names it. */
+export interface PrivateRecordKind<S extends z.ZodType> {
+  /** "ledger", "adjudication record", "session ledger". */
+  noun: string;
+  schema: S;
+  /** How messages name the schema ("its schema" when undefined). */
+  schemaName?: string;
+  /** What to do when the file cannot be read, e.g. `check the path given to --adjudication`. */
+  readFix: string;
+  /** The field naming the record and what it names, e.g. runId of a run: a write of another record to its file is refused. */
+  id: { field: keyof z.output<S> & string; of: string };
+  /** Fields derived from the others on every write, so they can never disagree with them. */
+  derive?: (record: z.output<S>) => z.output<S>;
+}
+
+/** What `create` returns; later writes go to the real path that was checked and created. */
+export interface PrivateRecordHandle {
+  readonly path: string;
+  /** The value of the kind's id field in the created record. */
+  readonly id: string;
 }
 
 /**
- * Create the ledger file exclusively (`wx`, so an existing file or a concurrent run is never
- * clobbered), mode 0600 whatever the umask, with `initial` as its content, fsync'd with its folder.
+ * The store of one kind of private record (the ledger, the adjudication record, the session
+ * ledger): created exclusively at a new path outside every checkout and the project, mode 0600,
+ * validated before every write and replaced atomically, read back and validated with messages
+ * that name the file and each field but never quote its content (it holds answers).
  */
-export async function createLedger(path: string, initial: Ledger, context: OutputPathContext, files: FileLayer = NODE_FILES): Promise<LedgerHandle> {
-  const { real, problems } = await resolveTarget(path, context);
-  if (problems.length) throw new UsageError(problems.join("\n"), problems);
-  const { text, ledger } = serialize(initial, real);
-  await createExclusive(path, real, text, "ledger", files);
-  return { path: real, runId: ledger.runId };
+export class PrivateRecordStore<S extends z.ZodType> {
+  constructor(readonly kind: PrivateRecordKind<S>) {}
+
+  /** The record's file text, refused (InvalidLedgerError, a runner bug) when it does not match the schema. */
+  serialize(record: z.output<S>, path: string): { text: string; record: z.output<S> } {
+    const parsed = this.kind.schema.safeParse(this.kind.derive ? this.kind.derive(record) : record);
+    if (!parsed.success) {
+      const problems = formatIssues(parsed.error.issues);
+      const schema = this.kind.schemaName ?? "its schema";
+      throw new InvalidLedgerError(`refusing to write the ${this.kind.noun} ${path}: it does not match ${schema} (a runner bug):\n  ${problems.join("\n  ")}`, problems);
+    }
+    return { text: `${JSON.stringify(parsed.data, null, 2)}\n`, record: parsed.data };
+  }
+
+  /**
+   * Create the file exclusively (`wx`, so an existing file or a concurrent run is never
+   * clobbered), mode 0600 whatever the umask, with `initial` as its content, fsync'd with its folder.
+   */
+  async create(path: string, initial: z.output<S>, context: OutputPathContext, files: FileLayer = NODE_FILES): Promise<PrivateRecordHandle> {
+    const { real, problems } = await resolveTarget(path, context, this.kind.noun);
+    if (problems.length) throw new UsageError(problems.join("\n"), problems);
+    const { text, record } = this.serialize(initial, real);
+    await createExclusive(path, real, text, this.kind.noun, files);
+    return { path: real, id: this.idOf(record) };
+  }
+
+  /** Replace the file atomically (temp file, fsync, rename, fsync folder), after validating the record. */
+  async write(handle: PrivateRecordHandle, record: z.output<S>, files: FileLayer = NODE_FILES): Promise<void> {
+    const { text, record: parsed } = this.serialize(record, handle.path);
+    const { field, of } = this.kind.id;
+    if (this.idOf(parsed) !== handle.id) {
+      throw new InvalidLedgerError(`refusing to write the ${this.kind.noun} ${handle.path}: ${field} '${this.idOf(parsed)}' is not the ${of} '${handle.id}' that created it`, [
+        `${field}: differs from the created ${this.kind.noun}`,
+      ]);
+    }
+    await writeFileAtomic(handle.path, text, { mode: LEDGER_MODE, files });
+  }
+
+  /** Read and validate a record, with the exact bytes read (the sha256 a record or report binds to is theirs). */
+  readWithBytes(path: string): Promise<{ value: z.output<S>; bytes: Buffer }> {
+    return readJsonAs(path, this.kind.schema, {
+      name: `${this.kind.noun} ${path}`,
+      readFix: this.kind.readFix,
+      mismatch: `does not match ${this.kind.schemaName ?? "its schema"}`,
+      written: "by-runner",
+    });
+  }
+
+  async read(path: string): Promise<z.output<S>> {
+    return (await this.readWithBytes(path)).value;
+  }
+
+  private idOf(record: z.output<S>): string {
+    return String((record as Record<string, unknown>)[this.kind.id.field]);
+  }
+}
+
+/** The study's ledger (contract: private, never overwritten, replaced atomically). */
+export const LEDGER_STORE = new PrivateRecordStore({
+  noun: "ledger",
+  schema: LedgerSchema,
+  schemaName: "the ledger schema",
+  readFix: "check the path given to --ledger/--output",
+  id: { field: "runId", of: "run" },
+});
+
+/** Create the ledger file (PrivateRecordStore.create). */
+export function createLedger(path: string, initial: Ledger, context: OutputPathContext, files: FileLayer = NODE_FILES): Promise<LedgerHandle> {
+  return LEDGER_STORE.create(path, initial, context, files);
 }
 
 /**
@@ -179,34 +256,12 @@ async function createExclusive(path: string, real: string, text: string, noun: s
   }
 }
 
-/** Replace the ledger atomically (temp file, fsync, rename, fsync folder), after validating it. */
-export async function writeLedger(handle: LedgerHandle, ledger: Ledger, files: FileLayer = NODE_FILES): Promise<void> {
-  const { text, ledger: parsed } = serialize(ledger, handle.path);
-  if (parsed.runId !== handle.runId) {
-    throw new InvalidLedgerError(`refusing to write the ledger ${handle.path}: runId '${parsed.runId}' is not the run '${handle.runId}' that created it`, ["runId: differs from the created ledger"]);
-  }
-  await writeFileAtomic(handle.path, text, { mode: LEDGER_MODE, files });
+/** Replace the ledger atomically (PrivateRecordStore.write). */
+export function writeLedger(handle: LedgerHandle, ledger: Ledger, files: FileLayer = NODE_FILES): Promise<void> {
+  return LEDGER_STORE.write(handle, ledger, files);
 }
 
 /** Read and validate a ledger; the messages never quote the file's content (it holds answers). */
-export async function readLedger(path: string): Promise<Ledger> {
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (err) {
-    throw new UsageError(`cannot read ledger ${path}: ${errnoCode(err)}; check the path given to --ledger/--output`);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    // V8's JSON error quotes part of the input, which may be a private answer.
-    throw new UsageError(`ledger ${path} is not valid JSON; it was not written by this runner or is damaged`);
-  }
-  const parsed = LedgerSchema.safeParse(json);
-  if (!parsed.success) {
-    const problems = formatIssues(parsed.error.issues);
-    throw new UsageError(`ledger ${path} does not match the ledger schema:\n  ${problems.join("\n  ")}`, problems);
-  }
-  return parsed.data;
+export function readLedger(path: string): Promise<Ledger> {
+  return LEDGER_STORE.read(path);
 }

@@ -1,9 +1,6 @@
 import { createHash } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { ManifestSchema, type Manifest } from "./schema.ts";
-import { formatIssues } from "../util/zod-errors.ts";
-import { UsageError } from "../util/errors.ts";
-import { parseJsonStrict } from "../util/strict-json.ts";
+import { parseJsonAs, readFileFor, type JsonFileWords } from "../util/json-file.ts";
 
 export interface LoadedManifest {
   path: string;
@@ -13,30 +10,14 @@ export interface LoadedManifest {
   bytes: Buffer;
 }
 
+/** How messages name the manifest at `path`. */
+const manifestWords = (path: string): JsonFileWords => ({ name: `manifest ${path}`, readFix: "pass --manifest PATH", mismatch: "is invalid", written: "by-hand" });
+
 export function parseManifest(bytes: Buffer, path: string): LoadedManifest {
-  let json: unknown;
-  try {
-    const parsed = parseJsonStrict(bytes.toString("utf8"));
-    if (!parsed.ok) throw new UsageError(`manifest ${path} repeats a key:\n  ${parsed.problems.join("\n  ")}`, parsed.problems);
-    json = parsed.value;
-  } catch (err) {
-    if (err instanceof UsageError) throw err;
-    throw new UsageError(`manifest ${path} is not valid JSON: ${(err as Error).message}`);
-  }
-  const parsed = ManifestSchema.safeParse(json);
-  if (!parsed.success) {
-    const problems = formatIssues(parsed.error.issues);
-    throw new UsageError(`manifest ${path} is invalid:\n  ${problems.join("\n  ")}`, problems);
-  }
-  return { path, manifest: parsed.data, bytes, protocolHash: createHash("sha256").update(bytes).digest("hex") };
+  const manifest = parseJsonAs(bytes, ManifestSchema, manifestWords(path));
+  return { path, manifest, bytes, protocolHash: createHash("sha256").update(bytes).digest("hex") };
 }
 
 export async function loadManifest(path: string): Promise<LoadedManifest> {
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(path);
-  } catch (err) {
-    throw new UsageError(`cannot read manifest ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}; pass --manifest PATH`);
-  }
-  return parseManifest(bytes, path);
+  return parseManifest(await readFileFor(path, manifestWords(path)), path);
 }

@@ -1,7 +1,7 @@
 import type { Manifest } from "../manifest/schema.ts";
-import type { Arm } from "../terms/terms.ts";
+import type { Arm, Mode } from "../terms/terms.ts";
 
-export type Mode = "pilot" | "full";
+export type { Mode } from "../terms/terms.ts";
 
 export interface PlannedAttempt {
   /** 0-based position in run order. */

@@ -1,9 +1,10 @@
 import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { expectedInit } from "../claude/init-expectation.ts";
-import { mkdir, readFile } from "node:fs/promises";
+import { mkdir } from "node:fs/promises";
 import { createHash } from "node:crypto";
-import { resolveLogin, acquireLoginLock, type LoginLock } from "../credentials/login.ts";
+import { resolveLogin, type LoginLock } from "../credentials/login.ts";
+import { lockUnitLogin } from "../credentials/unit-login.ts";
 import { runCliInContainer, type CliRunDeps, type CliRunResult } from "../transport/cli/run.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { runLoop, type Book, type Checkpoint, type LoopEnd, type RunKind, type UnitContext, type UnitOutcome } from "../loop/loop.ts";
@@ -15,26 +16,23 @@ import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../sandbox/reaper.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
 import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
-import { createPrivateFile, LEDGER_MODE } from "../ledger/store.ts";
 import { sessionCallTranscript, TranscriptStore } from "../ledger/transcripts.ts";
-import { writeFileAtomic } from "../util/atomic-file.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { ExitCode, RefusalError, UsageError } from "../util/errors.ts";
-import { formatIssues } from "../util/zod-errors.ts";
 import { answerPrompt, readSessionResult, SESSION_INIT_TOOLS, sessionArguments, sessionPrompt, type ResultReading } from "./args.ts";
 import { budgetReached, callShareUsd, sessionSpentUsd } from "./money.ts";
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
+import { createSessionLedger, readSessionLedger, writeSessionLedger } from "./store.ts";
 import { runTestCommand } from "./test-command.ts";
 import { dockerSandbox } from "../sandbox/docker-sandbox.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { planExport } from "../export/export.ts";
-import { parseJsonStrict } from "../util/strict-json.ts";
+import { readJsonAs } from "../util/json-file.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions, type RunGateway } from "../gateway/run.ts";
 import {
   MAX_QUESTIONS,
   RETRYABLE_STATES,
   SESSION_LEDGER_KIND,
-  SessionLedgerSchema,
   SessionManifestSchema,
   type HarnessEvent,
   type Session,
@@ -89,55 +87,8 @@ export interface StartConfig extends SessionRuntimeOptions {
 }
 
 export async function loadSessionManifest(path: string): Promise<{ manifest: SessionManifest; sha256: string; bytes: Buffer }> {
-  let bytes: Buffer;
-  try {
-    bytes = await readFile(path);
-  } catch (err) {
-    throw new UsageError(`cannot read the session manifest ${path} (${(err as NodeJS.ErrnoException).code}); check --manifest`);
-  }
-  let json: unknown;
-  try {
-    const strict = parseJsonStrict(bytes.toString("utf8"));
-    if (!strict.ok) throw new UsageError(`the session manifest ${path} repeats a key:\n  ${strict.problems.join("\n  ")}`, strict.problems);
-    json = strict.value;
-  } catch (err) {
-    if (err instanceof UsageError) throw err;
-    throw new UsageError(`the session manifest ${path} is not valid JSON`);
-  }
-  const parsed = SessionManifestSchema.safeParse(json);
-  if (!parsed.success) {
-    const problems = formatIssues(parsed.error.issues);
-    throw new UsageError(`the session manifest ${path} is invalid:\n  ${problems.join("\n  ")}`, problems);
-  }
-  return { manifest: parsed.data, sha256: createHash("sha256").update(bytes).digest("hex"), bytes };
-}
-
-function serialize(ledger: SessionLedger, path: string): string {
-  const parsed = SessionLedgerSchema.safeParse(ledger);
-  if (!parsed.success) throw new Error(`refusing to write the session ledger ${path}: it does not match its schema (a runner bug):\n  ${formatIssues(parsed.error.issues).join("\n  ")}`);
-  return `${JSON.stringify(parsed.data, null, 2)}\n`;
-}
-
-export async function writeSessionLedger(path: string, ledger: SessionLedger): Promise<void> {
-  await writeFileAtomic(path, serialize(ledger, path), { mode: LEDGER_MODE });
-}
-
-export async function readSessionLedger(path: string): Promise<SessionLedger> {
-  let text: string;
-  try {
-    text = await readFile(path, "utf8");
-  } catch (err) {
-    throw new UsageError(`cannot read the session ledger ${path} (${(err as NodeJS.ErrnoException).code}); give the path --output named at the start`);
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    throw new UsageError(`the session ledger ${path} is not valid JSON`);
-  }
-  const parsed = SessionLedgerSchema.safeParse(json);
-  if (!parsed.success) throw new UsageError(`the session ledger ${path} does not match its schema:\n  ${formatIssues(parsed.error.issues).join("\n  ")}`);
-  return parsed.data;
+  const { value, bytes } = await readJsonAs(path, SessionManifestSchema, { name: `the session manifest ${path}`, readFix: "check --manifest", mismatch: "is invalid", written: "by-hand" });
+  return { manifest: value, sha256: createHash("sha256").update(bytes).digest("hex"), bytes };
 }
 
 /**
@@ -206,7 +157,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
     sessions: [],
     events: [],
   };
-  const ledgerPath = await createPrivateFile(config.output, serialize(ledger, config.output), { checkouts: config.roots, projectRoot: PROJECT_ROOT }, "session ledger");
+  const ledgerPath = await createSessionLedger(config.output, ledger, { checkouts: config.roots, projectRoot: PROJECT_ROOT });
   ledger.storageDir = `${ledgerPath}.sessions`;
   // Beside the ledger, so the same checks (outside every checkout and the project) hold for it; private.
   await mkdir(ledger.storageDir, { mode: 0o700 });
@@ -543,7 +494,7 @@ async function acquireCall(pass: SessionPass, route: CallRoute, s: Session): Pro
       pass.event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
       return held;
     }
-    const lock = await acquireLoginLock(pass.login, { timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000, holder: ledger.runId, signal: deps.signal });
+    const lock = await lockUnitLogin(pass.login, { timeoutMs: config.loginLockTimeoutMs, staleMs: config.loginLockStaleMs, holder: ledger.runId, signal: deps.signal, note: pass.say });
     pass.event({ type: "account.lock_wait", session: s.id, waited_s: (Date.now() - started) / 1000, gave_up: false });
     route.locks.set(s, lock);
     return { release: () => (route.locks.delete(s), lock.release()) };

@@ -1,16 +1,10 @@
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import type { PlannedAttempt } from "../plan/plan.ts";
+import type { CredentialMode, ModelApi } from "../terms/terms.ts";
 import { runLoop, type Checkpoint, type LoopEnd, type LoopProgress, type RunKind } from "../loop/loop.ts";
 
 /** What a transport tells the loop about its attempts; the naming and the plan are the study's. */
 export type AttemptKind = Omit<RunKind<PlannedAttempt, Observation>, "noun" | "number" | "describe">;
-
-/**
- * Where an attempt's model credentials come from. login-copy: the CLI login is copied into each
- * attempt's HOME and refreshed there; gateway: the login stays on the host and attempts reach
- * the model through the runner.
- */
-export type CredentialsMode = "login-copy" | "gateway";
 
 /**
  * Why `--concurrency` cannot be used as asked, or null. With the login copied into each attempt,
@@ -19,7 +13,7 @@ export type CredentialsMode = "login-copy" | "gateway";
  * stand-in answers: the fake image or a scripted API); a gateway mode that keeps the login on the
  * host has nothing to serialise.
  */
-export function concurrencyProblem(o: { concurrency: number; credentials: CredentialsMode; modelApi: "anthropic" | "test" }): string | null {
+export function concurrencyProblem(o: { concurrency: number; credentials: CredentialMode; modelApi: ModelApi }): string | null {
   if (!Number.isSafeInteger(o.concurrency) || o.concurrency < 1) return `--concurrency must be a whole number of at least 1, got ${o.concurrency}`;
   if (o.concurrency === 1 || o.credentials === "gateway" || o.modelApi === "test") return null;
   return (

@@ -1,13 +1,15 @@
 import type { PlannedAttempt } from "../plan/plan.ts";
 import { attemptInitKind, expectedInit } from "../claude/init-expectation.ts";
 import { reapOrphans, runnerLabels } from "../sandbox/reaper.ts";
-import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
+import { isFakeClaudeImage } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
 import { Ahead } from "../util/ahead.ts";
 import { engineSandboxFor } from "../mcp/bridge.ts";
 import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
-import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../credentials/login.ts";
+import type { LoginLocation, LoginLock } from "../credentials/login.ts";
+import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
 import { assertModelApiSocket } from "../transport/cli/model-api.ts";
+import { probeCliImage, reachEngine } from "../transport/cli/preflight.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../transport/cli/spec.ts";
 import { checkEgressRunner } from "../isolation/proxy.ts";
 import { exportSourceFor } from "../export/options.ts";
@@ -22,7 +24,7 @@ import { commonHeader, newRunId, type StudyRunBase } from "./header.ts";
 import { preflightDocBridge } from "../mcp/preflight.ts";
 import { engineProvenance } from "../mcp/bundle-hash.ts";
 import { containerMcpConfig } from "../mcp/bridge.ts";
-import { RefusalError, errorMessage } from "../util/errors.ts";
+import { RefusalError } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
 import { runCliInContainer, type CliRunDeps, type CliRunInput } from "../transport/cli/run.ts";
@@ -32,7 +34,6 @@ import { Progress } from "./progress.ts";
 import type { TestHooks } from "../transport/test-hooks.ts";
 import { summarize } from "./summary.ts";
 import { gatewayForRun, gatewayUnits, type GatewayRunOptions } from "../gateway/run.ts";
-import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 
 export interface StudyConfig extends StudyRunBase, GatewayRunOptions {
   attemptBudgetUsd: number;
@@ -83,13 +84,7 @@ const egressAllowOf = (config: StudyConfig): readonly string[] => config.egress?
 /** Preflight: everything that must hold before anything is reserved. Throws RefusalError. */
 async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   const { runtime } = deps;
-  let engine;
-  try {
-    engine = await runtime.ping();
-  } catch (err) {
-    throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
-  }
-  assertRuntimeOffered(engine, config.runtime, "--runtime");
+  const engine = await reachEngine(runtime, config.runtime);
   if (config.isolation === "strict") {
     // The proxy's socket is shared with the container user only (src/isolation/proxy.ts): check
     // it here, not in the first attempt after its reservation.
@@ -106,27 +101,14 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   await reapOrphanFolders("egress", removeTree);
   await reapOrphanFolders("gateway", removeTree);
   if (config.modelApi) await assertModelApiSocket(config.modelApi.socketPath);
-  const probed = await probeVersion(runtime, config.image, { labels: runnerLabels(runId, "probe"), runtime: config.runtime });
-  if (probed.version !== config.expectedCliVersion) {
-    throw new RefusalError(`image ${config.image} reports claude ${probed.version}, but ${config.expectedCliVersion} is expected (--cli-version); nothing was charged`);
-  }
-  // With --runtime, one probe container shows that the runtime gives what the attempts will use (docs/isolation.md, "gVisor").
-  const ociRuntime = await resolveOciRuntime(runtime, engine, {
-    name: config.runtime,
-    flag: "--runtime",
+  const { probed, ociRuntime } = await probeCliImage(runtime, engine, {
     image: config.image,
-    labels: runnerLabels(runId, "probe"),
-    needs: runtimeNeeds({
-      network: config.isolation === "standard" && !config.modelApi && config.credentials !== "gateway" ? "bridge" : "none",
-      gateway: config.credentials === "gateway",
-      modelApiSocket: config.modelApi !== undefined,
-      docBridge: config.plan.some((a) => a.arm === "mcp"),
-      egressProxy: config.isolation === "strict" && config.credentials !== "gateway",
-    }),
+    expectedCliVersion: config.expectedCliVersion,
+    runtimeName: config.runtime,
+    runId,
+    route: { isolation: config.isolation, gateway: config.credentials === "gateway", modelApiSocket: config.modelApi !== undefined, docBridge: config.plan.some((a) => a.arm === "mcp") },
   });
-  const login = resolveLogin({ configDir: config.claudeConfigDir });
-  const facts = await inspectLogin(login);
-  if (facts.problems.length) throw new RefusalError(facts.problems.join("\n"), facts.problems);
+  const login = await usableLogin(config.claudeConfigDir);
 
   let docBridge: Ledger["docBridge"] = null;
   if (config.plan.some((a) => a.arm === "mcp")) {
@@ -187,15 +169,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
 
   const locks = new Map<PlannedAttempt, LoginLock>();
   const units = gateway && gatewayUnits<PlannedAttempt>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
-  const lockLogin = () =>
-    acquireLoginLock(login, {
-      timeoutMs: config.loginLockTimeoutMs ?? 10 * 60_000,
-      staleMs: config.loginLockStaleMs,
-      holder: runId,
-      signal: deps.signal,
-      // Not silent: a dead run's lock is only taken over once it is stale (30 s).
-      onWait: (holder) => progress.note(`waiting for the CLI login (${holder})`),
-    });
+  const lockLogin = () => lockUnitLogin(login, { timeoutMs: config.loginLockTimeoutMs, staleMs: config.loginLockStaleMs, holder: runId, signal: deps.signal, note: (line) => progress.note(line) });
   // Attempts in flight at once share the run's one hold on the login (only test stand-ins, see concurrencyProblem).
   const takeLogin = sharedHold(lockLogin);
   const kind: AttemptKind = {

@@ -17,8 +17,8 @@ import { verifyExportHashes } from "./export-hash.ts";
 import { readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines, transcriptNames } from "../ledger/transcripts.ts";
 import { SESSION_INIT_TOOLS } from "../session/args.ts";
 import { callShareUsd } from "../session/money.ts";
-import { SessionLedgerSchema, SessionManifestSchema } from "../session/schema.ts";
-import { formatIssues } from "../util/zod-errors.ts";
+import { SessionManifestSchema } from "../session/schema.ts";
+import { readSessionLedger } from "../session/store.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { parseManifest } from "../manifest/load.ts";
 import { planStudy } from "../plan/plan.ts";
@@ -439,9 +439,7 @@ const SESSION_OUTSIDE_PROBLEMS = [...OUTSIDE_PROBLEMS, "the result's session_id 
  * its structured result is not repeated here).
  */
 export async function verifySessionLedger(path: string, options: VerifyOptions = {}): Promise<VerifyResult> {
-  const parsed = SessionLedgerSchema.safeParse(JSON.parse(await readFile(path, "utf8")));
-  if (!parsed.success) throw new UsageError(`the session ledger ${path} does not match its schema:\n  ${formatIssues(parsed.error.issues).join("\n  ")}`);
-  const l = parsed.data;
+  const l = await readSessionLedger(path);
   const differences = applyInvariants(SESSION_LEDGER_INVARIANTS, l);
   const manifestPath = options.manifest ?? l.manifestPath;
   const manifestBytes = await readFile(manifestPath).catch(() => null);

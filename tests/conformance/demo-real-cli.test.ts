@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, type CliResult } from "../support/cli.ts";
 import { readLedger } from "../../src/ledger/store.ts";
-import { readSessionLedger } from "../../src/session/run.ts";
+import { readSessionLedger } from "../../src/session/store.ts";
 import { assertLedgerMeteredEqualsTranscript, assertMeteredEqualsTranscript, realImage } from "./support.ts";
 
 let work = "";

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FakeProcess, FakeRuntime } from "../support/fake-runtime.ts";
 import { runStudy } from "../../src/study/run.ts";
-import { fakeClaudeRuntime, UNIT_IMAGE as IMAGE, unitStudyConfig } from "../support/unit-study.ts";
+import { fakeClaudeRuntime, unitAdjudicationConfig, unitStudyConfig } from "../support/unit-study.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { ExitCode } from "../../src/util/errors.ts";
@@ -141,28 +141,11 @@ describe("the adjudicator kind on the in-memory runtime", () => {
       const runtime = runtimeWith((_, proc) => answer(proc));
       const output = join(work, "lock.adjudication.json");
       let stdout = "";
-      const code = await runAdjudication(
-        {
-          ledgerPath: join(work, "pilot.ledger.json"),
-          ledger,
-          ledgerSha256: "0".repeat(64),
-          loaded,
-          roots,
-          model: "claude-sonnet-4-6",
-          forceSameModel: false,
-          capUsd: 1,
-          itemBudgetUsd: 0.1,
-          seed: 7,
-          output,
-          image: IMAGE,
-          expectedCliVersion: "2.1.296",
-          isolation: "offline",
-          claudeConfigDir: loginDir,
-          loginLockTimeoutMs: 300,
-          quiet: true,
-        },
-        { runtime, stdout: (t) => (stdout += t), stderr: process.stderr },
-      );
+      const code = await runAdjudication(unitAdjudicationConfig({ work, loaded, roots, loginDir, output, overrides: { ledger, loginLockTimeoutMs: 300, quiet: true } }), {
+        runtime,
+        stdout: (t) => (stdout += t),
+        stderr: process.stderr,
+      });
       expect(code).toBe(ExitCode.blocked);
       const record = await readRecord(output);
       expect(record.status).toBe("blocked");
