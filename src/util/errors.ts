@@ -19,9 +19,8 @@ export const ExitCode = {
   sigterm: 143,
 } as const;
 
-/** Input that cannot be used as given; the message names the field and the fix. */
-export class UsageError extends Error {
-  override readonly name = "UsageError";
+/** An error that carries every problem found, each one line naming the field and the fix. */
+abstract class ProblemsError extends Error {
   constructor(
     message: string,
     readonly problems: readonly string[] = [message],
@@ -30,15 +29,14 @@ export class UsageError extends Error {
   }
 }
 
+/** Input that cannot be used as given; the message names the field and the fix. */
+export class UsageError extends ProblemsError {
+  override readonly name = "UsageError";
+}
+
 /** A check before anything is spent failed (preflight); nothing was charged. */
-export class RefusalError extends Error {
+export class RefusalError extends ProblemsError {
   override readonly name = "RefusalError";
-  constructor(
-    message: string,
-    readonly problems: readonly string[] = [message],
-  ) {
-    super(message);
-  }
 }
 
 export function errorMessage(err: unknown): string {
