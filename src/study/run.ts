@@ -5,6 +5,7 @@ import { isFakeClaudeImage, probeVersion } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
 import { Ahead } from "../util/ahead.ts";
 import { engineSandboxFor } from "../mcp/bridge.ts";
+import { mark } from "../util/marks.ts";
 import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
 import { acquireLoginLock, inspectLogin, resolveLogin, type LoginLocation, type LoginLock } from "../credentials/login.ts";
 import { assertModelApiSocket } from "../transport/cli/model-api.ts";
@@ -179,7 +180,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     observations: [],
   };
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
-  const persist = () => writeLedger(handle, ledger);
+  const persist = () => (mark("ledger:write"), writeLedger(handle, ledger).then(() => mark("ledger:written")));
   const transcripts = await TranscriptStore.create(handle.path);
   const ahead: MadeAhead = { exports: new Ahead<ExportResult>((e) => removeExport(e.dir)), sandboxes: new Ahead<EngineSandbox>((s) => s.remove()) };
 

@@ -24,6 +24,7 @@ import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths, ty
 import { stagePlaceholderLogin } from "../../gateway/credential.ts";
 import { compareMeteredUsage } from "../../gateway/check.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../../gateway/gateway.ts";
+import { mark } from "../../util/marks.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened container, from the export to a classified
@@ -147,6 +148,7 @@ export interface CliRunResult {
 
 /** Fills `record` (export hash, container, transcript facts, cost) and persists it once before the container starts. */
 export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, record: RunFacts, persist: () => Promise<void>): Promise<CliRunResult> {
+  mark("cli:begin");
   const makeFolder = deps.makeFolder ?? makeRunnerFolder;
   const checkpoint = deps.checkpoint ?? (() => {});
   const cleanups: Array<() => Promise<unknown>> = [];
@@ -173,6 +175,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       );
       workDir = exported.dir;
     }
+    mark("cli:exported");
 
     const homeParent = await makeFolder("home");
     cleanups.push(() => removeTree(homeParent));
@@ -195,6 +198,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       staged = await stageLogin(input.login, join(homeParent, "home"));
     }
     const homeDir = join(homeParent, "home");
+    mark("cli:home-staged");
     const sessionMount = input.session ? await input.session.stage(homeDir) : undefined;
     // The session files leave through a channel of their own that the agent cannot write (contract
     // R141), so the login folder need not be writable; with the gateway nothing else is written
@@ -213,6 +217,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, sandbox: input.docBridge.sandbox, socketDir: join(mcpParent, "socket") });
       const b = bridge;
       cleanups.push(() => b.stop());
+      mark("cli:bridge-ready");
     }
     // With the gateway the container has no network and no proxy: the gateway is its one way out.
     if (input.egress && !input.gateway) {
@@ -268,8 +273,9 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
         reader.pushLine(line);
         input.onLine?.(line);
       },
-      { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: input.onContainerStarted },
+      { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: () => (mark("cli:container-started"), input.onContainerStarted?.()) },
     );
+    mark("cli:container-ended");
     Object.assign(record, {
       containerId: raw.containerId,
       ...(raw.runtime ? { runtime: raw.runtime } : {}),
@@ -280,6 +286,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     });
     if (transcriptError !== undefined) throw transcriptError;
     if (transcript) record.transcriptSha256 = transcript.finish();
+    mark("cli:transcript-kept");
 
     const facts = reader.finish();
     // A refused egress request does not fail the attempt by itself (contract R72): it is recorded and reported.
@@ -287,6 +294,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     let mcpRecord: McpBridgeRecord | undefined;
     if (bridge) {
       mcpRecord = await bridge.stop();
+      mark("cli:bridge-stopped");
       bridge = undefined;
       const mismatch = compareMcpRecord(
         mcpRecord,
@@ -298,6 +306,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
     }
     if (staged) await writeBackLogin(input.login, staged, { lock: input.lock });
+    mark("cli:login-written-back");
     if (input.session) {
       const kept = await input.session.collect(await channel!.finish());
       // A call the runner cut short has its own status; one that ran its course must hand its session on.
@@ -324,8 +333,10 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       refusedByHost: gatewayBudgetRefusal(gatewayRecord),
     });
     Object.assign(record, meaning.fields);
+    mark("cli:interpreted");
     return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, mcp: mcpRecord, egress: egressRecord, gateway: gatewayRecord };
   } finally {
     for (const cleanup of cleanups.reverse()) await cleanup().catch(() => {});
+    mark("cli:cleaned-up");
   }
 }
