@@ -37,7 +37,8 @@ import { DEMO_MANIFEST } from "../src/util/paths.ts";
 import { prepareDemo } from "../src/demo/setup.ts";
 import { CLAUDE_CODE_VERSION } from "../src/claude/version.ts";
 import { measure, median, note, ratio, round, runMain, stats } from "./lib.ts";
-import { runTimedStudy } from "./study.ts";
+import { medianSplit, runTimedStudy } from "./study.ts";
+import { TIMING_FILE_ENV } from "../src/util/marks.ts";
 
 const execFileP = promisify(execFile);
 const ROUNDS = 4;
@@ -59,6 +60,9 @@ async function main(): Promise<Record<string, unknown>> {
     const repositoryArm = full.filter((a) => a.arm === "repository");
     const ledgers = join(work, "ledgers");
     await mkdir(ledgers, { mode: 0o700 });
+    // The runner's timing marks (src/util/marks.ts): where each attempt's time went.
+    process.env[TIMING_FILE_ENV] = join(work, "marks.jsonl");
+    const splits: Record<string, number>[] = [];
 
     const attemptMs: number[] = [];
     const containerMs: number[] = [];
@@ -123,8 +127,9 @@ async function main(): Promise<Record<string, unknown>> {
         ...(ociRuntime ? { runtime: ociRuntime } : {}),
       });
       const timed = await runTimedStudy(config("runc"), runtime);
-      for (const { ms, observation } of timed.slice(1)) {
+      for (const { ms, observation, split } of timed.slice(1)) {
         attemptMs.push(ms);
+        splits.push(split!);
         containerMs.push(observation.wallTimeMs!);
         runnerOwnMs.push(ms - observation.wallTimeMs!);
       }
@@ -150,6 +155,10 @@ async function main(): Promise<Record<string, unknown>> {
       containerMs: stats(containerMs),
       // The attempt minus runBounded's wall time: export, login, transcript, cost, ledger, remove.
       runnerOwnMs: { median: round(median(runnerOwnMs), 1) },
+      // Median milliseconds of each step of a runc attempt, between the runner's timing marks:
+      // "cli:container-started → cli:container-ended" is the container's run (the wrapper, the
+      // CLI, the engine's wait), "ledger:write → ledger:written" the three ledger writes.
+      splitMs: medianSplit(splits),
       floorDockerRunMs: cli,
       floorEngineApiMs: api,
       ratioToFloor: r,

@@ -297,12 +297,15 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   const exported = ctx.ahead.exports.take(key, () => exportAtPin(exportOptions));
   const engine = (a: PlannedAttempt) => ({ command: config.docBridgeCommand, cwd: config.roots.get(a.repository)! });
   const sandbox = attempt.arm === "mcp" ? ctx.ahead.sandboxes.take(key, () => engineSandboxFor(engine(attempt))) : undefined;
-  // What the next attempt needs is made while this one's container runs.
-  const next = config.plan[config.plan.indexOf(attempt) + 1];
+  // What the next attempt needs is made while this one's container runs; the next doc-bridge
+  // attempt's engine (its sandbox, the engine started in it) too, even when a repository-only
+  // attempt comes first, so that the engine's start has the longest time to overlap.
+  const later = config.plan.slice(config.plan.indexOf(attempt) + 1);
+  const next = later[0];
+  const nextMcp = later.find((a) => a.arm === "mcp");
   const prepareNext = () => {
-    if (!next) return;
-    ctx.ahead.exports.prepare(String(next.index), async () => exportAtPin(await attemptExport(config, ctx.runId, next)));
-    if (next.arm === "mcp") ctx.ahead.sandboxes.prepare(String(next.index), () => engineSandboxFor(engine(next)));
+    if (next) ctx.ahead.exports.prepare(String(next.index), async () => exportAtPin(await attemptExport(config, ctx.runId, next)));
+    if (nextMcp) ctx.ahead.sandboxes.prepare(String(nextMcp.index), () => engineSandboxFor(engine(nextMcp)));
   };
   const result = await runCliInContainer(
     deps,
