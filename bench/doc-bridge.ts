@@ -9,19 +9,11 @@
  * measures the same pair inside a whole demo run; this one leaves out the demo's adjudication, so
  * it takes a minute rather than several on a loaded machine.
  */
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { loadManifest } from "../src/manifest/load.ts";
-import { planStudy } from "../src/plan/plan.ts";
-import { DockerRuntime } from "../src/sandbox/docker.ts";
-import { referenceEngineCommand } from "../src/mcp/preflight.ts";
-import { DEMO_MANIFEST } from "../src/util/paths.ts";
-import { prepareDemo } from "../src/demo/setup.ts";
-import { CLAUDE_CODE_VERSION } from "../src/claude/version.ts";
-import { TIMING_FILE_ENV } from "../src/util/marks.ts";
 import { note, ratio, runMain, stats } from "./lib.ts";
-import { medianSplit, runTimedStudy, type TimedAttempt } from "./study.ts";
+import { demoBenchConfig, medianSplit, prepareDemoBench, runTimedStudy, type TimedAttempt } from "./study.ts";
 
 const ROUNDS = 3;
 /** Per round: one warm-up attempt, then this many measured ones (half of each arm). */
@@ -31,39 +23,15 @@ const TARGET_RATIO = 1.5;
 async function main(): Promise<Record<string, unknown>> {
   const work = await mkdtemp(join(tmpdir(), "study-runner-bench-doc-bridge-"));
   try {
-    const runtime = new DockerRuntime();
     note("doc-bridge: demo corpus, indexes, fake image, test login");
-    const setup = await prepareDemo(join(work, "demo"), runtime);
-    const image = (await runtime.inspectImage(setup.image))!.id;
-    const loaded = await loadManifest(DEMO_MANIFEST);
-    const full = planStudy(loaded.manifest, "full");
-    const ledgers = join(work, "ledgers");
-    await mkdir(ledgers, { mode: 0o700 });
-    process.env[TIMING_FILE_ENV] = join(work, "marks.jsonl");
+    const bench = await prepareDemoBench(work);
+    const full = bench.full;
     const measured: TimedAttempt[] = [];
     for (let round = 0; round < ROUNDS; round++) {
       note(`doc-bridge: round ${round + 1}/${ROUNDS}`);
       const start = (round * (ATTEMPTS_PER_ROUND + 1)) % (full.length - ATTEMPTS_PER_ROUND);
       const plan = full.slice(start, start + ATTEMPTS_PER_ROUND + 1).map((a, index) => ({ ...a, index }));
-      const timed = await runTimedStudy(
-        {
-          loaded,
-          mode: "full",
-          plan,
-          fullPlanSize: full.length,
-          roots: new Map(Object.entries(setup.roots)),
-          model: "claude-haiku-5-5",
-          capUsd: 1,
-          attemptBudgetUsd: 0.1,
-          output: join(ledgers, `round-${round}.json`),
-          image,
-          expectedCliVersion: CLAUDE_CODE_VERSION,
-          isolation: "offline",
-          docBridgeCommand: referenceEngineCommand(),
-          claudeConfigDir: setup.loginDir,
-        },
-        runtime,
-      );
+      const timed = await runTimedStudy(demoBenchConfig(bench, plan, `round-${round}`), bench.runtime);
       measured.push(...timed.slice(1));
     }
     const arm = (name: string) => measured.filter((t) => t.observation.arm === name);

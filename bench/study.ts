@@ -4,7 +4,8 @@
  * loop body counts: reservation and ledger write, export, login, container, transcript, cost,
  * settlement, ledger write. Preflight (engine ping, reaping, the version probe) is per run.
  */
-import { readFile } from "node:fs/promises";
+import { mkdir, readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { Writable } from "node:stream";
 import { readLedger } from "../src/ledger/store.ts";
@@ -12,6 +13,13 @@ import type { Observation } from "../src/ledger/schema.ts";
 import type { ContainerRuntime } from "../src/sandbox/port.ts";
 import { runStudy, type StudyConfig } from "../src/study/run.ts";
 import { TIMING_FILE_ENV, type TimingMark } from "../src/util/marks.ts";
+import { loadManifest, type LoadedManifest } from "../src/manifest/load.ts";
+import { planStudy, type PlannedAttempt } from "../src/plan/plan.ts";
+import { DockerRuntime } from "../src/sandbox/docker.ts";
+import { referenceEngineCommand } from "../src/mcp/preflight.ts";
+import { DEMO_MANIFEST } from "../src/util/paths.ts";
+import { prepareDemo, type DemoSetup } from "../src/demo/setup.ts";
+import { CLAUDE_CODE_VERSION } from "../src/claude/version.ts";
 import { median, round } from "./lib.ts";
 
 /** A progress line of runStudy announcing an attempt (Progress.start, not a terminal). */
@@ -106,4 +114,49 @@ export async function runTimedStudy(config: StudyConfig, runtime: ContainerRunti
     const split = timing ? splitAttempt(marks, epoch(starts[i]!), epoch(starts[i + 1] ?? ended)) : undefined;
     return { ms: durations[i]!, observation, ...(split ? { split } : {}) };
   });
+}
+
+/** What a benchmark of demo attempts through runStudy needs: the demo's corpus, image and login, its full plan, a ledger folder. */
+export interface DemoBench {
+  runtime: DockerRuntime;
+  setup: DemoSetup;
+  /** The image's id, not its tag: a test rebuilding the tag meanwhile cannot swap the image mid-run. */
+  image: string;
+  loaded: LoadedManifest;
+  full: PlannedAttempt[];
+  ledgers: string;
+}
+
+/** Prepares the demo in `work` and a private ledger folder; the runner's timing marks go to `work/marks.jsonl`. */
+export async function prepareDemoBench(work: string): Promise<DemoBench> {
+  const runtime = new DockerRuntime();
+  const setup = await prepareDemo(join(work, "demo"), runtime);
+  const image = (await runtime.inspectImage(setup.image))!.id;
+  const loaded = await loadManifest(DEMO_MANIFEST);
+  const full = planStudy(loaded.manifest, "full");
+  const ledgers = join(work, "ledgers");
+  await mkdir(ledgers, { mode: 0o700 });
+  process.env[TIMING_FILE_ENV] = join(work, "marks.jsonl");
+  return { runtime, setup, image, loaded, full, ledgers };
+}
+
+/** The study config of a benchmark run of `plan` (indices already the run order), ledger `name` in the ledger folder. */
+export function demoBenchConfig(b: DemoBench, plan: PlannedAttempt[], name: string, ociRuntime?: string): StudyConfig {
+  return {
+    loaded: b.loaded,
+    mode: "full",
+    plan,
+    fullPlanSize: b.full.length,
+    roots: new Map(Object.entries(b.setup.roots)),
+    model: "claude-haiku-5-5",
+    capUsd: 1,
+    attemptBudgetUsd: 0.1,
+    output: join(b.ledgers, `${name}.json`),
+    image: b.image,
+    expectedCliVersion: CLAUDE_CODE_VERSION,
+    isolation: "offline",
+    docBridgeCommand: referenceEngineCommand(),
+    claudeConfigDir: b.setup.loginDir,
+    ...(ociRuntime ? { runtime: ociRuntime } : {}),
+  };
 }
