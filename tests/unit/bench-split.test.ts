@@ -3,15 +3,16 @@ import { medianSplit, splitAttempt } from "../../bench/study.ts";
 
 describe("the attempt split of the benchmarks", () => {
   it("names each step by the marks around it, sums a repeated step and leaves out marks outside the attempt", () => {
-    const marks = [
-      { mark: "before", at: 5 },
-      { mark: "cli:begin", at: 12 },
-      { mark: "ledger:write", at: 20 },
-      { mark: "ledger:written", at: 23 },
-      { mark: "ledger:write", at: 40 },
-      { mark: "ledger:written", at: 44 },
-      { mark: "after", at: 50 },
+    const at: Array<[string, number]> = [
+      ["before", 5],
+      ["cli:begin", 12],
+      ["ledger:write", 20],
+      ["ledger:written", 23],
+      ["ledger:write", 40],
+      ["ledger:written", 44],
+      ["after", 50],
     ];
+    const marks = at.map(([mark, time]) => ({ mark, at: time }));
     expect(splitAttempt(marks, 10, 50)).toEqual({
       "started → cli:begin": 2,
       "cli:begin → ledger:write": 8,
