@@ -311,8 +311,8 @@ export interface StartedEngine extends EngineSandbox {
 /**
  * Starts the engine in its sandbox now, before anyone connects: one fresh process for one bridge,
  * so the container's client does not wait for the engine's own start (Node, its modules, its
- * index). Its output waits in the pipe until the connection comes; `remove` kills it (if still
- * running) and removes the sandbox.
+ * index). What it writes before the connection is held for the connection (MAX_EARLY_OUTPUT_BYTES,
+ * then the pipe holds the rest); `remove` kills it (if still running) and removes the sandbox.
  */
 export function startEngine(sandbox: EngineSandbox): StartedEngine {
   const [command, ...args] = sandbox.command as [string, ...string[]];
