@@ -25,19 +25,12 @@
  * kernel, for a study to weigh.
  */
 import { execFile } from "node:child_process";
-import { mkdir, mkdtemp, rm } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import { loadManifest } from "../src/manifest/load.ts";
-import { planStudy } from "../src/plan/plan.ts";
-import { DockerRuntime } from "../src/sandbox/docker.ts";
-import { referenceEngineCommand } from "../src/mcp/preflight.ts";
-import { DEMO_MANIFEST } from "../src/util/paths.ts";
-import { prepareDemo } from "../src/demo/setup.ts";
-import { CLAUDE_CODE_VERSION } from "../src/claude/version.ts";
 import { measure, median, note, ratio, round, runMain, stats } from "./lib.ts";
-import { runTimedStudy } from "./study.ts";
+import { demoBenchConfig, medianSplit, prepareDemoBench, runTimedStudy } from "./study.ts";
 
 const execFileP = promisify(execFile);
 const ROUNDS = 4;
@@ -49,16 +42,12 @@ const GVISOR = "runsc";
 async function main(): Promise<Record<string, unknown>> {
   const work = await mkdtemp(join(tmpdir(), "study-runner-bench-attempt-"));
   try {
-    const runtime = new DockerRuntime();
     note("attempt: demo corpus, fake image, test login");
-    const setup = await prepareDemo(join(work, "demo"), runtime);
-    // The id, not the tag: a test rebuilding the tag meanwhile cannot swap the image mid-run.
-    const image = (await runtime.inspectImage(setup.image))!.id;
-    const loaded = await loadManifest(DEMO_MANIFEST);
-    const full = planStudy(loaded.manifest, "full");
-    const repositoryArm = full.filter((a) => a.arm === "repository");
-    const ledgers = join(work, "ledgers");
-    await mkdir(ledgers, { mode: 0o700 });
+    // The runner's timing marks (src/util/marks.ts) tell where each attempt's time went.
+    const bench = await prepareDemoBench(work);
+    const { runtime, image } = bench;
+    const repositoryArm = bench.full.filter((a) => a.arm === "repository");
+    const splits: Record<string, number>[] = [];
 
     const attemptMs: number[] = [];
     const containerMs: number[] = [];
@@ -105,26 +94,11 @@ async function main(): Promise<Record<string, unknown>> {
       const start = (round * (ATTEMPTS_PER_ROUND + 1)) % (repositoryArm.length - ATTEMPTS_PER_ROUND);
       // Indices are the run order the ledger checks (observations[i].index === i).
       const plan = repositoryArm.slice(start, start + ATTEMPTS_PER_ROUND + 1).map((a, index) => ({ ...a, index }));
-      const config = (name: string, ociRuntime?: string) => ({
-        loaded,
-        mode: "full" as const,
-        plan,
-        fullPlanSize: full.length,
-        roots: new Map(Object.entries(setup.roots)),
-        model: "claude-haiku-5-5",
-        capUsd: 1,
-        attemptBudgetUsd: 0.1,
-        output: join(ledgers, `${name}-${round}.json`),
-        image,
-        expectedCliVersion: CLAUDE_CODE_VERSION,
-        isolation: "offline" as const,
-        docBridgeCommand: referenceEngineCommand(),
-        claudeConfigDir: setup.loginDir,
-        ...(ociRuntime ? { runtime: ociRuntime } : {}),
-      });
+      const config = (name: string, ociRuntime?: string) => demoBenchConfig(bench, plan, `${name}-${round}`, ociRuntime);
       const timed = await runTimedStudy(config("runc"), runtime);
-      for (const { ms, observation } of timed.slice(1)) {
+      for (const { ms, observation, split } of timed.slice(1)) {
         attemptMs.push(ms);
+        splits.push(split!);
         containerMs.push(observation.wallTimeMs!);
         runnerOwnMs.push(ms - observation.wallTimeMs!);
       }
@@ -150,6 +124,10 @@ async function main(): Promise<Record<string, unknown>> {
       containerMs: stats(containerMs),
       // The attempt minus runBounded's wall time: export, login, transcript, cost, ledger, remove.
       runnerOwnMs: { median: round(median(runnerOwnMs), 1) },
+      // Median milliseconds of each step of a runc attempt, between the runner's timing marks:
+      // "cli:container-started → cli:container-ended" is the container's run (the wrapper, the
+      // CLI, the engine's wait), "ledger:write → ledger:written" the three ledger writes.
+      splitMs: medianSplit(splits),
       floorDockerRunMs: cli,
       floorEngineApiMs: api,
       ratioToFloor: r,

@@ -2,11 +2,12 @@
  * Per-attempt delivery of the doc-bridge server. The container never runs the server and
  * never sees the checkout's .git or index: Claude Code inside it starts `mcp-relay.mjs`,
  * which joins its stdio to a unix socket bind-mounted from the host; here, on the host, each
- * connection gets a fresh server process (cwd = the checkout) and every JSON-RPC message is
- * recorded, so the transcript's doc-bridge calls can be checked against what the server
- * actually answered.
+ * bridge has a fresh server process of its own (cwd = its clone of the checkout), started before
+ * the container so that the client does not wait for the engine's start, and handed the bridge's
+ * one connection; every JSON-RPC message is recorded, so the transcript's doc-bridge calls can be
+ * checked against what the server actually answered.
  */
-import type { ChildProcess } from "node:child_process";
+import type { ChildProcess, ChildProcessWithoutNullStreams } from "node:child_process";
 import { startChild } from "../process/child.ts";
 import { rm } from "node:fs/promises";
 import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
@@ -280,13 +281,68 @@ export interface McpBridgeOptions {
   /** Owner of the socket when the runner is root (default 1000:1000, the container user). */
   containerUid?: number;
   containerGid?: number;
-  /** The engine's sandbox, made ahead by the caller with `engineSandboxFor` (made here otherwise); the bridge removes it. */
-  sandbox?: Promise<EngineSandbox>;
+  /**
+   * The engine's sandbox, made ahead by the caller with `engineSandboxFor` (which also starts the
+   * engine in it); made here otherwise. The bridge stops the engine and removes the sandbox.
+   */
+  sandbox?: Promise<EngineSandbox | StartedEngine>;
 }
 
-/** The engine's own clone and index copy for one bridge (src/mcp/engine-sandbox.ts). */
-export async function engineSandboxFor(opts: Pick<McpBridgeOptions, "command" | "cwd" | "pin">): Promise<EngineSandbox> {
-  return prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)) });
+/** What one engine process did, from its start: the bridge record's server fields. */
+interface EngineServer {
+  child: ChildProcessWithoutNullStreams;
+  exits: McpBridgeRecord["serverExits"];
+  spawnErrors: string[];
+  stderrTail: string;
+  /** The child's stdio closed (it exited and its output was read to the end). */
+  closed: boolean;
+  /** Where its stdout goes: held here until the connection comes, then the connection's. */
+  stdout: { early: Buffer[]; bytes: number; sink?: (d: Buffer) => void };
+}
+
+/** Output an engine may write before anyone connected; past it the pipe holds the rest. */
+const MAX_EARLY_OUTPUT_BYTES = 1024 * 1024;
+
+/** A sandbox with its engine started in it, waiting for the one connection of its bridge. */
+export interface StartedEngine extends EngineSandbox {
+  server: EngineServer;
+}
+
+/**
+ * Starts the engine in its sandbox now, before anyone connects: one fresh process for one bridge,
+ * so the container's client does not wait for the engine's own start (Node, its modules, its
+ * index). What it writes before the connection is held for the connection (MAX_EARLY_OUTPUT_BYTES,
+ * then the pipe holds the rest); `remove` kills it (if still running) and removes the sandbox.
+ */
+export function startEngine(sandbox: EngineSandbox): StartedEngine {
+  const [command, ...args] = sandbox.command as [string, ...string[]];
+  const child = startChild(command, args, { cwd: sandbox.cwd, env: sandbox.env });
+  const server: EngineServer = { child, exits: [], spawnErrors: [], stderrTail: "", closed: false, stdout: { early: [], bytes: 0 } };
+  child.stdout.on("data", (d: Buffer) => {
+    const out = server.stdout;
+    if (out.sink) return out.sink(d);
+    out.early.push(d);
+    out.bytes += d.length;
+    if (out.bytes > MAX_EARLY_OUTPUT_BYTES) child.stdout.pause();
+  });
+  child.on("error", (err) => server.spawnErrors.push(err.message));
+  child.on("exit", (code, signal) => server.exits.push({ code, signal }));
+  child.on("close", () => (server.closed = true));
+  child.stdin.on("error", () => {});
+  child.stderr.on("data", (d: Buffer) => {
+    server.stderrTail = (server.stderrTail + d.toString("utf8")).slice(-STDERR_TAIL);
+  });
+  const remove = async () => {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+    for (const stream of [child.stdin, child.stdout, child.stderr]) stream.destroy();
+    await sandbox.remove();
+  };
+  return { ...sandbox, server, remove };
+}
+
+/** The engine's own clone and index copy for one bridge (src/mcp/engine-sandbox.ts), with the engine started in it. */
+export async function engineSandboxFor(opts: Pick<McpBridgeOptions, "command" | "cwd" | "pin">): Promise<StartedEngine> {
+  return startEngine(await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)) }));
 }
 
 export interface McpBridge {
@@ -312,61 +368,62 @@ function waitForExit(child: ChildProcess, ms: number): Promise<boolean> {
   });
 }
 
-export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge> {
-  if (!opts.command[0]) throw new Error("MCP bridge: the engine command is empty");
-  // The socket must be reachable by the container user and by nobody else.
-  assertSocketOwner("MCP bridge", opts);
-  const sandbox = await (opts.sandbox ?? engineSandboxFor(opts));
-  const [command, ...args] = sandbox.command as [string, ...string[]];
-  let socketDir: string;
-  try {
-    socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
-  } catch (err) {
-    await sandbox.remove();
-    throw err;
-  }
+/** Ends the engine's stdin; SIGTERM after 0.5 s, SIGKILL 2 s later. */
+async function stopEngine(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  child.stdin?.end();
+  if (await waitForExit(child, 500)) return;
+  child.kill("SIGTERM");
+  if (await waitForExit(child, 2000)) return;
+  child.kill("SIGKILL");
+  await waitForExit(child, 2000);
+}
 
-  const recorder = new JsonRpcRecorder();
-  const gate = new ToolCallGate(new Set(opts.allowedTools ?? ALLOWED_DOC_BRIDGE_TOOLS));
-  const state = {
-    connections: 0,
-    refusedConnections: 0,
-    refusedToolCalls: [] as McpBridgeRecord["refusedToolCalls"],
-    serverExits: [] as McpBridgeRecord["serverExits"],
-    spawnErrors: [] as string[],
-    serverStderrTail: "",
-  };
-  let child: ChildProcess | undefined;
-  let active: Socket | undefined;
+/** The bridge's own counts, beside the engine's and the recorder's. */
+interface BridgeState {
+  connections: number;
+  refusedConnections: number;
+  refusedToolCalls: McpBridgeRecord["refusedToolCalls"];
+  active?: Socket;
+}
 
-  const server: Server = createServer({ allowHalfOpen: true }, (socket) => {
-    // One attempt, one connection, one fresh server: a second connection could share or
-    // replay state between what should be independent sessions.
+/**
+ * The socket's connection handler: the first connection is joined to the engine (each line from
+ * the client through the gate, both directions recorded); any later one is refused. One attempt,
+ * one connection, one fresh server: a second connection could share or replay state between what
+ * should be independent sessions.
+ */
+function serveOneConnection(server: EngineServer, state: BridgeState, recorder: JsonRpcRecorder, gate: ToolCallGate): (socket: Socket) => void {
+  return (socket) => {
     if (state.connections > 0) {
       state.refusedConnections++;
       socket.destroy();
       return;
     }
     state.connections++;
-    active = socket;
+    state.active = socket;
     socket.on("error", () => {});
-    const proc = startChild(command, args, { cwd: sandbox.cwd, env: sandbox.env });
-    child = proc;
-    proc.on("error", (err) => {
-      state.spawnErrors.push(err.message);
-      socket.destroy();
-    });
-    proc.on("exit", (code, signal) => {
-      state.serverExits.push({ code, signal });
-    });
-    proc.on("close", () => {
+    const proc = server.child;
+    // An engine that could not be started, or that has already exited with nothing to say.
+    if (server.spawnErrors.length > 0) return void socket.destroy();
+    proc.on("error", () => socket.destroy());
+    const ended = () => {
       recorder.finish();
       socket.end();
-    });
-    proc.stdin.on("error", () => {});
-    proc.stderr.on("data", (d: Buffer) => {
-      state.serverStderrTail = (state.serverStderrTail + d.toString("utf8")).slice(-STDERR_TAIL);
-    });
+    };
+    // What the engine wrote before the connection, then the rest as it comes (backpressure kept).
+    const toClient = (d: Buffer) => {
+      recorder.push("to-client", d);
+      if (!socket.write(d)) {
+        proc.stdout.pause();
+        socket.once("drain", () => proc.stdout.resume());
+      }
+    };
+    for (const d of server.stdout.early.splice(0)) toClient(d);
+    server.stdout.sink = toClient;
+    proc.stdout.resume();
+    if (server.closed) return ended();
+    proc.on("close", ended);
     socket.on("data", (d: Buffer) => {
       const out = gate.push(d);
       state.refusedToolCalls.push(...out.refused);
@@ -377,10 +434,31 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
       for (const reply of out.replies) socket.write(reply);
     });
     socket.on("end", () => proc.stdin.end());
-    proc.stdout.on("data", (d: Buffer) => recorder.push("to-client", d));
-    proc.stdout.pipe(socket, { end: false });
-  });
+  };
+}
 
+/** The sandbox with its engine started: the caller's (made ahead), or one made and started now. */
+async function startedEngine(opts: McpBridgeOptions): Promise<StartedEngine> {
+  const sandbox = await (opts.sandbox ?? engineSandboxFor(opts));
+  return "server" in sandbox ? sandbox : startEngine(sandbox);
+}
+
+export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge> {
+  if (!opts.command[0]) throw new Error("MCP bridge: the engine command is empty");
+  // The socket must be reachable by the container user and by nobody else.
+  assertSocketOwner("MCP bridge", opts);
+  const engine = await startedEngine(opts);
+  let socketDir: string;
+  try {
+    socketDir = await makeSocketDir(opts.socketDir, "study-runner-mcp-");
+  } catch (err) {
+    await engine.remove();
+    throw err;
+  }
+  const recorder = new JsonRpcRecorder();
+  const gate = new ToolCallGate(new Set(opts.allowedTools ?? ALLOWED_DOC_BRIDGE_TOOLS));
+  const state: BridgeState = { connections: 0, refusedConnections: 0, refusedToolCalls: [] };
+  const server: Server = createServer({ allowHalfOpen: true }, serveOneConnection(engine.server, state, recorder, gate));
   const socketPath = await listenForContainer(server, socketDir, SOCKET_NAME, opts);
 
   const snapshot = (): McpBridgeRecord =>
@@ -389,9 +467,9 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
       refusedConnections: state.refusedConnections,
       ...recorder.record,
       refusedToolCalls: state.refusedToolCalls,
-      serverExits: state.serverExits,
-      spawnErrors: state.spawnErrors,
-      serverStderrTail: state.serverStderrTail,
+      serverExits: engine.server.exits,
+      spawnErrors: engine.server.spawnErrors,
+      serverStderrTail: engine.server.stderrTail,
     });
 
   let stopped: Promise<McpBridgeRecord> | undefined;
@@ -399,31 +477,16 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
     (stopped ??= (async () => {
       // close() stops new connections now but calls back only once the open one is gone.
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      if (child && child.exitCode === null && child.signalCode === null) {
-        child.stdin?.end();
-        if (!(await waitForExit(child, 500))) {
-          child.kill("SIGTERM");
-          if (!(await waitForExit(child, 2000))) {
-            child.kill("SIGKILL");
-            await waitForExit(child, 2000);
-          }
-        }
-      }
-      active?.destroy();
+      await stopEngine(engine.server.child);
+      state.active?.destroy();
       await closed;
       recorder.finish();
       await rm(socketDir, { recursive: true, force: true });
-      await sandbox.remove();
+      await engine.remove();
       return snapshot();
     })());
 
-  return {
-    socketDir,
-    socketPath,
-    mount: { source: socketDir, target: CONTAINER_SOCKET_DIR, readOnly: true },
-    snapshot,
-    stop,
-  };
+  return { socketDir, socketPath, mount: { source: socketDir, target: CONTAINER_SOCKET_DIR, readOnly: true }, snapshot, stop };
 }
 
 /**

@@ -1,7 +1,6 @@
 import { createRequire } from "node:module";
 import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { ChildStdioTransport } from "../process/mcp-stdio.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { RUNNER_EXT } from "../util/paths.ts";
 import { REFERENCE_SERVER } from "./bundle-hash.ts";
@@ -11,6 +10,7 @@ import { exportSourceFor } from "../export/options.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { resolveConfigAtPin } from "./config.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "../terms/tool-names.ts";
+import { engineTransport } from "./engine-client.ts";
 import { enginePrivileges, prepareEngineSandbox, type EnginePrivileges, type EngineSandbox } from "./engine-sandbox.ts";
 
 export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
@@ -184,12 +184,7 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
   } catch (err) {
     throw new RefusalError(`doc-bridge probe in ${opts.cwd}: cannot prepare the engine's sandbox: ${errorMessage(err)}`);
   }
-  const [command, ...args] = sandbox.command as [string, ...string[]];
-  const transport = new ChildStdioTransport({ command, args, cwd: sandbox.cwd, env: sandbox.env });
-  let stderr = "";
-  transport.stderr?.on("data", (d: Buffer) => {
-    stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);
-  });
+  const { transport, stderrTail } = engineTransport(sandbox, STDERR_TAIL);
   const client = new Client({ name: "study-runner-preflight", version: "1.0.0" });
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<never>((_, reject) => {
@@ -223,7 +218,7 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
       privileges: sandbox.privileges,
     };
   } catch (err) {
-    const tail = stderr.trim().replace(/\s+/g, " ");
+    const tail = stderrTail().trim().replace(/\s+/g, " ");
     throw new RefusalError(`doc-bridge probe in ${opts.cwd}: ${errorMessage(err)}${tail ? ` (server stderr: ${tail})` : ""}`);
   } finally {
     clearTimeout(timer);

@@ -5,6 +5,7 @@ import { isFakeClaudeImage } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
 import { Ahead } from "../util/ahead.ts";
 import { engineSandboxFor } from "../mcp/bridge.ts";
+import { mark } from "../util/marks.ts";
 import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
 import type { LoginLocation, LoginLock } from "../credentials/login.ts";
 import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
@@ -163,7 +164,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     observations: [],
   };
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
-  const persist = () => writeLedger(handle, ledger);
+  const persist = () => (mark("ledger:write"), writeLedger(handle, ledger).then(() => mark("ledger:written")));
   const transcripts = await TranscriptStore.create(handle.path);
   const ahead: MadeAhead = { exports: new Ahead<ExportResult>((e) => removeExport(e.dir)), sandboxes: new Ahead<EngineSandbox>((s) => s.remove()) };
 
@@ -272,12 +273,15 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   const exported = ctx.ahead.exports.take(key, () => exportAtPin(exportOptions));
   const engine = (a: PlannedAttempt) => ({ command: config.docBridgeCommand, cwd: config.roots.get(a.repository)! });
   const sandbox = attempt.arm === "mcp" ? ctx.ahead.sandboxes.take(key, () => engineSandboxFor(engine(attempt))) : undefined;
-  // What the next attempt needs is made while this one's container runs.
-  const next = config.plan[config.plan.indexOf(attempt) + 1];
+  // What the next attempt needs is made while this one's container runs; the next doc-bridge
+  // attempt's engine (its sandbox, the engine started in it) too, even when a repository-only
+  // attempt comes first, so that the engine's start has the longest time to overlap.
+  const later = config.plan.slice(config.plan.indexOf(attempt) + 1);
+  const next = later[0];
+  const nextMcp = later.find((a) => a.arm === "mcp");
   const prepareNext = () => {
-    if (!next) return;
-    ctx.ahead.exports.prepare(String(next.index), async () => exportAtPin(await attemptExport(config, ctx.runId, next)));
-    if (next.arm === "mcp") ctx.ahead.sandboxes.prepare(String(next.index), () => engineSandboxFor(engine(next)));
+    if (next) ctx.ahead.exports.prepare(String(next.index), async () => exportAtPin(await attemptExport(config, ctx.runId, next)));
+    if (nextMcp) ctx.ahead.sandboxes.prepare(String(nextMcp.index), () => engineSandboxFor(engine(nextMcp)));
   };
   const result = await runCliInContainer(
     deps,

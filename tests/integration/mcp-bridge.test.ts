@@ -161,6 +161,20 @@ describe("MCP bridge", () => {
     expect(r.child.stdin.writableEnded).toBe(false);
   });
 
+  it("starts its engine before anyone connects and hands the connection what it wrote meanwhile", async () => {
+    const repo = await makeRepo(docFiles(), cleanup);
+    const bridge = await bridgeFor([process.execPath, "-e", "process.stdout.write('early\\n')"], repo.dir);
+    // The engine has run and exited with no client yet: it was started with the bridge, not on the connection.
+    await waitFor(() => bridge.snapshot().serverExits.length === 1, 10_000, "the engine's exit before any connection");
+    expect(bridge.snapshot().connections).toBe(0);
+    const r = relay(bridge.socketPath);
+    expect(await within(r.exited, 5000, "the relay exit")).toBe(0);
+    expect(r.output().toString()).toBe("early\n");
+    const record = await bridge.stop();
+    expect(record.connections).toBe(1);
+    expect(record.serverExits).toEqual([{ code: 0, signal: null }]);
+  });
+
   it("serves one connection per attempt and refuses any further one", async () => {
     const repo = await makeRepo(docFiles(), cleanup);
     const bridge = await bridgeFor(NODE_ECHO, repo.dir);

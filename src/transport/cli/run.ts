@@ -26,6 +26,7 @@ import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths, ty
 import { stagePlaceholderLogin } from "../../gateway/credential.ts";
 import { compareMeteredUsage } from "../../gateway/check.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../../gateway/gateway.ts";
+import { mark } from "../../util/marks.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened sandbox (a container on the Docker provider), from the export to a classified
@@ -179,6 +180,7 @@ interface Services {
 
 /** Fills `record` (export hash, container, transcript facts, cost) and persists it once before the container starts. */
 export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, record: RunFacts, persist: () => Promise<void>): Promise<CliRunResult> {
+  mark("cli:begin");
   const stage: Stage = { deps, input, record, makeFolder: deps.makeFolder ?? makeRunnerFolder, cleanups: [] };
   // What the caller made ahead is this stage's from here, whether or not it gets as far as using it.
   const sandboxAhead = input.docBridge?.sandbox;
@@ -187,7 +189,9 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   if (exporting) stage.cleanups.push(() => exporting.then((e) => removeExport(e.dir)));
   try {
     const workDir = await workspaceOf(stage, exporting);
+    mark("cli:exported");
     const home = await stageHome(stage);
+    mark("cli:home-staged");
     const services = await startServices(stage, home);
     const sandbox = deps.sandbox ?? dockerSandbox(deps.runtime);
     const spec = attemptSandboxSpec(attemptInput(input, workDir, home, services), (e) => sandbox.reach(e));
@@ -200,9 +204,11 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
       refusedByHost: gatewayBudgetRefusal(records.gateway),
     });
     Object.assign(record, meaning.fields);
+    mark("cli:interpreted");
     return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, ...records };
   } finally {
     for (const cleanup of stage.cleanups.reverse()) await cleanup().catch(() => {});
+    mark("cli:cleaned-up");
   }
 }
 
@@ -260,6 +266,7 @@ async function startServices({ input, makeFolder, cleanups }: Stage, home: Stage
     const bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, sandbox: input.docBridge.sandbox, socketDir: join(mcpParent, "socket") });
     services.bridge = bridge;
     cleanups.push(() => bridge.stop());
+    mark("cli:bridge-ready");
   }
   // With the gateway the container has no network and no proxy: the gateway is its one way out.
   if (input.egress && !input.gateway) {
@@ -324,7 +331,8 @@ async function runAttemptSandbox({ deps, input, record, cleanups }: Stage, sandb
     reader.pushLine(line);
     input.onLine?.(line);
   };
-  const raw = await runBounded(sandbox, spec, onLine, { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: input.onContainerStarted });
+  const raw = await runBounded(sandbox, spec, onLine, { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: () => (mark("cli:container-started"), input.onContainerStarted?.()) });
+  mark("cli:container-ended");
   Object.assign(record, {
     containerId: raw.containerId,
     ...(raw.runtime ? { runtime: raw.runtime } : {}),
@@ -335,6 +343,7 @@ async function runAttemptSandbox({ deps, input, record, cleanups }: Stage, sandb
   });
   if (transcriptError !== undefined) throw transcriptError;
   if (transcript) record.transcriptSha256 = transcript.finish();
+  mark("cli:transcript-kept");
   return { raw, facts: reader.finish() };
 }
 
@@ -353,6 +362,7 @@ async function settleServices(
   const egress = services.egress ? await services.egress.stop() : undefined;
   const mcp = services.bridge ? await settleDocBridge(services.bridge, facts) : undefined;
   if (home.staged) await writeBackLogin(input.login, home.staged, { lock: input.lock });
+  mark("cli:login-written-back");
   // A run the runner ended (its time limit, a signal) was cut short: its own status says why.
   const cutByRunner = raw.timedOut || deps.signal?.aborted === true;
   if (input.session) {
@@ -367,6 +377,7 @@ async function settleServices(
 /** The bridge's record against the transcript's doc-bridge calls. */
 async function settleDocBridge(bridge: McpBridge, facts: TranscriptFacts): Promise<McpBridgeRecord> {
   const record = await bridge.stop();
+  mark("cli:bridge-stopped");
   const mismatch = compareMcpRecord(
     record,
     facts.docBridgeCalls.map((c) => c.name),

@@ -1,8 +1,8 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
-import { ChildStdioTransport } from "../../process/mcp-stdio.ts";
 import { errorMessage } from "../../util/errors.ts";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName } from "../../terms/tool-names.ts";
 import { prepareEngineSandbox } from "../../mcp/engine-sandbox.ts";
+import { engineTransport } from "../../mcp/engine-client.ts";
 import { gitHead } from "../../corpus/git.ts";
 import type { ToolDefinition, ToolResult, ToolSet } from "./tools.ts";
 
@@ -51,12 +51,7 @@ export async function openDocBridgeTools(o: { command: readonly string[]; cwd: s
   if (!o.command[0]) throw new Error("the doc-bridge engine command is empty");
   const now = o.now ?? (() => performance.now());
   const sandbox = await prepareEngineSandbox({ command: o.command, checkout: o.cwd, pin: await gitHead(o.cwd) });
-  const [command, ...args] = sandbox.command as [string, ...string[]];
-  const transport = new ChildStdioTransport({ command, args, cwd: sandbox.cwd, env: sandbox.env });
-  let stderr = "";
-  transport.stderr?.on("data", (d: Buffer) => {
-    stderr = (stderr + d.toString("utf8")).slice(-STDERR_TAIL);
-  });
+  const { transport, stderrTail } = engineTransport(sandbox, STDERR_TAIL);
   const client = new Client({ name: "study-runner-http", version: "1.0.0" });
   const calls: DocBridgeCallRecord[] = [];
   const toMcp = new Map<string, string>();
@@ -83,7 +78,7 @@ export async function openDocBridgeTools(o: { command: readonly string[]; cwd: s
   } catch (err) {
     await client.close().catch(() => {});
     await sandbox.remove().catch(() => {});
-    const tail = stderr.trim().replace(/\s+/g, " ");
+    const tail = stderrTail().trim().replace(/\s+/g, " ");
     throw new Error(`the doc-bridge server in ${o.cwd} did not start: ${errorMessage(err)}${tail ? ` (server stderr: ${tail.slice(-500)})` : ""}`);
   }
   const info = client.getServerVersion();
