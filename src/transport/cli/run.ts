@@ -331,7 +331,12 @@ async function runAttemptSandbox({ deps, input, record, cleanups }: Stage, sandb
     reader.pushLine(line);
     input.onLine?.(line);
   };
-  const raw = await runBounded(sandbox, spec, onLine, { timeoutMs: input.timeoutMs, stdoutLimitBytes: input.stdoutLimitBytes, signal: deps.signal, onStarted: () => (mark("cli:container-started"), input.onContainerStarted?.()) });
+  const raw = await runBounded(sandbox, spec, onLine, {
+    timeoutMs: input.timeoutMs,
+    stdoutLimitBytes: input.stdoutLimitBytes,
+    signal: deps.signal,
+    onStarted: () => (mark("cli:container-started"), input.onContainerStarted?.()),
+  });
   mark("cli:container-ended");
   Object.assign(record, {
     containerId: raw.containerId,
