@@ -15,7 +15,7 @@ const DECIMAL_RE = /^(\d+)(?:\.(\d+))?(?:e([+-]?\d+))?$/;
  * `String(x)` prints, i.e. what was written), so 0.29 is 290000000000 and not one below.
  * Digits beyond 1e-12 USD are rounded in the given direction.
  */
-export function usdToPico(usd: number, rounding: "floor" | "ceil"): bigint {
+export function usdToPico(usd: number, rounding: "floor" | "ceil" | "nearest"): bigint {
   if (!Number.isFinite(usd) || usd < 0) throw new RangeError(`not a non-negative finite USD amount: ${usd}`);
   const m = DECIMAL_RE.exec(String(usd));
   if (!m) throw new RangeError(`cannot read ${usd} as a decimal`);
@@ -25,7 +25,9 @@ export function usdToPico(usd: number, rounding: "floor" | "ceil"): bigint {
   if (shift >= 0) return digits * 10n ** BigInt(shift);
   const div = 10n ** BigInt(-shift);
   const q = digits / div;
-  return rounding === "ceil" && q * div !== digits ? q + 1n : q;
+  const rest = digits - q * div;
+  if (rest === 0n || rounding === "floor") return q;
+  return rounding === "ceil" || 2n * rest >= div ? q + 1n : q;
 }
 
 /** The nearest double to `pico` × 1e-12 (exact integer divided once, so correctly rounded). */

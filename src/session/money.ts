@@ -15,10 +15,12 @@ export function sessionSpentUsd(calls: readonly Pick<SessionCall, "chargedUsd" |
 /**
  * A call's own share of a cumulative figure the CLI reports for the whole session (total_cost_usd,
  * or the list-price cost of modelUsage): this result's less the previous result's, never below 0.
+ * Both are read to the nearest pico-USD: they are the CLI's own floating-point sums, whose noise
+ * past the twelfth decimal (0.0004575000000000001) is not a pico-USD spent.
  */
 export function callShareUsd(cumulativeUsd: number | null, previousUsd: number): number | null {
   if (cumulativeUsd === null) return null;
-  const share = usdToPico(cumulativeUsd, "ceil") - usdToPico(previousUsd, "ceil");
+  const share = usdToPico(cumulativeUsd, "nearest") - usdToPico(previousUsd, "nearest");
   return picoToUsd(share > 0n ? share : 0n);
 }
 

@@ -293,6 +293,10 @@ describe("exact arithmetic", () => {
     expect(usdToPico(4.6e-6, "floor")).toBe(4_600_000n);
     expect(usdToPico(1e-13, "floor")).toBe(0n);
     expect(usdToPico(1e-13, "ceil")).toBe(1n);
+    expect(usdToPico(1e-13, "nearest")).toBe(0n);
+    expect(usdToPico(5e-13, "nearest")).toBe(1n);
+    expect(usdToPico(0.0004575000000000001, "nearest")).toBe(457_500_000n);
+    expect(usdToPico(0.0004575000000000001, "ceil")).toBe(457_500_001n);
     expect(usdToPico(1.5e21, "floor")).toBe(1_500_000_000_000_000_000_000_000_000_000_000n);
     expect(picoToUsd(602_000_000n)).toBe(0.000602);
     expect(() => usdToPico(-1, "floor")).toThrow(RangeError);

@@ -34,6 +34,13 @@ describe("session money in integer pico-USD", () => {
     expect(callShareUsd(null, 0.3)).toBe(null);
   });
 
+  it("a call's share reads the CLI's float sums to the nearest pico-USD: noise past the twelfth decimal is no pico-USD spent", () => {
+    // Measured on the pinned CLI (tests/conformance/sessions.test.ts): a cumulative 0.0009150000000000001 after 0.0004575.
+    expect(callShareUsd(0.0004575000000000001, 0)).toBe(0.0004575);
+    expect(callShareUsd(0.0009150000000000001, 0.0004575)).toBe(0.0004575);
+    expect(callShareUsd(0.0004574999999999999, 0)).toBe(0.0004575);
+  });
+
   it("the session's budget is reached when its spend is at least the budget, to the pico-USD", () => {
     expect(budgetReached({ spentUsd: 0.3 }, 0.3)).toBe(true);
     expect(budgetReached({ spentUsd: 0.299999999999 }, 0.3)).toBe(false);
