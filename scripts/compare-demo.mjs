@@ -12,7 +12,8 @@
 // a blanket pattern over the whole text: times, run, adjudication and item ids, random ids (session,
 // message, Inspect event), absolute temporary paths, durations (wall-time fields, a report metric of
 // wall time, the Markdown and HTML rows, columns and charts labelled with it), and the digests that
-// cover those (transcript hashes, the report's evidence digest, the runner's own source hash). An id
+// cover those (transcript hashes, the report's evidence digest, the runner's own source hash); a digest of
+// code (the fake claude's binary, the doc-bridge bundle) is explained when the trees account for it. An id
 // or digest found in those fields is replaced where another string quotes it, so an outcome, a cost,
 // a count or a text that changed still shows.
 //
@@ -21,7 +22,8 @@
 import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { dirname, join, relative } from "node:path";
+import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
 
 const HERE = dirname(dirname(fileURLToPath(import.meta.url)));
@@ -142,6 +144,46 @@ function durationsInText(t) {
     .join("\n");
 }
 
+// ---- digests of code ------------------------------------------------------------------------------
+
+/**
+ * Fields that are digests of code, not of anything the code did: the fake claude's binary (the
+ * ledger's and the adjudication record's `image.binarySha256`) and the doc-bridge engine's bundle
+ * (`docBridge.bundleHash`, over the reference server and every module it imports). Such a digest
+ * differs exactly when that code does. A difference there is explained, and not counted, only when it
+ * is derived again from the two trees: the fake's recorded digest must be the sha256 of its own
+ * tree's `docker/fake-claude/claude.mjs`, and the engine's files (as each tree's own
+ * `referenceServerFiles` lists them) must differ between the trees. Anything else is a difference.
+ */
+const CODE_DIGESTS = [
+  { path: /^\$(\.adjudicator)?\.image\.binarySha256$/, what: "the fake claude's binary", explain: fakeClaudeChanged },
+  { path: /^\$\.docBridge\.bundleHash$/, what: "the doc-bridge engine's bundle", explain: engineChanged },
+];
+
+const sha256Of = (path) => createHash("sha256").update(readFileSync(path)).digest("hex");
+
+/** Each side's recorded digest is its own tree's fake claude, and the two files differ. */
+function fakeClaudeChanged(trees, recorded) {
+  const file = (tree) => join(tree, "docker", "fake-claude", "claude.mjs");
+  if (!trees.every((t) => existsSync(file(t)))) return null;
+  const [a, b] = trees.map((t) => sha256Of(file(t)));
+  return a === recorded[0] && b === recorded[1] && a !== b ? "docker/fake-claude/claude.mjs differs between the trees; each side's digest is its own tree's file" : null;
+}
+
+/** The reference server's files (each tree's own list) differ between the trees. */
+function engineChanged(trees) {
+  const list = (tree) => {
+    const code = 'const m = await import("./src/mcp/bundle-hash.ts"); process.stdout.write(JSON.stringify(await m.referenceServerFiles()));';
+    const r = spawnSync("node", ["--import", "tsx", "--input-type=module", "-e", code], { cwd: tree, encoding: "utf8" });
+    return r.status === 0 ? new Map(JSON.parse(r.stdout).map((f) => [relative(tree, f), sha256Of(f)])) : null;
+  };
+  if (!trees.every((t) => existsSync(join(t, "src", "mcp", "bundle-hash.ts")))) return null;
+  const [a, b] = trees.map(list);
+  if (!a || !b) return null;
+  const changed = [...new Set([...a.keys(), ...b.keys()])].filter((f) => a.get(f) !== b.get(f)).sort();
+  return changed.length ? `the engine's files differ between the trees: ${changed.join(", ")}` : null;
+}
+
 // ---- comparing ------------------------------------------------------------------------------------
 
 /** Every place where two normalized JSON values differ, as `path: base …, current …`. */
@@ -245,14 +287,26 @@ function compare(base, current) {
       differences++;
       continue;
     }
-    const found = isJson(files.base[name]) ? jsonDifferences(norm.base.json(a), norm.current.json(b)) : textDifferences(norm.base.text(a), norm.current.text(b));
-    process.stdout.write(found.length ? `${name}: ${found.length} difference(s)\n${found.map((d) => `  ${d}`).join("\n")}\n` : `${name}: same\n`);
+    const all = isJson(files.base[name]) ? jsonDifferences(norm.base.json(a), norm.current.json(b)) : textDifferences(norm.base.text(a), norm.current.text(b));
+    const explained = all.map((d) => explainCodeDigest(d, [base.tree, current.tree]));
+    const found = all.filter((_, i) => explained[i] === null);
+    const notes = explained.filter((e) => e !== null).map((e) => `  (explained) ${e}`);
+    process.stdout.write(`${found.length ? `${name}: ${found.length} difference(s)\n${found.map((d) => `  ${d}`).join("\n")}` : `${name}: same`}\n${notes.map((n) => `${n}\n`).join("")}`);
     differences += found.length;
   }
   return differences;
 }
 
 const isJson = (path) => path.endsWith(".json");
+
+/** A difference `$.path: base "x", current "y"` in a digest of code that each tree's code accounts for, or null. */
+function explainCodeDigest(difference, trees) {
+  const m = /^(\S+): base "([0-9a-f]{64})", current "([0-9a-f]{64})"$/.exec(difference);
+  const digest = m && CODE_DIGESTS.find((c) => c.path.test(m[1]));
+  if (!digest) return null;
+  const why = digest.explain(trees, [m[2], m[3]]);
+  return why ? `${m[1]}: ${digest.what} changed: ${why}` : null;
+}
 
 function main(argv) {
   const keep = argv.includes("--keep");
