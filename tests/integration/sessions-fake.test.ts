@@ -60,6 +60,22 @@ async function config(manifestPath: string, behaviourFile: string, extra: Partia
 
 const types = (l: SessionLedger) => l.events.map((e) => e.type);
 
+/** `sessions start` of `c` (its manifest, the demo's roots, its output, the fake image, a 5 USD cap), then `runtimeArgs`. */
+const startArgv = (c: StartConfig, runtimeArgs: string[]) => [
+  "sessions",
+  "start",
+  "--manifest",
+  c.manifestPath,
+  ...Object.entries(demo.roots).flatMap(([k, v]) => ["--root", `${k}=${v}`]),
+  "--output",
+  c.output,
+  "--image",
+  image,
+  "--cap-usd",
+  "5",
+  ...runtimeArgs,
+];
+
 beforeAll(async () => {
   image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
   work = await mkdtemp(join(tmpdir(), "sr-sessions-"));
@@ -501,31 +517,11 @@ describe("a session ledger proves itself", () => {
     const b = await behaviour({ "0": { kind: "ok", session: { questions: 0 } } });
     const c = await config(await manifest(undefined), b);
     let killedPid: number | undefined;
-    const killed = await runCli(
-      [
-        "sessions",
-        "start",
-        "--manifest",
-        c.manifestPath,
-        ...Object.entries(demo.roots).flatMap(([k, v]) => ["--root", `${k}=${v}`]),
-        "--output",
-        c.output,
-        "--image",
-        image,
-        "--cap-usd",
-        "5",
-        "--claude-config-dir",
-        loginDir,
-        "--isolation",
-        "offline",
-        "--credentials",
-        "login-copy",
-        "--fake-behaviour",
-        b,
-        "--quiet",
-      ],
-      { env: { STUDY_MODEL: MODEL, STUDY_RUNNER_TEST_KILL_AT: "before-container-start" }, timeoutMs: 240_000, onSpawn: (pid) => (killedPid = pid) },
-    );
+    const killed = await runCli(startArgv(c, ["--claude-config-dir", loginDir, "--isolation", "offline", "--credentials", "login-copy", "--fake-behaviour", b, "--quiet"]), {
+      env: { STUDY_MODEL: MODEL, STUDY_RUNNER_TEST_KILL_AT: "before-container-start" },
+      timeoutMs: 240_000,
+      onSpawn: (pid) => (killedPid = pid),
+    });
     await removeLeftovers(killedPid);
     expect(killed.code).not.toBe(0);
     const onDisk = await readSessionLedger(c.output);
@@ -544,23 +540,7 @@ describe("a session ledger proves itself", () => {
     const pids: number[] = [];
     const cli = (args: string[], env: Record<string, string> = {}) => runCli(args, { env: { STUDY_MODEL: MODEL, ...env }, timeoutMs: 240_000, onSpawn: (pid) => pids.push(pid) });
     const runtimeArgs = ["--claude-config-dir", loginDir, "--isolation", "offline", "--credentials", "login-copy", "--fake-behaviour", b, "--fake-records", c.fake!.recordsDir!, "--quiet"];
-    const killed = await cli(
-      [
-        "sessions",
-        "start",
-        "--manifest",
-        c.manifestPath,
-        ...Object.entries(demo.roots).flatMap(([k, v]) => ["--root", `${k}=${v}`]),
-        "--output",
-        c.output,
-        "--image",
-        image,
-        "--cap-usd",
-        "5",
-        ...runtimeArgs,
-      ],
-      { STUDY_RUNNER_TEST_KILL_AT: "during-attempt" },
-    );
+    const killed = await cli(startArgv(c, runtimeArgs), { STUDY_RUNNER_TEST_KILL_AT: "during-attempt" });
     expect(killed.code).not.toBe(0);
     const open = await readSessionLedger(c.output);
     const s = open.sessions[0]!;
