@@ -13,6 +13,7 @@ import type { Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 import {
+  containersCreatedBy,
   containersOfRun,
   exists,
   freshLogin,
@@ -42,6 +43,8 @@ interface Killed {
   ledger: Ledger | undefined;
   ledgerText: string | undefined;
   pid: number;
+  /** When the killed run was started (Date.now()). */
+  startedAt: number;
   tmp: string;
   loginDir: string;
   /** Containers labelled with the dead runner's pid, right after the kill. */
@@ -53,6 +56,7 @@ interface Killed {
 async function killAt(point: string): Promise<Killed> {
   const loginDir = await freshLogin(p);
   const run = await prepareRun(p, { loginDir, env: { STUDY_RUNNER_TEST_KILL_AT: point }, args: FAST_STALE });
+  const startedAt = Date.now();
   const started = startPipeline(run);
   const r = await started.done;
   // Killed by a signal (its own SIGKILL): no exit code, and nothing printed on stdout.
@@ -67,6 +71,7 @@ async function killAt(point: string): Promise<Killed> {
     ledger,
     ledgerText,
     pid: started.pid,
+    startedAt,
     tmp: run.tmp,
     loginDir,
     containers,
@@ -154,7 +159,13 @@ describe("the runner killed with SIGKILL at each checkpoint", () => {
     const open = k.ledger!.observations[0]!;
     expect(k.check.json.verdict).toContain("observation 0 is unsettled (phase running)");
     // The same command again, without the kill: it refuses before anything starts.
-    const again = await runCli(k.run.args, { env: { ...k.run.env, STUDY_RUNNER_TEST_KILL_AT: undefined }, timeoutMs: k.run.timeoutMs });
+    let againPid = 0;
+    const before = Date.now();
+    const again = await runCli(k.run.args, {
+      env: { ...k.run.env, STUDY_RUNNER_TEST_KILL_AT: undefined },
+      timeoutMs: k.run.timeoutMs,
+      onSpawn: (pid) => (againPid = pid),
+    });
     expect(again.code, again.stderr).toBe(2);
     expect(again.stdout).toBe("");
     expect(again.stderr).toContain(`--output ${k.run.output} already exists; a ledger is never overwritten or reused: choose a new file name. It is the ledger of an interrupted study run`);
@@ -163,8 +174,11 @@ describe("the runner killed with SIGKILL at each checkpoint", () => {
     );
     expect(again.stderr).toContain(`\`study-runner ledger check ${k.run.output}\``);
     expect(await readFile(k.run.output, "utf8")).toBe(k.ledgerText);
-    // It started nothing: the dead run's container is still the only one, and the next run on a new --output removes it.
-    expect((await p.runtime.listByLabel({ [LABELS.pid]: String(k.pid) })).map((c) => c.id)).toEqual(k.containers.map((c) => c.id));
+    // It started nothing: the engine created no container for it. (Not "the dead run's container is
+    // still there": another test file's run, side by side on this engine, may have reaped it.)
+    expect(await containersCreatedBy(againPid, before, Date.now())).toEqual([]);
+    // The check can see a creation: the dead run's attempt container (after its image probe's) is in the same log.
+    expect(await containersCreatedBy(k.pid, k.startedAt, Date.now())).toEqual(expect.arrayContaining(k.containers.map((c) => c.id)));
     await nextRunCleansUp(k);
   }, 180_000);
 

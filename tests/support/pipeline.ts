@@ -6,6 +6,7 @@
  */
 import { expectedInit, initEventFrom } from "../../src/claude/init-expectation.ts";
 import { spawn, type ChildProcess } from "node:child_process";
+import Docker from "dockerode";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -240,6 +241,28 @@ export async function recordsText(run: PreparedRun): Promise<string> {
 /** Containers of one run, found by the label every runner container carries. */
 export async function containersOfRun(p: Pipeline, runId: string) {
   return p.runtime.listByLabel({ [LABELS.run]: runId });
+}
+
+/**
+ * Ids of the containers the engine created, between two moments, carrying a runner pid's label.
+ * Read from the engine's event log, so it holds even when a container was removed since (a
+ * runner's own cleanup, or another run's reaper: every run's preflight removes the containers of
+ * runners that are gone, and test files run side by side on one engine).
+ */
+export async function containersCreatedBy(pid: number, sinceMs: number, untilMs: number): Promise<string[]> {
+  const host = process.env.DOCKER_HOST;
+  const docker = new Docker(host?.startsWith("unix://") ? { socketPath: host.slice("unix://".length) } : undefined);
+  const stream = (await docker.getEvents({
+    since: Math.floor(sinceMs / 1000) - 1,
+    until: Math.ceil(untilMs / 1000) + 1,
+    filters: { type: ["container"], event: ["create"], label: [`${LABELS.pid}=${pid}`] },
+  })) as NodeJS.ReadableStream;
+  let text = "";
+  for await (const chunk of stream) text += chunk.toString();
+  return text
+    .split("\n")
+    .filter((line) => line.trim() !== "")
+    .map((line) => (JSON.parse(line) as { id: string }).id);
 }
 
 /** Runner-owned leftovers in a TMPDIR: export folders and attempt HOMEs (which hold a login copy). */
