@@ -19,12 +19,16 @@ export interface BuiltImage {
  * (the context-digest label), so repeated runs and test files reuse one image.
  */
 export async function buildImage(runtime: ContainerRuntime, spec: ImageSpec): Promise<BuiltImage> {
+  // Hashed as it streams by when the image is there already (the usual case), so nothing of the
+  // context stays in this process's memory; packed whole only for a build, whose label must name
+  // the very bytes sent.
+  const streamed = await contextDigest(spec);
+  const existing = await runtime.inspectImage(spec.tag);
+  if (existing?.labels[IMAGE_LABELS.contextDigest] === streamed) {
+    return { tag: spec.tag, id: existing.id, contextDigest: streamed, labels: existing.labels, built: false };
+  }
   const context = await packContext(spec);
   const digest = await contextDigest(context);
-  const existing = await runtime.inspectImage(spec.tag);
-  if (existing?.labels[IMAGE_LABELS.contextDigest] === digest) {
-    return { tag: spec.tag, id: existing.id, contextDigest: digest, labels: existing.labels, built: false };
-  }
   const image = await runtime.buildImage(context, { tag: spec.tag, labels: { [IMAGE_LABELS.contextDigest]: digest } });
   if (image.labels[IMAGE_LABELS.contextDigest] !== digest) {
     throw new ContainerRuntimeError(`build ${spec.tag}: the image does not carry the context digest ${digest}`, "build-failed");

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { readFile } from "node:fs/promises";
+import { readFile, stat } from "node:fs/promises";
 import { posix } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { buffer as readAll } from "node:stream/consumers";
@@ -125,31 +125,53 @@ function contextEntries(spec: ImageSpec): Entry[] {
 }
 
 /**
+ * Writes the context's tar into `pack`: a host file read whole (`whole`), or streamed from disk
+ * with its size taken first and checked at the end (a file that changed size meanwhile fails
+ * instead of giving a tar that is not the one described). Both give the same bytes.
+ */
+async function writeContext(spec: ImageSpec, pack: tar.Pack, whole: boolean): Promise<void> {
+  for (const e of contextEntries(spec)) {
+    const header = { name: e.name, mode: e.mode, mtime: EPOCH, ...OWNER };
+    if (e.type === "directory") {
+      pack.entry({ ...header, type: "directory" });
+    } else if ("content" in e.source || whole) {
+      const body = "content" in e.source ? Buffer.from(e.source.content) : await readFile(e.source.hostPath);
+      pack.entry({ ...header, type: "file" }, body);
+    } else {
+      const { size } = await stat(e.source.hostPath);
+      const entry = pack.entry({ ...header, type: "file", size });
+      await pipeline(createReadStream(e.source.hostPath), entry);
+    }
+  }
+  pack.finalize();
+}
+
+/**
  * The build context as one tar in memory. Reading it whole (a few hundred MB with the real
  * binary) lets the digest and the build use the very same bytes: a file changing between
  * hashing and sending cannot give an image a digest label it does not match.
  */
 export async function packContext(spec: ImageSpec): Promise<Buffer> {
-  const entries = contextEntries(spec);
   const pack = tar.pack();
   const collected = readAll(pack);
-  for (const e of entries) {
-    const header = { name: e.name, mode: e.mode, mtime: EPOCH, ...OWNER };
-    if (e.type === "directory") {
-      pack.entry({ ...header, type: "directory" });
-    } else {
-      const body = "content" in e.source ? Buffer.from(e.source.content) : await readFile(e.source.hostPath);
-      pack.entry({ ...header, type: "file" }, body);
-    }
-  }
-  pack.finalize();
+  await writeContext(spec, pack, true);
   return collected;
 }
 
-/** `sha256:<hex>` of a packed context (or of the context a spec packs to). */
+/**
+ * `sha256:<hex>` of a packed context, or of the context a spec packs to. A spec is hashed as its
+ * tar streams by, never held: a runner that held the context (100-300 MB) kept that much memory
+ * mapped, and every child process it started afterwards cost it up to 30 ms of blocked event
+ * loop to fork (docs/performance.md).
+ */
 export async function contextDigest(context: ImageSpec | Buffer): Promise<string> {
-  const bytes = Buffer.isBuffer(context) ? context : await packContext(context);
-  return `sha256:${createHash("sha256").update(bytes).digest("hex")}`;
+  const hash = createHash("sha256");
+  if (Buffer.isBuffer(context)) hash.update(context);
+  else {
+    const pack = tar.pack();
+    await Promise.all([pipeline(pack, hash), writeContext(context, pack, false)]);
+  }
+  return `sha256:${hash.digest("hex")}`;
 }
 
 /** `sha256` hex of a host file, streamed. */
