@@ -1,10 +1,11 @@
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { access, constants, readFile, realpath, stat } from "node:fs/promises";
-import { basename, delimiter, dirname, isAbsolute, relative, resolve } from "node:path";
+import { access, constants, realpath, stat } from "node:fs/promises";
+import { basename, delimiter, isAbsolute, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { RefusalError } from "../util/errors.ts";
-import { LOCKFILE_NAMES, PROJECT_ROOT, RUNNER_EXT } from "../util/paths.ts";
+import { PROJECT_ROOT, RUNNER_EXT } from "../util/paths.ts";
+import { isReferenceBundle, projectLockFile, relativeImportClosure } from "./reference-bundle.ts";
 
 /**
  * Provenance of the doc-bridge engine: the sha256 of what its command runs, so a ledger says
@@ -14,9 +15,10 @@ import { LOCKFILE_NAMES, PROJECT_ROOT, RUNNER_EXT } from "../util/paths.ts";
  *   runner's PATH, a path against the checkout the engine runs in), symlinks followed;
  * - every later argument that names an existing regular file (a path, absolute or relative to the
  *   checkout, or a file: URL), in argument order: the engine's script, a loader;
- * - when one of those is the bundled reference server, every project file it reaches through
- *   relative imports, and the lock file, which pins the packages it imports (package-lock.json;
- *   npm-shrinkwrap.json in the installed package).
+ * - when one of those is the bundled reference server (the package's compiled file, or the
+ *   clone's bundle of the sources, src/mcp/reference-bundle.ts), every project file the server
+ *   reaches through relative imports, and the lock file, which pins the packages it imports
+ *   (package-lock.json; npm-shrinkwrap.json in the installed package).
  *
  * Each file contributes the line `<sha256 of its bytes>  <label>\n`, where the label is the
  * argument position and file name (`argv[0] node`), or the project-relative path of a reference
@@ -27,11 +29,6 @@ import { LOCKFILE_NAMES, PROJECT_ROOT, RUNNER_EXT } from "../util/paths.ts";
 
 /** The bundled reference server in the form the runner runs: src/…/reference-server.ts in a clone, dist/…/reference-server.js in the package. */
 export const REFERENCE_SERVER = fileURLToPath(new URL(`./reference-server${RUNNER_EXT}`, import.meta.url));
-
-async function lockFile(): Promise<string> {
-  for (const name of LOCKFILE_NAMES) if (await isRegularFile(resolve(PROJECT_ROOT, name))) return resolve(PROJECT_ROOT, name);
-  return resolve(PROJECT_ROOT, LOCKFILE_NAMES[0]);
-}
 
 export interface BundleFile {
   label: string;
@@ -89,23 +86,9 @@ async function argumentFile(arg: string, cwd: string): Promise<string | undefine
   return (await isRegularFile(path)) ? realpath(path) : undefined;
 }
 
-const RELATIVE_IMPORT = /(?:\bfrom|\bimport)\s*\(?\s*["'](\.{1,2}\/[^"']+)["']/g;
-
-/** The reference server and every project file it reaches through relative imports, sorted. */
+/** The reference server (as the runner runs it) and every project file it reaches through relative imports, sorted. */
 export async function referenceServerFiles(): Promise<string[]> {
-  const seen = new Set<string>();
-  const queue = [REFERENCE_SERVER];
-  while (queue.length) {
-    const file = queue.pop()!;
-    if (seen.has(file)) continue;
-    seen.add(file);
-    const text = await readFile(file, "utf8");
-    for (const m of text.matchAll(RELATIVE_IMPORT)) {
-      const target = resolve(dirname(file), m[1]!);
-      if (await isRegularFile(target)) queue.push(target);
-    }
-  }
-  return [...seen].sort();
+  return relativeImportClosure(REFERENCE_SERVER);
 }
 
 /** The bundle of `command` as run with `cwd`; refuses an executable that cannot be found. */
@@ -120,10 +103,10 @@ export async function engineBundle(command: readonly string[], cwd: string, env:
     const path = await argumentFile(arg, cwd);
     if (!path) continue;
     files.push({ label: `argv[${i + 1}] ${basename(path)}`, path, sha256: await sha256File(path) });
-    if (path === (await realpath(REFERENCE_SERVER))) reference = true;
+    if (path === (await realpath(REFERENCE_SERVER)) || isReferenceBundle(path)) reference = true;
   }
   if (reference) {
-    for (const path of [...(await referenceServerFiles()), await lockFile()]) {
+    for (const path of [...(await referenceServerFiles()), projectLockFile()]) {
       files.push({ label: relative(PROJECT_ROOT, path), path, sha256: await sha256File(path) });
     }
   }

@@ -1,9 +1,8 @@
-import { createRequire } from "node:module";
-import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { RUNNER_EXT } from "../util/paths.ts";
 import { REFERENCE_SERVER } from "./bundle-hash.ts";
+import { ensureReferenceBundle } from "./reference-bundle.ts";
 import { loadPublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { lsTree, readBlobs } from "../corpus/git.ts";
 import { exportSourceFor } from "../export/options.ts";
@@ -16,15 +15,14 @@ import { enginePrivileges, prepareEngineSandbox, type EnginePrivileges, type Eng
 export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 
 /**
- * The bundled reference engine as a command, run the way the runner itself runs: from the
- * installed package, this Node and the compiled reference server; from a clone, this Node,
- * tsx's ESM loader resolved from this file (not from the cwd, which is a checkout without tsx)
- * and the server's source.
+ * The bundled reference engine as a command: from the installed package, this Node and the
+ * compiled reference server; from a clone, this Node and the server bundled from today's sources
+ * into one file (src/mcp/reference-bundle.ts, made here when the sources changed), so that no
+ * engine pays tsx's start.
  */
 export function referenceEngineCommand(): string[] {
   if (RUNNER_EXT !== ".ts") return [process.execPath, REFERENCE_SERVER];
-  const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
-  return [process.execPath, "--import", tsxLoader, REFERENCE_SERVER];
+  return [process.execPath, ensureReferenceBundle()];
 }
 
 export interface ProbeOptions {

@@ -3,6 +3,7 @@ import { promisify } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import { preflightDocBridge, probeServer, referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { RefusalError } from "../../src/util/errors.ts";
+import { REFERENCE_ENGINE_REVISION } from "../../src/mcp/reference-server.ts";
 import { DOC_CONFIG, ENGINE, INDEX_ROOT, docFiles, makeRepo, runIndex, writeStandInServer } from "./mcp-fixtures.ts";
 
 const execFileP = promisify(execFile);
@@ -183,11 +184,13 @@ describe("doc-bridge preflight", () => {
   it("the default engine command works from a cwd outside the project", async () => {
     const a = await makeRepo(docFiles(), cleanup);
     const cmd = referenceEngineCommand();
-    // `--import tsx` by bare name would resolve from the checkout, which has no tsx.
-    expect(cmd[2]).toMatch(/^file:\/\/.*\/tsx\/dist\/loader\.mjs$/);
+    // One bundled file, no loader: nothing resolved from the checkout, which has no packages.
+    expect(cmd).toEqual([process.execPath, expect.stringMatching(/\/reference-engine\/[0-9a-f]{64}\/reference-server\.mjs$/)]);
     const { stderr } = await execFileP(cmd[0]!, [...cmd.slice(1), "index"], { cwd: a.dir, env: { PATH: process.env.PATH ?? "", STUDY_RUNNER_DOC_INDEX: INDEX_ROOT } });
     expect(stderr).toContain(`indexed 2 documents at ${a.commit}`);
     const probe = await probeServer({ command: cmd, cwd: a.dir, pin: a.commit });
     expect(probe.tools).toContain("doc.search");
+    // The bundle is the same engine revision as the source the runner imports (which builds the demo's indexes).
+    expect(probe.engineRevision).toBe(REFERENCE_ENGINE_REVISION);
   });
 });

@@ -44,14 +44,15 @@ describe("the doc-bridge bundle hash", () => {
     await expect(engineBundle(["no-such-engine"], work, { PATH: join(work, "a/bin") })).rejects.toThrow(/"no-such-engine" is not a file on PATH; give its absolute path/);
   });
 
-  it("for the bundled reference server: node, the tsx loader, the server and every project file it imports, and the lockfile", async () => {
+  it("for the bundled reference server: node, the clone's bundle, every project file the server imports, and the lockfile", async () => {
     const bundle = await engineBundle(referenceEngineCommand(), work);
     const labels = bundle.files.map((f) => f.label);
-    expect(labels[0]).toMatch(/^argv\[0\] node/);
-    expect(labels).toContain("argv[3] reference-server.ts");
+    expect(labels.slice(0, 2)).toEqual([expect.stringMatching(/^argv\[0\] node/), "argv[1] reference-server.mjs"]);
     expect(labels).toEqual(expect.arrayContaining(["src/mcp/reference-server.ts", "src/mcp/config.ts", "src/corpus/git.ts", "package-lock.json"]));
-    expect(labels.some((l) => /^argv\[2\] /.test(l))).toBe(true); // the loader, given as a file URL
-    expect(bundle.files.find((f) => f.label === "argv[3] reference-server.ts")!.path).toBe(REFERENCE_SERVER);
+    expect(bundle.files.find((f) => f.label === "src/mcp/reference-server.ts")!.path).toBe(REFERENCE_SERVER);
+    // A copy of the bundle elsewhere is a plain script: only the clone's own bundle is followed to its sources.
+    await copyFile(bundle.files[1]!.path, join(work, "reference-server.mjs"));
+    expect((await engineBundle([process.execPath, join(work, "reference-server.mjs")], work)).files).toHaveLength(2);
     // A plain script is not followed into its imports: only the reference server's closure is known.
     const plain = await engineBundle([process.execPath, pathToFileURL(join(work, "a/cli.js")).href], work);
     expect(plain.files).toHaveLength(2);

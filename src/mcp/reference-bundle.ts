@@ -1,0 +1,153 @@
+/**
+ * The reference doc-bridge server as one bundled file, for a clone. A clone runs its TypeScript
+ * through tsx, and an engine started as `node --import tsx reference-server.ts` pays tsx's own
+ * start (its loader thread, esbuild, the transforms) before the server's: measured 0.57 s to
+ * import the server that way against 0.19 s for the same code as one esbuild bundle
+ * (docs/performance.md, "doc-bridge"). Every doc-bridge attempt starts a fresh engine, so the
+ * clone runs the bundle; the installed package runs its compiled dist/ as before.
+ *
+ * The bundle is derived from the bytes it is made of, never trusted from an earlier run: its
+ * folder is named by the sha256 of every project file the server reaches through relative
+ * imports, the lock file (which pins the packages it bundles), the bundler's version and this
+ * file (the bundle's options). A
+ * changed source is a new folder, made at once; an unchanged one is reused.
+ */
+import { createHash, randomUUID } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from "node:fs";
+import { createRequire } from "node:module";
+import { basename, dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { LOCKFILE_NAMES, PROJECT_ROOT } from "../util/paths.ts";
+
+/** The server's source: what a clone bundles and what bundle-hash.ts follows into its imports. */
+export const REFERENCE_SERVER_SOURCE = fileURLToPath(new URL("./reference-server.ts", import.meta.url));
+/** Where a clone keeps its bundles (the tool cache convention of node_modules). */
+export const REFERENCE_BUNDLE_CACHE = join(PROJECT_ROOT, "node_modules", ".cache", "study-runner", "reference-engine");
+/** The bundle's file name inside its folder. */
+export const REFERENCE_BUNDLE_NAME = "reference-server.mjs";
+
+const RELATIVE_IMPORT = /(?:\bfrom|\bimport)\s*\(?\s*["'](\.{1,2}\/[^"']+)["']/g;
+
+function isRegularFile(path: string): boolean {
+  try {
+    return statSync(path).isFile();
+  } catch {
+    return false;
+  }
+}
+
+/** `from` and every project file it reaches through relative imports, sorted. */
+export function relativeImportClosure(from: string): string[] {
+  const seen = new Set<string>();
+  const queue = [from];
+  while (queue.length) {
+    const file = queue.pop()!;
+    if (seen.has(file)) continue;
+    seen.add(file);
+    for (const m of readFileSync(file, "utf8").matchAll(RELATIVE_IMPORT)) {
+      const target = resolve(dirname(file), m[1]!);
+      if (isRegularFile(target)) queue.push(target);
+    }
+  }
+  return [...seen].sort();
+}
+
+/** The project's lock file: package-lock.json in a clone, npm-shrinkwrap.json in the package. */
+export function projectLockFile(root: string = PROJECT_ROOT): string {
+  for (const name of LOCKFILE_NAMES) if (isRegularFile(resolve(root, name))) return resolve(root, name);
+  return resolve(root, LOCKFILE_NAMES[0]);
+}
+
+const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest("hex");
+
+interface Esbuild {
+  version: string;
+  buildSync(options: Record<string, unknown>): { errors: Array<{ text: string }> };
+}
+
+/** esbuild, a development dependency of a clone (tsx runs on it); absent from the installed package. */
+function loadEsbuild(): Esbuild {
+  try {
+    return createRequire(import.meta.url)("esbuild") as Esbuild;
+  } catch (err) {
+    throw new Error(`the reference doc-bridge engine is bundled with esbuild, which cannot be loaded (${(err as Error).message}); run \`npm ci\` in ${PROJECT_ROOT}`);
+  }
+}
+
+/** What to bundle and where: the reference server of this project, unless a test says otherwise. */
+export interface BundleTarget {
+  /** The entry point. */
+  source: string;
+  /** The project root: the lock file's folder, and what the hashed paths are relative to. */
+  root: string;
+  /** The folder the bundles' folders are made in. */
+  cache: string;
+}
+
+const REFERENCE_TARGET: BundleTarget = { source: REFERENCE_SERVER_SOURCE, root: PROJECT_ROOT, cache: REFERENCE_BUNDLE_CACHE };
+
+/** The folder name of the bundle made from today's bytes: what it is made of, hashed. */
+function bundleKey(target: BundleTarget, esbuildVersion: string): string {
+  const files = [...relativeImportClosure(target.source), projectLockFile(target.root)].filter(isRegularFile);
+  const lines = files.map((file) => `${sha256(readFileSync(file))}  ${file.slice(target.root.length + 1)}\n`);
+  // This file too: how the bundle is made (its options, the revision it defines) is part of what it is.
+  return sha256(`esbuild ${esbuildVersion}\nbundler ${sha256(readFileSync(fileURLToPath(import.meta.url)))}\n${lines.join("")}`);
+}
+
+/**
+ * The bundle of today's sources, made if it does not exist yet (into a fresh folder renamed into
+ * place, so a reader never sees half a bundle and two runners making it at once both end with
+ * one). Readable by everyone: the engine may run under another uid (src/mcp/engine-sandbox.ts).
+ */
+export function ensureReferenceBundle(target: BundleTarget = REFERENCE_TARGET): string {
+  const esbuild = loadEsbuild();
+  const dir = join(target.cache, bundleKey(target, esbuild.version));
+  const file = join(dir, REFERENCE_BUNDLE_NAME);
+  if (isRegularFile(file)) return file;
+  mkdirSync(target.cache, { recursive: true, mode: 0o755 });
+  const temp = `${dir}.${process.pid}-${randomUUID()}`;
+  mkdirSync(temp, { mode: 0o755 });
+  chmodSync(temp, 0o755);
+  try {
+    const result = esbuild.buildSync({
+      entryPoints: [target.source],
+      outfile: join(temp, REFERENCE_BUNDLE_NAME),
+      absWorkingDir: target.root,
+      bundle: true,
+      platform: "node",
+      format: "esm",
+      // Comments and whitespace out (they carry paths), names kept for the engine's stack traces.
+      minifyWhitespace: true,
+      minifySyntax: true,
+      logLevel: "silent",
+      // The revision stays the source's (reference-server.ts), so an index built by the runner
+      // in-process is the one the bundle serves.
+      define: { REFERENCE_SERVER_SOURCE_SHA256: JSON.stringify(sha256(readFileSync(target.source))) },
+      // The packages' CommonJS code calls require(); an ES module bundle has none of its own.
+      banner: { js: 'import { createRequire as __bundleRequire } from "node:module"; const require = __bundleRequire(import.meta.url);' },
+    });
+    if (result.errors.length > 0) throw new Error(result.errors.map((e) => e.text).join("; "));
+    chmodSync(join(temp, REFERENCE_BUNDLE_NAME), 0o644);
+    try {
+      renameSync(temp, dir);
+    } catch (err) {
+      // Another runner made the same bundle first: theirs is the same bytes' bundle.
+      if (!existsSync(file)) throw err;
+    }
+  } catch (err) {
+    throw new Error(`the reference doc-bridge engine could not be bundled from ${target.source}: ${(err as Error).message}`);
+  } finally {
+    rmSync(temp, { recursive: true, force: true });
+  }
+  return file;
+}
+
+/** True for a bundle this module made (bundle-hash.ts then hashes the sources it was made from). */
+export function isReferenceBundle(path: string): boolean {
+  if (basename(path) !== REFERENCE_BUNDLE_NAME) return false;
+  try {
+    return realpathSync(dirname(dirname(path))) === realpathSync(REFERENCE_BUNDLE_CACHE);
+  } catch {
+    return false;
+  }
+}
