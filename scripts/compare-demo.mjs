@@ -152,8 +152,8 @@ function durationsInText(t) {
  * (`docBridge.bundleHash`, over the reference server and every module it imports). Such a digest
  * differs exactly when that code does. A difference there is explained, and not counted, only when it
  * is derived again from the two trees: the fake's recorded digest must be the sha256 of its own
- * tree's `docker/fake-claude/claude.mjs`, and the engine's files (as each tree's own
- * `referenceServerFiles` lists them) must differ between the trees. Anything else is a difference.
+ * tree's `docker/fake-claude/claude.mjs`, and the engine's must be the bundle hash each tree
+ * computes for its own engine command. Anything else is a difference.
  */
 const CODE_DIGESTS = [
   { path: /^\$(\.adjudicator)?\.image\.binarySha256$/, what: "the fake claude's binary", explain: fakeClaudeChanged },
@@ -170,18 +170,25 @@ function fakeClaudeChanged(trees, recorded) {
   return a === recorded[0] && b === recorded[1] && a !== b ? "docker/fake-claude/claude.mjs differs between the trees; each side's digest is its own tree's file" : null;
 }
 
-/** The reference server's files (each tree's own list) differ between the trees. */
-function engineChanged(trees) {
-  const list = (tree) => {
-    const code = 'const m = await import("./src/mcp/bundle-hash.ts"); process.stdout.write(JSON.stringify(await m.referenceServerFiles()));';
+/**
+ * Each side's recorded bundle hash is the one its own tree derives for its own engine command
+ * (`engineBundle(referenceEngineCommand())`, run in that tree: which files the command runs, the
+ * server's sources, the lock file), and the two differ. Names what differs between the two lists.
+ */
+function engineChanged(trees, recorded) {
+  const derive = (tree) => {
+    const code =
+      'const { referenceEngineCommand } = await import("./src/mcp/preflight.ts"); const { engineBundle } = await import("./src/mcp/bundle-hash.ts");' +
+      "const b = await engineBundle(referenceEngineCommand(), process.cwd()); process.stdout.write(JSON.stringify({ hash: b.bundleHash, files: b.files.map((f) => [f.label, f.sha256]) }));";
     const r = spawnSync("node", ["--import", "tsx", "--input-type=module", "-e", code], { cwd: tree, encoding: "utf8" });
-    return r.status === 0 ? new Map(JSON.parse(r.stdout).map((f) => [relative(tree, f), sha256Of(f)])) : null;
+    return r.status === 0 ? JSON.parse(r.stdout) : null;
   };
   if (!trees.every((t) => existsSync(join(t, "src", "mcp", "bundle-hash.ts")))) return null;
-  const [a, b] = trees.map(list);
-  if (!a || !b) return null;
-  const changed = [...new Set([...a.keys(), ...b.keys()])].filter((f) => a.get(f) !== b.get(f)).sort();
-  return changed.length ? `the engine's files differ between the trees: ${changed.join(", ")}` : null;
+  const [a, b] = trees.map(derive);
+  if (!a || !b || a.hash !== recorded[0] || b.hash !== recorded[1] || a.hash === b.hash) return null;
+  const [la, lb] = [new Map(a.files), new Map(b.files)];
+  const changed = [...new Set([...la.keys(), ...lb.keys()])].filter((f) => la.get(f) !== lb.get(f)).sort();
+  return `each side's hash is its own tree's engine command's; what differs: ${changed.join(", ")}`;
 }
 
 // ---- comparing ------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
-import { basename, dirname, join, resolve } from "node:path";
+import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LOCKFILE_NAMES, PROJECT_ROOT } from "../util/paths.ts";
 
@@ -86,12 +86,18 @@ export interface BundleTarget {
 
 const REFERENCE_TARGET: BundleTarget = { source: REFERENCE_SERVER_SOURCE, root: PROJECT_ROOT, cache: REFERENCE_BUNDLE_CACHE };
 
+/** The server's source relative to a bundle's folder (`<cache>/<key>/`), as a URL path. */
+function sourceFromBundle(target: BundleTarget): string {
+  return relative(join(target.cache, "key"), target.source).split(sep).join("/");
+}
+
 /** The folder name of the bundle made from today's bytes: what it is made of, hashed. */
 function bundleKey(target: BundleTarget, esbuildVersion: string): string {
   const files = [...relativeImportClosure(target.source), projectLockFile(target.root)].filter(isRegularFile);
   const lines = files.map((file) => `${sha256(readFileSync(file))}  ${file.slice(target.root.length + 1)}\n`);
-  // This file too: how the bundle is made (its options, the revision it defines) is part of what it is.
-  return sha256(`esbuild ${esbuildVersion}\nbundler ${sha256(readFileSync(fileURLToPath(import.meta.url)))}\n${lines.join("")}`);
+  // This file too: how the bundle is made (its options, its entry) is part of what it is.
+  // The source's place relative to the bundle too: the bundle names it (import.meta.url).
+  return sha256(`esbuild ${esbuildVersion}\nbundler ${sha256(readFileSync(fileURLToPath(import.meta.url)))}\nsource ${sourceFromBundle(target)}\n${lines.join("")}`);
 }
 
 /**
@@ -110,7 +116,14 @@ export function ensureReferenceBundle(target: BundleTarget = REFERENCE_TARGET): 
   chmodSync(temp, 0o755);
   try {
     const result = esbuild.buildSync({
-      entryPoints: [target.source],
+      // The bundle's own entry: run the server's main() with this process's arguments and exit
+      // with its code (the server's "am I the entry point" check compares with its source path).
+      stdin: {
+        contents: `import { main } from ${JSON.stringify(`./${basename(target.source)}`)};\nconst code = await main();\nif (code !== 0) process.exit(code);\n`,
+        resolveDir: dirname(target.source),
+        sourcefile: "reference-engine-entry.ts",
+        loader: "ts",
+      },
       outfile: join(temp, REFERENCE_BUNDLE_NAME),
       absWorkingDir: target.root,
       bundle: true,
@@ -120,11 +133,20 @@ export function ensureReferenceBundle(target: BundleTarget = REFERENCE_TARGET): 
       minifyWhitespace: true,
       minifySyntax: true,
       logLevel: "silent",
-      // The revision stays the source's (reference-server.ts), so an index built by the runner
-      // in-process is the one the bundle serves.
-      define: { REFERENCE_SERVER_SOURCE_SHA256: JSON.stringify(sha256(readFileSync(target.source))) },
-      // The packages' CommonJS code calls require(); an ES module bundle has none of its own.
-      banner: { js: 'import { createRequire as __bundleRequire } from "node:module"; const require = __bundleRequire(import.meta.url);' },
+      // The server names itself by its source (its revision is the sha256 of that file), so the
+      // bundle is the same engine revision as the source the runner imports (and builds the
+      // demo's indexes with). Every bundled module that reads import.meta.url gets that URL,
+      // found relative to the bundle at run time, so the bundle's bytes name no folder.
+      define: { "import.meta.url": "__referenceSourceUrl" },
+      // The banner is not bundled code (its import.meta.url is the bundle's own). The packages'
+      // CommonJS code calls require(), which an ES module bundle does not have.
+      banner: {
+        js: [
+          'import { createRequire as __bundleRequire } from "node:module";',
+          "const require = __bundleRequire(import.meta.url);",
+          `const __referenceSourceUrl = new URL(${JSON.stringify(sourceFromBundle(target))}, import.meta.url).href;`,
+        ].join(" "),
+      },
     });
     if (result.errors.length > 0) throw new Error(result.errors.map((e) => e.text).join("; "));
     chmodSync(join(temp, REFERENCE_BUNDLE_NAME), 0o644);

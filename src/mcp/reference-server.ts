@@ -25,14 +25,8 @@ import { loadReferenceConfig, type ReferenceConfig } from "./config.ts";
 
 const SELF = fileURLToPath(import.meta.url);
 
-/**
- * Set by the bundler (src/mcp/reference-bundle.mjs) to the sha256 of this file's source, which
- * the bundle no longer is; undefined when this file runs as itself.
- */
-declare const REFERENCE_SERVER_SOURCE_SHA256: string | undefined;
-
 /** Identifies this engine build: the hash of this file, so a changed server is a new revision. */
-export const REFERENCE_ENGINE_REVISION = `reference-${(typeof REFERENCE_SERVER_SOURCE_SHA256 === "string" ? REFERENCE_SERVER_SOURCE_SHA256 : createHash("sha256").update(readFileSync(SELF)).digest("hex")).slice(0, 12)}`;
+export const REFERENCE_ENGINE_REVISION = `reference-${createHash("sha256").update(readFileSync(SELF)).digest("hex").slice(0, 12)}`;
 
 const INDEX_FORMAT = "reference-doc-bridge-index/1";
 /** Markdown larger than this is not indexed: the reference index stays small. */

@@ -4,18 +4,21 @@
  * or the lock file changes, and never left half-written.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { execFileSync } from "node:child_process";
-import { createHash } from "node:crypto";
+import { execFileSync, spawnSync } from "node:child_process";
 import { mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { ensureReferenceBundle, type BundleTarget } from "../../src/mcp/reference-bundle.ts";
 
 let work: string;
 let target: BundleTarget;
+// Like the reference server: it exports main(argv) and names itself by import.meta.url.
 const ENTRY = `import { dep } from "./dep.ts";
-declare const REFERENCE_SERVER_SOURCE_SHA256: string | undefined;
-console.log(JSON.stringify({ dep, source: typeof REFERENCE_SERVER_SOURCE_SHA256 === "string" ? REFERENCE_SERVER_SOURCE_SHA256 : null, require: typeof require }));
+export async function main(argv: string[] = process.argv.slice(2)): Promise<number> {
+  console.log(JSON.stringify({ dep, self: import.meta.url, argv, require: typeof require }));
+  return argv[0] === "fail" ? 3 : 0;
+}
 `;
 
 beforeAll(async () => {
@@ -28,13 +31,17 @@ beforeAll(async () => {
 });
 afterAll(() => rm(work, { recursive: true, force: true }));
 
-const run = (file: string) => JSON.parse(execFileSync(process.execPath, [file], { encoding: "utf8" })) as { dep: string; source: string | null; require: string };
+const run = (file: string, args: string[] = []) => JSON.parse(execFileSync(process.execPath, [file, ...args], { encoding: "utf8" })) as { dep: string; self: string; argv: string[]; require: string };
 
 describe("the reference engine bundle", () => {
-  it("bundles the entry and its imports into one readable file that runs on Node alone, naming the entry source's sha256 as its revision source", async () => {
+  it("bundles the entry and its imports into one file that runs its main on Node alone, naming itself by its source", async () => {
     const file = ensureReferenceBundle(target);
     expect(file).toMatch(new RegExp(`^${join(work, "cache")}/[0-9a-f]{64}/reference-server\\.mjs$`));
-    expect(run(file)).toEqual({ dep: "one", source: createHash("sha256").update(ENTRY).digest("hex"), require: "function" });
+    // import.meta.url is the source's (the server's revision is that file's sha256), found relative to the bundle.
+    expect(run(file, ["serve"])).toEqual({ dep: "one", self: pathToFileURL(target.source).href, argv: ["serve"], require: "function" });
+    expect(await readFile(file, "utf8")).not.toContain(work);
+    // main's code is the process's exit code.
+    expect(spawnSync(process.execPath, [file, "fail"]).status).toBe(3);
     // The engine may run as another uid (src/mcp/engine-sandbox.ts): readable by all, writable by none of them.
     expect((await stat(file)).mode & 0o777).toBe(0o644);
     expect((await stat(join(file, ".."))).mode & 0o777).toBe(0o755);
