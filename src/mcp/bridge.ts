@@ -1,6 +1,6 @@
 /**
  * Per-attempt delivery of the doc-bridge server. The container never runs the server and
- * never sees the checkout's .git or index: Claude Code inside it starts `mcp-relay.mjs`,
+ * never sees the checkout's .git or index: Claude Code inside it starts `mcp-relay.cjs`,
  * which joins its stdio to a unix socket bind-mounted from the host; here, on the host, each
  * bridge has a fresh server process of its own (cwd = its clone of the checkout), started before
  * the container so that the client does not wait for the engine's start, and handed the bridge's
@@ -20,10 +20,10 @@ import { gitHead } from "../corpus/git.ts";
 
 export const SOCKET_NAME = "mcp.sock";
 export const CONTAINER_SOCKET_DIR = "/run/study-runner";
-export const CONTAINER_RELAY_PATH = "/opt/study-runner/mcp-relay.mjs";
+export const CONTAINER_RELAY_PATH = "/opt/study-runner/mcp-relay.cjs";
 export const CONTAINER_NODE = "/usr/local/bin/node";
 /** The relay on the host; the image build copies it to CONTAINER_RELAY_PATH. */
-export const RELAY_SCRIPT_PATH = fileURLToPath(new URL("../../docker/helpers/mcp-relay.mjs", import.meta.url));
+export const RELAY_SCRIPT_PATH = fileURLToPath(new URL("../../docker/helpers/mcp-relay.cjs", import.meta.url));
 /** The uid and gid Claude Code runs as in the study image. */
 export { CONTAINER_UID, CONTAINER_GID } from "../util/container-socket.ts";
 

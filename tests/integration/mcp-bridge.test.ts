@@ -2,8 +2,10 @@ import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { connect } from "node:net";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterEach, describe, expect, it } from "vitest";
@@ -112,7 +114,8 @@ describe("MCP bridge", () => {
   });
 
   it("refuses to start for a runner that is neither root nor the container uid", async () => {
-    const tsxLoader = ENGINE[2]!;
+    // This child runs the runner's TypeScript itself, so it needs tsx (the engine command no longer does).
+    const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
     const script =
       `import { startMcpBridge } from ${JSON.stringify(new URL("../../src/mcp/bridge.ts", import.meta.url).href)};` +
       `startMcpBridge({ command: ["true"], cwd: "/" }).then(async (b) => { await b.stop(); console.log("started"); }, (e) => console.log(e.message));`;

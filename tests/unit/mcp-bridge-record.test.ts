@@ -125,7 +125,7 @@ describe("names and container config", () => {
   it("builds the --mcp-config of the relay inside the container", () => {
     expect(JSON.parse(containerMcpConfig())).toEqual({
       mcpServers: {
-        "doc-bridge": { type: "stdio", command: "/usr/local/bin/node", args: ["/opt/study-runner/mcp-relay.mjs", "/run/study-runner/mcp.sock"] },
+        "doc-bridge": { type: "stdio", command: "/usr/local/bin/node", args: ["/opt/study-runner/mcp-relay.cjs", "/run/study-runner/mcp.sock"] },
       },
     });
   });

@@ -1,13 +1,16 @@
-// mcp-relay.mjs <socket>: joins this process's stdin/stdout to a unix socket, byte for byte.
+// mcp-relay.cjs <socket>: joins this process's stdin/stdout to a unix socket, byte for byte.
 //
 // Claude Code starts it inside the study container as the doc-bridge stdio "server"; the real
 // server runs on the host, behind the runner's bridge at the other end of the socket. Plain
-// Node ESM with no dependencies, because the image has bare node and nothing else.
-import { createConnection } from "node:net";
+// Node with no dependencies, because the image has bare node and nothing else; CommonJS, because
+// every doc-bridge attempt starts it and an ES module entry costs the ES loader's start (measured
+// in an attempt container: 36-40 ms for the ES module against 27-33 ms for `node -e 0`).
+"use strict";
+const { createConnection } = require("node:net");
 
 const socketPath = process.argv[2];
 if (!socketPath) {
-  process.stderr.write("usage: mcp-relay.mjs <unix-socket-path>\n");
+  process.stderr.write("usage: mcp-relay.cjs <unix-socket-path>\n");
   process.exit(2);
 }
 
