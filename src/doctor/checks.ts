@@ -10,7 +10,7 @@ import { NATIVE_PACKAGE } from "../image/install.ts";
 import { inspectLogin, resolveLogin, RELOGIN } from "../credentials/login.ts";
 import { checkRoot } from "../export/root-check.ts";
 import type { ExportLimits } from "../export/export.ts";
-import { preflightDocBridge, referenceEngineCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
+import { preflightDocBridge, referenceEngineCommand, referenceIndexCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
 import { checkOutputPath } from "../ledger/store.ts";
 import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
@@ -280,7 +280,7 @@ export async function checkDocBridge(
         `serves none of the answer keys (${result.checkouts.map((c) => `${c.repository}: ${c.forbiddenPathsChecked} path${c.forbiddenPathsChecked === 1 ? "" : "s"} refused by doc.get and absent from doc.search`).join("; ")})`,
     );
   } catch (err) {
-    const indexCommand = isReference ? [...reference, "index"].map(shellWord).join(" ") : "your engine's index command (e.g. ak-docs index)";
+    const indexCommand = isReference ? referenceIndexCommand().map(shellWord).join(" ") : "your engine's index command (e.g. ak-docs index)";
     return fail(
       "doc-bridge",
       errorMessage(err),

@@ -1,3 +1,5 @@
+import { createRequire } from "node:module";
+import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { RUNNER_EXT } from "../util/paths.ts";
@@ -23,6 +25,18 @@ export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 export function referenceEngineCommand(): string[] {
   if (RUNNER_EXT !== ".ts") return [process.execPath, REFERENCE_SERVER];
   return [process.execPath, ensureReferenceBundle()];
+}
+
+/**
+ * The reference engine's index command as a person runs it in a checkout: the same server, but
+ * named by a path that stays valid (the bundle's folder changes with every source change). From
+ * a clone, the source through tsx's loader resolved from this file (a bare `--import tsx` would be
+ * resolved from the checkout, which has no tsx); from the package, the compiled server.
+ */
+export function referenceIndexCommand(): string[] {
+  if (RUNNER_EXT !== ".ts") return [process.execPath, REFERENCE_SERVER, "index"];
+  const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+  return [process.execPath, "--import", tsxLoader, REFERENCE_SERVER, "index"];
 }
 
 export interface ProbeOptions {
