@@ -9,8 +9,8 @@
  * The bundle is derived from the bytes it is made of, never trusted from an earlier run: its
  * folder is named by the sha256 of every project file the server reaches through relative
  * imports, the lock file (which pins the packages it bundles), the bundler's version and this
- * file (the bundle's options). A
- * changed source is a new folder, made at once; an unchanged one is reused.
+ * file (the bundle's options). A changed source is a new folder, made at once; an unchanged one
+ * is reused.
  */
 import { createHash, randomUUID } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, readFileSync, realpathSync, renameSync, rmSync, statSync } from "node:fs";
@@ -19,7 +19,7 @@ import { basename, dirname, join, relative, resolve, sep } from "node:path";
 import { fileURLToPath } from "node:url";
 import { LOCKFILE_NAMES, PROJECT_ROOT } from "../util/paths.ts";
 
-/** The server's source: what a clone bundles and what bundle-hash.ts follows into its imports. */
+/** The server's source: what a clone bundles (in a clone, also bundle-hash.ts's REFERENCE_SERVER). */
 export const REFERENCE_SERVER_SOURCE = fileURLToPath(new URL("./reference-server.ts", import.meta.url));
 /** Where a clone keeps its bundles (the tool cache convention of node_modules). */
 export const REFERENCE_BUNDLE_CACHE = join(PROJECT_ROOT, "node_modules", ".cache", "study-runner", "reference-engine");
