@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
 import { createReadStream } from "node:fs";
-import { readFile, stat } from "node:fs/promises";
+import { stat } from "node:fs/promises";
 import { posix } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { buffer as readAll } from "node:stream/consumers";
@@ -125,36 +125,34 @@ function contextEntries(spec: ImageSpec): Entry[] {
 }
 
 /**
- * Writes the context's tar into `pack`: a host file read whole (`whole`), or streamed from disk
- * with its size taken first and checked at the end (a file that changed size meanwhile fails
- * instead of giving a tar that is not the one described). Both give the same bytes.
+ * Writes the context's tar into `pack`, each host file streamed from disk with its size taken
+ * first (tar-stream fails an entry whose bytes do not match its size, so a file that changed
+ * meanwhile fails rather than giving a tar that is not the one described).
  */
-async function writeContext(spec: ImageSpec, pack: tar.Pack, whole: boolean): Promise<void> {
+async function writeContext(spec: ImageSpec, pack: tar.Pack): Promise<void> {
   for (const e of contextEntries(spec)) {
     const header = { name: e.name, mode: e.mode, mtime: EPOCH, ...OWNER };
     if (e.type === "directory") {
       pack.entry({ ...header, type: "directory" });
-    } else if ("content" in e.source || whole) {
-      const body = "content" in e.source ? Buffer.from(e.source.content) : await readFile(e.source.hostPath);
-      pack.entry({ ...header, type: "file" }, body);
+    } else if ("content" in e.source) {
+      pack.entry({ ...header, type: "file" }, Buffer.from(e.source.content));
     } else {
       const { size } = await stat(e.source.hostPath);
-      const entry = pack.entry({ ...header, type: "file", size });
-      await pipeline(createReadStream(e.source.hostPath), entry);
+      await pipeline(createReadStream(e.source.hostPath), pack.entry({ ...header, type: "file", size }));
     }
   }
   pack.finalize();
 }
 
 /**
- * The build context as one tar in memory. Reading it whole (a few hundred MB with the real
+ * The build context as one tar in memory. Holding it whole (a few hundred MB with the real
  * binary) lets the digest and the build use the very same bytes: a file changing between
  * hashing and sending cannot give an image a digest label it does not match.
  */
 export async function packContext(spec: ImageSpec): Promise<Buffer> {
   const pack = tar.pack();
   const collected = readAll(pack);
-  await writeContext(spec, pack, true);
+  await writeContext(spec, pack);
   return collected;
 }
 
@@ -169,7 +167,7 @@ export async function contextDigest(context: ImageSpec | Buffer): Promise<string
   if (Buffer.isBuffer(context)) hash.update(context);
   else {
     const pack = tar.pack();
-    await Promise.all([pipeline(pack, hash), writeContext(context, pack, false)]);
+    await Promise.all([pipeline(pack, hash), writeContext(context, pack)]);
   }
   return `sha256:${hash.digest("hex")}`;
 }

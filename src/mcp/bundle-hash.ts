@@ -86,11 +86,6 @@ async function argumentFile(arg: string, cwd: string): Promise<string | undefine
   return (await isRegularFile(path)) ? realpath(path) : undefined;
 }
 
-/** The reference server (as the runner runs it) and every project file it reaches through relative imports, sorted. */
-export async function referenceServerFiles(): Promise<string[]> {
-  return relativeImportClosure(REFERENCE_SERVER);
-}
-
 /** The bundle of `command` as run with `cwd`; refuses an executable that cannot be found. */
 export async function engineBundle(command: readonly string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<EngineBundle> {
   const [exe, ...args] = command;
@@ -106,7 +101,8 @@ export async function engineBundle(command: readonly string[], cwd: string, env:
     if (path === (await realpath(REFERENCE_SERVER)) || isReferenceBundle(path)) reference = true;
   }
   if (reference) {
-    for (const path of [...(await referenceServerFiles()), projectLockFile()]) {
+    // The server as the runner runs it and every project file it reaches through relative imports.
+    for (const path of [...relativeImportClosure(REFERENCE_SERVER), projectLockFile()]) {
       files.push({ label: relative(PROJECT_ROOT, path), path, sha256: await sha256File(path) });
     }
   }

@@ -250,9 +250,8 @@ export async function containersOfRun(p: Pipeline, runId: string) {
  * runners that are gone, and test files run side by side on one engine).
  */
 export async function containersCreatedBy(pid: number, sinceMs: number, untilMs: number): Promise<string[]> {
-  const host = process.env.DOCKER_HOST;
-  const docker = new Docker(host?.startsWith("unix://") ? { socketPath: host.slice("unix://".length) } : undefined);
-  const stream = (await docker.getEvents({
+  // dockerode reads DOCKER_HOST itself, as the runner's engine port does.
+  const stream = (await new Docker().getEvents({
     since: Math.floor(sinceMs / 1000) - 1,
     until: Math.ceil(untilMs / 1000) + 1,
     filters: { type: ["container"], event: ["create"], label: [`${LABELS.pid}=${pid}`] },
