@@ -19,6 +19,7 @@ const BENCHMARKS = [
   { name: "gateway-memory", timeoutMs: 120_000 },
   { name: "export", timeoutMs: 240_000 },
   { name: "attempt", timeoutMs: 300_000 },
+  { name: "wrapper", timeoutMs: 240_000 },
   { name: "doc-bridge", timeoutMs: 300_000 },
   { name: "real-cli", timeoutMs: 180_000 },
   { name: "demo", timeoutMs: 240_000 },

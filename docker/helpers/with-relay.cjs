@@ -2,7 +2,7 @@
 // with-relay.cjs <socket> -- <command> [args...]            (the same as --api <socket>)
 //
 // The container's entrypoint when something on the host is reached through a unix socket
-// bind-mounted into a container whose network is "none". It starts one relay (api-relay.mjs) per
+// bind-mounted into a container whose network is "none". It starts one relay (api-relay.cjs) per
 // socket in this process, each listening on 127.0.0.1, and only once all of them listen spawns
 // <command> (claude) with the same environment and every stdio stream inherited, so the
 // container's stdout is exactly the CLI's stream-json (this wrapper never writes to stdout).
@@ -123,7 +123,7 @@ if (relays.length === 2 && relays[0].port === relays[1].port) fail(2, `ANTHROPIC
 /** Starts every relay, each listening before the command starts; the relay module is loaded only for them. */
 async function startRelays() {
   if (relays.length === 0) return;
-  const { relayArgumentProblem, startApiRelay } = await import("./api-relay.mjs");
+  const { relayArgumentProblem, startApiRelay } = require("./api-relay.cjs");
   for (const r of relays) {
     const problem = relayArgumentProblem(r.port, r.socket);
     if (problem) fail(2, problem);

@@ -12,12 +12,12 @@ import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import { runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
 
-// docker/helpers/api-relay.mjs and with-relay.cjs: on the host (byte-for-byte forwarding) and
+// docker/helpers/api-relay.cjs and with-relay.cjs: on the host (byte-for-byte forwarding) and
 // inside a NetworkMode "none" container, where loopback plus a bind-mounted socket folder is the
 // only way out. The container image is the fake-claude image: the same layout (Node at
-// /usr/local/bin/node, every docker/helpers/*.mjs at /opt/study-runner) as the real one.
+// /usr/local/bin/node, every docker/helpers/*.cjs at /opt/study-runner) as the real one.
 
-const RELAY = fileURLToPath(new URL("../../docker/helpers/api-relay.mjs", import.meta.url));
+const RELAY = fileURLToPath(new URL("../../docker/helpers/api-relay.cjs", import.meta.url));
 const WITH_RELAY = `${IMAGE_LAYOUT.helpers}/with-relay.cjs`;
 const SOCKET = `${SOCKET_DIR_IN_CONTAINER}/api.sock`;
 
@@ -73,7 +73,7 @@ function roundTrip(port: number, payload: Buffer): Promise<Buffer> {
   });
 }
 
-describe("api-relay.mjs on the host", () => {
+describe("api-relay.cjs on the host", () => {
   it("forwards arbitrary bytes both ways unchanged, half-close included", async () => {
     const dir = await socketDir();
     const socketPath = join(dir, "echo.sock");

@@ -1,16 +1,17 @@
-// api-relay.mjs <port> <socket>: listens on 127.0.0.1:<port> and joins each TCP connection,
+// api-relay.cjs <port> <socket>: listens on 127.0.0.1:<port> and joins each TCP connection,
 // byte for byte, to a new connection to the unix socket <socket>.
 //
 // Inside a container with NetworkMode "none" only loopback exists, so the Claude Code CLI
 // (ANTHROPIC_BASE_URL=http://127.0.0.1:<port>) reaches the Messages API server on the host
 // through a bind-mounted socket folder and nothing else. The relay does not parse HTTP: what
-// the CLI sends is what the host server records. Plain Node ESM with no dependencies, because
+// the CLI sends is what the host server records. Plain Node with no dependencies, because
 // the image has bare node and nothing else.
 //
-// Imported (not run) by with-relay.cjs, which starts it in-process before it spawns claude.
-import { createConnection, createServer } from "node:net";
-import { realpathSync } from "node:fs";
-import { fileURLToPath } from "node:url";
+// Required (not run) by with-relay.cjs, which starts it in-process before it spawns claude.
+// CommonJS like with-relay.cjs: an ES module here made every attempt's wrapper start the ES
+// loader (measured: docs/performance.md, "Issue 28, third pass").
+"use strict";
+const { createConnection, createServer } = require("node:net");
 
 /**
  * Starts the relay; resolves with the listening server once 127.0.0.1:<port> accepts
@@ -20,7 +21,7 @@ import { fileURLToPath } from "node:url";
  * @param {(message: string) => void} [log] where connection errors are reported (default stderr)
  * @returns {Promise<import("node:net").Server>}
  */
-export function startApiRelay(port, socketPath, log = (m) => process.stderr.write(`api-relay: ${m}\n`)) {
+function startApiRelay(port, socketPath, log = (m) => process.stderr.write(`api-relay: ${m}\n`)) {
   const server = createServer({ allowHalfOpen: true }, (client) => {
     const upstream = createConnection({ path: socketPath, allowHalfOpen: true });
     client.pipe(upstream);
@@ -45,7 +46,7 @@ export function startApiRelay(port, socketPath, log = (m) => process.stderr.writ
 }
 
 /** Validates the argv pair; returns a message for the first problem, or undefined. */
-export function relayArgumentProblem(portText, socketPath) {
+function relayArgumentProblem(portText, socketPath) {
   if (!/^[0-9]{1,5}$/.test(portText ?? "") || Number(portText) < 1 || Number(portText) > 65535) {
     return `port ${JSON.stringify(portText)} is not 1..65535`;
   }
@@ -53,19 +54,13 @@ export function relayArgumentProblem(portText, socketPath) {
   return undefined;
 }
 
-function isMain() {
-  try {
-    return process.argv[1] !== undefined && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url));
-  } catch {
-    return false;
-  }
-}
+module.exports = { relayArgumentProblem, startApiRelay };
 
-if (isMain()) {
+if (require.main === module) {
   const [portText, socketPath] = process.argv.slice(2);
   const problem = relayArgumentProblem(portText, socketPath);
   if (problem) {
-    process.stderr.write(`usage: api-relay.mjs <port> <unix-socket-path>: ${problem}\n`);
+    process.stderr.write(`usage: api-relay.cjs <port> <unix-socket-path>: ${problem}\n`);
     process.exit(2);
   }
   startApiRelay(Number(portText), socketPath).then(
