@@ -100,6 +100,8 @@ export class JsonRpcRecorder {
     "to-client": { chunks: [], size: 0, oversized: false },
   };
   private readonly pending = new Map<string, { name: string; id: string | number; at: number }>();
+  /** Ids of the client's requests (any method) the server has not answered yet. */
+  private readonly unanswered = new Set<string>();
   readonly record: Omit<McpBridgeRecord, "connections" | "refusedConnections" | "refusedToolCalls" | "serverExits" | "spawnErrors" | "serverStderrTail"> = {
     messages: 0,
     messageLog: [],
@@ -123,6 +125,11 @@ export class JsonRpcRecorder {
       from = nl + 1;
     }
     if (from < chunk.length) this.add(buf, chunk.subarray(from));
+  }
+
+  /** How many of the client's requests still wait for the server's answer. */
+  get awaitingAnswers(): number {
+    return this.unanswered.size;
   }
 
   /** The pending tools/call requests become unanswered; call once the connection is over. */
@@ -166,6 +173,7 @@ export class JsonRpcRecorder {
     const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : undefined;
     if (typeof msg.method === "string") {
       const entry: McpMessageRecord = { direction, at, bytes, kind: id === undefined ? "notification" : "request", method: msg.method, id };
+      if (id !== undefined && direction === "to-server") this.unanswered.add(JSON.stringify(id));
       const params = msg.params as Json | undefined;
       if (msg.method === "tools/call" && id !== undefined && direction === "to-server") {
         const name = typeof params?.name === "string" ? params.name.slice(0, 200) : "(unnamed)";
@@ -178,6 +186,7 @@ export class JsonRpcRecorder {
     const result = msg.result as Json | undefined;
     const isError = msg.error !== undefined || result?.isError === true;
     const entry: McpMessageRecord = { direction, at, bytes, kind: "response", id, isError };
+    if (direction === "to-client") this.unanswered.delete(JSON.stringify(id));
     // A response travels the other way from its request.
     const requestDirection: Direction = direction === "to-client" ? "to-server" : "to-client";
     const key = `${requestDirection}:${JSON.stringify(id)}`;
@@ -407,17 +416,27 @@ function serveOneConnection(server: EngineServer, state: BridgeState, recorder: 
     // An engine that could not be started, or that has already exited with nothing to say.
     if (server.spawnErrors.length > 0) return void socket.destroy();
     proc.on("error", () => socket.destroy());
+    // The client has ended its side (the CLI closes its stdio server at exit: the MCP SDK's stdio
+    // client ends stdin and waits for the process to exit). Once every request it sent is answered,
+    // the connection ends at once: the container's exit does not wait for the engine's.
+    let clientEnded = false;
+    const endIfDone = () => {
+      if (clientEnded && recorder.awaitingAnswers === 0 && !socket.writableEnded) socket.end();
+    };
     const ended = () => {
       recorder.finish();
-      socket.end();
+      if (!socket.writableEnded) socket.end();
     };
-    // What the engine wrote before the connection, then the rest as it comes (backpressure kept).
+    // What the engine wrote before the connection, then the rest as it comes (backpressure kept);
+    // still recorded, no longer sent, once the connection has ended.
     const toClient = (d: Buffer) => {
       recorder.push("to-client", d);
+      if (socket.writableEnded) return;
       if (!socket.write(d)) {
         proc.stdout.pause();
         socket.once("drain", () => proc.stdout.resume());
       }
+      endIfDone();
     };
     for (const d of server.stdout.early.splice(0)) toClient(d);
     server.stdout.sink = toClient;
@@ -433,7 +452,11 @@ function serveOneConnection(server: EngineServer, state: BridgeState, recorder: 
       }
       for (const reply of out.replies) socket.write(reply);
     });
-    socket.on("end", () => proc.stdin.end());
+    socket.on("end", () => {
+      clientEnded = true;
+      proc.stdin.end();
+      endIfDone();
+    });
   };
 }
 

@@ -145,13 +145,67 @@ describe("MCP bridge", () => {
       Buffer.from([0xff, 0xfe, 0x0a]),
       Buffer.from('{"jsonrpc":"2.0","method":"y"}\n'),
     ]);
-    r.child.stdin.end(payload);
+    r.child.stdin.write(payload);
+    const echoed = JSON.stringify(big) + "\n" + '{"jsonrpc":"2.0","method":"y"}\n';
+    await waitFor(() => r.output().length >= echoed.length, 5000, "the echo of both lines");
+    r.child.stdin.end();
     expect(await within(r.exited, 5000, "the relay exit")).toBe(0);
-    expect(r.output().toString()).toBe(JSON.stringify(big) + "\n" + '{"jsonrpc":"2.0","method":"y"}\n');
+    expect(r.output().toString()).toBe(echoed);
     await waitFor(() => bridge.snapshot().serverExits.length === 1, 5000, "the server's exit after EOF");
     const record = await bridge.stop();
     expect(record.messageLog.filter((m) => m.direction === "to-server").map((m) => m.method)).toEqual(["x", "y"]);
     expect(record.refusedToolCalls).toEqual([{ name: "(unparsed line)", id: null }]);
+  });
+
+  // An engine that answers every request at once (`{"result":{}}`, or after 300 ms for the method
+  // "slow"), and once its stdin has ended stays alive for 20 s before it exits.
+  const LINGERING = [
+    process.execPath,
+    "-e",
+    `let b = ""; process.stdin.on("data", (d) => { b += d; let i; while ((i = b.indexOf("\\n")) >= 0) { const m = JSON.parse(b.slice(0, i)); b = b.slice(i + 1);
+       const answer = () => process.stdout.write(JSON.stringify({ jsonrpc: "2.0", id: m.id, result: {} }) + "\\n");
+       if (m.id !== undefined) m.method === "slow" ? setTimeout(answer, 300) : answer(); } });
+     process.stdin.on("end", () => setTimeout(() => process.exit(0), 20000));`,
+  ];
+
+  /** A client straight on the bridge's socket (no relay, so no relay's drain timer): what it read, and when the bridge ended. */
+  function rawClient(socketPath: string) {
+    const socket = connect(socketPath);
+    const chunks: Buffer[] = [];
+    socket.on("data", (d: Buffer) => chunks.push(d));
+    const ended = new Promise<void>((resolve) => socket.on("end", () => resolve()));
+    cleanup.push(async () => void socket.destroy());
+    return { socket, ended, read: () => Buffer.concat(chunks).toString() };
+  }
+
+  it("ends the connection when the client has ended its side and every request is answered, without waiting for the engine's exit", async () => {
+    const repo = await makeRepo(docFiles(), cleanup);
+    const bridge = await bridgeFor(LINGERING, repo.dir);
+    const c = rawClient(bridge.socketPath);
+    c.socket.write('{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}\n');
+    await waitFor(() => c.read().includes('"id":1'), 5000, "the answer to initialize");
+    c.socket.end();
+    // The engine lingers 20 s after its stdin ended; the connection (and with it the CLI) does not wait for it.
+    await within(c.ended, 5000, "the bridge's end of the connection");
+    expect(bridge.snapshot().serverExits).toEqual([]);
+    const record = await within(bridge.stop(), 10_000, "stop()");
+    expect(record.serverExits).toEqual([{ code: null, signal: "SIGTERM" }]);
+    expect(record.messages).toBe(2);
+  });
+
+  it("keeps the connection open past the client's end until a request in flight is answered", async () => {
+    const repo = await makeRepo(docFiles(), cleanup);
+    const bridge = await bridgeFor(LINGERING, repo.dir);
+    const c = rawClient(bridge.socketPath);
+    // Sent and ended at once: the answer comes 300 ms later and must still reach the client.
+    c.socket.end('{"jsonrpc":"2.0","id":7,"method":"slow"}\n');
+    await within(c.ended, 5000, "the bridge's end of the connection");
+    expect(c.read()).toBe('{"jsonrpc":"2.0","id":7,"result":{}}\n');
+    const record = await within(bridge.stop(), 10_000, "stop()");
+    expect(record.messageLog.map((m) => [m.direction, m.kind, m.id])).toEqual([
+      ["to-server", "request", 7],
+      ["to-client", "response", 7],
+    ]);
   });
 
   it("the relay exits when the server side closes", async () => {
