@@ -416,9 +416,9 @@ function serveOneConnection(server: EngineServer, state: BridgeState, recorder: 
     // An engine that could not be started, or that has already exited with nothing to say.
     if (server.spawnErrors.length > 0) return void socket.destroy();
     proc.on("error", () => socket.destroy());
-    // The client has ended its side (the CLI closes its stdio server at exit: the MCP SDK's stdio
-    // client ends stdin and waits for the process to exit). Once every request it sent is answered,
-    // the connection ends at once: the container's exit does not wait for the engine's.
+    // The client has ended its side (its stdio server's stdin ended: the MCP SDK's stdio client, and
+    // the fake CLI, then wait for that process to exit). Once every request it sent is answered, the
+    // connection ends at once: the relay's exit, and so the container's, does not wait for the engine's.
     let clientEnded = false;
     const endIfDone = () => {
       if (clientEnded && recorder.awaitingAnswers === 0 && !socket.writableEnded) socket.end();
