@@ -99,9 +99,8 @@ export class JsonRpcRecorder {
     "to-server": { chunks: [], size: 0, oversized: false },
     "to-client": { chunks: [], size: 0, oversized: false },
   };
-  private readonly pending = new Map<string, { name: string; id: string | number; at: number }>();
-  /** Ids of the client's requests (any method) the server has not answered yet. */
-  private readonly unanswered = new Set<string>();
+  /** The client's requests (any method; `tool` for a tools/call) the server has not answered yet, by id. */
+  private readonly pending = new Map<string, { tool?: string; id: string | number; at: number }>();
   readonly record: Omit<McpBridgeRecord, "connections" | "refusedConnections" | "refusedToolCalls" | "serverExits" | "spawnErrors" | "serverStderrTail"> = {
     messages: 0,
     messageLog: [],
@@ -129,12 +128,12 @@ export class JsonRpcRecorder {
 
   /** How many of the client's requests still wait for the server's answer. */
   get awaitingAnswers(): number {
-    return this.unanswered.size;
+    return this.pending.size;
   }
 
   /** The pending tools/call requests become unanswered; call once the connection is over. */
   finish(): void {
-    for (const p of this.pending.values()) this.record.unansweredToolCalls.push({ name: p.name, id: p.id });
+    for (const p of this.pending.values()) if (p.tool !== undefined) this.record.unansweredToolCalls.push({ name: p.tool, id: p.id });
     this.pending.clear();
   }
 
@@ -173,12 +172,10 @@ export class JsonRpcRecorder {
     const id = typeof msg.id === "string" || typeof msg.id === "number" ? msg.id : undefined;
     if (typeof msg.method === "string") {
       const entry: McpMessageRecord = { direction, at, bytes, kind: id === undefined ? "notification" : "request", method: msg.method, id };
-      if (id !== undefined && direction === "to-server") this.unanswered.add(JSON.stringify(id));
-      const params = msg.params as Json | undefined;
-      if (msg.method === "tools/call" && id !== undefined && direction === "to-server") {
-        const name = typeof params?.name === "string" ? params.name.slice(0, 200) : "(unnamed)";
-        entry.tool = name;
-        this.pending.set(`${direction}:${JSON.stringify(id)}`, { name, id, at });
+      if (id !== undefined && direction === "to-server") {
+        const params = msg.params as Json | undefined;
+        if (msg.method === "tools/call") entry.tool = typeof params?.name === "string" ? params.name.slice(0, 200) : "(unnamed)";
+        this.pending.set(JSON.stringify(id), { tool: entry.tool, id, at });
       }
       return this.log(entry);
     }
@@ -186,15 +183,14 @@ export class JsonRpcRecorder {
     const result = msg.result as Json | undefined;
     const isError = msg.error !== undefined || result?.isError === true;
     const entry: McpMessageRecord = { direction, at, bytes, kind: "response", id, isError };
-    if (direction === "to-client") this.unanswered.delete(JSON.stringify(id));
-    // A response travels the other way from its request.
-    const requestDirection: Direction = direction === "to-client" ? "to-server" : "to-client";
-    const key = `${requestDirection}:${JSON.stringify(id)}`;
-    const call = this.pending.get(key);
-    if (call) {
-      this.pending.delete(key);
-      entry.tool = call.name;
-      this.record.toolCalls.push({ name: call.name, id, isError, ms: at - call.at });
+    // A response to the client answers one of its requests (the client's answers to the server's own requests are only logged).
+    const request = direction === "to-client" ? this.pending.get(JSON.stringify(id)) : undefined;
+    if (request) {
+      this.pending.delete(JSON.stringify(id));
+      if (request.tool !== undefined) {
+        entry.tool = request.tool;
+        this.record.toolCalls.push({ name: request.tool, id, isError, ms: at - request.at });
+      }
     }
     this.log(entry);
   }
