@@ -2,7 +2,7 @@ import { resolve } from "node:path";
 import { runChild } from "../process/child.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
-import { probeVersion } from "../image/build.ts";
+import { probeVersion, runnerFilesProblem } from "../image/build.ts";
 import { probeOciRuntime, runtimeProblem, type RuntimeNeeds, type RuntimeProbe } from "../isolation/oci-runtime.ts";
 import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
@@ -26,7 +26,7 @@ import type { Transport } from "../terms/terms.ts";
  */
 
 export interface Check {
-  /** Stable short name: node, git, docker, image, claude-version, login, manifest, root:<name>, doc-bridge, output, transport, model, budget, attempts. */
+  /** Stable short name: node, git, docker, image, claude-version, engine-files, login, manifest, root:<name>, doc-bridge, output, transport, model, budget, attempts. */
   name: string;
   ok: boolean;
   /** The check could not run because one it depends on failed (then `ok` is false too). */
@@ -189,6 +189,18 @@ export async function checkClaudeVersion(runtime: ContainerRuntime, image: strin
     );
   }
   return pass("claude-version", `claude --version in ${image} prints ${probed.version} (Claude Code), the pinned version; binary sha256 ${probed.binarySha256.slice(0, 12)}…`);
+}
+
+/** The engine sees the runner's folders by path, as every attempt needs (contract R200): the run's own probe. */
+export async function checkEngineFiles(runtime: ContainerRuntime, image: string, labels: Record<string, string>): Promise<Check> {
+  let problem: string | null;
+  try {
+    problem = await runnerFilesProblem(runtime, image, labels);
+  } catch (err) {
+    return fail("engine-files", `cannot probe whether the engine sees this machine's files: ${errorMessage(err)}`, "check the Docker engine (see the docker line)");
+  }
+  if (problem) return fail("engine-files", problem, "run study-runner on the engine's own host, or point DOCKER_HOST at a local engine");
+  return pass("engine-files", "the engine sees this machine's files (a probe container's bind of a runner folder was accepted): attempts reach their files and sockets by path");
 }
 
 const LOGIN_SOURCE = { flag: "--claude-config-dir", CLAUDE_CONFIG_DIR: "CLAUDE_CONFIG_DIR", home: "~/.claude" } as const;

@@ -12,6 +12,7 @@ import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import type { Transport } from "../terms/terms.ts";
 import {
   checkClaudeVersion,
+  checkEngineFiles,
   checkDocBridge,
   checkDocker,
   checkIsolation,
@@ -122,8 +123,8 @@ async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<Check
     const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
     checks.push(image);
     imageOk = image.ok;
-    if (!image.ok) checks.push(skip("claude-version", "needs the image"));
-    else checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels));
+    if (!image.ok) checks.push(skip("claude-version", "needs the image"), skip("engine-files", "needs the image"));
+    else checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels), await checkEngineFiles(docker.runtime, input.image, labels));
   }
   if (input.runtime !== undefined) {
     // What a run with these flags needs (run's default credentials are the gateway: network none, its socket, and the doc-bridge's for the mcp arm).

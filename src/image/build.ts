@@ -1,4 +1,6 @@
-import { RefusalError } from "../util/errors.ts";
+import { rmdir } from "node:fs/promises";
+import { errorMessage, RefusalError } from "../util/errors.ts";
+import { makeRunnerFolder } from "../util/orphans.ts";
 import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../sandbox/port.ts";
 import { readBoundedText } from "../sandbox/output.ts";
 import { contextDigest, packContext, type ImageSpec } from "./context.ts";
@@ -110,6 +112,36 @@ export async function probeVersion(runtime: ContainerRuntime, image: string, opt
     return { version: match[1], imageId: info.id, binarySha256 };
   } finally {
     await runtime.remove(id);
+  }
+}
+
+/** Where the files probe binds its folder inside the container it creates. */
+const FILES_PROBE_TARGET = "/study-runner-files-probe";
+
+/**
+ * Whether the engine sees this machine's files by path, as every attempt and session call needs
+ * today (its export, HOME, staged login and the runner's sockets reach the container as folders of
+ * the runner's host, contract R200). Found by a probe, not from DOCKER_HOST's form: a container of
+ * `image` is created, never started, with a read-only bind of a fresh runner folder, then removed.
+ * An engine on another machine, in Docker Desktop's VM or in a mount namespace of its own refuses
+ * the bind, naming the folder. null when the bind was accepted, else why the run cannot start.
+ */
+export async function runnerFilesProblem(runtime: ContainerRuntime, image: string, labels: Record<string, string>): Promise<string | null> {
+  const dir = await makeRunnerFolder("probe");
+  try {
+    const id = await runtime.create({ ...probeSpec(image, labels), mounts: [{ source: dir, target: FILES_PROBE_TARGET, readOnly: true }] });
+    await runtime.remove(id);
+    return null;
+  } catch (err) {
+    const message = errorMessage(err);
+    if (!message.includes(dir)) throw err;
+    return (
+      `the Docker engine cannot see this machine's files: it refused a container's bind of the runner's folder ${dir} (${message.slice(0, 300)}). ` +
+      "Every attempt reaches its export, HOME, login and the runner's sockets through such folders, so the runner must run where the engine's files are: " +
+      "on the engine's own host (for a remote engine, run study-runner there), or with a local engine; attempts over an engine's API alone are not built yet (docs/pilot.md, \"What you need\")"
+    );
+  } finally {
+    await rmdir(dir).catch(() => undefined);
   }
 }
 

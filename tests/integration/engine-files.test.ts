@@ -1,0 +1,108 @@
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Docker from "dockerode";
+import { pack } from "tar-stream";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
+import { LABELS } from "../../src/sandbox/reaper.ts";
+import { buildImage, runnerFilesProblem } from "../../src/image/build.ts";
+import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { runCli } from "../support/cli.ts";
+import { maskedFolders, SECOND_ENGINE_DIR, startSecondEngine } from "../support/second-engine.ts";
+
+/**
+ * An engine that does not share the runner's files (a second dockerd in a mount namespace of its
+ * own, tests/support/second-engine.ts). Every attempt still reaches its export, HOME, login and
+ * sockets by path, so the preflight finds out by a probe that such an engine cannot see them and
+ * refuses before anything is reserved, instead of failing the first attempt after its reservation.
+ */
+
+const TINY_IMAGE = "study-runner-test/files-probe:1";
+const FAKE_IMAGE = "study-runner/fake-claude:2.1.296";
+let host: string;
+let engine: Docker;
+let work: string;
+
+/** A one-file image built on the second engine, offline: enough to create (never start) containers there. */
+async function buildTinyImage(docker: Docker): Promise<void> {
+  const context = pack();
+  context.entry({ name: "Dockerfile" }, "FROM scratch\nCOPY marker /marker\n");
+  context.entry({ name: "marker" }, "files probe\n");
+  context.finalize();
+  const stream = await docker.buildImage(context as unknown as NodeJS.ReadableStream, { t: TINY_IMAGE });
+  await new Promise<void>((resolve, reject) =>
+    docker.modem.followProgress(stream, (err: Error | null, out: { error?: string }[]) => {
+      const failed = err ?? out.find((o) => o.error)?.error;
+      if (failed) reject(failed instanceof Error ? failed : new Error(failed));
+      else resolve();
+    }),
+  );
+}
+
+beforeAll(async () => {
+  host = await startSecondEngine();
+  engine = new Docker({ socketPath: `${SECOND_ENGINE_DIR}/docker.sock` });
+  await buildTinyImage(engine);
+  work = await mkdtemp(join(tmpdir(), "sr-engine-files-"));
+}, 180_000);
+afterAll(() => rm(work, { recursive: true, force: true }));
+
+describe("an engine that does not share the runner's files", () => {
+  // contract: R200
+  it("cannot bind the runner's temporary folder, HOME or checkout, while the local engine can", async () => {
+    for (const folder of maskedFolders()) {
+      const bind = { Image: TINY_IMAGE, Cmd: ["/marker"], NetworkDisabled: true, HostConfig: { NetworkMode: "none", Mounts: [{ Type: "bind" as const, Source: folder, Target: "/seen", ReadOnly: true }] } };
+      // The folder exists on the engine's host too (an empty tmpfs), so a folder only the runner has is what must fail: one made inside it.
+      const mine = await mkdtemp(join(folder, ".sr-engine-files-"));
+      try {
+        await expect(engine.createContainer({ ...bind, HostConfig: { ...bind.HostConfig, Mounts: [{ ...bind.HostConfig.Mounts[0]!, Source: mine }] } })).rejects.toThrow(/bind source path does not exist/);
+      } finally {
+        await rm(mine, { recursive: true, force: true });
+      }
+    }
+    // The probe the preflight runs: refused on the second engine, naming the folder; accepted on the local one.
+    const problem = await runnerFilesProblem(new DockerRuntime({ socketPath: `${SECOND_ENGINE_DIR}/docker.sock` }), TINY_IMAGE, {});
+    expect(problem).toMatch(/the Docker engine cannot see this machine's files: it refused a container's bind of the runner's folder \/.*study-runner-probe-/);
+    expect(problem).toMatch(/run study-runner there/);
+    const local = new DockerRuntime();
+    await local.ping();
+    expect(await localProbe(local)).toBeNull();
+    // The probe leaves no folder and no container behind.
+    expect((await readdir(tmpdir())).filter((n) => n.startsWith(`study-runner-probe-${process.pid}-`))).toEqual([]);
+    expect(await engine.listContainers({ all: true })).toEqual([]);
+  });
+
+  // contract: R200
+  it("`demo --pilot` on it is refused with exit 2 before anything is reserved, naming what cannot cross", async () => {
+    const workdir = join(work, "demo");
+    const r = await runCli(["demo", "--pilot", "--quiet", "--workdir", workdir], { env: { DOCKER_HOST: host }, timeoutMs: 600_000 });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/cannot see this machine's files/);
+    expect(r.stderr).toMatch(/nothing was charged/);
+    // No ledger: nothing reserved, no attempt started; no container left on the engine.
+    expect(await readdir(join(workdir, "ledgers")).catch(() => [])).toEqual([]);
+    expect(await engine.listContainers({ all: true, filters: { label: [LABELS.run] } })).toEqual([]);
+  }, 600_000);
+
+  // contract: R200
+  it("`demo --sessions` is refused the same way, and `doctor` names the engine-files check", async () => {
+    const workdir = join(work, "sessions");
+    const sessions = await runCli(["demo", "--sessions", "--quiet", "--workdir", workdir], { env: { DOCKER_HOST: host }, timeoutMs: 600_000 });
+    expect(sessions.code, sessions.stderr).toBe(2);
+    expect(sessions.stderr).toMatch(/cannot see this machine's files/);
+    expect(await engine.listContainers({ all: true, filters: { label: [LABELS.run] } })).toEqual([]);
+    // The fake image the pilot above built on that engine.
+    const doctor = await runCli(["doctor", "--transport", "cli", "--image", FAKE_IMAGE], { env: { DOCKER_HOST: host } });
+    const line = doctor.stdout.split("\n").find((l) => l.includes("engine-files"));
+    expect(line, doctor.stdout).toMatch(/FAIL.*cannot see this machine's files/i);
+    expect(doctor.stdout).toMatch(/run study-runner on the engine's own host/);
+    expect(doctor.code).toBe(2);
+  }, 600_000);
+});
+
+/** The same probe against the local engine, with an image the suite builds anyway (the fake claude). */
+async function localProbe(local: DockerRuntime): Promise<string | null> {
+  const image = await buildImage(local, await fakeClaudeImageSpec());
+  return runnerFilesProblem(local, image.id, {});
+}

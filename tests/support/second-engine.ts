@@ -1,0 +1,54 @@
+import { execFile, spawn } from "node:child_process";
+import { mkdirSync, openSync } from "node:fs";
+import { homedir, tmpdir } from "node:os";
+import { dirname } from "node:path";
+import { promisify } from "node:util";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
+
+const run = promisify(execFile);
+
+/**
+ * A second Docker engine on this machine that shares no files with the runner: a dockerd in a
+ * mount namespace of its own, where the runner's temporary folder, HOME, /home and the folder
+ * holding the checkout are empty tmpfs mounts (../shared/facts/second-docker-engine.md). It is
+ * reached by its own unix socket under /run, which both namespaces see, with its own data and
+ * exec roots, no bridge and no iptables. Started once and left running for later test files
+ * (about 8 s); it needs root, as CI is.
+ */
+export const SECOND_ENGINE_DIR = "/run/study-runner-second-engine";
+export const SECOND_ENGINE_HOST = `unix://${SECOND_ENGINE_DIR}/docker.sock`;
+const DATA_ROOT = "/var/lib/study-runner-second-engine";
+
+/** The folders the second engine's namespace hides: what the runner's containers reach by path today. */
+export function maskedFolders(): string[] {
+  return [...new Set([tmpdir(), homedir(), "/home", dirname(PROJECT_ROOT)])];
+}
+
+async function answers(): Promise<boolean> {
+  try {
+    await run("docker", ["-H", SECOND_ENGINE_HOST, "info", "--format", "{{.ServerVersion}}"], { timeout: 10_000 });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** Starts the engine unless it answers already; resolves to its DOCKER_HOST. */
+export async function startSecondEngine(): Promise<string> {
+  if (await answers()) return SECOND_ENGINE_HOST;
+  mkdirSync(`${SECOND_ENGINE_DIR}/exec`, { recursive: true });
+  mkdirSync(DATA_ROOT, { recursive: true });
+  const masks = maskedFolders()
+    .map((f) => `mount -t tmpfs -o size=16m tmpfs '${f}'`)
+    .join(" && ");
+  const script = `mount --make-rprivate / && ${masks} && exec dockerd --bridge=none --iptables=false --data-root ${DATA_ROOT} --exec-root ${SECOND_ENGINE_DIR}/exec --pidfile ${SECOND_ENGINE_DIR}/docker.pid -H ${SECOND_ENGINE_HOST}`;
+  const log = openSync(`${SECOND_ENGINE_DIR}/dockerd.log`, "a");
+  const child = spawn("unshare", ["-m", "sh", "-c", script], { detached: true, stdio: ["ignore", log, log] });
+  child.unref();
+  for (let i = 0; i < 120; i++) {
+    if (await answers()) return SECOND_ENGINE_HOST;
+    if (child.exitCode !== null) break;
+    await new Promise((r) => setTimeout(r, 500));
+  }
+  throw new Error(`the second Docker engine did not answer at ${SECOND_ENGINE_HOST}; see ${SECOND_ENGINE_DIR}/dockerd.log`);
+}
