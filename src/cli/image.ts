@@ -15,7 +15,7 @@ export async function imageBuildCommand(flags: { fake?: boolean; claudeBinary?: 
     const binary = flags.claudeBinary ? flags.claudeBinary : flags.install ? (await ensureClaudeBinary({ version })).path : (await findClaudeBinary({ version }))?.path;
     if (!binary) {
       throw new RefusalError(
-        `no Claude Code ${version} binary found; run \`study-runner image build --install\` (installs @anthropic-ai/claude-code-linux-x64@${version} from the npm registry into the cache) or pass --claude-binary PATH`,
+        `no Claude Code ${version} binary found; run \`study-runner image build --install${flags.version !== undefined ? ` --version ${version}` : ""}\` (installs @anthropic-ai/claude-code-linux-x64@${version} from the npm registry into the cache) or pass --claude-binary PATH`,
       );
     }
     spec = await claudeCodeImageSpec({ claudeBinary: binary, version });

@@ -51,3 +51,12 @@ describe("study-runner plan", () => {
     expect(json[2]).toMatchObject({ taskId: "ledgerlite-rounding", scenario: "doc-bridge", repetition: 2 });
   });
 });
+
+describe("study-runner image build", () => {
+  it("names the version it was asked for in the install it suggests, so copying the hint installs that version", async () => {
+    const cache = join(work, "empty-cache");
+    const r = await runCli(["image", "build", "--version", "2.1.300"], { env: { STUDY_RUNNER_CACHE: cache } });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/no Claude Code 2\.1\.300 binary found; run `study-runner image build --install --version 2\.1\.300`/);
+  });
+});
