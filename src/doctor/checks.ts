@@ -188,7 +188,12 @@ export async function checkClaudeVersion(runtime: ContainerRuntime, image: strin
       `${rebuild} and pass it with --image; change --cli-version only when the protocol moves the pin`,
     );
   }
-  return pass("claude-version", `claude --version in ${image} prints ${probed.version} (Claude Code), the pinned version; binary sha256 ${probed.binarySha256.slice(0, 12)}…`);
+  // Only the project's pin is "pinned": every shape a guard compares against was measured on it (docs/conformance.md).
+  const which =
+    probed.version === CLAUDE_CODE_VERSION
+      ? "the pinned version"
+      : `the version --cli-version asks for, not the project's pin ${CLAUDE_CODE_VERSION}: the init events, request shapes and prices the run holds attempts to were measured on ${CLAUDE_CODE_VERSION}, not on ${probed.version}`;
+  return pass("claude-version", `claude --version in ${image} prints ${probed.version} (Claude Code), ${which}; binary sha256 ${probed.binarySha256.slice(0, 12)}…`);
 }
 
 /** The engine sees the runner's folders by path, as every attempt needs (contract R200): the run's own probe. */

@@ -136,7 +136,7 @@ describe("study-runner doctor after the demo's set-up", () => {
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     const l = lines(r.stdout);
-    expect([...l.keys()]).toEqual(["node", "git", "docker", "image", "claude-version", "login", "manifest", "root:ledgerlite", "doc-bridge", "output", "transport", "model", "budget", "attempts"]);
+    expect([...l.keys()]).toEqual(["node", "git", "docker", "image", "claude-version", "engine-files", "login", "manifest", "root:ledgerlite", "doc-bridge", "output", "transport", "model", "budget", "attempts"]);
     for (const [name, line] of l) expect(line, name).toMatch(/^ok\s/);
     expect(l.get("claude-version")).toMatch(/prints 2\.1\.296 \(Claude Code\), the pinned version/);
     expect(l.get("login")).toMatch(/valid until 2099-01-01T00:00:00\.000Z/);

@@ -3,6 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import {
   attemptsWithinCap,
   checkClaudeVersion,
@@ -179,6 +180,15 @@ describe("claude-version", () => {
     expect(runtime.created).toHaveLength(1);
     expect(runtime.created[0]).toMatchObject({ cmd: ["--version"], networkMode: "none", labels });
     expect(await runtime.listByLabel({ "study-runner.run": "doctor-test" })).toEqual([]);
+  });
+
+  it("calls only the project's pin pinned: another expected version is named as measured on the pin, not on itself", async () => {
+    const c = await checkClaudeVersion(runtimeWith("2.1.300"), FAKE_TAG, "2.1.300", labels);
+    expectPass(c, "claude-version");
+    expect(c.detail).not.toContain("the pinned version");
+    expect(c.detail).toContain(
+      `not the project's pin ${CLAUDE_CODE_VERSION}: the init events, request shapes and prices the run holds attempts to were measured on ${CLAUDE_CODE_VERSION}, not on 2.1.300`,
+    );
   });
 
   it("fails on another version, and on an image whose binary cannot be identified", async () => {
