@@ -1044,11 +1044,17 @@ function longestWord(text) {
   );
 }
 
+/** The item id of an adjudicator's prompt: its "Item: <id>" line. */
+function promptItemId(prompt) {
+  return /^Item: (\S+)$/m.exec(String(prompt))?.[1];
+}
+
 /** The adjudicator's scripted verdict (see the header), consistent with the prompt's propositions. */
 function structuredVerdict(b, prompt) {
-  const head = String(prompt).split("<<<ANSWER")[0];
-  const itemId = /^Item: (\S+)$/m.exec(head)?.[1];
-  const ids = [...head.matchAll(/^(P[1-9][0-9]*): /gm)].map((m) => m[1]);
+  // The runner's prompt puts every text it embeds on a line of its own as a JSON string literal, so a
+  // line that starts with "Item: " or "Pn: \"" is the prompt's own, wherever it stands.
+  const itemId = promptItemId(prompt);
+  const ids = [...String(prompt).matchAll(/^(P[1-9][0-9]*): "/gm)].map((m) => m[1]);
   const given = (itemId !== undefined ? b.verdicts?.[itemId] : undefined) ?? b.verdict ?? {};
   const outcome = given.outcome ?? "correct";
   const verdictOf = (i) => (outcome === "correct" || (outcome === "partial" && i === 0) ? "supported" : "missing");
@@ -1070,10 +1076,11 @@ function structuredAnswer(schemaText, b, prompt) {
     // Not JSON: answered as a verdict, which the runner then finds unusable.
   }
   if (properties.length !== 1 || properties[0] !== "armGuess") return structuredVerdict(b, prompt);
-  const itemId = /^Item: (\S+)$/m.exec(String(prompt).split("<<<ANSWER")[0])?.[1];
+  const itemId = promptItemId(prompt);
   // A naive reader that takes any masked word for a trace of the documentation server. With
   // symmetric masking that tells nothing.
-  const naive = /\[masked\]/.test(String(prompt).split("<<<ANSWER")[1] ?? "") ? "files-and-docs-server" : "files-only";
+  const answer = /^<<<ANSWER\n(.*)\nANSWER>>>$/m.exec(String(prompt))?.[1] ?? "";
+  const naive = /\[masked\]/.test(answer) ? "files-and-docs-server" : "files-only";
   return { armGuess: (itemId !== undefined ? b.guesses?.[itemId] : undefined) ?? naive };
 }
 

@@ -122,7 +122,8 @@ function firstUserTexts(body: any): string[] {
   return (first.content as any[]).filter((b) => b.type === "text").map((b) => b.text as string);
 }
 
-const answerSection = (prompt: string) => prompt.slice(prompt.indexOf("<<<ANSWER\n") + "<<<ANSWER\n".length, prompt.indexOf("\nANSWER>>>"));
+/** The answer a prompt embeds: the JSON string literal on the line after its start marker. */
+const answerSection = (prompt: string) => JSON.parse(/^<<<ANSWER\n(.*)\nANSWER>>>$/m.exec(prompt)![1]!) as string;
 
 describe("the adjudicator on the real CLI (--json-schema through the scripted API)", () => {
   it("is asked for a StructuredOutput tool call; its verdicts reach the record, then a call of its own per item guesses the arm, and blinding is measured", () => {
