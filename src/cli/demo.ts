@@ -1,10 +1,12 @@
 import { access, mkdir, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { tmpdir, userInfo } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo } from "../demo/setup.ts";
 import { DockerRuntime } from "../sandbox/docker.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { ExitCode } from "../util/errors.ts";
+import { acquireHeldLock, LOCK_STALE_MS, type HeldLock } from "../util/held-lock.ts";
+import { printable } from "../util/printable.ts";
 import { runCommand } from "./run.ts";
 import { checkDemoRuntime } from "./options.ts";
 
@@ -19,10 +21,49 @@ import { checkDemoRuntime } from "./options.ts";
  * STUDY_ADJUDICATOR_MODEL names another. Its verdicts are the fake's scripted ones (a fixed mix,
  * so the charts have more than one colour), not a grading of the answers.
  */
-export async function demoCommand(flags: { workdir?: string; pilot?: boolean; quiet?: boolean; realCli?: boolean; sessions?: boolean; concurrency?: string; runtime?: string }): Promise<number> {
-  const workdir = resolve(flags.workdir ?? join(tmpdir(), "study-runner-demo"));
+export async function demoCommand(flags: DemoFlags): Promise<number> {
+  const workdir = resolve(flags.workdir ?? defaultDemoWorkdir());
   checkDemoRuntime(flags.runtime);
-  if (flags.sessions) return sessionsDemo(workdir, flags);
+  const lock = await lockDemoWorkdir(workdir);
+  try {
+    return flags.sessions ? await sessionsDemo(workdir, flags) : await studyDemo(workdir, flags);
+  } finally {
+    await lock.release();
+  }
+}
+
+interface DemoFlags {
+  workdir?: string;
+  pilot?: boolean;
+  quiet?: boolean;
+  realCli?: boolean;
+  sessions?: boolean;
+  concurrency?: string;
+  runtime?: string;
+}
+
+/** The default workdir: one per user under the system temp dir, so two users' demos never share one (contract R187). */
+export function defaultDemoWorkdir(): string {
+  return join(tmpdir(), `study-runner-demo-${process.getuid?.() ?? userInfo().username}`);
+}
+
+/**
+ * One demo per workdir at a time (contract R187): the demo remakes the corpus, the login and the
+ * index inside it, so a second demo on the same folder is refused at once, exit 2, naming the
+ * holder's pid, before it touches anything.
+ */
+async function lockDemoWorkdir(workdir: string): Promise<HeldLock> {
+  await mkdir(workdir, { recursive: true, mode: 0o700 });
+  return acquireHeldLock(join(workdir, "demo"), {
+    timeoutMs: 0,
+    busy: (holder) =>
+      `--workdir ${printable(workdir)}: another demo is running there (${holder}); wait for it to end, or pass another --workdir. ` +
+      `A demo that died leaves the lock ${printable(join(workdir, "demo.lock"))}, taken over ${LOCK_STALE_MS / 1000} s after its last refresh`,
+    interrupted: (reason) => `interrupted by ${reason}`,
+  });
+}
+
+async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
   const setup = await prepareDemo(workdir, new DockerRuntime());
   // --real-cli: the real pinned binary in the real image, the model scripted behind the runner's gateway.
   const real = flags.realCli ? await startRealDemo(workdir, flags.pilot === true) : undefined;

@@ -1,6 +1,6 @@
 import { DEFAULT_ADJUDICATOR_MODELS } from "../cost/models.ts";
 import { Command, CommanderError, Option } from "commander";
-import { ExitCode, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
+import { ExitCode, FaultError, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST, runnerVersion } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
@@ -9,6 +9,7 @@ import { ArmSchema, TransportSchema } from "../terms/terms.ts";
 import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import { exitCodeHelp } from "./exit-codes.ts";
 import { addSessionCommands } from "./session.ts";
+import { keepFileSizeLimitAWriteError } from "./signals.ts";
 
 /** Writes to stderr; the one place the CLI reports problems to a person. */
 function report(lines: string | readonly string[]): void {
@@ -367,7 +368,10 @@ function addDemoCommand(program: Command, setExit: SetExit): void {
   program
     .command("demo")
     .description("run the bundled demo study end to end: demo corpus, doc-bridge indexes, the fake claude image (no network, no cost), ledger")
-    .option("--workdir <dir>", "where the demo corpus, test login and ledgers go (default: study-runner-demo under the system temp dir)")
+    .option(
+      "--workdir <dir>",
+      "where the demo corpus, test login and ledgers go (default: study-runner-demo-<uid> under the system temp dir); one demo at a time per folder, a second one exits 2 naming the first one's pid",
+    )
     .option("--pilot", "run the pilot (2 attempts) instead of the full study (36)")
     .option(
       "--real-cli",
@@ -421,6 +425,7 @@ export function buildProgram(setExit: SetExit): Command {
 
 /** Runs the CLI; returns the process exit code. Errors are caught once, here. */
 export async function main(argv: readonly string[]): Promise<number> {
+  keepFileSizeLimitAWriteError();
   let code: number = ExitCode.ok;
   const program = buildProgram((c) => (code = c));
   try {
@@ -436,7 +441,9 @@ export async function main(argv: readonly string[]): Promise<number> {
       return ExitCode.usage;
     }
     const code = (err as NodeJS.ErrnoException).code;
-    if (code === "ENOSPC" || code === "EDQUOT") {
+    if (err instanceof FaultError) {
+      report(err.message);
+    } else if (code === "ENOSPC" || code === "EDQUOT") {
       // A full disk is the host's problem, not a bug: the ledger on disk is the last complete
       // (atomic) write, so it never under-counts; say what to do.
       report(`the disk is full (${errorMessage(err)}); free space, then read the ledger with \`study-runner ledger check PATH\` before anything else`);

@@ -23,3 +23,15 @@ export async function withStopSignals(unit: string, work: (signal: AbortSignal) 
     process.off("SIGTERM", onSignal);
   }
 }
+
+const ignoreSignal = () => undefined;
+
+/**
+ * A write past the file size limit (RLIMIT_FSIZE, `ulimit -f`) fails with EFBIG, as Node makes it
+ * by ignoring SIGXFSZ, and is handled like a full disk. signal-exit (loaded by proper-lockfile)
+ * listens for SIGXFSZ and, when it is the only listener, raises it again, which kills the runner
+ * in the middle of the write; a listener of the runner's own keeps it a write error.
+ */
+export function keepFileSizeLimitAWriteError(): void {
+  if (process.platform !== "win32" && !process.listeners("SIGXFSZ").includes(ignoreSignal)) process.on("SIGXFSZ", ignoreSignal);
+}

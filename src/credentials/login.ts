@@ -1,11 +1,11 @@
 import { createHash } from "node:crypto";
 import { constants } from "node:fs";
-import { chmod, chown, lstat, mkdir, open, readFile, realpath, stat, unlink, writeFile } from "node:fs/promises";
-import { homedir, hostname } from "node:os";
+import { chmod, chown, lstat, mkdir, open, readFile, realpath, stat } from "node:fs/promises";
+import { homedir } from "node:os";
 import { join } from "node:path";
-import { lock as lockFile } from "proper-lockfile";
 import { writeFileAtomic } from "../util/atomic-file.ts";
 import { RefusalError } from "../util/errors.ts";
+import { acquireHeldLock, type HeldLock, type HeldLockOptions } from "../util/held-lock.ts";
 
 /**
  * The Claude Code CLI's own login (decision 001: "authenticated by the CLI's own login"; the
@@ -148,51 +148,9 @@ export async function inspectLogin(location: LoginLocation, options: { now?: num
   return factsOf(path, parseCredentials(bytes), options.now ?? Date.now());
 }
 
-export interface LoginLock {
-  /** The real path of the locked credentials file. */
-  readonly path: string;
-  /** Set when the lock was lost while held (its folder was removed or went stale); then never write back. */
-  readonly compromised: Error | undefined;
-  release(): Promise<void>;
-}
+export type LoginLock = HeldLock;
 
-export interface LoginLockOptions {
-  /** How long to wait for another run to release the login before refusing. */
-  timeoutMs: number;
-  pollMs?: number;
-  /** A lock not refreshed for this long is taken over (its holder died). */
-  staleMs?: number;
-  /** Who holds it, e.g. the run id; shown to a run that has to wait. */
-  holder?: string;
-  /** Called once when the lock is busy and the wait begins, with a description of its holder. */
-  onWait?: (holder: string) => void;
-  /** Ends the wait (SIGINT/SIGTERM) with a refusal. */
-  signal?: AbortSignal;
-}
-
-interface HolderRecord {
-  pid: number;
-  hostname: string;
-  holder: string | null;
-  since: string;
-}
-
-function holderPath(realCredentials: string): string {
-  // Beside the lock folder, not inside it: proper-lockfile removes its folder with rmdir.
-  return `${realCredentials}.lock-holder.json`;
-}
-
-async function describeHolder(realCredentials: string): Promise<string> {
-  try {
-    const record = JSON.parse(await readFile(holderPath(realCredentials), "utf8")) as HolderRecord;
-    const who = record.holder ? `run ${record.holder}, ` : "";
-    return `held by ${who}pid ${record.pid} on ${record.hostname} since ${record.since}`;
-  } catch {
-    return "holder unknown";
-  }
-}
-
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export type LoginLockOptions = Omit<HeldLockOptions, "busy" | "interrupted">;
 
 /**
  * An exclusive lock on the host login for as long as a run may refresh it, so two runs never
@@ -205,62 +163,13 @@ export async function acquireLoginLock(location: LoginLocation, options: LoginLo
   } catch (err) {
     throw new RefusalError(`no Claude login at ${location.credentialsPath} (${errnoCode(err)}); ${RELOGIN}`);
   }
-  const deadline = Date.now() + options.timeoutMs;
-  const state: { compromised: Error | undefined } = { compromised: undefined };
-  let release: () => Promise<void>;
-  let waiting = false;
-  for (;;) {
-    try {
-      release = await lockFile(real, {
-        realpath: false,
-        stale: options.staleMs ?? 30_000,
-        retries: 0,
-        // The default throws from a timer and kills the process; record it instead.
-        onCompromised: (err) => {
-          state.compromised = err;
-        },
-      });
-      break;
-    } catch (err) {
-      if (errnoCode(err) !== "ELOCKED") throw err;
-      if (!waiting) {
-        waiting = true;
-        options.onWait?.(await describeHolder(real));
-      }
-      if (options.signal?.aborted) {
-        throw new RefusalError(`interrupted by ${String(options.signal.reason ?? "a signal")} while waiting for the Claude login ${location.credentialsPath} (${await describeHolder(real)})`);
-      }
-      const left = deadline - Date.now();
-      if (left <= 0) {
-        throw new RefusalError(
-          `the Claude login ${location.credentialsPath} is in use by another run (${await describeHolder(real)}); waited ${options.timeoutMs} ms. ` +
-            `Two runs must not refresh one login at once: wait for the other run to finish, or, if none is running, remove ${real}.lock`,
-        );
-      }
-      await sleep(Math.min(options.pollMs ?? 100, left));
-    }
-  }
-  const record: HolderRecord = { pid: process.pid, hostname: hostname(), holder: options.holder ?? null, since: new Date().toISOString() };
-  const recordText = JSON.stringify(record);
-  await writeFile(holderPath(real), recordText, { mode: 0o600 });
-  let released = false;
-  return {
-    path: real,
-    get compromised() {
-      return state.compromised;
-    },
-    async release() {
-      if (released) return;
-      released = true;
-      // After a takeover (compromised lock) the record is the new holder's: leave it.
-      const current = await readFile(holderPath(real), "utf8").catch(() => undefined);
-      if (current === recordText) await unlink(holderPath(real)).catch(() => undefined);
-      await release().catch((err: unknown) => {
-        // Already lost (compromised): nothing left to release.
-        if (!state.compromised) throw err;
-      });
-    },
-  };
+  return acquireHeldLock(real, {
+    ...options,
+    interrupted: (reason, holder) => `interrupted by ${reason} while waiting for the Claude login ${location.credentialsPath} (${holder})`,
+    busy: (holder) =>
+      `the Claude login ${location.credentialsPath} is in use by another run (${holder}); waited ${options.timeoutMs} ms. ` +
+      `Two runs must not refresh one login at once: wait for the other run to finish, or, if none is running, remove ${real}.lock`,
+  });
 }
 
 /** The container's user (image/: user 1000 in /etc/passwd). */

@@ -1,5 +1,8 @@
-import { mkdir, realpath, rm, stat, writeFile } from "node:fs/promises";
-import { join, resolve } from "node:path";
+import { randomBytes } from "node:crypto";
+import { link, mkdir, open, realpath, rm, stat, unlink } from "node:fs/promises";
+import { basename, join, resolve } from "node:path";
+import { fsyncDirectory } from "../util/atomic-file.ts";
+import { printable } from "../util/printable.ts";
 import { createPrivateFile } from "../ledger/store.ts";
 import { collectEvidence } from "../ledger/evidence.ts";
 import { readTranscriptFile, sha256Hex, transcriptLines } from "../ledger/transcripts.ts";
@@ -8,7 +11,7 @@ import { renderViewer } from "./viewer.ts";
 import { buildInspectLogs } from "./inspect.ts";
 import { readLedgerInput, loadLedgerManifest } from "../adjudicate/input.ts";
 import { readRecord } from "../adjudicate/store.ts";
-import { errorMessage, UsageError } from "../util/errors.ts";
+import { errorMessage, FaultError, UsageError } from "../util/errors.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { buildReport, type ReportData } from "./build.ts";
 import { renderHtml } from "./html.ts";
@@ -142,15 +145,58 @@ export interface ReportFiles {
   html: string;
 }
 
-/** Writes report.md, report.json and report.html into `dir` (created if needed); never overwrites. */
+/**
+ * Writes report.md, report.json and report.html into `dir` (created if needed), all of them or
+ * none (contract R188): each is rendered, then written to a temporary file in `dir` (created
+ * exclusively, fsynced); only when the three are on disk is each linked to its name (a link never
+ * replaces a file, so a report is never overwritten) and the folder fsynced. When anything fails
+ * (a full disk, a file size limit, a name taken meanwhile) every temporary file and every name
+ * this call made is removed again, with the folder when this call created it, and the error says
+ * that no report was written.
+ */
 export async function writeReportFiles(dir: string, report: ReportData): Promise<ReportFiles> {
-  await mkdir(dir, { recursive: true });
-  const files: ReportFiles = { markdown: join(resolve(dir), "report.md"), json: join(resolve(dir), "report.json"), html: join(resolve(dir), "report.html") };
+  const root = resolve(dir);
+  const files: ReportFiles = { markdown: join(root, "report.md"), json: join(root, "report.json"), html: join(root, "report.html") };
   const existing: string[] = [];
   for (const path of Object.values(files)) if (await exists(path)) existing.push(path);
   if (existing.length) throw new UsageError(`${existing.join(", ")} already exists; a report is never overwritten: choose another --out-dir`);
-  await writeFile(files.markdown, renderMarkdown(report), { flag: "wx", mode: 0o644 });
-  await writeFile(files.json, renderJson(report), { flag: "wx", mode: 0o644 });
-  await writeFile(files.html, renderHtml(report), { flag: "wx", mode: 0o644 });
-  return files;
+  const contents: Array<[string, string]> = [
+    [files.markdown, renderMarkdown(report)],
+    [files.json, renderJson(report)],
+    [files.html, renderHtml(report)],
+  ];
+  const made: string[] = [];
+  let created: string | undefined;
+  try {
+    created = await mkdir(root, { recursive: true });
+    const temps: Array<[string, string]> = [];
+    for (const [path, text] of contents) {
+      const temp = join(root, `.${basename(path)}.${process.pid}.${randomBytes(6).toString("hex")}.tmp`);
+      const handle = await open(temp, "wx", 0o644);
+      made.push(temp);
+      try {
+        await handle.writeFile(text);
+        await handle.sync();
+      } finally {
+        await handle.close();
+      }
+      temps.push([temp, path]);
+    }
+    for (const [temp, path] of temps) {
+      await link(temp, path);
+      made.push(path);
+    }
+    for (const [temp] of temps) await unlink(temp);
+    await fsyncDirectory(root);
+    return files;
+  } catch (err) {
+    await Promise.all(made.map((path) => unlink(path).catch(() => undefined)));
+    if (created) await rm(created, { recursive: true, force: true });
+    if ((err as NodeJS.ErrnoException).code === "EEXIST")
+      throw new UsageError(`${printable(root)}: another report was written there meanwhile; a report is never overwritten: choose another --out-dir`);
+    throw new FaultError(
+      `the report was not written to ${printable(root)}: ${errorMessage(err)}; nothing of it is left there (no report.md, report.json or report.html). ` +
+        `The ledger and the adjudication record were only read. Make room (free space, or raise the file size limit) and make the report again`,
+    );
+  }
 }

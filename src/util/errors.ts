@@ -39,6 +39,14 @@ export class RefusalError extends ProblemsError {
   override readonly name = "RefusalError";
 }
 
+/**
+ * The runner could not finish for a reason of the host (a full disk, a file size limit), and says
+ * what it left behind and what to do: exit 3 with its message alone.
+ */
+export class FaultError extends Error {
+  override readonly name = "FaultError";
+}
+
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
