@@ -1,8 +1,11 @@
 import { createHash } from "node:crypto";
+import { readFile } from "node:fs/promises";
 import type { Ledger } from "../ledger/schema.ts";
 import { LEDGER_STORE } from "../ledger/store.ts";
 import { loadManifest, type LoadedManifest } from "../manifest/load.ts";
+import { isSessionLedgerFile } from "../session/check.ts";
 import { UsageError } from "../util/errors.ts";
+import { printable } from "../util/printable.ts";
 
 /** A ledger as read, with the sha256 of the exact bytes the record and the report bind to. */
 export interface LedgerInput {
@@ -11,10 +14,24 @@ export interface LedgerInput {
   sha256: string;
 }
 
-/** Reads the ledger once (hash and content from the same bytes); never quotes its content. */
+/**
+ * Reads the ledger once (hash and content from the same bytes); never quotes its content. A
+ * session ledger is named as one, with the command that reads it, instead of listing how it
+ * differs from a study's ledger (contract R191).
+ */
 export async function readLedgerInput(path: string): Promise<LedgerInput> {
-  const { value, bytes } = await LEDGER_STORE.readWithBytes(path);
-  return { path, ledger: value, sha256: createHash("sha256").update(bytes).digest("hex") };
+  try {
+    const { value, bytes } = await LEDGER_STORE.readWithBytes(path);
+    return { path, ledger: value, sha256: createHash("sha256").update(bytes).digest("hex") };
+  } catch (err) {
+    if (err instanceof UsageError && isSessionLedgerFile(await readFile(path).catch(() => Buffer.alloc(0)))) {
+      throw new UsageError(
+        `${printable(path)} is a session ledger, not a study's ledger: adjudication and reports are made from a study run's ledger. ` +
+          `See the sessions with \`study-runner sessions status ${printable(path)}\`, and check it with \`study-runner ledger verify ${printable(path)}\``,
+      );
+    }
+    throw err;
+  }
 }
 
 /**

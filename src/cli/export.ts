@@ -6,6 +6,8 @@ import { loadManifest } from "../manifest/load.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
 import { planExport, removeTree, writeExport } from "../export/export.ts";
 import { exportSourceFor, parseExportLimits } from "../export/options.ts";
+import { unmatchedAnswerKeys } from "../export/root-check.ts";
+import { printable } from "../util/printable.ts";
 import { parseExportRoots, type ExportFlags } from "./options.ts";
 
 export interface ExportCommandOptions {
@@ -41,7 +43,7 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
   const pinned = Object.keys(manifest.repositories);
   const pin = manifest.repositories[opts.repository];
   if (pin === undefined) {
-    throw new UsageError(`--repository '${opts.repository}' is not pinned in ${opts.manifest}; use one of: ${pinned.join(", ")}`);
+    throw new UsageError(`--repository '${printable(opts.repository)}' is not pinned in ${printable(opts.manifest)}; use one of: ${pinned.join(", ")}`);
   }
   const root = opts.roots[opts.repository];
   if (root === undefined) throw new UsageError(`no checkout for '${opts.repository}'; pass --root ${opts.repository}=PATH`);
@@ -50,6 +52,8 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
 
   const out = resolve(opts.out);
   const plan = await planExport({ ...(await exportSourceFor(loaded, opts.repository, top)), limits: parseExportLimits(opts), parentDir: dirname(out) });
+  const unmatched = unmatchedAnswerKeys(opts.repository, pin, plan.answerKeys);
+  if (unmatched.length) throw new UsageError(unmatched.join("\n"), unmatched);
 
   try {
     await mkdir(out, { mode: 0o700 });

@@ -1,6 +1,6 @@
 import { assertReadableLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
 import { checkAnyLedger } from "../verify/check.ts";
-import { SESSION_LEDGER_KIND } from "../session/schema.ts";
+import { isSessionLedgerFile } from "../session/check.ts";
 
 export interface LedgerCheckFlags {
   json?: boolean;
@@ -60,13 +60,4 @@ export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags 
     process.stdout.write(lines.join("\n") + "\n");
   }
   return ok ? 0 : 1;
-}
-
-function isSessionLedgerFile(bytes: Buffer): boolean {
-  try {
-    const json = JSON.parse(bytes.toString("utf8")) as unknown;
-    return typeof json === "object" && json !== null && (json as { kind?: unknown }).kind === SESSION_LEDGER_KIND;
-  } catch {
-    return false;
-  }
 }

@@ -8,12 +8,17 @@ import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";
 import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import { exitCodeHelp } from "./exit-codes.ts";
+import { printable } from "../util/printable.ts";
 import { addSessionCommands } from "./session.ts";
 import { keepFileSizeLimitAWriteError } from "./signals.ts";
 
-/** Writes to stderr; the one place the CLI reports problems to a person. */
+/**
+ * Writes to stderr; the one place the CLI reports problems to a person. A message may echo input
+ * (a name, a path, a flag's value), so every line of it is printable (contract R189): no control
+ * or bidirectional character reaches the terminal raw. Its own line breaks stay line breaks.
+ */
 function report(lines: string | readonly string[]): void {
-  for (const line of typeof lines === "string" ? [lines] : lines) process.stderr.write(`study-runner: ${line}\n`);
+  for (const line of typeof lines === "string" ? [lines] : lines) for (const part of line.split("\n")) process.stderr.write(`study-runner: ${printable(part)}\n`);
 }
 
 const manifestOption = () => new Option("--manifest <path>", "study manifest (JSON)").default(DEMO_MANIFEST, "the bundled demo study, study/demo/manifest.json");

@@ -3,6 +3,7 @@ import { inspectExport, type ExportInspection, type ExportLimits } from "./expor
 import { exportSourceFor, type ManifestSource } from "./options.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import { UsageError } from "../util/errors.ts";
+import { printable } from "../util/printable.ts";
 import type { AnswerKeyMatch } from "../corpus/filter.ts";
 import { checkPin, gitHead, gitStatus, gitTopLevel } from "../corpus/git.ts";
 
@@ -27,6 +28,21 @@ export interface ExportCheckOptions {
 }
 
 /**
+ * One problem per answer key of `repository` that matches no entry at the pin: a key that names
+ * nothing is most likely misspelt, and then the file it meant is public. The dry run, the run's
+ * preflight and `export` refuse the same keys with the same words.
+ */
+export function unmatchedAnswerKeys(repository: string, pin: string, matches: readonly AnswerKeyMatch[]): string[] {
+  return matches.flatMap((match, i) =>
+    match.byName.length === 0
+      ? [
+          `answerKeys.${repository}[${i}] '${printable(match.key)}' matches no entry at the pin ${pin.slice(0, 12)}; correct the path (it is compared case- and Unicode-insensitively) or remove the key`,
+        ]
+      : [],
+  );
+}
+
+/**
  * Checks one checkout for a run: it is the top of a git work tree, clean (no changes, no
  * untracked files), HEAD is the pin (one pin rule, contract R124), and the export's file list,
  * computed once here with the export's own code, holds every task's sources and stays inside
@@ -36,7 +52,7 @@ export async function checkRoot(loaded: ManifestSource & { manifest: Manifest },
   const { manifest } = loaded;
   const pin = manifest.repositories[repository]!;
   const result: RootCheck = { repository, pin, root, sources: 0, answerKeys: [], exportFiles: 0, exportBytes: 0, problems: [] };
-  const fail = (p: string) => (result.problems.push(`root '${repository}' (${root}): ${p}`), result);
+  const fail = (p: string) => (result.problems.push(`root '${repository}' (${printable(root)}): ${p}`), result);
 
   try {
     if (!(await stat(root)).isDirectory()) return fail("is not a directory");
@@ -72,12 +88,7 @@ export async function checkRoot(loaded: ManifestSource & { manifest: Manifest },
   result.answerKeys = plan.answerKeys;
   result.exportFiles = plan.files.length;
   result.exportBytes = plan.files.reduce((n, f) => n + f.size, 0);
-  // A key that names nothing is most likely misspelt, and then the file it meant is public.
-  for (const [i, match] of plan.answerKeys.entries()) {
-    if (match.byName.length === 0) {
-      fail(`answerKeys.${repository}[${i}] '${match.key}' matches no entry at the pin ${pin.slice(0, 12)}; correct the path (it is compared case- and Unicode-insensitively) or remove the key`);
-    }
-  }
+  for (const p of unmatchedAnswerKeys(repository, pin, plan.answerKeys)) fail(p);
   const byPath = new Map(entries.map((e) => [e.path, e]));
   for (const [i, task] of manifest.tasks.entries()) {
     if (task.repository !== repository) continue;

@@ -1,5 +1,6 @@
 import { z } from "zod";
 import { formatByteBound, PROMPT_LIMIT_BYTES, QUESTION_LIMIT_BYTES } from "../terms/limits.ts";
+import { printable } from "../util/printable.ts";
 
 /**
  * The study manifest. Field names follow the maintainer's minimal-study manifest
@@ -27,7 +28,7 @@ export function unsafePathReason(path: string): string | undefined {
 
 export const SafePath = z.string().superRefine((p, ctx) => {
   const reason = unsafePathReason(p);
-  if (reason) ctx.addIssue({ code: "custom", message: `'${p}' ${reason}` });
+  if (reason) ctx.addIssue({ code: "custom", message: `'${printable(p)}' ${reason}` });
 });
 
 const Commit = z.string().regex(COMMIT_RE, "must be a full 40-character lowercase hex commit id (get it with `git rev-parse HEAD` in the checkout)");
@@ -95,7 +96,7 @@ export const ManifestSchema = z
         ctx.addIssue({
           code: "custom",
           path: ["tasks", i, "repository"],
-          message: `'${task.repository}' is not pinned; add it to "repositories" with its 40-hex commit, or use one of: ${[...pinned].join(", ") || "(none)"}`,
+          message: `'${printable(task.repository)}' is not pinned; add it to "repositories" with its 40-hex commit, or use one of: ${[...pinned].join(", ") || "(none)"}`,
         });
       }
     });

@@ -1,9 +1,14 @@
 import { SESSION_LEDGER_KIND, SessionLedgerSchema } from "./schema.ts";
 import { checkLedger, parseRecordKind, type LedgerCheck } from "../ledger/check.ts";
 
-/** True when the JSON is a session ledger (its own record kind beside the study ledger). */
-export function isSessionLedger(json: Record<string, unknown>): boolean {
-  return json.kind === SESSION_LEDGER_KIND;
+/** True when the bytes are JSON of a session ledger (its own record kind beside the study ledger), valid or not. */
+export function isSessionLedgerFile(bytes: Buffer): boolean {
+  try {
+    const json = JSON.parse(bytes.toString("utf8")) as unknown;
+    return typeof json === "object" && json !== null && (json as { kind?: unknown }).kind === SESSION_LEDGER_KIND;
+  } catch {
+    return false;
+  }
 }
 
 /**

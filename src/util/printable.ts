@@ -1,5 +1,5 @@
 /**
- * One escaping for every text that reaches a person or a prompt from input: the C0
+ * One escaping for every text that reaches a person or a prompt from input (contract R189): the C0
  * and C1 control characters, DEL, the line and paragraph separators and the bidirectional controls
  * (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069) become `\uXXXX`, so an echoed name can
  * neither break a line, move the cursor nor reorder what a terminal shows around it.

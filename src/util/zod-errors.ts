@@ -1,12 +1,13 @@
 import type { z } from "zod";
+import { jsonLiteral } from "./printable.ts";
 
-/** `tasks[3].sources[0]` from a zod issue path. */
+/** `tasks[3].sources[0]` from a zod issue path; a key that is not a plain name is a JSON literal, escaped (contract R189). */
 export function formatPath(path: readonly PropertyKey[]): string {
   let out = "";
   for (const key of path) {
     if (typeof key === "number") out += `[${key}]`;
     else if (typeof key === "string" && /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key)) out += out ? `.${key}` : key;
-    else out += `[${JSON.stringify(String(key))}]`;
+    else out += `[${jsonLiteral(String(key))}]`;
   }
   return out || "(top level)";
 }

@@ -128,7 +128,28 @@ describe("study-runner --dry-run", () => {
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/repetitions: must be at least 1/);
   });
+
+  // contract: R189
+  it("echoes a refused name, path or flag value with its control and bidirectional characters escaped, one message a line", async () => {
+    const path = join(work, "hostile-names.json");
+    const manifest = JSON.parse(execFileSync("cat", ["study/demo/manifest.json"]).toString());
+    manifest.repositories["evil\u202eeman"] = Object.values(manifest.repositories)[0];
+    manifest.tasks[0].sources[0] = "a/\nstudy-runner: all good\u202e/../x";
+    await writeFile(path, JSON.stringify(manifest));
+    const bad = await runCli(["--dry-run", "--manifest", path]);
+    const flag = await runCli(["--dry-run", "--root", `x\u202ey\u0007\u009b=${work}`]);
+    for (const r of [bad, flag]) {
+      expect(r.code).toBe(2);
+      expect(r.stderr).not.toMatch(RAW_UNSAFE);
+      for (const line of r.stderr.trimEnd().split("\n")) expect(line).toMatch(/^study-runner: /);
+    }
+    expect(bad.stderr).toContain('repositories["evil\\u202eeman"]');
+    expect(flag.stderr).toContain("'x\\u202ey\\u0007\\u009b' is not a repository of the manifest");
+  });
 });
+
+/** A character that may not reach the terminal raw: any control but the line break, the line and paragraph separators, a bidirectional control. */
+const RAW_UNSAFE = /(?!\n)[\p{Cc}\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]/u;
 
 describe("study-runner execution refusals", () => {
   it("lists everything missing at once, with exit code 2 and nothing on stdout", async () => {

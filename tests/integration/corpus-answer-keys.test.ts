@@ -4,7 +4,7 @@
  * it under another name, still keeps it out of every export; a key that names nothing at the
  * pin refuses the dry run and the run before anything starts.
  */
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -98,5 +98,19 @@ describe("answer keys", () => {
     });
     expect(run.code).toBe(2);
     expect(run.stderr).toMatch(/answerKeys\.corpus\[1\] 'answer-key\.md' matches no entry at the pin/);
+  });
+
+  // contract: R190
+  it("export refuses a key that matches no entry at the pin the same way (exit 2), and writes nothing", async () => {
+    const path = await manifest(["answers.md", "answer-key.md"]);
+    const out = join(work, "export-unmatched");
+    const r = await runCli(["export", "--manifest", path, "--root", `corpus=${repo.dir}`, "--repository", "corpus", "--out", out]);
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toMatch(/answerKeys\.corpus\[1\] 'answer-key\.md' matches no entry at the pin/);
+    await expect(stat(out)).rejects.toMatchObject({ code: "ENOENT" });
+    // The same keys, all matching, export.
+    const ok = await runCli(["export", "--manifest", await manifest(["answers.md"]), "--root", `corpus=${repo.dir}`, "--repository", "corpus", "--out", out]);
+    expect(ok.code, ok.stderr).toBe(0);
   });
 });

@@ -466,6 +466,17 @@ describe("a session ledger proves itself", () => {
     await writeFile(ledgerPath, JSON.stringify(l, null, 2));
   });
 
+  // contract: R191
+  it("`report` on it says it is a session ledger and points to `sessions status`, instead of listing schema differences", async () => {
+    const r = await runCli(["report", "--ledger", ledgerPath]);
+    expect(r.code).toBe(2);
+    expect(r.stdout).toBe("");
+    expect(r.stderr).toContain(`study-runner: ${ledgerPath} is a session ledger, not a study's ledger`);
+    expect(r.stderr).toContain(`\`study-runner sessions status ${ledgerPath}\``);
+    expect(r.stderr).not.toMatch(/problems:|does not match/);
+    expect(r.stderr.trim().split("\n")).toHaveLength(1);
+  });
+
   // contract: R149
   it("reservedUsd 0.7 with no call open: `ledger check` names the open reservations", async () => {
     const r = await check(await edited("reserved", (l) => (l.budget.reservedUsd = 0.7)));
