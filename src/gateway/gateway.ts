@@ -429,18 +429,28 @@ class AttemptSide {
     this.forward(x, target, read.raw, flight);
   }
 
+  /**
+   * The one place a request is marked refused: its kind, reason and status set and the record's
+   * count kept with it, so no path can mark a request without counting it (contract R174).
+   */
+  private markRefused(r: GatewayRequestRecord, kind: RefusalKind, reason: string, status: number): void {
+    if (r.refused !== null) return;
+    r.refused = { kind, reason };
+    r.status = status;
+    this.record.refused++;
+    if (kind === "budget") this.record.budgetRefused = true;
+  }
+
   /** Answers the request with an error and records why; undefined, so a check can return it. */
   private refuse(x: Exchange, kind: RefusalKind, reason: string, status = REFUSAL_STATUS, type = REFUSAL_TYPE): undefined {
     x.releaseBody();
-    x.r.refused = { kind, reason };
-    x.r.status = status;
+    this.markRefused(x.r, kind, reason, status);
     x.r.durationMs = performance.now() - x.t0;
-    this.record.refused++;
-    if (kind === "budget") this.record.budgetRefused = true;
-    else this.problem(`gateway refused ${x.r.method} ${x.r.path}: ${reason}`);
+    if (kind !== "budget") this.problem(`gateway refused ${x.r.method} ${x.r.path}: ${reason}`);
     sendError(x.res, status, type, reason);
     return undefined;
   }
+
 
   /** The checks before the body is read: a measured target, this attempt's placeholder, measured headers. The target as parsed, or undefined when refused. */
   private checkArrival(x: Exchange): { path: string; search: string } | undefined {
@@ -544,8 +554,7 @@ class AttemptSide {
     upstreamReq.on("error", (err) => {
       if (flight.settled) return;
       settle(undefined);
-      x.r.status = 502;
-      x.r.refused = { kind: "upstream-unreachable", reason: `the upstream did not answer (${(err as NodeJS.ErrnoException).code ?? "error"})` };
+      this.markRefused(x.r, "upstream-unreachable", `the upstream did not answer (${(err as NodeJS.ErrnoException).code ?? "error"})`, 502);
       sendError(x.res, 502, "api_error", "the Messages API could not be reached");
     });
     upstreamReq.on("response", (up) => this.relayReply(x, up, settle, aborted));
@@ -560,8 +569,7 @@ class AttemptSide {
       // A redirect could carry the credential elsewhere: never followed, never passed on.
       up.resume();
       settle(undefined);
-      r.status = 502;
-      r.refused = { kind: "upstream-redirect", reason: `the upstream answered ${up.statusCode} (a redirect); refused` };
+      this.markRefused(r, "upstream-redirect", `the upstream answered ${up.statusCode} (a redirect); refused`, 502);
       this.problem(`the upstream answered request ${r.seq} with a redirect (${up.statusCode})`);
       sendError(res, 502, "api_error", "the Messages API answered with a redirect, which the gateway does not follow");
       return;

@@ -5,15 +5,25 @@
  * (test) credential on the host.
  */
 import { createHash } from "node:crypto";
+import { createServer as createTcpServer } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { Turn } from "../../src/scripted-api/script.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
+import { runCli } from "../support/cli.ts";
 import { assertMeteredEqualsTranscript, prepareCorpus, realImage, runConformanceStudy, scanContainers, TEST_TOKEN, type ContainerScan, type Corpus } from "./support.ts";
 import { pilotScripts } from "./scripts.ts";
 
 const sha12 = (t: string) => createHash("sha256").update(t).digest("hex").slice(0, 12);
+
+/** `ledger check` and `ledger verify` of a ledger a run wrote: both must exit 0. */
+async function expectLedgerPasses(path: string): Promise<void> {
+  const check = await runCli(["ledger", "check", path]);
+  expect(check.code, check.stdout + check.stderr).toBe(0);
+  const verify = await runCli(["ledger", "verify", path]);
+  expect(verify.code, verify.stdout + verify.stderr).toBe(0);
+}
 
 let ca: TestCa;
 let image: { tag: string; id: string };
@@ -118,6 +128,37 @@ describe("the host-enforced ceiling", () => {
     expect(o.setupProblems).toEqual([]);
     // Charge rules unchanged: a budget-exceeded attempt keeps its reservation charged.
     expect(o.chargedUsd).toBe(RESERVATION);
+  });
+
+  // contract: R174
+  it("leaves a ledger that passes `ledger check` and `ledger verify`", async () => {
+    await expectLedgerPasses(run.ledgerPath);
+  });
+});
+
+describe("an upstream that cannot be reached", () => {
+  let corpus: Corpus;
+  let run: Awaited<ReturnType<typeof runConformanceStudy>>;
+  beforeAll(async () => {
+    corpus = await prepareCorpus("gateway-unreachable");
+    // A loopback port with no listener: bound, then closed.
+    const s = createTcpServer();
+    await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+    const port = (s.address() as { port: number }).port;
+    await new Promise((r) => s.close(r));
+    run = await runConformanceStudy({ corpus, gateway: { url: `https://127.0.0.1:${port}`, ca: ca.ca }, image: image.id, plan: "repository", timeoutMs: 300_000 });
+  }, 600_000);
+  afterAll(async () => {
+    await corpus?.cleanup();
+  });
+
+  // contract: R174
+  it("counts every request refused as unreachable, and its ledger passes `ledger check` and `ledger verify`", async () => {
+    const g = run.ledger.observations[0]!.gateway!;
+    expect(g.requests.length).toBeGreaterThan(0);
+    expect(g.requests.every((r) => r.refused?.kind === "upstream-unreachable")).toBe(true);
+    expect(g.refused).toBe(g.requests.length);
+    await expectLedgerPasses(run.ledgerPath);
   });
 });
 

@@ -126,6 +126,8 @@ export interface StudyRun {
   code: number;
   summary: StudySummary;
   ledger: Ledger;
+  /** Where the run wrote its ledger (its transcripts beside it). */
+  ledgerPath: string;
   /** stdout lines of each attempt, by plan index. */
   lines: Map<number, string[]>;
   /** Parsed events of each attempt (every line must be JSON). */
@@ -202,6 +204,7 @@ export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun>
     code,
     summary: JSON.parse(stdout) as StudySummary,
     ledger,
+    ledgerPath: config.output,
     lines,
     events: (index) => (lines.get(index) ?? []).filter((l) => l !== "").map((l) => JSON.parse(l) as Record<string, any>),
     stderr,
