@@ -1,3 +1,4 @@
+import { UsageError } from "../util/errors.ts";
 import { assertReadableLedger, LEDGER_CHECK_EXIT } from "../ledger/check.ts";
 import { checkAnyLedger } from "../verify/check.ts";
 import { isSessionLedgerFile } from "../session/check.ts";
@@ -31,8 +32,8 @@ export async function ledgerCheckCommand(path: string, flags: LedgerCheckFlags):
  * committed to. Prints differences that name the field or the file, never an answer.
  * Exit 0 all agree, 1 differences.
  */
-export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags & { adjudication?: string; manifest?: string; report?: string }): Promise<number> {
-  const { verifyLedger, verifyRecord, verifyAgainstReport, verifySessionLedger } = await import("../verify/verify.ts");
+export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags & { adjudication?: string; manifest?: string; report?: string; digest?: string }): Promise<number> {
+  const { verifyLedger, verifyRecord, verifyAgainstReport, verifySessionLedger, verifyDigest } = await import("../verify/verify.ts");
   // A session ledger is verified the same way, from its calls' transcripts (contract R162).
   const isSession = isSessionLedgerFile(await assertReadableLedger(path));
   const result = isSession ? await verifySessionLedger(path, { manifest: flags.manifest }) : await verifyLedger(path, { manifest: flags.manifest });
@@ -48,14 +49,22 @@ export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags 
     result.differences.push(...checked.differences.map((d) => `report ${d}`));
     evidence = { root: checked.root, files: checked.files };
   }
+  let digest: string | null = null;
+  if (flags.digest !== undefined) {
+    if (isSession) throw new UsageError("--digest applies to a study ledger (a study run prints the digest of each settled state); drop it for a session ledger");
+    const checked = await verifyDigest(path, flags.digest);
+    result.differences.push(...checked.differences);
+    digest = checked.note;
+  }
   const ok = result.differences.length === 0;
-  if (flags.json) process.stdout.write(JSON.stringify({ ...result, ...(evidence ? { evidence } : {}), verdict: ok ? "verified" : "differs" }, null, 2) + "\n");
+  if (flags.json) process.stdout.write(JSON.stringify({ ...result, ...(evidence ? { evidence } : {}), ...(digest ? { digest } : {}), verdict: ok ? "verified" : "differs" }, null, 2) + "\n");
   else {
     const lines = [
       `ledger ${result.path}: ${ok ? "verified" : `${result.differences.length} difference${result.differences.length === 1 ? "" : "s"}`}`,
       `${flags.adjudication ? "observations and adjudication items" : "observations"}: ${result.observations} (${result.verified} read again from their transcripts)`,
     ];
     if (evidence) lines.push(`evidence: ${evidence.files} private files against the report's digest ${evidence.root}`);
+    if (digest) lines.push(digest);
     for (const d of result.differences) lines.push(`  - ${d}`);
     process.stdout.write(lines.join("\n") + "\n");
   }

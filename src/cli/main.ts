@@ -247,6 +247,10 @@ function addLedgerCommands(program: Command, setExit: SetExit): void {
     .option("--adjudication <path>", "also verify this adjudication record's runs against <record>.transcripts/ (facts, status, charge, verdict)")
     .option("--manifest <path>", "the manifest the run was given, when it is no longer where the ledger records it (its sha256 must be the protocol hash)")
     .option("--report <report.json>", "also check that the private files (ledger, transcripts, manifest, adjudication record) are the ones this published report was made from")
+    .option(
+      "--digest <hex>",
+      "also find the settled state this evidence digest (printed by the run after each settled observation) was taken of, and name the first observation since which the files differ",
+    )
     .option("--json", "one JSON object instead of lines")
     .addHelpText(
       "after",

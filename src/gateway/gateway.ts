@@ -1,4 +1,4 @@
-import { randomBytes } from "node:crypto";
+import { createHash, randomBytes } from "node:crypto";
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from "node:http";
 import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
 import { rm } from "node:fs/promises";
@@ -84,6 +84,12 @@ export interface GatewayRequestRecord {
   ttfbMs: number | null;
   durationMs: number;
   refused: { kind: RefusalKind; reason: string } | null;
+  /** The sha256 of the request body as forwarded; null when it was not read (contract R176). */
+  requestSha256?: string | null;
+  /** The sha256 of the reply body's bytes as relayed to the CLI; null when no reply was relayed. */
+  replySha256?: string | null;
+  /** The sha256 of the reply message's canonical content (text, tool calls; src/transcript/content.ts), null when not known whole. */
+  contentSha256?: string | null;
 }
 
 export interface GatewayRecord {
@@ -353,6 +359,9 @@ function newRequestRecord(seq: number, req: IncomingMessage): GatewayRequestReco
     ttfbMs: null,
     durationMs: 0,
     refused: null,
+    requestSha256: null,
+    replySha256: null,
+    contentSha256: null,
   };
 }
 
@@ -451,7 +460,6 @@ class AttemptSide {
     return undefined;
   }
 
-
   /** The checks before the body is read: a measured target, this attempt's placeholder, measured headers. The target as parsed, or undefined when refused. */
   private checkArrival(x: Exchange): { path: string; search: string } | undefined {
     const { req } = x;
@@ -490,6 +498,7 @@ class AttemptSide {
     // A backstop: whatever happens to this request (a throw below included), its bytes stop counting when its response closes.
     x.res.on("close", x.releaseBody);
     x.r.requestBytes = raw.length;
+    x.r.requestSha256 = createHash("sha256").update(raw).digest("hex");
     let parsed: ReturnType<typeof parseRequestBody>;
     try {
       parsed = parseRequestBody(raw, this.run.shapes);
@@ -578,12 +587,14 @@ class AttemptSide {
     const sse = streamed ? new SseMeter() : undefined;
     const jsonChunks: Buffer[] = [];
     let jsonBytes = 0;
+    const relayed = createHash("sha256");
     res.writeHead(r.status, replyHeaders(up.headers));
     res.flushHeaders();
     up.on("data", (chunk: Buffer) => {
       if (r.ttfbMs === null) r.ttfbMs = performance.now() - x.t0;
       // Passed on first, metered second: the CLI never waits for the meter.
       res.write(chunk);
+      relayed.update(chunk);
       if (sse) sse.push(chunk);
       else if (jsonBytes < 4 * 1024 * 1024) {
         jsonChunks.push(chunk);
@@ -593,6 +604,7 @@ class AttemptSide {
     up.on("end", () => {
       res.off("close", aborted);
       res.end();
+      r.replySha256 = relayed.digest("hex");
       if (sse) {
         sse.end();
         settle(r.status >= 200 && r.status < 300 ? sse.facts : undefined, r.status >= 400);
@@ -602,6 +614,7 @@ class AttemptSide {
     });
     up.on("error", () => {
       res.destroy();
+      r.replySha256 ??= relayed.digest("hex");
       settle(sse?.facts);
     });
   }
@@ -622,6 +635,7 @@ class AttemptSide {
       r.messageId = facts.messageId;
       r.model = facts.model;
       r.complete = facts.complete;
+      r.contentSha256 = facts.contentSha256;
       if (facts.usage) setUsage(r, facts.usage);
     }
     let cost = 0n;

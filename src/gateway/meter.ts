@@ -1,5 +1,6 @@
 import { picoToUsd } from "../cost/money.ts";
 import { pricesFor, tier1MaxPromptTokens, type TierPrices } from "../cost/prices.ts";
+import { canonicalBlocks, contentDigest, StreamContent } from "../transcript/content.ts";
 import { parseUsage, promptTokens, requestTokenBound, type MeteredUsage, type RequestTokenBound } from "../cost/usage.ts";
 
 /**
@@ -30,6 +31,8 @@ export interface ReplyFacts {
    * tool and meters none of their fees, so such a reply makes the attempt invalid-setup.
    */
   serverToolUse: string | null;
+  /** The sha256 of the message's canonical content as relayed (src/transcript/content.ts), or null when it is not known whole. */
+  contentSha256: string | null;
 }
 
 /** `name=count` for every positive count under `usage.server_tool_use`, or null. */
@@ -47,7 +50,8 @@ export function serverToolUseOf(usage: unknown): string | null {
  * message_delta the final output count (the start's output figure is the API's placeholder).
  */
 export class SseMeter {
-  readonly facts: ReplyFacts = { messageId: null, model: null, usage: null, complete: false, serverToolUse: null };
+  readonly facts: ReplyFacts = { messageId: null, model: null, usage: null, complete: false, serverToolUse: null, contentSha256: null };
+  private readonly content = new StreamContent();
   private pending = "";
   private readonly decoder = new TextDecoder();
   /** An event larger than this is not parsed (a text delta can be long; usage events are small). */
@@ -62,8 +66,11 @@ export class SseMeter {
       this.pending = this.pending.slice(end).replace(/^\r?\n\r?\n/, "");
       this.event(event);
     }
-    // A huge content delta need not be parsed; drop what cannot be a usage event.
-    if (this.pending.length > SseMeter.MAX_EVENT_CHARS) this.pending = "";
+    // A huge content delta need not be parsed; drop what cannot be a usage event (the content is then not known whole).
+    if (this.pending.length > SseMeter.MAX_EVENT_CHARS) {
+      this.pending = "";
+      this.content.lost();
+    }
   }
 
   end(): void {
@@ -83,8 +90,10 @@ export class SseMeter {
     try {
       json = JSON.parse(data) as Record<string, unknown>;
     } catch {
+      this.content.lost();
       return;
     }
+    this.content.event(json);
     if (json.type === "message_start" && typeof json.message === "object" && json.message !== null) {
       const m = json.message as Record<string, unknown>;
       if (typeof m.id === "string") this.facts.messageId = m.id.slice(0, 200);
@@ -103,6 +112,7 @@ export class SseMeter {
       if (this.facts.usage && read !== undefined) this.facts.usage.cacheReadInputTokens = read;
     } else if (json.type === "message_stop") {
       this.facts.complete = true;
+      this.facts.contentSha256 = this.content.digest();
     }
   }
 }
@@ -117,9 +127,10 @@ export function jsonReplyFacts(body: Buffer): ReplyFacts {
       usage: usageOf(m.usage) ?? null,
       complete: m.type === "message",
       serverToolUse: serverToolUseOf(m.usage),
+      contentSha256: m.type === "message" ? contentDigest(canonicalBlocks(m.content)) : null,
     };
   } catch {
-    return { messageId: null, model: null, usage: null, complete: false, serverToolUse: null };
+    return { messageId: null, model: null, usage: null, complete: false, serverToolUse: null, contentSha256: null };
   }
 }
 

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
+import { canonicalJson } from "../transcript/content.ts";
 import { transcriptDir, transcriptNames } from "./transcripts.ts";
 
 /**
@@ -95,4 +96,62 @@ export function compareEvidence(published: Evidence, now: Evidence): string[] {
   if (out.length === 0)
     out.push(`evidence.root: the report gives ${published.root}, its own file list gives ${merkleRoot(published.files)}, the files give ${now.root} (the report's digest was edited)`);
   return out;
+}
+
+/**
+ * The anchor published before the report (contract R177): the digest of a study ledger's settled
+ * state after its first `count` observations, which the run prints each time the settled prefix
+ * grows (on stderr and in its summary). The same Merkle tree as the report's digest, over leaves
+ * that the final files still hold: `run` (the run id and protocol hash), then for each of the
+ * first `count` observations its entry (`observations/0000`, the sha256 of its canonical JSON)
+ * and its transcript (`ledger.transcripts/0000.jsonl`, the file's sha256). An observation never
+ * changes once settled, so `ledger verify --digest` recomputes every prefix from the files and
+ * finds the state a digest was printed at.
+ */
+export function settledStateDigest(
+  ledger: { runId: string; protocol: { protocolHash: string }; observations: readonly object[] },
+  count: number,
+  transcriptSha256: (index: number) => string | undefined,
+): string {
+  const files: EvidenceFile[] = [{ name: "run", sha256: sha256(canonicalJson({ runId: ledger.runId, protocolHash: ledger.protocol.protocolHash })).toString("hex") }];
+  for (let i = 0; i < count; i++) {
+    const stem = String(i).padStart(4, "0");
+    files.push({ name: `observations/${stem}`, sha256: sha256(canonicalJson(ledger.observations[i])).toString("hex") });
+    const t = transcriptSha256(i);
+    if (t !== undefined) files.push({ name: `ledger.transcripts/${stem}.jsonl`, sha256: t });
+  }
+  return merkleRoot(files);
+}
+
+/** How many observations from the first on are settled: the states a run prints a digest for. */
+export function settledPrefix(observations: ReadonlyArray<{ phase: string }>): number {
+  let n = 0;
+  while (n < observations.length && observations[n]!.phase === "settled") n++;
+  return n;
+}
+
+/** The digests a run printed, one per settled state (contract R177). */
+export interface SettledDigest {
+  /** The state after this many observations, from the first on, were settled. */
+  observations: number;
+  digest: string;
+}
+
+/**
+ * Prints the digest of each settled state once, after the ledger holding it was written: called
+ * after every write, it adds one line per observation the settled prefix grew by.
+ */
+export class SettledAnchors {
+  readonly printed: SettledDigest[] = [];
+
+  constructor(private readonly note: (line: string) => void) {}
+
+  after(ledger: { runId: string; protocol: { protocolHash: string }; observations: ReadonlyArray<{ phase: string; transcriptSha256?: string }> }): void {
+    const k = settledPrefix(ledger.observations);
+    for (let n = (this.printed.at(-1)?.observations ?? 0) + 1; n <= k; n++) {
+      const digest = settledStateDigest(ledger, n, (i) => ledger.observations[i]!.transcriptSha256);
+      this.printed.push({ observations: n, digest });
+      this.note(`evidence digest after observation ${n - 1} settled: ${digest} (\`study-runner ledger verify LEDGER --digest ${digest}\` tells whether the files changed since)`);
+    }
+  }
 }

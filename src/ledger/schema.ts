@@ -128,6 +128,10 @@ export const GatewayRequestSchema = z.strictObject({
       reason: z.string(),
     })
     .nullable(),
+  // Absent in ledgers written before the gateway bound replies to transcripts (contract R176).
+  requestSha256: Sha256.nullable().optional().meta({ description: "sha256 of the request body as forwarded; null when it was not read" }),
+  replySha256: Sha256.nullable().optional().meta({ description: "sha256 of the reply body's bytes as relayed to the CLI" }),
+  contentSha256: Sha256.nullable().optional().meta({ description: "sha256 of the reply message's canonical content (text, tool calls), which ledger verify recomputes from the transcript" }),
 });
 
 /** What the model gateway saw of one attempt: every request, metered. */

@@ -19,6 +19,7 @@ import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { buildPrompt, cliArguments, denyList, EMPTY_MCP_CONFIG } from "../claude/args.ts";
 import { CLI_PRICES } from "../cost/prices.ts";
 import { createLedger, writeLedger } from "../ledger/store.ts";
+import { SettledAnchors } from "../ledger/evidence.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import { commonHeader, newRunId, type StudyRunBase } from "./header.ts";
@@ -164,7 +165,15 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     observations: [],
   };
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
-  const persist = () => (mark("ledger:write"), writeLedger(handle, ledger).then(() => mark("ledger:written")));
+  // Each settled state's evidence digest, printed once its ledger is written (contract R177).
+  const anchors = new SettledAnchors((line) => progress.note(line));
+  const persist = () => (
+    mark("ledger:write"),
+    writeLedger(handle, ledger).then(() => {
+      mark("ledger:written");
+      anchors.after(ledger);
+    })
+  );
   const transcripts = await TranscriptStore.create(handle.path);
   const ahead: MadeAhead = { exports: new Ahead<ExportResult>((e) => removeExport(e.dir)), sandboxes: new Ahead<EngineSandbox>((s) => s.remove()) };
 
@@ -219,7 +228,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() =>
     Promise.all([gateway?.close(), ahead.exports.close(), ahead.sandboxes.close()]),
   );
-  deps.stdout(JSON.stringify(summarize(config, ledger, handle), null, 2) + "\n");
+  deps.stdout(JSON.stringify({ ...summarize(config, ledger, handle), evidenceDigests: anchors.printed }, null, 2) + "\n");
   return end.exitCode;
 }
 

@@ -1,5 +1,6 @@
 import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { Ledger } from "../ledger/schema.ts";
+import type { SettledDigest } from "../ledger/evidence.ts";
 import { extrapolationCaveat, spendLabel, type SpendLabel } from "../cost/labels.ts";
 
 /** What a study run's summary needs of its configuration (study and HTTP runs alike). */
@@ -29,6 +30,8 @@ export interface StudySummary {
   extrapolationNote: string;
   /** What the USD figures and the token counts above are (an estimate; harness included). */
   spendLabel: SpendLabel;
+  /** cli runs: the evidence digest of each settled state, as printed on stderr (contract R177). */
+  evidenceDigests?: SettledDigest[];
   networkCalls?: never;
 }
 

@@ -8,6 +8,7 @@ import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { settle } from "../budget/budget.ts";
 import { gatewayBudgetRefusal, interpretRun, runReader } from "../transport/cli/interpret.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
+import { contentDigest, transcriptMessages } from "../transcript/content.ts";
 import { observationExtras } from "../study/observation.ts";
 import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import type { Arm } from "../terms/terms.ts";
@@ -22,7 +23,7 @@ import { readSessionLedger } from "../session/store.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { parseManifest } from "../manifest/load.ts";
 import { planStudy } from "../plan/plan.ts";
-import { collectEvidence, compareEvidence, merkleRoot, type Evidence } from "../ledger/evidence.ts";
+import { collectEvidence, compareEvidence, merkleRoot, settledPrefix, settledStateDigest, type Evidence } from "../ledger/evidence.ts";
 import { UsageError } from "../util/errors.ts";
 import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, SESSION_LEDGER_INVARIANTS, STUDY_LEDGER_INVARIANTS } from "./invariants.ts";
 
@@ -122,7 +123,7 @@ async function checkRun(
   const hash = sha256Hex(file.bytes);
   if (hash !== run.transcriptSha256) differences.push(`${where}.transcriptSha256: ${o.noun} ${run.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
   const lines = transcriptLines(file.bytes);
-  differences.push(...gatewayRecordProblems(where, run.gateway, lines));
+  differences.push(...gatewayRecordProblems(where, run.gateway, lines, run.truncated ?? false));
   if (run.phase !== "settled") return { lines, verified: false };
 
   const reader = runReader(o.arm, o.model, o.cliVersion, o.init, o.expectedTools);
@@ -159,24 +160,15 @@ async function checkRun(
 /**
  * Every gateway request record of a run (contract R157) against the messages of its transcript: a
  * request the gateway forwarded and got a message for must name a message of the transcript, from
- * the same model, with the same prompt usage. A record the transcript does not bear out was
- * edited or belongs to another run.
+ * the same model, with the same prompt usage, and (contract R176) the same content: the digest of
+ * the reply's text and tool calls as the gateway relayed them must be the digest of what the
+ * transcript keeps of that message. A record the transcript does not bear out was edited or
+ * belongs to another run; a message whose content differs was rewritten. A transcript the runner
+ * cut at its output bound (`truncated`) may end inside a message, so its content is not compared.
  */
-export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway"], lines: readonly string[]): string[] {
+export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway"], lines: readonly string[], truncated = false): string[] {
   if (!gateway || gateway.requests.length === 0) return [];
-  const messages = new Map<string, { model: unknown; usage: Record<string, unknown> }>();
-  for (const line of lines) {
-    if (!line.includes('"assistant"')) continue;
-    let event: { type?: unknown; message?: { id?: unknown; model?: unknown; usage?: unknown } };
-    try {
-      event = JSON.parse(line) as typeof event;
-    } catch {
-      continue;
-    }
-    const m = event?.type === "assistant" ? event.message : undefined;
-    if (m && typeof m.id === "string" && !messages.has(m.id))
-      messages.set(m.id, { model: m.model, usage: typeof m.usage === "object" && m.usage !== null ? (m.usage as Record<string, unknown>) : {} });
-  }
+  const messages = transcriptMessages(lines);
   const out: string[] = [];
   for (const r of gateway.requests) {
     if (r.messageId === null || r.refused !== null) continue;
@@ -195,6 +187,11 @@ export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway
     ];
     for (const [field, gatewayValue, transcriptValue] of pairs) {
       if (gatewayValue !== (transcriptValue ?? null)) out.push(`${at}.${field}: gateway ${show(gatewayValue)}, the transcript's message gives ${show(transcriptValue ?? null)}`);
+    }
+    if (typeof r.contentSha256 === "string" && r.complete && !truncated && contentDigest(m.blocks) !== r.contentSha256) {
+      out.push(
+        `${at}.contentSha256: the transcript's assistant message ${show(r.messageId)} (message ${m.ordinal + 1} of the transcript) holds text or tool calls other than the reply the gateway relayed (rewritten; not shown: private)`,
+      );
     }
   }
   return out;
@@ -394,6 +391,39 @@ async function checkAdjudicatorCall(
 
 function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Record<string, unknown> {
   return Object.fromEntries(keys.map((k) => [k, o[k]]));
+}
+
+/**
+ * `ledger verify --digest HEX` (contract R177): finds the settled state a digest the run printed
+ * was taken of, by recomputing every state's digest from the files now (the ledger's entries and
+ * each transcript's bytes). A match says through which observation the files are as they were
+ * and names the first observation settled since; no match is a difference: something the digest
+ * covered was changed after it was printed (or it is another run's digest).
+ */
+export async function verifyDigest(path: string, digest: string): Promise<{ differences: string[]; note: string | null }> {
+  if (!/^[0-9a-f]{64}$/.test(digest))
+    throw new UsageError(`--digest ${show(digest.slice(0, 80))} is not 64 lowercase hex characters; give a digest the run printed ("evidence digest after observation N settled: HEX")`);
+  const ledger = JSON.parse(await readFile(path, "utf8")) as { runId: string; protocol: { protocolHash: string }; observations: Array<{ phase: string }> };
+  const settled = settledPrefix(ledger.observations);
+  const hashes: Array<string | undefined> = [];
+  for (let i = 0; i < settled; i++) {
+    const file = await readTranscriptFile(path, i);
+    hashes.push(file ? sha256Hex(file.bytes) : undefined);
+  }
+  for (let n = settled; n >= 0; n--) {
+    if (settledStateDigest(ledger, n, (i) => hashes[i]) !== digest) continue;
+    if (n === ledger.observations.length) return { differences: [], note: `digest: the files are the settled state the digest was printed for (all ${n} observations); nothing changed since` };
+    return {
+      differences: [],
+      note: `digest: the files are as they were when observations 0 to ${n - 1} had settled; they differ since observation ${n}, which ${ledger.observations[n]!.phase === "settled" ? "settled" : "was reserved"} after the digest was printed`,
+    };
+  }
+  return {
+    differences: [
+      `digest: ${digest} is the digest of no settled state of these files (0 to ${settled} observations): an observation it covered, its transcript, or the run's id or protocol hash changed after it was printed, or it is another run's digest`,
+    ],
+    note: null,
+  };
 }
 
 /**

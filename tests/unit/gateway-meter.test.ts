@@ -1,3 +1,4 @@
+import { contentDigest } from "../../src/transcript/content.ts";
 import { mkdtemp, writeFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -41,6 +42,8 @@ describe("the streaming meter", () => {
           complete: true,
           usage: { inputTokens: 100, cacheReadInputTokens: 5, cacheWrite5mInputTokens: 10, cacheWrite1hInputTokens: 20, outputTokens: 42 },
           serverToolUse: "web_search_requests=2",
+          // The stream carries no content block: the digest of empty content.
+          contentSha256: contentDigest([]),
         });
       }),
     );
