@@ -5,7 +5,8 @@
  * placeholder login. Checks what that person would look at, and that the ledger carries the
  * gateway's per-request records of every attempt and session call, metered equal to the transcript.
  */
-import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { cp, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -61,6 +62,76 @@ describe("demo --pilot --real-cli", () => {
     expect(ledger.observations[1]!.toolCallsByName).toEqual({ "mcp__doc-bridge__doc_search": 1, "mcp__doc-bridge__doc_get": 1 });
     // The API's folder (its CA and test token) is removed once the run ends.
     expect((await readdir(work)).filter((n) => n.startsWith("model-api-"))).toEqual([]);
+  });
+});
+
+/** Rewrites one kept transcript with `edit` (each parsed line) and its ledger entry to match: the hash, and the answer when the result changed. */
+async function rewrite(ledgerPath: string, index: number, edit: (event: Record<string, any>) => void): Promise<void> {
+  const file = join(`${ledgerPath}.transcripts`, `${String(index).padStart(4, "0")}.jsonl`);
+  const lines = (await readFile(file, "utf8")).split("\n").filter((l) => l !== "");
+  const events = lines.map((l) => JSON.parse(l) as Record<string, any>);
+  for (const e of events) edit(e);
+  const bytes = events.map((e) => JSON.stringify(e)).join("\n") + "\n";
+  await writeFile(file, bytes);
+  const ledger = JSON.parse(await readFile(ledgerPath, "utf8"));
+  ledger.observations[index].transcriptSha256 = createHash("sha256").update(bytes).digest("hex");
+  const result = events.find((e) => e.type === "result");
+  if (typeof result?.result === "string") ledger.observations[index].answer = result.result;
+  await writeFile(ledgerPath, JSON.stringify(ledger, null, 2));
+}
+
+describe("demo --pilot --real-cli: what the model said is bound", () => {
+  // contract: R176
+  // contract: R177
+  it("`ledger verify` passes on the real CLI's gateway ledger and each digest the run printed; a rewritten tool call or answer, with its ledger entry, is named by message, and the old digest matches no state", async () => {
+    const digests = [...run.stdout.matchAll(/"digest": "([0-9a-f]{64})"/g)].map((m) => m[1]!);
+    expect(digests).toHaveLength(2);
+    const copy = await mkdtemp(join(tmpdir(), "sr-conf-bound-"));
+    try {
+      const name = (await readdir(join(work, "ledgers"))).find((f) => /^pilot-.*\.json$/.test(f) && !f.includes("adjudication"))!;
+      await cp(join(work, "ledgers", name), join(copy, name));
+      await cp(join(work, "ledgers", `${name}.transcripts`), join(copy, `${name}.transcripts`), { recursive: true });
+      const file = join(copy, name);
+      const first = await runCli(["ledger", "verify", file, "--digest", digests[0]!]);
+      expect(first.code, first.stdout + first.stderr).toBe(0);
+      expect(first.stdout).toContain("they differ since observation 1");
+      const last = await runCli(["ledger", "verify", file, "--digest", digests[1]!]);
+      expect(last.code, last.stdout + last.stderr).toBe(0);
+      expect(last.stdout).toContain("nothing changed since");
+
+      const ledger = await readLedger(file);
+      // Observation 0: the first tool call's input. Observation 1: the answer, in its message and in the result.
+      let toolCallMessage = "";
+      await rewrite(file, 0, (e) => {
+        const block = e.type === "assistant" && toolCallMessage === "" ? e.message.content.find((b: any) => b.type === "tool_use") : undefined;
+        if (block) {
+          block.input = { ...block.input, rewritten: true };
+          toolCallMessage = e.message.id;
+        }
+      });
+      const answer = ledger.observations[1]!.answer!;
+      let answerMessage = "";
+      await rewrite(file, 1, (e) => {
+        if (e.type === "result") e.result = e.result.replace(answer, "Rewritten answer.");
+        for (const b of e.type === "assistant" ? e.message.content : []) {
+          if (b.type === "text" && b.text.includes(answer.slice(0, 40))) {
+            b.text = "Rewritten answer.";
+            answerMessage = e.message.id;
+          }
+        }
+      });
+      expect(toolCallMessage).not.toBe("");
+      expect(answerMessage).not.toBe("");
+      const forged = await runCli(["ledger", "verify", file, "--digest", digests[1]!]);
+      expect(forged.code).toBe(1);
+      const out = forged.stdout + forged.stderr;
+      expect(out).toContain(`contentSha256: the transcript's assistant message "${toolCallMessage}"`);
+      expect(out).toContain(`contentSha256: the transcript's assistant message "${answerMessage}"`);
+      expect(out).toContain(`digest: ${digests[1]} is the digest of no settled state of these files`);
+      expect(out).not.toContain("Rewritten answer.");
+    } finally {
+      await rm(copy, { recursive: true, force: true });
+    }
   });
 });
 
