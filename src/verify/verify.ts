@@ -123,7 +123,7 @@ async function checkRun(
   const hash = sha256Hex(file.bytes);
   if (hash !== run.transcriptSha256) differences.push(`${where}.transcriptSha256: ${o.noun} ${run.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
   const lines = transcriptLines(file.bytes);
-  differences.push(...gatewayRecordProblems(where, run.gateway, lines, run.truncated ?? false));
+  differences.push(...gatewayRecordProblems(where, run.gateway, lines, (run.truncated ?? false) || (run.timedOut ?? false)));
   if (run.phase !== "settled") return { lines, verified: false };
 
   const reader = runReader(o.arm, o.model, o.cliVersion, o.init, o.expectedTools);
@@ -164,9 +164,10 @@ async function checkRun(
  * the reply's text and tool calls as the gateway relayed them must be the digest of what the
  * transcript keeps of that message. A record the transcript does not bear out was edited or
  * belongs to another run; a message whose content differs was rewritten. A transcript the runner
- * cut at its output bound (`truncated`) may end inside a message, so its content is not compared.
+ * cut short (at its output bound or its time limit: `cutShort`) may end inside a message, so its
+ * content is not compared.
  */
-export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway"], lines: readonly string[], truncated = false): string[] {
+export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway"], lines: readonly string[], cutShort = false): string[] {
   if (!gateway || gateway.requests.length === 0) return [];
   const messages = transcriptMessages(lines);
   const out: string[] = [];
@@ -188,7 +189,7 @@ export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway
     for (const [field, gatewayValue, transcriptValue] of pairs) {
       if (gatewayValue !== (transcriptValue ?? null)) out.push(`${at}.${field}: gateway ${show(gatewayValue)}, the transcript's message gives ${show(transcriptValue ?? null)}`);
     }
-    if (typeof r.contentSha256 === "string" && r.complete && !truncated && contentDigest(m.blocks) !== r.contentSha256) {
+    if (typeof r.contentSha256 === "string" && r.complete && !cutShort && contentDigest(m.blocks) !== r.contentSha256) {
       out.push(
         `${at}.contentSha256: the transcript's assistant message ${show(r.messageId)} (message ${m.ordinal + 1} of the transcript) holds text or tool calls other than the reply the gateway relayed (rewritten; not shown: private)`,
       );

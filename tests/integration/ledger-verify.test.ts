@@ -17,6 +17,8 @@ import { runCli } from "../support/cli.ts";
 
 let work = "";
 let ledgerPath = "";
+/** The evidence digest of each settled state, as the run printed them in its summary. */
+let digests: string[] = [];
 let demo: { ledger: string; adjudication: string; report: { markdown: string; json: string; html: string } };
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-verify-"));
@@ -24,6 +26,7 @@ beforeAll(async () => {
   expect(r.code, r.stderr).toBe(0);
   demo = (JSON.parse(r.stdout.slice(r.stdout.indexOf('{\n  "demo"'))) as { demo: typeof demo }).demo;
   ledgerPath = demo.ledger;
+  digests = [...r.stdout.matchAll(/"digest": "([0-9a-f]{64})"/g)].map((m) => m[1]!);
 }, 900_000);
 afterAll(() => rm(work, { recursive: true, force: true }));
 
@@ -43,6 +46,29 @@ async function edit(path: string, f: (l: Ledger) => void) {
 }
 
 const verify = (path: string) => runCli(["ledger", "verify", path]);
+
+describe("ledger verify --digest, the run's earlier anchor", () => {
+  // contract: R177
+  it("finds the settled state each printed digest was taken of; after an entry is edited, the last digest matches no state and the one before the edit names the observation", async () => {
+    expect(digests).toHaveLength(36);
+    const early = await runCli(["ledger", "verify", ledgerPath, "--digest", digests[9]!]);
+    expect(early.code, early.stdout + early.stderr).toBe(0);
+    expect(early.stdout).toContain("they differ since observation 10");
+    const c = await copy("digest");
+    // A change the transcripts cannot show: the attempt's wall time.
+    await edit(c.ledger, (l) => (l.observations[3]!.wallTimeMs = (l.observations[3]!.wallTimeMs ?? 0) + 1000));
+    expect((await verify(c.ledger)).code).toBe(0);
+    const last = await runCli(["ledger", "verify", c.ledger, "--digest", digests[35]!]);
+    expect(last.code).toBe(1);
+    expect(last.stdout).toContain(`digest: ${digests[35]} is the digest of no settled state of these files`);
+    const before = await runCli(["ledger", "verify", c.ledger, "--digest", digests[2]!]);
+    expect(before.code, before.stdout).toBe(0);
+    expect(before.stdout).toContain("they differ since observation 3");
+    const bad = await runCli(["ledger", "verify", c.ledger, "--digest", "abc"]);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain("--digest");
+  });
+});
 
 describe("ledger verify on a fresh demo ledger", () => {
   it("keeps one private transcript per attempt and agrees with every one (exit 0)", async () => {
