@@ -38,16 +38,17 @@ export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags 
   const isSession = isSessionLedgerFile(await assertReadableLedger(path));
   const result = isSession ? await verifySessionLedger(path, { manifest: flags.manifest }) : await verifyLedger(path, { manifest: flags.manifest });
   if (flags.adjudication) {
-    const rec = await verifyRecord(flags.adjudication);
+    const rec = await verifyRecord(flags.adjudication, { ledger: path, manifest: flags.manifest });
     result.differences.push(...rec.differences.map((d) => `adjudication ${d}`));
     result.verified += rec.verified;
     result.observations += rec.observations;
   }
-  let evidence: { root: string; files: number } | null = null;
+  let evidence: { root: string; files: number; adjudication?: string } | null = null;
   if (flags.report) {
     const checked = await verifyAgainstReport(flags.report, { ledger: path, manifest: flags.manifest, adjudication: flags.adjudication });
     result.differences.push(...checked.differences.map((d) => `report ${d}`));
-    evidence = { root: checked.root, files: checked.files };
+    // The record the report names, found beside the ledger when --adjudication was not given.
+    evidence = { root: checked.root, files: checked.files, ...(checked.adjudication && !flags.adjudication ? { adjudication: checked.adjudication } : {}) };
   }
   let digest: string | null = null;
   if (flags.digest !== undefined) {
@@ -65,6 +66,8 @@ export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags 
     ];
     if (evidence) lines.push(`evidence: ${evidence.files} private files against the report's digest ${evidence.root}`);
     if (digest) lines.push(digest);
+    if (evidence?.adjudication)
+      lines.push(`adjudication record: ${evidence.adjudication}, the one the report names, found beside the ledger (its runs are verified with --adjudication ${evidence.adjudication})`);
     for (const d of result.differences) lines.push(`  - ${d}`);
     process.stdout.write(lines.join("\n") + "\n");
   }

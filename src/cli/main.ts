@@ -1,6 +1,6 @@
 import { DEFAULT_ADJUDICATOR_MODELS } from "../cost/models.ts";
 import { Command, CommanderError, Option } from "commander";
-import { ExitCode, FaultError, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
+import { EvidenceError, ExitCode, FaultError, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST, runnerVersion } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
@@ -244,7 +244,10 @@ function addLedgerCommands(program: Command, setExit: SetExit): void {
     .description(
       "read every stored transcript again (<ledger>.transcripts/) with the runner's rules, recompute each observation's facts, status, cost and charge, and compare them with the ledger field by field, with each transcript's sha256; never writes",
     )
-    .option("--adjudication <path>", "also verify this adjudication record's runs against <record>.transcripts/ (facts, status, charge, verdict)")
+    .option(
+      "--adjudication <path>",
+      "also verify this adjudication record: bound to the ledger as report requires, its runs against <record>.transcripts/ (facts, status, charge, verdict), and every decision of the runner derived again",
+    )
     .option("--manifest <path>", "the manifest the run was given, when it is no longer where the ledger records it (its sha256 must be the protocol hash)")
     .option("--report <report.json>", "also check that the private files (ledger, transcripts, manifest, adjudication record) are the ones this published report was made from")
     .option(
@@ -445,9 +448,10 @@ export async function main(argv: readonly string[]): Promise<number> {
       // --help and --version exit through here with code 0.
       return err.exitCode === 0 ? ExitCode.ok : ExitCode.usage;
     }
-    if (err instanceof UsageError || err instanceof RefusalError) {
+    if (err instanceof UsageError || err instanceof RefusalError || err instanceof EvidenceError) {
       report(err.problems.length > 1 ? [err.problems.length + " problems:", ...err.problems.map((p) => "  - " + p)] : err.message);
-      return ExitCode.usage;
+      // Evidence that is not what the runner wrote is a difference, as `ledger verify` says it (exit 1).
+      return err instanceof EvidenceError ? ExitCode.blocked : ExitCode.usage;
     }
     const code = (err as NodeJS.ErrnoException).code;
     if (err instanceof FaultError) {

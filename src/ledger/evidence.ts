@@ -1,8 +1,7 @@
 import { createHash } from "node:crypto";
-import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { canonicalJson } from "../transcript/content.ts";
-import { transcriptDir, transcriptNames } from "./transcripts.ts";
+import { readEvidenceFile, TRANSCRIPT_MAX_BYTES, transcriptDir, transcriptNames } from "./transcripts.ts";
 
 /**
  * The public report's commitment to the private evidence (contract R158, docs/report.md,
@@ -55,27 +54,58 @@ export function merkleRoot(files: readonly EvidenceFile[]): string {
   return level[0]!.toString("hex");
 }
 
-async function hashFile(path: string): Promise<string> {
-  return createHash("sha256")
-    .update(await readFile(path))
-    .digest("hex");
+/** The digest of the private files as they are now, and every file that could not be read as one (named). */
+export interface CollectedEvidence {
+  evidence: Evidence;
+  problems: string[];
 }
 
-/** Every regular file of `<privateFile>.transcripts/`, by name; none when the folder does not exist. */
-async function transcriptFiles(privateFile: string, role: string): Promise<EvidenceFile[]> {
+/**
+ * One private file's sha256, read with the evidence reader (readEvidenceFile). The ledger, the
+ * manifest and the record are the paths the user gave (a link to them is followed); a transcript
+ * is read without following a link and within the transcript bound.
+ */
+async function hashFile(path: string, transcript: boolean, problems: string[]): Promise<string | null> {
+  const read = await readEvidenceFile(path, transcript ? { maxBytes: TRANSCRIPT_MAX_BYTES } : { maxBytes: Number.MAX_SAFE_INTEGER, followLinks: true });
+  if (read.kind === "file") return createHash("sha256").update(read.bytes).digest("hex");
+  problems.push(`${path}: ${read.kind === "missing" ? "is missing" : read.problem}`);
+  return null;
+}
+
+/** Every transcript of `<privateFile>.transcripts/`, by name; none when the folder does not exist. */
+async function transcriptFiles(privateFile: string, role: string, problems: string[]): Promise<EvidenceFile[]> {
   const dir = transcriptDir(privateFile);
   const out: EvidenceFile[] = [];
-  for (const name of await transcriptNames(privateFile)) out.push({ name: `${role}.transcripts/${name}`, sha256: await hashFile(join(dir, name)) });
+  const listed = await transcriptNames(privateFile);
+  problems.push(...listed.problems);
+  for (const name of listed.names) {
+    const sha256 = await hashFile(join(dir, name), true, problems);
+    if (sha256 !== null) out.push({ name: `${role}.transcripts/${name}`, sha256 });
+  }
   return out;
 }
 
-/** The digest of the private files as they are now. */
-export async function collectEvidence(sources: EvidenceSources): Promise<Evidence> {
-  const files: EvidenceFile[] = [{ name: "ledger", sha256: await hashFile(sources.ledger) }, ...(await transcriptFiles(sources.ledger, "ledger"))];
-  if (sources.manifest !== null) files.push({ name: "manifest", sha256: await hashFile(sources.manifest) });
-  if (sources.adjudication !== null) files.push({ name: "adjudication", sha256: await hashFile(sources.adjudication) }, ...(await transcriptFiles(sources.adjudication, "adjudication")));
+/**
+ * The digest of the private files as they are now. A file that cannot be read as evidence (not a
+ * regular file, a link in a transcripts folder, above the bound, a name the runner never writes)
+ * is left out of the digest and named in `problems`: a digest over it would not be the evidence.
+ */
+export async function collectEvidence(sources: EvidenceSources): Promise<CollectedEvidence> {
+  const problems: string[] = [];
+  const files: EvidenceFile[] = [];
+  const add = async (name: string, path: string) => {
+    const sha256 = await hashFile(path, false, problems);
+    if (sha256 !== null) files.push({ name, sha256 });
+  };
+  await add("ledger", sources.ledger);
+  files.push(...(await transcriptFiles(sources.ledger, "ledger", problems)));
+  if (sources.manifest !== null) await add("manifest", sources.manifest);
+  if (sources.adjudication !== null) {
+    await add("adjudication", sources.adjudication);
+    files.push(...(await transcriptFiles(sources.adjudication, "adjudication", problems)));
+  }
   files.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  return { algorithm: EVIDENCE_ALGORITHM, root: merkleRoot(files), files };
+  return { evidence: { algorithm: EVIDENCE_ALGORITHM, root: merkleRoot(files), files }, problems };
 }
 
 /**

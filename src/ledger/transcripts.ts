@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
-import { closeSync, fsyncSync, openSync, writeSync } from "node:fs";
-import { chmod, lstat, mkdir, readdir, readFile, stat } from "node:fs/promises";
+import { closeSync, constants, fsyncSync, openSync, writeSync, type Stats } from "node:fs";
+import { chmod, lstat, mkdir, open, readdir } from "node:fs/promises";
 import { basename, dirname, join } from "node:path";
+import { STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import { fsyncDirectory } from "../util/atomic-file.ts";
 import { LEDGER_MODE } from "./store.ts";
 
@@ -21,14 +22,98 @@ export function transcriptDir(privateFile: string): string {
   return join(dirname(privateFile), `${basename(privateFile)}.transcripts`);
 }
 
-/** The names in `<privateFile>.transcripts/`, sorted; none when the folder does not exist. */
-export async function transcriptNames(privateFile: string): Promise<string[]> {
+/**
+ * The names a transcripts folder may hold: an observation's or adjudicator run's `NNNN.jsonl`, a
+ * session call's `sNNNN-cNNNN.jsonl` (transcriptFile, sessionCallTranscript).
+ */
+export const TRANSCRIPT_NAME = /^(?:[0-9]{4,}|s[0-9]{4,}-c[0-9]{4,})\.jsonl$/;
+
+/**
+ * The most bytes a kept transcript can hold: the stdout bound, each byte written again as at most
+ * three (a byte that is not UTF-8 becomes U+FFFD), and the last line's newline.
+ */
+export const TRANSCRIPT_MAX_BYTES = 3 * STDOUT_LIMIT_BYTES + 1;
+
+/** What the evidence reader found at a path: the file's bytes, nothing, or why it was not read. */
+export type EvidenceRead = { kind: "file"; path: string; bytes: Buffer; mode: number } | { kind: "missing"; path: string } | { kind: "refused"; path: string; problem: string };
+
+function fileKind(st: Stats): string {
+  if (st.isDirectory()) return "a folder";
+  if (st.isFIFO()) return "a FIFO";
+  if (st.isSocket()) return "a socket";
+  if (st.isCharacterDevice() || st.isBlockDevice()) return "a device";
+  if (st.isSymbolicLink()) return "a symbolic link";
+  return "not a regular file";
+}
+
+/**
+ * The one reader of evidence files (the transcripts beside a ledger or a record, and the private
+ * files a report's digest covers), each read as untrusted (contract R183): opened without
+ * blocking (a FIFO would block an open for reading) and, unless `followLinks`, without following
+ * a link; then fstat on the open file: only a regular file of at most `maxBytes` is read, and no
+ * more than that is read even when it grows meanwhile. Anything else is refused with a problem
+ * that names what it is; it never throws for what the path holds.
+ */
+export async function readEvidenceFile(path: string, o: { maxBytes: number; followLinks?: boolean }): Promise<EvidenceRead> {
+  const flags = constants.O_RDONLY | constants.O_NONBLOCK | (o.followLinks ? 0 : constants.O_NOFOLLOW);
+  let handle;
   try {
-    return (await readdir(transcriptDir(privateFile))).sort();
+    handle = await open(path, flags);
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return [];
-    throw err;
+    const code = (err as NodeJS.ErrnoException).code;
+    if (code === "ENOENT") return { kind: "missing", path };
+    if (code === "ELOOP") return { kind: "refused", path, problem: "is a symbolic link; evidence is never read through a link" };
+    // A socket cannot be opened (ENXIO); anything else is named by its code.
+    if (code === "ENXIO") return { kind: "refused", path, problem: "is a socket, not a regular file" };
+    return { kind: "refused", path, problem: `cannot be opened (${code ?? "unknown error"})` };
   }
+  try {
+    const st = await handle.stat();
+    if (!st.isFile()) return { kind: "refused", path, problem: `is ${fileKind(st)}, not a regular file` };
+    if (st.size > o.maxBytes) return { kind: "refused", path, problem: `is ${st.size} bytes, above the bound of ${o.maxBytes} bytes` };
+    // One byte past the bound tells a file that grew since the fstat.
+    const buffer = Buffer.alloc(Math.min(st.size, o.maxBytes) + 1);
+    let length = 0;
+    for (;;) {
+      if (length === buffer.length) return { kind: "refused", path, problem: `grew past the bound of ${o.maxBytes} bytes while it was read` };
+      const { bytesRead } = await handle.read(buffer, length, buffer.length - length, null);
+      if (bytesRead === 0) break;
+      length += bytesRead;
+      if (length > o.maxBytes) return { kind: "refused", path, problem: `grew past the bound of ${o.maxBytes} bytes while it was read` };
+    }
+    return { kind: "file", path, bytes: buffer.subarray(0, length), mode: st.mode & 0o777 };
+  } catch (err) {
+    return { kind: "refused", path, problem: `cannot be read (${(err as NodeJS.ErrnoException).code ?? "unknown error"})` };
+  } finally {
+    await handle.close();
+  }
+}
+
+/**
+ * What `<privateFile>.transcripts/` holds, read as untrusted: the names a transcript may have,
+ * sorted (their files are read with readEvidenceFile), and a problem for every other entry and
+ * for a folder that is not one (a link, a file). No names when the folder does not exist.
+ */
+export async function transcriptNames(privateFile: string): Promise<{ names: string[]; problems: string[] }> {
+  const dir = transcriptDir(privateFile);
+  let st: Stats;
+  try {
+    st = await lstat(dir);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === "ENOENT") return { names: [], problems: [] };
+    return { names: [], problems: [`${dir}: cannot be read (${(err as NodeJS.ErrnoException).code ?? "unknown error"})`] };
+  }
+  if (!st.isDirectory()) return { names: [], problems: [`${dir}: is ${fileKind(st)}, not the transcripts folder the runner makes; its contents are not read`] };
+  let names: string[];
+  try {
+    names = (await readdir(dir)).sort();
+  } catch (err) {
+    return { names: [], problems: [`${dir}: cannot be listed (${(err as NodeJS.ErrnoException).code ?? "unknown error"})`] };
+  }
+  const problems = names
+    .filter((n) => !TRANSCRIPT_NAME.test(n))
+    .map((n) => `${dir}/${JSON.stringify(n).slice(1, -1)}: is not a transcript's name (NNNN.jsonl or sNNNN-cNNNN.jsonl); it was not made by the runner`);
+  return { names: names.filter((n) => TRANSCRIPT_NAME.test(n)), problems };
 }
 
 /**
@@ -122,16 +207,9 @@ export class TranscriptStore {
   }
 }
 
-/** Reads a stored transcript; null when it is missing. Never prints its content. */
-export async function readTranscriptFile(privateFile: string, index: number | string): Promise<{ path: string; bytes: Buffer; mode: number } | null> {
-  const path = transcriptFile(privateFile, index);
-  try {
-    const [bytes, st] = await Promise.all([readFile(path), stat(path)]);
-    return { path, bytes, mode: st.mode & 0o777 };
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code === "ENOENT") return null;
-    throw err;
-  }
+/** Reads a stored transcript with the evidence reader (readEvidenceFile); never prints its content. */
+export function readTranscriptFile(privateFile: string, index: number | string): Promise<EvidenceRead> {
+  return readEvidenceFile(transcriptFile(privateFile, index), { maxBytes: TRANSCRIPT_MAX_BYTES });
 }
 
 /** The lines the runner's reader saw: the file's lines without the final newline's empty remainder. */

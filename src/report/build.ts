@@ -1,5 +1,6 @@
 import type { AdjudicationRecord, Item, Outcome } from "../adjudicate/schema.ts";
 import { blindingSummary } from "../adjudicate/blinding.ts";
+import { checkBinding } from "../adjudicate/binding.ts";
 import type { Ledger, Observation } from "../ledger/schema.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import type { Evidence } from "../ledger/evidence.ts";
@@ -244,23 +245,6 @@ export interface ReportInput {
   seed?: number;
   /** Score effects the planning table sizes a study for (DEFAULT_PLANNING_EFFECTS when absent). */
   effects?: readonly number[];
-}
-
-/** The record must be this ledger's, observation by observation; anything else is refused. */
-export function checkBinding(ledger: Ledger, ledgerSha256: string, record: AdjudicationRecord): string[] {
-  const problems: string[] = [];
-  if (record.ledger.runId !== ledger.runId) problems.push(`the adjudication record is of run ${record.ledger.runId}, not of this ledger's run ${ledger.runId}`);
-  if (record.ledger.protocolHash !== ledger.protocol.protocolHash) problems.push("the adjudication record's protocol hash differs from the ledger's");
-  if (record.ledger.sha256 !== ledgerSha256) problems.push("the ledger changed after it was adjudicated (its sha256 differs from the one the record binds to); adjudicate it again");
-  for (const item of record.items) {
-    const o = ledger.observations[item.observationIndex];
-    if (!o || o.task !== item.task || o.scenario !== item.scenario || o.repetition !== item.repetition) {
-      problems.push(
-        `adjudication item ${item.itemId} is bound to observation ${item.observationIndex} (${item.task}, ${item.scenario}, repetition ${item.repetition}), which the ledger does not hold`,
-      );
-    }
-  }
-  return problems;
 }
 
 export const PAIRED_METHOD =

@@ -11,7 +11,7 @@ import { renderViewer } from "./viewer.ts";
 import { buildInspectLogs } from "./inspect.ts";
 import { readLedgerInput, loadLedgerManifest } from "../adjudicate/input.ts";
 import { readRecord } from "../adjudicate/store.ts";
-import { errorMessage, FaultError, UsageError } from "../util/errors.ts";
+import { errorMessage, EvidenceError, FaultError, UsageError } from "../util/errors.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import { buildReport, type ReportData } from "./build.ts";
 import { renderHtml } from "./html.ts";
@@ -43,7 +43,11 @@ export async function loadReport(sources: ReportSources): Promise<ReportData> {
   }
   const report = buildReport({ ledger: input.ledger, ledgerSha256: input.sha256, record, manifest, manifestNote, seed: sources.seed, effects: sources.effects });
   // The commitment to the private files (contract R158); the ledger's bytes are the ones just read.
-  const evidence = await collectEvidence({ ledger: resolve(sources.ledger), manifest: manifestPath, adjudication: sources.adjudication ? resolve(sources.adjudication) : null });
+  const { evidence, problems } = await collectEvidence({ ledger: resolve(sources.ledger), manifest: manifestPath, adjudication: sources.adjudication ? resolve(sources.adjudication) : null });
+  if (problems.length) {
+    const lines = problems.map((p) => `${p} (the report's evidence digest covers the private files as the runner wrote them; remove what it did not write, then \`study-runner ledger verify\`)`);
+    throw new EvidenceError(lines.join("\n"), lines);
+  }
   const ledgerEntry = evidence.files.find((f) => f.name === "ledger");
   if (ledgerEntry?.sha256 !== input.sha256) throw new UsageError(`the ledger ${sources.ledger} changed while the report was made; make it again`);
   return { ...report, evidence };
@@ -74,7 +78,7 @@ async function readPrivateParts(sources: ReportSources, ledgerPath: string, ledg
   const transcripts = new Map<number, string[]>();
   for (const o of ledger.observations) {
     const file = await readTranscriptFile(ledgerPath, o.index);
-    if (file && o.transcriptSha256 === sha256Hex(file.bytes)) transcripts.set(o.index, transcriptLines(file.bytes));
+    if (file.kind === "file" && o.transcriptSha256 === sha256Hex(file.bytes)) transcripts.set(o.index, transcriptLines(file.bytes));
   }
   return { report, record, transcripts };
 }

@@ -47,6 +47,15 @@ export class FaultError extends Error {
   override readonly name = "FaultError";
 }
 
+/**
+ * Private evidence that is not what the runner writes (a transcript that is a folder, a FIFO, a
+ * link, above its bound, or a name the runner never uses): each problem names the file. Exit 1,
+ * as `ledger verify` exits for a difference (contract R183).
+ */
+export class EvidenceError extends ProblemsError {
+  override readonly name = "EvidenceError";
+}
+
 export function errorMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }

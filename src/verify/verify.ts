@@ -1,11 +1,14 @@
-import { readFile } from "node:fs/promises";
+import { readdir, readFile } from "node:fs/promises";
+import { dirname, join, resolve } from "node:path";
 import { isDeepStrictEqual } from "node:util";
 import { attemptInitKind, expectedInit, type ExpectedInit } from "../claude/init-expectation.ts";
-import { readArmGuess, readResultEvent, readVerdict, transcriptIndexOf } from "../adjudicate/plan.ts";
+import { planAdjudication, readArmGuess, readResultEvent, readVerdict, transcriptIndexOf, type AdjudicationPlan } from "../adjudicate/plan.ts";
+import { checkBinding } from "../adjudicate/binding.ts";
+import { loadLedgerManifest, readLedgerInput } from "../adjudicate/input.ts";
 import { readRecord } from "../adjudicate/store.ts";
 import type { AdjudicationRecord } from "../adjudicate/schema.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
-import { settle } from "../budget/budget.ts";
+import { initialBudget, reserve, settle } from "../budget/budget.ts";
 import { gatewayBudgetRefusal, interpretRun, runReader } from "../transport/cli/interpret.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
 import { contentDigest, transcriptMessages } from "../transcript/content.ts";
@@ -15,7 +18,7 @@ import type { Arm } from "../terms/terms.ts";
 import type { Observation, RunFacts } from "../ledger/schema.ts";
 import { LEDGER_MODE, readLedger } from "../ledger/store.ts";
 import { verifyExportHashes } from "./export-hash.ts";
-import { readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines, transcriptNames } from "../ledger/transcripts.ts";
+import { readEvidenceFile, readTranscriptFile, sessionCallTranscript, sha256Hex, transcriptDir, transcriptFile, transcriptLines, transcriptNames } from "../ledger/transcripts.ts";
 import { SESSION_INIT_TOOLS } from "../session/args.ts";
 import { callShareUsd } from "../session/money.ts";
 import { SessionManifestSchema } from "../session/schema.ts";
@@ -24,7 +27,7 @@ import type { Ledger } from "../ledger/schema.ts";
 import { parseManifest } from "../manifest/load.ts";
 import { planStudy } from "../plan/plan.ts";
 import { collectEvidence, compareEvidence, merkleRoot, settledPrefix, settledStateDigest, type Evidence } from "../ledger/evidence.ts";
-import { UsageError } from "../util/errors.ts";
+import { errorMessage, UsageError } from "../util/errors.ts";
 import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, SESSION_LEDGER_INVARIANTS, STUDY_LEDGER_INVARIANTS } from "./invariants.ts";
 
 /**
@@ -87,6 +90,23 @@ type StoredRun = RunFacts & { exitCode?: number | null; timedOut?: boolean; trun
 const OUTSIDE_PROBLEMS = ["doc-bridge record: ", "gateway: "];
 
 /**
+ * A kept transcript read with the evidence reader (contract R183), its mode and its hash against
+ * the one recorded: its lines, or null with the difference named when it is missing or is not a
+ * regular file within the transcript bound (a folder, a FIFO, a link...).
+ */
+async function keptTranscript(privateFile: string, index: number | string, o: { where: string; noun: string; sha256: string }, differences: string[]): Promise<string[] | null> {
+  const file = await readTranscriptFile(privateFile, index);
+  if (file.kind !== "file") {
+    differences.push(`${o.where}.transcriptSha256: the transcript ${file.path} ${file.kind === "missing" ? "is missing" : file.problem}`);
+    return null;
+  }
+  if (file.mode !== LEDGER_MODE) differences.push(`${o.where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
+  const hash = sha256Hex(file.bytes);
+  if (hash !== o.sha256) differences.push(`${o.where}.transcriptSha256: ${o.noun} ${o.sha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
+  return transcriptLines(file.bytes);
+}
+
+/**
  * One stored run against its transcript: the file's mode and hash, then (when settled) every
  * recomputed field, the status and the charge. Returns the transcript's lines when it was read.
  */
@@ -114,15 +134,8 @@ async function checkRun(
     differences.push(`${where}.transcriptSha256: absent; no transcript is recorded for this run, so it cannot be verified`);
     return null;
   }
-  const file = await readTranscriptFile(o.privateFile, o.index);
-  if (file === null) {
-    differences.push(`${where}.transcriptSha256: the transcript ${transcriptFile(o.privateFile, o.index)} is missing`);
-    return null;
-  }
-  if (file.mode !== LEDGER_MODE) differences.push(`${where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
-  const hash = sha256Hex(file.bytes);
-  if (hash !== run.transcriptSha256) differences.push(`${where}.transcriptSha256: ${o.noun} ${run.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
-  const lines = transcriptLines(file.bytes);
+  const lines = await keptTranscript(o.privateFile, o.index, { where, noun: o.noun, sha256: run.transcriptSha256 }, differences);
+  if (lines === null) return null;
   differences.push(...gatewayRecordProblems(where, run.gateway, lines, (run.truncated ?? false) || (run.timedOut ?? false)));
   if (run.phase !== "settled") return { lines, verified: false };
 
@@ -204,9 +217,11 @@ export function gatewayRecordProblems(where: string, gateway: StoredRun["gateway
  */
 async function orphanProblems(privateFile: string, expected: ReadonlySet<string>): Promise<string[]> {
   const dir = transcriptDir(privateFile);
-  return (await transcriptNames(privateFile))
-    .filter((n) => !expected.has(n))
-    .map((n) => `transcripts: ${dir}/${n} belongs to no entry of the record (an orphan: its entry was removed, or the file was added)`);
+  const listed = await transcriptNames(privateFile);
+  return [
+    ...listed.problems.map((p) => `transcripts: ${p}`),
+    ...listed.names.filter((n) => !expected.has(n)).map((n) => `transcripts: ${dir}/${n} belongs to no entry of the record (an orphan: its entry was removed, or the file was added)`),
+  ];
 }
 
 const fileName = (path: string) => path.slice(path.lastIndexOf("/") + 1);
@@ -314,14 +329,25 @@ export async function verifyLedger(path: string, options: VerifyOptions = {}): P
   return { path, observations: ledger.observations.length, verified, differences };
 }
 
+/** Where `ledger verify --adjudication` finds the ledger the record is bound to, and its manifest. */
+export interface RecordOf {
+  ledger: string;
+  manifest?: string;
+}
+
 /**
  * The adjudication record's runs, read again the same way from `<record>.transcripts/`: the run
  * facts, status and charge, and an adjudicator verdict read again from the transcript's last
- * result. The verdict's text is never shown.
+ * result. The record is first held to its ledger with the check `report` applies (contract R93),
+ * and every item the runner decided is derived again (contract R180): from the ledger (the plan
+ * the adjudication made of its observations), from the transcript of a run that did not complete
+ * or whose output the rules find unusable, or from the stop the record names. The verdict's text
+ * is never shown.
  */
-export async function verifyRecord(path: string): Promise<VerifyResult> {
+export async function verifyRecord(path: string, of: RecordOf): Promise<VerifyResult> {
   const record = await readRecord(path);
-  const differences: string[] = applyInvariants(ADJUDICATION_RECORD_INVARIANTS, record);
+  const input = await readLedgerInput(of.ledger);
+  const differences: string[] = [...applyInvariants(ADJUDICATION_RECORD_INVARIANTS, record), ...checkBinding(input.ledger, input.sha256, record).map((p) => `ledger: ${p}`)];
   let verified = 0;
   // Each verdict call's transcript, and each arm-guess call's at its own index after them.
   const armGuessIndex = (item: AdjudicationRecord["items"][number]) => transcriptIndexOf("arm-guess", item.observationIndex, record.ledger.observations);
@@ -331,9 +357,11 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
     ...record.items.filter((i) => kept(i.armGuess?.run)).map((i) => fileName(transcriptFile(path, armGuessIndex(i)))),
   ]);
   differences.push(...(await orphanProblems(path, expected)));
+  const plan = await adjudicationPlan(input.ledger, record, of.manifest, differences);
   for (const item of record.items) {
     const where = `items[${item.position}] (observation ${item.observationIndex})`;
     const result = await checkAdjudicatorCall(path, record, { run: item.run, index: item.observationIndex, where: `${where}.run` }, differences);
+    differences.push(...decisionProblems(record, plan, item, result, where));
     if (result === null) continue;
     if (item.decidedBy === "adjudicator" && item.verdict) {
       const reading = readVerdict(result.structuredOutput, result.resultText, item.verdict.propositions.length);
@@ -353,6 +381,99 @@ export async function verifyRecord(path: string): Promise<VerifyResult> {
     if (again !== item.armGuess!.guess) differences.push(differ(`${where}.armGuess`, "guess", item.armGuess!.guess, again));
   }
   return { path, observations: record.items.length, verified, differences };
+}
+
+/**
+ * The adjudication's plan made again from the ledger and its manifest with the record's seed (the
+ * same pure function `adjudicate` runs): what the runner decides without a model run, and the
+ * order. Null, with a difference, when the manifest the run used cannot be read.
+ */
+async function adjudicationPlan(ledger: Ledger, record: AdjudicationRecord, manifestPath: string | undefined, differences: string[]): Promise<AdjudicationPlan | null> {
+  let manifest;
+  try {
+    manifest = (await loadLedgerManifest(ledger, manifestPath)).manifest;
+  } catch (err) {
+    differences.push(`items: the runner's decisions cannot be derived again without the manifest the run used (${errorMessage(err)}); give it with --manifest PATH`);
+    return null;
+  }
+  const plan = planAdjudication(ledger, manifest, record.order.seed);
+  if (!isDeepStrictEqual(plan.order, record.order.observationIndices))
+    differences.push(`order.observationIndices: not the order seed ${record.order.seed} gives the ledger's ${ledger.observations.length} observations`);
+  return plan;
+}
+
+/** What the runner writes for an item the adjudication did not reach because it stopped. */
+const NOT_REACHED = "not adjudicated: ";
+
+/**
+ * An item's outcome against what decided it (contract R180). The runner decides an item itself
+ * only (a) when the plan says so from the ledger (an attempt that did not complete, no answer, a
+ * truncated answer, a task the manifest lacks, a prompt too long): no run, the plan's outcome and
+ * reason; (b) when the item's adjudicator run did not complete: blocked; (c) when that run
+ * completed but its output is unusable by the rules (readVerdict): blocked with that problem;
+ * (d) when the adjudication stopped before the item: blocked, naming the stop, on every later
+ * item too, with the stop borne out by the record (a run that did not complete, or a cap the
+ * next reservation does not fit under; a signal and the login lock are taken as recorded). Any
+ * other runner decision is named; an adjudicator decision is checked against its verdict.
+ */
+function decisionProblems(
+  record: AdjudicationRecord,
+  plan: AdjudicationPlan | null,
+  item: AdjudicationRecord["items"][number],
+  result: { structuredOutput: unknown; resultText: string | null } | null,
+  where: string,
+): string[] {
+  if (item.outcome === null || item.decidedBy !== "runner") return [];
+  const planned = plan?.items.find((p) => p.observationIndex === item.observationIndex);
+  if (item.run === null && item.reason?.startsWith(NOT_REACHED)) return notReachedProblems(record, item, where);
+  if (item.run === null) {
+    if (plan === null) return [];
+    if (planned?.decision == null)
+      return [
+        `${where}.decidedBy: the record says the runner decided ${item.outcome} without an adjudicator run, but the ledger gives this observation an answer to grade (completed, not truncated, not empty); only a verdict decides it`,
+      ];
+    if (planned.decision.outcome !== item.outcome || planned.decision.reason !== item.reason)
+      return [`${where}.outcome: the record says ${item.outcome}, the ledger gives ${planned.decision.outcome} for the runner to decide, with another reason (not shown: private)`];
+    return [];
+  }
+  if (planned && planned.decision !== null)
+    return [`${where}.run: the ledger gives this observation to the runner to decide (${planned.decision.outcome}), but the record holds an adjudicator run for it`];
+  if (item.outcome !== "blocked") return [`${where}.outcome: the record says ${item.outcome}, but the runner decides an item whose adjudicator run it holds only as blocked`];
+  // (b) the run did not complete: its status is read again from the transcript by checkRun.
+  if (item.run.status !== "completed" || result === null) return [];
+  const reading = readVerdict(result.structuredOutput, result.resultText, planned?.expectedCount ?? item.verdict?.propositions.length ?? 0);
+  if (reading.ok)
+    return [
+      `${where}.decidedBy: the record says the runner decided ${item.outcome}, but the transcript's result gives a usable verdict (not shown: private); the runner decides only a run that did not complete or whose output is unusable`,
+    ];
+  if (item.reason !== `the adjudicator's output is unusable: ${reading.problem}`) return [`${where}.reason: is not the problem the rules find in the transcript's result (not shown: private)`];
+  return [];
+}
+
+/** (d) of decisionProblems: an item not reached because the adjudication stopped, and that stop. */
+function notReachedProblems(record: AdjudicationRecord, item: AdjudicationRecord["items"][number], where: string): string[] {
+  const stop = record.statusReason;
+  if (record.status !== "blocked" || stop === undefined || item.reason !== `${NOT_REACHED}${stop}`)
+    return [`${where}.reason: the record says the adjudication stopped before this item, but it is ${record.status}${stop ? " with another reason" : ""}; only a stop leaves an item not adjudicated`];
+  const later = record.items.slice(item.position + 1).filter((i) => i.run !== null || !i.reason?.startsWith(NOT_REACHED));
+  if (later.length) return [`${where}: the record says the adjudication stopped before this item, but items[${later[0]!.position}] after it was decided afterwards`];
+  const first = record.items.findIndex((i) => i.run === null && i.reason?.startsWith(NOT_REACHED));
+  if (first !== item.position) return [];
+  // The stop itself, once: the last run before it did not complete, or the next reservation does not fit under the cap.
+  const runs = record.items.slice(0, first).flatMap((i) => [i.run, i.armGuess?.run].filter((r) => r != null));
+  const last = runs.at(-1);
+  if (last !== undefined && last.status !== "completed") return [];
+  if (stop.includes(" refused: ")) {
+    const fits = reserve(initialBudget(record.budget.capUsd, Math.min(record.budget.spentUsd, record.budget.capUsd)), record.budget.itemBudgetUsd).ok;
+    return fits
+      ? [
+          `statusReason: names a refused reservation, but the item budget of ${record.budget.itemBudgetUsd} USD fits under the cap of ${record.budget.capUsd} USD with ${record.budget.spentUsd} USD spent`,
+        ]
+      : [];
+  }
+  // A signal or the login lock leaves nothing in the files to bear it out: taken as recorded.
+  if (stop.startsWith("interrupted by ") || stop.includes(" not started, nothing reserved: ")) return [];
+  return [`statusReason: the adjudication stopped before items[${first}], but no run before it failed and no reservation was refused; the stop is not borne out by the record`];
 }
 
 /**
@@ -404,12 +525,12 @@ function pick<T extends object, K extends keyof T>(o: T, keys: readonly K[]): Re
 export async function verifyDigest(path: string, digest: string): Promise<{ differences: string[]; note: string | null }> {
   if (!/^[0-9a-f]{64}$/.test(digest))
     throw new UsageError(`--digest ${show(digest.slice(0, 80))} is not 64 lowercase hex characters; give a digest the run printed ("evidence digest after observation N settled: HEX")`);
-  const ledger = JSON.parse(await readFile(path, "utf8")) as { runId: string; protocol: { protocolHash: string }; observations: Array<{ phase: string }> };
+  const ledger = await readLedger(path);
   const settled = settledPrefix(ledger.observations);
   const hashes: Array<string | undefined> = [];
   for (let i = 0; i < settled; i++) {
     const file = await readTranscriptFile(path, i);
-    hashes.push(file ? sha256Hex(file.bytes) : undefined);
+    hashes.push(file.kind === "file" ? sha256Hex(file.bytes) : undefined);
   }
   for (let n = settled; n >= 0; n--) {
     if (settledStateDigest(ledger, n, (i) => hashes[i]) !== digest) continue;
@@ -430,9 +551,16 @@ export async function verifyDigest(path: string, digest: string): Promise<{ diff
 /**
  * `ledger verify --report REPORT.json` (contract R159): the private files now against the
  * evidence digest the published report committed to. Names every file that changed, went
- * missing or was added; the manifest is the one `--manifest` names or the ledger records.
+ * missing or was added, and every file that cannot be read as evidence; the manifest is the one
+ * `--manifest` names or the ledger records. A report made with an adjudication record, verified
+ * without `--adjudication`, is held to the record it names: the file beside the ledger whose
+ * bytes hash to the record's committed sha256, else the one record of this run there (contract
+ * R185); with none, one line says it was not given and how to give it.
  */
-export async function verifyAgainstReport(reportPath: string, sources: { ledger: string; manifest?: string; adjudication?: string }): Promise<{ differences: string[]; root: string; files: number }> {
+export async function verifyAgainstReport(
+  reportPath: string,
+  sources: { ledger: string; manifest?: string; adjudication?: string },
+): Promise<{ differences: string[]; root: string; files: number; adjudication: string | null }> {
   let published: Evidence | undefined;
   try {
     published = (JSON.parse(await readFile(reportPath, "utf8")) as { evidence?: Evidence }).evidence;
@@ -440,22 +568,59 @@ export async function verifyAgainstReport(reportPath: string, sources: { ledger:
     throw new UsageError(`cannot read the report ${reportPath} (${(err as NodeJS.ErrnoException).code ?? "not JSON"}); give the report.json the run's report wrote`);
   }
   if (!published || typeof published.root !== "string" || !Array.isArray(published.files)) {
-    return { differences: [`${reportPath} carries no evidence digest (a report made before reports committed to their files, or not a report.json)`], root: "", files: 0 };
+    return { differences: [`${reportPath} carries no evidence digest (a report made before reports committed to their files, or not a report.json)`], root: "", files: 0, adjudication: null };
   }
   const names = new Set(published.files.map((f) => f.name));
   const differences: string[] = [];
-  if (names.has("adjudication") && !sources.adjudication) differences.push("adjudication: the report was made with an adjudication record; give it with --adjudication PATH");
   const ledger = await readLedger(sources.ledger);
+  let adjudication = sources.adjudication ?? null;
+  const committed = published.files.find((f) => f.name === "adjudication");
+  if (committed && adjudication === null) {
+    adjudication = await recordBesideLedger(sources.ledger, committed.sha256, ledger.runId);
+    if (adjudication === null)
+      differences.push(
+        `adjudication: the report was made with an adjudication record, which was not given, and no record of run ${ledger.runId} is beside the ledger; give it with --adjudication PATH (its transcripts are not compared without it)`,
+      );
+  }
   const now = await collectEvidence({
     ledger: sources.ledger,
     manifest: names.has("manifest") || sources.manifest ? (sources.manifest ?? ledger.protocol.manifestPath) : null,
-    adjudication: sources.adjudication ?? null,
+    adjudication,
   });
+  differences.push(...now.problems.map((p) => `evidence: ${p}`));
   const selfConsistent = merkleRoot(published.files) === published.root;
   if (!selfConsistent) differences.push(`evidence.root: ${published.root} is not the root of the report's own file list; the report was edited`);
-  const files = compareEvidence(published, now);
+  // Without a record, its files are the one line above, not one "not there now" each.
+  const files = compareEvidence(published, now.evidence).filter((d) => adjudication !== null || !d.startsWith("adjudication"));
   differences.push(...(selfConsistent ? files : files.filter((d) => !d.startsWith("evidence.root"))));
-  return { differences, root: published.root, files: now.files.length };
+  return { differences, root: published.root, files: now.evidence.files.length, adjudication };
+}
+
+/**
+ * The adjudication record beside the ledger that a report names: the `.json` file there whose
+ * bytes hash to the sha256 the report committed to, else the one adjudication record of this run
+ * there (it changed since; the comparison names it). Each candidate is read with the evidence
+ * reader (a regular file, no link followed). Null when there is none, or more than one.
+ */
+async function recordBesideLedger(ledgerPath: string, sha256: string, runId: string): Promise<string | null> {
+  const dir = dirname(resolve(ledgerPath));
+  const self = resolve(ledgerPath);
+  const names = await readdir(dir).catch(() => [] as string[]);
+  const ofRun: string[] = [];
+  for (const name of names.filter((n) => n.endsWith(".json")).sort()) {
+    const path = join(dir, name);
+    if (path === self) continue;
+    const read = await readEvidenceFile(path, { maxBytes: Number.MAX_SAFE_INTEGER });
+    if (read.kind !== "file") continue;
+    if (sha256Hex(read.bytes) === sha256) return path;
+    try {
+      const json = JSON.parse(read.bytes.toString("utf8")) as { kind?: unknown; ledger?: { runId?: unknown } };
+      if (json?.kind === "adjudication" && json.ledger?.runId === runId) ofRun.push(path);
+    } catch {
+      // Not JSON: not a record.
+    }
+  }
+  return ofRun.length === 1 ? ofRun[0]! : null;
 }
 
 /** Setup problems a session call records from outside its own transcript's facts: taken as recorded. */
@@ -501,15 +666,8 @@ export async function verifySessionLedger(path: string, options: VerifyOptions =
         if (c.phase !== "reserved") differences.push(`${where}.transcriptSha256: absent; no transcript is kept for this call, so it cannot be verified`);
         continue;
       }
-      const file = await readTranscriptFile(path, sessionCallTranscript(i, c.index));
-      if (file === null) {
-        differences.push(`${where}.transcriptSha256: the transcript ${transcriptFile(path, sessionCallTranscript(i, c.index))} is missing`);
-        continue;
-      }
-      if (file.mode !== LEDGER_MODE) differences.push(`${where}: the transcript ${file.path} has mode ${file.mode.toString(8)}, not 600`);
-      const hash = sha256Hex(file.bytes);
-      if (hash !== c.transcriptSha256) differences.push(`${where}.transcriptSha256: ledger ${c.transcriptSha256}, the stored transcript hashes to ${hash} (edited, truncated or swapped)`);
-      const lines = transcriptLines(file.bytes);
+      const lines = await keptTranscript(path, sessionCallTranscript(i, c.index), { where, noun: "ledger", sha256: c.transcriptSha256 }, differences);
+      if (lines === null) continue;
       // A call's gateway records (--credentials gateway) answer to its transcript like an attempt's (contract R157).
       differences.push(...gatewayRecordProblems(where, c.gateway ?? undefined, lines));
       if (c.phase !== "settled" || c.statusReason?.startsWith("the runner stopped during this call")) continue;

@@ -170,7 +170,7 @@ async function adjudicate(
     const found: MeasuredInit[] = [];
     for (const item of record.items) {
       const file = await readTranscriptFile(output, item.observationIndex);
-      if (file === null) throw new Error(`adjudication item ${item.position} kept no transcript`);
+      if (file.kind !== "file") throw new Error(`adjudication item ${item.position} kept no transcript`);
       found.push({ kind: "adjudicator", model, init: initOf(transcriptLines(file.bytes)), status: item.run?.status ?? "none" });
     }
     return found;

@@ -338,6 +338,7 @@ describe("adjudicate a pilot of the demo", () => {
     }
   }, 600_000);
 
+  // contract: R180
   it("records the result-text fallback and an unusable verdict as what they are", async () => {
     const ledger = await readLedger(ledgerPath);
     const r = await adjudicate("pilot-fallback", ledgerPath, {
@@ -352,8 +353,12 @@ describe("adjudicate a pilot of the demo", () => {
     expect(r.record.items.find((i) => i.observationIndex === 0)).toMatchObject({ outcome: "blocked", score: null, decidedBy: "runner" });
     expect(r.record.items.find((i) => i.observationIndex === 0)!.reason).toMatch(/unusable: the verdict must grade P1, P2 once each: missing P1, P2/);
     expect(r.record.items.find((i) => i.observationIndex === 1)).toMatchObject({ outcome: "correct", reason: "adjudicator verdict (from result)" });
+    // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
+    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    expect(verified.code, verified.stdout).toBe(0);
   });
 
+  // contract: R180
   it("stops at the cap like a run: the first verdict fits, its arm guess is refused, and the item not reached is recorded blocked", async () => {
     const r = await adjudicate("pilot-cap", ledgerPath, {}, ["--item-budget-usd", "0.1"], { STUDY_ADJUDICATION_BUDGET_USD: "0.1" });
     expect(r.code).toBe(1);
@@ -366,8 +371,12 @@ describe("adjudicate a pilot of the demo", () => {
     expect(r.record.items[1]).toMatchObject({ outcome: "blocked", run: null });
     expect(r.record.items[1]!.reason).toMatch(/not adjudicated: the arm guess of item 1 refused: the per-attempt limit 0.1 USD does not fit under the remaining budget/);
     expect(r.record.budget.spentUsd).toBeLessThanOrEqual(0.1);
+    // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
+    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    expect(verified.code, verified.stdout).toBe(0);
   });
 
+  // contract: R180
   it("stops at an adjudicator run that fails, charging its reservation, and does not retry", async () => {
     const r = await adjudicate("pilot-fail", ledgerPath, { attempts: { "0": { kind: "exit", code: 1 } } });
     expect(r.code).toBe(1);
@@ -376,10 +385,14 @@ describe("adjudicate a pilot of the demo", () => {
     expect(r.record.items[0]!.reason).toMatch(/^the adjudicator run of item 1 ended invalid-setup: no init event/);
     expect(r.record.items[1]!.reason).toMatch(/^not adjudicated: the adjudicator run of item 1 ended invalid-setup/);
     expect(r.records.filter((x) => /^\d+-/.test(x.file))).toHaveLength(1);
+    // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
+    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    expect(verified.code, verified.stdout).toBe(0);
   });
 });
 
 describe("adjudicate a full run of the demo that was blocked", () => {
+  // contract: R180
   it("gives every observation an outcome, the blocked attempt included, and the report shows the gaps", async () => {
     const ledgerPath = await runStudy("full", "--run", { attempts: { "7": { kind: "ok", subtype: "error_during_execution" } } });
     const ledger = await readLedger(ledgerPath);
@@ -396,6 +409,9 @@ describe("adjudicate a full run of the demo that was blocked", () => {
     expect(r.record.items.map((i) => i.observationIndex)).toEqual(r.record.order.observationIndices);
     expect(r.record.order.observationIndices).not.toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(validateAgainstGeneratedSchema(r.record)).toEqual([]);
+    // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
+    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    expect(verified.code, verified.stdout).toBe(0);
 
     const report = await runCli(["report", "--ledger", ledgerPath, "--adjudication", r.path, "--format", "json"]);
     expect(report.code).toBe(0);

@@ -1,11 +1,13 @@
-import { appendFile, chmod, copyFile, cp, mkdtemp, readFile, readdir, rename, rm, stat, truncate, unlink, writeFile } from "node:fs/promises";
+import { execFileSync } from "node:child_process";
+import { appendFile, chmod, copyFile, cp, mkdir, mkdtemp, readFile, readdir, rename, rm, stat, symlink, truncate, unlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pathToFileURL } from "node:url";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
+import { blindingSummary } from "../../src/adjudicate/blinding.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
-import { transcriptLines } from "../../src/ledger/transcripts.ts";
+import { TRANSCRIPT_MAX_BYTES, transcriptLines } from "../../src/ledger/transcripts.ts";
 import { num } from "../../src/report/sections.ts";
 import { pairResult, toolCallsOf } from "../../src/report/viewer.ts";
 import { dumpDom, ensureChromium } from "../support/chromium.ts";
@@ -344,6 +346,177 @@ describe("ledger verify --report", () => {
     // A file added since is named too.
     await writeFile(join(c.dir, "0099.jsonl"), "{}\n", { mode: 0o600 });
     expect((await runCli(args(c.ledger, record))).stdout).toContain("report ledger.transcripts/0099.jsonl: was not part of the report's evidence");
+  });
+});
+
+/** The demo's adjudication record in a copy made by `copy`, parsed. */
+async function copiedRecord(c: { ledger: string }): Promise<{ path: string; dir: string; record: AdjudicationRecord }> {
+  const path = join(c.ledger, "..", basename(demo.adjudication));
+  return { path, dir: `${path}.transcripts`, record: JSON.parse(await readFile(path, "utf8")) as AdjudicationRecord };
+}
+
+const transcriptName = (index: number) => `${String(index).padStart(4, "0")}.jsonl`;
+const usd6 = (n: number) => Number(n.toFixed(6));
+
+/** A correct item of the record turned into a decision of the runner, its arm guess and that call's transcript removed, the spend lowered by the guess's charge. */
+async function relabelled(name: string, f: (item: AdjudicationRecord["items"][number], r: { dir: string; record: AdjudicationRecord }) => Promise<void>) {
+  const c = await copy(name);
+  const r = await copiedRecord(c);
+  const k = r.record.items.findIndex((i) => i.outcome === "correct" && i.armGuess?.run.chargedUsd != null);
+  const item = r.record.items[k]!;
+  const guess = item.armGuess!;
+  delete item.armGuess;
+  await unlink(join(r.dir, transcriptName(r.record.ledger.observations + item.observationIndex)));
+  r.record.budget.spentUsd = usd6(r.record.budget.spentUsd - guess.run.chargedUsd!);
+  Object.assign(item, { decidedBy: "runner", outcome: "blocked", score: null, verdict: null });
+  await f(item, r);
+  r.record.blinding = blindingSummary(r.record.items);
+  await writeFile(r.path, JSON.stringify(r.record, null, 2), { mode: 0o600 });
+  return { c, path: r.path, item, at: `adjudication items[${k}] (observation ${item.observationIndex})` };
+}
+
+describe("ledger verify --report without --adjudication", () => {
+  // contract: R185
+  it("finds the record the report names beside the ledger; with none there, says once that it was not given and how to give it", async () => {
+    const found = await runCli(["ledger", "verify", ledgerPath, "--report", demo.report.json]);
+    expect(found.code, found.stdout).toBe(0);
+    expect(found.stdout).toContain(`adjudication record: ${demo.adjudication}, the one the report names, found beside the ledger`);
+
+    // Changed since: still the record of this run beside the ledger, and named as changed.
+    const c = await copy("report-record-changed");
+    const { path } = await copiedRecord(c);
+    await appendFile(path, "\n");
+    const changed = await runCli(["ledger", "verify", c.ledger, "--report", demo.report.json]);
+    expect(changed.code).toBe(1);
+    expect(changed.stdout).toContain("report adjudication: changed since the report was written");
+
+    const gone = await copy("report-no-record");
+    await rm(join(gone.ledger, "..", basename(demo.adjudication)));
+    await rm(join(gone.ledger, "..", `${basename(demo.adjudication)}.transcripts`), { recursive: true });
+    const r = await runCli(["ledger", "verify", gone.ledger, "--report", demo.report.json]);
+    expect(r.code).toBe(1);
+    const lines = r.stdout.split("\n").filter((l) => l.includes("report adjudication"));
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/the report was made with an adjudication record, which was not given, .* give it with --adjudication PATH/);
+    expect(r.stdout).not.toContain("not there now");
+  });
+});
+
+describe("ledger verify --adjudication derives every decision again", () => {
+  // contract: R180
+  it("a correct verdict relabelled as the runner's blocked, its arm guess removed and the spend lowered: check passes, verify names the usable verdict the transcript gives", async () => {
+    const { c, path, item, at } = await relabelled(
+      "relabelled-blocked",
+      async (i) => void (i.reason = "the adjudicator's output is unusable: the result has neither structured_output nor a result text"),
+    );
+    // The record alone is consistent, and the report would move the attempt from correct to missing.
+    expect((await check(path)).code).toBe(0);
+    const report = JSON.parse((await runCli(["report", "--ledger", c.ledger, "--adjudication", path, "--format", "json"])).stdout) as { attempts: Array<{ index: number; outcome: string }> };
+    expect(report.attempts.find((a) => a.index === item.observationIndex)!.outcome).toBe("blocked");
+    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`${at}.decidedBy: the record says the runner decided blocked, but the transcript's result gives a usable verdict (not shown: private)`);
+  });
+
+  // contract: R180
+  it("the same with its verdict run removed too, as an incomplete the runner decided: verify names the answer the ledger gives to grade", async () => {
+    const { c, path, at } = await relabelled("relabelled-incomplete", async (i, r) => {
+      await unlink(join(r.dir, transcriptName(i.observationIndex)));
+      r.record.budget.spentUsd = usd6(r.record.budget.spentUsd - i.run!.chargedUsd!);
+      Object.assign(i, { outcome: "incomplete", score: 0, reason: "the answer is empty", run: null });
+    });
+    expect((await check(path)).code).toBe(0);
+    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`${at}.decidedBy: the record says the runner decided incomplete without an adjudicator run, but the ledger gives this observation an answer to grade`);
+  });
+
+  // contract: R180
+  it("the same called a stop: verify names the stop the record does not bear out", async () => {
+    const { c, path } = await relabelled("relabelled-stop", async (i, r) => {
+      await unlink(join(r.dir, transcriptName(i.observationIndex)));
+      r.record.budget.spentUsd = usd6(r.record.budget.spentUsd - i.run!.chargedUsd!);
+      // Every later item made "not reached" too, their runs and transcripts removed.
+      for (const later of r.record.items.slice(i.position + 1)) {
+        for (const [run, index] of [
+          [later.run, later.observationIndex],
+          [later.armGuess?.run, r.record.ledger.observations + later.observationIndex],
+        ] as const)
+          if (run) {
+            r.record.budget.spentUsd = usd6(r.record.budget.spentUsd - run.chargedUsd!);
+            await unlink(join(r.dir, transcriptName(index)));
+          }
+      }
+      r.record.status = "blocked";
+      r.record.statusReason = `interrupted-looking stop before item ${i.position + 1}`;
+      for (const x of r.record.items.slice(i.position))
+        Object.assign(x, { decidedBy: "runner", outcome: "blocked", score: null, verdict: null, run: null, armGuess: undefined, reason: `not adjudicated: ${r.record.statusReason}` });
+    });
+    expect((await check(path)).code).toBe(0);
+    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(
+      /adjudication statusReason: the adjudication stopped before items\[\d+\], but no run before it failed and no reservation was refused; the stop is not borne out by the record/,
+    );
+  });
+
+  // contract: R181
+  it("a record bound to a ledger sha256 of zeros: verify names it in the words report refuses it with", async () => {
+    const c = await copy("bound-zeros");
+    const { path, record } = await copiedRecord(c);
+    record.ledger.sha256 = "0".repeat(64);
+    await writeFile(path, JSON.stringify(record, null, 2), { mode: 0o600 });
+    const words = "the ledger changed after it was adjudicated (its sha256 differs from the one the record binds to)";
+    const report = await runCli(["report", "--ledger", c.ledger, "--adjudication", path]);
+    expect(report.code).toBe(2);
+    expect(report.stderr).toContain(words);
+    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain(`adjudication ledger: ${words}`);
+  });
+});
+
+describe("every evidence file read as untrusted", () => {
+  // contract: R183
+  it("a folder, a FIFO and a stray name in the transcripts folder, a FIFO, a link and an oversized file in place of transcripts: verify and report exit 1 naming each, never a crash or a hang", async () => {
+    const c = await copy("untrusted");
+    const { path: record } = await copiedRecord(c);
+    await mkdir(join(c.dir, "0099.jsonl"));
+    execFileSync("mkfifo", [join(c.dir, "0098.jsonl")]);
+    await writeFile(join(c.dir, "notes.txt"), "{}\n", { mode: 0o600 });
+    await unlink(join(c.dir, "0002.jsonl"));
+    execFileSync("mkfifo", ["-m", "600", join(c.dir, "0002.jsonl")]);
+    await unlink(join(c.dir, "0003.jsonl"));
+    await symlink(join(c.dir, "0005.jsonl"), join(c.dir, "0003.jsonl"));
+    await truncate(join(c.dir, "0004.jsonl"), TRANSCRIPT_MAX_BYTES + 1);
+    const bounded = { timeoutMs: 60_000 };
+
+    const plain = await runCli(["ledger", "verify", c.ledger], bounded);
+    expect(plain.code, plain.stderr).toBe(1);
+    expect(plain.stdout).toMatch(/observations\[2\] \([^)]*\)\.transcriptSha256: the transcript \S*0002\.jsonl is a FIFO, not a regular file/);
+    expect(plain.stdout).toMatch(/observations\[3\] \([^)]*\)\.transcriptSha256: the transcript \S*0003\.jsonl is a symbolic link; evidence is never read through a link/);
+    expect(plain.stdout).toMatch(
+      new RegExp(`observations\\[4\\] \\([^)]*\\)\\.transcriptSha256: the transcript \\S*0004\\.jsonl is ${TRANSCRIPT_MAX_BYTES + 1} bytes, above the bound of ${TRANSCRIPT_MAX_BYTES} bytes`),
+    );
+    expect(plain.stdout).toMatch(/transcripts: \S*notes\.txt: is not a transcript's name/);
+
+    const withReport = await runCli(["ledger", "verify", c.ledger, "--adjudication", record, "--report", demo.report.json], bounded);
+    expect(withReport.code, withReport.stderr).toBe(1);
+    expect(withReport.stdout).toMatch(/report evidence: \S*0099\.jsonl: is a folder, not a regular file/);
+    expect(withReport.stdout).toMatch(/report evidence: \S*0098\.jsonl: is a FIFO, not a regular file/);
+
+    const report = await runCli(["report", "--ledger", c.ledger, "--adjudication", record], bounded);
+    expect(report.code, report.stderr).toBe(1);
+    for (const what of [
+      /0099\.jsonl: is a folder, not a regular file/,
+      /0098\.jsonl: is a FIFO, not a regular file/,
+      /0002\.jsonl: is a FIFO/,
+      /0003\.jsonl: is a symbolic link/,
+      /0004\.jsonl: is \d+ bytes, above the bound/,
+      /notes\.txt: is not a transcript's name/,
+    ])
+      expect(report.stderr).toMatch(what);
+    expect(report.stdout).toBe("");
   });
 });
 
