@@ -440,8 +440,9 @@ function decisionProblems(
     return [`${where}.run: the ledger gives this observation to the runner to decide (${planned.decision.outcome}), but the record holds an adjudicator run for it`];
   if (item.outcome !== "blocked") return [`${where}.outcome: the record says ${item.outcome}, but the runner decides an item whose adjudicator run it holds only as blocked`];
   // (b) the run did not complete: its status is read again from the transcript by checkRun.
-  if (item.run.status !== "completed" || result === null) return [];
-  const reading = readVerdict(result.structuredOutput, result.resultText, planned?.expectedCount ?? item.verdict?.propositions.length ?? 0);
+  // (c) needs the number of propositions the plan's task expects; without the manifest a difference is already named.
+  if (item.run.status !== "completed" || result === null || planned === undefined) return [];
+  const reading = readVerdict(result.structuredOutput, result.resultText, planned.expectedCount);
   if (reading.ok)
     return [
       `${where}.decidedBy: the record says the runner decided ${item.outcome}, but the transcript's result gives a usable verdict (not shown: private); the runner decides only a run that did not complete or whose output is unusable`,
