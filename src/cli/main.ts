@@ -181,6 +181,8 @@ function addDoctorCommand(program: Command, setExit: SetExit): void {
     .option("--egress-allow <hosts>", "as for run (--isolation strict only)", collect)
     .option("--runtime <name>", "as for run; adds a check that the engine offers this OCI runtime and runs one probe container under it")
     .option("--json", "one JSON object instead of lines")
+    .addOption(new Option("--test-gateway-upstream <url>", "tests: the gateway's upstream the model-api check probes instead of https://api.anthropic.com").hideHelp())
+    .addOption(new Option("--test-gateway-ca <file>", "tests: a PEM CA the gateway trusts for --test-gateway-upstream").hideHelp())
     .action(async (opts) => setExit(await (await import("./doctor.ts")).doctorCommand(opts)));
 }
 

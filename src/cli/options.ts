@@ -367,6 +367,8 @@ export interface DoctorFlags {
   isolation?: string;
   egressAllow?: string[];
   runtime?: string;
+  testGatewayUpstream?: string;
+  testGatewayCa?: string;
 }
 
 /** `doctor`'s flags as the doctor's input: the same values a run with these flags would parse. */
@@ -374,6 +376,7 @@ export function parseDoctorFlags(flags: DoctorFlags): DoctorInput {
   runMode(flags);
   const mode = flags.run ? "full" : "pilot";
   if (flags.egressAllow !== undefined && flags.isolation !== "strict") throw new UsageError("--egress-allow applies to --isolation strict only");
+  if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) throw new UsageError("--test-gateway-ca needs --test-gateway-upstream");
   return {
     manifest: flags.manifest,
     mode,

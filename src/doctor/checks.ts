@@ -16,6 +16,8 @@ import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
 import type { Mode } from "../plan/plan.ts";
 import { errorMessage } from "../util/errors.ts";
+import { DEFAULT_UPSTREAM, type UpstreamOptions } from "../gateway/gateway.ts";
+import { probeUpstream, upstreamFix } from "../gateway/probe.ts";
 import type { Transport } from "../terms/terms.ts";
 
 /**
@@ -26,7 +28,7 @@ import type { Transport } from "../terms/terms.ts";
  */
 
 export interface Check {
-  /** Stable short name: node, git, docker, image, claude-version, engine-files, login, manifest, root:<name>, doc-bridge, output, transport, model, budget, attempts. */
+  /** Stable short name: node, git, docker, image, claude-version, engine-files, login, manifest, root:<name>, doc-bridge, output, transport, model-api (--transport cli), model, budget, attempts. */
   name: string;
   ok: boolean;
   /** The check could not run because one it depends on failed (then `ok` is false too). */
@@ -170,6 +172,19 @@ export async function checkImage(runtime: ContainerRuntime, image: string, versi
   if (!info) return fail("image", `${image} is not in the Docker engine`, await imageFix(image, version, findBinary));
   const kind = info.labels[IMAGE_LABELS.kind] ?? "unlabelled";
   return pass("image", `${image} is present (${info.id.slice(0, 19)}, ${kind})`);
+}
+
+/**
+ * The route a `--transport cli` run's gateway (its default credentials) takes to the model API:
+ * the run's own probe, a TLS handshake from the host with nothing sent (contract R192). `fake`:
+ * the image is the fake claude, which sends no model request, so only a test upstream is probed.
+ */
+export async function checkModelApi(upstream: UpstreamOptions | undefined, fake: boolean): Promise<Check> {
+  if (fake && upstream === undefined) return pass("model-api", "not checked: the fake claude image sends no model request");
+  const host = new URL(upstream?.url ?? DEFAULT_UPSTREAM).host;
+  const problem = await probeUpstream(upstream);
+  if (problem) return fail("model-api", `the gateway cannot reach the model API at ${problem.host} (${problem.error})`, upstreamFix(problem.host));
+  return pass("model-api", `${host}: the gateway's TLS handshake succeeded from this machine (nothing was sent)`);
 }
 
 /** The run's own probe: `claude --version` in a throwaway hardened container, then the pin comparison. */

@@ -10,6 +10,8 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { errorMessage } from "../util/errors.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import type { Transport } from "../terms/terms.ts";
+import type { UpstreamOptions } from "../gateway/gateway.ts";
+import { isFakeClaudeImage } from "../image/build.ts";
 import {
   checkClaudeVersion,
   checkEngineFiles,
@@ -20,6 +22,7 @@ import {
   checkGit,
   checkImage,
   checkLogin,
+  checkModelApi,
   checkNode,
   checkOutput,
   checkRootOf,
@@ -53,6 +56,8 @@ export interface DoctorInput {
   runtime?: string;
   /** As for run: the export limits each checkout's export is checked against. */
   exportLimits?: ExportLimits;
+  /** Tests only (the hidden flags): the gateway's upstream and the CA it trusts. */
+  gatewayUpstream?: UpstreamOptions;
 }
 
 export interface DoctorDeps {
@@ -85,7 +90,7 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
     checkLogin({ configDir: input.claudeConfigDir, env: deps.env, homeDir: deps.homeDir, now: deps.now }),
     corpusChecks(input),
   ]);
-  const checks: Check[] = [checkNode(), git, ...engine, login, ...corpus.checks];
+  const checks: Check[] = [checkNode(), git, ...engine.checks, login, ...corpus.checks];
   if (input.isolation === "strict") checks.push(checkIsolation(input.isolation, input.egressAllow ?? DEFAULT_EGRESS_ALLOW));
 
   if (corpus.plan && corpus.loaded) {
@@ -105,24 +110,31 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
   }
   checks.push(await checkOutput(input.output, input.roots, projectRoot));
   checks.push(checkTransport(input.transport, deps.env));
+  // A cli run goes through the gateway by default: the route to the model API, once the image is known.
+  if (input.transport === "cli") checks.push(engine.fakeImage === undefined ? skip("model-api", "needs the image") : await checkModelApi(input.gatewayUpstream, engine.fakeImage));
   const planned = corpus.plan?.length ?? 0;
   checks.push(...checkSettings({ flags: { attemptBudgetUsd: input.attemptBudgetUsd, output: input.output }, env: deps.env, mode: input.mode, planned, transport: input.transport }));
 
   return { ok: checks.every((c) => c.ok), mode: input.mode, transport: input.transport, manifest: corpus.loaded?.path ?? input.manifest, attempts: corpus.plan?.length ?? null, checks };
 }
 
-/** docker, then the image, then its claude --version: each needs the one before; then --runtime, if given. */
-async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<Check[]> {
+/**
+ * docker, then the image, then its claude --version: each needs the one before; then --runtime,
+ * if given. `fakeImage`: whether the image is the fake claude, once it was found.
+ */
+async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<{ checks: Check[]; fakeImage?: boolean }> {
   const docker = await checkDocker(deps.connect, deps.env);
   const checks = [docker.check];
   // Labelled like a run's containers, so a reaper removes them if the doctor is killed mid-probe.
   const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
   let imageOk = false;
+  let fakeImage: boolean | undefined;
   if (!docker.runtime) checks.push(skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine"));
   else {
     const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
     checks.push(image);
     imageOk = image.ok;
+    if (image.ok) fakeImage = await isFakeClaudeImage(docker.runtime, input.image);
     if (!image.ok) checks.push(skip("claude-version", "needs the image"), skip("engine-files", "needs the image"));
     else checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels), await checkEngineFiles(docker.runtime, input.image, labels));
   }
@@ -131,7 +143,7 @@ async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<Check
     const needs = runtimeNeeds({ network: "none", gateway: true, modelApiSocket: false, docBridge: true });
     checks.push(docker.runtime ? await checkRuntime(docker.runtime, input.runtime, imageOk ? { image: input.image, labels, needs } : undefined) : skip("runtime", "needs the Docker engine"));
   }
-  return checks;
+  return { checks, fakeImage };
 }
 
 /** The manifest, its plan, and every planned or given checkout. */

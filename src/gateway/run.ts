@@ -5,6 +5,7 @@ import { RefusalError, errorMessage } from "../util/errors.ts";
 import { readCredential, resolveCredentialSource, type CredentialSource } from "./credential.ts";
 import { Gateway, type UpstreamOptions } from "./gateway.ts";
 import { requestBound } from "./meter.ts";
+import { probeUpstream, upstreamRefusal } from "./probe.ts";
 import { picoToUsd } from "../cost/money.ts";
 import type { CredentialMode } from "../terms/terms.ts";
 
@@ -39,6 +40,8 @@ export async function prepareRunGateway(o: {
    * model (gatewayLimitProblem). Left out for a test stand-in that sends no request.
    */
   limit?: { usd: number; flag: string };
+  /** Open a TLS connection to the upstream before anything is reserved (probeUpstream); off for a stand-in that sends no request. */
+  probe?: boolean;
 }): Promise<RunGateway> {
   const tooSmall = o.limit && gatewayLimitProblem(o.model, o.limit.usd, o.limit.flag);
   if (tooSmall) throw new RefusalError(tooSmall);
@@ -53,6 +56,11 @@ export async function prepareRunGateway(o: {
   const read = (signal?: AbortSignal) => readCredential(source, { mustLastUntil: lastUntil(), lock: { timeoutMs: o.lockTimeoutMs, staleMs: o.lockStaleMs, holder: o.holder, signal } });
   // Checked here too, so an expiring login refuses the run before the first reservation.
   await read();
+  // The route to the model API, proved before the first reservation (contract R192).
+  if (o.probe) {
+    const unreachable = await probeUpstream(o.upstream);
+    if (unreachable) throw new RefusalError(upstreamRefusal(unreachable));
+  }
   let gateway: Gateway;
   try {
     gateway = new Gateway({ model: o.model, upstream: o.upstream });
@@ -97,6 +105,8 @@ export async function gatewayForRun(
   if (config.modelApi) throw new RefusalError("a Messages API socket (--model-api-socket) bypasses the gateway; use --credentials login-copy with it");
   return prepareRunGateway({
     limit: o.fakeImage ? undefined : o.limit,
+    // The fake image sends no request: its upstream is probed only when a test names one.
+    probe: !o.fakeImage || config.gatewayUpstream !== undefined,
     model: o.model,
     login: o.login,
     tokenFile: config.oauthTokenFile,

@@ -8,6 +8,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { runCli, type CliResult } from "../support/cli.ts";
+import { createServer } from "node:net";
+import { startScriptedApi } from "../../src/scripted-api/server.ts";
+import { makeTestCa } from "../support/test-ca.ts";
 
 /**
  * `study-runner doctor` as a user runs it: real Docker, real git checkouts, the real doc-bridge
@@ -106,7 +109,8 @@ describe("study-runner doctor on a fresh host", () => {
     expect(l.get("model")).toMatch(/^FAIL\s+model\s+STUDY_MODEL is not set  -> fix: export the model decided in the protocol/);
     expect(l.get("budget")).toMatch(/^FAIL\s+budget\s+STUDY_BUDGET_USD is not set  -> fix: export the approved cumulative cap/);
     expect(l.get("attempts")).toMatch(/^skip\s+attempts\s/);
-    expect(r.stdout.trimEnd().split("\n").at(-1)).toBe("6 checks failed, 3 skipped: the pilot (--transport cli) would be refused");
+    expect(l.get("model-api")).toMatch(/^skip\s+model-api\s+needs the image$/);
+    expect(r.stdout.trimEnd().split("\n").at(-1)).toBe("6 checks failed, 4 skipped: the pilot (--transport cli) would be refused");
   });
 
   it("says which engine it tried when Docker is unreachable, and skips what needs it", async () => {
@@ -130,14 +134,66 @@ describe("study-runner doctor on a fresh host", () => {
   });
 });
 
+describe("study-runner doctor: the gateway's route to the model API", () => {
+  // contract: R192
+  it("fails the model-api check naming the host, the error and the fix when the upstream has no listener, and passes a scripted one", async () => {
+    const ca = makeTestCa();
+    const caFile = join(work, "gateway-ca.pem");
+    await writeFile(caFile, ca.ca);
+    const s = createServer();
+    await new Promise<void>((resolve) => s.listen(0, "127.0.0.1", resolve));
+    const port = (s.address() as { port: number }).port;
+    await new Promise((resolve) => s.close(resolve));
+    const refused = await doctor([...passingFlags(), "--test-gateway-upstream", `https://127.0.0.1:${port}`, "--test-gateway-ca", caFile], STUDY_ENV);
+    expect(refused.code).toBe(2);
+    expect(lines(refused.stdout).get("model-api")).toMatch(
+      new RegExp(
+        `^FAIL\\s+model-api\\s+the gateway cannot reach the model API at 127\\.0\\.0\\.1:${port} \\(ECONNREFUSED: .*\\)  -> fix: let this machine open HTTPS connections to 127\\.0\\.0\\.1:${port} .*or use --credentials login-copy`,
+      ),
+    );
+    const api = await startScriptedApi({
+      port: 0,
+      tls: { key: ca.key, cert: ca.cert },
+      script: { name: "s", turns: [{ answer: "ok", usage: { input_tokens: 1, output_tokens: 1 } }], neverEnd: false },
+    });
+    try {
+      const host = new URL(api.url!).host;
+      const ok = await doctor([...passingFlags(), "--test-gateway-upstream", `https://${host}`, "--test-gateway-ca", caFile], STUDY_ENV);
+      expect(ok.code, ok.stdout).toBe(0);
+      expect(lines(ok.stdout).get("model-api")).toBe(`ok    model-api        ${host}: the gateway's TLS handshake succeeded from this machine (nothing was sent)`);
+      expect(api.requests).toEqual([]);
+    } finally {
+      await api.close();
+    }
+  });
+});
+
 describe("study-runner doctor after the demo's set-up", () => {
   it("passes every check for the pilot, without printing the token, and exits 0", async () => {
     const r = await doctor(passingFlags(), STUDY_ENV);
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     const l = lines(r.stdout);
-    expect([...l.keys()]).toEqual(["node", "git", "docker", "image", "claude-version", "engine-files", "login", "manifest", "root:ledgerlite", "doc-bridge", "output", "transport", "model", "budget", "attempts"]);
+    expect([...l.keys()]).toEqual([
+      "node",
+      "git",
+      "docker",
+      "image",
+      "claude-version",
+      "engine-files",
+      "login",
+      "manifest",
+      "root:ledgerlite",
+      "doc-bridge",
+      "output",
+      "transport",
+      "model-api",
+      "model",
+      "budget",
+      "attempts",
+    ]);
     for (const [name, line] of l) expect(line, name).toMatch(/^ok\s/);
+    expect(l.get("model-api")).toMatch(/^ok\s+model-api\s+not checked: the fake claude image sends no model request$/);
     expect(l.get("claude-version")).toMatch(/prints 2\.1\.296 \(Claude Code\), the pinned version/);
     expect(l.get("login")).toMatch(/valid until 2099-01-01T00:00:00\.000Z/);
     expect(l.get("root:ledgerlite")).toMatch(

@@ -249,7 +249,7 @@ export async function containersOfRun(p: Pipeline, runId: string) {
  * runner's own cleanup, or another run's reaper: every run's preflight removes the containers of
  * runners that are gone, and test files run side by side on one engine).
  */
-export async function containersCreatedBy(pid: number, sinceMs: number, untilMs: number): Promise<string[]> {
+export async function containersCreatedBy(pid: number, sinceMs: number, untilMs: number, o: { exceptProbes?: boolean } = {}): Promise<string[]> {
   // dockerode reads DOCKER_HOST itself, as the runner's engine port does.
   const stream = (await new Docker().getEvents({
     since: Math.floor(sinceMs / 1000) - 1,
@@ -258,10 +258,15 @@ export async function containersCreatedBy(pid: number, sinceMs: number, untilMs:
   })) as NodeJS.ReadableStream;
   let text = "";
   for await (const chunk of stream) text += chunk.toString();
-  return text
-    .split("\n")
-    .filter((line) => line.trim() !== "")
-    .map((line) => (JSON.parse(line) as { id: string }).id);
+  return (
+    text
+      .split("\n")
+      .filter((line) => line.trim() !== "")
+      .map((line) => JSON.parse(line) as { id: string; Actor?: { Attributes?: Record<string, string> } })
+      // The version probe carries the attempt label "probe": no attempt of the run.
+      .filter((e) => !o.exceptProbes || e.Actor?.Attributes?.[LABELS.attempt] !== "probe")
+      .map((e) => e.id)
+  );
 }
 
 /** Runner-owned leftovers in a TMPDIR: export folders and attempt HOMEs (which hold a login copy). */

@@ -351,10 +351,12 @@ describe("runDoctor", () => {
       "doc-bridge",
       "output",
       "transport",
+      "model-api",
       "model",
       "budget",
       "attempts",
     ]);
+    expect(byName["model-api"]).toMatchObject({ skipped: true, detail: "needs the image" });
 
     const missingImage = await runDoctor(base({ image: "study-runner/fake-claude:0.0.0-none" }), { connect: () => runtimeWith(), env: {}, now: NOW });
     const image = missingImage.checks.find((c) => c.name === "image")!;
