@@ -1,4 +1,4 @@
-import { access, mkdir, writeFile } from "node:fs/promises";
+import { access, mkdir, rename, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo } from "../demo/setup.ts";
@@ -72,7 +72,7 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
   const mode = flags.pilot ? "pilot" : "run";
   const stamp = new Date().toISOString().replace(/[:.]/g, "-");
   const output = join(ledgers, `${mode}-${stamp}.json`);
-  process.stderr.write(`study-runner demo: corpus and test login in ${workdir}; ledger ${output}\n`);
+  process.stderr.write(`study-runner demo: corpus and test login in ${workdir}; ledger in ${ledgers}, named for its run id once the run ends\n`);
   process.env.STUDY_MODEL ??= "claude-haiku-5-5";
   process.env.STUDY_BUDGET_USD ??= "1";
   const runCode = await runCommand({
@@ -106,13 +106,21 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
     import("./adjudicate.ts"),
     import("../report/write.ts"),
   ]);
-  const { ledger } = await readLedgerInput(output);
-  const behaviourFile = join(workdir, `adjudicator-behaviour-${stamp}.json`);
+  // One run id everywhere: the ledger, its transcripts, the record and the reports are named for
+  // the run id the report's title shows (contract R193), not for the moment the demo started.
+  const { runId } = (await readLedgerInput(output)).ledger;
+  const ledgerPath = join(ledgers, `${runId}.json`);
+  await rename(output, ledgerPath);
+  await rename(`${output}.transcripts`, `${ledgerPath}.transcripts`).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== "ENOENT") throw err;
+  });
+  const { ledger } = await readLedgerInput(ledgerPath);
+  const behaviourFile = join(workdir, `adjudicator-behaviour-${runId}.json`);
   await writeFile(behaviourFile, JSON.stringify(demoVerdicts(ledger.runId, ledger.observations.length, itemIdFor)), { mode: 0o644 });
-  const adjudication = join(ledgers, `${mode}-${stamp}.adjudication.json`);
+  const adjudication = join(ledgers, `${runId}.adjudication.json`);
   const adjudicateCode = await adjudicateCommand(
     {
-      ledger: output,
+      ledger: ledgerPath,
       output: adjudication,
       approveBudget: true,
       seed: "20261130",
@@ -130,9 +138,9 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
     () => true,
     () => false,
   );
-  const report = await loadReport({ ledger: output, adjudication: recordExists ? adjudication : undefined, manifest: DEMO_MANIFEST });
-  const files = await writeReportFiles(join(workdir, "reports", `${mode}-${stamp}`), report);
-  process.stdout.write(`${JSON.stringify({ demo: { ledger: output, adjudication: recordExists ? adjudication : null, report: files } }, null, 2)}\n`);
+  const report = await loadReport({ ledger: ledgerPath, adjudication: recordExists ? adjudication : undefined, manifest: DEMO_MANIFEST });
+  const files = await writeReportFiles(join(workdir, "reports", runId), report);
+  process.stdout.write(`${JSON.stringify({ demo: { ledger: ledgerPath, adjudication: recordExists ? adjudication : null, report: files } }, null, 2)}\n`);
   return runCode !== ExitCode.ok ? runCode : adjudicateCode;
 }
 

@@ -140,7 +140,7 @@ export const PLANNING_REPETITIONS = [1, 2, 3, 5] as const;
 
 export const METHODS: Analysis["methods"] = {
   aggregation:
-    "unit of analysis: the task. Each arm's value of a task is the mean over its repetitions with a value (completed attempts; for score, scored attempts); the task's difference is doc-bridge mean minus repository-only mean; a task counts only when both arms have a value. Assumes tasks are independent of each other; repetitions of a task are not assumed independent",
+    "each arm's value of a task is the mean over its repetitions with a value (completed attempts; for score, scored attempts); the task's difference is doc-bridge mean minus repository-only mean; a task counts only when both arms have a value. Assumes tasks are independent of each other; repetitions of a task are not assumed independent",
   tInterval: "Student t 95% interval of the mean task difference, mean ± t(0.975, n−1)·sd/√n; assumes roughly normal task differences; needs n ≥ 2",
   bootstrap: `cluster bootstrap over tasks: ${BOOTSTRAP_RESAMPLES} resamples of n tasks with replacement (a task brings all its repetitions), percentile 2.5% and 97.5% of the resampled means (linear interpolation), seeded mulberry32; Monte Carlo error of each endpoint's level ≈ ${Math.sqrt((0.025 * 0.975) / BOOTSTRAP_RESAMPLES).toFixed(4)}; with few tasks it is too narrow (the bootstrap cannot see beyond the tasks it has)`,
   permutation: `paired permutation (sign-flip) test of the mean task difference, two-sided: under no arm effect each task's difference is as likely negated; exact over all 2^n patterns up to n = ${EXACT_ENUMERATION_MAX}, ${PERMUTATION_SAMPLES} seeded random patterns beyond; assumes the differences are symmetric about 0 under the null`,

@@ -34,6 +34,8 @@ export interface ArmBehaviour {
   chargedUsd: number;
   /** Every charge of the arm (failed attempts included) divided by its correct answers. */
   costPerCorrectUsd: number | null;
+  /** Every attempt's wall time in the arm (failed attempts included) divided by its correct answers. */
+  wallTimePerCorrectMs: number | null;
 }
 
 export interface Behaviour {
@@ -73,6 +75,7 @@ export function behaviourOf(attempts: readonly BehaviourAttempt[]): Behaviour {
       meanWallTimeMs: meanOf(settled.flatMap((a) => (a.wallTimeMs === null ? [] : [a.wallTimeMs]))),
       chargedUsd: Number(chargedUsd.toFixed(6)),
       costPerCorrectUsd: correct ? chargedUsd / correct : null,
+      wallTimePerCorrectMs: correct ? settled.reduce((s, a) => s + (a.wallTimeMs ?? 0), 0) / correct : null,
     };
   }
   const totals = new Map<string, number>();

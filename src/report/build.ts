@@ -11,6 +11,7 @@ import { ADJUDICATION_USD_LABEL, extrapolationCaveat, spendLabel, type SpendLabe
 import { analyse, EFFORT_METRICS, SCORE_METRIC, type Analysis, type AnalysisAttempt } from "./analysis.ts";
 import { behaviourOf, type Behaviour } from "./behaviour.ts";
 import { DEFAULT_BOOTSTRAP_SEED } from "./stats.ts";
+import { headlineOf, type Headline } from "./headline.ts";
 
 /**
  * The report's data (pure): every attempt of the plan with its status (none dropped, the ones
@@ -83,6 +84,8 @@ export interface OutcomeDistribution {
 export interface ReportData {
   schemaVersion: 1;
   kind: "study-report";
+  /** What the study found, in plain sentences, and every caveat that makes the run no evidence: the report opens with it (contract R193). */
+  headline: Headline;
   statement: string;
   run: {
     runId: string;
@@ -97,6 +100,8 @@ export interface ReportData {
     status: Ledger["status"];
     statusReason: string | null;
     protocolHash: string;
+    /** A scripted or fake API answered (the ledger's modelApi "test"): the run is no evidence about the model, its USD figures cost nothing. */
+    testModel: boolean;
   };
   scenarios: Record<Arm, string>;
   adjudication: null | {
@@ -498,6 +503,7 @@ function runSummary(ledger: Ledger): ReportData["run"] {
     status: ledger.status,
     statusReason: ledger.statusReason ?? null,
     protocolHash: ledger.protocol.protocolHash,
+    testModel: ledger.modelApi === "test",
   };
 }
 
@@ -543,7 +549,7 @@ export function buildReport(input: ReportInput): ReportData {
   ];
   const direction = `${scenarioOf.mcp} minus ${scenarioOf.repository}`;
   const egress = egressRows(ledger.observations);
-  return {
+  const data: Omit<ReportData, "headline"> = {
     schemaVersion: 1,
     kind: "study-report",
     statement: AGENT_ADJUDICATION_STATEMENT,
@@ -562,4 +568,6 @@ export function buildReport(input: ReportInput): ReportData {
     ...(egress ? { egress } : {}),
     instructionFiles: instructionFileRows(ledger.observations),
   };
+  const { schemaVersion, kind, ...rest } = data;
+  return { schemaVersion, kind, headline: headlineOf(data), ...rest };
 }

@@ -191,7 +191,8 @@ export function behaviourCharts(r: ReportData): string {
 }
 
 function blockHtml(b: Block, extra = ""): string {
-  return `<h2 id="${esc(b.id)}">${esc(b.title)}</h2>${extra}${b.paragraphs.map((p) => `<p>${esc(p)}</p>`).join("")}${table(b.head, b.rows)}`;
+  const methods = b.methods.length ? `<details class="method"><summary>Method</summary>${b.methods.map((p) => `<p>${esc(p)}</p>`).join("")}</details>` : "";
+  return `<h2 id="${esc(b.id)}">${esc(b.title)}</h2>${extra}${b.paragraphs.map((p) => `<p>${esc(p)}</p>`).join("")}${table(b.head, b.rows)}${methods}`;
 }
 
 function table(head: string[], rows: string[][]): string {
@@ -202,10 +203,16 @@ const PLOTTED = ["inputTokens", "outputTokens", "toolCalls", "wallTimeMs"] as co
 
 const tableHtml = (t: TableData) => table(t.head, t.rows);
 
-/** The title, the evidence digest, the statements, the run's and the adjudication's rows and the blinding. */
+/** The headline: the caveats in red, then what the study found (contract R193). */
+function headlineHtml(r: ReportData): string {
+  const h = r.headline;
+  const caveats = h.caveats.length ? `<div class="caveats"><strong>Not evidence:</strong><ul>${h.caveats.map((c) => `<li>${esc(c)}</li>`).join("")}</ul></div>` : "";
+  return `<section id="headline">${caveats}<p class="headline">${h.sentences.map(esc).join(" ")}</p></section>`;
+}
+
+/** The title, the headline, the statements, the run's and the adjudication's rows and the blinding. */
 function headerHtml(r: ReportData): string[] {
-  const body = [`<h1>Study report: ${esc(r.run.runId)}</h1>`];
-  if (r.evidence) body.push(`<h2>Evidence</h2>`, `<p class="evidence">${esc(evidenceText(r.evidence))}</p>`);
+  const body = [`<h1>Study report: ${esc(r.run.runId)}</h1>`, headlineHtml(r)];
   body.push(`<p class="statement">${esc(r.statement)}</p>`);
   if (r.adjudication) {
     const s = adjudicatorSentence(r.adjudication);
@@ -256,9 +263,16 @@ function closingHtml(r: ReportData): string[] {
   return body;
 }
 
+/** The headline's background: the box a reader sees first. */
+export const HEADLINE_BACKGROUND = "#FFF8E5";
+/** The colour of the caveats that make a run no evidence. */
+export const CAVEAT_RED = "#C00000";
+
 const PAGE_STYLE = `body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:24px;color:#222;max-width:1000px}
 table{border-collapse:collapse;margin:8px 0 16px}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;font-size:13px}
-th{background:#f0f0f0}.statement{font-weight:600}.warn{color:#8a4b00;font-weight:600}.gaps li{margin:2px 0}
+th{background:#f0f0f0}.statement{font-weight:600}
+#headline{border:2px solid #333;padding:8px 14px;margin:8px 0 16px;background:${HEADLINE_BACKGROUND}}.headline{font-size:16px;line-height:1.45}
+.caveats{color:${CAVEAT_RED};font-weight:600}.caveats ul{margin:4px 0 8px;padding-left:22px}details.method summary{cursor:pointer;color:#555}.warn{color:#8a4b00;font-weight:600}.gaps li{margin:2px 0}
 svg.chart{display:block;margin:8px 0 16px}svg .ct{font-size:13px;font-weight:600}svg .lb,svg .lg{font-size:12px}
 svg .tk{font-size:10px;fill:#555}svg .gap{font-size:11px;fill:#8a4b00}svg .bar{font-size:12px;fill:#fff;font-weight:600}`;
 

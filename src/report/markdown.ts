@@ -11,7 +11,26 @@ import { analysisBlocks, behaviourBlock, type Block } from "./sections.ts";
 /** What the USD figures and token counts are, one sentence each (shared with the HTML page). */
 export function spendLines(r: ReportData): string[] {
   const cap = (t: string) => t.charAt(0).toUpperCase() + t.slice(1);
-  return [r.spend.usd, cap(r.spend.tokens), ...(r.spend.adjudicationUsd ? [cap(r.spend.adjudicationUsd)] : [])];
+  return [...(r.run.testModel ? [TEST_MODEL_USD] : []), r.spend.usd, cap(r.spend.tokens), ...(r.spend.adjudicationUsd ? [cap(r.spend.adjudicationUsd)] : [])];
+}
+
+/** What every USD figure of a run a test model answered is (contract R193). */
+export const TEST_MODEL_USD = "A fake model answered: every USD figure here is a list-price estimate of its token counts, and nothing was paid";
+
+/** The run's status as a reader needs it: what happened after adjudication, not only the ledger's state. */
+export function runStatusText(r: ReportData): string {
+  if (r.run.status !== "awaiting-adjudication") return r.run.status;
+  if (r.adjudication === null) return "completed, awaiting adjudication";
+  return r.adjudication.status === "complete" ? "completed and adjudicated" : `completed; adjudication ${r.adjudication.status}`;
+}
+
+/** The headline in Markdown: the caveats, then the sentences, right under the title. */
+function headlineLines(r: ReportData): string[] {
+  const h = r.headline;
+  const out: string[] = [];
+  if (h.caveats.length) out.push("**Not evidence:**", ...h.caveats.map((c) => `- ${c}`), "");
+  out.push(...h.sentences, "");
+  return out;
 }
 
 /** Plain numbers, so that the Markdown, the HTML and the JSON agree character for character. */
@@ -29,7 +48,7 @@ function table(head: string[], rows: string[][]): string[] {
 }
 
 function block(b: Block): string[] {
-  return [`## ${b.title}`, "", ...b.paragraphs.flatMap((p) => [p, ""]), ...table(b.head, b.rows), ""];
+  return [`## ${b.title}`, "", ...b.paragraphs.flatMap((p) => [p, ""]), ...table(b.head, b.rows), "", ...b.methods.flatMap((p) => [p, ""])];
 }
 
 /** The refused targets of an egress row, with a note when the proxy kept only part of its record. */
@@ -68,7 +87,7 @@ const withReason = (status: string, reason: string | null) => status + (reason ?
 export function runTable(r: ReportData): TableData {
   return {
     head: ["run", "mode", "model", "status", "CLI", "isolation", "runtime"],
-    rows: [[r.run.runId, r.run.mode, r.run.model, withReason(r.run.status, r.run.statusReason), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
+    rows: [[r.run.runId, r.run.mode, r.run.model, withReason(runStatusText(r), r.run.statusReason), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
   };
 }
 
@@ -135,7 +154,7 @@ const tableLines = (t: TableData) => table(t.head, t.rows);
 
 /** The title, the statements, the run's and the adjudication's rows and the blinding. */
 function headerLines(r: ReportData): string[] {
-  const out = [`# Study report: ${r.run.runId}`, "", `> ${r.statement}`, ""];
+  const out = [`# Study report: ${r.run.runId}`, "", ...headlineLines(r), `> ${r.statement}`, ""];
   if (r.adjudication) out.push(`> ${adjudicatorSentence(r.adjudication).text}`, "");
   out.push(...tableLines(runTable(r)), "");
   if (r.adjudication) out.push(...tableLines(adjudicationTable(r.adjudication)), "", blindingLine(r.adjudication.blinding), "");

@@ -10,21 +10,16 @@ export interface Block {
   /** Anchor id (HTML) and link target of the private viewer. */
   id: string;
   title: string;
+  /** What the figures say, shown before the table. */
   paragraphs: string[];
+  /** How the figures were computed: shown after the table (folded in the HTML), so the figures come first. */
+  methods: string[];
   head: string[];
   rows: string[][];
 }
 
-/** Plain numbers; p-values and rates with four decimals, so that a reader sees the figure tested. */
-export function num(n: number | null | undefined, unit?: string): string {
-  if (n === null || n === undefined) return "—";
-  if (unit === "USD") return n.toFixed(6);
-  if (unit === "p" || unit === "rate") return n.toFixed(4);
-  // Variances span many magnitudes (USD² ~ 1e-9, ms² ~ 1e5): four significant digits.
-  if (unit === "variance") return String(Number(n.toPrecision(4)));
-  if (Number.isInteger(n)) return String(n);
-  return n.toFixed(unit === "points" ? 3 : 1);
-}
+export { num } from "./numbers.ts";
+import { num } from "./numbers.ts";
 
 const interval = (i: { lower: number; upper: number } | null, unit: string) => (i ? `${num(i.lower, unit)} to ${num(i.upper, unit)}` : "—");
 
@@ -55,7 +50,8 @@ export function analysisBlocks(r: ReportData): Block[] {
     {
       id: "task-level",
       title: `Task-level differences (${a.direction})`,
-      paragraphs: [
+      paragraphs: [],
+      methods: [
         `Unit of analysis: the ${a.unit}. Aggregation: ${a.methods.aggregation}.`,
         `Bootstrap: ${a.methods.bootstrap}. Seed ${a.seed}.`,
         `t interval: ${a.methods.tInterval}.`,
@@ -69,7 +65,8 @@ export function analysisBlocks(r: ReportData): Block[] {
     {
       id: "outcome-tests",
       title: "Outcome tests",
-      paragraphs: [`McNemar: ${a.methods.mcnemar}.`, `Sign test: ${a.methods.sign}.`, `Wilcoxon: ${a.methods.wilcoxon}.`],
+      paragraphs: [],
+      methods: [`McNemar: ${a.methods.mcnemar}.`, `Sign test: ${a.methods.sign}.`, `Wilcoxon: ${a.methods.wilcoxon}.`],
       head: ["test", "over", "counts", "statistic", "p"],
       rows: [
         [
@@ -92,8 +89,8 @@ export function analysisBlocks(r: ReportData): Block[] {
     {
       id: "noise-floor",
       title: "Noise floor",
+      methods: [`Noise floor: ${a.methods.noiseFloor}.`],
       paragraphs: [
-        `Noise floor: ${a.methods.noiseFloor}.`,
         `Repetitions disagreeing on correct vs not correct: ${repo} ${num(o.disagreement.repository.rate, "rate")} (${o.disagreement.repository.disagreeing} of ${o.disagreement.repository.pairs} pairs of repetitions), ${mcp} ${num(o.disagreement.mcp.rate, "rate")} (${o.disagreement.mcp.disagreeing} of ${o.disagreement.mcp.pairs}).`,
       ],
       head: ["metric", `within-task variance ${repo}`, `within-task variance ${mcp}`, "noise band (±)", "mean difference", "share the noise could produce"],
@@ -111,8 +108,9 @@ export function analysisBlocks(r: ReportData): Block[] {
       title: "Detectable effect and planning",
       paragraphs: [
         `With this design (${score.n} tasks) the smallest score difference detectable at 80% power is ${num(score.mde80, "points")} points.`,
-        `Planning: ${a.methods.planning}. ${a.planning.note}. Between-task variance τ² of the score difference: ${num(a.planning.betweenTaskVariance, "variance")}.`,
+        `${a.planning.note[0]!.toUpperCase()}${a.planning.note.slice(1)}. Between-task variance τ² of the score difference: ${num(a.planning.betweenTaskVariance, "variance")}.`,
       ],
+      methods: [`Planning: ${a.methods.planning}.`],
       head: ["score effect", ...a.planning.effects[0]!.byRepetitions.map((p) => `tasks at ${p.repetitions} repetition${p.repetitions === 1 ? "" : "s"}`)],
       rows: a.planning.effects.map((e) => [num(e.effect, "points"), ...e.byRepetitions.map((p) => (p.tasks === null ? "—" : String(p.tasks)))]),
     },
@@ -126,6 +124,7 @@ export function behaviourBlock(r: ReportData): Block {
   return {
     id: "behaviour",
     title: "Behaviour side by side",
+    methods: [],
     paragraphs: [
       `Over the settled attempts of each arm. Cache-hit rate: cache-read tokens over prompt tokens (input + cache write + cache read). Cost per correct answer: every charge of the arm, failed attempts included, over its correct answers. Doc-bridge calls are tools named ${b.docBridgePrefix}*. Tool inputs are not shown here (they are in the private pair viewer).`,
     ],
