@@ -12,6 +12,7 @@ import { analyse, EFFORT_METRICS, SCORE_METRIC, type Analysis, type AnalysisAtte
 import { behaviourOf, type Behaviour } from "./behaviour.ts";
 import { DEFAULT_BOOTSTRAP_SEED } from "./stats.ts";
 import { headlineOf, type Headline } from "./headline.ts";
+import { gatewayCause } from "../gateway/cause.ts";
 
 /**
  * The report's data (pure): every attempt of the plan with its status (none dropped, the ones
@@ -259,7 +260,8 @@ const usd6 = (n: number) => Number(n.toFixed(6));
 function attemptReason(o: Observation, ledger: Ledger): string | null {
   if (o.status === "completed") return null;
   if (o.status === null) return `never settled (phase ${o.phase})`;
-  const own = o.setupProblems[0] ?? o.costProblem ?? null;
+  // What the gateway saw go wrong first, then the attempt's own problems (contract R194).
+  const own = (o.gateway && gatewayCause(o.gateway)) ?? o.setupProblems[0] ?? o.costProblem ?? null;
   if (own) return own;
   const prefix = `attempt ${o.index + 1} (`;
   return ledger.statusReason?.startsWith(prefix) ? ledger.statusReason : null;

@@ -8,6 +8,7 @@ import { fakeClaudeRuntime, unitStudyConfig } from "../support/unit-study.ts";
 import { runStudy, type StudyConfig } from "../../src/study/run.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
 import { readLedger } from "../../src/ledger/store.ts";
+import { buildReport } from "../../src/report/build.ts";
 import { CONTAINER } from "../../src/transport/cli/spec.ts";
 import { ExitCode, RefusalError } from "../../src/util/errors.ts";
 import { GATEWAY_SOCKET_NAME } from "../../src/gateway/gateway.ts";
@@ -73,7 +74,7 @@ const answer = (proc: FakeProcess) => {
   return 0;
 };
 
-async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; loginDir?: string; isolation?: StudyConfig["isolation"]; model?: string } = {}) {
+async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; loginDir?: string; isolation?: StudyConfig["isolation"]; model?: string; upstream?: ScriptedApi } = {}) {
   const loginDir = o.loginDir ?? join(work, `login-${name}`);
   if (!o.loginDir) await writeTestLogin(loginDir);
   const config = unitStudyConfig({
@@ -83,11 +84,11 @@ async function run(name: string, runtime: FakeRuntime, o: { attempts?: number; l
     roots,
     loginDir,
     attempts: o.attempts ?? 2,
-    overrides: { model: o.model ?? MODEL, isolation: o.isolation ?? "standard", credentials: "gateway", gatewayUpstream: { url: api.url!, ca: ca.ca } },
+    overrides: { model: o.model ?? MODEL, isolation: o.isolation ?? "standard", credentials: "gateway", gatewayUpstream: { url: (o.upstream ?? api).url!, ca: ca.ca } },
   });
   let stdout = "";
   const code = await runStudy(config, { runtime, stdout: (t) => (stdout += t), stderr: process.stderr });
-  return { code, ledger: await readLedger(config.output), loginDir, config };
+  return { code, stdout, ledger: await readLedger(config.output), loginDir, config };
 }
 
 describe("the study through the gateway (in-memory runtime)", () => {
@@ -125,7 +126,36 @@ describe("the study through the gateway (in-memory runtime)", () => {
     expect(o.status).toBe("invalid-setup");
     expect(o.gateway!.requests.map((q) => q.refused?.kind)).toEqual(["model", "path"]);
     expect(o.setupProblems.join("\n")).toMatch(/gateway: gateway refused POST .*claude-opus-5-5/);
-    expect(r.ledger.statusReason).toMatch(/ended invalid-setup: gateway: gateway refused/);
+    // The gateway's refusals first, by kind, then the transcript's reading (contract R194).
+    expect(r.ledger.statusReason).toMatch(/ended invalid-setup: the gateway refused 1 request \(400, model: .*\), 1 request \(404, path: .*\); then gateway: gateway refused/);
+  });
+
+  // contract: R194
+  it("names the gateway's errors first when the upstream stops answering mid-run: the summary, the ledger and the report's gaps", async () => {
+    const failing = await startScriptedApi({
+      port: 0,
+      tls: { key: ca.key, cert: ca.cert },
+      script: { name: "s", turns: [{ answer: "ok", usage: { input_tokens: 10, output_tokens: 1 } }], neverEnd: false },
+    });
+    const runtime = runtimeWith(async (_n, proc) => {
+      const m = await mounted(proc);
+      // The upstream answered the preflight's handshake; now it is gone.
+      await failing.close();
+      await send(m.socket, m.placeholder);
+      await send(m.socket, m.placeholder);
+      proc.stdout.write(toText(baseEvents("repository").slice(0, 1)));
+      return 1;
+    });
+    const r = await run("unreached", runtime, { attempts: 1, upstream: failing });
+    expect(r.code).toBe(ExitCode.blocked);
+    const o = r.ledger.observations[0]!;
+    expect(o.status).not.toBe("completed");
+    const cause = "the model API was not reached (502, ECONNREFUSED, 2 requests)";
+    expect(r.ledger.statusReason).toContain(`ended ${o.status}: ${cause}; then `);
+    expect(r.stdout).toContain(cause);
+    const report = buildReport({ ledger: r.ledger, ledgerSha256: "0".repeat(64), record: null, manifest: loaded.manifest });
+    expect(report.gaps).toContainEqual(expect.stringContaining(`: attempt ${o.status} (${cause})`));
+    expect(report.gaps.join("\n")).not.toMatch(/modelUsage has no entry/);
   });
 
   it("makes the attempt invalid-setup when its container uses another attempt's placeholder", async () => {

@@ -25,6 +25,7 @@ import { instructionFilesWithImports } from "../../corpus/imports.ts";
 import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths, type SessionChannel, type SessionChannelReceipt } from "./session-channel.ts";
 import { stagePlaceholderLogin } from "../../gateway/credential.ts";
 import { compareMeteredUsage } from "../../gateway/check.ts";
+import { gatewayCause } from "../../gateway/cause.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../../gateway/gateway.ts";
 import { mark } from "../../util/marks.ts";
 
@@ -205,7 +206,10 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     });
     Object.assign(record, meaning.fields);
     mark("cli:interpreted");
-    return { status: meaning.status, reason: meaning.reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, ...records };
+    // What the gateway saw go wrong comes before the transcript's own words (contract R194).
+    const cause = meaning.status !== "completed" && records.gateway ? gatewayCause(records.gateway) : null;
+    const reason = cause ? `${cause}; then ${meaning.reason}` : meaning.reason;
+    return { status: meaning.status, reason, facts, cost: meaning.cost, oomKilled: raw.oomKilled, ...records };
   } finally {
     for (const cleanup of stage.cleanups.reverse()) await cleanup().catch(() => {});
     mark("cli:cleaned-up");
