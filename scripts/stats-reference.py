@@ -99,9 +99,9 @@ def main(path):
     both = [p for p in pairs.values() if len(p) == 2]
     b = sum(1 for p in both if p["repository"] and not p["mcp"])
     c = sum(1 for p in both if p["mcp"] and not p["repository"])
-    out["mcnemar"] = {"pairs": len(both), "onlyRepository": b, "onlyMcp": c, "p": 1.0 if b + c == 0 else float(stats.binomtest(c, b + c, 0.5).pvalue)}
+    out["mcnemar"] = {"pairs": len(both), "onlyRepository": b, "onlyMcp": c, "p": None if len(both) == 0 else 1.0 if b + c == 0 else float(stats.binomtest(c, b + c, 0.5).pvalue)}
     pos, neg = int((d > 0).sum()), int((d < 0).sum())
-    out["sign"] = {"positive": pos, "negative": neg, "p": 1.0 if pos + neg == 0 else float(stats.binomtest(pos, pos + neg, 0.5).pvalue)}
+    out["sign"] = {"positive": pos, "negative": neg, "p": None if len(d) == 0 else 1.0 if pos + neg == 0 else float(stats.binomtest(pos, pos + neg, 0.5).pvalue)}
     nz = d[d != 0]
     if len(nz):
         w = stats.wilcoxon(nz, zero_method="wilcox", method=stats.PermutationMethod(n_resamples=np.inf))

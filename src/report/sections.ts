@@ -74,9 +74,15 @@ export function analysisBlocks(r: ReportData): Block[] {
           `${o.mcnemar.pairs} attempt pairs`,
           `both correct ${o.mcnemar.bothCorrect}, only ${repo} ${o.mcnemar.onlyRepository}, only ${mcp} ${o.mcnemar.onlyMcp}, neither ${o.mcnemar.neitherCorrect}`,
           `discordant ${o.mcnemar.onlyRepository + o.mcnemar.onlyMcp}`,
-          num(o.mcnemar.p, "p"),
+          o.mcnemar.p === null ? "— (no attempt pair has a score in both arms)" : num(o.mcnemar.p, "p"),
         ],
-        ["exact sign test", `${score.n} tasks`, `positive ${o.sign.positive}, negative ${o.sign.negative}, zero ${o.sign.zero}`, `positive ${o.sign.positive}`, num(o.sign.p, "p")],
+        [
+          "exact sign test",
+          `${score.n} tasks`,
+          `positive ${o.sign.positive}, negative ${o.sign.negative}, zero ${o.sign.zero}`,
+          `positive ${o.sign.positive}`,
+          o.sign.p === null ? "— (no task has a score in both arms)" : num(o.sign.p, "p"),
+        ],
         [
           "Wilcoxon signed-rank (exact)",
           `${score.n} tasks`,

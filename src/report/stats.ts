@@ -143,7 +143,8 @@ export interface McNemarResult {
   onlyMcp: number;
   bothCorrect: number;
   neitherCorrect: number;
-  p: number;
+  /** Null without a pair: no statistic without data (contract R195). */
+  p: number | null;
 }
 
 /** Exact McNemar: the discordant pairs split binomially at 1/2 when the arms do not differ. */
@@ -158,14 +159,15 @@ export function mcnemarExact(pairs: ReadonlyArray<{ repositoryCorrect: boolean; 
     else if (p.repositoryCorrect) bothCorrect++;
     else neitherCorrect++;
   }
-  return { pairs: pairs.length, onlyRepository, onlyMcp, bothCorrect, neitherCorrect, p: binomialTwoSided(onlyMcp, onlyRepository + onlyMcp) };
+  return { pairs: pairs.length, onlyRepository, onlyMcp, bothCorrect, neitherCorrect, p: pairs.length === 0 ? null : binomialTwoSided(onlyMcp, onlyRepository + onlyMcp) };
 }
 
 export interface SignTestResult {
   positive: number;
   negative: number;
   zero: number;
-  p: number;
+  /** Null without a task: no statistic without data (contract R195). */
+  p: number | null;
 }
 
 /**
@@ -175,7 +177,7 @@ export interface SignTestResult {
 export function signTest(diffs: readonly number[]): SignTestResult {
   const positive = diffs.filter((d) => d > TIE).length;
   const negative = diffs.filter((d) => d < -TIE).length;
-  return { positive, negative, zero: diffs.length - positive - negative, p: binomialTwoSided(positive, positive + negative) };
+  return { positive, negative, zero: diffs.length - positive - negative, p: diffs.length === 0 ? null : binomialTwoSided(positive, positive + negative) };
 }
 
 /** Average ranks (1-based) of values, ties sharing the mean of their positions. */

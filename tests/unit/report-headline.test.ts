@@ -60,3 +60,20 @@ describe("the headline", () => {
     expect(readerUsd(0)).toBe("0");
   });
 });
+
+describe("no statistic without data", () => {
+  // contract: R195
+  it("prints — with the reason for McNemar and the sign test with no scored pair or task, in every format", () => {
+    const ledger = syntheticLedger({ mode: "full" });
+    const report = buildReport({ ledger, ledgerSha256: SHA, record: null, manifest: DEMO });
+    expect(report.analysis.outcomes.mcnemar).toMatchObject({ pairs: 0, p: null });
+    expect(report.analysis.outcomes.sign.p).toBeNull();
+    expect(JSON.parse(JSON.stringify(report)).analysis.outcomes.mcnemar.p).toBeNull();
+    const md = renderMarkdown(report);
+    expect(md).toMatch(/\| exact McNemar \| 0 attempt pairs \| .* \| — \(no attempt pair has a score in both arms\) \|/);
+    expect(md).toMatch(/\| exact sign test \| 0 tasks \| .* \| — \(no task has a score in both arms\) \|/);
+    const html = renderHtml(report);
+    expect(html).toContain("<td>— (no attempt pair has a score in both arms)</td>");
+    expect(html).toContain("<td>— (no task has a score in both arms)</td>");
+  });
+});
