@@ -336,18 +336,18 @@ export async function checkOutput(output: string | undefined, roots: ReadonlyMap
 }
 
 export function checkTransport(transport: Transport, env: NodeJS.ProcessEnv = process.env, flags: RawRunFlags = {}): Check {
-  if (transport === "cli") return pass("transport", "cli: Claude Code in a container with the CLI's own login; ANTHROPIC_API_KEY is never read");
+  if (transport === "cli") return pass("transport", "cli: Claude Code in a container with the CLI's own login; ANTHROPIC_API_KEY is never read; doctor --transport http checks the other transport");
   // The http transport's own requirements, by the run's rules; the key itself is never shown.
   const { issues } = checkExecution({ ...flags, approveBudget: true, pilot: true }, env, "http", [], new Map());
   const http = issues.filter((i) => i.about === "http").map((i) => i.message);
   if (http.length) {
     return fail(
       "transport",
-      `http (the Messages API): ${http.join("; ")}`,
-      "export ANTHROPIC_API_KEY and the upper prices (STUDY_INPUT_PRICE_USD_PER_MTOK, STUDY_OUTPUT_PRICE_USD_PER_MTOK), or pass --transport cli to use the CLI's own login",
+      `http (the Messages API, the default --transport; this checked it): ${http.join("; ")}`,
+      "export ANTHROPIC_API_KEY and the upper prices (STUDY_INPUT_PRICE_USD_PER_MTOK, STUDY_OUTPUT_PRICE_USD_PER_MTOK), or check the other transport with doctor --transport cli (Claude Code in a container with the CLI's own login, no API key)",
     );
   }
-  return pass("transport", "http: the Messages API over fetch; ANTHROPIC_API_KEY is read from the environment only and never printed");
+  return pass("transport", "http: the Messages API over fetch; ANTHROPIC_API_KEY is read from the environment only and never printed; doctor --transport cli checks the other transport");
 }
 
 /** Splits one of checkExecution's "problem; fix" messages. */

@@ -130,7 +130,9 @@ describe("study-runner doctor on a fresh host", () => {
       STUDY_ENV,
     );
     expect(r.code).toBe(2);
-    expect(lines(r.stdout).get("transport")).toMatch(/^FAIL\s+transport\s+http .*ANTHROPIC_API_KEY is not set.*-> fix: .*or pass --transport cli/);
+    expect(lines(r.stdout).get("transport")).toMatch(
+      /^FAIL\s+transport\s+http \(the Messages API, the default --transport; this checked it\).*ANTHROPIC_API_KEY is not set.*-> fix: .*or check the other transport with doctor --transport cli/,
+    );
   });
 });
 

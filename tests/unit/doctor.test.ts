@@ -257,9 +257,13 @@ describe("output", () => {
 });
 
 describe("transport and settings", () => {
+  // contract: R196
   it("passes the cli transport; http passes only with a key and both upper prices, never showing the key", () => {
     expectPass(checkTransport("cli", {}), "transport");
-    expectFail(checkTransport("http", {}), "transport", /pass --transport cli/);
+    // Which transport was checked, and how to check the other (contract R196).
+    expectFail(checkTransport("http", {}), "transport", /check the other transport with doctor --transport cli/);
+    expect(checkTransport("http", {}).detail).toMatch(/^http \(the Messages API, the default --transport; this checked it\)/);
+    expect(checkTransport("cli", {}).detail).toMatch(/doctor --transport http checks the other transport$/);
     const key = "test-key-not-real-0123456789";
     const noPrices = checkTransport("http", { ANTHROPIC_API_KEY: key });
     expectFail(noPrices, "transport", /upper prices/);
