@@ -4,7 +4,7 @@ import type { ExclusionReason } from "../corpus/filter.ts";
 import { gitTopLevel } from "../corpus/git.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
-import { planExport, removeTree, writeExport } from "../export/export.ts";
+import { writePinnedExport } from "../export/export.ts";
 import { exportSourceFor, parseExportLimits } from "../export/options.ts";
 import { unmatchedAnswerKeys } from "../export/root-check.ts";
 import { printable } from "../util/printable.ts";
@@ -51,25 +51,21 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
   if (top === undefined) throw new UsageError(`--root ${opts.repository}=${root} is not inside a git checkout`);
 
   const out = resolve(opts.out);
-  const plan = await planExport({ ...(await exportSourceFor(loaded, opts.repository, top)), limits: parseExportLimits(opts), parentDir: dirname(out) });
-  const unmatched = unmatchedAnswerKeys(opts.repository, pin, plan.answerKeys);
-  if (unmatched.length) throw new UsageError(unmatched.join("\n"), unmatched);
-
-  try {
-    await mkdir(out, { mode: 0o700 });
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    if (code === "EEXIST") throw new UsageError(`--out ${opts.out} already exists; name a folder that does not exist yet`);
-    if (code === "ENOENT") throw new UsageError(`--out ${opts.out}: its parent folder does not exist`);
-    throw err;
-  }
-  let exportHash: string;
-  try {
-    exportHash = await writeExport(out, top, plan.files);
-  } catch (err) {
-    await removeTree(out);
-    throw err;
-  }
+  const source = { ...(await exportSourceFor(loaded, opts.repository, top)), limits: parseExportLimits(opts), parentDir: dirname(out) };
+  const { plan, exportHash } = await writePinnedExport(source, async (keysByName) => {
+    // Refused like the dry run and the run, before any folder is made (contract R190).
+    const unmatched = unmatchedAnswerKeys(opts.repository, pin, keysByName);
+    if (unmatched.length) throw new UsageError(unmatched.join("\n"), unmatched);
+    try {
+      await mkdir(out, { mode: 0o700 });
+    } catch (err) {
+      const code = (err as NodeJS.ErrnoException).code;
+      if (code === "EEXIST") throw new UsageError(`--out ${opts.out} already exists; name a folder that does not exist yet`);
+      if (code === "ENOENT") throw new UsageError(`--out ${opts.out}: its parent folder does not exist`);
+      throw err;
+    }
+    return out;
+  });
   return {
     repository: opts.repository,
     pin,

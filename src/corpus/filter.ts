@@ -218,6 +218,8 @@ export function normalizedDigest(data: Buffer): string | undefined {
 
 const isSymlink = (e: TreeEntry) => e.mode === "120000" && e.type === "blob";
 const isRegular = (e: TreeEntry) => e.type === "blob" && (e.mode === "100644" || e.mode === "100755");
+/** A blob whose normalized digest `readTreeFacts` takes: regular, at most MAX_PUBLIC_BYTES, not empty. */
+const digestable = (e: TreeEntry) => isRegular(e) && (e.size ?? Infinity) <= MAX_PUBLIC_BYTES && !EMPTY_BLOBS.has(e.oid);
 
 /**
  * Reads what `publicFilter` needs to resolve answer keys: every symlink's target and the
@@ -228,7 +230,7 @@ export async function readTreeFacts(repoDir: string, entries: readonly TreeEntry
   if (!opts.answerKeys?.length) return NO_FACTS;
   const links = new Map<string, string>();
   const digests = new Map<string, string>();
-  const wanted = entries.filter((e) => isSymlink(e) || (isRegular(e) && (e.size ?? Infinity) <= MAX_PUBLIC_BYTES && !EMPTY_BLOBS.has(e.oid)));
+  const wanted = entries.filter((e) => isSymlink(e) || digestable(e));
   const unique: TreeEntry[] = [];
   const seen = new Set<string>();
   for (const e of wanted) {
@@ -362,6 +364,91 @@ export function publicFilter(entries: readonly TreeEntry[], opts: PublicPathOpti
  */
 export async function loadPublicFilter(repoDir: string, entries: readonly TreeEntry[], opts: PublicPathOptions = {}): Promise<PublicFilter> {
   return publicFilter(entries, opts, await readTreeFacts(repoDir, entries, opts));
+}
+
+/**
+ * The public-path filter and the public blobs' bytes in one read of each blob (the export's
+ * pass): what `loadPublicFilter` reads to build the filter is what an export then writes, so it
+ * is read once. `candidates` is known before any content is read: every entry the path rules,
+ * the answer keys' names (through the committed symlinks) and the keys' and manifest's blob ids
+ * keep, sorted by the bytes of their path; only a copy of a key's content elsewhere can still
+ * drop one of them. `run` reads every blob once, candidates first in that order, hands each
+ * candidate whose content is no key's to `onPublic`, and returns the filter `loadPublicFilter`
+ * builds (the same facts, so the same answer-key report).
+ */
+export interface PublicBlobPass {
+  candidates: TreeEntry[];
+  /** Each answer key with the entries it names (`byName`), known before any content is read. */
+  keysByName: AnswerKeyMatch[];
+  run(onPublic: (index: number, data: Buffer) => void): Promise<PublicFilter>;
+}
+
+export async function publicBlobPass(repoDir: string, entries: readonly TreeEntry[], opts: PublicPathOptions = {}): Promise<PublicBlobPass> {
+  const byPath = (list: TreeEntry[]) => list.sort((a, b) => Buffer.compare(a.rawPath, b.rawPath));
+  if (!opts.answerKeys?.length) {
+    const filter = publicFilter(entries, opts);
+    const candidates = byPath(entries.filter((e) => filter.reason(e) === undefined));
+    return {
+      candidates,
+      keysByName: filter.answerKeys,
+      run: async (onPublic) => {
+        await readBlobs(
+          repoDir,
+          candidates.map((e) => e.oid),
+          onPublic,
+        );
+        return filter;
+      },
+    };
+  }
+  // The symlinks first: they say what the keys resolve to, hence which blobs are keys.
+  const symlinks = entries.filter(isSymlink);
+  const links = new Map<string, string>();
+  await readBlobs(
+    repoDir,
+    symlinks.map((e) => e.oid),
+    (i, data) => {
+      links.set(symlinks[i]!.path, data.toString("utf8"));
+    },
+  );
+  const byName = publicFilter(entries, opts, { links, digests: new Map() });
+  const keyPaths = new Set(byName.answerKeys.flatMap((m) => m.byName));
+  const digests = new Map<string, string>();
+  const unique = (list: TreeEntry[]) => [...new Map(list.map((e) => [e.oid, e])).values()];
+  const keys = unique(entries.filter((e) => digestable(e) && keyPaths.has(e.path)));
+  await readBlobs(
+    repoDir,
+    keys.map((e) => e.oid),
+    (i, data) => {
+      const d = normalizedDigest(data);
+      if (d !== undefined) digests.set(keys[i]!.oid, d);
+    },
+  );
+  const keyDigests = new Set(digests.values());
+  const candidates = byPath(entries.filter((e) => byName.reason(e) === undefined));
+  return {
+    candidates,
+    keysByName: byName.answerKeys,
+    run: async (onPublic) => {
+      // Then every other blob `readTreeFacts` reads (a copy of a key may lie anywhere), once.
+      const taken = new Set([...candidates.map((e) => e.oid), ...keys.map((e) => e.oid)]);
+      const order = [...candidates, ...unique(entries.filter((e) => digestable(e) && !taken.has(e.oid)))];
+      await readBlobs(
+        repoDir,
+        order.map((e) => e.oid),
+        (i, data) => {
+          const e = order[i]!;
+          let d = digests.get(e.oid);
+          if (d === undefined && digestable(e)) {
+            d = normalizedDigest(data);
+            if (d !== undefined) digests.set(e.oid, d);
+          }
+          if (i < candidates.length && (d === undefined || !keyDigests.has(d))) onPublic(i, data);
+        },
+      );
+      return publicFilter(entries, opts, { links, digests });
+    },
+  };
 }
 
 export function publicEntries(entries: readonly TreeEntry[], opts: PublicPathOptions = {}): TreeEntry[] {

@@ -4,7 +4,7 @@ import { chmod, lstat, readdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join, resolve, sep } from "node:path";
 import { checkPin, lsTree, readBlobs, type TreeEntry } from "../corpus/git.ts";
-import { loadPublicFilter, type AnswerKeyMatch, type ExclusionReason, type PublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
+import { loadPublicFilter, publicBlobPass, type AnswerKeyMatch, type ExclusionReason, type PublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { UsageError } from "../util/errors.ts";
 import { folderPrefix, makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
 import { removeDeep } from "../util/remove-deep.ts";
@@ -182,21 +182,35 @@ export interface ExportInspection {
  * (contract R124), an answer key that cannot be resolved (R119) and a list over a limit.
  */
 export async function inspectExport(source: ExportSource, o: { repository?: string } = {}): Promise<ExportInspection> {
+  const entries = await pinnedEntries(source);
+  const filter = await loadPublicFilter(source.repoDir, entries, source);
+  const plan = planOf(entries, filter);
+  checkExportLimits(plan.files, { ...source, ...o });
+  return { plan, entries, filter };
+}
+
+/** The pinned tree's entries, once the pin is known to be one (contract R124). */
+async function pinnedEntries(source: ExportSource): Promise<TreeEntry[]> {
   const wrong = await checkPin(source.repoDir, source.pin);
   if (wrong) throw new UsageError(wrong);
-  const entries = await lsTree(source.repoDir, source.pin);
+  return lsTree(source.repoDir, source.pin);
+}
+
+function exportedFile(entry: TreeEntry): ExportedFile {
+  return { path: entry.path, oid: entry.oid, size: entry.size!, mode: entry.mode };
+}
+
+/** What `filter` keeps of `entries`, sorted by path bytes, and how many each rule kept out. */
+function planOf(entries: readonly TreeEntry[], filter: PublicFilter): ExportPlan {
   const excluded = Object.fromEntries(REASONS.map((r) => [r, 0])) as Record<ExclusionReason, number>;
-  const kept: { file: ExportedFile; key: Buffer }[] = [];
-  const filter = await loadPublicFilter(source.repoDir, entries, source);
+  const kept: TreeEntry[] = [];
   for (const entry of entries) {
     const reason = filter.reason(entry);
     if (reason) excluded[reason]++;
-    else kept.push({ file: { path: entry.path, oid: entry.oid, size: entry.size!, mode: entry.mode }, key: entry.rawPath });
+    else kept.push(entry);
   }
-  kept.sort((a, b) => Buffer.compare(a.key, b.key));
-  const files = kept.map((k) => k.file);
-  checkExportLimits(files, { ...source, ...o });
-  return { plan: { files, excluded, answerKeys: filter.answerKeys }, entries, filter };
+  kept.sort((a, b) => Buffer.compare(a.rawPath, b.rawPath));
+  return { files: kept.map(exportedFile), excluded, answerKeys: filter.answerKeys };
 }
 
 /** `inspectExport`'s file list: what an export of the source writes. */
@@ -216,53 +230,127 @@ function safeJoin(dir: string, path: string): string {
 }
 
 /**
- * Writes the planned files into `dir` (which must exist, be empty and be writable), then
- * makes every directory below it and `dir` itself 0555, and returns the exportHash of what it
- * wrote. All directories are made before
- * any file and made read-only only after the last file, deepest first, so no write ever
- * meets a read-only parent. Blobs come from one `git cat-file --batch` process and go
- * straight to disk one at a time, so memory holds one blob (at most 200000 bytes) plus a
- * pipe chunk. The writes are synchronous: measured on 5,000 files / 50 MB on tmpfs, a
- * thread-pool version with 8 writes in flight took about 1.4x as long (1.05 s vs 0.74 s),
- * because each file costs four round trips to the pool. Each call blocks the event loop
- * for one small file only; git keeps decoding the next blobs meanwhile.
+ * Writes files into `dir` (which must exist, be empty and be writable) one at a time, in
+ * path-byte order, each from the bytes it is handed, and hashes what it wrote. Each directory is
+ * made (0700) before its first file; `finish` makes every directory below `dir` and `dir` itself
+ * 0555, deepest first, only after the last file, so no write ever meets a read-only parent, and
+ * no directory exists that holds no exported file. The writes are synchronous: measured on 5,000
+ * files / 50 MB on tmpfs, a thread-pool version with 8 writes in flight took about 1.4x as long
+ * (1.05 s vs 0.74 s), because each file costs four round trips to the pool. Each call blocks the
+ * event loop for one small file only; git keeps decoding the next blobs meanwhile.
+ */
+class ExportWriter {
+  private readonly hasher = new ExportHasher();
+  private readonly root: string;
+  private readonly dirs: string[] = [];
+  private readonly made = new Set<string>();
+  readonly written: string[] = [];
+
+  constructor(dir: string) {
+    this.root = resolve(dir);
+  }
+
+  write(file: ExportedFile, data: Buffer): void {
+    if (data.length !== file.size) throw new Error(`export: blob ${file.oid} of ${file.path} has ${data.length} bytes, tree says ${file.size}`);
+    const target = safeJoin(this.root, file.path);
+    const parts = file.path.split("/");
+    for (let i = 1; i < parts.length; i++) {
+      const d = parts.slice(0, i).join("/");
+      if (this.made.has(d)) continue;
+      mkdirSync(safeJoin(this.root, d), { mode: 0o700 });
+      this.made.add(d);
+      this.dirs.push(d);
+    }
+    // "wx": a duplicate path in a crafted tree fails instead of overwriting.
+    const fd = openSync(target, "wx", FILE_MODE);
+    try {
+      let off = 0;
+      while (off < data.length) off += writeSync(fd, data, off, data.length - off);
+      // The umask may have cleared read bits of the open() mode; the contract says 0444.
+      fchmodSync(fd, FILE_MODE);
+    } finally {
+      closeSync(fd);
+    }
+    this.hasher.add(file.path, data);
+    this.written.push(file.path);
+  }
+
+  /** Makes the folders read-only and returns the exportHash of what was written. */
+  finish(): string {
+    // A parent is made before its children, so the reverse order is deepest first.
+    for (const d of [...this.dirs].reverse()) chmodSync(join(this.root, d), DIR_MODE);
+    chmodSync(this.root, DIR_MODE);
+    return this.hasher.digest();
+  }
+}
+
+/**
+ * Writes the planned files into `dir` (which must exist, be empty and be writable) and returns
+ * the exportHash of what it wrote. Blobs come from one `git cat-file --batch` process and go
+ * straight to disk one at a time, so memory holds one blob (at most 200000 bytes) plus a pipe
+ * chunk (`ExportWriter`).
  */
 export async function writeExport(dir: string, repoDir: string, files: readonly ExportedFile[]): Promise<string> {
-  const hasher = new ExportHasher();
-  const root = resolve(dir);
-  const targets = files.map((f) => safeJoin(root, f.path));
-  const dirs = new Set<string>();
-  for (const f of files) {
-    const parts = f.path.split("/");
-    for (let i = 1; i < parts.length; i++) dirs.add(parts.slice(0, i).join("/"));
-  }
-  // Parents sort before their children (a prefix sorts first).
-  const ordered = [...dirs].sort();
-  for (const d of ordered) mkdirSync(safeJoin(root, d), { mode: 0o700 });
-
+  const writer = new ExportWriter(dir);
+  // Every path is checked before anything is written.
+  for (const f of files) safeJoin(resolve(dir), f.path);
   await readBlobs(
     repoDir,
     files.map((f) => f.oid),
-    (i, data) => {
-      const file = files[i]!;
-      if (data.length !== file.size) throw new Error(`export: blob ${file.oid} of ${file.path} has ${data.length} bytes, tree says ${file.size}`);
-      // "wx": a duplicate path in a crafted tree fails instead of overwriting.
-      const fd = openSync(targets[i]!, "wx", FILE_MODE);
-      try {
-        let off = 0;
-        while (off < data.length) off += writeSync(fd, data, off, data.length - off);
-        // The umask may have cleared read bits of the open() mode; the contract says 0444.
-        fchmodSync(fd, FILE_MODE);
-      } finally {
-        closeSync(fd);
-      }
-      hasher.add(file.path, data);
-    },
+    (i, data) => writer.write(files[i]!, data),
   );
+  return writer.finish();
+}
 
-  for (const d of ordered.reverse()) chmodSync(join(root, d), DIR_MODE);
-  chmodSync(root, DIR_MODE);
-  return hasher.digest();
+/**
+ * Lists the pin, filters it and writes what it keeps into the folder `makeDir` makes, reading
+ * each blob once (`publicBlobPass`): the bytes the filter reads for answer-key copies are the
+ * bytes written, each checked against its id (`readBlobs`). The limits (contract R121) are
+ * checked before `makeDir` on the files the filter may keep, a superset of what it keeps; when
+ * that superset is over a limit, the exact list is made first (the blobs are then read twice) so
+ * that what is refused is exactly what `inspectExport` refuses. On a failure after `makeDir`, the
+ * folder is removed before the error is passed on.
+ */
+export async function writePinnedExport(
+  source: ExportSource,
+  makeDir: (keysByName: readonly AnswerKeyMatch[]) => Promise<string>,
+  o: { repository?: string } = {},
+): Promise<{ dir: string; plan: ExportPlan; exportHash: string }> {
+  const entries = await pinnedEntries(source);
+  const pass = await publicBlobPass(source.repoDir, entries, source);
+  const candidates = pass.candidates.map(exportedFile);
+  let overLimit = false;
+  try {
+    checkExportLimits(candidates, { ...source, ...o });
+  } catch (err) {
+    if (!(err instanceof UsageError)) throw err;
+    overLimit = true;
+  }
+  if (overLimit) {
+    const plan = (await inspectExport(source, o)).plan;
+    const dir = await makeDir(plan.answerKeys);
+    return { dir, plan, exportHash: await removedOnFailure(dir, () => writeExport(dir, source.repoDir, plan.files)) };
+  }
+  const dir = await makeDir(pass.keysByName);
+  return removedOnFailure(dir, async () => {
+    const writer = new ExportWriter(dir);
+    for (const f of candidates) safeJoin(resolve(dir), f.path);
+    const plan = planOf(entries, await pass.run((i, data) => writer.write(candidates[i]!, data)));
+    // What was written is what the filter keeps, file for file.
+    if (plan.files.length !== writer.written.length || plan.files.some((f, i) => f.path !== writer.written[i])) {
+      throw new Error(`export: the files written (${writer.written.length}) are not the files the filter keeps (${plan.files.length})`);
+    }
+    return { dir, plan, exportHash: writer.finish() };
+  });
+}
+
+async function removedOnFailure<T>(dir: string, work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    await removeTree(dir);
+    throw err;
+  }
 }
 
 /**
@@ -270,15 +358,7 @@ export async function writeExport(dir: string, repoDir: string, files: readonly 
  * folder. On any failure the folder is removed before the error is passed on.
  */
 export async function exportAtPin(opts: ExportOptions): Promise<ExportResult> {
-  const plan = await planExport(opts);
-  const dir = await makeRunnerFolder("export", opts.parentDir);
-  let exportHash: string;
-  try {
-    exportHash = await writeExport(dir, opts.repoDir, plan.files);
-  } catch (err) {
-    await removeTree(dir);
-    throw err;
-  }
+  const { dir, plan, exportHash } = await writePinnedExport(opts, () => makeRunnerFolder("export", opts.parentDir));
   return { dir, ...plan, exportHash, labels: { run: opts.labels.run, attempt: opts.labels.attempt } };
 }
 

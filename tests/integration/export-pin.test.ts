@@ -156,21 +156,34 @@ describe("git reads see the commit, nothing else", () => {
     }
   });
 
-  // contract: R118
-  it("exportHash covers the bytes written: a forged object under a blob's id is refused, not exported under the clean hash", async () => {
+  /** Rewrites README's loose object with other bytes of the same length under the same id, then exports. */
+  async function exportForged(keys: { answerKeys?: string[] }): Promise<{ blob: string; err: unknown }> {
     const r = await repo([
       { path: "README.md", content: PUBLIC },
       { path: "src/a.ts", content: "export const a = 1;\n" },
+      { path: "answers.md", content: ANSWERS },
     ]);
     const blob = (await r.git(["rev-parse", `${r.commit}:README.md`])).toString().trim();
-    // Rewrite README's loose object with other bytes of the same length under the same id.
     const { deflateSync } = await import("node:zlib");
     const forged = Buffer.from(PUBLIC.replace("nothing", "ANSWERS"));
     expect(forged.length).toBe(Buffer.byteLength(PUBLIC));
     const file = join(r.dir, ".git", "objects", blob.slice(0, 2), blob.slice(2));
     await chmod(file, 0o644);
     await writeFile(file, deflateSync(Buffer.concat([Buffer.from(`blob ${forged.length}\0`), forged])));
-    const err = await exportAtPin({ repoDir: r.dir, pin: r.commit, parentDir: work, labels: LABELS }).catch((e: Error) => e);
+    const err = await exportAtPin({ repoDir: r.dir, pin: r.commit, parentDir: work, labels: LABELS, ...keys }).catch((e: Error) => e);
+    return { blob, err };
+  }
+
+  // contract: R118
+  it("exportHash covers the bytes written: a forged object under a blob's id is refused, not exported under the clean hash", async () => {
+    const { blob, err } = await exportForged({});
+    expect(String(err)).toMatch(new RegExp(`bytes read for blob ${blob} do not hash to its id`));
+    expect((await readdir(work)).filter((n) => n.startsWith("study-runner-export-"))).toEqual([]);
+  });
+
+  // contract: R118
+  it("with answer keys too, the one read that compares a blob with the keys and writes it refuses a forged object", async () => {
+    const { blob, err } = await exportForged({ answerKeys: ["answers.md"] });
     expect(String(err)).toMatch(new RegExp(`bytes read for blob ${blob} do not hash to its id`));
     expect((await readdir(work)).filter((n) => n.startsWith("study-runner-export-"))).toEqual([]);
   });

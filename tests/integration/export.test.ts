@@ -226,30 +226,63 @@ describe("exportAtPin", () => {
     }
   });
 
-  it("reads the blobs through two `git cat-file --batch` processes (answer-key fingerprints, then the files), never one per file", async () => {
+  it("reads each blob once, through at most three `git cat-file --batch` processes (symlinks, answer keys, then the rest), never one per file", async () => {
     const realGit = execFileSync("sh", ["-c", "command -v git"]).toString().trim();
     const shimDir = await mkdtemp(join(tmpdir(), "git-shim-"));
     const log = join(shimDir, "calls.log");
-    await writeFile(join(shimDir, "git"), `#!/bin/sh\nprintf '%s\\n' "$*" >> '${log}'\nexec '${realGit}' "$@"\n`, { mode: 0o755 });
+    const asked = join(shimDir, "asked.log");
+    // The shim logs every command line, and every object id asked of `cat-file --batch`.
+    await writeFile(
+      join(shimDir, "git"),
+      `#!/bin/sh\nprintf '%s\\n' "$*" >> '${log}'\nif [ "$*" = "cat-file --batch" ]; then tee -a '${asked}' | '${realGit}' "$@"; exit $?; fi\nexec '${realGit}' "$@"\n`,
+      { mode: 0o755 },
+    );
     const oldPath = process.env.PATH;
     process.env.PATH = `${shimDir}:${oldPath}`;
     let dir: string | undefined;
+    let files: { path: string; oid: string }[] = [];
     try {
       const r = await exportAtPin({ repoDir: repo.dir, pin, ...FILTER, parentDir: parent, labels: LABELS });
       dir = r.dir;
+      files = r.files;
       expect(r.files.length).toBe(EXPECTED_PATHS.length);
     } finally {
       process.env.PATH = oldPath;
       if (dir) await removeExport(dir);
     }
     const calls = (await readFile(log, "utf8")).trim().split("\n");
+    const oids = (await readFile(asked, "utf8")).trim().split("\n");
     await rm(shimDir, { recursive: true, force: true });
-    // With answer keys every candidate blob is read once to compare normalized contents, then
-    // the kept ones once more to write them.
-    expect(calls.filter((c) => c === "cat-file --batch")).toHaveLength(2);
+    expect(calls.filter((c) => c === "cat-file --batch").length).toBeLessThanOrEqual(3);
+    // Every kept blob was read, and no blob twice (the answer-key comparison reads the bytes that are written).
+    for (const f of files) expect(oids).toContain(f.oid);
+    const times = new Map<string, number>();
+    for (const oid of oids) times.set(oid, (times.get(oid) ?? 0) + 1);
+    expect([...times].filter(([, n]) => n > 1)).toEqual([]);
     // One process per file would show as at least as many calls as files.
     expect(calls.length).toBeLessThan(EXPECTED_PATHS.length);
     expect(calls.some((c) => /\b(show|cat-file -p|archive|checkout)\b/.test(c))).toBe(false);
+  });
+
+  it("leaves no folder behind for a copy of an answer key that was the folder's only file", async () => {
+    const r = await makeGitRepo([
+      { path: "README.md", content: "# corpus\n" },
+      { path: "answers/q1.md", content: `${ANSWER_TEXT}\n` },
+      { path: "copies/deep/solution.md", content: `${ANSWER_TEXT}\r\n` },
+      { path: "copies/kept.md", content: "kept\n" },
+      { path: "only-copy/q1.txt", content: `${ANSWER_TEXT}\n` },
+    ]);
+    const out = await exportAtPin({ repoDir: r.dir, pin: r.commit, answerKeys: ["answers"], parentDir: parent, labels: LABELS });
+    try {
+      expect(out.files.map((f) => f.path)).toEqual(["README.md", "copies/kept.md"]);
+      const tree = await walk(out.dir);
+      expect([...tree.dirs.keys()].sort()).toEqual(["", "copies"]);
+      expect([...tree.files.keys()].sort()).toEqual(["README.md", "copies/kept.md"]);
+      expect(out.answerKeys[0]!.byContent.sort()).toEqual(["copies/deep/solution.md", "only-copy/q1.txt"]);
+    } finally {
+      await removeExport(out.dir);
+      await r.remove();
+    }
   });
 
   it("refuses a pin that is not in the repository and leaves no folder behind", async () => {
