@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
-import { adjudicatorFilterOptions, exclusionReason, LOCKFILES, MAX_PUBLIC_BYTES, publicEntries } from "../../src/corpus/filter.ts";
+import { createHash } from "node:crypto";
+import { adjudicatorFilterOptions, exclusionReason, LOCKFILES, MAX_PUBLIC_BYTES, normalizedDigest, publicEntries } from "../../src/corpus/filter.ts";
 import type { TreeEntry } from "../../src/corpus/git.ts";
 
 const OID = "0123456789abcdef0123456789abcdef01234567";
@@ -95,5 +96,47 @@ describe("public-path filter", () => {
   it("publicEntries keeps exactly the entries without an exclusion reason", () => {
     const entries = [blob("a.md"), blob(".env"), blob("dist/x.js"), blob("b.md", 200_001), blob("CLAUDE.md")];
     expect(publicEntries(entries).map((e) => e.path)).toEqual(["a.md", "CLAUDE.md"]);
+  });
+});
+
+/** The normal form as docs/export.md states it, on the decoded text: the reference the digest must match. */
+function referenceDigest(data: Buffer): string | undefined {
+  let text: string;
+  try {
+    text = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(data);
+  } catch {
+    return data.length ? createHash("sha256").update("raw\0").update(data).digest("hex") : undefined;
+  }
+  const normal = text
+    .replace(/^\uFEFF/, "")
+    .normalize("NFC")
+    .replace(/\r\n?/g, "\n")
+    .replace(/[^\S\n]+$/gm, "")
+    .replace(/\n+$/, "");
+  return normal === "" ? undefined : createHash("sha256").update("text\0").update(normal, "utf8").digest("hex");
+}
+
+describe("the answer-key copies' normal form", () => {
+  it("digests any bytes as the normalization on the decoded text does (blanks at line ends, final newlines, CR, BOM, NFC)", () => {
+    const pieces = ["a", "b", " ", "\t", "\v", "\f", "\n", "\r", "\r\n", "\u00a0", "\ufeff", "e\u0301", "é", "\u2028", "\x00", "\x1f", "x y", "\n\n"];
+    const cases: Buffer[] = [Buffer.alloc(0), Buffer.from(" \n\t\n"), Buffer.from([0xff, 0x0a]), Buffer.from("line  \nnext\t\n\n")];
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(...pieces), { maxLength: 30 }), (parts) => {
+        const data = Buffer.from(parts.join(""), "utf8");
+        expect(normalizedDigest(data)).toBe(referenceDigest(data));
+      }),
+      { numRuns: 2000 },
+    );
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 64 }), (bytes) => {
+        const data = Buffer.from(bytes);
+        expect(normalizedDigest(data)).toBe(referenceDigest(data));
+      }),
+      { numRuns: 2000 },
+    );
+    for (const data of cases) expect(normalizedDigest(data)).toBe(referenceDigest(data));
+    // Blanks at line ends and final newlines do not change it; other bytes do.
+    expect(normalizedDigest(Buffer.from("x = 1;  \ny = 2;\n\n"))).toBe(normalizedDigest(Buffer.from("x = 1;\r\ny = 2;")));
+    expect(normalizedDigest(Buffer.from("x = 1;\ny = 2;"))).not.toBe(normalizedDigest(Buffer.from("x = 1;\ny = 3;")));
   });
 });
