@@ -3,7 +3,8 @@
  * (measured sample: /work/shared/facts/claude-2.1.296-stream-sample.jsonl) and the entries of
  * a source repository with files the public-path filter keeps out mixed in.
  */
-import { expectedInit, initEventFrom } from "../src/claude/init-expectation.ts";
+import { expectedInit } from "../src/claude/init-expectation.ts";
+import { initEventFrom } from "../tests/support/init-event.ts";
 import type { FixtureEntry } from "../tests/support/git-fixture.ts";
 import { seededRandom } from "../src/report/stats.ts";
 

@@ -1,6 +1,6 @@
 import type { Arm } from "../terms/terms.ts";
 import { GENERATED_INIT_EVENTS } from "./init-events.generated.ts";
-import type { GeneratedInitEvents, InitKind, MeasuredInitKind } from "./init-types.ts";
+import type { GeneratedInitEvents, InitKind } from "./init-types.ts";
 
 export { INIT_KINDS, type GeneratedInitEvents, type InitKind, type MeasuredInitKind } from "./init-types.ts";
 
@@ -65,18 +65,6 @@ export function varyingFields(kind: InitKind): Record<string, VaryingField> {
   return { ...INIT_FIELDS_VARYING_PER_RUN, ...(isSessionKind(kind) ? {} : { session_id: FRESH_SESSION_ID }) };
 }
 
-/** The measured part of one run's init event: without the varying fields and those a parameter sets. */
-export function measuredPart(kind: InitKind, init: Record<string, unknown>): MeasuredInitKind {
-  const varying = varyingFields(kind);
-  const skip = new Set([...Object.keys(varying), ...Object.keys(INIT_PARAMETER_FIELDS)]);
-  return {
-    fields: Object.fromEntries(Object.entries(init).filter(([k]) => !skip.has(k))),
-    varying: Object.keys(init)
-      .filter((k) => k in varying)
-      .sort(),
-  };
-}
-
 /** What the init of a run of `kind` with these parameters must be. */
 export function expectedInit(kind: InitKind, params: InitParameters, data: GeneratedInitEvents = GENERATED_INIT_EVENTS): ExpectedInit {
   if (isSessionKind(kind) && params.sessionId === undefined) throw new Error(`a ${kind} init needs the session id the runner passed`);
@@ -89,28 +77,3 @@ export function expectedInit(kind: InitKind, params: InitParameters, data: Gener
 
 /** The kind of an attempt of `arm`. */
 export const attemptInitKind = (arm: Arm): InitKind => (arm === "mcp" ? "attempt-mcp" : "attempt-repository");
-
-/** Values for the varying fields of an init built from the measurement (tests, the bench, the fake's data). */
-export interface VaryingValues {
-  sessionId: string;
-  uuid: string;
-  /** The process id in `messaging_socket_path`. */
-  pid: number;
-}
-
-/**
- * A whole init event that the check accepts: the measured fields, and the varying ones the measured
- * event has, with these values. What a stand-in for the CLI (the fake image, fixtures, the bench)
- * writes so that it is not a hand-kept copy of the measurement.
- */
-export function initEventFrom(expected: ExpectedInit, values: VaryingValues): Record<string, unknown> {
-  const sample: Record<string, string> = { session_id: values.sessionId, uuid: values.uuid, messaging_socket_path: `/tmp/cc-socks/${values.pid}.sock` };
-  // A copy: a caller that changes the event (a test's mutation) never changes the measurement.
-  const event: Record<string, unknown> = structuredClone({ ...expected.fields });
-  for (const key of Object.keys(expected.varying)) {
-    const value = sample[key];
-    if (value === undefined || !expected.varying[key]!.shape.test(value)) throw new Error(`no sample value in the shape of the varying init field ${key}`);
-    event[key] = value;
-  }
-  return event;
-}

@@ -17,8 +17,3 @@ export const EXIT_CODES: ReadonlyArray<{ code: number; meaning: string }> = [
 export function exitCodeHelp(): string {
   return ["Exit codes:", ...EXIT_CODES.map(({ code, meaning }) => `  ${String(code).padEnd(4)}${meaning}`)].join("\n");
 }
-
-/** The Markdown table README.md and docs/pilot.md carry. */
-export function exitCodeTable(): string {
-  return ["| exit | meaning |", "| --- | --- |", ...EXIT_CODES.map(({ code, meaning }) => `| \`${code}\` | ${meaning} |`)].join("\n");
-}

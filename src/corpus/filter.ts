@@ -148,16 +148,6 @@ function prepare(opts: PublicPathOptions, facts: TreeFacts = NO_FACTS): Prepared
   };
 }
 
-/**
- * The path rules alone, for one entry: regular blobs only (100644/100755), at most 200000
- * bytes, no dot-component, no dependency or build directory, no lockfile, no answer key (in
- * its match form), never the manifest. `CLAUDE.md` and `AGENTS.md` pass. It cannot see copies
- * of an answer key under other names: use `publicFilter` on the whole tree for that.
- */
-export function exclusionReason(entry: TreeEntry, opts: PublicPathOptions = {}): ExclusionReason | undefined {
-  return reasonFor(entry, prepare(opts));
-}
-
 export interface AnswerKeyMatch {
   /** The key as the manifest spells it. */
   key: string;
@@ -489,9 +479,4 @@ export async function publicBlobPass(repoDir: string, entries: readonly TreeEntr
       return publicFilter(entries, opts, { links, digests });
     },
   };
-}
-
-export function publicEntries(entries: readonly TreeEntry[], opts: PublicPathOptions = {}): TreeEntry[] {
-  const filter = publicFilter(entries, opts);
-  return entries.filter((e) => filter.reason(e) === undefined);
 }

@@ -54,11 +54,6 @@ export function modelProblem(model: string | undefined, needs: ModelNeeds): stri
   return null;
 }
 
-/** `model` is a family alias the pinned CLI resolves itself (measured), or null. */
-export function aliasProblem(model: string, what: string): string | null {
-  return modelProblem(model, { what, fullId: true });
-}
-
 function aliasRefusal(model: string, what: string): string {
   const resolved = MODEL_ALIASES[model]!.initModel;
   return `${what} '${model}' is an alias the CLI resolves on its own${resolved ? ` (the pinned CLI runs it as ${resolved})` : ""}, so the ledger would not name the model that ran; give the full model id${resolved ? `, e.g. ${resolved}` : ""}`;

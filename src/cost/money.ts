@@ -5,7 +5,6 @@
  * plain USD numbers.
  */
 
-export const PICO_PER_USD = 10n ** 12n;
 export const PICO_PER_MICRO = 10n ** 6n;
 
 const DECIMAL_RE = /^(\d+)(?:\.(\d+))?(?:e([+-]?\d+))?$/;

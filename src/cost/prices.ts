@@ -11,12 +11,6 @@ import type { GeneratedPriceTable, ModelPrices, TierPrices } from "./price-types
 
 export type { GeneratedPriceTable, ModelPrices, TierPrices } from "./price-types.ts";
 
-export const PRICE_TABLE_SOURCE = Object.freeze({
-  cliVersion: GENERATED_PRICE_TABLE.cliVersion,
-  measuredOn: GENERATED_PRICE_TABLE.measuredOn,
-  command: GENERATED_PRICE_TABLE.command,
-});
-
 const freezeTier = (t: TierPrices): Readonly<TierPrices> => Object.freeze({ ...t });
 
 export const CLI_PRICES: Readonly<Record<string, Readonly<ModelPrices>>> = Object.freeze(

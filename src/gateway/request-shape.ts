@@ -55,38 +55,8 @@ export interface RequestShapes {
 /** The base a request target is resolved against: only an origin-form target keeps this origin. */
 const TARGET_BASE = "http://gateway.invalid";
 
-const variantOf = (o: { [key: string]: JsonValue }): string => (typeof o.type === "string" ? o.type : "");
-
-/** The shape of `values` (inference for the measurement): `opaque` names members whose content is data, with the reason. */
-export function inferShape(values: readonly JsonValue[], opaque: Readonly<Record<string, string>> = {}): ShapeNode {
-  const node: ShapeNode = {};
-  for (const v of values) addToShape(node, v, opaque);
-  return node;
-}
-
-function addToShape(node: ShapeNode, v: JsonValue, opaque: Readonly<Record<string, string>>): void {
-  if (v === null) node.null = true;
-  else if (typeof v === "boolean") node.boolean = true;
-  else if (typeof v === "number") node.number = true;
-  else if (typeof v === "string") node.string = true;
-  else if (Array.isArray(v)) {
-    node.array ??= {};
-    for (const e of v) addToShape(node.array, e, opaque);
-  } else {
-    node.object ??= {};
-    const variant = variantOf(v);
-    const members = (node.object[variant] ??= {});
-    for (const [k, m] of Object.entries(v)) {
-      if (k === "type" && variant !== "") continue;
-      if (Object.hasOwn(opaque, k)) {
-        members[k] = { any: opaque[k]! };
-        continue;
-      }
-      members[k] ??= {};
-      addToShape(members[k]!, m, opaque);
-    }
-  }
-}
+/** Which of a body position's object kinds `o` is (its string `type`, or "" without one): the one rule of the measurement and the check. */
+export const variantOf = (o: { [key: string]: JsonValue }): string => (typeof o.type === "string" ? o.type : "");
 
 const kindOf = (v: JsonValue) => (v === null ? "null" : Array.isArray(v) ? "array" : typeof v === "object" ? "object" : (typeof v as "boolean" | "number" | "string"));
 const listed = (names: readonly string[]) => {

@@ -13,7 +13,6 @@ import { rm } from "node:fs/promises";
 import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
-import { fileURLToPath } from "node:url";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER } from "../terms/tool-names.ts";
 import { prepareEngineSandbox, type EngineSandbox } from "./engine-sandbox.ts";
 import { gitHead } from "../corpus/git.ts";
@@ -22,8 +21,6 @@ export const SOCKET_NAME = "mcp.sock";
 export const CONTAINER_SOCKET_DIR = "/run/study-runner";
 export const CONTAINER_RELAY_PATH = "/opt/study-runner/mcp-relay.cjs";
 export const CONTAINER_NODE = "/usr/local/bin/node";
-/** The relay on the host; the image build copies it to CONTAINER_RELAY_PATH. */
-export const RELAY_SCRIPT_PATH = fileURLToPath(new URL("../../docker/helpers/mcp-relay.cjs", import.meta.url));
 /** The uid and gid Claude Code runs as in the study image. */
 export { CONTAINER_UID, CONTAINER_GID } from "../util/container-socket.ts";
 

@@ -15,11 +15,6 @@ export function childProcessCounts(): Record<string, number> {
   return Object.fromEntries([...started].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)));
 }
 
-/** Tests: forget the counts (the counter is per process, and a test file shares one). */
-export function resetChildProcessCounts(): void {
-  started.clear();
-}
-
 export interface StartOptions {
   cwd?: string;
   env?: NodeJS.ProcessEnv;

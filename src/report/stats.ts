@@ -1,5 +1,4 @@
 import binomialCdf from "@stdlib/stats-base-dists-binomial-cdf";
-import normalQuantile from "@stdlib/stats-base-dists-normal-quantile";
 import tQuantileStdlib from "@stdlib/stats-base-dists-t-quantile";
 
 /**
@@ -227,11 +226,6 @@ export function wilcoxonSignedRank(diffs: readonly number[], seed: number): Wilc
 export function minimumDetectableEffect(sd: number | null, n: number): number | null {
   if (sd === null || n < 2) return null;
   return ((tQuantile(0.975, n - 1) + tQuantile(POWER, n - 1)) * sd) / Math.sqrt(n);
-}
-
-/** The normal-approximation MDE, for the docs' comparison: (z(0.975) + z(0.80)) · sd/√n. */
-export function normalMde(sd: number, n: number): number {
-  return ((normalQuantile(0.975, 0, 1) + normalQuantile(POWER, 0, 1)) * sd) / Math.sqrt(n);
 }
 
 export const MAX_PLANNED_TASKS = 10_000;

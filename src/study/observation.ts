@@ -1,8 +1,7 @@
 import type { Observation } from "../ledger/schema.ts";
 import type { PlannedAttempt } from "../plan/plan.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
-import type { CostResult } from "../cost/compute.ts";
-import { emptyRunFacts, runFactsFrom } from "../transport/cli/record.ts";
+import { emptyRunFacts } from "../transport/cli/record.ts";
 import type { Transport } from "../terms/terms.ts";
 
 /** A fresh observation for a planned attempt whose budget is reserved and nothing has started. */
@@ -40,9 +39,4 @@ export function observationExtras(facts: TranscriptFacts): Partial<Observation> 
     toolErrorsByName: facts.toolErrorsByName,
     answer: facts.answer,
   };
-}
-
-/** The transcript's facts and the cost check, in the ledger's field names. */
-export function factsToObservation(facts: TranscriptFacts, cost: CostResult): Partial<Observation> {
-  return { ...runFactsFrom(facts, cost), ...observationExtras(facts) };
 }

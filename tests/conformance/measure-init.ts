@@ -25,7 +25,7 @@ import { planAdjudication } from "../../src/adjudicate/plan.ts";
 import { readRecord } from "../../src/adjudicate/store.ts";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
-import { INIT_KINDS, isSessionKind, measuredPart, varyingFields, type GeneratedInitEvents, type InitKind } from "../../src/claude/init-expectation.ts";
+import { INIT_KINDS, INIT_PARAMETER_FIELDS, isSessionKind, varyingFields, type GeneratedInitEvents, type InitKind, type MeasuredInitKind } from "../../src/claude/init-expectation.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
 import { readTranscriptFile, transcriptLines } from "../../src/ledger/transcripts.ts";
 import { startSessions } from "../../src/session/run.ts";
@@ -177,6 +177,18 @@ async function adjudicate(
   } finally {
     await api.close();
   }
+}
+
+/** The measured part of one run's init event: without the varying fields and those a parameter sets. */
+function measuredPart(kind: InitKind, init: Record<string, unknown>): MeasuredInitKind {
+  const varying = varyingFields(kind);
+  const skip = new Set([...Object.keys(varying), ...Object.keys(INIT_PARAMETER_FIELDS)]);
+  return {
+    fields: Object.fromEntries(Object.entries(init).filter(([k]) => !skip.has(k))),
+    varying: Object.keys(init)
+      .filter((k) => k in varying)
+      .sort(),
+  };
 }
 
 /**

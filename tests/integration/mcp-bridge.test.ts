@@ -9,7 +9,8 @@ import { pathToFileURL } from "node:url";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterEach, describe, expect, it } from "vitest";
-import { RELAY_SCRIPT_PATH, compareMcpRecord, startMcpBridge, type McpBridge } from "../../src/mcp/bridge.ts";
+import { compareMcpRecord, startMcpBridge, type McpBridge } from "../../src/mcp/bridge.ts";
+import { RELAY_SCRIPT_PATH } from "../support/mcp-relay.ts";
 import { ENGINE, docFiles, makeRepo, runIndex } from "./mcp-fixtures.ts";
 
 const cleanup: Array<() => Promise<unknown>> = [];

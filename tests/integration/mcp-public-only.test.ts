@@ -14,7 +14,8 @@ import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js"
 import { afterEach, describe, expect, it } from "vitest";
 import { loadManifest } from "../../src/manifest/load.ts";
 import { preflightDocBridge } from "../../src/mcp/preflight.ts";
-import { RELAY_SCRIPT_PATH, compareMcpRecord, startMcpBridge } from "../../src/mcp/bridge.ts";
+import { compareMcpRecord, startMcpBridge } from "../../src/mcp/bridge.ts";
+import { RELAY_SCRIPT_PATH } from "../support/mcp-relay.ts";
 import { ENGINE, INDEX_ROOT, makeRepo, type Repo } from "./mcp-fixtures.ts";
 
 const execFileP = promisify(execFile);

@@ -7,7 +7,8 @@ import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import { parseScripts, scriptedTotals, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { parseScripts, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { scriptedTotals } from "../support/scripted-totals.ts";
 import { runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
 
 // The REAL Claude Code 2.1.296 binary in the real image, NetworkMode none, driven by the scripted

@@ -7,7 +7,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { newestToolResults, startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import { parseScripts, scriptedTotals, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { parseScripts, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { scriptedTotals } from "../support/scripted-totals.ts";
 
 // The scripted Messages API on loopback TCP and on a unix socket, driven by hand-made requests
 // shaped like the ones Claude Code 2.1.296 sends (docs/claude-cli-observations.md).

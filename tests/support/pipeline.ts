@@ -4,7 +4,8 @@
  * Each run gets its own folder: the ledger path, the fake's behaviour file and records, and the
  * runner's TMPDIR (so its export folders and attempt HOMEs can be looked at after it ended).
  */
-import { expectedInit, initEventFrom } from "../../src/claude/init-expectation.ts";
+import { expectedInit } from "../../src/claude/init-expectation.ts";
+import { initEventFrom } from "./init-event.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import Docker from "dockerode";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { aliasProblem, chooseAdjudicatorModel, DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
+import { chooseAdjudicatorModel, DEFAULT_ADJUDICATOR_MODELS, modelProblem } from "../../src/cost/models.ts";
 import { adjudicatorSentence } from "../../src/report/adjudicator.ts";
 import { checkExecution } from "../../src/settings/run-options.ts";
 import { pricesFor } from "../../src/cost/prices.ts";
@@ -29,7 +29,7 @@ describe("the adjudicator's model", () => {
     expect(chooseAdjudicatorModel({ requested: "claude-opus-4-1", answeringModel: "claude-haiku-5-5", forceSameModel: false })).toMatchObject({
       problem: expect.stringMatching(/no row in the measured price table/),
     });
-    expect(aliasProblem("claude-haiku-5-5", "STUDY_MODEL")).toBeNull();
+    expect(modelProblem("claude-haiku-5-5", { what: "STUDY_MODEL", fullId: true })).toBeNull();
   });
 
   it("STUDY_MODEL may not be an alias", () => {

@@ -3,7 +3,7 @@ import { median, measure, ratio, stats } from "../../bench/lib.ts";
 import { attemptDurations, STARTED_LINE } from "../../bench/study.ts";
 import { repoEntries, transcriptLines, TRANSCRIPT_MODEL, TRANSCRIPT_INIT, TRANSCRIPT_TOOLS, TRANSCRIPT_VERSION, type TranscriptShape } from "../../bench/gen.ts";
 import { TranscriptReader } from "../../src/transcript/reader.ts";
-import { exclusionReason } from "../../src/corpus/filter.ts";
+import { exclusionReason } from "../support/path-reason.ts";
 import type { TreeEntry } from "../../src/corpus/git.ts";
 
 describe("bench helpers", () => {

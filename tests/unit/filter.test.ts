@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import fc from "fast-check";
 import { createHash } from "node:crypto";
-import { adjudicatorFilterOptions, exclusionReason, LOCKFILES, MAX_PUBLIC_BYTES, normalizedDigest, publicEntries } from "../../src/corpus/filter.ts";
+import { adjudicatorFilterOptions, LOCKFILES, MAX_PUBLIC_BYTES, normalizedDigest, publicFilter } from "../../src/corpus/filter.ts";
+import { exclusionReason } from "../support/path-reason.ts";
 import type { TreeEntry } from "../../src/corpus/git.ts";
 
 const OID = "0123456789abcdef0123456789abcdef01234567";
@@ -93,9 +94,10 @@ describe("public-path filter", () => {
     expect(exclusionReason({ ...blob("nosize.bin"), size: undefined })).toBe("too-large");
   });
 
-  it("publicEntries keeps exactly the entries without an exclusion reason", () => {
+  it("the filter over a tree keeps exactly the entries without an exclusion reason", () => {
     const entries = [blob("a.md"), blob(".env"), blob("dist/x.js"), blob("b.md", 200_001), blob("CLAUDE.md")];
-    expect(publicEntries(entries).map((e) => e.path)).toEqual(["a.md", "CLAUDE.md"]);
+    const filter = publicFilter(entries);
+    expect(entries.filter((e) => filter.reason(e) === undefined).map((e) => e.path)).toEqual(["a.md", "CLAUDE.md"]);
   });
 });
 

@@ -5,7 +5,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { CLI_REQUEST_SHAPES } from "../../src/gateway/cli-requests.generated.ts";
-import { headerProblem, inferShape, parseTarget, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
+import { headerProblem, parseTarget, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
+import { inferShape } from "../support/infer-shape.ts";
 import { parseStrictJson, StrictJsonError, type JsonValue } from "../../src/util/strict-json.ts";
 
 const json = fc.jsonValue() as fc.Arbitrary<JsonValue>;

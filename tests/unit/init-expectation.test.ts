@@ -6,7 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { adjudicatorArguments, adjudicatorInitTools } from "../../src/adjudicate/prompt.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
-import { expectedInit, INIT_FIELDS_VARYING_PER_RUN, INIT_KINDS, INIT_PARAMETER_FIELDS, initEventFrom, type InitKind } from "../../src/claude/init-expectation.ts";
+import { expectedInit, INIT_FIELDS_VARYING_PER_RUN, INIT_KINDS, INIT_PARAMETER_FIELDS, type InitKind } from "../../src/claude/init-expectation.ts";
+import { initEventFrom } from "../support/init-event.ts";
 import { GENERATED_INIT_EVENTS } from "../../src/claude/init-events.generated.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { SESSION_INIT_TOOLS, sessionArguments } from "../../src/session/args.ts";

@@ -1,10 +1,13 @@
 import { describe, expect, it } from "vitest";
-import { factsToObservation } from "../../src/study/observation.ts";
-import { computeCost } from "../../src/cost/compute.ts";
-import { readTranscript } from "../../src/transcript/reader.ts";
+import { observationExtras } from "../../src/study/observation.ts";
+import { runFactsFrom } from "../../src/transport/cli/record.ts";
+import { computeCost, type CostResult } from "../../src/cost/compute.ts";
+import { readTranscript, type TranscriptFacts } from "../../src/transcript/reader.ts";
 import { baseEvents, expectation, toText } from "./transcript-fixtures.ts";
 
 const costOf = (facts: ReturnType<typeof readTranscript>) => computeCost({ ...facts, model: facts.requestedModel });
+/** What a study records of a transcript: the run's facts and cost check (as the CLI stage reads them), and the attempt's own fields. */
+const factsToObservation = (facts: TranscriptFacts, cost: CostResult) => ({ ...runFactsFrom(facts, cost), ...observationExtras(facts) });
 
 describe("observation token counts", () => {
   it("take modelUsage when the result's usage was zeroed (measured on error_max_budget_usd)", () => {

@@ -3,18 +3,22 @@ import { createServer, connect, type Server } from "node:net";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { childProcessCounts, ChildProcessError, resetChildProcessCounts, runChild, runChildResult } from "../../src/process/child.ts";
+import { childProcessCounts, ChildProcessError, runChild, runChildResult } from "../../src/process/child.ts";
 import { watchNetwork } from "../../src/process/network.ts";
 import { measureSideEffects, sideEffectViolations } from "../../src/process/measure.ts";
 
-afterEach(() => resetChildProcessCounts());
+/** The children each command name started since `before` (the counter is per process, and a test file shares one). */
+function startedSince(before: Record<string, number>): Record<string, number> {
+  return Object.fromEntries(Object.entries(childProcessCounts()).flatMap(([name, n]) => (n > (before[name] ?? 0) ? [[name, n - (before[name] ?? 0)]] : [])));
+}
 
 describe("the one child-process module", () => {
   it("counts every child by command name", async () => {
+    const before = childProcessCounts();
     await runChild("git", ["--version"], { timeoutMs: 10_000, maxOutputBytes: 4096 });
     await runChild("git", ["--version"], { timeoutMs: 10_000, maxOutputBytes: 4096 });
     await runChild("/bin/true", [], { timeoutMs: 10_000, maxOutputBytes: 4096 });
-    expect(childProcessCounts()).toEqual({ git: 2, true: 1 });
+    expect(startedSince(before)).toEqual({ git: 2, true: 1 });
   });
 
   it("closes stdin: a child that reads it sees its end at once", async () => {

@@ -2,7 +2,8 @@ import { computeCost, type CostResult } from "../../src/cost/compute.ts";
 import { STDOUT_LIMIT_BYTES } from "../../src/terms/limits.ts";
 import { classifyAttempt, type AttemptClassification } from "../../src/transcript/classify.ts";
 import { readTranscript, type TranscriptExpectation, type TranscriptFacts } from "../../src/transcript/reader.ts";
-import { attemptInitKind, expectedInit, initEventFrom } from "../../src/claude/init-expectation.ts";
+import { attemptInitKind, expectedInit } from "../../src/claude/init-expectation.ts";
+import { initEventFrom } from "../support/init-event.ts";
 
 /**
  * Transcripts for the transcript, cost and property tests. The base transcripts are modelled

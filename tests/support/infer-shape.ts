@@ -1,0 +1,33 @@
+import { variantOf, type ShapeNode } from "../../src/gateway/request-shape.ts";
+import type { JsonValue } from "../../src/util/strict-json.ts";
+
+/** The shape of `values` (inference for the measurement): `opaque` names members whose content is data, with the reason. */
+export function inferShape(values: readonly JsonValue[], opaque: Readonly<Record<string, string>> = {}): ShapeNode {
+  const node: ShapeNode = {};
+  for (const v of values) addToShape(node, v, opaque);
+  return node;
+}
+
+function addToShape(node: ShapeNode, v: JsonValue, opaque: Readonly<Record<string, string>>): void {
+  if (v === null) node.null = true;
+  else if (typeof v === "boolean") node.boolean = true;
+  else if (typeof v === "number") node.number = true;
+  else if (typeof v === "string") node.string = true;
+  else if (Array.isArray(v)) {
+    node.array ??= {};
+    for (const e of v) addToShape(node.array, e, opaque);
+  } else {
+    node.object ??= {};
+    const variant = variantOf(v);
+    const members = (node.object[variant] ??= {});
+    for (const [k, m] of Object.entries(v)) {
+      if (k === "type" && variant !== "") continue;
+      if (Object.hasOwn(opaque, k)) {
+        members[k] = { any: opaque[k]! };
+        continue;
+      }
+      members[k] ??= {};
+      addToShape(members[k]!, m, opaque);
+    }
+  }
+}
