@@ -2,7 +2,7 @@ import { randomBytes } from "node:crypto";
 import { expectedInit } from "../claude/init-expectation.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
-import { reapOrphans, runnerLabels } from "../sandbox/reaper.ts";
+import { reapOrphans } from "../sandbox/reaper.ts";
 import { isFakeClaudeImage } from "../image/build.ts";
 import { planExport, reapOrphanExports, removeTree, type ExportLimits } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
@@ -16,7 +16,7 @@ import { PROJECT_ROOT } from "../util/paths.ts";
 import { RefusalError, UsageError } from "../util/errors.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
 import { runLoop, type RunKind } from "../loop/loop.ts";
-import { runCliInContainer, type CliRunDeps } from "../transport/cli/run.ts";
+import { cliRunInput, runCliInContainer, type CliRunDeps } from "../transport/cli/run.ts";
 import { probeCliImage, reachEngine } from "../transport/cli/preflight.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { MASK } from "./mask.ts";
@@ -350,40 +350,35 @@ async function runUnit(a: Adjudication, u: Unit, ctx: Parameters<RunKind<Unit, A
   const { ask, p } = u;
   const out = { structuredOutput: undefined as unknown, resultText: null as string | null };
   a.structured.set(u, out);
+  const unit = `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}`;
   const result = await runCliInContainer(
     a.deps,
-    {
-      // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
-      export: adjudicatorFilterOptions({
-        ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)),
-        ...(config.exportLimits ? { limits: config.exportLimits } : {}),
-        labels: { run: a.adjudicationId, attempt: `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}` },
-      }),
-      login: a.login,
-      lock: a.locks.get(u),
-      // What this item may still spend under the cap: the loop's, from its own budget.
-      gateway: a.gateway?.input(u, ctx.reservation!.reservedUsd, ctx.remainingUsd),
-      image: config.image,
-      argv:
-        ask === "verdict"
-          ? adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! })
-          : adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.guessPrompt!, jsonSchema: armGuessJsonSchema() }),
-      arm: "repository",
-      model: config.model,
-      expectedTools: adjudicatorInitTools(),
-      expectedInit: expectedInit("adjudicator", { model: config.model }),
-      expectedCliVersion: config.expectedCliVersion,
-      network: networkFor(config.isolation),
-      labels: runnerLabels(a.adjudicationId, `adjudicate-${p.position}${ask === "arm-guess" ? "-guess" : ""}`),
-      attemptIndex: p.position,
-      fake: config.fake,
-      modelApiSocket: config.modelApi?.socketPath,
-      runtimeName: a.ociRuntime,
-      timeoutMs: config.timeoutMs,
-      stdoutLimitBytes: config.testHooks?.stdoutLimitBytes,
-      onLine: (line) => readResultEvent(line, out),
-      transcripts: { store: a.transcripts, index: transcriptIndexOf(ask, p.observationIndex, config.ledger.observations.length) },
-    },
+    cliRunInput(
+      config,
+      { run: a.adjudicationId, unit, attemptIndex: p.position, runtimeName: a.ociRuntime },
+      {
+        // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
+        export: adjudicatorFilterOptions({
+          ...(await exportSourceFor(config.loaded, p.repository, config.roots.get(p.repository)!)),
+          ...(config.exportLimits ? { limits: config.exportLimits } : {}),
+          labels: { run: a.adjudicationId, attempt: unit },
+        }),
+        login: a.login,
+        lock: a.locks.get(u),
+        // What this item may still spend under the cap: the loop's, from its own budget.
+        gateway: a.gateway?.input(u, ctx.reservation!.reservedUsd, ctx.remainingUsd),
+        argv:
+          ask === "verdict"
+            ? adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.prompt! })
+            : adjudicatorArguments({ model: config.model, maxBudgetUsd: ctx.reservation!.reservedUsd, prompt: p.guessPrompt!, jsonSchema: armGuessJsonSchema() }),
+        arm: "repository",
+        expectedTools: adjudicatorInitTools(),
+        expectedInit: expectedInit("adjudicator", { model: config.model }),
+        network: networkFor(config.isolation),
+        onLine: (line) => readResultEvent(line, out),
+        transcripts: { store: a.transcripts, index: transcriptIndexOf(ask, p.observationIndex, config.ledger.observations.length) },
+      },
+    ),
     ctx.entry,
     ctx.persist,
   );

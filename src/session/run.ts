@@ -5,7 +5,7 @@ import { mkdir } from "node:fs/promises";
 import { createHash } from "node:crypto";
 import { resolveLogin, type LoginLock } from "../credentials/login.ts";
 import { lockUnitLogin } from "../credentials/unit-login.ts";
-import { runCliInContainer, type CliRunDeps, type CliRunResult } from "../transport/cli/run.ts";
+import { cliRunInput, runCliInContainer, type CliRunDeps, type CliRunResult } from "../transport/cli/run.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { runLoop, type Book, type Checkpoint, type LoopEnd, type RunKind, type UnitContext, type UnitOutcome } from "../loop/loop.ts";
 import type { Reservation } from "../budget/budget.ts";
@@ -582,42 +582,37 @@ async function runCallContainer(pass: SessionPass, route: CallRoute, s: Session,
   const cliDeps: CliRunDeps = { runtime: deps.runtime, now: deps.now, signal: deps.signal, checkpoint: deps.checkpoint };
   return runCliInContainer(
     cliDeps,
-    {
-      export: { repoDir: config.roots.get(s.repository)!, pin: pass.manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
-      login: pass.login,
-      lock: route.locks.get(s),
-      gateway: route.viaGateway && {
-        // What this call may still spend under the cap: the loop's, from its own budget.
-        ...route.viaGateway.input(s, call.reservationUsd, ctx.remainingUsd),
-        cumulativeModelUsage: call.mode === "resume",
+    cliRunInput(
+      config,
+      { run: ledger.runId, unit: `session-${s.id}-${call.index}`, attemptIndex: ledger.sessions.indexOf(s), runtimeName: ledger.runtime },
+      {
+        export: { repoDir: config.roots.get(s.repository)!, pin: pass.manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
+        login: pass.login,
+        lock: route.locks.get(s),
+        gateway: route.viaGateway && {
+          // What this call may still spend under the cap: the loop's, from its own budget.
+          ...route.viaGateway.input(s, call.reservationUsd, ctx.remainingUsd),
+          cumulativeModelUsage: call.mode === "resume",
+        },
+        argv: sessionArguments({ model: config.model, maxBudgetUsd: call.reservationUsd, sessionId: s.id, resume: call.mode === "resume" }),
+        arm: "repository",
+        expectedTools: SESSION_INIT_TOOLS,
+        expectedInit: expectedInit(call.mode === "resume" ? "session-resume" : "session-start", { model: config.model, sessionId: s.id }),
+        network: networkFor(config.isolation),
+        onLine: (line) => {
+          readResult(line, out);
+          deps.onTranscriptLine?.(s, call, line);
+        },
+        transcripts: { store: pass.transcripts, index: sessionCallTranscript(ledger.sessions.indexOf(s), call.index) },
+        session: {
+          worktree: paths.worktree,
+          exportHash: s.exportHash,
+          priorMessageUsage: s.messageUsage,
+          stage: (stagedHome) => stageSessionCall(stagedHome, { worktree: paths.worktree, stateDir: paths.state, prompt, exportHash: s.exportHash, priorMessageUsage: s.messageUsage }),
+          collect: (receipt) => collectSessionCall(receipt, paths.state),
+        },
       },
-      image: config.image,
-      argv: sessionArguments({ model: config.model, maxBudgetUsd: call.reservationUsd, sessionId: s.id, resume: call.mode === "resume" }),
-      arm: "repository",
-      model: config.model,
-      expectedTools: SESSION_INIT_TOOLS,
-      expectedInit: expectedInit(call.mode === "resume" ? "session-resume" : "session-start", { model: config.model, sessionId: s.id }),
-      expectedCliVersion: config.expectedCliVersion,
-      network: networkFor(config.isolation),
-      modelApiSocket: config.modelApi?.socketPath,
-      runtimeName: ledger.runtime,
-      labels: runnerLabels(ledger.runId, `session-${s.id}-${call.index}`),
-      attemptIndex: ledger.sessions.indexOf(s),
-      fake: config.fake,
-      timeoutMs: config.timeoutMs,
-      onLine: (line) => {
-        readResult(line, out);
-        deps.onTranscriptLine?.(s, call, line);
-      },
-      transcripts: { store: pass.transcripts, index: sessionCallTranscript(ledger.sessions.indexOf(s), call.index) },
-      session: {
-        worktree: paths.worktree,
-        exportHash: s.exportHash,
-        priorMessageUsage: s.messageUsage,
-        stage: (stagedHome) => stageSessionCall(stagedHome, { worktree: paths.worktree, stateDir: paths.state, prompt, exportHash: s.exportHash, priorMessageUsage: s.messageUsage }),
-        collect: (receipt) => collectSessionCall(receipt, paths.state),
-      },
-    },
+    ),
     call,
     ctx.persist,
   );

@@ -1,6 +1,6 @@
 import type { PlannedAttempt } from "../plan/plan.ts";
 import { attemptInitKind, expectedInit } from "../claude/init-expectation.ts";
-import { reapOrphans, runnerLabels } from "../sandbox/reaper.ts";
+import { reapOrphans } from "../sandbox/reaper.ts";
 import { isFakeClaudeImage } from "../image/build.ts";
 import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
 import { Ahead } from "../util/ahead.ts";
@@ -29,7 +29,7 @@ import { containerMcpConfig } from "../mcp/bridge.ts";
 import { RefusalError } from "../util/errors.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
 import { reapOrphanFolders } from "../util/orphans.ts";
-import { runCliInContainer, type CliRunDeps, type CliRunInput } from "../transport/cli/run.ts";
+import { cliRunInput, runCliInContainer, type CliRunDeps, type CliRunInput } from "../transport/cli/run.ts";
 import { observationExtras, reservedObservation } from "./observation.ts";
 import { concurrencyProblem, rateLimitWatch, runAttempts, sharedHold, type AttemptKind } from "./attempts.ts";
 import { Progress } from "./progress.ts";
@@ -294,38 +294,32 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   };
   const result = await runCliInContainer(
     deps,
-    {
-      export: exportOptions,
-      exported,
-      onContainerStarted: prepareNext,
-      login: ctx.login,
-      lock: ctx.lock,
-      gateway: ctx.gateway,
-      image: config.image,
-      argv,
-      arm: attempt.arm,
-      model: config.model,
-      expectedInit: expectedInit(attemptInitKind(attempt.arm), { model: config.model }),
-      expectedCliVersion: config.expectedCliVersion,
-      network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
-      docBridge: sandbox ? { ...engine(attempt), sandbox } : undefined,
-      egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.testHooks?.egress?.resolve, limits: config.testHooks?.egress?.limits } : undefined,
-      modelApiSocket: config.modelApi?.socketPath,
-      runtimeName: ctx.ociRuntime,
-      labels: runnerLabels(ctx.runId, String(attempt.index)),
-      attemptIndex: attempt.index,
-      fake: config.fake,
-      memoryBytes: config.memoryBytes,
-      cpus: config.cpus,
-      homeBytes: config.homeBytes,
-      timeoutMs: config.timeoutMs,
-      stdoutLimitBytes: config.testHooks?.stdoutLimitBytes,
-      onLine: (line) => {
-        ctx.onLine?.(line);
-        deps.onTranscriptLine?.(attempt, line);
+    cliRunInput(
+      config,
+      { run: ctx.runId, unit: String(attempt.index), attemptIndex: attempt.index, runtimeName: ctx.ociRuntime },
+      {
+        export: exportOptions,
+        exported,
+        onContainerStarted: prepareNext,
+        login: ctx.login,
+        lock: ctx.lock,
+        gateway: ctx.gateway,
+        argv,
+        arm: attempt.arm,
+        expectedInit: expectedInit(attemptInitKind(attempt.arm), { model: config.model }),
+        network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
+        docBridge: sandbox ? { ...engine(attempt), sandbox } : undefined,
+        egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.testHooks?.egress?.resolve, limits: config.testHooks?.egress?.limits } : undefined,
+        memoryBytes: config.memoryBytes,
+        cpus: config.cpus,
+        homeBytes: config.homeBytes,
+        onLine: (line) => {
+          ctx.onLine?.(line);
+          deps.onTranscriptLine?.(attempt, line);
+        },
+        transcripts: { store: ctx.transcripts, index: attempt.index },
       },
-      transcripts: { store: ctx.transcripts, index: attempt.index },
-    },
+    ),
     obs,
     persist,
   );

@@ -28,6 +28,8 @@ import { compareMeteredUsage } from "../../gateway/check.ts";
 import { gatewayCause } from "../../gateway/cause.ts";
 import type { AttemptGateway, Gateway, GatewayRecord } from "../../gateway/gateway.ts";
 import { mark } from "../../util/marks.ts";
+import { runnerLabels } from "../../sandbox/reaper.ts";
+import type { TestHooks } from "../test-hooks.ts";
 
 /**
  * One run of the Claude Code CLI in a fresh hardened sandbox (a container on the Docker provider), from the export to a classified
@@ -119,6 +121,49 @@ export interface CliRunInput {
    * goes on stdin, and the CLI's session files are staged from and collected into `stateDir`.
    */
   session?: WritableWorkspace;
+}
+
+/** The fields `cliRunInput` fills from the run kind's config and the unit's place. */
+type CommonInput = "image" | "model" | "expectedCliVersion" | "modelApiSocket" | "fake" | "timeoutMs" | "stdoutLimitBytes" | "labels" | "attemptIndex" | "runtimeName";
+
+/** What every run kind's config (a study, an adjudication, sessions) gives each of its CLI units alike. */
+export interface CliUnitConfig {
+  image: string;
+  model: string;
+  expectedCliVersion: string;
+  modelApi?: { socketPath: string };
+  fake?: { behaviourFile?: string; recordsDir?: string };
+  timeoutMs?: number;
+  testHooks?: Pick<TestHooks, "stdoutLimitBytes">;
+}
+
+/** Where a unit belongs: its run (or adjudication) id and its own label, its index, the OCI runtime of its container. */
+export interface CliUnitPlace {
+  run: string;
+  unit: string;
+  attemptIndex: number;
+  runtimeName?: string;
+}
+
+/**
+ * One CLI unit's run input: the fields every run kind fills alike, from its config and the unit's
+ * place, and `own`, what the kind sets itself (its export or worktree, arguments, expected init,
+ * network, login, gateway, transcript).
+ */
+export function cliRunInput(config: CliUnitConfig, place: CliUnitPlace, own: Omit<CliRunInput, CommonInput>): CliRunInput {
+  return {
+    ...own,
+    image: config.image,
+    model: config.model,
+    expectedCliVersion: config.expectedCliVersion,
+    modelApiSocket: config.modelApi?.socketPath,
+    fake: config.fake,
+    timeoutMs: config.timeoutMs,
+    stdoutLimitBytes: config.testHooks?.stdoutLimitBytes,
+    labels: runnerLabels(place.run, place.unit),
+    attemptIndex: place.attemptIndex,
+    runtimeName: place.runtimeName,
+  };
 }
 
 /**
