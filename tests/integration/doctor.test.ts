@@ -110,7 +110,8 @@ describe("study-runner doctor on a fresh host", () => {
     expect(l.get("budget")).toMatch(/^FAIL\s+budget\s+STUDY_BUDGET_USD is not set  -> fix: export the approved cumulative cap/);
     expect(l.get("attempts")).toMatch(/^skip\s+attempts\s/);
     expect(l.get("model-api")).toMatch(/^skip\s+model-api\s+needs the image$/);
-    expect(r.stdout.trimEnd().split("\n").at(-1)).toBe("6 checks failed, 4 skipped: the pilot (--transport cli) would be refused");
+    expect(l.get("engine-files")).toMatch(/^skip\s+engine-files\s+needs the image$/);
+    expect(r.stdout.trimEnd().split("\n").at(-1)).toBe("6 checks failed, 5 skipped: the pilot (--transport cli) would be refused");
   });
 
   it("says which engine it tried when Docker is unreachable, and skips what needs it", async () => {
