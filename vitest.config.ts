@@ -8,10 +8,14 @@ export default defineConfig({
     maxWorkers: 2,
     testTimeout: 60_000,
     hookTimeout: 120_000,
-    // Three tiers, each a folder: `npm run test:unit` is the fast one a developer runs while editing
-    // (no Docker, no real CLI); `npm test` runs all three, as CI does.
+    // Four tiers, each a folder (CONTRIBUTING.md, "Tests"): `npm run test:unit` is the fast one a
+    // developer runs while editing (no Docker, no real CLI); `host` runs real processes, git, sockets,
+    // the MCP server and the CLI on this machine with no container engine; `integration` needs the
+    // Docker engine; `conformance` runs the real pinned Claude Code CLI. `npm test` runs all four, as CI does.
     projects: [
       { extends: true, test: { name: "unit", include: ["tests/unit/**/*.test.ts"] } },
+      // No engine in reach: a host test that starts needing Docker fails here instead of passing by chance.
+      { extends: true, test: { name: "host", include: ["tests/host/**/*.test.ts"], env: { DOCKER_HOST: "unix:///nonexistent/host-tier-has-no-docker-engine.sock" } } },
       { extends: true, test: { name: "integration", include: ["tests/integration/**/*.test.ts"] } },
       { extends: true, test: { name: "conformance", include: ["tests/conformance/**/*.test.ts"] } },
     ],

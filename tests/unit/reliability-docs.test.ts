@@ -13,7 +13,7 @@ const DOC = join(PROJECT_ROOT, "docs", "reliability.md");
 /** The files whose every test is a row of the doc's tables (faults, kills, signals, hostile input, secrets). */
 const RELIABILITY_TEST_FILES = [
   "tests/integration/engine-stopped.test.ts",
-  "tests/integration/hostile-corpus.test.ts",
+  "tests/host/hostile-corpus.test.ts",
   "tests/integration/kill-at-checkpoints.test.ts",
   "tests/integration/runner-faults.test.ts",
   "tests/integration/secret-canaries.test.ts",
