@@ -16,7 +16,8 @@ export default defineConfig({
       { extends: true, test: { name: "unit", include: ["tests/unit/**/*.test.ts"] } },
       // No engine in reach: a host test that starts needing Docker fails here instead of passing by chance.
       { extends: true, test: { name: "host", include: ["tests/host/**/*.test.ts"], env: { DOCKER_HOST: "unix:///nonexistent/host-tier-has-no-docker-engine.sock" } } },
-      { extends: true, test: { name: "integration", include: ["tests/integration/**/*.test.ts"] } },
+      // One demo per run, shared by the tests that only read a demo's outputs (tests/support/shared-demo.ts).
+      { extends: true, test: { name: "integration", include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts"] } },
       { extends: true, test: { name: "conformance", include: ["tests/conformance/**/*.test.ts"] } },
     ],
   },

@@ -12,23 +12,25 @@ import { num } from "../../src/report/sections.ts";
 import { pairResult, toolCallsOf } from "../../src/report/viewer.ts";
 import { dumpDom, ensureChromium } from "../support/chromium.ts";
 import { runCli } from "../support/cli.ts";
+import { type DemoFiles, demoCopy } from "../support/shared-demo.ts";
 
 // A fresh demo run (fake model, 36 attempts) keeps every transcript beside its ledger; `ledger
 // verify` agrees with it, and fails naming the field on each kind of tampering. The same run's
-// private pair viewer is opened in headless Chromium (one demo run for both: it takes minutes).
+// private pair viewer is opened in headless Chromium. The run is the suite's shared demo
+// (tests/support/shared-demo.ts), copied into this file's own folder.
 
 let work = "";
 let ledgerPath = "";
 /** The evidence digest of each settled state, as the run printed them in its summary. */
 let digests: string[] = [];
-let demo: { ledger: string; adjudication: string; report: { markdown: string; json: string; html: string } };
+let demo: DemoFiles;
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-verify-"));
-  const r = await runCli(["demo", "--quiet", "--workdir", join(work, "demo")], { timeoutMs: 900_000 });
-  expect(r.code, r.stderr).toBe(0);
-  demo = (JSON.parse(r.stdout.slice(r.stdout.indexOf('{\n  "demo"'))) as { demo: typeof demo }).demo;
+  const r = await demoCopy(join(work, "demo"));
+  expect(r.run.code, r.run.stderr).toBe(0);
+  demo = r.demo;
   ledgerPath = demo.ledger;
-  digests = [...r.stdout.matchAll(/"digest": "([0-9a-f]{64})"/g)].map((m) => m[1]!);
+  digests = [...r.run.stdout.matchAll(/"digest": "([0-9a-f]{64})"/g)].map((m) => m[1]!);
 }, 900_000);
 afterAll(() => rm(work, { recursive: true, force: true }));
 

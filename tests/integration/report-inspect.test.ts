@@ -10,11 +10,13 @@ import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { DEMO } from "../support/adjudication-fixtures.ts";
 import { runCli } from "../support/cli.ts";
+import { demoCopy } from "../support/shared-demo.ts";
 import { decodePng } from "../support/png.ts";
 import { inspectLogValidator } from "../support/inspect-schema.ts";
 import { buildInspectViewer, launchChromium, serveInspectViewer } from "../support/inspect-viewer.ts";
 
-// A fresh demo study (fake model, 36 attempts) written as Inspect eval logs, checked with Inspect's
+// A fresh demo study (fake model, 36 attempts; the suite's shared demo, copied into this file's own
+// folder: tests/support/shared-demo.ts) written as Inspect eval logs, checked with Inspect's
 // own artefacts: the eval-log schema it published, and its log viewer (the npm package) running in
 // headless Chromium. The screenshots are kept (mode 600) in $STUDY_TEST_ARTEFACTS, by default
 // study-runner-artefacts under the system temp folder.
@@ -33,9 +35,9 @@ let browser: Browser | undefined;
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-inspect-"));
-  const r = await runCli(["demo", "--quiet", "--concurrency", "2", "--workdir", join(work, "demo")], { timeoutMs: 900_000 });
-  expect(r.code, r.stderr).toBe(0);
-  demo = (JSON.parse(r.stdout.slice(r.stdout.indexOf('{\n  "demo"'))) as { demo: typeof demo }).demo;
+  const r = await demoCopy(join(work, "demo"));
+  expect(r.run.code, r.run.stderr).toBe(0);
+  demo = r.demo;
   const w = await runCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--adjudication", demo.adjudication]);
   expect(w.code, w.stderr).toBe(0);
   written = JSON.parse(w.stdout) as Written;
