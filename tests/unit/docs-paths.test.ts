@@ -24,6 +24,7 @@ function quotedPaths(markdown: string): { path: string; line: number }[] {
 
 const DOCS = [
   "README.md",
+  "CONTRIBUTING.md",
   ...readdirSync(join(PROJECT_ROOT, "docs"))
     .filter((f) => f.endsWith(".md"))
     .map((f) => `docs/${f}`),
