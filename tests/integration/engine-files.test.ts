@@ -52,11 +52,18 @@ describe("an engine that does not share the runner's files", () => {
   // contract: R200
   it("cannot bind the runner's temporary folder, HOME or checkout, while the local engine can", async () => {
     for (const folder of maskedFolders()) {
-      const bind = { Image: TINY_IMAGE, Cmd: ["/marker"], NetworkDisabled: true, HostConfig: { NetworkMode: "none", Mounts: [{ Type: "bind" as const, Source: folder, Target: "/seen", ReadOnly: true }] } };
+      const bind = {
+        Image: TINY_IMAGE,
+        Cmd: ["/marker"],
+        NetworkDisabled: true,
+        HostConfig: { NetworkMode: "none", Mounts: [{ Type: "bind" as const, Source: folder, Target: "/seen", ReadOnly: true }] },
+      };
       // The folder exists on the engine's host too (an empty tmpfs), so a folder only the runner has is what must fail: one made inside it.
       const mine = await mkdtemp(join(folder, ".sr-engine-files-"));
       try {
-        await expect(engine.createContainer({ ...bind, HostConfig: { ...bind.HostConfig, Mounts: [{ ...bind.HostConfig.Mounts[0]!, Source: mine }] } })).rejects.toThrow(/bind source path does not exist/);
+        await expect(engine.createContainer({ ...bind, HostConfig: { ...bind.HostConfig, Mounts: [{ ...bind.HostConfig.Mounts[0]!, Source: mine }] } })).rejects.toThrow(
+          /bind source path does not exist/,
+        );
       } finally {
         await rm(mine, { recursive: true, force: true });
       }
