@@ -10,7 +10,7 @@ import { NATIVE_PACKAGE } from "../image/install.ts";
 import { inspectLogin, resolveLogin, RELOGIN } from "../credentials/login.ts";
 import { checkRoot } from "../export/root-check.ts";
 import type { ExportLimits } from "../export/export.ts";
-import { preflightDocBridge, referenceEngineCommand, referenceIndexCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
+import { EngineDidNotStartError, preflightDocBridge, referenceEngineCommand, referenceIndexCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
 import { checkOutputPath } from "../ledger/store.ts";
 import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
@@ -312,6 +312,13 @@ export async function checkDocBridge(
         `serves none of the answer keys (${result.checkouts.map((c) => `${c.repository}: ${c.forbiddenPathsChecked} path${c.forbiddenPathsChecked === 1 ? "" : "s"} refused by doc.get and absent from doc.search`).join("; ")})`,
     );
   } catch (err) {
+    if (err instanceof EngineDidNotStartError) {
+      return fail(
+        "doc-bridge",
+        errorMessage(err),
+        `the engine did not start: correct --doc-bridge-command (a JSON array: the program and its arguments, each readable by the user the engine runs as), or leave it out to use the bundled reference engine`,
+      );
+    }
     const indexCommand = isReference ? referenceIndexCommand().map(shellWord).join(" ") : "your engine's index command (e.g. ak-docs index)";
     return fail(
       "doc-bridge",

@@ -182,6 +182,18 @@ function resultText(res: Record<string, unknown>): string {
     .slice(0, 500);
 }
 
+/** The engine command ended before it answered MCP's initialize: it did not start (its exit and stderr say why). */
+export class EngineDidNotStartError extends RefusalError {}
+
+/** The first stderr line that names an error (Node prints its loader's frame first), else the first line. */
+function firstErrorLine(stderr: string): string {
+  const lines = stderr
+    .split("\n")
+    .map((l) => l.trim())
+    .filter(Boolean);
+  return (lines.find((l) => /error/i.test(l)) ?? lines[0] ?? "").slice(0, 300);
+}
+
 /**
  * Starts the engine in the checkout over MCP stdio, lists its tools and calls doc.search once.
  * Refuses (RefusalError naming the checkout) when the engine does not start, doc.search errors,
@@ -204,8 +216,10 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
   });
   const bounded = <T>(p: Promise<T>) => Promise.race([p, deadline]);
 
+  let initialized = false;
   try {
     await bounded(client.connect(transport, { timeout: timeoutMs }));
+    initialized = true;
     const tools: string[] = [];
     let cursor: string | undefined;
     do {
@@ -230,6 +244,16 @@ export async function probeServer(opts: ProbeOptions): Promise<ProbeResult> {
       privileges: sandbox.privileges,
     };
   } catch (err) {
+    // An engine that ended before it answered MCP's initialize never started: its exit and its own
+    // first words say why (a wrong path, a missing module), not the index.
+    const exit = transport.exit;
+    if (!initialized && exit) {
+      const ended = exit.code !== null ? `exited ${exit.code}` : `was ended by ${exit.signal}`;
+      const line = firstErrorLine(stderrTail());
+      throw new EngineDidNotStartError(
+        `doc-bridge probe in ${opts.cwd}: the engine command ${ended} before it answered MCP's initialize${line ? `; its stderr: ${line}` : ", writing nothing to stderr"}`,
+      );
+    }
     const tail = stderrTail().trim().replace(/\s+/g, " ");
     throw new RefusalError(`doc-bridge probe in ${opts.cwd}: ${errorMessage(err)}${tail ? ` (server stderr: ${tail})` : ""}`);
   } finally {
@@ -300,7 +324,8 @@ export async function preflightDocBridge(opts: {
         opts.loaded && /every export leaves/.test(errorMessage(err))
           ? `; rebuild its index so it leaves out what the export leaves out (the reference engine: \`reference-server.ts index --manifest ${opts.loaded.path} --repository ${checkout.repository}\` in the checkout)`
           : "";
-      throw new RefusalError(`doc-bridge preflight refused for ${name}: ${errorMessage(err)}${fix}`);
+      const Refusal = err instanceof EngineDidNotStartError ? EngineDidNotStartError : RefusalError;
+      throw new Refusal(`doc-bridge preflight refused for ${name}: ${errorMessage(err)}${fix}`);
     }
     const dupes = probe.tools.filter((t, i) => probe.tools.indexOf(t) !== i);
     if (dupes.length) throw new RefusalError(`doc-bridge preflight refused for ${name}: tools/list repeats ${sorted(new Set(dupes)).join(", ")}`);

@@ -18,6 +18,8 @@ export class ChildStdioTransport implements Transport {
   private child: ChildProcess | undefined;
   private readonly buffer = new ReadBuffer();
   private readonly stderrStream = new PassThrough();
+  /** How the child ended, once it has: its exit code, or the signal that ended it. */
+  exit: { code: number | null; signal: NodeJS.Signals | null } | undefined;
 
   constructor(private readonly params: { command: string; args: readonly string[]; cwd: string; env: Record<string, string> }) {}
 
@@ -39,7 +41,8 @@ export class ChildStdioTransport implements Transport {
         this.onerror?.(error);
       });
       child.on("spawn", () => resolve());
-      child.on("close", () => {
+      child.on("close", (code, signal) => {
+        this.exit = { code, signal };
         this.child = undefined;
         this.onclose?.();
       });

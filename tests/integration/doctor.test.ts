@@ -271,7 +271,19 @@ describe("study-runner doctor: each checkout and the doc-bridge index", () => {
   it("fails an engine that does not start", async () => {
     const r = await doctor([...passingFlags(), "--doc-bridge-command", JSON.stringify([join(work, "no-engine")])], STUDY_ENV);
     expect(r.code).toBe(2);
-    expect(lines(r.stdout).get("doc-bridge")).toMatch(/^FAIL\s+doc-bridge\s+doc-bridge preflight refused .*-> fix: .*check --doc-bridge-command$/);
+    expect(lines(r.stdout).get("doc-bridge")).toMatch(
+      /^FAIL\s+doc-bridge\s+doc-bridge preflight refused .*the engine command exited \d+ before it answered .*no-engine.*-> fix: the engine did not start: correct --doc-bridge-command/,
+    );
+  });
+
+  it("reports an engine command that exits at once as not started, with its exit and its error line, not as a missing index", async () => {
+    const missing = join(work, "opt", "ak", "bin", "ak-docs.js");
+    const r = await doctor([...passingFlags(), "--doc-bridge-command", JSON.stringify([process.execPath, missing, "mcp"])], STUDY_ENV);
+    expect(r.code).toBe(2);
+    const line = lines(r.stdout).get("doc-bridge");
+    expect(line).toMatch(/the engine command exited 1 before it answered MCP's initialize; its stderr: Error: Cannot find module '.*ak-docs\.js'/);
+    expect(line).toMatch(/-> fix: the engine did not start: correct --doc-bridge-command .*or leave it out to use the bundled reference engine$/);
+    expect(line).not.toMatch(/build the index/);
   });
 });
 

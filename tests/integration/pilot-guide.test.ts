@@ -6,7 +6,6 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
-import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { DEMO_MANIFEST, PROJECT_ROOT } from "../../src/util/paths.ts";
 
 /**
@@ -52,11 +51,11 @@ function testVariables(): Record<string, string> {
     CORPUS_URL: join(work, "upstream"),
     IMAGE: "study-runner/fake-claude:2.1.296",
     ISOLATION: "offline",
-    DOC_BRIDGE_COMMAND: JSON.stringify(referenceEngineCommand()),
     FULL_RUN_BUDGET_USD: "4",
   };
 }
-const KEPT = ["STUDY_HOME", "study-runner"];
+// The doc-bridge engine is the guide's own: the bundled reference server and its index command, run as written.
+const KEPT = ["STUDY_HOME", "study-runner", "DOC_BRIDGE_ENGINE", "DOC_BRIDGE_COMMAND", "doc_bridge_index"];
 
 function substituteVariables(block: string, values: Record<string, string>, kept: readonly string[] = KEPT): string {
   const seen = new Set<string>();
@@ -67,12 +66,11 @@ function substituteVariables(block: string, values: Record<string, string>, kept
     if (!name) return line;
     seen.add(name);
     if (kept.includes(name)) return line;
-    if (name === "doc_bridge_index") return `doc_bridge_index() { ${[...referenceEngineCommand(), "index"].map(sq).join(" ")}; }`;
     const value = values[name];
     if (value === undefined) throw new Error(`the guide's first block sets ${name}, which this test does not know: give it a test value or keep it`);
     return `export ${name}=${sq(value)}`;
   });
-  const expected = [...Object.keys(values), "doc_bridge_index", ...kept].sort();
+  const expected = [...Object.keys(values), ...kept].sort();
   expect([...seen].sort()).toEqual(expected);
   return out.join("\n");
 }
