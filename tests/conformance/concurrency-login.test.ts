@@ -67,7 +67,7 @@ describe("--concurrency with the login copy", () => {
     // Both arms started before either ended.
     const lines = r.stderr.split("\n").filter((l) => /^study-runner: \[\d\/2\]/.test(l));
     expect(lines.slice(0, 2).every((l) => l.endsWith(": started"))).toBe(true);
-    const file = (await readdir(join(demo, "ledgers"))).find((f) => /^pilot-.*\.json$/.test(f) && !f.includes("adjudication"))!;
+    const file = (await readdir(join(demo, "ledgers"))).find((f) => /^run-.*\.json$/.test(f) && !f.endsWith(".adjudication.json"))!;
     const ledger = await readLedger(join(demo, "ledgers", file));
     expect(ledger.modelApi).toBe("test");
     expect(ledger.scheduling).toMatchObject({ concurrency: 2, pairs: "together" });

@@ -37,7 +37,7 @@ describe("demo --pilot --real-cli", () => {
   // contract: R139
   it("completes both attempts in the real image through the gateway, its ledger carrying every request metered equal to the transcript", async () => {
     expect(run.code, run.stderr).toBe(0);
-    const ledgerFile = (await readdir(join(work, "ledgers"))).find((f) => /^pilot-.*\.json$/.test(f) && !f.includes("adjudication"))!;
+    const ledgerFile = (await readdir(join(work, "ledgers"))).find((f) => /^run-.*\.json$/.test(f) && !f.endsWith(".adjudication.json"))!;
     const ledger = await readLedger(join(work, "ledgers", ledgerFile));
     expect(ledger.image?.ref).toBe("study-runner/claude-code:2.1.296");
     expect(ledger.cliVersion).toBe("2.1.296");
@@ -88,7 +88,7 @@ describe("demo --pilot --real-cli: what the model said is bound", () => {
     expect(digests).toHaveLength(2);
     const copy = await mkdtemp(join(tmpdir(), "sr-conf-bound-"));
     try {
-      const name = (await readdir(join(work, "ledgers"))).find((f) => /^pilot-.*\.json$/.test(f) && !f.includes("adjudication"))!;
+      const name = (await readdir(join(work, "ledgers"))).find((f) => /^run-.*\.json$/.test(f) && !f.endsWith(".adjudication.json"))!;
       await cp(join(work, "ledgers", name), join(copy, name));
       await cp(join(work, "ledgers", `${name}.transcripts`), join(copy, `${name}.transcripts`), { recursive: true });
       const file = join(copy, name);

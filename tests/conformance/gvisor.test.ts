@@ -69,7 +69,7 @@ describe("demo --pilot --real-cli --runtime runsc", () => {
     expect(run.code, run.stderr).toBe(0);
     const ledgers = join(work, "ledgers");
     const names = await readdir(ledgers);
-    const ledger = await readLedger(join(ledgers, names.find((f) => /^pilot-.*\.json$/.test(f) && !f.includes("adjudication"))!));
+    const ledger = await readLedger(join(ledgers, names.find((f) => /^run-.*\.json$/.test(f) && !f.endsWith(".adjudication.json"))!));
     expect(ledger.runtime).toBe(RUNSC);
     expect(ledger.observations.map((o) => [o.arm, o.status, o.runtime])).toEqual([
       ["repository", "completed", RUNSC],
