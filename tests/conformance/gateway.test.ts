@@ -5,7 +5,7 @@
  * (test) credential on the host.
  */
 import { createHash } from "node:crypto";
-import { createServer as createTcpServer } from "node:net";
+import { createServer as createTlsServer } from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../src/scripted-api/server.ts";
 import type { Turn } from "../../src/scripted-api/script.ts";
@@ -141,12 +141,16 @@ describe("an upstream that cannot be reached", () => {
   let run: Awaited<ReturnType<typeof runConformanceStudy>>;
   beforeAll(async () => {
     corpus = await prepareCorpus("gateway-unreachable");
-    // A loopback port with no listener: bound, then closed.
-    const s = createTcpServer();
+    // An upstream that answers the preflight's TLS handshake (contract R192) and then goes away:
+    // a loopback TLS listener that stops listening once it has accepted that one connection (the
+    // handshake still completes on it), so every request the CLI sends through the gateway meets
+    // a port with no listener.
+    const s = createTlsServer({ key: ca.key, cert: ca.cert }, (socket) => socket.destroy());
+    s.once("connection", () => s.close());
     await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
     const port = (s.address() as { port: number }).port;
-    await new Promise((r) => s.close(r));
     run = await runConformanceStudy({ corpus, gateway: { url: `https://127.0.0.1:${port}`, ca: ca.ca }, image: image.id, plan: "repository", timeoutMs: 300_000 });
+    expect(s.listening).toBe(false);
   }, 600_000);
   afterAll(async () => {
     await corpus?.cleanup();
@@ -156,7 +160,7 @@ describe("an upstream that cannot be reached", () => {
   it("counts every request refused as unreachable, and its ledger passes `ledger check` and `ledger verify`", async () => {
     const g = run.ledger.observations[0]!.gateway!;
     expect(g.requests.length).toBeGreaterThan(0);
-    expect(g.requests.every((r) => r.refused?.kind === "upstream-unreachable")).toBe(true);
+    expect(g.requests.map((r) => r.refused?.kind)).toEqual(g.requests.map(() => "upstream-unreachable"));
     expect(g.refused).toBe(g.requests.length);
     await expectLedgerPasses(run.ledgerPath);
   });
