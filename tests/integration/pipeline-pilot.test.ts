@@ -21,6 +21,7 @@ import {
   recordsOf,
   recordsText,
   runPipeline,
+  digestLines,
   stderrLines,
   summaryOf,
   MODEL,
@@ -57,6 +58,8 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(summary.spendLabel.usd).toMatch(/CLI's own list-price estimate .*not a bill/);
     expect(summary.spendLabel.tokens).toMatch(/include the Claude Code system prompt and harness/);
 
+    // Besides the progress, the evidence digest of each settled state (contract R177), one per attempt.
+    expect(digestLines(r.stderr)).toEqual([0, 1]);
     const lines = stderrLines(r.stderr);
     expect(lines).toHaveLength(4);
     for (const line of lines) expect(line).toMatch(PROGRESS_LINE);

@@ -202,7 +202,18 @@ export function summaryOf(stdout: string): Record<string, any> {
 }
 
 export function stderrLines(stderr: string): string[] {
-  return stderr.split("\n").filter((l) => l !== "");
+  return stderr.split("\n").filter((l) => l !== "" && !DIGEST_LINE.test(l));
+}
+
+/** The evidence digest the run prints after each settled observation (contract R177). */
+export const DIGEST_LINE = /^study-runner: evidence digest after observation \d+ settled: [0-9a-f]{64} /;
+
+/** The observations whose settled state the run printed a digest of, in order. */
+export function digestLines(stderr: string): number[] {
+  return stderr
+    .split("\n")
+    .filter((l) => DIGEST_LINE.test(l))
+    .map((l) => Number(/observation (\d+)/.exec(l)![1]));
 }
 
 /** A progress line: `study-runner: [i/n] task scenario rep r: ...`. */
