@@ -26,6 +26,8 @@ export class Progress {
   private readonly tickMs: number;
   private ticker: NodeJS.Timeout | undefined;
   private drawn = false;
+  /** Lines to print under the next end line (settledNote). */
+  private readonly afterEnd: string[] = [];
 
   constructor(
     private readonly out: NodeJS.WritableStream,
@@ -62,7 +64,20 @@ export class Progress {
     this.write(
       `${this.tag(a)}: ${o.status}, ${tokens}, ${o.toolCalls} tool calls, charged ${usd(o.chargedUsd ?? 0)}, spent ${usd(spentUsd)} of ${usd(this.capUsd)}, ${secs}s (run ${total}s)${others}`,
     );
+    for (const line of this.afterEnd.splice(0)) this.write(line);
     this.startTicker();
+  }
+
+  /** A line about the attempt being settled (its evidence digest): printed under its end line, never into the live line. */
+  settledNote(text: string): void {
+    this.afterEnd.push(text);
+  }
+
+  /** Prints what waits for an end line that will not come (the run ended, a runner fault among the ways). */
+  flushSettled(): void {
+    if (this.afterEnd.length === 0) return;
+    this.stopLive();
+    for (const line of this.afterEnd.splice(0)) this.write(line);
   }
 
   /** The live line: the one running attempt, or how many run and which. */
@@ -95,9 +110,11 @@ export class Progress {
     this.drawn = false;
   }
 
-  /** A one-off line about the run (e.g. a wait), nothing private. */
+  /** A one-off line about the run (e.g. a wait), nothing private: the live line is erased first and drawn again after. */
   note(text: string): void {
-    this.write(text);
+    this.stopLive();
+    for (const line of [...this.afterEnd.splice(0), text]) this.write(line);
+    this.startTicker();
   }
 
   private write(line: string): void {

@@ -166,7 +166,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   };
   const handle = await createLedger(config.output, ledger, { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
   // Each settled state's evidence digest, printed once its ledger is written (contract R177).
-  const anchors = new SettledAnchors((line) => progress.note(line));
+  const anchors = new SettledAnchors((line) => progress.settledNote(line));
   const persist = () => (
     mark("ledger:write"),
     writeLedger(handle, ledger).then(() => {
@@ -225,9 +225,10 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
       return { status: result.status, reason: result.reason, reportedCostUsd: ctx.entry.cliReportedCostUsd, computedCostUsd: ctx.entry.computedCostUsd };
     },
   };
-  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() =>
-    Promise.all([gateway?.close(), ahead.exports.close(), ahead.sandboxes.close()]),
-  );
+  const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() => {
+    progress.flushSettled();
+    return Promise.all([gateway?.close(), ahead.exports.close(), ahead.sandboxes.close()]);
+  });
   deps.stdout(JSON.stringify({ ...summarize(config, ledger, handle), evidenceDigests: anchors.printed }, null, 2) + "\n");
   return end.exitCode;
 }

@@ -55,6 +55,28 @@ describe("Progress on a terminal", () => {
     progress.stopLive();
   });
 
+  it("prints an attempt's evidence digest under its end line and a note on a line of its own, never into the live line", async () => {
+    const { out, text } = stream(true);
+    const progress = new Progress(out, 2, 1, false);
+    progress.start(attempt);
+    await vi.advanceTimersByTimeAsync(1_200);
+    progress.settledNote("evidence digest after observation 0 settled: abc");
+    await vi.advanceTimersByTimeAsync(1_000);
+    expect(text()).not.toContain("evidence digest");
+    progress.end(attempt, observation, 0.002);
+    const lines = text().split("\n");
+    const endAt = lines.findIndex((l) => l.includes(": completed, "));
+    expect(lines[endAt + 1]).toBe("study-runner: evidence digest after observation 0 settled: abc");
+
+    progress.start({ ...attempt, index: 1, scenario: "doc-bridge", arm: "mcp" });
+    await vi.advanceTimersByTimeAsync(1_200);
+    progress.note("waiting for the CLI login");
+    // The live frame was erased before the note: the note's line holds nothing else.
+    expect(text().split("\n").at(-2)!.split(CLEAR).at(-1)).toBe("study-runner: waiting for the CLI login");
+    expect(text().split("\n").at(-2)!.endsWith("running 1s, spent $0.002000 of $1.000000, run 3s")).toBe(false);
+    progress.stopLive();
+  });
+
   it("stopLive erases a drawn line and stops the ticker (an attempt that ended by a runner fault)", async () => {
     const { out, text } = stream(true);
     const progress = new Progress(out, 1, 1, false);
