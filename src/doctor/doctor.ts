@@ -129,7 +129,7 @@ async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<{ che
   const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
   let imageOk = false;
   let fakeImage: boolean | undefined;
-  if (!docker.runtime) checks.push(skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine"));
+  if (!docker.runtime) checks.push(skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine"), skip("engine-files", "needs the Docker engine"));
   else {
     const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
     checks.push(image);

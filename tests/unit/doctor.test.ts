@@ -341,6 +341,7 @@ describe("runDoctor", () => {
     expect(byName.docker!.ok).toBe(false);
     expect(byName.image).toMatchObject({ skipped: true, detail: "needs the Docker engine" });
     expect(byName["claude-version"]).toMatchObject({ skipped: true });
+    expect(byName["engine-files"]).toMatchObject({ skipped: true, detail: "needs the Docker engine" });
     expect(byName["root:ledgerlite"]).toMatchObject({ ok: false, skipped: false });
     expect(byName["doc-bridge"]).toMatchObject({ skipped: true });
     expect(report.checks.map((c) => c.name)).toEqual([
@@ -349,6 +350,7 @@ describe("runDoctor", () => {
       "docker",
       "image",
       "claude-version",
+      "engine-files",
       "login",
       "manifest",
       "root:ledgerlite",
