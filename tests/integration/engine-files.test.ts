@@ -69,7 +69,8 @@ describe("an engine that does not share the runner's files", () => {
       }
     }
     // The probe the preflight runs: refused on the second engine, naming the folder; accepted on the local one.
-    const problem = await runnerFilesProblem(new DockerRuntime({ socketPath: `${SECOND_ENGINE_DIR}/docker.sock` }), TINY_IMAGE, {});
+    const probeLabels = { "study-runner-test.files-probe": String(process.pid) };
+    const problem = await runnerFilesProblem(new DockerRuntime({ socketPath: `${SECOND_ENGINE_DIR}/docker.sock` }), TINY_IMAGE, probeLabels);
     expect(problem).toMatch(/the Docker engine cannot see this machine's files: it refused a container's bind of the runner's folder \/.*study-runner-probe-/);
     expect(problem).toMatch(/run study-runner there/);
     const local = new DockerRuntime();
@@ -77,7 +78,7 @@ describe("an engine that does not share the runner's files", () => {
     expect(await localProbe(local)).toBeNull();
     // The probe leaves no folder and no container behind.
     expect((await readdir(tmpdir())).filter((n) => n.startsWith(`study-runner-probe-${process.pid}-`))).toEqual([]);
-    expect(await engine.listContainers({ all: true })).toEqual([]);
+    expect(await engine.listContainers({ all: true, filters: { label: [`study-runner-test.files-probe=${process.pid}`] } })).toEqual([]);
   });
 
   // contract: R200

@@ -1,5 +1,5 @@
 import { execFile, spawn } from "node:child_process";
-import { mkdirSync, openSync } from "node:fs";
+import { mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
 import { homedir, tmpdir } from "node:os";
 import { dirname } from "node:path";
 import { promisify } from "node:util";
@@ -24,6 +24,15 @@ export function maskedFolders(): string[] {
   return [...new Set([tmpdir(), homedir(), "/home", dirname(PROJECT_ROOT)])];
 }
 
+function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 async function answers(): Promise<boolean> {
   try {
     await run("docker", ["-H", SECOND_ENGINE_HOST, "info", "--format", "{{.ServerVersion}}"], { timeout: 10_000 });
@@ -33,14 +42,32 @@ async function answers(): Promise<boolean> {
   }
 }
 
-/** Starts the engine unless it answers already; resolves to its DOCKER_HOST. */
+/** Where the running engine keeps the folders it hides: one started for another checkout hides another checkout's parent. */
+const MASKED_FILE = `${SECOND_ENGINE_DIR}/masked.json`;
+
+function masksThese(folders: string[]): boolean {
+  try {
+    const masked = JSON.parse(readFileSync(MASKED_FILE, "utf8")) as string[];
+    return folders.every((f) => masked.includes(f));
+  } catch {
+    return false;
+  }
+}
+
+/** Starts the engine unless it answers already hiding this checkout's folders (else restarts it); resolves to its DOCKER_HOST. */
 export async function startSecondEngine(): Promise<string> {
-  if (await answers()) return SECOND_ENGINE_HOST;
+  const folders = maskedFolders();
+  if (await answers()) {
+    if (masksThese(folders)) return SECOND_ENGINE_HOST;
+    const pid = Number(readFileSync(`${SECOND_ENGINE_DIR}/docker.pid`, "utf8"));
+    process.kill(pid, "SIGTERM");
+    // Until the process is gone: its pid file and exec root are the new engine's.
+    for (let i = 0; i < 120 && isAlive(pid); i++) await new Promise((r) => setTimeout(r, 500));
+  }
   mkdirSync(`${SECOND_ENGINE_DIR}/exec`, { recursive: true });
+  writeFileSync(MASKED_FILE, JSON.stringify(folders));
   mkdirSync(DATA_ROOT, { recursive: true });
-  const masks = maskedFolders()
-    .map((f) => `mount -t tmpfs -o size=16m tmpfs '${f}'`)
-    .join(" && ");
+  const masks = folders.map((f) => `mount -t tmpfs -o size=16m tmpfs '${f}'`).join(" && ");
   const script = `mount --make-rprivate / && ${masks} && exec dockerd --bridge=none --iptables=false --data-root ${DATA_ROOT} --exec-root ${SECOND_ENGINE_DIR}/exec --pidfile ${SECOND_ENGINE_DIR}/docker.pid -H ${SECOND_ENGINE_HOST}`;
   const log = openSync(`${SECOND_ENGINE_DIR}/dockerd.log`, "a");
   const child = spawn("unshare", ["-m", "sh", "-c", script], { detached: true, stdio: ["ignore", log, log] });
