@@ -13,7 +13,7 @@ const LAYERS = [
   { layer: "entry", folders: ["cli", "demo", "doctor", "schemas"] },
   { layer: "after the run", folders: ["report", "verify"] },
   { layer: "run kinds", folders: ["study", "adjudicate", "session"] },
-  { layer: "attempt machinery", folders: ["transport", "gateway", "mcp", "isolation", "image", "sandbox", "scripted-api", "credentials"] },
+  { layer: "attempt machinery", folders: ["transport", "gateway", "mcp", "isolation", "image", "sandbox", "stand-ins", "credentials"] },
   { layer: "core", folders: ["loop", "budget", "ledger", "plan", "manifest", "cost", "claude", "transcript", "terms", "settings", "corpus", "export", "process", "util"] },
 ];
 
@@ -78,6 +78,14 @@ module.exports = {
       severity: "error",
       from: { pathNot: "^src/sandbox/docker\\.ts$" },
       to: { path: "(^|/)node_modules/(@types/)?dockerode/" },
+    },
+    {
+      name: "stand-ins-only-for-the-demo",
+      comment:
+        'src/stand-ins/ holds the test doubles (the scripted Messages API, the fake claude image): only src/demo/ and src/calibrate/ may import them, besides bench/ and tests/; a study of the real CLI never leans on a stand-in (docs/architecture.md, "Stand-ins").',
+      severity: "error",
+      from: { path: "^src/", pathNot: "^src/(stand-ins|demo|calibrate)/" },
+      to: { path: "^src/stand-ins/" },
     },
     {
       name: "no-unresolvable-import",

@@ -22,7 +22,7 @@ import { buildIndex } from "../src/mcp/reference-server.ts";
 import { readLedger } from "../src/ledger/store.ts";
 import type { Ledger } from "../src/ledger/schema.ts";
 import { runStudy } from "../src/study/run.ts";
-import { startScriptedApi } from "../src/scripted-api/server.ts";
+import { startScriptedApi } from "../src/stand-ins/scripted-api/server.ts";
 import { DEMO_MANIFEST } from "../src/util/paths.ts";
 import { makeDemoCorpus } from "../src/demo/corpus.ts";
 import { writeTestLogin } from "../src/demo/setup.ts";

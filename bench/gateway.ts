@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { Gateway } from "../src/gateway/gateway.ts";
-import { startScriptedApi } from "../src/scripted-api/server.ts";
+import { startScriptedApi } from "../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa } from "../tests/support/test-ca.ts";
 import { note, round, runMain, stats } from "./lib.ts";
 

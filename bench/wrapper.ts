@@ -21,7 +21,8 @@ import { join } from "node:path";
 import { promisify } from "node:util";
 import { DockerRuntime } from "../src/sandbox/docker.ts";
 import { buildImage } from "../src/image/build.ts";
-import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../src/image/specs.ts";
+import { IMAGE_LAYOUT } from "../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../src/stand-ins/fake-claude/image.ts";
 import { PROJECT_ROOT } from "../src/util/paths.ts";
 import { measure, note, ratio, round, runMain, stats } from "./lib.ts";
 

@@ -152,7 +152,8 @@ function durationsInText(t) {
  * (`docBridge.bundleHash`, over the reference server and every module it imports). Such a digest
  * differs exactly when that code does. A difference there is explained, and not counted, only when it
  * is derived again from the two trees: the fake's recorded digest must be the sha256 of its own
- * tree's `docker/fake-claude/claude.mjs`, and the engine's must be the bundle hash each tree
+ * tree's fake claude script (`src/stand-ins/fake-claude/claude.mjs`, or
+ * `docker/fake-claude/claude.mjs` in a tree from before the stand-ins moved), and the engine's must be the bundle hash each tree
  * computes for its own engine command. Anything else is a difference.
  */
 const CODE_DIGESTS = [
@@ -164,10 +165,11 @@ const sha256Of = (path) => createHash("sha256").update(readFileSync(path)).diges
 
 /** Each side's recorded digest is its own tree's fake claude, and the two files differ. */
 function fakeClaudeChanged(trees, recorded) {
-  const file = (tree) => join(tree, "docker", "fake-claude", "claude.mjs");
+  // Where each tree keeps it: src/stand-ins/ now, docker/fake-claude/ in trees from before the move.
+  const file = (tree) => [join(tree, "src", "stand-ins", "fake-claude", "claude.mjs"), join(tree, "docker", "fake-claude", "claude.mjs")].find((f) => existsSync(f)) ?? "";
   if (!trees.every((t) => existsSync(file(t)))) return null;
   const [a, b] = trees.map((t) => sha256Of(file(t)));
-  return a === recorded[0] && b === recorded[1] && a !== b ? "docker/fake-claude/claude.mjs differs between the trees; each side's digest is its own tree's file" : null;
+  return a === recorded[0] && b === recorded[1] && a !== b ? "the fake claude script differs between the trees; each side's digest is its own tree's file" : null;
 }
 
 /**

@@ -1,7 +1,8 @@
 import { DockerRuntime } from "../sandbox/docker.ts";
 import { buildImage, probeVersion } from "../image/build.ts";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
-import { claudeCodeImageSpec, fakeClaudeImageSpec, findClaudeBinary } from "../image/specs.ts";
+import { claudeCodeImageSpec, findClaudeBinary } from "../image/specs.ts";
+import { fakeImageSpec } from "../demo/fake-image.ts";
 import { ensureClaudeBinary } from "../image/install.ts";
 import { ExitCode, RefusalError } from "../util/errors.ts";
 
@@ -10,7 +11,7 @@ export async function imageBuildCommand(flags: { fake?: boolean; claudeBinary?: 
   const version = flags.version ?? CLAUDE_CODE_VERSION;
   let spec;
   if (flags.fake) {
-    spec = await fakeClaudeImageSpec({ version });
+    spec = await fakeImageSpec({ version });
   } else {
     const binary = flags.claudeBinary ? flags.claudeBinary : flags.install ? (await ensureClaudeBinary({ version })).path : (await findClaudeBinary({ version }))?.path;
     if (!binary) {

@@ -1,7 +1,7 @@
 /**
  * `study-runner demo --real-cli`: the demo with the REAL pinned Claude Code binary instead of the
  * fake image, on the default path: `--credentials gateway`. The model is still scripted
- * (src/scripted-api over TLS on a loopback port, with a throw-away CA made here), and it is the
+ * (src/stand-ins/scripted-api over TLS on a loopback port, with a throw-away CA made here), and it is the
  * upstream of the runner's model gateway, exactly where https://api.anthropic.com would be: each
  * network-less container holds a placeholder login and reaches it only through its gateway socket,
  * every request is checked and metered, and the ledger carries the per-request records. The
@@ -19,8 +19,8 @@ import { claudeCodeImageSpec } from "../image/specs.ts";
 import type { Manifest } from "../manifest/schema.ts";
 import type { PlannedAttempt } from "../plan/plan.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
-import type { ScriptInput } from "../scripted-api/script.ts";
-import { startScriptedApi, type StartScriptedApiOptions } from "../scripted-api/server.ts";
+import type { ScriptInput } from "../stand-ins/scripted-api/script.ts";
+import { startScriptedApi, type StartScriptedApiOptions } from "../stand-ins/scripted-api/server.ts";
 import { makeTestCa } from "./test-ca.ts";
 
 /** The token the demo's gateway swaps in: it authenticates nothing, and only the scripted API on loopback sees it. */

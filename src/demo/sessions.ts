@@ -9,7 +9,7 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { makeRepository } from "./corpus.ts";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
-import type { ScriptInput } from "../scripted-api/script.ts";
+import type { ScriptInput } from "../stand-ins/scripted-api/script.ts";
 
 const PACKAGE = '{ "name": "demo", "version": "1.0.0", "type": "module", "private": true }\n';
 
@@ -184,7 +184,7 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
     // The scripted API is the upstream of the runner's gateway, as the real API would be.
     api = await startDemoGatewayApi(workdir, { script: sessionDemoScripts() });
   } else {
-    image = (await buildImage(runtime, await specs.fakeClaudeImageSpec())).id;
+    image = (await buildImage(runtime, await (await import("./fake-image.ts")).fakeImageSpec())).id;
   }
   const ledgers = join(workdir, "ledgers");
   await mkdir(ledgers, { recursive: true, mode: 0o700 });

@@ -12,7 +12,7 @@ import { exportSourceFor } from "../export/options.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { buildImage } from "../image/build.ts";
-import { fakeClaudeImageSpec } from "../image/specs.ts";
+import { fakeImageSpec } from "./fake-image.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
 
 export interface DemoSetup {
@@ -44,7 +44,7 @@ export async function prepareDemo(workdir: string, runtime: ContainerRuntime): P
   const corpus = await makeDemoCorpus(join(workdir, "corpus"));
   const loaded = await loadManifest(DEMO_MANIFEST);
   for (const [name, { dir }] of Object.entries(corpus)) await buildIndex(dir, { exclude: await exportSourceFor(loaded, name, dir) });
-  const image = await buildImage(runtime, await fakeClaudeImageSpec());
+  const image = await buildImage(runtime, await fakeImageSpec());
   const loginDir = join(workdir, "login");
   await writeTestLogin(loginDir);
   return { roots: Object.fromEntries(Object.entries(corpus).map(([name, { dir }]) => [name, dir])), image: image.tag, loginDir };

@@ -1,5 +1,3 @@
-import { GENERATED_PRICE_TABLE } from "../cost/cli-prices.generated.ts";
-import { GENERATED_INIT_EVENTS } from "../claude/init-events.generated.ts";
 import { access, open, readdir, readFile, realpath } from "node:fs/promises";
 import { homedir } from "node:os";
 import { join } from "node:path";
@@ -32,7 +30,6 @@ export const IMAGE_LABELS = {
 
 const REPO_ROOT = fileURLToPath(new URL("../../", import.meta.url));
 export const DEFAULT_HELPERS_DIR = join(REPO_ROOT, "docker", "helpers");
-export const FAKE_CLAUDE_SCRIPT = join(REPO_ROOT, "docker", "fake-claude", "claude.mjs");
 
 /** The native package the `@anthropic-ai/claude-code` wrapper installs on linux-x64 glibc. */
 const NATIVE_PACKAGE = "@anthropic-ai/claude-code-linux-x64";
@@ -119,7 +116,7 @@ const PASSWD = `root:x:0:0:root:/root:/nonexistent\nagent:x:${IMAGE_LAYOUT.uid}:
 const GROUP = `root:x:0:\nagent:x:${IMAGE_LAYOUT.gid}:\n`;
 
 /** Files shared by both images: Node and its libraries, users, helpers, and the empty dirs. */
-async function baseLayout(input: BaseImageInput, extraBinaries: string[]): Promise<{ files: ImageFile[]; dirs: ImageDir[] }> {
+export async function baseLayout(input: BaseImageInput, extraBinaries: string[]): Promise<{ files: ImageFile[]; dirs: ImageDir[] }> {
   const nodeBinary = input.nodeBinary ?? process.execPath;
   const helpersDir = input.helpersDir ?? DEFAULT_HELPERS_DIR;
   const libraries = new Set<string>();
@@ -148,7 +145,7 @@ async function baseLayout(input: BaseImageInput, extraBinaries: string[]): Promi
   return { files, dirs };
 }
 
-function imageSpec(tag: string, layout: { files: ImageFile[]; dirs: ImageDir[] }, labels: Record<string, string>): ImageSpec {
+export function imageSpec(tag: string, layout: { files: ImageFile[]; dirs: ImageDir[] }, labels: Record<string, string>): ImageSpec {
   return {
     tag,
     ...layout,
@@ -194,36 +191,6 @@ export async function claudeCodeImageSpec(input: ClaudeImageInput): Promise<Imag
     [IMAGE_LABELS.kind]: "claude-code",
     [IMAGE_LABELS.claudeVersion]: version,
     [IMAGE_LABELS.claudeSha256]: await fileSha256(input.claudeBinary),
-  });
-}
-
-/** Where the fake image holds the measured price table (read by docker/fake-claude/claude.mjs). */
-export const FAKE_PRICES_PATH = "/opt/study-runner/cli-prices.json";
-/** Where the fake image holds the measured init events (read by docker/fake-claude/claude.mjs). */
-export const FAKE_INIT_PATH = "/opt/study-runner/cli-init.json";
-
-export interface FakeImageInput extends BaseImageInput {
-  /** The version the fake reports by default; also the tag. */
-  version?: string;
-  /** Default: docker/fake-claude/claude.mjs of this repository. */
-  script?: string;
-}
-
-/** `study-runner/fake-claude:<version>`: the same layout with the scripted fake as `claude`. */
-export async function fakeClaudeImageSpec(input: FakeImageInput = {}): Promise<ImageSpec> {
-  const version = input.version ?? CLAUDE_CODE_VERSION;
-  const script = input.script ?? FAKE_CLAUDE_SCRIPT;
-  const layout = await baseLayout(input, []);
-  layout.files.push({ path: IMAGE_LAYOUT.claude, mode: 0o755, source: { hostPath: script } });
-  // The fake prices every model as the pinned CLI does, from the one measured table, so it can
-  // answer as any model (the adjudicator's too) with a cost the runner's check accepts.
-  layout.files.push({ path: FAKE_PRICES_PATH, mode: 0o644, source: { content: JSON.stringify(GENERATED_PRICE_TABLE.models) } });
-  // Its init events likewise: the measured init of each kind of run (contract R125).
-  layout.files.push({ path: FAKE_INIT_PATH, mode: 0o644, source: { content: JSON.stringify(GENERATED_INIT_EVENTS) } });
-  return imageSpec(`study-runner/fake-claude:${version}`, layout, {
-    [IMAGE_LABELS.kind]: "fake-claude",
-    [IMAGE_LABELS.claudeVersion]: version,
-    [IMAGE_LABELS.claudeSha256]: await fileSha256(script),
   });
 }
 

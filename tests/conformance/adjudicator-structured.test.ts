@@ -21,7 +21,7 @@ import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { armGuessScripts, correctVerdictScripts, MCP_SCRIPT, REPOSITORY_SCRIPT } from "./scripts.ts";
 import { messageRequests, TEST_TOKEN, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, type Corpus, type StudyApi, type StudyRun } from "./support.ts";

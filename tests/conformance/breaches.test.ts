@@ -7,7 +7,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { messageRequests, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, TEST_TOKEN, toolResults, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 
 const RESERVATION_USD = 0.1;

@@ -20,7 +20,7 @@ import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths } f
 import { collectSessionCall } from "../../src/session/state.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { CLI_PRICES } from "../../src/cost/prices.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
 import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
 import {

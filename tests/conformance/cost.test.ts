@@ -18,7 +18,7 @@ import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { computeCost, type CostResult } from "../../src/cost/compute.ts";
 import { CLI_PRICES, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
 import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
 import {

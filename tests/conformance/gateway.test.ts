@@ -7,8 +7,8 @@
 import { createHash } from "node:crypto";
 import { createServer as createTlsServer } from "node:tls";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import type { Turn } from "../../src/scripted-api/script.ts";
+import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
+import type { Turn } from "../../src/stand-ins/scripted-api/script.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { runCli } from "../support/cli.ts";

@@ -32,7 +32,7 @@ import { runStudy } from "../../src/study/run.ts";
 import { startSessions } from "../../src/session/run.ts";
 import type { SessionLedger } from "../../src/session/schema.ts";
 import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { makeTestCa } from "../support/test-ca.ts";
 import { armGuessScripts, correctVerdictScripts, MCP_SCRIPT } from "./scripts.ts";

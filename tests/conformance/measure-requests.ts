@@ -24,7 +24,7 @@ import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts"
 import { parseTarget, type MeasuredRequest, type RequestShapes } from "../../src/gateway/request-shape.ts";
 import { inferShape } from "../support/infer-shape.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
-import type { RecordedRequest } from "../../src/scripted-api/server.ts";
+import type { RecordedRequest } from "../../src/stand-ins/scripted-api/server.ts";
 import { startSessions } from "../../src/session/run.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import type { JsonValue } from "../../src/util/strict-json.ts";

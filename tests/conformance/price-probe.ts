@@ -17,8 +17,8 @@ import { runBounded } from "../../src/sandbox/bounded.ts";
 import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { cliArguments } from "../../src/claude/args.ts";
-import type { Turn } from "../../src/scripted-api/script.ts";
-import { startScriptedApi, type DynamicRequest } from "../../src/scripted-api/server.ts";
+import type { Turn } from "../../src/stand-ins/scripted-api/script.ts";
+import { startScriptedApi, type DynamicRequest } from "../../src/stand-ins/scripted-api/server.ts";
 import type { ContainerRuntime } from "../../src/sandbox/port.ts";
 import type { TierPrices } from "../../src/cost/prices.ts";
 

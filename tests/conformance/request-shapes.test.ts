@@ -10,7 +10,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { CLI_REQUEST_SHAPES } from "../../src/gateway/cli-requests.generated.ts";
 import { headerProblem, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
-import type { RecordedRequest } from "../../src/scripted-api/server.ts";
+import type { RecordedRequest } from "../../src/stand-ins/scripted-api/server.ts";
 import type { JsonValue } from "../../src/util/strict-json.ts";
 import { measureRequests, REGENERATE_COMMAND, SCENARIOS, shapesOf } from "./measure-requests.ts";
 

@@ -3,7 +3,7 @@
  * arbitrary but distinct per turn, with cache reads and both cache-write TTLs, so that a sum
  * taken from the wrong place cannot match by chance.
  */
-import { parseScripts, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { parseScripts, type ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { scriptedTotals } from "../support/scripted-totals.ts";
 import { itemIdFor, STRUCTURED_OUTPUT_TOOL } from "../../src/adjudicate/prompt.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";

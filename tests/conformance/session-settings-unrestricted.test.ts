@@ -26,7 +26,7 @@ import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { expectedInit, INIT_FIELDS_VARYING_PER_RUN } from "../../src/claude/init-expectation.ts";
 import type { Gateway } from "../../src/gateway/gateway.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { sessionArguments, sessionPrompt } from "../../src/session/args.ts";
 import { MODEL, openTestAttempt, prepareCorpus, realImage, runtime, startStudyApi, testGateway, type Corpus, type StudyApi } from "./support.ts";
 

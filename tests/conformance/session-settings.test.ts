@@ -20,7 +20,7 @@ import { answerSession, resumeSessions, startSessions } from "../../src/session/
 import { sessionPaths } from "../../src/session/state.ts";
 import type { SessionLedger } from "../../src/session/schema.ts";
 import { makeSessionDemo, ROUNDING_QUESTION, sessionDemoScripts } from "../../src/demo/sessions.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { MODEL, prepareCorpus, realImage, runtime, startStudyApi, type Corpus, type StudyApi } from "./support.ts";
 
 const MARKER = "SETTINGS-MARKER-5d1c";

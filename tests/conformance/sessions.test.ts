@@ -16,7 +16,7 @@ import type { SessionLedger } from "../../src/session/schema.ts";
 import { SESSION_INIT_TOOLS } from "../../src/session/args.ts";
 import { checkAnyLedger } from "../../src/session/check.ts";
 import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, sessionDemoScripts, TIER_QUESTION } from "../../src/demo/sessions.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa } from "../support/test-ca.ts";
 import { MODEL, prepareCorpus, realImage, runtime, TEST_TOKEN, type Corpus } from "./support.ts";
 

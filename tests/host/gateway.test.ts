@@ -3,7 +3,7 @@ import { request } from "node:http";
 import { createServer as createTlsServer } from "node:https";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Gateway } from "../../src/gateway/gateway.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { meteredCostPico, meteredCostUsd, requestBound } from "../../src/gateway/meter.ts";
 import { picoToUsd } from "../../src/cost/money.ts";

@@ -5,8 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { runCli } from "../support/cli.ts";
 import { filesText, MODEL, pilotScripts, prepareCorpus, TEST_KEY, usage, type Corpus } from "../support/http-fixture.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 

@@ -2,8 +2,8 @@ import { afterEach, describe, expect, it } from "vitest";
 import { createServer, type Server } from "node:http";
 import { sendMessages, type CallOutcome } from "../../src/transport/http/client.ts";
 import { jsonReplyFacts } from "../../src/gateway/meter.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 
 // One Messages API call over built-in fetch against the scripted API on loopback (and two small
 // hand-made servers for a redirect and an oversized reply).

@@ -8,7 +8,7 @@ import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { SYSTEM_PROMPT } from "../../src/transport/http/tool-loop.ts";
 import { buildPrompt } from "../../src/claude/args.ts";
 import { bodies, DOC_SEARCH, MODEL, pilotScripts, prepareCorpus, PRICES, runHttp, TEST_KEY, usage, type Corpus } from "../support/http-fixture.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { requestTokenBound } from "../../src/cost/usage.ts";
 import { callCeiling, usageCostUsd } from "../../src/transport/http/pricing.ts";
 

@@ -6,8 +6,8 @@ import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { newestToolResults, startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import { parseScripts, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { newestToolResults, startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
+import { parseScripts, type ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { scriptedTotals } from "../support/scripted-totals.ts";
 
 // The scripted Messages API on loopback TCP and on a unix socket, driven by hand-made requests

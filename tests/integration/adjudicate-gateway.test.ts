@@ -10,7 +10,7 @@ import { join } from "node:path";
 import Docker from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";

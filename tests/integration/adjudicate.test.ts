@@ -1,6 +1,6 @@
 import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
 import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { GUESSED_ARM } from "../../src/adjudicate/schema.ts";
 import { clopperPearson } from "../../src/adjudicate/blinding.ts";
 import { tmpdir } from "node:os";

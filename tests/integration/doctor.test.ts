@@ -9,7 +9,7 @@ import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { runCli, type CliResult } from "../support/cli.ts";
 import { createServer } from "node:net";
-import { startScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa } from "../support/test-ca.ts";
 
 /**

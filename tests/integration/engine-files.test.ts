@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { buildImage, runnerFilesProblem } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { runCli } from "../support/cli.ts";
 import { maskedFolders, SECOND_ENGINE_DIR, startSecondEngine } from "../support/second-engine.ts";
 

@@ -8,7 +8,7 @@ import { createServer } from "node:net";
 import { readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { containersCreatedBy, freshLogin, leftovers, preparePipeline, prepareRun, startPipeline, type Pipeline, type PreparedRun } from "../support/pipeline.ts";
 

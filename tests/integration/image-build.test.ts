@@ -1,7 +1,8 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { buildImage, probeVersion } from "../../src/image/build.ts";
 import { contextDigest, fileSha256 } from "../../src/image/context.ts";
-import { fakeClaudeImageSpec, FAKE_CLAUDE_SCRIPT, IMAGE_LABELS } from "../../src/image/specs.ts";
+import { IMAGE_LABELS } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec, FAKE_CLAUDE_SCRIPT } from "../../src/stand-ins/fake-claude/image.ts";
 import type { ImageSpec } from "../../src/image/context.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 

@@ -84,7 +84,7 @@ describe("the installed package", () => {
     const files = (await readdir(pkg.root, { recursive: true })).map((f) => f.split(sep).join("/")).filter((f) => !f.startsWith("node_modules/"));
     for (const f of [
       "dist/cli/bin.js",
-      "docker/fake-claude/claude.mjs",
+      "src/stand-ins/fake-claude/claude.mjs",
       "docker/claude-code/Dockerfile",
       "docker/helpers/with-relay.cjs",
       "study/demo/manifest.json",

@@ -1,7 +1,8 @@
 import { describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { PROGRAM_SCRIPTS, runtimeBehaviourSuite, sandboxBehaviourSuite } from "../support/runtime-behaviour.ts";
 

@@ -3,7 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { LABELS, reapOrphans, runnerLabels } from "../../src/sandbox/reaper.ts";
 import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import type { ContainerSpec } from "../../src/sandbox/port.ts";
 
 const runtime = new DockerRuntime();

@@ -6,8 +6,8 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import { parseScripts, type ScriptInput } from "../../src/scripted-api/script.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
+import { parseScripts, type ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { scriptedTotals } from "../support/scripted-totals.ts";
 import { runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
 

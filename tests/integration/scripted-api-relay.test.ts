@@ -8,8 +8,9 @@ import { fileURLToPath } from "node:url";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { runHardened, SOCKET_DIR_IN_CONTAINER } from "./scripted-api-fixtures.ts";
 
 // docker/helpers/api-relay.cjs and with-relay.cjs: on the host (byte-for-byte forwarding) and

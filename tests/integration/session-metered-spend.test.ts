@@ -11,14 +11,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage, isFakeClaudeImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec, IMAGE_LABELS } from "../../src/image/specs.ts";
+import { IMAGE_LABELS } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { startSessions } from "../../src/session/run.ts";
 import { FIXED_INVOICE, makeSessionDemo, type SessionDemo } from "../../src/demo/sessions.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { gatewayLimitProblem } from "../../src/gateway/run.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { sessionTestConfig } from "../support/session-config.ts";
 

@@ -9,7 +9,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { acquireLoginLock, resolveLogin } from "../../src/credentials/login.ts";

@@ -7,9 +7,9 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { text } from "node:stream/consumers";
 import type { ContainerRuntime, ContainerSpec, Mount } from "../../src/sandbox/port.ts";
-import { FAKE_CLAUDE_SCRIPT } from "../../src/image/specs.ts";
+import { FAKE_CLAUDE_SCRIPT } from "../../src/stand-ins/fake-claude/image.ts";
 
-/** Helpers to drive docker/fake-claude/claude.mjs: its behaviour file, its records. */
+/** Helpers to drive src/stand-ins/fake-claude/claude.mjs: its behaviour file, its records. */
 
 export interface ToolCall {
   name: string;

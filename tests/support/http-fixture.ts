@@ -15,8 +15,8 @@ import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
-import type { ScriptInput } from "../../src/scripted-api/script.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
+import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { runHttpStudy, type HttpStudyConfig, type HttpStudyDeps } from "../../src/study/http.ts";
 
 export const MODEL = "claude-haiku-5-5";

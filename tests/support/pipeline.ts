@@ -14,7 +14,7 @@ import { join, resolve } from "node:path";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";

@@ -1,4 +1,4 @@
-import type { Script, ScriptedUsage } from "../../src/scripted-api/script.ts";
+import type { Script, ScriptedUsage } from "../../src/stand-ins/scripted-api/script.ts";
 
 /** The sums a run of the whole script should report (every tool and answer turn once). */
 export function scriptedTotals(script: Script): Required<Omit<ScriptedUsage, "cache_creation">> & {

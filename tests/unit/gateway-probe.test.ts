@@ -5,7 +5,7 @@
 import { createServer, type Server, type Socket } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { probeUpstream as probe, upstreamRefusal } from "../../src/gateway/probe.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 
 let ca: TestCa;

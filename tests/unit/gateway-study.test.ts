@@ -12,7 +12,7 @@ import { buildReport } from "../../src/report/build.ts";
 import { CONTAINER } from "../../src/transport/cli/spec.ts";
 import { ExitCode, RefusalError } from "../../src/util/errors.ts";
 import { GATEWAY_SOCKET_NAME } from "../../src/gateway/gateway.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";

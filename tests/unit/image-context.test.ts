@@ -6,7 +6,8 @@ import tar from "tar-stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { contextDigest, packContext, renderDockerfile, type ImageSpec } from "../../src/image/context.ts";
 import { collectLibraries, parseLdd } from "../../src/image/libraries.ts";
-import { claudeCodeImageSpec, fakeClaudeImageSpec, FAKE_CLAUDE_SCRIPT, IMAGE_LABELS } from "../../src/image/specs.ts";
+import { claudeCodeImageSpec, IMAGE_LABELS } from "../../src/image/specs.ts";
+import { fakeClaudeImageSpec, FAKE_CLAUDE_SCRIPT } from "../../src/stand-ins/fake-claude/image.ts";
 
 interface TarEntry {
   name: string;
@@ -217,7 +218,7 @@ describe("the two image specs", () => {
     expect(byName.get("Dockerfile")?.body.toString()).toContain("COPY --chown=1000:1000 owned/home/agent/ /home/agent/");
   });
 
-  it("builds the fake image from docker/fake-claude/claude.mjs under the same layout", async () => {
+  it("builds the fake image from the stand-in src/stand-ins/fake-claude/claude.mjs under the same layout", async () => {
     const s = await fakeClaudeImageSpec({ helpersDir: join(dir, "no-helpers") });
     expect(s.tag).toBe("study-runner/fake-claude:2.1.296");
     const claude = s.files.find((f) => f.path === "/usr/local/bin/claude");

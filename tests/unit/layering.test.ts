@@ -114,6 +114,16 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
     expect(output).toMatch(/error no-cycle-between-folders: src\/util →\s+src\/plan →\s+src\/util/);
   });
 
+  it("fails when a product module imports a stand-in; the demo may", async () => {
+    const output = await violations(parent, "stand-in", {
+      "src/stand-ins/scripted-api/server.ts": 'import { UsageError } from "../../util/errors.ts";\nexport const api = () => new UsageError("scripted");\n',
+      "src/gateway/gateway.ts": 'import { api } from "../stand-ins/scripted-api/server.ts";\nexport const gateway = () => api();\n',
+      "src/demo/setup.ts": 'import { api } from "../stand-ins/scripted-api/server.ts";\nexport const demo = () => api();\n',
+    });
+    expect(output).toContain("error stand-ins-only-for-the-demo: src/gateway/gateway.ts → src/stand-ins/scripted-api/server.ts");
+    expect(output).not.toContain("src/demo/setup.ts →");
+  });
+
   it("fails when src imports from outside src, or a module other than the Docker adapter imports dockerode", async () => {
     const output = await violations(parent, "outside", {
       "tests/helper.ts": "export const helper = 1;\n",

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { startScriptedApi, type ScriptedApi } from "../../src/scripted-api/server.ts";
+import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { demoScripts } from "../../src/demo/real-cli.ts";
 import { loadManifest } from "../../src/manifest/load.ts";
 import { planStudy } from "../../src/plan/plan.ts";

@@ -385,7 +385,7 @@ function refreshLogin() {
 
 /**
  * Behaviour `connect: [{ host, port, count?, concurrency?, direct?, send?, holdMs?, timeoutMs? }]`
- * (issue 9): before the transcript, open connections the way an HTTPS client does: through
+ * (the strict profile's egress tests): before the transcript, open connections the way an HTTPS client does: through
  * HTTPS_PROXY with CONNECT when it is set (unless `direct`), else straight to host:port. Each
  * open tunnel sends `send` (default "ping\n"), reads one chunk back and stays open `holdMs`.
  * Writes one line per entry to records/connect-<attempt>-*.jsonl: `via` and how many connections
@@ -489,7 +489,7 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 // ---------------------------------------------------------------------------------------
 // MCP: a minimal stdio JSON-RPC client, enough to act as the CLI towards a real server
-// (initialize, notifications/initialized, tools/list, tools/call). Issue 5 builds on this.
+// (initialize, notifications/initialized, tools/list, tools/call).
 
 class McpClient {
   constructor(name, config) {
