@@ -135,7 +135,7 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   }
   if (problems.length) throw new RefusalError(problems.join("\n"), problems);
   // Only a metered run asks the engine whether the image is the fake one.
-  const fakeImage = config.credentials === "gateway" && (await isFakeClaudeImage(deps.runtime, config.image));
+  const fakeImage = config.credentials === "gateway" && (await isFakeClaudeImage(deps.runtime, probed.imageId));
   const gateway = await gatewayForRun(config, { model: config.model, login, holder: id, limit: { usd: config.itemBudgetUsd, flag: "--item-budget-usd" }, fakeImage });
   if (!gateway) return { probed, login, ociRuntime };
   // The fake claude image sends no model request: there is no metered usage to hold its transcript to.
@@ -355,7 +355,7 @@ async function runUnit(a: Adjudication, u: Unit, ctx: Parameters<RunKind<Unit, A
     a.deps,
     cliRunInput(
       config,
-      { run: a.adjudicationId, unit, attemptIndex: p.position, runtimeName: a.ociRuntime },
+      { run: a.adjudicationId, unit, attemptIndex: p.position, imageId: a.record.adjudicator.image.id, runtimeName: a.ociRuntime },
       {
         // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
         export: adjudicatorFilterOptions({

@@ -123,7 +123,7 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
     docBridge = { ...(await engineProvenance(config.docBridgeCommand, result.checkouts)), denyList: denyList(result.tools) };
   }
   // The fake claude image answers without any model: like a scripted API, a test endpoint.
-  const fakeImage = await isFakeClaudeImage(runtime, config.image);
+  const fakeImage = await isFakeClaudeImage(runtime, probed.imageId);
   const gateway = await gatewayForRun(config, {
     model: config.model,
     login,
@@ -217,6 +217,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
           transcripts,
           ahead,
           ociRuntime,
+          imageId: probed.imageId,
           onLine: rateLimitWatch(ctx),
         },
         ctx.entry,
@@ -246,6 +247,8 @@ interface AttemptContext {
   ahead: MadeAhead;
   /** The OCI runtime of every attempt container (resolved in the preflight). */
   ociRuntime: string;
+  /** The image id the preflight probed: every attempt container is created from it. */
+  imageId: string;
   /** Sees every stdout line (rate limits slow new starts). */
   onLine?: (line: string) => void;
 }
@@ -297,7 +300,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     deps,
     cliRunInput(
       config,
-      { run: ctx.runId, unit: String(attempt.index), attemptIndex: attempt.index, runtimeName: ctx.ociRuntime },
+      { run: ctx.runId, unit: String(attempt.index), attemptIndex: attempt.index, imageId: ctx.imageId, runtimeName: ctx.ociRuntime },
       {
         export: exportOptions,
         exported,

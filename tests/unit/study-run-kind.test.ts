@@ -4,7 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FakeProcess, FakeRuntime } from "../support/fake-runtime.ts";
 import { runStudy } from "../../src/study/run.ts";
-import { fakeClaudeRuntime, unitAdjudicationConfig, unitStudyConfig } from "../support/unit-study.ts";
+import { fakeClaudeRuntime, UNIT_IMAGE, unitAdjudicationConfig, unitStudyConfig } from "../support/unit-study.ts";
+import { IMAGE_LABELS } from "../../src/image/specs.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { ExitCode } from "../../src/util/errors.ts";
@@ -107,6 +108,23 @@ describe("the CLI attempt kind on the in-memory runtime", () => {
     ]);
     expect(r.ledger.statusReason).toMatch(/^attempt 2 \(.*\) ended failed: refused after its reservation: .*expired/);
     expect(r.summary).toMatchObject({ status: "blocked", spentUsd: 0.100602, attempts: { run: 2 } });
+  });
+
+  // contract: R255
+  it("runs every attempt in the image the preflight probed, even when its tag is moved to another image mid-run", async () => {
+    const ran: string[] = [];
+    let runtime: FakeRuntime;
+    runtime = runtimeWith((n, proc) => {
+      ran.push(proc.image.id);
+      // Another build of the same tag (another checkout, a rebuild) lands while the run goes on.
+      if (n === 0) runtime.addImage(UNIT_IMAGE, { [IMAGE_LABELS.claudeSha256]: "b".repeat(64), [IMAGE_LABELS.kind]: "fake-claude" });
+      return answer(proc);
+    });
+    const r = await run("moved-tag", runtime);
+    expect(r.code).toBe(ExitCode.ok);
+    expect(ran).toHaveLength(3);
+    expect(ran).toEqual([r.ledger.image.id, r.ledger.image.id, r.ledger.image.id]);
+    expect((await runtime.inspectImage(UNIT_IMAGE))?.id).not.toBe(r.ledger.image.id);
   });
 
   it("a fault of the engine mid-attempt leaves the reservation open and charged on disk, and propagates", async () => {

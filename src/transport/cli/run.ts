@@ -137,9 +137,15 @@ export interface CliUnitConfig {
   testHooks?: Pick<TestHooks, "stdoutLimitBytes">;
 }
 
-/** Where a unit belongs: its run (or adjudication) id and its own label, its index, the OCI runtime of its container. */
+/** Where a unit belongs: its run (or adjudication) id and its own label, its index, its image, the OCI runtime of its container. */
 export interface CliUnitPlace {
   run: string;
+  /**
+   * The id of the image the preflight probed (version, binary hash), never its tag: a tag can be
+   * moved to another image between the probe and a container's create (another build of the same
+   * tag), and the unit must run the binary the run header records.
+   */
+  imageId: string;
   unit: string;
   attemptIndex: number;
   runtimeName?: string;
@@ -153,7 +159,7 @@ export interface CliUnitPlace {
 export function cliRunInput(config: CliUnitConfig, place: CliUnitPlace, own: Omit<CliRunInput, CommonInput>): CliRunInput {
   return {
     ...own,
-    image: config.image,
+    image: place.imageId,
     model: config.model,
     expectedCliVersion: config.expectedCliVersion,
     modelApiSocket: config.modelApi?.socketPath,
