@@ -14,7 +14,7 @@ const LAYERS = [
   { layer: "after the run", folders: ["report", "verify"] },
   { layer: "run kinds", folders: ["study", "adjudicate", "session"] },
   { layer: "attempt machinery", folders: ["transport", "gateway", "mcp", "isolation", "image", "sandbox", "stand-ins", "credentials"] },
-  { layer: "core", folders: ["loop", "budget", "ledger", "plan", "manifest", "cost", "claude", "transcript", "terms", "settings", "corpus", "export", "process", "util"] },
+  { layer: "core", folders: ["loop", "budget", "ledger", "plan", "manifest", "cost", "claude", "transcript", "terms", "corpus", "export", "process", "util"] },
 ];
 
 /** The path pattern of the modules in these src/ folders. */

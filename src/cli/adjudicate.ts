@@ -1,7 +1,7 @@
 import { resolve } from "node:path";
 import { UsageError, errorMessage } from "../util/errors.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
-import { checkAdjudicationOutput, credentialOptions, parseAdjudicateFlags, type AdjudicateFlags, type AdjudicateOptions } from "./options.ts";
+import { checkAdjudicationOutput, credentialOptions, parseAdjudicateFlags, type AdjudicateFlags, type AdjudicateOptions } from "./config/commands.ts";
 import { withStopSignals } from "./signals.ts";
 
 /**

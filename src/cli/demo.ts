@@ -8,7 +8,7 @@ import { ExitCode } from "../util/errors.ts";
 import { acquireHeldLock, LOCK_STALE_MS, type HeldLock } from "../util/held-lock.ts";
 import { printable } from "../util/printable.ts";
 import { runCommand } from "./run.ts";
-import { checkDemoRuntime } from "./options.ts";
+import { checkDemoRuntime } from "./config/commands.ts";
 
 /**
  * The bundled demo, end to end: the demo corpus at its pins, a doc-bridge index per checkout,

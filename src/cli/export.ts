@@ -5,10 +5,11 @@ import { gitTopLevel } from "../corpus/git.ts";
 import { loadManifest } from "../manifest/load.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
 import { writePinnedExport } from "../export/export.ts";
-import { exportSourceFor, parseExportLimits } from "../export/options.ts";
+import { exportSourceFor } from "../export/options.ts";
+import { parseExportLimits } from "./config/fields.ts";
 import { unmatchedAnswerKeys } from "../export/root-check.ts";
 import { printable } from "../util/printable.ts";
-import { parseExportRoots, type ExportFlags } from "./options.ts";
+import { parseExportRoots, type ExportFlags } from "./config/commands.ts";
 
 export interface ExportCommandOptions {
   /** The study manifest: it pins the repository and lists its answer keys. */
@@ -77,7 +78,7 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
   };
 }
 
-/** `study-runner export` from its flags: the checkouts parsed (src/cli/options.ts), the summary printed as JSON. */
+/** `study-runner export` from its flags: the checkouts parsed (src/cli/config/), the summary printed as JSON. */
 export async function exportFlagsCommand(flags: ExportFlags): Promise<number> {
   const summary = await exportCommand({ ...flags, roots: parseExportRoots(flags) });
   process.stdout.write(JSON.stringify(summary, null, 2) + "\n");

@@ -2,7 +2,7 @@ import { DEFAULT_ADJUDICATOR_MODELS } from "../cost/models.ts";
 import { Command, CommanderError, Option } from "commander";
 import { EvidenceError, ExitCode, FaultError, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST, runnerVersion } from "../util/paths.ts";
-import { DEFAULT_ATTEMPT_BUDGET_USD } from "../settings/run-options.ts";
+import { DEFAULT_ATTEMPT_BUDGET_USD } from "./config/execution.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";

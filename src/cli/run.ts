@@ -5,7 +5,7 @@ import type { ExportLimits } from "../export/export.ts";
 import { ExitCode, RefusalError } from "../util/errors.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { measureSideEffects, sideEffectViolations } from "../process/measure.ts";
-import { checkDryRunModel, parseRunExecution, parseStudyInputs, runMode, type RunExecution, type RunFlags } from "./options.ts";
+import { checkDryRunModel, parseRunExecution, parseStudyInputs, runMode, type RunExecution, type RunFlags } from "./config/commands.ts";
 import { withStopSignals } from "./signals.ts";
 
 /** The only children a dry run may start: git reads the checkouts at their pins. */
@@ -152,7 +152,7 @@ async function runCli(flags: RunFlags, study: StudyInputs, options: RunExecution
 
 /**
  * `study-runner run`: a dry run, or the pilot or full study. The flags and environment are
- * parsed once (src/cli/options.ts); every problem is refused (exit 2) before anything is reserved.
+ * parsed once (src/cli/config/); every problem is refused (exit 2) before anything is reserved.
  */
 export async function runCommand(flags: RunFlags): Promise<number> {
   // Measured from the start: the dry run reports what it did, not a promise.

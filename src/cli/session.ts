@@ -2,7 +2,8 @@ import { readFile } from "node:fs/promises";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { UsageError } from "../util/errors.ts";
 import { answerSession, resumeSessions, retrySession, startSessions } from "../session/run.ts";
-import { parseRoots, parseSessionRuntimeFlags, parseSessionStartFlags, type SessionRuntimeFlags, type SessionStartFlags } from "./options.ts";
+import { parseSessionRuntimeFlags, parseSessionStartFlags, type SessionRuntimeFlags, type SessionStartFlags } from "./config/commands.ts";
+import { parseRoots } from "./config/fields.ts";
 import type { SessionLedger } from "../session/schema.ts";
 
 const say = (quiet: boolean | undefined) => (line: string) => {

@@ -12,7 +12,7 @@ import { checkRoot } from "../export/root-check.ts";
 import type { ExportLimits } from "../export/export.ts";
 import { EngineDidNotStartError, preflightDocBridge, referenceEngineCommand, referenceIndexCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
 import { checkOutputPath } from "../ledger/store.ts";
-import { checkExecution, type RawRunFlags } from "../settings/run-options.ts";
+import { checkExecution, type RawRunFlags } from "../cli/config/execution.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
 import type { Mode } from "../plan/plan.ts";
 import { errorMessage } from "../util/errors.ts";

@@ -1,32 +1,7 @@
 import { createHash } from "node:crypto";
 import { realpath } from "node:fs/promises";
 import { isAbsolute, relative, sep } from "node:path";
-import { UsageError } from "../util/errors.ts";
-import { DEFAULT_EXPORT_LIMITS, type ExportLimits, type ExportSource } from "./export.ts";
-
-/**
- * `--max-export-files` and `--max-export-bytes`: the run's export limits (docs/export.md,
- * "Limits"), the defaults where a flag is absent. A value that is not a positive whole number is
- * refused naming the flag.
- */
-export function parseExportLimits(flags: { maxExportFiles?: string; maxExportBytes?: string }): ExportLimits {
-  const problems: string[] = [];
-  const parse = (flag: string, value: string | undefined, fallback: number) => {
-    if (value === undefined) return fallback;
-    const n = Number(value);
-    if (value.trim() === "" || !Number.isSafeInteger(n) || n <= 0) {
-      problems.push(`${flag} must be a positive whole number (default ${fallback}), got '${value}'`);
-      return fallback;
-    }
-    return n;
-  };
-  const limits = {
-    maxFiles: parse("--max-export-files", flags.maxExportFiles, DEFAULT_EXPORT_LIMITS.maxFiles),
-    maxBytes: parse("--max-export-bytes", flags.maxExportBytes, DEFAULT_EXPORT_LIMITS.maxBytes),
-  };
-  if (problems.length) throw new UsageError(problems.join("\n"), problems);
-  return limits;
-}
+import type { ExportSource } from "./export.ts";
 
 /**
  * The manifest's repository-relative path when the manifest file lives inside the checkout

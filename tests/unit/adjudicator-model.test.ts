@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { chooseAdjudicatorModel, DEFAULT_ADJUDICATOR_MODELS, modelProblem } from "../../src/cost/models.ts";
 import { adjudicatorSentence } from "../../src/report/adjudicator.ts";
-import { checkExecution } from "../../src/settings/run-options.ts";
+import { checkExecution } from "../../src/cli/config/execution.ts";
 import { pricesFor } from "../../src/cost/prices.ts";
 
 describe("the adjudicator's model", () => {

@@ -1,24 +1,13 @@
 /**
- * src/cli/options.ts: each command's flags and environment parsed once into a typed config, every
+ * src/cli/config/: each command's flags and environment parsed once into a typed config, every
  * refusal naming the flag and the fix, all of a command's problems reported at once.
  */
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import {
-  checkDemoRuntime,
-  parseAdjudicateFlags,
-  parseConcurrency,
-  parseCpus,
-  parseDoctorFlags,
-  parseEngineCommand,
-  parseRoots,
-  parseRunExecution,
-  parseStudyInputs,
-  runMode,
-  type RunFlags,
-} from "../../src/cli/options.ts";
+import { checkDemoRuntime, parseAdjudicateFlags, parseDoctorFlags, parseRunExecution, parseSessionStartFlags, parseStudyInputs, runMode, type RunFlags } from "../../src/cli/config/commands.ts";
+import { parseConcurrency, parseCpus, parseEngineCommand, parseRoots } from "../../src/cli/config/fields.ts";
 import { UsageError } from "../../src/util/errors.ts";
 
 const ENV = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" } as NodeJS.ProcessEnv;
@@ -176,6 +165,28 @@ describe("adjudicate", () => {
       "--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only",
       expect.stringMatching(/^--max-export-files must be a positive whole number/),
       expect.stringMatching(/^--root 'x': expected name=path/),
+    ]);
+  });
+});
+
+describe("sessions start", () => {
+  const start = { manifest: "m.json", output: "o.json", image: "i", model: "claude-haiku-5-5", callBudgetUsd: "0.5", sessionBudgetUsd: "10" };
+
+  it("every amount is checked as every other command's: a plain positive decimal, a missing one named with what it is", () => {
+    expect(parseSessionStartFlags({ ...start, capUsd: "2.5" }, {})).toMatchObject({ capUsd: 2.5, callBudgetUsd: 0.5, sessionBudgetUsd: 10 });
+    const problems = (flags: object) => {
+      try {
+        parseSessionStartFlags({ ...start, ...flags }, {});
+      } catch (err) {
+        return (err as UsageError).problems;
+      }
+      return [];
+    };
+    expect(problems({})).toEqual(["--cap-usd is required: the cumulative cap in USD of every call of this ledger, e.g. --cap-usd 0.5"]);
+    expect(problems({ capUsd: "1e-1", callBudgetUsd: "0", sessionBudgetUsd: "-1" })).toEqual([
+      "--cap-usd must be a positive decimal number such as 0.5",
+      "--call-budget-usd must be greater than 0",
+      "--session-budget-usd must be a positive decimal number such as 0.5",
     ]);
   });
 });

@@ -83,11 +83,11 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
 
   it("fails when a module imports one of a higher layer, or lies in a src/ folder the layer table does not name", async () => {
     const output = await violations(parent, "misplaced", {
-      // util (core) -> study (run kinds), settings (core) -> adjudicate (run kinds): upward, though no cycle.
+      // util (core) -> study (run kinds), corpus (core) -> adjudicate (run kinds): upward, though no cycle.
       "src/study/run.ts": "export const study = () => 1;\n",
       "src/util/x.ts": 'import { study } from "../study/run.ts";\nexport const x = study();\n',
       "src/adjudicate/plan.ts": "export const verdicts = () => 1;\n",
-      "src/settings/run-options.ts": 'import { verdicts } from "../adjudicate/plan.ts";\nexport const options = verdicts();\n',
+      "src/corpus/options.ts": 'import { verdicts } from "../adjudicate/plan.ts";\nexport const options = verdicts();\n',
       // Folders the table does not name: one that imports, one that is imported, one that stands alone, and a file outside any folder.
       "src/newthing/helper.ts": 'import { UsageError } from "../util/errors.ts";\nexport const helper = () => new UsageError("z");\n',
       "src/shapes/shape.ts": "export type Shape = { a: number };\n",
@@ -96,7 +96,7 @@ describe.concurrent("the layering check (the deps script, part of npm test)", ()
       "src/index.ts": "export const top = 1;\n",
     });
     expect(output).toContain("error no-import-from-a-higher-layer: src/util/x.ts → src/study/run.ts");
-    expect(output).toContain("error no-import-from-a-higher-layer: src/settings/run-options.ts → src/adjudicate/plan.ts");
+    expect(output).toContain("error no-import-from-a-higher-layer: src/corpus/options.ts → src/adjudicate/plan.ts");
     expect(output).not.toContain("no-cycle-between-folders");
     expect(output).toContain("error every-src-folder-in-a-layer: src/newthing/helper.ts → src/util/errors.ts");
     expect(output).toContain("error every-src-folder-in-a-layer: src/plan/plan.ts → src/shapes/shape.ts");

@@ -7,8 +7,8 @@ import { modelProblem, pricedModels } from "../../src/cost/models.ts";
 import { pricesFor } from "../../src/cost/prices.ts";
 import { cliArguments } from "../../src/claude/args.ts";
 import { sessionArguments } from "../../src/session/args.ts";
-import { checkExecution } from "../../src/settings/run-options.ts";
-import { parseSessionStartFlags } from "../../src/cli/options.ts";
+import { checkExecution } from "../../src/cli/config/execution.ts";
+import { parseSessionStartFlags } from "../../src/cli/config/commands.ts";
 import { chooseAdjudicatorModel } from "../../src/cost/models.ts";
 import { UsageError } from "../../src/util/errors.ts";
 

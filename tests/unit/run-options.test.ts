@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { checkExecution } from "../../src/settings/run-options.ts";
+import { checkExecution } from "../../src/cli/config/execution.ts";
 import { runCommand } from "../../src/cli/run.ts";
 import { UsageError } from "../../src/util/errors.ts";
 

@@ -3,7 +3,7 @@
  * --credentials choice and the check of the gateway's spend against the cumulative difference.
  */
 import { describe, expect, it } from "vitest";
-import { parseSessionRuntimeFlags as runtimeOptions } from "../../src/cli/options.ts";
+import { parseSessionRuntimeFlags as runtimeOptions } from "../../src/cli/config/commands.ts";
 import { mkdtemp, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

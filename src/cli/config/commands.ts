@@ -1,20 +1,18 @@
 import { readFile } from "node:fs/promises";
 import { resolve } from "node:path";
 import { randomInt } from "node:crypto";
-import { z } from "zod";
-import type { UpstreamOptions } from "../gateway/gateway.ts";
-import { parseExportLimits } from "../export/options.ts";
-import type { ExportLimits } from "../export/export.ts";
-import type { DoctorInput } from "../doctor/doctor.ts";
-import { runtimeNameProblem, type IsolationProfile } from "../isolation/profile.ts";
-import { parseEgressAllow } from "../isolation/policy.ts";
-import { checkOutputPath } from "../ledger/store.ts";
-import { modelProblem } from "../cost/models.ts";
-import { checkExecution, DEFAULT_ATTEMPT_BUDGET_USD, positiveDecimal, type ExecutionSettings, type RawRunFlags } from "../settings/run-options.ts";
-import type { Mode } from "../plan/plan.ts";
-import type { Transport } from "../terms/terms.ts";
-import { errorMessage, UsageError } from "../util/errors.ts";
-import { PROJECT_ROOT } from "../util/paths.ts";
+import type { UpstreamOptions } from "../../gateway/gateway.ts";
+import type { ExportLimits } from "../../export/export.ts";
+import type { IsolationProfile } from "../../isolation/profile.ts";
+import { parseEgressAllow } from "../../isolation/policy.ts";
+import { checkOutputPath } from "../../ledger/store.ts";
+import { modelProblem } from "../../cost/models.ts";
+import type { Mode } from "../../plan/plan.ts";
+import type { Transport } from "../../terms/terms.ts";
+import { UsageError } from "../../util/errors.ts";
+import { PROJECT_ROOT } from "../../util/paths.ts";
+import { checkExecution, DEFAULT_ATTEMPT_BUDGET_USD, type ExecutionSettings, type RawRunFlags } from "./execution.ts";
+import { checkRuntimeName, collecting, parseConcurrency, parseCpus, parseEngineCommand, parseExportLimits, parseRoots, positiveDecimal, refuse, SeedSchema, take, testNumber } from "./fields.ts";
 
 /**
  * One home for the command line's options: each command's flags (as commander hands them over,
@@ -22,131 +20,12 @@ import { PROJECT_ROOT } from "../util/paths.ts";
  * The value shapes are zod schemas (like src/manifest/schema.ts); every refusal names the flag
  * or variable and the fix, and a command reports all of its problems at once (exit 2) before
  * anything starts. What the doctor shares with `run` (money, model, output) is checkExecution in
- * src/settings/run-options.ts, one layer down; model names are checked by src/cost/models.ts.
+ * execution.ts; the value shapes are in fields.ts; model names are checked by src/cost/models.ts.
  */
-
-// ---------------------------------------------------------------------------------------------
-// Value shapes shared by the commands.
-
-/** The first message of a failed zod parse: each schema below says the flag and the fix itself. */
-const firstMessage = (error: z.ZodError): string => error.issues[0]!.message;
-
-/** Parses `value` with `schema`, pushing its message onto `problems` on failure. */
-function take<T>(schema: z.ZodType<T, string>, value: string, problems: string[]): T | undefined {
-  const parsed = schema.safeParse(value);
-  if (parsed.success) return parsed.data;
-  problems.push(firstMessage(parsed.error));
-  return undefined;
-}
-
-/** `--seed`: an unsigned 32-bit whole number. */
-const SeedSchema = z
-  .string()
-  .trim()
-  .regex(/^\d+$/, "--seed must be a whole number from 0 to 4294967295")
-  .transform(Number)
-  .refine((n) => n <= 0xffffffff, "--seed must be a whole number from 0 to 4294967295");
-
-/** `--cpus`: a number of CPUs of at least 0.01 (Docker's smallest useful share). */
-const CpusSchema = z
-  .string()
-  .refine((v) => v.trim() !== "" && Number.isFinite(Number(v)) && Number(v) >= 0.01 && Number(v) <= 1024, {
-    error: (issue) => `--cpus must be a number of CPUs between 0.01 and 1024, e.g. --cpus 1 or --cpus 0.5; got '${issue.input}'`,
-  })
-  .transform(Number);
-
-/** `--concurrency`: a whole number of attempts at once, 1 to 64. */
-const ConcurrencySchema = z
-  .string()
-  .refine((v) => v.trim() !== "" && Number.isSafeInteger(Number(v)) && Number(v) >= 1 && Number(v) <= 64, {
-    error: (issue) => `--concurrency must be a whole number of attempts from 1 to 64, e.g. --concurrency 4; got '${issue.input}'`,
-  })
-  .transform(Number);
-
-/** A hidden test flag's positive whole number. */
-const testNumberSchema = (flag: string) =>
-  z
-    .string()
-    .refine((v) => Number.isSafeInteger(Number(v)) && Number(v) > 0, { error: (issue) => `${flag} must be a positive whole number, got '${issue.input}'` })
-    .transform(Number);
-
-const NON_EMPTY_ENGINE_COMMAND = "--doc-bridge-command must be a non-empty JSON array of non-empty strings";
-
-/** `--doc-bridge-command`: a non-empty JSON array of non-empty strings (never a shell string). */
-const EngineCommandSchema = z
-  .string()
-  .transform((value, ctx) => {
-    try {
-      return JSON.parse(value) as unknown;
-    } catch {
-      ctx.addIssue({ code: "custom", message: `--doc-bridge-command must be a JSON array of strings, e.g. '["node","/opt/ak/bin/ak-docs.js","mcp"]'` });
-      return z.NEVER;
-    }
-  })
-  .pipe(z.array(z.string({ error: NON_EMPTY_ENGINE_COMMAND }).min(1, NON_EMPTY_ENGINE_COMMAND), { error: NON_EMPTY_ENGINE_COMMAND }).min(1, NON_EMPTY_ENGINE_COMMAND));
-
-/** `--root name=path` (repeatable): each repository's checkout, resolved; every malformed or repeated one named at once. */
-export function parseRoots(values: readonly string[] = []): Map<string, string> {
-  const roots = new Map<string, string>();
-  const problems: string[] = [];
-  for (const value of values) {
-    const eq = value.indexOf("=");
-    if (eq <= 0 || eq === value.length - 1) {
-      problems.push(`--root '${value}': expected name=path, e.g. --root ledgerlite=../ledgerlite`);
-      continue;
-    }
-    const name = value.slice(0, eq);
-    if (roots.has(name)) problems.push(`--root '${name}' is given twice; give each repository once`);
-    roots.set(name, resolve(value.slice(eq + 1)));
-  }
-  if (problems.length) throw new UsageError(problems.join("\n"), problems);
-  return roots;
-}
-
-/** `--doc-bridge-command`, parsed; undefined when absent (the bundled reference server). */
-export function parseEngineCommand(value: string | undefined): string[] | undefined {
-  if (value === undefined) return undefined;
-  const parsed = EngineCommandSchema.safeParse(value);
-  if (!parsed.success) throw new UsageError(firstMessage(parsed.error));
-  return parsed.data;
-}
-
-/** `--cpus`: the number of CPUs, or undefined when absent; pushes a problem otherwise. */
-export function parseCpus(value: string | undefined, problems: string[]): number | undefined {
-  return value === undefined ? undefined : take(CpusSchema, value, problems);
-}
-
-/** `--concurrency`: the number of attempts at once, or undefined when absent; above 1 for the cli transport only. */
-export function parseConcurrency(value: string | undefined, transport: Transport, problems: string[]): number | undefined {
-  if (value === undefined) return undefined;
-  const n = take(ConcurrencySchema, value, problems);
-  if (n !== undefined && n > 1 && transport !== "cli") problems.push("--concurrency above 1 applies to --transport cli only (the http transport runs one attempt at a time)");
-  return n;
-}
-
-/** A hidden test flag's positive whole number, or undefined when absent; throws naming the flag. */
-function testNumber(flag: string, value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  const problems: string[] = [];
-  const n = take(testNumberSchema(flag), value, problems);
-  if (problems.length) throw new UsageError(problems[0]!);
-  return n;
-}
-
-/** `--runtime NAME`: pushes the refusal of a name no OCI runtime has. */
-function checkRuntimeName(name: string | undefined, problems: string[]): void {
-  const problem = name !== undefined && runtimeNameProblem(name);
-  if (problem) problems.push(problem);
-}
 
 /** Adds checkOutputPath's problems for a new private file (`what`) outside every checkout and the project. */
 async function checkNewPrivateFile(output: string, roots: ReadonlyMap<string, string>, problems: string[], what?: string): Promise<void> {
   problems.push(...(await checkOutputPath(output, { checkouts: [...roots.values()], projectRoot: PROJECT_ROOT }, what)));
-}
-
-/** Throws one UsageError listing every problem, when there is any. */
-function refuse(problems: readonly string[]): void {
-  if (problems.length) throw new UsageError(problems.join("\n"), [...problems]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -330,7 +209,7 @@ export async function parseRunExecution(flags: RunFlags, env: NodeJS.ProcessEnv,
   if (flags.output) await checkNewPrivateFile(flags.output, roots, problems);
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
   const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
-  if (flags.transport === "http") (await import("../transport/http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
+  if (flags.transport === "http") (await import("../../transport/http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
   return {
     settings,
     ...network,
@@ -371,10 +250,13 @@ export interface DoctorFlags {
   testGatewayCa?: string;
 }
 
-/** `doctor`'s flags as the doctor's input: the same values a run with these flags would parse. */
-export function parseDoctorFlags(flags: DoctorFlags): DoctorInput {
+/**
+ * `doctor`'s flags as the doctor's input (src/doctor's DoctorInput, which this folder does not
+ * import: the doctor imports execution.ts): the same values a run with these flags would parse.
+ */
+export function parseDoctorFlags(flags: DoctorFlags) {
   runMode(flags);
-  const mode = flags.run ? "full" : "pilot";
+  const mode: Mode = flags.run ? "full" : "pilot";
   if (flags.egressAllow !== undefined && flags.isolation !== "strict") throw new UsageError("--egress-allow applies to --isolation strict only");
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) throw new UsageError("--test-gateway-ca needs --test-gateway-upstream");
   return {
@@ -468,16 +350,6 @@ function adjudicateMoney(flags: AdjudicateFlags, env: NodeJS.ProcessEnv, problem
   };
 }
 
-/** Pushes a thrown UsageError's problems (or its message) and returns the fallback. */
-function collecting<T>(parse: () => T, fallback: T, problems: string[]): T {
-  try {
-    return parse();
-  } catch (err) {
-    problems.push(...((err as UsageError).problems ?? [errorMessage(err)]));
-    return fallback;
-  }
-}
-
 /** `adjudicate`'s flags and variables, parsed before the ledger is read; the command adds the ledger's problems and refuses them all at once. */
 export function parseAdjudicateFlags(flags: AdjudicateFlags, env: NodeJS.ProcessEnv): AdjudicateOptions {
   const problems: string[] = [];
@@ -565,11 +437,13 @@ export interface SessionStartValues {
   sessionBudgetUsd: number;
 }
 
-/** A session amount in USD: a plain positive decimal. */
-function sessionUsd(flag: string, value: string | undefined, problems: string[]): number {
-  const n = Number(value);
-  if (value === undefined || !/^[0-9]+(\.[0-9]+)?$/.test(value) || !(n > 0)) problems.push(`${flag} must be a positive decimal number of USD, e.g. 0.5`);
-  return n;
+/** A session amount in USD: a plain positive decimal (the one check of an amount); `required` says what it is when it is missing. */
+function sessionUsd(flag: string, value: string | undefined, required: string, problems: string[]): number {
+  if (value === undefined) {
+    problems.push(`${flag} is required: ${required}, e.g. ${flag} 0.5`);
+    return Number.NaN;
+  }
+  return take(positiveDecimal(flag, "0.5"), value, problems) ?? Number.NaN;
 }
 
 /** `sessions start`'s flags and STUDY_MODEL; every missing or malformed one refused at once. */
@@ -582,9 +456,9 @@ export function parseSessionStartFlags(flags: SessionStartFlags, env: NodeJS.Pro
   const model = flags.model ?? env.STUDY_MODEL;
   const modelRefused = modelProblem(model, { what: "--model", missing: "--model or STUDY_MODEL is required" });
   if (modelRefused) problems.push(modelRefused);
-  const capUsd = sessionUsd("--cap-usd", flags.capUsd, problems);
-  const callBudgetUsd = sessionUsd("--call-budget-usd", flags.callBudgetUsd, problems);
-  const sessionBudgetUsd = sessionUsd("--session-budget-usd", flags.sessionBudgetUsd, problems);
+  const capUsd = sessionUsd("--cap-usd", flags.capUsd, "the cumulative cap in USD of every call of this ledger", problems);
+  const callBudgetUsd = sessionUsd("--call-budget-usd", flags.callBudgetUsd, "the limit in USD of one call", problems);
+  const sessionBudgetUsd = sessionUsd("--session-budget-usd", flags.sessionBudgetUsd, "the limit in USD of one session's calls", problems);
   refuse(problems);
   return { manifest: flags.manifest!, output: flags.output!, image: flags.image!, model: model!, capUsd, callBudgetUsd, sessionBudgetUsd };
 }

@@ -1,12 +1,13 @@
-import { z } from "zod";
 import { resolve } from "node:path";
-import { modelProblem, type ModelNeeds } from "../cost/models.ts";
-import type { Transport } from "../terms/terms.ts";
+import { positiveDecimal } from "./fields.ts";
+import { modelProblem, type ModelNeeds } from "../../cost/models.ts";
+import type { Transport } from "../../terms/terms.ts";
 
 /**
  * What executing a study needs of the `run` command's flags and environment (the run and the
  * doctor both ask): every problem at once, each with the flag or variable it concerns and the fix.
- * The flags themselves are parsed in src/cli/options.ts; this layer holds what the doctor shares.
+ * The rest of `run`'s flags is parsed in commands.ts; this module holds what the doctor shares
+ * (src/doctor imports it).
  */
 
 export const DEFAULT_ATTEMPT_BUDGET_USD = 0.1;
@@ -26,19 +27,6 @@ export interface RawRunFlags {
   inputPriceUsdPerMtok?: string;
   outputPriceUsdPerMtok?: string;
 }
-
-/**
- * An amount such as a cap, a limit or a price: a plain positive decimal (no sign, no exponent),
- * refused with `what` (the flag or variable) and an example of the fix. Every command's USD
- * values go through it (src/cli/options.ts).
- */
-export const positiveDecimal = (what: string) =>
-  z
-    .string()
-    .trim()
-    .regex(/^\d+(\.\d+)?$/, `${what} must be a positive decimal number such as 0.10`)
-    .transform(Number)
-    .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0`);
 
 /**
  * What the study's model (STUDY_MODEL) must be: set, a full model id, and with the CLI transport
