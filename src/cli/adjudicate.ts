@@ -2,6 +2,7 @@ import { resolve } from "node:path";
 import { UsageError, errorMessage } from "../util/errors.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { checkAdjudicationOutput, credentialOptions, parseAdjudicateFlags, type AdjudicateFlags, type AdjudicateOptions } from "./config/commands.ts";
+import { commandFlags } from "./config/flags.ts";
 import { withStopSignals } from "./signals.ts";
 
 /**
@@ -49,7 +50,8 @@ async function readLedgerSide(flags: AdjudicateFlags, env: NodeJS.ProcessEnv, op
   return side;
 }
 
-export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.ProcessEnv = process.env): Promise<number> {
+export async function adjudicateCommand(given: AdjudicateFlags, env: NodeJS.ProcessEnv = process.env): Promise<number> {
+  const flags = commandFlags("adjudicate", given);
   const options = parseAdjudicateFlags(flags, env);
   const { problems } = options;
   const { input, loaded, model } = await readLedgerSide(flags, env, options);
@@ -62,7 +64,7 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
   // The adjudicator runs in the containers the attempts ran in: the ledger's runtime unless --runtime names another.
   const runtimeName = flags.runtime ?? input.ledger.runtime ?? undefined;
   const [{ runAdjudication }, { DockerRuntime }] = await Promise.all([import("../adjudicate/run.ts"), import("../sandbox/docker.ts")]);
-  const credentials = await credentialOptions(flags, options.credentials);
+  const credentials = await credentialOptions(flags, options.credentials, options.standIns);
   return withStopSignals("adjudicator run", (signal) =>
     runAdjudication(
       {
@@ -84,7 +86,7 @@ export async function adjudicateCommand(flags: AdjudicateFlags, env: NodeJS.Proc
         claudeConfigDir: flags.claudeConfigDir,
         ...(runtimeName !== undefined ? { runtime: runtimeName } : {}),
         ...credentials,
-        timeoutMs: options.timeoutMs,
+        ...(options.standIns?.timeoutMs !== undefined ? { timeoutMs: options.standIns.timeoutMs } : {}),
         quiet: flags.quiet,
       },
       { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal },

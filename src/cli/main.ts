@@ -3,6 +3,7 @@ import { Command, CommanderError, Option } from "commander";
 import { EvidenceError, ExitCode, FaultError, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST, runnerVersion } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD } from "./config/execution.ts";
+import { commandFlags, type CommandName } from "./config/flags.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";
@@ -419,6 +420,13 @@ function rootProgram(): Command {
   );
 }
 
+/** A command's words on the command line, e.g. `sessions start`. */
+function commandPath(command: Command): string {
+  const words: string[] = [];
+  for (let c: Command | null = command; c?.parent; c = c.parent) words.unshift(c.name());
+  return words.join(" ");
+}
+
 /** The whole command line, one step per command in the order `--help` lists them; `setExit` receives each action's exit code. */
 export function buildProgram(setExit: SetExit): Command {
   const program = rootProgram();
@@ -434,6 +442,10 @@ export function buildProgram(setExit: SetExit): Command {
   // Session tasks: their own manifest and ledger (src/session).
   addSessionCommands(program, setExit);
   addDemoCommand(program, setExit);
+  // Every command's flags are checked against its schema before its action runs (contract R211).
+  program.hook("preAction", (_root, action) => {
+    commandFlags(commandPath(action) as CommandName, action.opts());
+  });
   return program;
 }
 

@@ -6,6 +6,7 @@ import { ExitCode, RefusalError } from "../util/errors.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { measureSideEffects, sideEffectViolations } from "../process/measure.ts";
 import { checkDryRunModel, parseRunExecution, parseStudyInputs, runMode, type RunExecution, type RunFlags } from "./config/commands.ts";
+import { commandFlags } from "./config/flags.ts";
 import { withStopSignals } from "./signals.ts";
 
 /** The only children a dry run may start: git reads the checkouts at their pins. */
@@ -154,7 +155,8 @@ async function runCli(flags: RunFlags, study: StudyInputs, options: RunExecution
  * `study-runner run`: a dry run, or the pilot or full study. The flags and environment are
  * parsed once (src/cli/config/); every problem is refused (exit 2) before anything is reserved.
  */
-export async function runCommand(flags: RunFlags): Promise<number> {
+export async function runCommand(given: RunFlags): Promise<number> {
+  const flags = commandFlags("run", given);
   // Measured from the start: the dry run reports what it did, not a promise.
   const measured = flags.dryRun ? measureSideEffects() : undefined;
   const env = takeEnvironment();

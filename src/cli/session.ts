@@ -1,4 +1,5 @@
 import { readFile } from "node:fs/promises";
+import { Option } from "commander";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { UsageError } from "../util/errors.ts";
 import { answerSession, resumeSessions, retrySession, startSessions } from "../session/run.ts";
@@ -104,9 +105,10 @@ export function addSessionCommands(program: import("commander").Command, setExit
     c
       .option("--claude-config-dir <dir>", "folder holding the CLI login .credentials.json (default: $CLAUDE_CONFIG_DIR or ~/.claude)")
       .option("--isolation <profile>", "network of the session containers: 'standard' (the engine's default bridge) or 'offline' (no network: fake or scripted model)")
-      .option("--model-api-socket <path>", "tests and the demo: a Messages API on this host unix socket (the scripted API); implies --isolation offline")
-      .option("--fake-behaviour <file>", "tests and the demo: behaviour file of the fake claude image")
-      .option("--fake-records <dir>", "tests: folder where the fake claude image writes its records")
+      // The stand-ins (src/cli/config/flags.ts): hidden, as on every command.
+      .addOption(new Option("--model-api-socket <path>", "tests and the demo: a Messages API on this host unix socket (the scripted API); implies --isolation offline").hideHelp())
+      .addOption(new Option("--fake-behaviour <file>", "tests and the demo: behaviour file of the fake claude image").hideHelp())
+      .addOption(new Option("--fake-records <dir>", "tests: folder where the fake claude image writes its records").hideHelp())
       .option(
         "--credentials <mode>",
         "'gateway' (default: the login stays on the host, each call's container holds a placeholder, has no network and reaches the API only through the runner's metering gateway; the login folder is mounted read-only) or 'login-copy' (each call's container gets a copy of the CLI login, and a refreshed login is written back; the default with --model-api-socket)",

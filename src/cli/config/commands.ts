@@ -8,11 +8,11 @@ import { parseEgressAllow } from "../../isolation/policy.ts";
 import { checkOutputPath } from "../../ledger/store.ts";
 import { modelProblem } from "../../cost/models.ts";
 import type { Mode } from "../../plan/plan.ts";
-import type { Transport } from "../../terms/terms.ts";
 import { UsageError } from "../../util/errors.ts";
 import { PROJECT_ROOT } from "../../util/paths.ts";
-import { checkExecution, DEFAULT_ATTEMPT_BUDGET_USD, type ExecutionSettings, type RawRunFlags } from "./execution.ts";
-import { checkRuntimeName, collecting, parseConcurrency, parseCpus, parseEngineCommand, parseExportLimits, parseRoots, positiveDecimal, refuse, SeedSchema, take, testNumber } from "./fields.ts";
+import { checkExecution, DEFAULT_ATTEMPT_BUDGET_USD, type ExecutionSettings } from "./execution.ts";
+import { parseStandIns, type FlagsOf, type StandIns } from "./flags.ts";
+import { checkRuntimeName, collecting, parseConcurrency, parseCpus, parseEngineCommand, parseExportLimits, parseRoots, positiveDecimal, refuse, SeedSchema, take } from "./fields.ts";
 
 /**
  * One home for the command line's options: each command's flags (as commander hands them over,
@@ -31,17 +31,8 @@ async function checkNewPrivateFile(output: string, roots: ReadonlyMap<string, st
 // ---------------------------------------------------------------------------------------------
 // Credentials and test endpoints: the same flags on `run --transport cli` and `adjudicate`.
 
-/** The flags that choose how CLI units reach the model API, and the fake image's hidden ones. */
-export interface CredentialFlags {
-  /** gateway (default unless --model-api-socket) or login-copy. */
-  credentials?: "gateway" | "login-copy";
-  oauthTokenFile?: string;
-  /** Tests only: the gateway's upstream origin and the CA it trusts. */
-  testGatewayUpstream?: string;
-  testGatewayCa?: string;
-  fakeBehaviour?: string;
-  fakeRecords?: string;
-}
+/** The flags that choose how CLI units reach the model API, and the gateway's and the fake image's stand-ins. */
+export type CredentialFlags = Pick<FlagsOf<"adjudicate">, "credentials" | "oauthTokenFile" | "testGatewayUpstream" | "testGatewayCa" | "fakeBehaviour" | "fakeRecords">;
 
 /** The parsed credential flags: resolved paths, the upstream with its CA read, the fake image's files. */
 export interface CredentialOptions {
@@ -58,51 +49,29 @@ function checkCredentialFlags(flags: CredentialFlags, credentials: "gateway" | "
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) problems.push("--test-gateway-ca needs --test-gateway-upstream");
 }
 
-/** The credential flags as options: paths resolved, the test CA read (call it once every flag was accepted). */
-export async function credentialOptions(flags: CredentialFlags, credentials: "gateway" | "login-copy"): Promise<CredentialOptions> {
+/** The test upstream of the gateway with the CA it trusts read (call it once every flag was accepted). */
+export async function gatewayUpstreamOf(standIns: StandIns | undefined): Promise<UpstreamOptions | undefined> {
+  const upstream = standIns?.gatewayUpstream;
+  if (!upstream) return undefined;
+  return { url: upstream.url, ...(upstream.caFile ? { ca: await readFile(upstream.caFile, "utf8") } : {}) };
+}
+
+/** The credential flags as options: the token file resolved, the stand-ins' test upstream (its CA read) and fake image files. */
+export async function credentialOptions(flags: Pick<CredentialFlags, "oauthTokenFile">, credentials: "gateway" | "login-copy", standIns: StandIns | undefined): Promise<CredentialOptions> {
+  const gatewayUpstream = await gatewayUpstreamOf(standIns);
   return {
     credentials,
     ...(flags.oauthTokenFile !== undefined ? { oauthTokenFile: resolve(flags.oauthTokenFile) } : {}),
-    ...(flags.testGatewayUpstream !== undefined
-      ? { gatewayUpstream: { url: flags.testGatewayUpstream, ...(flags.testGatewayCa ? { ca: await readFile(resolve(flags.testGatewayCa), "utf8") } : {}) } }
-      : {}),
-    fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour && resolve(flags.fakeBehaviour), recordsDir: flags.fakeRecords && resolve(flags.fakeRecords) } : undefined,
+    ...(gatewayUpstream ? { gatewayUpstream } : {}),
+    ...(standIns?.fake ? { fake: standIns.fake } : {}),
   };
 }
 
 // ---------------------------------------------------------------------------------------------
 // `run`
 
-/** `run`'s flags as commander hands them over. */
-export interface RunFlags extends RawRunFlags, CredentialFlags {
-  manifest: string;
-  transport: Transport;
-  image?: string;
-  isolation?: IsolationProfile;
-  /** Strict isolation: the allowlisted host names (comma-separated, repeatable); replaces the default. */
-  egressAllow?: string[];
-  /** OCI runtime of attempt containers, e.g. runsc. */
-  runtime?: string;
-  /** CPUs per attempt container (Docker's --cpus). */
-  cpus?: string;
-  /** How many attempts may run at once. */
-  concurrency?: string;
-  claudeConfigDir?: string;
-  docBridgeCommand?: string;
-  quiet?: boolean;
-  testAttemptTimeoutMs?: string;
-  /** Tests only (docs/reliability.md): the login lock's wait and stale times, the attempt's memory limit. */
-  testLoginLockTimeoutMs?: string;
-  testLoginLockStaleMs?: string;
-  testMemoryLimitMb?: string;
-  testHomeSizeMb?: string;
-  modelApiSocket?: string;
-  /** Tests only: the Messages API base of the http transport (loopback or the real API). */
-  apiBaseUrl?: string;
-  /** Raise the export limits (docs/export.md, "Limits"). */
-  maxExportFiles?: string;
-  maxExportBytes?: string;
-}
+/** `run`'s flags as its schema accepts them (flags.ts). */
+export type RunFlags = FlagsOf<"run">;
 
 /** `run`'s mode, checked before the manifest is read (contract R8). */
 export function runMode(flags: Pick<RunFlags, "pilot" | "run">): Mode {
@@ -127,8 +96,8 @@ export function checkDryRunModel(flags: RunFlags, env: NodeJS.ProcessEnv): void 
   if (unpriced) throw new UsageError(unpriced);
 }
 
-/** Everything an execution of `run` was given, parsed: the money and model (checkExecution), the containers, the credentials, the test knobs. */
-export interface RunExecution extends CredentialOptions {
+/** Everything an execution of `run` was given, parsed: the money and model (checkExecution), the containers, the credentials, the stand-ins. */
+export interface RunExecution extends CredentialOptions, Omit<StandIns, "gatewayUpstream" | "fake"> {
   settings: ExecutionSettings;
   isolation: IsolationProfile;
   egressAllow?: string[];
@@ -136,13 +105,6 @@ export interface RunExecution extends CredentialOptions {
   cpus?: number;
   concurrency?: number;
   docBridgeCommand?: string[];
-  modelApi?: { socketPath: string };
-  apiBaseUrl?: string;
-  timeoutMs?: number;
-  loginLockTimeoutMs?: number;
-  loginLockStaleMs?: number;
-  memoryBytes?: number;
-  homeBytes?: number;
 }
 
 /**
@@ -182,16 +144,11 @@ function checkRunTransport(flags: RunFlags, problems: string[]): "gateway" | "lo
   return credentials;
 }
 
-/** The hidden test knobs of `run`, each a positive whole number naming its flag when it is not. */
-function runTestKnobs(flags: RunFlags): Pick<RunExecution, "timeoutMs" | "loginLockTimeoutMs" | "loginLockStaleMs" | "memoryBytes" | "homeBytes"> {
-  const mb = (flag: string, value: string | undefined) => (value === undefined ? undefined : testNumber(flag, value)! * 1024 * 1024);
-  return {
-    timeoutMs: flags.testAttemptTimeoutMs ? Number(flags.testAttemptTimeoutMs) : undefined,
-    loginLockTimeoutMs: testNumber("--test-login-lock-timeout-ms", flags.testLoginLockTimeoutMs),
-    loginLockStaleMs: testNumber("--test-login-lock-stale-ms", flags.testLoginLockStaleMs),
-    memoryBytes: mb("--test-memory-limit-mb", flags.testMemoryLimitMb),
-    homeBytes: mb("--test-home-size-mb", flags.testHomeSizeMb),
-  };
+/** The stand-ins' bounds that a run kind's config takes as they are. */
+function standInBounds(standIns: StandIns | undefined): Pick<RunExecution, "timeoutMs" | "loginLockTimeoutMs" | "loginLockStaleMs" | "memoryBytes" | "homeBytes"> {
+  if (!standIns) return {};
+  const { timeoutMs, loginLockTimeoutMs, loginLockStaleMs, memoryBytes, homeBytes } = standIns;
+  return Object.fromEntries(Object.entries({ timeoutMs, loginLockTimeoutMs, loginLockStaleMs, memoryBytes, homeBytes }).filter(([, v]) => v !== undefined));
 }
 
 /**
@@ -206,10 +163,11 @@ export async function parseRunExecution(flags: RunFlags, env: NodeJS.ProcessEnv,
   checkRuntimeName(flags.runtime, problems);
   const cpus = parseCpus(flags.cpus, problems);
   const concurrency = parseConcurrency(flags.concurrency, flags.transport, problems);
+  const standIns = parseStandIns(flags, problems);
   if (flags.output) await checkNewPrivateFile(flags.output, roots, problems);
   if (problems.length || !settings) throw new UsageError(problems.join("\n"), problems);
   const docBridgeCommand = parseEngineCommand(flags.docBridgeCommand);
-  if (flags.transport === "http") (await import("../../transport/http/client.ts")).parseApiBaseUrl(flags.apiBaseUrl);
+  if (flags.transport === "http") (await import("../../transport/http/client.ts")).parseApiBaseUrl(standIns?.apiBaseUrl);
   return {
     settings,
     ...network,
@@ -217,38 +175,18 @@ export async function parseRunExecution(flags: RunFlags, env: NodeJS.ProcessEnv,
     ...(cpus !== undefined ? { cpus } : {}),
     ...(concurrency !== undefined ? { concurrency } : {}),
     ...(docBridgeCommand ? { docBridgeCommand } : {}),
-    ...(await credentialOptions(flags, credentials)),
-    modelApi: flags.modelApiSocket ? { socketPath: resolve(flags.modelApiSocket) } : undefined,
-    apiBaseUrl: flags.apiBaseUrl,
-    ...runTestKnobs(flags),
+    ...(await credentialOptions(flags, credentials, standIns)),
+    ...(standIns?.modelApi ? { modelApi: standIns.modelApi } : {}),
+    ...(standIns?.apiBaseUrl !== undefined ? { apiBaseUrl: standIns.apiBaseUrl } : {}),
+    ...standInBounds(standIns),
   };
 }
 
 // ---------------------------------------------------------------------------------------------
 // `doctor`
 
-/** `doctor`'s flags as commander hands them over. */
-export interface DoctorFlags {
-  maxExportFiles?: string;
-  maxExportBytes?: string;
-  manifest: string;
-  root?: string[];
-  transport: Transport;
-  image: string;
-  claudeConfigDir?: string;
-  docBridgeCommand?: string;
-  output?: string;
-  attemptBudgetUsd?: string;
-  cliVersion: string;
-  pilot?: boolean;
-  run?: boolean;
-  json?: boolean;
-  isolation?: string;
-  egressAllow?: string[];
-  runtime?: string;
-  testGatewayUpstream?: string;
-  testGatewayCa?: string;
-}
+/** `doctor`'s flags as its schema accepts them (flags.ts). */
+export type DoctorFlags = FlagsOf<"doctor">;
 
 /**
  * `doctor`'s flags as the doctor's input (src/doctor's DoctorInput, which this folder does not
@@ -259,6 +197,9 @@ export function parseDoctorFlags(flags: DoctorFlags) {
   const mode: Mode = flags.run ? "full" : "pilot";
   if (flags.egressAllow !== undefined && flags.isolation !== "strict") throw new UsageError("--egress-allow applies to --isolation strict only");
   if (flags.testGatewayCa !== undefined && flags.testGatewayUpstream === undefined) throw new UsageError("--test-gateway-ca needs --test-gateway-upstream");
+  const problems: string[] = [];
+  const standIns = parseStandIns(flags, problems);
+  refuse(problems);
   return {
     manifest: flags.manifest,
     mode,
@@ -274,21 +215,15 @@ export function parseDoctorFlags(flags: DoctorFlags) {
     egressAllow: flags.egressAllow !== undefined ? parseEgressAllow(flags.egressAllow) : undefined,
     runtime: flags.runtime,
     exportLimits: parseExportLimits(flags),
+    standIns,
   };
 }
 
 // ---------------------------------------------------------------------------------------------
 // `export`
 
-/** `export`'s flags as commander hands them over. */
-export interface ExportFlags {
-  manifest: string;
-  root?: string[];
-  repository: string;
-  out: string;
-  maxExportFiles?: string;
-  maxExportBytes?: string;
-}
+/** `export`'s flags as its schema accepts them (flags.ts). */
+export type ExportFlags = FlagsOf<"export">;
 
 /** `export`'s checkouts, by repository name. */
 export function parseExportRoots(flags: ExportFlags): Record<string, string> {
@@ -298,27 +233,8 @@ export function parseExportRoots(flags: ExportFlags): Record<string, string> {
 // ---------------------------------------------------------------------------------------------
 // `adjudicate`
 
-/** `adjudicate`'s flags as commander hands them over. */
-export interface AdjudicateFlags extends CredentialFlags {
-  ledger?: string;
-  maxExportFiles?: string;
-  maxExportBytes?: string;
-  output?: string;
-  manifest?: string;
-  root?: string[];
-  approveBudget?: boolean;
-  seed?: string;
-  itemBudgetUsd?: string;
-  forceSameModel?: boolean;
-  image?: string;
-  cliVersion?: string;
-  isolation?: "standard" | "offline";
-  claudeConfigDir?: string;
-  /** OCI runtime of the adjudicator's containers; default: the ledger's. */
-  runtime?: string;
-  quiet?: boolean;
-  testItemTimeoutMs?: string;
-}
+/** `adjudicate`'s flags as its schema accepts them (flags.ts). */
+export type AdjudicateFlags = FlagsOf<"adjudicate">;
 
 export const DEFAULT_ITEM_BUDGET_USD = DEFAULT_ATTEMPT_BUDGET_USD;
 
@@ -333,7 +249,8 @@ export interface AdjudicateOptions {
   exportLimits?: ExportLimits;
   /** The checkouts given with --root; the ledger's fill in the rest. */
   roots: Map<string, string>;
-  timeoutMs?: number;
+  /** The test-only stand-ins given (flags.ts); undefined on every production path. */
+  standIns?: StandIns;
 }
 
 /** The money flags and variables of `adjudicate`: the required ones present, the cap, the item limit and the seed. */
@@ -359,7 +276,8 @@ export function parseAdjudicateFlags(flags: AdjudicateFlags, env: NodeJS.Process
   checkRuntimeName(flags.runtime, problems);
   const exportLimits = collecting<ExportLimits | undefined>(() => parseExportLimits(flags), undefined, problems);
   const roots = collecting(() => parseRoots(flags.root), new Map<string, string>(), problems);
-  return { problems, ...money, credentials, exportLimits, roots, timeoutMs: flags.testItemTimeoutMs ? Number(flags.testItemTimeoutMs) : undefined };
+  const standIns = parseStandIns(flags, problems);
+  return { problems, ...money, credentials, exportLimits, roots, ...(standIns ? { standIns } : {}) };
 }
 
 /** The adjudication record's path: a new private file outside every checkout and the project, and never the ledger itself. */
@@ -371,17 +289,8 @@ export async function checkAdjudicationOutput(output: string, roots: ReadonlyMap
 // ---------------------------------------------------------------------------------------------
 // Sessions: `sessions start|retry`, `resume`
 
-/** The flags every session command that runs calls shares. */
-export interface SessionRuntimeFlags {
-  claudeConfigDir?: string;
-  isolation?: string;
-  modelApiSocket?: string;
-  fakeBehaviour?: string;
-  fakeRecords?: string;
-  credentials?: string;
-  oauthTokenFile?: string;
-  quiet?: boolean;
-}
+/** The flags every session command that runs calls shares, as its schema accepts them (flags.ts). */
+export type SessionRuntimeFlags = Omit<FlagsOf<"resume">, "manifest">;
 
 /** The session runtime flags, parsed: isolation and credentials with their defaults, the test endpoints. */
 export interface SessionRuntimeConfig {
@@ -395,6 +304,9 @@ export interface SessionRuntimeConfig {
 
 /** The session runtime flags; throws naming the flag. */
 export function parseSessionRuntimeFlags(flags: SessionRuntimeFlags): SessionRuntimeConfig {
+  const problems: string[] = [];
+  const standIns = parseStandIns(flags, problems);
+  refuse(problems);
   const isolation = flags.isolation ?? (flags.modelApiSocket || flags.fakeBehaviour ? "offline" : "standard");
   if (isolation !== "standard" && isolation !== "offline") throw new UsageError(`--isolation ${isolation}: sessions run 'standard' or 'offline'`);
   // As for a study: the gateway unless the calls go to a scripted API's socket directly.
@@ -407,24 +319,13 @@ export function parseSessionRuntimeFlags(flags: SessionRuntimeFlags): SessionRun
     oauthTokenFile: flags.oauthTokenFile,
     claudeConfigDir: flags.claudeConfigDir,
     isolation,
-    modelApi: flags.modelApiSocket ? { socketPath: flags.modelApiSocket } : undefined,
-    fake: flags.fakeBehaviour || flags.fakeRecords ? { behaviourFile: flags.fakeBehaviour, recordsDir: flags.fakeRecords } : undefined,
+    ...(standIns?.modelApi ? { modelApi: standIns.modelApi } : {}),
+    ...(standIns?.fake ? { fake: standIns.fake } : {}),
   };
 }
 
-/** `sessions start`'s flags as commander hands them over. */
-export interface SessionStartFlags extends SessionRuntimeFlags {
-  manifest?: string;
-  root?: string[];
-  output?: string;
-  image?: string;
-  model?: string;
-  capUsd?: string;
-  callBudgetUsd?: string;
-  sessionBudgetUsd?: string;
-  cliVersion?: string;
-  runtime?: string;
-}
+/** `sessions start`'s flags as its schema accepts them (flags.ts). */
+export type SessionStartFlags = FlagsOf<"sessions start">;
 
 /** `sessions start`'s required values, parsed. */
 export interface SessionStartValues {
