@@ -25,7 +25,7 @@ function leafCommands(program: Command): [string, Command][] {
 /** What commander declares and the schemas say apart, one line per difference. */
 function mismatches(program: Command): string[] {
   const found: string[] = [];
-  const schemas = COMMAND_FLAGS as Record<string, { schema: { shape: Record<string, unknown> }; standIns: readonly string[] }>;
+  const schemas = COMMAND_FLAGS as Record<string, { schema: { shape: Record<string, { safeParse(v: unknown): { success: boolean } }> }; standIns: readonly string[] }>;
   const declared = leafCommands(program);
   for (const [name, command] of declared) {
     const schema = schemas[name];
@@ -37,6 +37,16 @@ function mismatches(program: Command): string[] {
     const keys = Object.keys(schema.schema.shape);
     for (const o of options) if (!keys.includes(o)) found.push(`${name}: --${o} is declared but not in the schema`);
     for (const k of keys) if (!options.includes(k)) found.push(`${name}: ${k} is in the schema but not declared`);
+    // The kind: a switch is a boolean in the schema, a flag with a value a string (or a list when repeatable).
+    for (const o of command.options) {
+      const field = schema.schema.shape[o.attributeName()];
+      if (!field) continue;
+      const takesValue = o.required || o.optional;
+      const sample = o.argChoices?.[0] ?? "x";
+      const accepts = takesValue ? field.safeParse(sample).success || field.safeParse([sample]).success : field.safeParse(true).success;
+      if (!accepts) found.push(`${name}: --${o.attributeName()} ${takesValue ? "takes a value" : "is a switch"} but its schema field does not accept one`);
+      for (const c of o.argChoices ?? []) if (!field.safeParse(c).success) found.push(`${name}: --${o.attributeName()} offers ${c}, which its schema refuses`);
+    }
     const hidden = command.options.filter((o) => o.hidden).map((o) => o.attributeName());
     for (const h of hidden) if (!schema.standIns.includes(h)) found.push(`${name}: hidden --${h} is not a stand-in`);
     for (const s of schema.standIns) if (!hidden.includes(s)) found.push(`${name}: stand-in ${s} is not hidden`);
@@ -64,6 +74,9 @@ describe("the commands' flag schemas", () => {
     const session = program.commands.find((c) => c.name() === "resume")!;
     for (const o of session.options) if (o.attributeName() === "fakeRecords") o.hidden = false;
     expect(mismatches(program)).toContain("resume: stand-in fakeRecords is not hidden");
+    const plan = program.commands.find((c) => c.name() === "plan")!;
+    for (const o of plan.options) if (o.attributeName() === "json") o.required = true;
+    expect(mismatches(program)).toContain("plan: --json takes a value but its schema field does not accept one");
   });
 
   // contract: R211

@@ -15,8 +15,8 @@ import { parseStandIns, type FlagsOf, type StandIns } from "./flags.ts";
 import { checkRuntimeName, collecting, parseConcurrency, parseCpus, parseEngineCommand, parseExportLimits, parseRoots, positiveDecimal, refuse, SeedSchema, take } from "./fields.ts";
 
 /**
- * One home for the command line's options: each command's flags (as commander hands them over,
- * strings) and the environment variables it reads are parsed here, once, into a typed config.
+ * One home for the command line's options: each command's flags (checked first against its
+ * schema, flags.ts) and the environment variables it reads are parsed here, once, into a typed config.
  * The value shapes are zod schemas (like src/manifest/schema.ts); every refusal names the flag
  * or variable and the fix, and a command reports all of its problems at once (exit 2) before
  * anything starts. What the doctor shares with `run` (money, model, output) is checkExecution in
