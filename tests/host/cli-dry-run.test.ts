@@ -173,7 +173,7 @@ describe("study-runner execution refusals", () => {
       env: { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "0", ANTHROPIC_API_KEY: undefined },
     });
     expect(r.code).toBe(2);
-    expect(r.stderr).toMatch(/STUDY_BUDGET_USD must be greater than 0/);
+    expect(r.stderr).toMatch(/STUDY_BUDGET_USD must be greater than 0, such as 0.10/);
     expect(r.stderr).toMatch(/ANTHROPIC_API_KEY is not set/);
     expect(r.stderr).toMatch(/upper input price/);
   });

@@ -160,7 +160,7 @@ describe("adjudicate", () => {
       expect.stringMatching(/^--output PATH is required/),
       expect.stringMatching(/^--approve-budget is required/),
       expect.stringMatching(/^STUDY_ADJUDICATION_BUDGET_USD is not set/),
-      "--item-budget-usd must be greater than 0",
+      "--item-budget-usd must be greater than 0, such as 0.10",
       "--seed must be a whole number from 0 to 4294967295",
       "--oauth-token-file and --test-gateway-upstream apply to --credentials gateway only",
       expect.stringMatching(/^--max-export-files must be a positive whole number/),
@@ -185,7 +185,7 @@ describe("sessions start", () => {
     expect(problems({})).toEqual(["--cap-usd is required: the cumulative cap in USD of every call of this ledger, e.g. --cap-usd 0.5"]);
     expect(problems({ capUsd: "1e-1", callBudgetUsd: "0", sessionBudgetUsd: "-1" })).toEqual([
       "--cap-usd must be a positive decimal number such as 0.5",
-      "--call-budget-usd must be greater than 0",
+      "--call-budget-usd must be greater than 0, such as 0.5",
       "--session-budget-usd must be a positive decimal number such as 0.5",
     ]);
   });

@@ -22,7 +22,7 @@ export const positiveDecimal = (what: string, example = "0.10") =>
     .trim()
     .regex(/^\d+(\.\d+)?$/, `${what} must be a positive decimal number such as ${example}`)
     .transform(Number)
-    .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0`);
+    .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0, such as ${example}`);
 
 /** The first message of a failed zod parse: each schema below says the flag and the fix itself. */
 export const firstMessage = (error: z.ZodError): string => error.issues[0]!.message;
