@@ -10,11 +10,11 @@ const NODE_OR_PACKAGE = ["core", "npm", "npm-dev", "npm-optional", "npm-peer", "
 
 /** The layers of src/, top first: one table, from which the layer rules below are generated. */
 const LAYERS = [
-  { layer: "entry", folders: ["cli", "demo", "doctor", "schemas"] },
+  { layer: "entry", folders: ["cli", "calibrate", "demo", "doctor", "schemas"] },
   { layer: "after the run", folders: ["report", "verify"] },
   { layer: "run kinds", folders: ["study", "adjudicate", "session"] },
   { layer: "attempt machinery", folders: ["transport", "gateway", "mcp", "isolation", "image", "sandbox", "stand-ins", "credentials"] },
-  { layer: "core", folders: ["loop", "budget", "ledger", "plan", "manifest", "cost", "claude", "transcript", "terms", "corpus", "export", "process", "util"] },
+  { layer: "core", folders: ["loop", "budget", "ledger", "plan", "manifest", "cost", "claude", "transcript", "terms", "corpus", "export", "process", "profile", "util"] },
 ];
 
 /** The path pattern of the modules in these src/ folders. */

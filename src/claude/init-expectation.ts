@@ -1,12 +1,12 @@
 import type { Arm } from "../terms/terms.ts";
-import { GENERATED_INIT_EVENTS } from "./init-events.generated.ts";
+import { activeProfile } from "../profile/load.ts";
 import type { GeneratedInitEvents, InitKind } from "./init-types.ts";
 
 export { INIT_KINDS, type GeneratedInitEvents, type InitKind, type MeasuredInitKind } from "./init-types.ts";
 
 /**
  * The init event the pinned CLI writes for each kind of run the runner starts, as measured on the
- * real binary (tests/conformance/measure-init.ts keeps it in init-events.generated.ts). The
+ * real binary and kept in the version's calibration profile (contract R220; src/calibrate/). The
  * transcript check compares every field of a run's init with it (contract R125): a field is either
  * measured (equal to the data), set by the run's own arguments (equal to that value), or one that
  * varies per run by nature (named below with the reason, never compared). Anything else is a
@@ -66,7 +66,7 @@ export function varyingFields(kind: InitKind): Record<string, VaryingField> {
 }
 
 /** What the init of a run of `kind` with these parameters must be. */
-export function expectedInit(kind: InitKind, params: InitParameters, data: GeneratedInitEvents = GENERATED_INIT_EVENTS): ExpectedInit {
+export function expectedInit(kind: InitKind, params: InitParameters, data: GeneratedInitEvents = activeProfile().initEvents): ExpectedInit {
   if (isSessionKind(kind) && params.sessionId === undefined) throw new Error(`a ${kind} init needs the session id the runner passed`);
   const measured = data.kinds[kind];
   const fields: Record<string, unknown> = { ...structuredClone(measured.fields), model: params.model };

@@ -1,8 +1,7 @@
-/**
- * The pinned Claude Code version (contract R13): one CLI version for every attempt; the runner refuses an image whose `claude --version` reports another. Every default
- * in the CLI, the image tags and the doctor's fixes read it from here.
- */
-export const CLAUDE_CODE_VERSION = "2.1.296";
+import { CLAUDE_CODE_VERSION } from "../profile/pin.ts";
+
+/** The pinned Claude Code version (contract R13), held beside its bundled profile (src/profile/pin.ts). */
+export { CLAUDE_CODE_VERSION };
 
 /** The tag `study-runner image build` gives the real Claude Code image of `version`. */
 export function claudeCodeImageRef(version: string = CLAUDE_CODE_VERSION): string {

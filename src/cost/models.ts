@@ -1,4 +1,4 @@
-import { CLI_PRICES, MODEL_ALIASES, pricesFor } from "./prices.ts";
+import { cliPrices, modelAliases, pricesFor } from "./prices.ts";
 
 /**
  * Every check of a model name, in one place: the study's STUDY_MODEL, the adjudicator's
@@ -40,7 +40,7 @@ export interface ModelNeeds {
 
 /** The models the runner can price, in the table's order. */
 export function pricedModels(): string[] {
-  return Object.keys(CLI_PRICES);
+  return Object.keys(cliPrices());
 }
 
 /** Why `model` cannot be used as `needs` asks, or null; every refusal names where the name came from and the fix. */
@@ -49,13 +49,13 @@ export function modelProblem(model: string | undefined, needs: ModelNeeds): stri
   if (!name) return needs.missing ?? null;
   // The argument check reads the name as given: white space around it would reach the CLI too.
   if (needs.argument && !/^[A-Za-z0-9][A-Za-z0-9._:@[\]-]*$/.test(model!)) return `${needs.what} '${model}' is not a model name such as claude-haiku-5-5`;
-  if (needs.fullId && Object.hasOwn(MODEL_ALIASES, name)) return aliasRefusal(name, needs.what);
+  if (needs.fullId && Object.hasOwn(modelAliases(), name)) return aliasRefusal(name, needs.what);
   if (needs.priced && pricesFor(name) === undefined) return needs.priced === "attempt" ? unpricedAttemptModel(name, needs.what) : unpricedAdjudicatorModel(name, needs.what);
   return null;
 }
 
 function aliasRefusal(model: string, what: string): string {
-  const resolved = MODEL_ALIASES[model]!.initModel;
+  const resolved = modelAliases()[model]!.initModel;
   return `${what} '${model}' is an alias the CLI resolves on its own${resolved ? ` (the pinned CLI runs it as ${resolved})` : ""}, so the ledger would not name the model that ran; give the full model id${resolved ? `, e.g. ${resolved}` : ""}`;
 }
 
@@ -65,7 +65,7 @@ function unpricedAttemptModel(model: string, variable: string): string {
 }
 
 function unpricedAdjudicatorModel(model: string, what: string): string {
-  return `${what} '${model}' has no row in the measured price table (src/cost/cli-prices.generated.ts), so its cost cannot be checked; choose a model the pinned CLI prices, e.g. ${DEFAULT_ADJUDICATOR_MODELS[0]}`;
+  return `${what} '${model}' has no row in the measured price table (the CLI version's calibration profile), so its cost cannot be checked; choose a model the pinned CLI prices, e.g. ${DEFAULT_ADJUDICATOR_MODELS[0]}`;
 }
 
 export function chooseAdjudicatorModel(opts: { requested: string | undefined; answeringModel: string; forceSameModel: boolean }): AdjudicatorChoice {

@@ -9,7 +9,7 @@ import { pricesFor } from "../cost/prices.ts";
 import { assertSocketOwner, listenForContainer, makeSocketDir } from "../util/container-socket.ts";
 import { promptTokens, type MeteredUsage } from "../cost/usage.ts";
 import { parseStrictJson, StrictJsonError } from "../util/strict-json.ts";
-import { CLI_REQUEST_SHAPES } from "./cli-requests.generated.ts";
+import { activeProfile } from "../profile/load.ts";
 import { jsonReplyFacts, meteredCostPico, requestBound, SseMeter, type ReplyFacts } from "./meter.ts";
 import { headerProblem, parseTarget, shapeProblem, targetProblem, type RequestShapes } from "./request-shape.ts";
 
@@ -116,7 +116,7 @@ export interface GatewayOptions {
   model: string;
   upstream?: UpstreamOptions;
   maxRequestBytes?: number;
-  /** The request shapes admitted: the pinned CLI's measured ones (cli-requests.generated.ts) unless a test gives others. */
+  /** The request shapes admitted: the measured ones of the run's CLI version (its calibration profile) unless a test gives others. */
   requestShapes?: RequestShapes;
   /** Connections per attempt (MAX_ATTEMPT_CONNECTIONS; the memory benchmark's unbounded baseline sets Infinity). */
   attemptConnections?: number;
@@ -260,7 +260,7 @@ export class Gateway {
     const placeholder = `study-runner-placeholder-${randomBytes(24).toString("hex")}`;
     this.issued.set(placeholder, attemptNo);
     const maxBytes = this.options.maxRequestBytes ?? MAX_REQUEST_BYTES;
-    const run: RunSide = { model: this.options.model, shapes: this.options.requestShapes ?? CLI_REQUEST_SHAPES, maxBytes, upstream: this.upstream, agent: this.agent, issued: this.issued };
+    const run: RunSide = { model: this.options.model, shapes: this.options.requestShapes ?? activeProfile().requestShapes, maxBytes, upstream: this.upstream, agent: this.agent, issued: this.issued };
     const bufferLimit = this.options.attemptBufferedBytes ?? Math.min(MAX_ATTEMPT_BUFFERED_BYTES, maxBytes);
     const attempt = new AttemptSide(run, o, placeholder, bufferLimit);
     const { server, connections } = attemptServer(attempt, this.options.attemptConnections ?? MAX_ATTEMPT_CONNECTIONS);

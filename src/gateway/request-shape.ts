@@ -1,56 +1,16 @@
+import type { RequestShapes, ShapeNode } from "../profile/schema.ts";
 import { jsonPath, type JsonValue } from "../util/strict-json.ts";
 
 /**
  * The shape of the requests the pinned CLI sends, measured on the real binary (every scenario the
- * runner uses; tests/conformance/measure-requests.ts) and kept as generated data
- * (cli-requests.generated.ts). The gateway admits a request only when it fits: its method, path
+ * runner uses; `study-runner calibrate`, src/calibrate/) and kept in the version's calibration
+ * profile (contract R220). The gateway admits a request only when it fits: its method, path
  * and query are a measured triple, each header name was measured, each `anthropic-beta` value was
  * measured, and its body fits the measured body shape. Nothing is listed as bad: whatever the
  * measurement never saw is refused (docs/gateway.md, "Allow list").
  */
 
-/** One position of the body: the JSON kinds measured there. */
-export interface ShapeNode {
-  /** Data that is not the request's structure (a JSON Schema, a tool call's arguments): any JSON, for the reason given. */
-  any?: string;
-  null?: true;
-  boolean?: true;
-  number?: true;
-  string?: true;
-  /** The shape of every element (`{}`: only empty arrays were measured). */
-  array?: ShapeNode;
-  /**
-   * Objects by the value of their `type` member (`""`: objects without a string `type`), each
-   * with the members measured on it. An object whose `type` value was never measured here, or
-   * with a member never measured on its kind, does not fit.
-   */
-  object?: Record<string, Record<string, ShapeNode>>;
-}
-
-export interface MeasuredRequest {
-  method: string;
-  /** The URL's path, as a WHATWG URL parser gives it. */
-  path: string;
-  /** The URL's query with its `?`, or "" (the parser's `search`). */
-  search: string;
-}
-
-export interface RequestShapes {
-  cliVersion: string;
-  measuredOn: string;
-  /** The command that measures and rewrites the file. */
-  command: string;
-  /** What was run to measure it. */
-  scenarios: readonly string[];
-  /** How many requests the shapes were inferred from. */
-  requestCount: number;
-  requests: readonly MeasuredRequest[];
-  /** Lower-case header names. */
-  headers: readonly string[];
-  /** Every value of the comma-separated `anthropic-beta` header. */
-  anthropicBeta: readonly string[];
-  body: ShapeNode;
-}
+export type { MeasuredRequest, RequestShapes, ShapeNode } from "../profile/schema.ts";
 
 /** The base a request target is resolved against: only an origin-form target keeps this origin. */
 const TARGET_BASE = "http://gateway.invalid";

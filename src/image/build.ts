@@ -1,5 +1,6 @@
 import { rmdir } from "node:fs/promises";
 import { errorMessage, RefusalError } from "../util/errors.ts";
+import { calibrateCommand, requireProfile, useProfile, type FoundProfile } from "../profile/load.ts";
 import { makeRunnerFolder } from "../util/orphans.ts";
 import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../sandbox/port.ts";
 import { readBoundedText } from "../sandbox/output.ts";
@@ -44,6 +45,8 @@ export interface ProbedVersion {
   imageId: string;
   /** sha256 hex of the image's claude binary, from its label. */
   binarySha256: string;
+  /** The image's kind label ("claude-code" for the real binary built by `image build`), null without one. */
+  kind: string | null;
 }
 
 export interface ProbeOptions {
@@ -109,7 +112,7 @@ export async function probeVersion(runtime: ContainerRuntime, image: string, opt
     }
     const match = VERSION_LINE.exec(text.trim());
     if (!match?.[1]) throw new RefusalError(`claude --version in ${image} printed ${JSON.stringify(text.slice(0, 200))}, not "<version> (Claude Code)"`);
-    return { version: match[1], imageId: info.id, binarySha256 };
+    return { version: match[1], imageId: info.id, binarySha256, kind: info.labels[IMAGE_LABELS.kind] ?? null };
   } finally {
     await runtime.remove(id);
   }
@@ -148,4 +151,22 @@ export async function runnerFilesProblem(runtime: ContainerRuntime, image: strin
 /** The fake claude image answers without any model: like a scripted API, a test stand-in that sends no request. */
 export async function isFakeClaudeImage(runtime: ContainerRuntime, image: string): Promise<boolean> {
   return (await runtime.inspectImage(image))?.labels[IMAGE_LABELS.kind] === "fake-claude";
+}
+
+/**
+ * The calibration profile of the run's CLI version, made the one every guard of this process
+ * reads, and checked against the image (contract R221): a real Claude Code image (kind
+ * `claude-code`) must hold the binary the profile was measured on. A version without a profile,
+ * or a profile of another binary, is refused before anything is reserved. Test doubles (the fake
+ * image, unlabelled images) have no measured binary and are not compared.
+ */
+export function useRunProfile(probed: ProbedVersion, image: string, expectedCliVersion: string): FoundProfile {
+  const found = requireProfile(expectedCliVersion);
+  if (probed.kind === "claude-code" && probed.binarySha256 !== found.profile.binarySha256) {
+    throw new RefusalError(
+      `image ${image} holds a claude binary with sha256 ${probed.binarySha256}, but the calibration profile ${found.path} (${found.source}) was measured on the binary with sha256 ${found.profile.binarySha256}: it is the profile of another binary; run ${calibrateCommand(expectedCliVersion)} to measure this one`,
+    );
+  }
+  useProfile(found);
+  return found;
 }

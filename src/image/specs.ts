@@ -1,9 +1,9 @@
 import { access, open, readdir, readFile, realpath } from "node:fs/promises";
-import { homedir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { RefusalError } from "../util/errors.ts";
+import { defaultCacheDir } from "../util/paths.ts";
 import { fileSha256, type ImageDir, type ImageFile, type ImageSpec } from "./context.ts";
 import { collectLibraries } from "./libraries.ts";
 
@@ -48,9 +48,7 @@ export interface FindClaudeOptions {
   cacheDir?: string;
 }
 
-export function defaultCacheDir(): string {
-  return process.env.STUDY_RUNNER_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "study-runner");
-}
+export { defaultCacheDir };
 
 /**
  * Finds the native Claude Code binary of the pinned version without downloading:

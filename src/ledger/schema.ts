@@ -379,6 +379,9 @@ export const LedgerSchema = z
       .nullable(),
     cliVersion: z.string().nullable().meta({ description: "the probed `claude --version`" }),
     expectedCliVersion: z.string().nullable(),
+    profileSha256: Sha256.optional().meta({
+      description: "cli: the sha256 of the calibration profile of the CLI version every guard compared the attempts with (contract R221); absent in ledgers written before profiles existed",
+    }),
     transport: TransportSchema,
     isolation: z.string().min(1),
     runtime: z.string().min(1).nullable().optional().meta({

@@ -4,6 +4,7 @@ import { z } from "zod";
 import { AdjudicationRecordSchema } from "../adjudicate/schema.ts";
 import { LedgerSchema } from "../ledger/schema.ts";
 import { ManifestSchema } from "../manifest/schema.ts";
+import { ProfileSchema } from "../profile/schema.ts";
 import { SessionLedgerSchema, SessionManifestSchema } from "../session/schema.ts";
 
 /**
@@ -47,6 +48,13 @@ export function generateSchemas(): Record<string, object> {
       "output",
       "study-runner session ledger",
       "The private ledger of session tasks: each session's id, calls, questions (untrusted text) and answers, costs per call, and the harness events. Holds private text; never publish it as is.",
+    ),
+    // The calibration profile is what `study-runner calibrate` writes (contract R220).
+    "profile.schema.json": document(
+      ProfileSchema,
+      "output",
+      "study-runner calibration profile",
+      "What one Claude Code version was measured to do on its real binary: the init event of each kind of run, the request shapes the gateway admits, the price table, the runner's flags in its --help; the binary's sha256, the runner version that measured it, and the profile's own sha256 over its canonical body.",
     ),
   };
 }

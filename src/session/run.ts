@@ -11,7 +11,7 @@ import { runLoop, type Book, type Checkpoint, type LoopEnd, type RunKind, type U
 import type { Reservation } from "../budget/budget.ts";
 import { sumUsd } from "../cost/money.ts";
 import type { AttemptStatus } from "../terms/terms.ts";
-import { isFakeClaudeImage, probeVersion, runnerFilesProblem } from "../image/build.ts";
+import { isFakeClaudeImage, probeVersion, runnerFilesProblem, useRunProfile } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../sandbox/reaper.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
@@ -122,6 +122,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   assertRuntimeOffered(engine, config.ociRuntime, "--runtime");
   const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe"), runtime: config.ociRuntime });
   if (probed.version !== config.expectedCliVersion) throw new RefusalError(`the image ${config.image} reports Claude Code ${probed.version}, not the expected ${config.expectedCliVersion}`);
+  useRunProfile(probed, config.image, config.expectedCliVersion);
   const filesProblem = await runnerFilesProblem(deps.runtime, probed.imageId, runnerLabels("sessions", "probe"));
   if (filesProblem) throw new RefusalError(`${filesProblem}; nothing was charged`);
   const ociRuntime = await resolveOciRuntime(deps.runtime, engine, {

@@ -17,7 +17,8 @@ import { exportSourceFor } from "../export/options.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { buildPrompt, cliArguments, denyList, EMPTY_MCP_CONFIG } from "../claude/args.ts";
-import { CLI_PRICES } from "../cost/prices.ts";
+import { cliPrices } from "../cost/prices.ts";
+import { activeProfile } from "../profile/load.ts";
 import { createLedger, writeLedger } from "../ledger/store.ts";
 import { SettledAnchors } from "../ledger/evidence.ts";
 import { TranscriptStore } from "../ledger/transcripts.ts";
@@ -149,6 +150,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     image: { ref: config.image, id: probed.imageId, binarySha256: probed.binarySha256 },
     cliVersion: probed.version,
     expectedCliVersion: config.expectedCliVersion,
+    profileSha256: activeProfile().sha256,
     transport: "cli",
     isolation: config.isolation,
     attemptCpus: config.cpus ?? DEFAULT_ATTEMPT_CPUS,
@@ -335,5 +337,5 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
 }
 
 function pricesForLedger(): Ledger["prices"] {
-  return JSON.parse(JSON.stringify(CLI_PRICES)) as Ledger["prices"];
+  return JSON.parse(JSON.stringify(cliPrices())) as Ledger["prices"];
 }

@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { canonicalJson } from "../util/canonical-json.ts";
 
 /**
  * What the model said in one message, in one canonical form that the gateway computes from the
@@ -9,20 +10,9 @@ import { createHash } from "node:crypto";
  * the input it parsed does not change the digest.
  */
 
-export type CanonicalBlock = { type: "text"; text: string } | { type: "tool_use"; name: string; input: unknown };
+export { canonicalJson };
 
-/** JSON with every object's keys sorted (arrays keep their order), so equal values have one text. */
-export function canonicalJson(value: unknown): string {
-  if (Array.isArray(value)) return `[${value.map(canonicalJson).join(",")}]`;
-  if (typeof value === "object" && value !== null) {
-    // A key whose value is undefined is left out, as JSON.stringify leaves it out.
-    const keys = Object.keys(value)
-      .filter((k) => (value as Record<string, unknown>)[k] !== undefined)
-      .sort();
-    return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJson((value as Record<string, unknown>)[k])}`).join(",")}}`;
-  }
-  return JSON.stringify(value) ?? "null";
-}
+export type CanonicalBlock = { type: "text"; text: string } | { type: "tool_use"; name: string; input: unknown };
 
 /** The blocks of a message's content that the canonical form keeps, from the API's (or the transcript's) content array. */
 export function canonicalBlocks(content: unknown): CanonicalBlock[] {

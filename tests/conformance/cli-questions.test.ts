@@ -19,7 +19,7 @@ import { attemptContainerSpec, CONTAINER } from "../../src/transport/cli/spec.ts
 import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths } from "../../src/transport/cli/session-channel.ts";
 import { collectSessionCall } from "../../src/session/state.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
-import { CLI_PRICES } from "../../src/cost/prices.ts";
+import { cliPrices } from "../../src/cost/prices.ts";
 import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
 import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
@@ -37,6 +37,8 @@ import {
   type StudyApi,
   type TestGatewayAttempt,
 } from "./support.ts";
+
+const CLI_PRICES = cliPrices();
 
 const answer = (input_tokens: number) => ({ answer: "scripted", usage: { input_tokens, output_tokens: 10 } });
 /** One answer of 60,000 input and 10 output tokens of the pinned model (first tier). */

@@ -17,7 +17,7 @@ import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { computeCost, type CostResult } from "../../src/cost/compute.ts";
-import { CLI_PRICES, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
+import { cliPrices, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
 import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
 import { TranscriptReader, type TranscriptFacts } from "../../src/transcript/reader.ts";
 import type { Gateway, GatewayRecord } from "../../src/gateway/gateway.ts";
@@ -36,6 +36,8 @@ import {
   type Corpus,
   type StudyApi,
 } from "./support.ts";
+
+const CLI_PRICES = cliPrices();
 
 type Usage = {
   input_tokens: number;

@@ -1,7 +1,7 @@
 /**
  * Measures the init event the REAL Claude Code 2.1.296 writes for every kind of run the runner
- * starts, with the runner's own arguments, container and gateway, and (with --write) regenerates
- * src/claude/init-events.generated.ts, the expectation the transcript check compares every init
+ * starts, with the runner's own arguments, container and gateway, and (with --write) rewrites the
+ * init events of the pin's bundled calibration profile (src/profile/), the expectation the transcript check compares every init
  * field with (contract R125):
  *
  *   node --import tsx tests/conformance/measure-init.ts [--write]
@@ -13,10 +13,9 @@
  * value the runner passed (src/claude/init-expectation.ts) are left out of the data; two runs of
  * the same kind must agree on every other field, or nothing is written.
  */
-import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { mkdtemp, readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { isDeepStrictEqual } from "node:util";
 import { Writable } from "node:stream";
@@ -31,6 +30,7 @@ import { readTranscriptFile, transcriptLines } from "../../src/ledger/transcript
 import { startSessions } from "../../src/session/run.ts";
 import { makeSessionDemo, sessionDemoScripts } from "../../src/demo/sessions.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { writeBundledProfilePart } from "./profile-write.ts";
 import { armGuessScripts, correctVerdictScripts, pilotScripts } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi } from "./support.ts";
 
@@ -220,18 +220,7 @@ export function generatedFrom(measured: readonly MeasuredInit[]): { data: Genera
     if (bad.length > 0) problems.push(`${kind}: ${bad.length} run(s) did not complete (${bad.map((b) => b.status).join(", ")})`);
     if (parts[0]) kinds[kind] = parts[0];
   }
-  return { data: { cliVersion: CLAUDE_CODE_VERSION, command: REGENERATE_INIT_COMMAND, kinds }, problems };
-}
-
-export function generatedSource(data: GeneratedInitEvents): string {
-  return `// GENERATED FILE: do not edit. Regenerate with \`${data.command}\`
-// (the init event of every kind of run the runner starts, measured on the real pinned CLI at zero cost).
-// Claude Code ${data.cliVersion}. The fields that vary per run and those the run's arguments set are
-// left out (src/claude/init-expectation.ts names each with its reason).
-import type { GeneratedInitEvents } from "./init-types.ts";
-
-export const GENERATED_INIT_EVENTS: GeneratedInitEvents = ${JSON.stringify(data, null, 2)};
-`;
+  return { data: { kinds }, problems };
 }
 
 async function main(): Promise<void> {
@@ -244,13 +233,7 @@ async function main(): Promise<void> {
     process.exitCode = 1;
     return;
   }
-  if (process.argv.includes("--write")) {
-    const file = join(dirname(fileURLToPath(import.meta.url)), "../../src/claude/init-events.generated.ts");
-    await writeFile(file, generatedSource(data));
-    // The project's formatter, so that the written file passes `biome format` as it is.
-    execFileSync(join(dirname(fileURLToPath(import.meta.url)), "../../node_modules/.bin/biome"), ["format", "--write", file], { stdio: "ignore" });
-    process.stderr.write(`wrote ${file}\n`);
-  }
+  if (process.argv.includes("--write")) process.stderr.write(`wrote ${await writeBundledProfilePart({ initEvents: data })}\n`);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

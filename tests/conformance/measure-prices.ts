@@ -1,6 +1,6 @@
 /**
- * Measures the pinned Claude Code binary's own price table and (with --write) regenerates
- * src/cost/cli-prices.generated.ts, the only place the runner holds a price:
+ * Measures the pinned Claude Code binary's own price table and (with --write) rewrites the prices
+ * of the pin's bundled calibration profile (src/profile/), the only place the runner holds a price:
  *
  *   node --import tsx tests/conformance/measure-prices.ts [--write] [--only model,model]
  *
@@ -15,7 +15,7 @@
 import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createReadStream } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { ensureClaudeBinary } from "../../src/image/install.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
@@ -23,6 +23,7 @@ import type { GeneratedPriceTable, TierPrices } from "../../src/cost/prices.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
+import { writeBundledProfilePart } from "./profile-write.ts";
 import { measureModel, worstPerTokenError, type ModelMeasurement, type ProbeEnv } from "./price-probe.ts";
 
 export const REGENERATE_COMMAND = "node --import tsx tests/conformance/measure-prices.ts --write";
@@ -105,9 +106,6 @@ async function main(): Promise<void> {
     await env.cleanup();
   }
   const table: GeneratedPriceTable = {
-    cliVersion: CLAUDE_CODE_VERSION,
-    measuredOn: new Date().toISOString().slice(0, 10),
-    command: REGENERATE_COMMAND,
     searchedUpToPromptTokens: 0,
     toleranceUsdPerToken: TOLERANCE_USD_PER_TOKEN,
     models: {},
@@ -152,20 +150,8 @@ async function main(): Promise<void> {
     return;
   }
   if (write) {
-    const file = join(dirname(fileURLToPath(import.meta.url)), "../../src/cost/cli-prices.generated.ts");
-    await writeFile(file, generatedSource(table, seconds));
-    process.stderr.write(`wrote ${file}\n`);
+    process.stderr.write(`wrote ${await writeBundledProfilePart({ prices: table })}\n`);
   }
-}
-
-function generatedSource(table: GeneratedPriceTable, seconds: number): string {
-  return `// GENERATED FILE: do not edit. Regenerate with \`${table.command}\`
-// (every model the pinned binary names, measured against the real CLI at zero cost; ${seconds.toFixed(0)} s).
-// Claude Code ${table.cliVersion}, measured on ${table.measuredOn}. USD per million tokens.
-import type { GeneratedPriceTable } from "./price-types.ts";
-
-export const GENERATED_PRICE_TABLE: GeneratedPriceTable = ${JSON.stringify(table, null, 2)};
-`;
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {

@@ -1,6 +1,6 @@
 /**
  * Measures what the pinned Claude Code binary sends to the Messages API in every scenario the
- * runner uses, and (with --write) regenerates src/gateway/cli-requests.generated.ts, the shapes
+ * runner uses, and (with --write) rewrites the request shapes of the pin's bundled calibration profile (src/profile/), the shapes
  * the gateway admits (docs/gateway.md, "Allow list"):
  *
  *   node --import tsx tests/conformance/measure-requests.ts [--write]
@@ -12,8 +12,8 @@
  * two sessions (a start and a `--resume` each). Zero cost, no network.
  */
 import { createHash } from "node:crypto";
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
+import { mkdtemp, readFile } from "node:fs/promises";
+import { join } from "node:path";
 import { Writable } from "node:stream";
 import { fileURLToPath } from "node:url";
 import { runAdjudication } from "../../src/adjudicate/run.ts";
@@ -28,11 +28,11 @@ import type { RecordedRequest } from "../../src/stand-ins/scripted-api/server.ts
 import { startSessions } from "../../src/session/run.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import type { JsonValue } from "../../src/util/strict-json.ts";
+import { writeBundledProfilePart } from "./profile-write.ts";
 import { armGuessScripts, correctVerdictScripts, pilotScripts } from "./scripts.ts";
 import { MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startApi, startStudyApi } from "./support.ts";
 
 export const REGENERATE_COMMAND = "node --import tsx tests/conformance/measure-requests.ts --write";
-const GENERATED = join(dirname(fileURLToPath(import.meta.url)), "../../src/gateway/cli-requests.generated.ts");
 
 /**
  * Members whose content is data rather than the request's structure, so any JSON is admitted
@@ -54,7 +54,7 @@ export const SCENARIOS = [
 const WHY_DIRECT = "measuring what the CLI sends, before any gateway shape check";
 
 /** The shapes of `requests` (what the scripted API recorded, bodies included). */
-export function shapesOf(requests: readonly RecordedRequest[], measuredOn: string): RequestShapes {
+export function shapesOf(requests: readonly RecordedRequest[]): RequestShapes {
   const triples = new Map<string, MeasuredRequest>();
   const headers = new Set<string>();
   const betas = new Set<string>();
@@ -69,10 +69,7 @@ export function shapesOf(requests: readonly RecordedRequest[], measuredOn: strin
     if (r.rawBody === undefined) throw new Error(`request ${r.seq} (${r.path}) has no recorded body`);
   }
   return {
-    cliVersion: CLAUDE_CODE_VERSION,
-    measuredOn,
-    command: REGENERATE_COMMAND,
-    scenarios: SCENARIOS,
+    scenarios: [...SCENARIOS],
     requestCount: requests.length,
     requests: [...triples.values()].sort((a, b) => `${a.method} ${a.path}${a.search}`.localeCompare(`${b.method} ${b.path}${b.search}`)),
     headers: [...headers].sort(),
@@ -199,27 +196,13 @@ export async function measureRequests(): Promise<RecordedRequest[]> {
   return recorded;
 }
 
-/** The generated module's text. */
-export function generatedSource(shapes: RequestShapes, seconds: number): string {
-  return [
-    `// GENERATED FILE: do not edit. Regenerate with \`${REGENERATE_COMMAND}\``,
-    `// (the real CLI in every scenario the runner uses, against the scripted Messages API at zero cost; ${seconds} s).`,
-    `// Claude Code ${shapes.cliVersion}, measured on ${shapes.measuredOn} from ${shapes.requestCount} requests.`,
-    `import type { RequestShapes } from "./request-shape.ts";`,
-    "",
-    `export const CLI_REQUEST_SHAPES: RequestShapes = ${JSON.stringify(shapes, null, 2)};`,
-    "",
-  ].join("\n");
-}
-
 if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
   const started = Date.now();
   const requests = await measureRequests();
-  const shapes = shapesOf(requests, new Date().toISOString().slice(0, 10));
+  const shapes = shapesOf(requests);
   const summary = { requests: shapes.requests, headers: shapes.headers, anthropicBeta: shapes.anthropicBeta, fromRequests: shapes.requestCount };
   process.stdout.write(`${JSON.stringify(summary, null, 2)}\n`);
   if (process.argv.includes("--write")) {
-    await writeFile(GENERATED, generatedSource(shapes, Math.round((Date.now() - started) / 1000)));
-    process.stdout.write(`wrote ${GENERATED}\n`);
+    process.stdout.write(`wrote ${await writeBundledProfilePart({ requestShapes: shapes })} (${Math.round((Date.now() - started) / 1000)} s)\n`);
   }
 }

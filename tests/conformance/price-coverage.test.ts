@@ -5,10 +5,13 @@
  */
 import { describe, expect, it } from "vitest";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
-import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
-import { CLI_PRICES } from "../../src/cost/prices.ts";
+import { cliPrices } from "../../src/cost/prices.ts";
 import { ensureClaudeBinary } from "../../src/image/install.ts";
 import { candidateModels } from "./measure-prices.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_PRICE_TABLE = activeProfile().prices;
+const CLI_PRICES = cliPrices();
 
 describe("the price table against the pinned binary's model names", () => {
   // contract: R51

@@ -2,16 +2,18 @@
  * The generated price table against the REAL Claude Code 2.1.296, re-measured on every run:
  * a sample of rows (the answering model with its two tiers and bisected boundary, the default
  * adjudicator model whose rates must stay flat up to the search limit, cache writes of both
- * TTLs in each) and one alias. Any difference from src/cost/cli-prices.generated.ts fails.
+ * TTLs in each) and one alias. Any difference from the pin's calibration profile (src/profile/) fails.
  * Regenerate the table with the command it names when the pin moves.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { probeEnv, rowOf, TOLERANCE_USD_PER_TOKEN, twoAtATime } from "./measure-prices.ts";
 import { measureModel, SEARCH_LIMIT, worstPerTokenError, type ModelMeasurement } from "./price-probe.ts";
 import { MODEL } from "./support.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_PRICE_TABLE = activeProfile().prices;
 
 const SAMPLE = [MODEL, DEFAULT_ADJUDICATOR_MODELS[0]] as const;
 const ALIAS = "sonnet";
@@ -29,9 +31,8 @@ afterAll(async () => {
 });
 
 describe("the generated price table is the pinned CLI's own", () => {
-  it("was generated from this CLI version, with the command that regenerates it", () => {
-    expect(GENERATED_PRICE_TABLE.cliVersion).toBe(CLAUDE_CODE_VERSION);
-    expect(GENERATED_PRICE_TABLE.command).toMatch(/measure-prices\.ts --write$/);
+  it("is the profile of this CLI version, searched up to the prober's limit", () => {
+    expect(activeProfile().cliVersion).toBe(CLAUDE_CODE_VERSION);
     expect(GENERATED_PRICE_TABLE.searchedUpToPromptTokens).toBe(SEARCH_LIMIT);
   });
 

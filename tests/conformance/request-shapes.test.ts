@@ -2,17 +2,19 @@
  * The generated request shapes against the REAL Claude Code 2.1.296, re-measured on every run in
  * every scenario the runner uses (tests/conformance/measure-requests.ts: the study pilot of both
  * arms, the adjudicator, sessions with a resume): what the binary sends must be exactly what
- * src/gateway/cli-requests.generated.ts holds, and every request it sent must pass the gateway's
+ * the pin's calibration profile (src/profile/) holds, and every request it sent must pass the gateway's
  * own checks. A new CLI version, or a change in how the runner drives it, fails here first;
  * regenerate with the command the file names.
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
-import { CLI_REQUEST_SHAPES } from "../../src/gateway/cli-requests.generated.ts";
 import { headerProblem, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
 import type { RecordedRequest } from "../../src/stand-ins/scripted-api/server.ts";
 import type { JsonValue } from "../../src/util/strict-json.ts";
-import { measureRequests, REGENERATE_COMMAND, SCENARIOS, shapesOf } from "./measure-requests.ts";
+import { measureRequests, SCENARIOS, shapesOf } from "./measure-requests.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const CLI_REQUEST_SHAPES = activeProfile().requestShapes;
 
 let requests: RecordedRequest[] = [];
 
@@ -21,16 +23,15 @@ beforeAll(async () => {
 }, 600_000);
 
 describe("the generated request shapes are what the pinned CLI sends", () => {
-  it("were generated from this CLI version, with the command that regenerates them, over every scenario", () => {
-    expect(CLI_REQUEST_SHAPES.cliVersion).toBe(CLAUDE_CODE_VERSION);
-    expect(CLI_REQUEST_SHAPES.command).toBe(REGENERATE_COMMAND);
+  it("are the profile of this CLI version, measured over every scenario", () => {
+    expect(activeProfile().cliVersion).toBe(CLAUDE_CODE_VERSION);
     expect(CLI_REQUEST_SHAPES.scenarios).toEqual(SCENARIOS);
   });
 
   // contract: R140
   it("the re-measured targets, header names, anthropic-beta values and body shape equal the generated ones", () => {
     expect(requests.length).toBeGreaterThan(10);
-    const now = shapesOf(requests, CLI_REQUEST_SHAPES.measuredOn);
+    const now = shapesOf(requests);
     expect(now.requests).toEqual(CLI_REQUEST_SHAPES.requests);
     expect(now.headers).toEqual(CLI_REQUEST_SHAPES.headers);
     expect(now.anthropicBeta).toEqual(CLI_REQUEST_SHAPES.anthropicBeta);

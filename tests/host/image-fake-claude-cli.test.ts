@@ -6,10 +6,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { adjudicatorArguments, adjudicatorInitTools } from "../../src/adjudicate/prompt.ts";
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { expectedInit, type InitKind } from "../../src/claude/init-expectation.ts";
-import { GENERATED_INIT_EVENTS } from "../../src/claude/init-events.generated.ts";
 import { SESSION_INIT_TOOLS, sessionArguments } from "../../src/session/args.ts";
 import { readTranscript } from "../../src/transcript/reader.ts";
 import { makeFakeDir, parseEvents, runFakeOnHost, streamJsonArgs, type FakeBehaviourFile } from "../support/fake-claude.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_INIT_EVENTS = activeProfile().initEvents;
 
 // The fake claude run directly by this Node: its argv handling, transcripts and records.
 // (tests/integration/image-fake-claude.test.ts runs it inside the hardened image.)

@@ -14,7 +14,6 @@ import { buildImage, isFakeClaudeImage } from "../../src/image/build.ts";
 import { IMAGE_LABELS } from "../../src/image/specs.ts";
 import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
-import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { startSessions } from "../../src/session/run.ts";
 import { FIXED_INVOICE, makeSessionDemo, type SessionDemo } from "../../src/demo/sessions.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
@@ -22,6 +21,9 @@ import { gatewayLimitProblem } from "../../src/gateway/run.ts";
 import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { sessionTestConfig } from "../support/session-config.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_PRICE_TABLE = activeProfile().prices;
 
 const MODEL = "claude-haiku-5-5";
 /** What the scripted API says each request used: the gateway meters it at the model's list prices. */

@@ -11,7 +11,6 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
-import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { acquireLoginLock, resolveLogin } from "../../src/credentials/login.ts";
 import { answerSession, resumeSessions, retrySession, startSessions, type StartConfig } from "../../src/session/run.ts";
 import { readSessionLedger } from "../../src/session/store.ts";
@@ -24,6 +23,9 @@ import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
 import { sessionTestConfig } from "../support/session-config.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_PRICE_TABLE = activeProfile().prices;
 
 const MODEL = "claude-haiku-5-5";
 const runtime = new DockerRuntime();

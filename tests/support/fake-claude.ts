@@ -1,6 +1,4 @@
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
-import { GENERATED_INIT_EVENTS } from "../../src/claude/init-events.generated.ts";
-import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
 import { spawn } from "node:child_process";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -8,6 +6,10 @@ import { join } from "node:path";
 import { text } from "node:stream/consumers";
 import type { ContainerRuntime, ContainerSpec, Mount } from "../../src/sandbox/port.ts";
 import { FAKE_CLAUDE_SCRIPT } from "../../src/stand-ins/fake-claude/image.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_INIT_EVENTS = activeProfile().initEvents;
+const GENERATED_PRICE_TABLE = activeProfile().prices;
 
 /** Helpers to drive src/stand-ins/fake-claude/claude.mjs: its behaviour file, its records. */
 

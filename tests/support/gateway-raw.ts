@@ -4,7 +4,9 @@
  * the pinned CLI sends.
  */
 import { connect } from "node:net";
-import { CLI_REQUEST_SHAPES } from "../../src/gateway/cli-requests.generated.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const CLI_REQUEST_SHAPES = activeProfile().requestShapes;
 
 export const MODEL = "claude-haiku-5-5";
 export const REAL = "test-real-credential-not-a-real-token";

@@ -2,8 +2,11 @@ import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { computeCost, type CostInput, type MessagePromptUsage, type ModelUsageTokens } from "../../src/cost/compute.ts";
 import { picoToUsd, usdToPico } from "../../src/cost/money.ts";
-import { CLI_PRICES, pricesFor, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
-import { GENERATED_PRICE_TABLE } from "../../src/cost/cli-prices.generated.ts";
+import { cliPrices, pricesFor, tier1MaxPromptTokens } from "../../src/cost/prices.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_PRICE_TABLE = activeProfile().prices;
+const CLI_PRICES = cliPrices();
 
 const MODEL = "claude-haiku-5-5";
 

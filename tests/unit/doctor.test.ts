@@ -1,4 +1,4 @@
-import { CLI_PRICES } from "../../src/cost/prices.ts";
+import { cliPrices } from "../../src/cost/prices.ts";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -23,6 +23,8 @@ import { findClaudeBinary, IMAGE_LABELS } from "../../src/image/specs.ts";
 import { FakeRuntime, type FakeProgram } from "../support/fake-runtime.ts";
 import type { ContainerRuntime } from "../../src/sandbox/port.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+
+const CLI_PRICES = cliPrices();
 
 const ACCESS = "test-ACCESS-TOKEN-NEVER-PRINTED";
 const REFRESH = "test-REFRESH-TOKEN-NEVER-PRINTED";

@@ -4,10 +4,12 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { CLI_REQUEST_SHAPES } from "../../src/gateway/cli-requests.generated.ts";
 import { headerProblem, parseTarget, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
 import { inferShape } from "../support/infer-shape.ts";
 import { parseStrictJson, StrictJsonError, type JsonValue } from "../../src/util/strict-json.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const CLI_REQUEST_SHAPES = activeProfile().requestShapes;
 
 const json = fc.jsonValue() as fc.Arbitrary<JsonValue>;
 

@@ -8,11 +8,13 @@ import { adjudicatorArguments, adjudicatorInitTools } from "../../src/adjudicate
 import { cliArguments, expectedInitTools } from "../../src/claude/args.ts";
 import { expectedInit, INIT_FIELDS_VARYING_PER_RUN, INIT_KINDS, INIT_PARAMETER_FIELDS, type InitKind } from "../../src/claude/init-expectation.ts";
 import { initEventFrom } from "../support/init-event.ts";
-import { GENERATED_INIT_EVENTS } from "../../src/claude/init-events.generated.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { SESSION_INIT_TOOLS, sessionArguments } from "../../src/session/args.ts";
 import { readTranscript } from "../../src/transcript/reader.ts";
 import { baseEvents, evaluate, MODEL, toText, type Event } from "./transcript-fixtures.ts";
+import { activeProfile } from "../../src/profile/load.ts";
+
+const GENERATED_INIT_EVENTS = activeProfile().initEvents;
 
 const SESSION_ID = "0b6f4a53-2f55-4c1e-9d0e-6a1f2b3c4d5e";
 
@@ -117,7 +119,7 @@ describe("the measured data agrees with the runner's arguments", () => {
       const argv = argvOf[kind];
       expect(fields.permissionMode).toBe(argv[argv.indexOf("--permission-mode") + 1]);
       expect(fields.claude_code_version).toBe(CLAUDE_CODE_VERSION);
-      expect(GENERATED_INIT_EVENTS.cliVersion).toBe(CLAUDE_CODE_VERSION);
+      expect(activeProfile().cliVersion).toBe(CLAUDE_CODE_VERSION);
       // The data never holds a parameter's or a varying field's value: those are per run.
       for (const key of [...Object.keys(INIT_PARAMETER_FIELDS), ...Object.keys(INIT_FIELDS_VARYING_PER_RUN)]) expect(Object.hasOwn(fields, key)).toBe(false);
     }

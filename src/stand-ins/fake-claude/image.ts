@@ -4,8 +4,7 @@
  * demo, CI's offline replay, benches and tests; never what a study of the real CLI runs.
  */
 import { fileURLToPath } from "node:url";
-import { GENERATED_PRICE_TABLE } from "../../cost/cli-prices.generated.ts";
-import { GENERATED_INIT_EVENTS } from "../../claude/init-events.generated.ts";
+import { activeProfile } from "../../profile/load.ts";
 import { CLAUDE_CODE_VERSION } from "../../claude/version.ts";
 import { fileSha256, type ImageSpec } from "../../image/context.ts";
 import { baseLayout, IMAGE_LABELS, IMAGE_LAYOUT, imageSpec, type BaseImageInput } from "../../image/specs.ts";
@@ -33,9 +32,9 @@ export async function fakeClaudeImageSpec(input: FakeImageInput = {}): Promise<I
   layout.files.push({ path: IMAGE_LAYOUT.claude, mode: 0o755, source: { hostPath: script } });
   // The fake prices every model as the pinned CLI does, from the one measured table, so it can
   // answer as any model (the adjudicator's too) with a cost the runner's check accepts.
-  layout.files.push({ path: FAKE_PRICES_PATH, mode: 0o644, source: { content: JSON.stringify(GENERATED_PRICE_TABLE.models) } });
+  layout.files.push({ path: FAKE_PRICES_PATH, mode: 0o644, source: { content: JSON.stringify(activeProfile().prices.models) } });
   // Its init events likewise: the measured init of each kind of run (contract R125).
-  layout.files.push({ path: FAKE_INIT_PATH, mode: 0o644, source: { content: JSON.stringify(GENERATED_INIT_EVENTS) } });
+  layout.files.push({ path: FAKE_INIT_PATH, mode: 0o644, source: { content: JSON.stringify(activeProfile().initEvents) } });
   return imageSpec(`study-runner/fake-claude:${version}`, layout, {
     [IMAGE_LABELS.kind]: "fake-claude",
     [IMAGE_LABELS.claudeVersion]: version,

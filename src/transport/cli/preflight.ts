@@ -1,4 +1,4 @@
-import { probeVersion, runnerFilesProblem, type ProbedVersion } from "../../image/build.ts";
+import { probeVersion, runnerFilesProblem, useRunProfile, type ProbedVersion } from "../../image/build.ts";
 import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../../isolation/oci-runtime.ts";
 import type { IsolationProfile } from "../../isolation/profile.ts";
 import { runnerLabels } from "../../sandbox/reaper.ts";
@@ -46,6 +46,7 @@ export async function probeCliImage(
   if (probed.version !== o.expectedCliVersion) {
     throw new RefusalError(`image ${o.image} reports claude ${probed.version}, but ${o.expectedCliVersion} is expected (--cli-version); nothing was charged`);
   }
+  useRunProfile(probed, o.image, o.expectedCliVersion);
   const filesProblem = await runnerFilesProblem(runtime, probed.imageId, runnerLabels(o.runId, "probe"));
   if (filesProblem) throw new RefusalError(`${filesProblem}; nothing was charged`);
   const { isolation, gateway, modelApiSocket, docBridge } = o.route;

@@ -1,0 +1,140 @@
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync } from "node:fs";
+import { join, resolve } from "node:path";
+import { canonicalJson } from "../util/canonical-json.ts";
+import { RefusalError } from "../util/errors.ts";
+import { parseJsonAs } from "../util/json-file.ts";
+import { defaultCacheDir, PROJECT_ROOT } from "../util/paths.ts";
+import { CLAUDE_CODE_VERSION } from "./pin.ts";
+import { ProfileSchema, type Profile } from "./schema.ts";
+
+/**
+ * Finding, reading and checking calibration profiles (contract R220, R221). A profile is found in
+ * the package (bundled: src/profile/claude-code-V.json, shipped with src/) or in the runner's
+ * cache folder (calibrated on this machine: `study-runner calibrate --cli-version V` writes it).
+ * A profile whose own sha256 does not match its content is refused, whoever edited it.
+ */
+
+export type ProfileSource = "bundled" | "calibrated on this machine" | "given";
+
+export interface FoundProfile {
+  profile: Profile;
+  source: ProfileSource;
+  path: string;
+}
+
+/** The profile's sha256: over the canonical JSON (keys sorted, no whitespace) of its body without `sha256`. */
+export function profileSha256(body: Omit<Profile, "sha256"> & { sha256?: string }): string {
+  const { sha256: _own, ...rest } = body;
+  return createHash("sha256").update(canonicalJson(rest)).digest("hex");
+}
+
+/** The body with its sha256 set. */
+export function sealProfile(body: Omit<Profile, "sha256">): Profile {
+  return { ...body, sha256: profileSha256(body) };
+}
+
+/** The file text a profile is written as: two-space JSON, keys in the schema's order, a final newline. */
+export function profileText(profile: Profile): string {
+  return `${JSON.stringify(profile, null, 2)}\n`;
+}
+
+/** The fix a missing or refused profile names. */
+export const calibrateCommand = (version: string) => `study-runner calibrate --cli-version ${version}`;
+
+/** Where the package bundles the profile of `version`. */
+export function bundledProfilePath(version: string): string {
+  return resolve(PROJECT_ROOT, "src", "profile", `claude-code-${version}.json`);
+}
+
+/** Where `calibrate` writes the profile of `version` on this machine. */
+export function cachedProfilePath(version: string, cacheDir: string = defaultCacheDir()): string {
+  return join(cacheDir, "profiles", `claude-code-${version}.json`);
+}
+
+/**
+ * The profile in `text`, checked: valid JSON of the schema, its sha256 that of its content, and
+ * (when `version` is given) of that CLI version. Otherwise a RefusalError naming the file and the fix.
+ */
+export function parseProfile(text: string, path: string, version?: string): Profile {
+  const fix = calibrateCommand(version ?? "V");
+  let profile: Profile;
+  try {
+    profile = parseJsonAs(text, ProfileSchema, {
+      name: `the calibration profile ${path}`,
+      readFix: `run ${fix}`,
+      mismatch: `is not a calibration profile (run ${fix} to write one)`,
+      written: "by-hand",
+    });
+  } catch (err) {
+    throw new RefusalError((err as Error).message);
+  }
+  const actual = profileSha256(profile);
+  if (actual !== profile.sha256) {
+    throw new RefusalError(
+      `the calibration profile ${path} records sha256 ${profile.sha256} but its content hashes to ${actual}: it was changed after it was measured, so its guards cannot be trusted; run ${calibrateCommand(profile.cliVersion)} to measure it again`,
+    );
+  }
+  if (version !== undefined && profile.cliVersion !== version) {
+    throw new RefusalError(`the calibration profile ${path} is of Claude Code ${profile.cliVersion}, not ${version}; run ${calibrateCommand(version)}`);
+  }
+  return profile;
+}
+
+/** The profile file at `path`, checked (parseProfile). */
+export function readProfileFile(path: string, version?: string): Profile {
+  let text: string;
+  try {
+    text = readFileSync(path, "utf8");
+  } catch (err) {
+    throw new RefusalError(
+      `cannot read the calibration profile ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}; pass the profile's path, or run ${calibrateCommand(version ?? "V")}`,
+    );
+  }
+  return parseProfile(text, path, version);
+}
+
+/**
+ * The profile of `version`: the bundled one when the package has it, else the one calibrated on
+ * this machine; null when neither exists. A file that exists but is refused throws.
+ */
+export function findProfile(version: string, opts: { cacheDir?: string } = {}): FoundProfile | null {
+  const bundled = bundledProfilePath(version);
+  if (existsSync(bundled)) return { profile: readProfileFile(bundled, version), source: "bundled", path: bundled };
+  const cached = cachedProfilePath(version, opts.cacheDir);
+  if (existsSync(cached)) return { profile: readProfileFile(cached, version), source: "calibrated on this machine", path: cached };
+  return null;
+}
+
+/** The profile of `version`, or a RefusalError (exit 2) naming the command that makes it (contract R221). */
+export function requireProfile(version: string, opts: { cacheDir?: string } = {}): FoundProfile {
+  const found = findProfile(version, opts);
+  if (found) return found;
+  throw new RefusalError(
+    `Claude Code ${version} has no calibration profile (neither bundled nor in ${join(opts.cacheDir ?? defaultCacheDir(), "profiles")}): its init events, request shapes and prices are unmeasured, so no run of it can be checked; run ${calibrateCommand(version)} first`,
+  );
+}
+
+let active: FoundProfile | undefined;
+
+/**
+ * The profile this process's guards compare with: the one `useProfile` set (the run's
+ * `--cli-version`), else the bundled profile of the pin. One process runs one CLI version.
+ */
+export function activeProfile(): Profile {
+  active ??= requireProfile(CLAUDE_CODE_VERSION);
+  return active.profile;
+}
+
+/** The active profile with where it came from. */
+export function activeProfileFound(): FoundProfile {
+  activeProfile();
+  return active!;
+}
+
+/** Makes `found` the profile every guard of this process reads; returns the one it replaces (tests restore it). */
+export function useProfile(found: FoundProfile | undefined): FoundProfile | undefined {
+  const before = active;
+  active = found;
+  return before;
+}
