@@ -4,6 +4,7 @@ import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { checkAdjudicationOutput, credentialOptions, parseAdjudicateFlags, type AdjudicateFlags, type AdjudicateOptions } from "./config/commands.ts";
 import { commandFlags } from "./config/flags.ts";
 import { withStopSignals } from "./signals.ts";
+import { requireProfile } from "../profile/load.ts";
 
 /**
  * `study-runner adjudicate`: blind agent adjudication of a ledger into a separate private
@@ -65,6 +66,9 @@ export async function adjudicateCommand(given: AdjudicateFlags, env: NodeJS.Proc
   const runtimeName = flags.runtime ?? input.ledger.runtime ?? undefined;
   const [{ runAdjudication }, { DockerRuntime }] = await Promise.all([import("../adjudicate/run.ts"), import("../sandbox/docker.ts")]);
   const credentials = await credentialOptions(flags, options.credentials, options.standIns);
+  const expectedCliVersion = flags.cliVersion ?? input.ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION;
+  // The version's calibration profile, before anything is probed or reserved (contract R221).
+  requireProfile(expectedCliVersion);
   return withStopSignals("adjudicator run", (signal) =>
     runAdjudication(
       {
@@ -81,7 +85,7 @@ export async function adjudicateCommand(given: AdjudicateFlags, env: NodeJS.Proc
         seed,
         output: resolve(flags.output!),
         image: flags.image ?? input.ledger.image?.ref ?? claudeCodeImageRef(),
-        expectedCliVersion: flags.cliVersion ?? input.ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION,
+        expectedCliVersion,
         isolation: flags.isolation ?? "standard",
         claudeConfigDir: flags.claudeConfigDir,
         ...(runtimeName !== undefined ? { runtime: runtimeName } : {}),

@@ -32,11 +32,13 @@ export async function ledgerCheckCommand(path: string, flags: LedgerCheckFlags):
  * committed to. Prints differences that name the field or the file, never an answer.
  * Exit 0 all agree, 1 differences.
  */
-export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags & { adjudication?: string; manifest?: string; report?: string; digest?: string }): Promise<number> {
+export async function ledgerVerifyCommand(path: string, flags: LedgerCheckFlags & { adjudication?: string; manifest?: string; report?: string; digest?: string; profile?: string }): Promise<number> {
   const { verifyLedger, verifyRecord, verifyAgainstReport, verifySessionLedger, verifyDigest } = await import("../verify/verify.ts");
   // A session ledger is verified the same way, from its calls' transcripts (contract R162).
   const isSession = isSessionLedgerFile(await assertReadableLedger(path));
-  const result = isSession ? await verifySessionLedger(path, { manifest: flags.manifest }) : await verifyLedger(path, { manifest: flags.manifest });
+  const result = isSession
+    ? await verifySessionLedger(path, { manifest: flags.manifest })
+    : await verifyLedger(path, { manifest: flags.manifest, ...(flags.profile !== undefined ? { profile: flags.profile } : {}) });
   if (flags.adjudication) {
     const rec = await verifyRecord(flags.adjudication, { ledger: path, manifest: flags.manifest });
     result.differences.push(...rec.differences.map((d) => `adjudication ${d}`));

@@ -252,6 +252,7 @@ function addLedgerCommands(program: Command, setExit: SetExit): void {
       "also verify this adjudication record: bound to the ledger as report requires, its runs against <record>.transcripts/ (facts, status, charge, verdict), and every decision of the runner derived again",
     )
     .option("--manifest <path>", "the manifest the run was given, when it is no longer where the ledger records it (its sha256 must be the protocol hash)")
+    .option("--profile <file>", "the calibration profile the run used, when it is neither bundled nor in this machine's cache (its sha256 must be the ledger's profileSha256)")
     .option("--report <report.json>", "also check that the private files (ledger, transcripts, manifest, adjudication record) are the ones this published report was made from")
     .option(
       "--digest <hex>",

@@ -8,6 +8,7 @@ import { measureSideEffects, sideEffectViolations } from "../process/measure.ts"
 import { checkDryRunModel, parseRunExecution, parseStudyInputs, runMode, type RunExecution, type RunFlags } from "./config/commands.ts";
 import { commandFlags } from "./config/flags.ts";
 import { withStopSignals } from "./signals.ts";
+import { requireProfile } from "../profile/load.ts";
 
 /** The only children a dry run may start: git reads the checkouts at their pins. */
 const DRY_RUN_CHILDREN = ["git"] as const;
@@ -162,6 +163,8 @@ export async function runCommand(given: RunFlags): Promise<number> {
   const env = takeEnvironment();
   const study = await loadStudyInputs(flags);
   if (measured) return dryRun(flags, env, study, measured);
+  // The version's calibration profile, before anything else is probed or reserved (contract R221).
+  if (flags.transport === "cli") requireProfile(flags.cliVersion ?? CLAUDE_CODE_VERSION);
   const options = await parseRunExecution(flags, env, plannedRepositories(study.plan), study.roots);
   await assertRoots(study.loaded, study.roots, study.exportLimits);
   // First signal: stop the current container, keep its reservation charged, end blocked.

@@ -2,6 +2,7 @@ import { readFile } from "node:fs/promises";
 import { Option } from "commander";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { UsageError } from "../util/errors.ts";
+import { requireProfile } from "../profile/load.ts";
 import { answerSession, resumeSessions, retrySession, startSessions } from "../session/run.ts";
 import { parseSessionRuntimeFlags, parseSessionStartFlags, type SessionRuntimeFlags, type SessionStartFlags } from "./config/commands.ts";
 import { parseRoots } from "./config/fields.ts";
@@ -32,6 +33,8 @@ export function sessionSummary(ledgerPath: string, ledger: SessionLedger) {
 
 export async function sessionsStartCommand(flags: SessionStartFlags): Promise<number> {
   const values = parseSessionStartFlags(flags, process.env);
+  // The version's calibration profile, before anything is probed or reserved (contract R221).
+  requireProfile(flags.cliVersion ?? CLAUDE_CODE_VERSION);
   const started = await startSessions(
     {
       ...parseSessionRuntimeFlags(flags),

@@ -2,7 +2,8 @@ import { resolve } from "node:path";
 import { runChild } from "../process/child.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
-import { probeVersion, runnerFilesProblem } from "../image/build.ts";
+import { probeVersion, runnerFilesProblem, runProfile } from "../image/build.ts";
+import { calibrateCommand } from "../profile/load.ts";
 import { probeOciRuntime, runtimeProblem, type RuntimeNeeds, type RuntimeProbe } from "../isolation/oci-runtime.ts";
 import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
@@ -203,12 +204,19 @@ export async function checkClaudeVersion(runtime: ContainerRuntime, image: strin
       `${rebuild} and pass it with --image; change --cli-version only when the protocol moves the pin`,
     );
   }
-  // Only the project's pin is "pinned": every shape a guard compares against was measured on it (docs/conformance.md).
-  const which =
-    probed.version === CLAUDE_CODE_VERSION
-      ? "the pinned version"
-      : `the version --cli-version asks for, not the project's pin ${CLAUDE_CODE_VERSION}: the init events, request shapes and prices the run holds attempts to were measured on ${CLAUDE_CODE_VERSION}, not on ${probed.version}`;
-  return pass("claude-version", `claude --version in ${image} prints ${probed.version} (Claude Code), ${which}; binary sha256 ${probed.binarySha256.slice(0, 12)}…`);
+  // The run compares every attempt with the version's calibration profile (contract R221): the doctor finds it the same way.
+  let found;
+  try {
+    found = runProfile(probed, image, expected);
+  } catch (err) {
+    return fail("claude-version", errorMessage(err), calibrateCommand(expected));
+  }
+  // Only the project's pin is "pinned"; any other version is what its own profile says it is.
+  const which = probed.version === CLAUDE_CODE_VERSION ? "the pinned version" : `the version --cli-version asks for, not the project's pin ${CLAUDE_CODE_VERSION}`;
+  return pass(
+    "claude-version",
+    `claude --version in ${image} prints ${probed.version} (Claude Code), ${which}, its calibration profile ${found.source} (sha256 ${found.profile.sha256.slice(0, 12)}…); binary sha256 ${probed.binarySha256.slice(0, 12)}…`,
+  );
 }
 
 /** The engine sees the runner's folders by path, as every attempt needs (contract R200): the run's own probe. */

@@ -161,12 +161,18 @@ export async function isFakeClaudeImage(runtime: ContainerRuntime, image: string
  * image, unlabelled images) have no measured binary and are not compared.
  */
 export function useRunProfile(probed: ProbedVersion, image: string, expectedCliVersion: string): FoundProfile {
+  const found = runProfile(probed, image, expectedCliVersion);
+  useProfile(found);
+  return found;
+}
+
+/** The profile of `expectedCliVersion`, checked against the probed image as useRunProfile does, without making it the active one (the doctor). */
+export function runProfile(probed: ProbedVersion, image: string, expectedCliVersion: string): FoundProfile {
   const found = requireProfile(expectedCliVersion);
   if (probed.kind === "claude-code" && probed.binarySha256 !== found.profile.binarySha256) {
     throw new RefusalError(
       `image ${image} holds a claude binary with sha256 ${probed.binarySha256}, but the calibration profile ${found.path} (${found.source}) was measured on the binary with sha256 ${found.profile.binarySha256}: it is the profile of another binary; run ${calibrateCommand(expectedCliVersion)} to measure this one`,
     );
   }
-  useProfile(found);
   return found;
 }

@@ -95,6 +95,8 @@ export interface ReportData {
     model: string;
     transport: string;
     cliVersion: string | null;
+    /** The sha256 of the calibration profile the run's guards compared it with (contract R221); null for the http transport and older ledgers. */
+    profileSha256: string | null;
     isolation: string;
     /** The OCI runtime the run created every attempt container with; null for the http transport and older ledgers. */
     runtime: string | null;
@@ -500,6 +502,7 @@ function runSummary(ledger: Ledger): ReportData["run"] {
     model: ledger.model,
     transport: ledger.transport,
     cliVersion: ledger.cliVersion,
+    profileSha256: ledger.profileSha256 ?? null,
     isolation: ledger.isolation,
     runtime: ledger.runtime ?? null,
     status: ledger.status,

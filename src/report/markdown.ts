@@ -83,11 +83,14 @@ export interface TableData {
 
 const withReason = (status: string, reason: string | null) => status + (reason ? `: ${reason}` : "");
 
+/** The CLI version and, where the ledger records it, the calibration profile its guards used. */
+const cliText = (r: ReportData) => (r.run.cliVersion ?? "—") + (r.run.profileSha256 ? ` (profile sha256 ${r.run.profileSha256.slice(0, 12)})` : "");
+
 /** The run's header row. */
 export function runTable(r: ReportData): TableData {
   return {
     head: ["run", "mode", "model", "status", "CLI", "isolation", "runtime"],
-    rows: [[r.run.runId, r.run.mode, r.run.model, withReason(runStatusText(r), r.run.statusReason), r.run.cliVersion ?? "—", r.run.isolation, r.run.runtime ?? "—"]],
+    rows: [[r.run.runId, r.run.mode, r.run.model, withReason(runStatusText(r), r.run.statusReason), cliText(r), r.run.isolation, r.run.runtime ?? "—"]],
   };
 }
 

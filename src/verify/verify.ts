@@ -27,7 +27,9 @@ import type { Ledger } from "../ledger/schema.ts";
 import { parseManifest } from "../manifest/load.ts";
 import { planStudy } from "../plan/plan.ts";
 import { collectEvidence, compareEvidence, merkleRoot, settledPrefix, settledStateDigest, type Evidence } from "../ledger/evidence.ts";
-import { errorMessage, UsageError } from "../util/errors.ts";
+import { errorMessage, RefusalError, UsageError } from "../util/errors.ts";
+import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
+import { readProfileFile, requireProfile, useProfile, type FoundProfile } from "../profile/load.ts";
 import { ADJUDICATION_RECORD_INVARIANTS, applyInvariants, SESSION_LEDGER_INVARIANTS, STUDY_LEDGER_INVARIANTS } from "./invariants.ts";
 
 /**
@@ -229,6 +231,26 @@ const fileName = (path: string) => path.slice(path.lastIndexOf("/") + 1);
 /** Where `ledger verify` finds the manifest: `--manifest`, else the path the ledger records. */
 export interface VerifyOptions {
   manifest?: string;
+  /** A calibration profile file to verify with instead of the one found for the ledger's CLI version (`--profile`). */
+  profile?: string;
+}
+
+/**
+ * The profile a ledger is verified with, made the active one (contract R221): `--profile FILE`, else
+ * the one found for its CLI version (bundled or calibrated on this machine). A ledger that records
+ * its profile's sha256 is verified only with that profile: another one is refused naming both
+ * hashes. A ledger from before profiles existed is verified with the one found.
+ */
+export function useLedgerProfile(ledger: Pick<Ledger, "expectedCliVersion" | "profileSha256">, profileFile?: string): FoundProfile {
+  const version = ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION;
+  const found: FoundProfile = profileFile !== undefined ? { profile: readProfileFile(profileFile, version), source: "given", path: profileFile } : requireProfile(version);
+  if (ledger.profileSha256 !== undefined && found.profile.sha256 !== ledger.profileSha256) {
+    throw new RefusalError(
+      `the ledger was run with the calibration profile sha256 ${ledger.profileSha256}, but ${found.path} (${found.source}) has sha256 ${found.profile.sha256}: a ledger is verified only with the profile it was run with; pass that profile with --profile FILE`,
+    );
+  }
+  useProfile(found);
+  return found;
 }
 
 /**
@@ -289,6 +311,7 @@ async function protocolProblems(ledger: Ledger, options: VerifyOptions): Promise
 
 export async function verifyLedger(path: string, options: VerifyOptions = {}): Promise<VerifyResult> {
   const ledger = await readLedger(path);
+  if (ledger.transport === "cli") useLedgerProfile(ledger, options.profile);
   // What the file alone proves (the list `ledger check` applies), then what the evidence proves.
   // The export hash is recomputed from each observation's pin (contract R118), beside the protocol and plan.
   const differences: string[] = [...applyInvariants(STUDY_LEDGER_INVARIANTS, ledger), ...(await protocolProblems(ledger, options)), ...(await verifyExportHashes(ledger, options.manifest))];

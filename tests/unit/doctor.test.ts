@@ -23,6 +23,7 @@ import { findClaudeBinary, IMAGE_LABELS } from "../../src/image/specs.ts";
 import { FakeRuntime, type FakeProgram } from "../support/fake-runtime.ts";
 import type { ContainerRuntime } from "../../src/sandbox/port.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { activeProfile, cachedProfilePath, profileText, sealProfile } from "../../src/profile/load.ts";
 
 const CLI_PRICES = cliPrices();
 
@@ -184,13 +185,29 @@ describe("claude-version", () => {
     expect(await runtime.listByLabel({ "study-runner.run": "doctor-test" })).toEqual([]);
   });
 
-  it("calls only the project's pin pinned: another expected version is named as measured on the pin, not on itself", async () => {
-    const c = await checkClaudeVersion(runtimeWith("2.1.300"), FAKE_TAG, "2.1.300", labels);
-    expectPass(c, "claude-version");
-    expect(c.detail).not.toContain("the pinned version");
-    expect(c.detail).toContain(
-      `not the project's pin ${CLAUDE_CODE_VERSION}: the init events, request shapes and prices the run holds attempts to were measured on ${CLAUDE_CODE_VERSION}, not on 2.1.300`,
-    );
+  // contract: R221
+  it("says where the version's calibration profile comes from: bundled for the pin, calibrated on this machine for another, never pinned", async () => {
+    const pin = await checkClaudeVersion(runtimeWith("2.1.296"), FAKE_TAG, "2.1.296", labels);
+    expect(pin.detail).toMatch(/prints 2\.1\.296 \(Claude Code\), the pinned version, its calibration profile bundled \(sha256 [0-9a-f]{12}…\)/);
+    const cache = await mkdtemp(join(tmpdir(), "sr-doctor-profile-"));
+    const before = process.env.STUDY_RUNNER_CACHE;
+    process.env.STUDY_RUNNER_CACHE = cache;
+    try {
+      const none = await checkClaudeVersion(runtimeWith("2.1.300"), FAKE_TAG, "2.1.300", labels);
+      expectFail(none, "claude-version", /^study-runner calibrate --cli-version 2\.1\.300$/);
+      expect(none.detail).toMatch(/^Claude Code 2\.1\.300 has no calibration profile/);
+      const { sha256: _s, ...body } = activeProfile();
+      await mkdir(join(cache, "profiles"));
+      await writeFile(cachedProfilePath("2.1.300"), profileText(sealProfile({ ...body, cliVersion: "2.1.300" })));
+      const calibrated = await checkClaudeVersion(runtimeWith("2.1.300"), FAKE_TAG, "2.1.300", labels);
+      expectPass(calibrated, "claude-version");
+      expect(calibrated.detail).not.toContain("pinned");
+      expect(calibrated.detail).toContain(`the version --cli-version asks for, not the project's pin ${CLAUDE_CODE_VERSION}, its calibration profile calibrated on this machine`);
+    } finally {
+      if (before === undefined) delete process.env.STUDY_RUNNER_CACHE;
+      else process.env.STUDY_RUNNER_CACHE = before;
+      await rm(cache, { recursive: true, force: true });
+    }
   });
 
   it("fails on another version, and on an image whose binary cannot be identified", async () => {

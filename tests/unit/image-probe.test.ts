@@ -23,7 +23,7 @@ describe("probeVersion", () => {
   it("returns the printed version with the image id and binary hash, from a hardened throwaway container", async () => {
     const { runtime, image } = setup(prints("2.1.296 (Claude Code)\n"));
     const probed = await probeVersion(runtime, "study-runner/fake-claude:test", { labels: { "study-runner.run": "r1" } });
-    expect(probed).toEqual({ version: "2.1.296", imageId: image.id, binarySha256: SHA });
+    expect(probed).toEqual({ version: "2.1.296", imageId: image.id, binarySha256: SHA, kind: null });
     expect(runtime.created).toHaveLength(1);
     const spec = runtime.created[0]!;
     expect(spec).toMatchObject({

@@ -213,3 +213,18 @@ describe("instruction files the attempts' exports held", () => {
     expect(html).toContain(`<td>${withFiles}</td><td>CLAUDE.md, docs/AGENTS.md</td>`);
   });
 });
+
+describe("the report names the CLI version and its calibration profile (contract R221)", () => {
+  // contract: R221
+  it("the run table shows the CLI version with the profile's sha256 the ledger records; an older ledger shows the version alone", () => {
+    const ledger = { ...syntheticLedger({ mode: "pilot" }), profileSha256: "f".repeat(64) };
+    const report = buildReport({ ledger, ledgerSha256: SHA, record: syntheticRecord(ledger, SHA), manifest: DEMO });
+    expect(report.run.profileSha256).toBe("f".repeat(64));
+    expect(renderMarkdown(report)).toContain(`| ${ledger.cliVersion} (profile sha256 ${"f".repeat(12)}) |`);
+    expect(renderHtml(report)).toContain(`${ledger.cliVersion} (profile sha256 ${"f".repeat(12)})`);
+    const { profileSha256: _p, ...older } = ledger;
+    const old = buildReport({ ledger: older, ledgerSha256: SHA, record: syntheticRecord(older, SHA), manifest: DEMO });
+    expect(old.run.profileSha256).toBeNull();
+    expect(renderMarkdown(old)).not.toContain("profile sha256");
+  });
+});

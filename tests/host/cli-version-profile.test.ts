@@ -1,0 +1,46 @@
+import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { runCli } from "../support/cli.ts";
+
+/**
+ * `--cli-version V` of a version without a calibration profile, through the shipped launcher: each
+ * run kind refuses with exit 2 naming `study-runner calibrate --cli-version V`, before anything is
+ * probed (this tier has no Docker engine), reserved or written.
+ */
+let work: string;
+beforeAll(async () => (work = await mkdtemp(join(tmpdir(), "sr-cli-version-"))));
+afterAll(() => rm(work, { recursive: true, force: true }));
+
+const env = () => ({ STUDY_RUNNER_CACHE: join(work, "cache"), STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" });
+const REFUSAL = /^study-runner: Claude Code 2\.1\.999 has no calibration profile \(neither bundled nor in .*\/cache\/profiles\).*; run study-runner calibrate --cli-version 2\.1\.999 first$/m;
+
+describe("--cli-version of a version without a calibration profile (contract R221)", () => {
+  // contract: R221
+  it("run --transport cli: exit 2 naming study-runner calibrate, no ledger written", async () => {
+    const out = join(work, "run");
+    const r = await runCli(["run", "--pilot", "--approve-budget", "--transport", "cli", "--cli-version", "2.1.999", "--output", join(out, "pilot.json")], { env: env() });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(REFUSAL);
+    expect(await readdir(work)).not.toContain("run");
+  });
+
+  // contract: R221
+  it("sessions start: exit 2 naming study-runner calibrate, no session ledger written", async () => {
+    const output = join(work, "sessions.json");
+    const r = await runCli(["sessions", "start", "--manifest", DEMO_MANIFEST, "--image", "study-runner/claude-code:2.1.999", "--cap-usd", "1", "--cli-version", "2.1.999", "--output", output], {
+      env: env(),
+    });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(REFUSAL);
+    expect(await readdir(work)).not.toContain("sessions.json");
+  });
+
+  // contract: R221
+  it("the pin needs no calibration: its profile is bundled, so the run gets past the profile to its next check", async () => {
+    const r = await runCli(["run", "--pilot", "--approve-budget", "--transport", "cli", "--output", join(work, "pin", "pilot.json")], { env: env() });
+    expect(r.stderr).not.toMatch(/calibration profile/);
+  });
+});
