@@ -11,7 +11,7 @@ import { ProfileSchema, type Profile } from "./schema.ts";
 /**
  * Finding, reading and checking calibration profiles (contract R220, R221). A profile is found in
  * the package (bundled: src/profile/claude-code-V.json, shipped with src/) or in the runner's
- * cache folder (calibrated on this machine: `study-runner calibrate --cli-version V` writes it).
+ * cache folder (calibrated on this machine: `profiles/claude-code-V.json`).
  * A profile whose own sha256 does not match its content is refused, whoever edited it.
  */
 

@@ -2,8 +2,8 @@ import { z } from "zod";
 
 /**
  * The calibration profile of one Claude Code version (contract R220): everything the runner's
- * guards compare a run of that version with, measured on its real binary by `study-runner
- * calibrate` (src/calibrate/): the init event of each kind of run, the request shapes the gateway
+ * guards compare a run of that version with, measured on its real binary (the conformance
+ * suite's measure scripts; the runner's flags by src/calibrate/flags.ts): the init event of each kind of run, the request shapes the gateway
  * admits, the price table, the runner's flags as that version's `--help` lists them, the binary's
  * sha256, the runner version that measured it, and the profile's own sha256 over its canonical
  * body. The same zod schema validates, types and documents it (docs/schemas/profile.schema.json).

@@ -49,7 +49,7 @@ export function generateSchemas(): Record<string, object> {
       "study-runner session ledger",
       "The private ledger of session tasks: each session's id, calls, questions (untrusted text) and answers, costs per call, and the harness events. Holds private text; never publish it as is.",
     ),
-    // The calibration profile is what `study-runner calibrate` writes (contract R220).
+    // The calibration profile of a CLI version (contract R220).
     "profile.schema.json": document(
       ProfileSchema,
       "output",

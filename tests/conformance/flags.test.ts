@@ -10,6 +10,8 @@ import { buildPrompt, cliArguments, expectedInitTools, EMPTY_MCP_CONFIG } from "
 import { probeSpec } from "../../src/image/build.ts";
 import { containerMcpConfig } from "../../src/mcp/bridge.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { checkFlags } from "../../src/calibrate/flags.ts";
+import { activeProfile } from "../../src/profile/load.ts";
 import { messageRequests, MODEL, prepareCorpus, realImage, runConformanceStudy, runtime, startStudyApi, toolUses, type Corpus, type StudyApi, type StudyRun } from "./support.ts";
 import { pilotScripts } from "./scripts.ts";
 
@@ -120,6 +122,11 @@ describe("cliArguments() against `claude --help` of the real image", () => {
         ]),
       );
     }
+  });
+
+  // contract: R222
+  it("every command line the runner builds walks the image's help, and the flags found are the calibration profile's", () => {
+    expect(checkFlags(help)).toEqual({ flags: activeProfile().flags, problems: [] });
   });
 
   it("the stored copy the unit tests read is the image's help, byte for byte", async () => {
