@@ -241,7 +241,7 @@ export const COMMAND_FLAGS = {
     timedOut: optional(toggle),
     truncated: optional(toggle),
   }),
-  "ledger verify": command({ adjudication: optional(value), manifest: optional(value), report: optional(value), digest: optional(value), json: optional(toggle) }),
+  "ledger verify": command({ adjudication: optional(value), manifest: optional(value), profile: optional(value), report: optional(value), digest: optional(value), json: optional(toggle) }),
   "ledger check": command({ json: optional(toggle) }),
   schemas: command({ write: optional(value) }),
   adjudicate: ADJUDICATE,
