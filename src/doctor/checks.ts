@@ -3,7 +3,7 @@ import { runChild } from "../process/child.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
 import { probeVersion, runnerFilesProblem, runProfile } from "../image/build.ts";
-import { calibrateCommand } from "../profile/load.ts";
+import { profileFix } from "../profile/load.ts";
 import { probeOciRuntime, runtimeProblem, type RuntimeNeeds, type RuntimeProbe } from "../isolation/oci-runtime.ts";
 import { defaultCacheDir, findClaudeBinary, IMAGE_LABELS } from "../image/specs.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
@@ -209,7 +209,7 @@ export async function checkClaudeVersion(runtime: ContainerRuntime, image: strin
   try {
     found = runProfile(probed, image, expected);
   } catch (err) {
-    return fail("claude-version", errorMessage(err), calibrateCommand(expected));
+    return fail("claude-version", errorMessage(err), profileFix(expected));
   }
   // Only the project's pin is "pinned"; any other version is what its own profile says it is.
   const which = probed.version === CLAUDE_CODE_VERSION ? "the pinned version" : `the version --cli-version asks for, not the project's pin ${CLAUDE_CODE_VERSION}`;

@@ -1,6 +1,6 @@
 import { rmdir } from "node:fs/promises";
 import { errorMessage, RefusalError } from "../util/errors.ts";
-import { calibrateCommand, requireProfile, useProfile, type FoundProfile } from "../profile/load.ts";
+import { profileFix, requireProfile, useProfile, type FoundProfile } from "../profile/load.ts";
 import { makeRunnerFolder } from "../util/orphans.ts";
 import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec } from "../sandbox/port.ts";
 import { readBoundedText } from "../sandbox/output.ts";
@@ -171,7 +171,7 @@ export function runProfile(probed: ProbedVersion, image: string, expectedCliVers
   const found = requireProfile(expectedCliVersion);
   if (probed.kind === "claude-code" && probed.binarySha256 !== found.profile.binarySha256) {
     throw new RefusalError(
-      `image ${image} holds a claude binary with sha256 ${probed.binarySha256}, but the calibration profile ${found.path} (${found.source}) was measured on the binary with sha256 ${found.profile.binarySha256}: it is the profile of another binary; run ${calibrateCommand(expectedCliVersion)} to measure this one`,
+      `image ${image} holds a claude binary with sha256 ${probed.binarySha256}, but the calibration profile ${found.path} (${found.source}) was measured on the binary with sha256 ${found.profile.binarySha256}: it is the profile of another binary; ${profileFix(expectedCliVersion)}`,
     );
   }
   return found;

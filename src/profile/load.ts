@@ -39,8 +39,13 @@ export function profileText(profile: Profile): string {
   return `${JSON.stringify(profile, null, 2)}\n`;
 }
 
-/** The fix a missing or refused profile names. */
-export const calibrateCommand = (version: string) => `study-runner calibrate --cli-version ${version}`;
+/**
+ * The fix a missing or refused profile names. No `calibrate` command measures a profile yet: it is
+ * measured from a checkout by the conformance suite's measure scripts (docs/conformance.md, "Moving
+ * the pin"), so the fix says that, and names the version a run can use today.
+ */
+export const profileFix = (version: string) =>
+  `measure Claude Code ${version}'s profile from a checkout of study-runner with the conformance suite's measure scripts (docs/conformance.md, "Moving the pin"), or study the pinned version with --cli-version ${CLAUDE_CODE_VERSION}`;
 
 /** Where the package bundles the profile of `version`. */
 export function bundledProfilePath(version: string): string {
@@ -57,13 +62,13 @@ export function cachedProfilePath(version: string, cacheDir: string = defaultCac
  * (when `version` is given) of that CLI version. Otherwise a RefusalError naming the file and the fix.
  */
 export function parseProfile(text: string, path: string, version?: string): Profile {
-  const fix = calibrateCommand(version ?? "V");
+  const fix = profileFix(version ?? "V");
   let profile: Profile;
   try {
     profile = parseJsonAs(text, ProfileSchema, {
       name: `the calibration profile ${path}`,
-      readFix: `run ${fix}`,
-      mismatch: `is not a calibration profile (run ${fix} to write one)`,
+      readFix: fix,
+      mismatch: `is not a calibration profile (${fix})`,
       written: "by-hand",
     });
   } catch (err) {
@@ -72,11 +77,11 @@ export function parseProfile(text: string, path: string, version?: string): Prof
   const actual = profileSha256(profile);
   if (actual !== profile.sha256) {
     throw new RefusalError(
-      `the calibration profile ${path} records sha256 ${profile.sha256} but its content hashes to ${actual}: it was changed after it was measured, so its guards cannot be trusted; run ${calibrateCommand(profile.cliVersion)} to measure it again`,
+      `the calibration profile ${path} records sha256 ${profile.sha256} but its content hashes to ${actual}: it was changed after it was measured, so its guards cannot be trusted; ${profileFix(profile.cliVersion)}`,
     );
   }
   if (version !== undefined && profile.cliVersion !== version) {
-    throw new RefusalError(`the calibration profile ${path} is of Claude Code ${profile.cliVersion}, not ${version}; run ${calibrateCommand(version)}`);
+    throw new RefusalError(`the calibration profile ${path} is of Claude Code ${profile.cliVersion}, not ${version}; ${profileFix(version)}`);
   }
   return profile;
 }
@@ -87,9 +92,7 @@ export function readProfileFile(path: string, version?: string): Profile {
   try {
     text = readFileSync(path, "utf8");
   } catch (err) {
-    throw new RefusalError(
-      `cannot read the calibration profile ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}; pass the profile's path, or run ${calibrateCommand(version ?? "V")}`,
-    );
+    throw new RefusalError(`cannot read the calibration profile ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}; pass the profile's path, or ${profileFix(version ?? "V")}`);
   }
   return parseProfile(text, path, version);
 }
@@ -111,7 +114,7 @@ export function requireProfile(version: string, opts: { cacheDir?: string } = {}
   const found = findProfile(version, opts);
   if (found) return found;
   throw new RefusalError(
-    `Claude Code ${version} has no calibration profile (neither bundled nor in ${join(opts.cacheDir ?? defaultCacheDir(), "profiles")}): its init events, request shapes and prices are unmeasured, so no run of it can be checked; run ${calibrateCommand(version)} first`,
+    `Claude Code ${version} has no calibration profile (neither bundled nor in ${join(opts.cacheDir ?? defaultCacheDir(), "profiles")}): its init events, request shapes and prices are unmeasured, so no run of it can be checked; ${profileFix(version)}`,
   );
 }
 

@@ -7,7 +7,7 @@ import { runCli } from "../support/cli.ts";
 
 /**
  * `--cli-version V` of a version without a calibration profile, through the shipped launcher: each
- * run kind refuses with exit 2 naming `study-runner calibrate --cli-version V`, before anything is
+ * run kind refuses with exit 2 naming how to measure V's profile and the pinned version, before anything is
  * probed (this tier has no Docker engine), reserved or written.
  */
 let work: string;
@@ -15,11 +15,12 @@ beforeAll(async () => (work = await mkdtemp(join(tmpdir(), "sr-cli-version-"))))
 afterAll(() => rm(work, { recursive: true, force: true }));
 
 const env = () => ({ STUDY_RUNNER_CACHE: join(work, "cache"), STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" });
-const REFUSAL = /^study-runner: Claude Code 2\.1\.999 has no calibration profile \(neither bundled nor in .*\/cache\/profiles\).*; run study-runner calibrate --cli-version 2\.1\.999 first$/m;
+const REFUSAL =
+  /^study-runner: Claude Code 2\.1\.999 has no calibration profile \(neither bundled nor in .*\/cache\/profiles\).*; measure Claude Code 2\.1\.999's profile .*"Moving the pin"\), or study the pinned version with --cli-version 2\.1\.296$/m;
 
 describe("--cli-version of a version without a calibration profile (contract R221)", () => {
   // contract: R221
-  it("run --transport cli: exit 2 naming study-runner calibrate, no ledger written", async () => {
+  it("run --transport cli: exit 2 naming how to measure a profile, no ledger written", async () => {
     const out = join(work, "run");
     const r = await runCli(["run", "--pilot", "--approve-budget", "--transport", "cli", "--cli-version", "2.1.999", "--output", join(out, "pilot.json")], { env: env() });
     expect(r.code).toBe(2);
@@ -28,7 +29,7 @@ describe("--cli-version of a version without a calibration profile (contract R22
   });
 
   // contract: R221
-  it("sessions start: exit 2 naming study-runner calibrate, no session ledger written", async () => {
+  it("sessions start: exit 2 naming how to measure a profile, no session ledger written", async () => {
     const output = join(work, "sessions.json");
     const r = await runCli(["sessions", "start", "--manifest", DEMO_MANIFEST, "--image", "study-runner/claude-code:2.1.999", "--cap-usd", "1", "--cli-version", "2.1.999", "--output", output], {
       env: env(),

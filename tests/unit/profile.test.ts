@@ -13,6 +13,7 @@ import {
   cachedProfilePath,
   findProfile,
   parseProfile,
+  profileFix,
   profileSha256,
   profileText,
   readProfileFile,
@@ -78,7 +79,7 @@ describe("the calibration profile (contract R220)", () => {
     edited.requestShapes.headers.push("x-smuggled");
     const actual = profileSha256(edited);
     expect(() => parseProfile(JSON.stringify(edited), "/tmp/edited.json")).toThrow(
-      `the calibration profile /tmp/edited.json records sha256 ${edited.sha256} but its content hashes to ${actual}: it was changed after it was measured, so its guards cannot be trusted; run study-runner calibrate --cli-version ${CLAUDE_CODE_VERSION} to measure it again`,
+      `the calibration profile /tmp/edited.json records sha256 ${edited.sha256} but its content hashes to ${actual}: it was changed after it was measured, so its guards cannot be trusted; ${profileFix(CLAUDE_CODE_VERSION)}`,
     );
     // Sealed, the same header would pass the gateway: the seal is what keeps it out.
     expect(headerProblem(edited.requestShapes, ["x-smuggled", "1"])).toBeNull();
@@ -94,9 +95,11 @@ describe("the calibration profile (contract R220)", () => {
 
 describe("the profile of a run's version (contract R221)", () => {
   // contract: R221
-  it("a version without a profile is refused, naming the calibrate command", () => {
+  it("a version without a profile is refused, naming how to measure one and the version a run can use", () => {
     expect(findProfile("2.1.999", { cacheDir: cache })).toBeNull();
-    expect(() => requireProfile("2.1.999", { cacheDir: cache })).toThrow(/Claude Code 2\.1\.999 has no calibration profile .*run study-runner calibrate --cli-version 2\.1\.999 first/);
+    expect(() => requireProfile("2.1.999", { cacheDir: cache })).toThrow(
+      /Claude Code 2\.1\.999 has no calibration profile .*measure Claude Code 2\.1\.999's profile .*"Moving the pin".*--cli-version 2\.1\.296$/,
+    );
   });
 
   // contract: R221
@@ -121,7 +124,7 @@ describe("the profile of a run's version (contract R221)", () => {
   it("a profile in the cache under another version's name is refused", async () => {
     const path = await calibratedProfile("2.1.901");
     await writeFile(cachedProfilePath("2.1.902", cache), await readFile(path));
-    expect(() => findProfile("2.1.902", { cacheDir: cache })).toThrow(/is of Claude Code 2\.1\.901, not 2\.1\.902; run study-runner calibrate --cli-version 2\.1\.902/);
+    expect(() => findProfile("2.1.902", { cacheDir: cache })).toThrow(/is of Claude Code 2\.1\.901, not 2\.1\.902; measure Claude Code 2\.1\.902's profile/);
   });
 });
 

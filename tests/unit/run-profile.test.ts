@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { writeTestLogin } from "../../src/demo/setup.ts";
 import { IMAGE_LABELS } from "../../src/image/specs.ts";
-import { activeProfile, cachedProfilePath, profileText, sealProfile, useProfile } from "../../src/profile/load.ts";
+import { activeProfile, cachedProfilePath, profileFix, profileText, sealProfile, useProfile } from "../../src/profile/load.ts";
 import { runStudy } from "../../src/study/run.ts";
 import { verifyLedger } from "../../src/verify/verify.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
@@ -55,15 +55,17 @@ describe("a study run uses the profile of its CLI version (contract R221)", () =
     const config = unitStudyConfig({ ...ws, loginDir, name: "other-binary", attempts: 1 });
     const other = "c".repeat(64);
     await expect(runStudy(config, { runtime: realImageRuntime(bundled.cliVersion, other), ...io })).rejects.toThrow(
-      `image ${UNIT_IMAGE} holds a claude binary with sha256 ${other}, but the calibration profile ${join(PROJECT_ROOT, "src", "profile", `claude-code-${bundled.cliVersion}.json`)} (bundled) was measured on the binary with sha256 ${bundled.binarySha256}: it is the profile of another binary; run study-runner calibrate --cli-version ${bundled.cliVersion} to measure this one`,
+      `image ${UNIT_IMAGE} holds a claude binary with sha256 ${other}, but the calibration profile ${join(PROJECT_ROOT, "src", "profile", `claude-code-${bundled.cliVersion}.json`)} (bundled) was measured on the binary with sha256 ${bundled.binarySha256}: it is the profile of another binary; ${profileFix(bundled.cliVersion)}`,
     );
     expect(existsSync(config.output)).toBe(false);
   });
 
   // contract: R221
-  it("refuses a version without a profile before any ledger exists, naming study-runner calibrate", async () => {
+  it("refuses a version without a profile before any ledger exists, naming how to measure its profile", async () => {
     const config = unitStudyConfig({ ...ws, loginDir, name: "no-profile", attempts: 1, overrides: { expectedCliVersion: "2.1.998" } });
-    await expect(runStudy(config, { runtime: realImageRuntime("2.1.998", "d".repeat(64)), ...io })).rejects.toThrow(/no calibration profile.*run study-runner calibrate --cli-version 2\.1\.998 first/);
+    await expect(runStudy(config, { runtime: realImageRuntime("2.1.998", "d".repeat(64)), ...io })).rejects.toThrow(
+      /no calibration profile.*measure Claude Code 2\.1\.998's profile .*--cli-version 2\.1\.296$/,
+    );
     expect(existsSync(config.output)).toBe(false);
   });
 
