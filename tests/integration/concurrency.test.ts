@@ -10,8 +10,23 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import { runCli } from "../support/cli.ts";
-import { exists, freshLogin, leftovers, ledgerOf, prepareRun, preparePipeline, repositoryInit, runPipeline, startPipeline, waitFor, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
+import type { ContainerSummary } from "../../src/sandbox/port.ts";
+import { type CliResult, runCli } from "../support/cli.ts";
+import {
+  exists,
+  freshLogin,
+  leftovers,
+  ledgerOf,
+  prepareRun,
+  preparePipeline,
+  repositoryInit,
+  runPipeline,
+  startPipeline,
+  waitFor,
+  RESERVATION_USD,
+  type Pipeline,
+  type PreparedRun,
+} from "../support/pipeline.ts";
 
 let p: Pipeline;
 beforeAll(async () => {
@@ -151,7 +166,7 @@ describe("attempts in flight on the real engine", () => {
     const loginDir = await freshLogin(p);
     const tmp = join(p.work, "kill-tmp");
     const dead: number[] = [];
-    const states: string[] = [];
+    const killed: Array<{ trial: number; run: PreparedRun; containers: ContainerSummary[]; check: Promise<CliResult> | undefined }> = [];
     for (let trial = 0; trial < 20; trial++) {
       const run = await prepareRun(p, {
         mode: "run",
@@ -170,12 +185,20 @@ describe("attempts in flight on the real engine", () => {
       started.child.kill("SIGKILL");
       await started.done;
       dead.push(started.pid);
-      if (!(await exists(run.output))) {
+      // Listed at once: the next run's preflight removes the containers of runners that are gone.
+      const containers = await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid) });
+      // The dead run's ledger no longer changes: its `ledger check` runs beside the next trial.
+      const check = (await exists(run.output)) ? runCli(["ledger", "check", run.output, "--json"]) : undefined;
+      killed.push({ trial, run, containers, check });
+    }
+    const states: string[] = [];
+    for (const { trial, run, containers, check } of killed) {
+      if (check === undefined) {
         states.push("no ledger");
         continue;
       }
-      const check = await runCli(["ledger", "check", run.output, "--json"]);
-      const json = JSON.parse(check.stdout) as { state: string; valid: boolean; arithmetic: { holds: boolean } | null; problems: string[] };
+      const c = await check;
+      const json = JSON.parse(c.stdout) as { state: string; valid: boolean; arithmetic: { holds: boolean } | null; problems: string[] };
       // A kill in the middle of the exclusive create can leave an empty file: the only torn state.
       if (json.state === "invalid" && (await readFile(run.output, "utf8")) === "") {
         states.push("empty");
@@ -183,15 +206,14 @@ describe("attempts in flight on the real engine", () => {
       }
       expect(json.problems, `trial ${trial}`).toEqual([]);
       expect(json.valid).toBe(true);
-      expect([0, 4]).toContain(check.code);
+      expect([0, 4]).toContain(c.code);
       states.push(json.state);
       const ledger = await ledgerOf(run);
       // Every container the dead runner started belongs to an attempt whose reservation is on disk,
       // written before it started, and still counted as spent (settled charges + open reservations).
-      const containers = await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid) });
-      for (const c of containers) {
-        const o = ledger.observations[Number(c.labels[LABELS.attempt])];
-        expect(o, `trial ${trial}: container of attempt ${c.labels[LABELS.attempt]} without its reservation`).toBeDefined();
+      for (const container of containers) {
+        const o = ledger.observations[Number(container.labels[LABELS.attempt])];
+        expect(o, `trial ${trial}: container of attempt ${container.labels[LABELS.attempt]} without its reservation`).toBeDefined();
         expect(o!.phase).not.toBe("reserved");
         expect(o!.chargedUsd ?? o!.reservationUsd).toBeGreaterThan(0);
       }
