@@ -3,14 +3,19 @@
  * scripted stand-in claude.mjs (beside this file) as `claude`. A stand-in for the CLI, for the
  * demo, CI's offline replay, benches and tests; never what a study of the real CLI runs.
  */
-import { fileURLToPath } from "node:url";
+import { resolve } from "node:path";
 import { activeProfile } from "../../profile/load.ts";
 import { CLAUDE_CODE_VERSION } from "../../claude/version.ts";
 import { fileSha256, type ImageSpec } from "../../image/context.ts";
 import { baseLayout, IMAGE_LABELS, IMAGE_LAYOUT, imageSpec, type BaseImageInput } from "../../image/specs.ts";
+import { PROJECT_ROOT } from "../../util/paths.ts";
 
-/** The stand-in's script, run as /usr/local/bin/claude in the fake image (and on the host by quick tests). */
-export const FAKE_CLAUDE_SCRIPT = fileURLToPath(new URL("./claude.mjs", import.meta.url));
+/**
+ * The stand-in's script, run as /usr/local/bin/claude in the fake image (and on the host by quick
+ * tests). Named from the project root, not from this module: tsc compiles this file into dist/ but
+ * copies no .mjs there, and the installed package ships the script where the clone has it, in src/.
+ */
+export const FAKE_CLAUDE_SCRIPT = resolve(PROJECT_ROOT, "src", "stand-ins", "fake-claude", "claude.mjs");
 
 /** Where the fake image holds the measured price table (read by claude.mjs). */
 export const FAKE_PRICES_PATH = "/opt/study-runner/cli-prices.json";
