@@ -1,5 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
+import { positiveUsdAmount } from "../cost/money.ts";
 import { ArmSchema, AttemptStatusSchema, CredentialModeSchema, ModeSchema } from "../terms/terms.ts";
 import { Count, GatewayRecordSchema, refineBudgetTotals, refineSettledRun, RUN_FACTS_SHAPE, RunStatusSchema, Sha256, Usd } from "../ledger/schema.ts";
 
@@ -158,8 +159,8 @@ export const ItemSchema = z
 export type Item = z.infer<typeof ItemSchema>;
 
 export const AdjudicationBudgetSchema = z.strictObject({
-  capUsd: z.number().finite().positive().meta({ description: "STUDY_ADJUDICATION_BUDGET_USD: the approved cumulative cap of this adjudication" }),
-  itemBudgetUsd: z.number().finite().positive().meta({ description: "the per-item limit, reserved and passed as --max-budget-usd" }),
+  capUsd: positiveUsdAmount.meta({ description: "STUDY_ADJUDICATION_BUDGET_USD: the approved cumulative cap of this adjudication" }),
+  itemBudgetUsd: positiveUsdAmount.meta({ description: "the per-item limit, reserved and passed as --max-budget-usd" }),
   reservedUsd: Usd,
   spentUsd: Usd.meta({ description: "settled charges plus open reservations" }),
   cumulativeCapExceeded: z.boolean(),

@@ -1,4 +1,4 @@
-import { picoToUsd, usdToPico } from "./money.ts";
+import { pico, picoToUsd, usdToPico } from "./money.ts";
 import { pricesFor, tier1MaxPromptTokens, type TierPrices } from "./prices.ts";
 
 /**
@@ -70,11 +70,17 @@ export interface CostResult {
   problems: string[];
 }
 
-/** The CLI's `total_cost_usd` when it is a valid amount (finite, non-negative); else a problem and null. */
+/**
+ * The CLI's `total_cost_usd` when it is a valid amount (finite, non-negative), read to the nearest
+ * pico-USD; else a problem and null. Every list-price cost is a whole number of pico-USD (a price
+ * of at most six decimals per million tokens), and the CLI sums its per-request costs as floats:
+ * the digits past the twelfth decimal (0.0042000000000000006) are that sum's noise, not money, so
+ * the record holds the exact amount (contract R201).
+ */
 function validReportedCost(reported: number | null, problems: string[]): number | null {
   if (reported === null || !Number.isFinite(reported)) problems.push("total_cost_usd is missing or not a finite number");
   else if (reported < 0) problems.push(`total_cost_usd is negative (${reported})`);
-  else return reported;
+  else return picoToUsd(usdToPico(reported, "nearest"));
   return null;
 }
 
@@ -156,6 +162,12 @@ function listPriceUsd(usage: ModelUsageTokens, writes: CacheWrites, row: CostBas
   return picoToUsd((perMillion + million - 1n) / million);
 }
 
+/** `a` and `b` within a factor of two of each other, both ways, bounds included, in exact pico-USD. */
+export function withinFactorOfTwo(a: number, b: number): boolean {
+  const [pa, pb] = [pico(a), pico(b)];
+  return pa <= 2n * pb && 2n * pa >= pb;
+}
+
 export function computeCost(input: CostInput): CostResult {
   const problems: string[] = [];
   const { model, modelUsage } = input;
@@ -180,7 +192,7 @@ export function computeCost(input: CostInput): CostResult {
 
   // Within a factor of two both ways. With a computed cost of 0 (no tokens) there is no ratio:
   // only a reported 0 agrees, since a positive charge for nothing is unexplained.
-  if (reportedCostUsd !== null && !(reportedCostUsd <= 2 * computedCostUsd && 2 * reportedCostUsd >= computedCostUsd)) {
+  if (reportedCostUsd !== null && !withinFactorOfTwo(reportedCostUsd, computedCostUsd)) {
     problems.push(`total_cost_usd ${reportedCostUsd} is not within a factor of two of the list-price cost ${computedCostUsd}`);
   }
 

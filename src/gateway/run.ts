@@ -6,7 +6,7 @@ import { readCredential, resolveCredentialSource, type CredentialSource } from "
 import { Gateway, type UpstreamOptions } from "./gateway.ts";
 import { requestBound } from "./meter.ts";
 import { probeUpstream, upstreamRefusal } from "./probe.ts";
-import { picoToUsd } from "../cost/money.ts";
+import { picoToUsd, usdToPico } from "../cost/money.ts";
 import type { CredentialMode } from "../terms/terms.ts";
 
 /** Time beyond the attempt's time limit that the token must still be valid: the container's start and the last reply. */
@@ -152,7 +152,8 @@ export const CLI_MAX_TOKENS = 128_000;
  * so before anything is reserved. Null when the limit can hold one request.
  */
 export function gatewayLimitProblem(model: string, limitUsd: number, flag: string): string | null {
-  const floorUsd = picoToUsd(requestBound(model, 0, CLI_MAX_TOKENS).costPico);
-  if (limitUsd >= floorUsd) return null;
+  const floor = requestBound(model, 0, CLI_MAX_TOKENS).costPico;
+  if (usdToPico(limitUsd, "floor") >= floor) return null;
+  const floorUsd = picoToUsd(floor);
   return `${flag} ${limitUsd} USD cannot hold one request of ${model} through the gateway, which bounds each request before sending it at more than ${floorUsd} USD (max_tokens ${CLI_MAX_TOKENS} at the output price; docs/gateway.md); raise ${flag} above that, or use --credentials login-copy; nothing was charged`;
 }

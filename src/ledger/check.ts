@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import type { z } from "zod";
-import { budgetTotals, LedgerSchema } from "./schema.ts";
+import { pico, picoToUsd } from "../cost/money.ts";
+import { budgetTotalsPico, LedgerSchema } from "./schema.ts";
 import { formatIssues } from "../util/zod-errors.ts";
 import { UsageError } from "../util/errors.ts";
 
@@ -37,7 +38,7 @@ export interface LedgerArithmetic {
   settledChargesUsd: number;
   /** Sum of the unsettled observations' reservations. */
   openReservationsUsd: number;
-  /** spentUsd and reservedUsd equal what the observations imply (within 1e-9 USD). */
+  /** spentUsd and reservedUsd equal what the observations imply, to the pico-USD (contract R202). */
   holds: boolean;
 }
 
@@ -62,7 +63,6 @@ export interface LedgerCheck {
   verdict: string;
 }
 
-const USD_EPSILON = 1e-9;
 const RUN_STATUSES = new Set(["running", "blocked", "awaiting-adjudication"]);
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -91,18 +91,19 @@ function arithmeticOf(json: Record<string, unknown>): { arithmetic: LedgerArithm
     rows.push({ phase: settled ? "settled" : "open", reservationUsd, chargedUsd: settled ? num(o.chargedUsd) : null });
     if (!settled) open.push({ index: i, phase: typeof o.phase === "string" ? o.phase : "(none)", reservationUsd });
   }
-  const totals = budgetTotals(rows.map((r) => ({ phase: r.phase === "settled" ? "settled" : "running", reservationUsd: r.reservationUsd, chargedUsd: r.chargedUsd })));
-  const settledChargesUsd = totals.spentUsd - totals.reservedUsd;
-  const holds = Math.abs(spentUsd - totals.spentUsd) <= USD_EPSILON && Math.abs(reservedUsd - totals.reservedUsd) <= USD_EPSILON;
+  const totals = budgetTotalsPico(rows.map((r) => ({ phase: r.phase === "settled" ? "settled" : "running", reservationUsd: r.reservationUsd, chargedUsd: r.chargedUsd })));
+  const settledChargesUsd = picoToUsd(totals.spent - totals.reserved);
+  const holds = pico(spentUsd) === totals.spent && pico(reservedUsd) === totals.reserved;
   const settledCount = rows.filter((r) => r.phase === "settled").length;
   return {
-    arithmetic: { spentUsd, reservedUsd, settledChargesUsd, openReservationsUsd: totals.reservedUsd, holds },
+    arithmetic: { spentUsd, reservedUsd, settledChargesUsd, openReservationsUsd: picoToUsd(totals.reserved), holds },
     open,
     counts: { total: rows.length, settled: settledCount, open: rows.length - settledCount },
   };
 }
 
-const usd = (n: number) => `${Number(n.toFixed(9))} USD`;
+// Every figure is an amount as written or an exact pico-USD sum: printed whole, never rounded.
+const usd = (n: number) => `${n} USD`;
 
 /** The bytes of the ledger at `path`; throws UsageError naming the path when the file cannot be read at all. */
 export async function assertReadableLedger(path: string): Promise<Buffer> {

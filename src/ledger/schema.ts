@@ -1,5 +1,6 @@
 import { isAbsolute } from "node:path";
 import { z } from "zod";
+import { pico, picoToUsd, positiveUsdAmount, usdAmount } from "../cost/money.ts";
 import { COMMIT_RE } from "../manifest/schema.ts";
 import { ArmSchema, AttemptStatusSchema, CredentialModeSchema, ModeSchema, ModelApiSchema, TransportSchema } from "../terms/terms.ts";
 
@@ -12,11 +13,9 @@ import { ArmSchema, AttemptStatusSchema, CredentialModeSchema, ModeSchema, Model
  */
 
 export const SHA256_RE = /^[0-9a-f]{64}$/;
-/** Float sums of the same charges in a different order may differ by far less than this. */
-export const USD_EPSILON = 1e-9;
-
 export const Sha256 = z.string().regex(SHA256_RE, "must be a lowercase hex sha256");
-export const Usd = z.number().finite().nonnegative();
+/** Every USD amount a record holds: an exact pico-USD amount (contract R201), compared and summed in pico-USD (contract R202). */
+export const Usd = usdAmount;
 export const Count = z.number().int().nonnegative();
 /** A usage figure the transcript did not report is null, never zero (architecture: fail closed). */
 export const TokenCount = Count.nullable();
@@ -215,13 +214,13 @@ export function refineSettledRun(o: RunFactsShape, ctx: z.core.$RefinementCtx, n
     // Contract R23: a completed run settles to the larger of total_cost_usd and the computed cost.
     for (const key of ["cliReportedCostUsd", "computedCostUsd"] as const) {
       const cost = o[key];
-      if (cost !== null && o.chargedUsd < cost - USD_EPSILON) {
+      if (cost !== null && pico(o.chargedUsd) < pico(cost)) {
         ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below ${key}; a completed ${noun} is charged the larger valid cost` });
       }
     }
     if (o.setupProblems.length) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite setup problems; any setup problem makes the attempt invalid-setup" });
     if (o.costProblem !== null) ctx.addIssue({ code: "custom", path: ["status"], message: "is completed despite a cost problem; that is invalid-cost" });
-  } else if (o.chargedUsd < o.reservationUsd - USD_EPSILON) {
+  } else if (pico(o.chargedUsd) < pico(o.reservationUsd)) {
     // Contract R24: any other outcome is charged max(reservation, every valid cost).
     ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is below the reservation; a ${o.status} ${noun} keeps its reservation charged` });
   }
@@ -265,7 +264,7 @@ export const ObservationSchema = z
   })
   .superRefine((o, ctx) => {
     refineSettledRun(o, ctx);
-    if (o.attemptBudgetUsd !== null && o.reservationUsd > o.attemptBudgetUsd + USD_EPSILON) {
+    if (o.attemptBudgetUsd !== null && pico(o.reservationUsd) > pico(o.attemptBudgetUsd)) {
       ctx.addIssue({ code: "custom", path: ["reservationUsd"], message: "exceeds attemptBudgetUsd" });
     }
     if (o.transport === "cli") {
@@ -291,24 +290,24 @@ function checkHttpCalls(
     ctx.addIssue({ code: "custom", path: ["calls"], message: "the http transport records every call" });
     return;
   }
-  let hold = 0;
+  let hold = 0n;
   o.calls.forEach((c, i) => {
-    hold += c.chargedUsd ?? c.reservationUsd;
+    hold += pico(c.chargedUsd ?? c.reservationUsd);
     if (c.chargedUsd === null && (i !== o.calls!.length - 1 || o.phase === "settled")) {
       ctx.addIssue({ code: "custom", path: ["calls", i, "chargedUsd"], message: "only the last call of an unsettled attempt may be open" });
     }
   });
-  if (Math.abs(o.reservationUsd - hold) > USD_EPSILON) {
-    ctx.addIssue({ code: "custom", path: ["reservationUsd"], message: `is ${o.reservationUsd}, but the calls hold ${hold}` });
+  if (pico(o.reservationUsd) !== hold) {
+    ctx.addIssue({ code: "custom", path: ["reservationUsd"], message: `is ${o.reservationUsd}, but the calls hold ${picoToUsd(hold)}` });
   }
-  if (o.chargedUsd !== null && Math.abs(o.chargedUsd - hold) > USD_EPSILON) {
-    ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is ${o.chargedUsd}, but the calls were charged ${hold}` });
+  if (o.chargedUsd !== null && pico(o.chargedUsd) !== hold) {
+    ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: `is ${o.chargedUsd}, but the calls were charged ${picoToUsd(hold)}` });
   }
 }
 
 export const BudgetSchema = z.strictObject({
-  capUsd: z.number().finite().positive(),
-  attemptBudgetUsd: z.number().finite().positive().nullable().meta({ description: "cli: the per-attempt limit; http: null" }),
+  capUsd: positiveUsdAmount,
+  attemptBudgetUsd: positiveUsdAmount.nullable().meta({ description: "cli: the per-attempt limit; http: null" }),
   reservedUsd: Usd.meta({ description: "sum of the reservationUsd of unsettled observations" }),
   spentUsd: Usd.meta({
     description: "sum of settled charges plus open reservations, so that a crash never under-counts the spend",
@@ -459,33 +458,30 @@ export function refineBudgetTotals(
   entries: readonly Pick<Observation, "phase" | "reservationUsd" | "chargedUsd">[],
   ctx: z.core.$RefinementCtx,
 ): void {
-  const totals = budgetTotals(entries);
-  if (Math.abs(budget.reservedUsd - totals.reservedUsd) > USD_EPSILON) {
-    ctx.addIssue({ code: "custom", path: ["budget", "reservedUsd"], message: `is ${budget.reservedUsd}, but the open reservations sum to ${totals.reservedUsd}` });
+  const totals = budgetTotalsPico(entries);
+  if (pico(budget.reservedUsd) !== totals.reserved) {
+    ctx.addIssue({ code: "custom", path: ["budget", "reservedUsd"], message: `is ${budget.reservedUsd}, but the open reservations sum to ${picoToUsd(totals.reserved)}` });
   }
-  if (Math.abs(budget.spentUsd - totals.spentUsd) > USD_EPSILON) {
-    ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${budget.spentUsd}, but settled charges plus open reservations sum to ${totals.spentUsd}` });
+  if (pico(budget.spentUsd) !== totals.spent) {
+    ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${budget.spentUsd}, but settled charges plus open reservations sum to ${picoToUsd(totals.spent)}` });
   }
-  if (budget.spentUsd > budget.capUsd + USD_EPSILON && !budget.cumulativeCapExceeded) {
+  if (pico(budget.spentUsd) > pico(budget.capUsd) && !budget.cumulativeCapExceeded) {
     ctx.addIssue({ code: "custom", path: ["budget", "cumulativeCapExceeded"], message: "is false although spentUsd passed capUsd" });
   }
 }
 
 /**
- * The budget figures the observations imply: open reservations, and settled charges plus open
- * reservations. The ledger schema requires `budget` to agree with these.
+ * The budget figures the observations imply, in exact pico-USD: open reservations, and settled
+ * charges plus open reservations. The ledger schema requires `budget` to equal these.
  */
-export function budgetTotals(observations: readonly Pick<Observation, "phase" | "reservationUsd" | "chargedUsd">[]): {
-  reservedUsd: number;
-  spentUsd: number;
-} {
-  let reservedUsd = 0;
-  let chargedUsd = 0;
+export function budgetTotalsPico(observations: readonly Pick<Observation, "phase" | "reservationUsd" | "chargedUsd">[]): { reserved: bigint; spent: bigint } {
+  let reserved = 0n;
+  let charged = 0n;
   for (const o of observations) {
-    if (o.phase === "settled") chargedUsd += o.chargedUsd ?? 0;
-    else reservedUsd += o.reservationUsd;
+    if (o.phase === "settled") charged += pico(o.chargedUsd ?? 0);
+    else reserved += pico(o.reservationUsd);
   }
-  return { reservedUsd, spentUsd: chargedUsd + reservedUsd };
+  return { reserved, spent: charged + reserved };
 }
 
 export type Ledger = z.infer<typeof LedgerSchema>;

@@ -1,3 +1,4 @@
+import { picoToUsd, roundedUsd, sumPico } from "../cost/money.ts";
 import type { Arm } from "../terms/terms.ts";
 import { DEFAULT_MCP_SERVER } from "../transcript/reader.ts";
 
@@ -63,7 +64,8 @@ export function behaviourOf(attempts: readonly BehaviourAttempt[]): Behaviour {
       prompt += a.inputTokens + a.cacheCreationInputTokens + a.cacheReadInputTokens;
     }
     const correct = settled.filter((a) => a.outcome === "correct").length;
-    const chargedUsd = settled.reduce((s, a) => s + (a.chargedUsd ?? 0), 0);
+    // Summed in pico-USD and rounded once (contract R203).
+    const charged = sumPico(settled.map((a) => a.chargedUsd ?? 0));
     arms[arm] = {
       attempts: settled.length,
       correct,
@@ -73,8 +75,8 @@ export function behaviourOf(attempts: readonly BehaviourAttempt[]): Behaviour {
       meanTurns: meanOf(settled.flatMap((a) => (a.numTurns === null ? [] : [a.numTurns]))),
       cacheHitRate: prompt > 0 ? read / prompt : null,
       meanWallTimeMs: meanOf(settled.flatMap((a) => (a.wallTimeMs === null ? [] : [a.wallTimeMs]))),
-      chargedUsd: Number(chargedUsd.toFixed(6)),
-      costPerCorrectUsd: correct ? chargedUsd / correct : null,
+      chargedUsd: roundedUsd(charged, 6),
+      costPerCorrectUsd: correct ? picoToUsd(charged) / correct : null,
       wallTimePerCorrectMs: correct ? settled.reduce((s, a) => s + (a.wallTimeMs ?? 0), 0) / correct : null,
     };
   }

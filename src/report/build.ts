@@ -8,6 +8,7 @@ import { planStudy, type PlannedAttempt } from "../plan/plan.ts";
 import type { Arm } from "../terms/terms.ts";
 import { UsageError } from "../util/errors.ts";
 import { ADJUDICATION_USD_LABEL, extrapolationCaveat, spendLabel, type SpendLabel } from "../cost/labels.ts";
+import { pico, roundedUsd } from "../cost/money.ts";
 import { analyse, EFFORT_METRICS, SCORE_METRIC, type Analysis, type AnalysisAttempt } from "./analysis.ts";
 import { behaviourOf, type Behaviour } from "./behaviour.ts";
 import { DEFAULT_BOOTSTRAP_SEED } from "./stats.ts";
@@ -258,7 +259,8 @@ export interface ReportInput {
 export const PAIRED_METHOD =
   "descriptive: the mean of the attempt-pair differences (same task and repetition); repetitions of a task are not independent, so no interval or test is computed over attempt pairs: see the task-level analysis";
 
-const usd6 = (n: number) => Number(n.toFixed(6));
+/** An amount, or an exact pico-USD sum, to 6 places (contract R203). */
+const usd6 = (n: number | bigint) => roundedUsd(typeof n === "bigint" ? n : pico(n), 6);
 function attemptReason(o: Observation, ledger: Ledger): string | null {
   if (o.status === "completed") return null;
   if (o.status === null) return `never settled (phase ${o.phase})`;
@@ -474,7 +476,7 @@ function totalsOf(ledger: Ledger, record: AdjudicationRecord | null, planned: nu
     usageComplete: usageCompleteOf(ledger),
     answeringChargedUsd,
     adjudicationChargedUsd,
-    totalChargedUsd: usd6(answeringChargedUsd + (adjudicationChargedUsd ?? 0)),
+    totalChargedUsd: usd6(pico(ledger.budget.spentUsd) + (record ? pico(record.budget.spentUsd) : 0n)),
     capUsd: ledger.budget.capUsd,
   };
 }
@@ -488,7 +490,7 @@ function extrapolationOf(ledger: Ledger, planned: number | null, fullPlanSize: n
   const factor = fullPlanSize / planned;
   return {
     applies: true,
-    fullRunUsd: usd6(ledger.budget.spentUsd * factor),
+    fullRunUsd: usd6((pico(ledger.budget.spentUsd) * BigInt(fullPlanSize)) / BigInt(planned)),
     note: `answering spend of the pilot x ${factor} (${fullPlanSize} full-run attempts / ${planned} pilot attempts); not an upper bound: other tasks may cost more; adjudication not included; ${extrapolationCaveat(ledger.transport)}`,
   };
 }

@@ -9,7 +9,7 @@ import { cliRunInput, runCliInContainer, type CliRunDeps, type CliRunResult } fr
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { runLoop, type Book, type Checkpoint, type LoopEnd, type RunKind, type UnitContext, type UnitOutcome } from "../loop/loop.ts";
 import type { Reservation } from "../budget/budget.ts";
-import { sumUsd } from "../cost/money.ts";
+import { pico, sumUsd } from "../cost/money.ts";
 import type { AttemptStatus } from "../terms/terms.ts";
 import { isFakeClaudeImage, probeVersion, runnerFilesProblem, useRunProfile } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
@@ -742,12 +742,12 @@ async function finishSession(pass: SessionPass, s: Session, task: SessionTask, r
 
 /**
  * With the gateway, the spend it metered for one call and the growth of the CLI's cumulative
- * total_cost_usd are two measurements of the same call: a difference above 1e-9 USD means one of
- * them did not see the call as it was (contract R112). Null when they agree or one is missing.
+ * total_cost_usd are two measurements of the same call: any difference, to the pico-USD, means one
+ * of them did not see the call as it was (contract R112, R202). Null when they agree or one is missing.
  */
 export function meteredCostProblem(call: Pick<SessionCall, "meteredCostUsd" | "callCostUsd">): string | null {
   if (call.meteredCostUsd === null || call.meteredCostUsd === undefined || call.callCostUsd === null) return null;
-  if (Math.abs(call.meteredCostUsd - call.callCostUsd) <= 1e-9) return null;
+  if (pico(call.meteredCostUsd) === pico(call.callCostUsd)) return null;
   return `the gateway metered ${call.meteredCostUsd} USD for this call but total_cost_usd grew by ${call.callCostUsd} USD`;
 }
 

@@ -1,7 +1,8 @@
 import { z } from "zod";
 import { COMMIT_RE, unsafePathReason } from "../manifest/schema.ts";
 import { AttemptStatusSchema } from "../terms/terms.ts";
-import { Count, GatewayRecordSchema, RUN_FACTS_SHAPE, Sha256, Usd, USD_EPSILON } from "../ledger/schema.ts";
+import { pico, picoToUsd, sumPico } from "../cost/money.ts";
+import { Count, GatewayRecordSchema, RUN_FACTS_SHAPE, Sha256, Usd } from "../ledger/schema.ts";
 
 /**
  * Session tasks: a working agent with edit tools that either finishes or asks one clarifying
@@ -125,10 +126,10 @@ export const SessionCallSchema = z
     if (settled !== (c.status !== null) || settled !== (c.chargedUsd !== null)) {
       ctx.addIssue({ code: "custom", path: ["status"], message: "status and chargedUsd are set exactly when the call is settled" });
     }
-    if (c.status === "completed" && c.chargedUsd !== null && c.callCostUsd !== null && c.chargedUsd < c.callCostUsd - USD_EPSILON) {
+    if (c.status === "completed" && c.chargedUsd !== null && c.callCostUsd !== null && pico(c.chargedUsd) < pico(c.callCostUsd)) {
       ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: "is below callCostUsd; a completed call is charged at least its own cost" });
     }
-    if (c.status !== null && c.status !== "completed" && c.chargedUsd !== null && c.chargedUsd < c.reservationUsd - USD_EPSILON) {
+    if (c.status !== null && c.status !== "completed" && c.chargedUsd !== null && pico(c.chargedUsd) < pico(c.reservationUsd)) {
       ctx.addIssue({ code: "custom", path: ["chargedUsd"], message: "is below the reservation; a call that did not complete keeps its reservation charged" });
     }
   });
@@ -227,14 +228,14 @@ export const SessionLedgerSchema = z
     events: z.array(HarnessEventSchema),
   })
   .superRefine((l, ctx) => {
-    const calls = l.sessions.flatMap((s) => s.calls);
-    const spent = calls.reduce((n, c) => n + (c.chargedUsd ?? c.reservationUsd), 0);
-    if (Math.abs(spent - l.budget.spentUsd) > 1e-6) {
-      ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${l.budget.spentUsd}, but the calls' charges and open reservations add up to ${spent}` });
+    const held = (calls: readonly SessionCall[]) => sumPico(calls.map((c) => c.chargedUsd ?? c.reservationUsd));
+    const spent = held(l.sessions.flatMap((s) => s.calls));
+    if (pico(l.budget.spentUsd) !== spent) {
+      ctx.addIssue({ code: "custom", path: ["budget", "spentUsd"], message: `is ${l.budget.spentUsd}, but the calls' charges and open reservations add up to ${picoToUsd(spent)}` });
     }
     l.sessions.forEach((s, i) => {
-      const own = s.calls.reduce((n, c) => n + (c.chargedUsd ?? c.reservationUsd), 0);
-      if (Math.abs(own - s.spentUsd) > 1e-6) ctx.addIssue({ code: "custom", path: ["sessions", i, "spentUsd"], message: `is ${s.spentUsd}, but its calls add up to ${own}` });
+      const own = held(s.calls);
+      if (pico(s.spentUsd) !== own) ctx.addIssue({ code: "custom", path: ["sessions", i, "spentUsd"], message: `is ${s.spentUsd}, but its calls add up to ${picoToUsd(own)}` });
       s.calls.forEach((c, j) => {
         if (c.phase === "settled" && c.sessionIdReported !== null && c.sessionIdReported !== s.id && c.status !== "invalid-setup") {
           ctx.addIssue({ code: "custom", path: ["sessions", i, "calls", j, "status"], message: "a result with another session_id must be invalid-setup" });

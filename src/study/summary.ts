@@ -2,6 +2,7 @@ import type { Mode, PlannedAttempt } from "../plan/plan.ts";
 import type { Ledger } from "../ledger/schema.ts";
 import type { SettledDigest } from "../ledger/evidence.ts";
 import { extrapolationCaveat, spendLabel, type SpendLabel } from "../cost/labels.ts";
+import { pico, roundedUsd } from "../cost/money.ts";
 
 /** What a study run's summary needs of its configuration (study and HTTP runs alike). */
 export interface SummaryConfig {
@@ -64,7 +65,8 @@ export function summarize(config: SummaryConfig, ledger: Ledger, handle: { path:
     spentUsd: ledger.budget.spentUsd,
     capUsd: config.capUsd,
     cumulativeCapExceeded: ledger.budget.cumulativeCapExceeded,
-    extrapolatedFullRunUsd: pilotDone ? Number((ledger.budget.spentUsd * factor).toFixed(6)) : null,
+    // Scaled and rounded once in pico-USD (contract R203).
+    extrapolatedFullRunUsd: pilotDone ? roundedUsd((pico(ledger.budget.spentUsd) * BigInt(config.fullPlanSize)) / BigInt(config.plan.length), 6) : null,
     extrapolationNote: pilotDone
       ? `pilot spend x ${factor} (${config.fullPlanSize} full-run attempts / ${config.plan.length} pilot attempts); not an upper bound: other tasks may cost more; ${extrapolationCaveat(ledger.transport)}`
       : "no extrapolation: only a pilot that completed with complete usage is extrapolated",

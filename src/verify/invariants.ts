@@ -1,6 +1,7 @@
 import type { AdjudicationRecord } from "../adjudicate/schema.ts";
 import type { Ledger, RunFacts } from "../ledger/schema.ts";
-import { USD_EPSILON } from "../ledger/schema.ts";
+import { withinFactorOfTwo } from "../cost/compute.ts";
+import { maxBigint, pico, picoToUsd, sumPico } from "../cost/money.ts";
 import type { SessionCall, SessionLedger } from "../session/schema.ts";
 
 /**
@@ -23,9 +24,9 @@ export interface Invariant<T> {
   check(subject: T): string[];
 }
 
-const round = (n: number) => Number(n.toFixed(9));
-const usd = (n: number) => `${round(n)} USD`;
-const above = (a: number, b: number) => a > b + USD_EPSILON;
+// Amounts are compared and summed in pico-USD, exactly (contract R202), and printed whole.
+const usd = (n: number | bigint) => `${typeof n === "bigint" ? picoToUsd(n) : n} USD`;
+const above = (a: number, b: number) => pico(a) > pico(b);
 
 /** The money and transcript facts of one paid run, as an observation, an adjudicator run and a session call record them. */
 interface PaidRun {
@@ -85,23 +86,25 @@ function callOf(where: string, c: SessionCall): PaidRun {
 /** R147: the charge follows the status. */
 function chargeProblems(r: PaidRun): string[] {
   if (r.phase !== "settled" || r.chargedUsd === null || r.status === null) return [];
-  const costs = [r.reportedCostUsd, r.computedCostUsd].filter((c): c is number => c !== null);
+  const costs = [r.reportedCostUsd, r.computedCostUsd].filter((c): c is number => c !== null).map(pico);
+  const charged = pico(r.chargedUsd);
+  const reservation = pico(r.reservationUsd);
   const out: string[] = [];
   if (r.status === "completed") {
-    const expected = costs.length ? Math.max(...costs) : r.reservationUsd;
-    if (r.exactCharge && Math.abs(r.chargedUsd - expected) > USD_EPSILON) {
+    const expected = costs.length ? maxBigint(costs[0]!, ...costs.slice(1)) : reservation;
+    if (r.exactCharge && charged !== expected) {
       out.push(`${r.where}.chargedUsd: is ${usd(r.chargedUsd)}, but a completed run is charged the larger of its reported and computed cost, ${usd(expected)}`);
     }
-    if (above(r.chargedUsd, r.reservationUsd)) {
+    if (charged > reservation) {
       out.push(`${r.where}.status: is completed with a charge of ${usd(r.chargedUsd)} above its reservation of ${usd(r.reservationUsd)}; that is budget-exceeded`);
     }
     const [reported, computed] = [r.reportedCostUsd, r.computedCostUsd];
-    if (r.crossChecked && reported !== null && computed !== null && !(reported <= 2 * computed && 2 * reported >= computed)) {
+    if (r.crossChecked && reported !== null && computed !== null && !withinFactorOfTwo(reported, computed)) {
       out.push(`${r.where}.cliReportedCostUsd: ${usd(reported)} is not within a factor of two of computedCostUsd ${usd(computed)}; such a run is invalid-cost, not completed`);
     }
   } else {
-    const ceiling = Math.max(r.reservationUsd, ...costs);
-    if (above(r.chargedUsd, ceiling)) {
+    const ceiling = maxBigint(reservation, ...costs);
+    if (charged > ceiling) {
       out.push(`${r.where}.chargedUsd: is ${usd(r.chargedUsd)}, above the larger of its reservation and every cost, ${usd(ceiling)}`);
     }
   }
@@ -132,8 +135,8 @@ function meteredProblems(r: PaidRun): string[] {
   const out: string[] = [];
   const g = r.gateway;
   if (g) {
-    const sum = g.requests.reduce((n, q) => n + (q.costUsd ?? 0), 0);
-    if (g.dropped === 0 && Math.abs(sum - g.meteredCostUsd) > USD_EPSILON) {
+    const sum = sumPico(g.requests.map((q) => q.costUsd ?? 0));
+    if (g.dropped === 0 && sum !== pico(g.meteredCostUsd)) {
       out.push(`${r.where}.gateway.meteredCostUsd: is ${usd(g.meteredCostUsd)}, but its requests cost ${usd(sum)}`);
     }
     if (g.forwarded === 0 && g.meteredCostUsd > 0) out.push(`${r.where}.gateway.meteredCostUsd: is ${usd(g.meteredCostUsd)}, but no request was forwarded`);
@@ -186,11 +189,11 @@ function runInvariants<T>(runs: (subject: T) => PaidRun[]): Invariant<T>[] {
 
 /** R149: the budget's open reservations and spend are what the entries hold. */
 function budgetProblems(budget: { reservedUsd: number; spentUsd: number }, entries: readonly PaidRun[]): string[] {
-  const open = entries.filter((e) => e.phase !== "settled").reduce((n, e) => n + e.reservationUsd, 0);
-  const charged = entries.filter((e) => e.phase === "settled").reduce((n, e) => n + (e.chargedUsd ?? 0), 0);
+  const open = sumPico(entries.filter((e) => e.phase !== "settled").map((e) => e.reservationUsd));
+  const charged = sumPico(entries.filter((e) => e.phase === "settled").map((e) => e.chargedUsd ?? 0));
   const out: string[] = [];
-  if (Math.abs(open - budget.reservedUsd) > USD_EPSILON) out.push(`budget.reservedUsd: is ${usd(budget.reservedUsd)}, but the open entries reserve ${usd(open)}`);
-  if (Math.abs(open + charged - budget.spentUsd) > USD_EPSILON) out.push(`budget.spentUsd: is ${usd(budget.spentUsd)}, but the settled charges and open reservations sum to ${usd(open + charged)}`);
+  if (open !== pico(budget.reservedUsd)) out.push(`budget.reservedUsd: is ${usd(budget.reservedUsd)}, but the open entries reserve ${usd(open)}`);
+  if (open + charged !== pico(budget.spentUsd)) out.push(`budget.spentUsd: is ${usd(budget.spentUsd)}, but the settled charges and open reservations sum to ${usd(open + charged)}`);
   return out;
 }
 
@@ -320,8 +323,8 @@ export const SESSION_LEDGER_INVARIANTS: readonly Invariant<SessionLedger>[] = [
     check: (l) => {
       const out: string[] = [];
       const calls = l.sessions.flatMap((s) => s.calls);
-      const open = calls.filter((c) => c.phase !== "settled").reduce((n, c) => n + c.reservationUsd, 0);
-      if (Math.abs(open - l.budget.reservedUsd) > USD_EPSILON) out.push(`budget.reservedUsd: is ${usd(l.budget.reservedUsd)}, but the open calls reserve ${usd(open)}`);
+      const open = sumPico(calls.filter((c) => c.phase !== "settled").map((c) => c.reservationUsd));
+      if (open !== pico(l.budget.reservedUsd)) out.push(`budget.reservedUsd: is ${usd(l.budget.reservedUsd)}, but the open calls reserve ${usd(open)}`);
       for (const [i, s] of l.sessions.entries()) {
         for (const [j, c] of s.calls.entries()) {
           if (above(c.reservationUsd, l.callBudgetUsd)) out.push(`sessions[${i}].calls[${j}].reservationUsd: ${usd(c.reservationUsd)} is above callBudgetUsd ${usd(l.callBudgetUsd)}`);

@@ -9,6 +9,7 @@ import { readRecord } from "../adjudicate/store.ts";
 import type { AdjudicationRecord } from "../adjudicate/schema.ts";
 import { adjudicatorInitTools } from "../adjudicate/prompt.ts";
 import { initialBudget, reserve, settle } from "../budget/budget.ts";
+import { pico } from "../cost/money.ts";
 import { gatewayBudgetRefusal, interpretRun, runReader } from "../transport/cli/interpret.ts";
 import type { TranscriptFacts } from "../transcript/reader.ts";
 import { contentDigest, transcriptMessages } from "../transcript/content.ts";
@@ -168,7 +169,7 @@ async function checkRun(
     },
   );
   if (settled.status !== run.status) differences.push(differ(where, "status", run.status, settled.status));
-  if (run.chargedUsd === null || Math.abs(settled.chargedUsd - run.chargedUsd) > 1e-12) differences.push(differ(where, "chargedUsd", run.chargedUsd, settled.chargedUsd));
+  if (run.chargedUsd === null || pico(settled.chargedUsd) !== pico(run.chargedUsd)) differences.push(differ(where, "chargedUsd", run.chargedUsd, settled.chargedUsd));
   return { lines, verified: true };
 }
 

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { pathToFileURL } from "node:url";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
 import { blindingSummary } from "../../src/adjudicate/blinding.ts";
+import { sumUsd } from "../../src/cost/money.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { TRANSCRIPT_MAX_BYTES, transcriptLines } from "../../src/ledger/transcripts.ts";
 import { num } from "../../src/report/sections.ts";
@@ -45,7 +46,7 @@ async function copy(name: string): Promise<{ ledger: string; dir: string }> {
 async function edit(path: string, f: (l: Ledger) => void) {
   const l = JSON.parse(await readFile(path, "utf8")) as Ledger;
   f(l);
-  l.budget.spentUsd = l.observations.reduce((s, o) => s + (o.chargedUsd ?? 0), 0);
+  l.budget.spentUsd = sumUsd(l.observations.map((o) => o.chargedUsd ?? 0));
   await writeFile(path, `${JSON.stringify(l, null, 2)}\n`);
 }
 
@@ -92,9 +93,11 @@ describe("ledger verify on a fresh demo ledger", () => {
     expect(r.stdout).toContain("36 read again from their transcripts");
   });
 
+  // contract: R202
   it("fails naming chargedUsd on an edited charge", async () => {
     const c = await copy("charge");
-    await edit(c.ledger, (l) => (l.observations[4]!.chargedUsd! += 0.001));
+    // One pico-USD more: no tolerance hides it.
+    await edit(c.ledger, (l) => (l.observations[4]!.chargedUsd = sumUsd([l.observations[4]!.chargedUsd!, 1e-12])));
     const r = await verify(c.ledger);
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/observations\[4\] \([^)]*\)\.chargedUsd: ledger [0-9.]+, transcript gives [0-9.]+/);

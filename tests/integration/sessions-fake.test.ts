@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
+import { pico, picoToUsd, sumUsd } from "../../src/cost/money.ts";
 import { acquireLoginLock, resolveLogin } from "../../src/credentials/login.ts";
 import { answerSession, resumeSessions, retrySession, startSessions, type StartConfig } from "../../src/session/run.ts";
 import { readSessionLedger } from "../../src/session/store.ts";
@@ -488,14 +489,14 @@ describe("a session ledger proves itself", () => {
 
   // contract: R150
   it("a cap below the spend with cumulativeCapExceeded false: `ledger check` names the flag", async () => {
-    const r = await check(await edited("cap", (l) => (l.capUsd = l.budget.spentUsd / 2)));
+    const r = await check(await edited("cap", (l) => (l.capUsd = picoToUsd(pico(l.budget.spentUsd) / 2n))));
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/budget\.cumulativeCapExceeded: is false although spentUsd [0-9.]+ USD passed the cap [0-9.]+ USD \(R150 cap-flag\)/);
   });
 
   // contract: R147
   it("a completed call charged below its computed cost: `ledger check` names the charge", async () => {
-    const r = await check(await edited("computed", (l) => (l.sessions[0]!.calls[0]!.callComputedCostUsd! += 0.01)));
+    const r = await check(await edited("computed", (l) => (l.sessions[0]!.calls[0]!.callComputedCostUsd = sumUsd([l.sessions[0]!.calls[0]!.callComputedCostUsd!, 0.01]))));
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/sessions\[0\]\.calls\[0\]\.chargedUsd: is [0-9.]+ USD, but a completed run is charged the larger of its reported and computed cost/);
   });

@@ -1,5 +1,6 @@
 import { readFileSync } from "node:fs";
 import { createHash } from "node:crypto";
+import { sumUsd } from "../../src/cost/money.ts";
 import type { Ledger, Observation } from "../../src/ledger/schema.ts";
 import { ManifestSchema, type Manifest } from "../../src/manifest/schema.ts";
 import { planStudy } from "../../src/plan/plan.ts";
@@ -28,7 +29,7 @@ export interface SyntheticRun {
 export function syntheticLedger(run: SyntheticRun): Ledger {
   const plan = planStudy(DEMO, run.mode);
   const end = run.failAt === undefined ? plan.length : run.failAt + 1;
-  let charged = 0;
+  const charged: number[] = [];
   const observations: Observation[] = plan.slice(0, end).map((a) => {
     const mcp = a.arm === "mcp";
     const base = {
@@ -51,11 +52,11 @@ export function syntheticLedger(run: SyntheticRun): Ledger {
         wallTimeMs: 900,
         toolCalls: 1,
       });
-      charged += 0.1;
+      charged.push(0.1);
       return o;
     }
     const cost = mcp ? 0.0014 : 0.0011;
-    charged += cost;
+    charged.push(cost);
     const answer = run.answers && a.index in run.answers ? run.answers[a.index]! : `answer ${a.index}: see docs/x.md`;
     return completedObservation(a.index, cost, {
       ...base,
@@ -75,7 +76,7 @@ export function syntheticLedger(run: SyntheticRun): Ledger {
     protocol: { manifestPath: DEMO_MANIFEST, protocolHash: DEMO_HASH },
     corpus: Object.entries(DEMO.repositories).map(([repository, pin]) => ({ repository, pin })),
     mode: run.mode,
-    budget: { capUsd: 5, attemptBudgetUsd: 0.1, reservedUsd: 0, spentUsd: charged, cumulativeCapExceeded: false },
+    budget: { capUsd: 5, attemptBudgetUsd: 0.1, reservedUsd: 0, spentUsd: sumUsd(charged), cumulativeCapExceeded: false },
     status: failed ? "blocked" : "awaiting-adjudication",
     ...(failed
       ? { statusReason: `attempt ${run.failAt! + 1} (${plan[run.failAt!]!.taskId}, ${plan[run.failAt!]!.scenario}, repetition ${plan[run.failAt!]!.repetition}) ended failed: exit code 1` }
@@ -156,7 +157,7 @@ export function syntheticRecord(ledger: Ledger, ledgerSha256: string, opts: { ou
       };
     }
   }
-  const spent = items.reduce((s, i) => s + (i.run?.chargedUsd ?? 0), 0);
+  const spent = sumUsd(items.map((i) => i.run?.chargedUsd ?? 0));
   const complete = items.length === order.length;
   return {
     schemaVersion: 1,

@@ -291,6 +291,19 @@ describe("exact arithmetic", () => {
     );
   });
 
+  // contract: R204
+  it("reads total_cost_usd to the nearest pico-USD: the noise of the CLI's float sum is not money", () => {
+    // 5,000 input + 65 output + 700 cache reads + 500 5-minute writes: 0.000602 USD (facts).
+    const u = { inputTokens: 5000, outputTokens: 65, cacheReadInputTokens: 700, cacheCreationInputTokens: 500 };
+    const split = { ephemeral5mInputTokens: 500, ephemeral1hInputTokens: 0 };
+    const noisy = [0.0004575000000000001, 0.000602 + 1e-19, 0.0006019999999999999];
+    expect(noisy.map((r) => computeCost(input(u, { reportedCostUsd: r, cacheCreation: split })).reportedCostUsd)).toEqual([0.0004575, 0.000602, 0.000602]);
+    expect(computeCost(input(u, { reportedCostUsd: 0.1 + 0.2, cacheCreation: split })).reportedCostUsd).toBe(0.3);
+    // A sub-pico amount is a cost of 0, and an exact figure is kept as it is.
+    expect(computeCost(input({}, { reportedCostUsd: 4e-13 })).reportedCostUsd).toBe(0);
+    expect(computeCost(input(u, { reportedCostUsd: 0.000602, cacheCreation: split })).reportedCostUsd).toBe(0.000602);
+  });
+
   it("reads USD amounts from their decimal form", () => {
     expect(usdToPico(0.29, "floor")).toBe(290_000_000_000n);
     expect(usdToPico(4.6e-6, "floor")).toBe(4_600_000n);

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { sumUsd } from "../../src/cost/money.ts";
 import { LedgerSchema, type HttpCall, type Ledger, type Observation } from "../../src/ledger/schema.ts";
 import { reservedObservation } from "../../src/study/observation.ts";
 import { formatIssues } from "../../src/util/zod-errors.ts";
@@ -27,13 +28,13 @@ const call = (turn: number, reservationUsd: number, chargedUsd: number | null): 
 
 function httpObservation(index: number, calls: HttpCall[], overrides: Partial<Observation> = {}): Observation {
   const planned = { index, taskId: "t1", taskIndex: 0, repository: "ledgerlite", pin: PIN, scenario: "repository-only", arm: "repository" as const, repetition: 1 };
-  const hold = calls.reduce((s, c) => s + (c.chargedUsd ?? c.reservationUsd), 0);
+  const hold = sumUsd(calls.map((c) => c.chargedUsd ?? c.reservationUsd));
   return { ...reservedObservation(planned, { transport: "http", cliVersion: null, expectedCliVersion: null, attemptBudgetUsd: null, reservationUsd: hold }), calls, ...overrides };
 }
 
 function httpLedger(observations: Observation[], overrides: Partial<Ledger> = {}): Ledger {
-  const reserved = observations.filter((o) => o.phase !== "settled").reduce((s, o) => s + o.reservationUsd, 0);
-  const charged = observations.filter((o) => o.phase === "settled").reduce((s, o) => s + (o.chargedUsd ?? 0), 0);
+  const open = observations.filter((o) => o.phase !== "settled").map((o) => o.reservationUsd);
+  const charged = observations.filter((o) => o.phase === "settled").map((o) => o.chargedUsd ?? 0);
   return sampleLedger({
     transport: "http",
     image: null,
@@ -41,7 +42,7 @@ function httpLedger(observations: Observation[], overrides: Partial<Ledger> = {}
     expectedCliVersion: null,
     isolation: "client-side-tools",
     prices: { "claude-haiku-5-5": { upper: { input: 1, output: 5 } } },
-    budget: { capUsd: 1, attemptBudgetUsd: null, reservedUsd: reserved, spentUsd: reserved + charged, cumulativeCapExceeded: false },
+    budget: { capUsd: 1, attemptBudgetUsd: null, reservedUsd: sumUsd(open), spentUsd: sumUsd([...open, ...charged]), cumulativeCapExceeded: false },
     observations,
     ...overrides,
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { budgetTotals, LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
+import { budgetTotalsPico, LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { formatIssues } from "../../src/util/zod-errors.ts";
 import { completedObservation, reservedObservation, sampleLedger } from "../support/ledger-sample.ts";
 
@@ -112,7 +112,7 @@ describe("ledger schema", () => {
     const m = twoAttempts();
     m.budget.reservedUsd = 0;
     expect(problems(m).join()).toMatch(/budget\.reservedUsd: is 0, but the open reservations sum to 0\.1/);
-    expect(budgetTotals(twoAttempts().observations)).toEqual({ reservedUsd: 0.1, spentUsd: 0.1 + 0.002 });
+    expect(budgetTotalsPico(twoAttempts().observations)).toEqual({ reserved: 100_000_000_000n, spent: 102_000_000_000n });
   });
 
   it("requires cumulativeCapExceeded once the spend passes the cap", () => {

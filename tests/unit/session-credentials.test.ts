@@ -30,9 +30,13 @@ describe("session --credentials", () => {
 });
 
 describe("the metered spend of a session call", () => {
-  // contract: R112
-  it("must equal the call's cumulative difference within 1e-9 USD, else the call names both figures", () => {
-    expect(meteredCostProblem({ meteredCostUsd: 0.012345678901, callCostUsd: 0.012345678901 + 5e-10 })).toBeNull();
+  // contract: R112, R202
+  it("must equal the call's cumulative difference to the pico-USD, else the call names both figures", () => {
+    expect(meteredCostProblem({ meteredCostUsd: 0.012345678901, callCostUsd: 0.012345678901 })).toBeNull();
+    // One pico-USD apart: a tolerance of 1e-9 USD let this pass.
+    expect(meteredCostProblem({ meteredCostUsd: 0.012345678901, callCostUsd: 0.012345678902 })).toBe(
+      "the gateway metered 0.012345678901 USD for this call but total_cost_usd grew by 0.012345678902 USD",
+    );
     expect(meteredCostProblem({ meteredCostUsd: 0.01, callCostUsd: 0.03 })).toBe("the gateway metered 0.01 USD for this call but total_cost_usd grew by 0.03 USD");
     // Without the gateway (or without a result) there is nothing to compare.
     expect(meteredCostProblem({ meteredCostUsd: null, callCostUsd: 0.03 })).toBeNull();

@@ -1,5 +1,6 @@
 import { resolve } from "node:path";
 import { z } from "zod";
+import { isExactUsd } from "../../cost/money.ts";
 import { DEFAULT_EXPORT_LIMITS, type ExportLimits } from "../../export/export.ts";
 import { runtimeNameProblem } from "../../isolation/profile.ts";
 import type { Transport } from "../../terms/terms.ts";
@@ -22,7 +23,9 @@ export const positiveDecimal = (what: string, example = "0.10") =>
     .trim()
     .regex(/^\d+(\.\d+)?$/, `${what} must be a positive decimal number such as ${example}`)
     .transform(Number)
-    .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0, such as ${example}`);
+    .refine((n) => n > 0 && Number.isFinite(n), `${what} must be greater than 0, such as ${example}`)
+    // Every amount a record holds is whole pico-USD (contract R201).
+    .refine(isExactUsd, `${what} must have at most 12 decimals (a whole number of pico-USD), such as ${example}`);
 
 /** The first message of a failed zod parse: each schema below says the flag and the fix itself. */
 export const firstMessage = (error: z.ZodError): string => error.issues[0]!.message;
