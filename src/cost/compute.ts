@@ -75,7 +75,7 @@ export interface CostResult {
  * pico-USD; else a problem and null. Every list-price cost is a whole number of pico-USD (a price
  * of at most six decimals per million tokens), and the CLI sums its per-request costs as floats:
  * the digits past the twelfth decimal (0.0042000000000000006) are that sum's noise, not money, so
- * the record holds the exact amount (contract R201).
+ * the record holds the exact amount (contract R204, R201).
  */
 function validReportedCost(reported: number | null, problems: string[]): number | null {
   if (reported === null || !Number.isFinite(reported)) problems.push("total_cost_usd is missing or not a finite number");
