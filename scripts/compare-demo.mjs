@@ -92,7 +92,7 @@ function normalizer(side) {
     const kind = FIELD_KIND.get(key);
     if (kind && (typeof value === "string" || typeof value === "number")) return placeholder(kind, String(value));
     if (typeof value === "number" && (inDuration || isDurationField(key))) return DURATION;
-    return typeof value === "string" ? quoted(value) : value;
+    return typeof value === "string" ? headlineDurations(quoted(value)) : value;
   }
   return {
     collect(value) {
@@ -106,10 +106,17 @@ function normalizer(side) {
 
 const isDurationLabel = (cell) => DURATION_LABELS.includes(cell.replace(/<[^>]*>/g, "").trim());
 
+/**
+ * The headline's cost sentence (src/report/headline.ts, `costSentence`): "Per correct answer (…):
+ * <arm> <usd> USD and <seconds> s, …". Its seconds are wall time; only they become placeholders,
+ * and only in that sentence.
+ */
+const headlineDurations = (t) => t.replace(/Per correct answer \(every attempt's charge and wall time[^\n]*/g, (sentence) => sentence.replace(/( USD and )[\d.,]+( s\b)/g, `$1${DURATION}$2`));
+
 /** Markdown tables and HTML tables and charts: the cells of a duration row or column, and a duration chart, become placeholders. */
 function durationsInText(t) {
   // HTML: a chart whose label is a duration's, and each table's rows (header cells name the columns).
-  let out = t.replace(/<svg\b[^>]*aria-label="([^"]*)"[^>]*>.*?<\/svg>/gs, (svg, label) => (isDurationLabel(label) ? `<svg aria-label="${label}">${DURATION}</svg>` : svg));
+  let out = headlineDurations(t).replace(/<svg\b[^>]*aria-label="([^"]*)"[^>]*>.*?<\/svg>/gs, (svg, label) => (isDurationLabel(label) ? `<svg aria-label="${label}">${DURATION}</svg>` : svg));
   out = out.replace(/<table\b[^>]*>.*?<\/table>/gs, (table) => {
     let header = [];
     return table.replace(/<tr>(.*?)<\/tr>/gs, (row, inner) => {
