@@ -18,6 +18,7 @@ import { reapOrphanFolders } from "../util/orphans.ts";
 import { runLoop, type RunKind } from "../loop/loop.ts";
 import { cliRunInput, runCliInContainer, type CliRunDeps } from "../transport/cli/run.ts";
 import { probeCliImage, reachEngine } from "../transport/cli/preflight.ts";
+import { dockerSandbox, type SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { emptyRunFacts } from "../transport/cli/record.ts";
 import { MASK } from "./mask.ts";
 import { adjudicatorArguments, adjudicatorInitTools, armGuessJsonSchema } from "./prompt.ts";
@@ -60,6 +61,8 @@ export interface AdjudicationConfig extends GatewayRunOptions {
   claudeConfigDir?: string;
   /** OCI runtime of the adjudicator's containers (the CLI's default: the ledger's); checked like the run's (docs/isolation.md, "gVisor"). */
   runtime?: string;
+  /** As for a study (contract R244): the preflight's probe decides when absent. */
+  sandboxChannel?: SandboxChannel;
   fake?: { behaviourFile?: string; recordsDir?: string };
   /** A Messages API on a host unix socket (the scripted API of the conformance suite); isolation must be offline. */
   modelApi?: { socketPath: string };
@@ -110,12 +113,13 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   await reapOrphanExports();
   await reapOrphanFolders("home", removeTree);
   await reapOrphanFolders("gateway", removeTree);
-  const { probed, ociRuntime } = await probeCliImage(deps.runtime, engine, {
+  const { probed, ociRuntime, channel } = await probeCliImage(deps.runtime, engine, {
     image: config.image,
     expectedCliVersion: config.expectedCliVersion,
     runtimeName: config.runtime,
     runId: id,
     route: { isolation: config.isolation, gateway: config.credentials === "gateway", modelApiSocket: config.modelApi !== undefined },
+    ...(config.sandboxChannel !== undefined ? { channel: config.sandboxChannel } : {}),
   });
   const login = await usableLogin(config.claudeConfigDir);
   const problems: string[] = [];
@@ -137,9 +141,9 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
   // Only a metered run asks the engine whether the image is the fake one.
   const fakeImage = config.credentials === "gateway" && (await isFakeClaudeImage(deps.runtime, probed.imageId));
   const gateway = await gatewayForRun(config, { model: config.model, login, holder: id, limit: { usd: config.itemBudgetUsd, flag: "--item-budget-usd" }, fakeImage });
-  if (!gateway) return { probed, login, ociRuntime };
+  if (!gateway) return { probed, login, ociRuntime, channel };
   // The fake claude image sends no model request: there is no metered usage to hold its transcript to.
-  return { probed, login, ociRuntime, gateway: gatewayUnits<Unit>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
+  return { probed, login, ociRuntime, channel, gateway: gatewayUnits<Unit>(gateway, { compareUsage: !fakeImage, signal: deps.signal }), closeGateway: () => gateway.close() };
 }
 
 /** One paid question about one item: its verdict, or afterwards the separate guess of its arm. */
@@ -178,7 +182,7 @@ function decided(p: PlannedItem, outcome: Outcome, reason: string, decidedBy: It
 export async function runAdjudication(config: AdjudicationConfig, deps: AdjudicationDeps): Promise<number> {
   const adjudicationId = `adj-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
   const plan = planAdjudication(config.ledger, config.loaded.manifest, config.seed);
-  const { probed, login, gateway, closeGateway, ociRuntime } = await preflight(config, deps, adjudicationId, checkoutsToExport(plan.items));
+  const { probed, login, gateway, closeGateway, ociRuntime, channel } = await preflight(config, deps, adjudicationId, checkoutsToExport(plan.items));
   const record = newRecord(config, { adjudicationId, plan, probed, ociRuntime, credentials: gateway ? "gateway" : "login-copy" });
   const checkouts = [...new Set([...config.roots.values(), ...config.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []))])];
   const handle = await createRecord(config.output, record, { checkouts, projectRoot: PROJECT_ROOT });
@@ -187,7 +191,8 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   };
   const a: Adjudication = {
     config,
-    deps,
+    // Every item's sandbox on the channel the preflight chose (contract R244).
+    deps: { ...deps, sandbox: deps.sandbox ?? dockerSandbox(deps.runtime, channel) },
     adjudicationId,
     record,
     login,

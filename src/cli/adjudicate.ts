@@ -89,6 +89,7 @@ export async function adjudicateCommand(given: AdjudicateFlags, env: NodeJS.Proc
         isolation: flags.isolation ?? "standard",
         claudeConfigDir: flags.claudeConfigDir,
         ...(runtimeName !== undefined ? { runtime: runtimeName } : {}),
+        ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
         ...credentials,
         ...(options.standIns?.timeoutMs !== undefined ? { timeoutMs: options.standIns.timeoutMs } : {}),
         quiet: flags.quiet,

@@ -3,6 +3,7 @@ import { tmpdir, userInfo } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo } from "../demo/setup.ts";
 import { DockerRuntime } from "../sandbox/docker.ts";
+import type { SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
 import { ExitCode } from "../util/errors.ts";
 import { acquireHeldLock, LOCK_STALE_MS, type HeldLock } from "../util/held-lock.ts";
@@ -40,6 +41,7 @@ interface DemoFlags {
   sessions?: boolean;
   concurrency?: string;
   runtime?: string;
+  sandboxChannel?: SandboxChannel;
 }
 
 /** The default workdir: one per user under the system temp dir, so two users' demos never share one (contract R187). */
@@ -89,6 +91,7 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
     claudeConfigDir: setup.loginDir,
     concurrency: flags.concurrency,
     ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
+    ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
     quiet: flags.quiet,
   }).finally(() => real?.close());
   // A run refused before its ledger existed has nothing to adjudicate or report.
@@ -127,6 +130,7 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
       isolation: "offline",
       claudeConfigDir: setup.loginDir,
       quiet: flags.quiet,
+      ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
       fakeBehaviour: behaviourFile,
       // The scripted verdicts are the fake image's behaviour, also after a --real-cli study.
       image: setup.image,

@@ -106,6 +106,12 @@ function runContainerOptions(command: Command): Command {
       "--runtime <name>",
       "OCI runtime of attempt containers, e.g. runsc (gVisor, docs/isolation.md) where the engine has it registered; the run refuses to start when it is missing or when a probe container under it cannot reach what the attempts need (their network, the bind-mounted sockets); recorded in the ledger (default: the engine's default runtime, recorded by name)",
     )
+    .addOption(
+      new Option(
+        "--sandbox-channel <channel>",
+        "how attempt containers get their files and reach the runner's sockets: 'host-paths' (folders of this machine bound in; the engine must see them) or 'engine-api' (content copied in and the sockets carried as streams over the engine's API alone, for an engine that shares no files with the runner; needs --credentials gateway) (default: the preflight's probe decides; recorded in the ledger)",
+      ).choices(["host-paths", "engine-api"]),
+    )
     .option("--cpus <n>", "CPUs each attempt container may use (Docker's --cpus, e.g. 0.5 or 2); recorded in the ledger", "1")
     .option(
       "--concurrency <n>",
@@ -329,6 +335,12 @@ function adjudicateContainerOptions(command: Command): Command {
         .choices(["standard", "offline"])
         .default("standard"),
     )
+    .addOption(
+      new Option(
+        "--sandbox-channel <channel>",
+        "how attempt containers get their files and reach the runner's sockets: 'host-paths' (folders of this machine bound in; the engine must see them) or 'engine-api' (content copied in and the sockets carried as streams over the engine's API alone, for an engine that shares no files with the runner; needs --credentials gateway) (default: the preflight's probe decides; recorded in the ledger)",
+      ).choices(["host-paths", "engine-api"]),
+    )
     .option("--runtime <name>", "OCI runtime of adjudicator containers, e.g. runsc (gVisor) (default: the runtime the ledger records); checked by a probe container before anything is spent")
     .option("--claude-config-dir <dir>", LOGIN_FOLDER_HELP)
     .addOption(
@@ -398,6 +410,12 @@ function addDemoCommand(program: Command, setExit: SetExit): void {
     .option(
       "--runtime <name>",
       "OCI runtime of every container, e.g. runsc (gVisor, docs/isolation.md); the study, the adjudication and the sessions refuse before starting when the runtime cannot run them",
+    )
+    .addOption(
+      new Option(
+        "--sandbox-channel <channel>",
+        "how attempt containers get their files and reach the runner's sockets: 'host-paths' (folders of this machine bound in; the engine must see them) or 'engine-api' (content copied in and the sockets carried as streams over the engine's API alone, for an engine that shares no files with the runner; needs --credentials gateway) (default: the preflight's probe decides; recorded in the ledger)",
+      ).choices(["host-paths", "engine-api"]),
     )
     .option("--quiet", "no progress lines on stderr")
     .action(async (opts) => setExit(await (await import("./demo.ts")).demoCommand(opts)));

@@ -134,6 +134,7 @@ async function runCli(flags: RunFlags, study: StudyInputs, options: RunExecution
       isolation: options.isolation,
       ...(egressAllow ? { egress: { allow: egressAllow } } : {}),
       ...(runtime !== undefined ? { runtime } : {}),
+      ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
       ...(cpus !== undefined ? { cpus } : {}),
       ...(concurrency !== undefined ? { concurrency } : {}),
       claudeConfigDir: flags.claudeConfigDir,

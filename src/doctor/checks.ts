@@ -219,7 +219,10 @@ export async function checkClaudeVersion(runtime: ContainerRuntime, image: strin
   );
 }
 
-/** The engine sees the runner's folders by path, as every attempt needs (contract R200): the run's own probe. */
+/**
+ * Whether the engine sees the runner's folders by path (contract R200), the run's own probe, and so
+ * the channel a study's attempts take when `--sandbox-channel` does not say (contract R244).
+ */
 export async function checkEngineFiles(runtime: ContainerRuntime, image: string, labels: Record<string, string>): Promise<Check> {
   let problem: string | null;
   try {
@@ -227,8 +230,13 @@ export async function checkEngineFiles(runtime: ContainerRuntime, image: string,
   } catch (err) {
     return fail("engine-files", `cannot probe whether the engine sees this machine's files: ${errorMessage(err)}`, "check the Docker engine (see the docker line)");
   }
-  if (problem) return fail("engine-files", problem, "run study-runner on the engine's own host, or point DOCKER_HOST at a local engine");
-  return pass("engine-files", "the engine sees this machine's files (a probe container's bind of a runner folder was accepted): attempts reach their files and sockets by path");
+  if (problem) {
+    return pass(
+      "engine-files",
+      `channel engine-api: ${problem}. Study attempts and the adjudicator get their content copied in and reach the runner's sockets as streams over the engine's API (--credentials gateway only); session tasks and --credentials login-copy need the engine's own host or a local engine`,
+    );
+  }
+  return pass("engine-files", "channel host-paths: the engine sees this machine's files (a probe container's bind of a runner folder was accepted): attempts reach their files and sockets by path");
 }
 
 const LOGIN_SOURCE = { flag: "--claude-config-dir", CLAUDE_CONFIG_DIR: "CLAUDE_CONFIG_DIR", home: "~/.claude" } as const;

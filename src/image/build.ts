@@ -140,8 +140,8 @@ export async function runnerFilesProblem(runtime: ContainerRuntime, image: strin
     if (!message.includes(dir)) throw err;
     return (
       `the Docker engine cannot see this machine's files: it refused a container's bind of the runner's folder ${dir} (${message.slice(0, 300)}). ` +
-      "Every attempt reaches its export, HOME, login and the runner's sockets through such folders, so the runner must run where the engine's files are: " +
-      "on the engine's own host (for a remote engine, run study-runner there), or with a local engine; attempts over an engine's API alone are not built yet (docs/pilot.md, \"What you need\")"
+      "The host-paths channel reaches the export, HOME, login and the runner's sockets through such folders, so it needs the runner where the engine's files are: " +
+      "on the engine's own host (for a remote engine, run study-runner there), or with a local engine; study attempts and the adjudicator run over the engine's API alone instead (--sandbox-channel engine-api, contract R244), session tasks not yet (docs/pilot.md, \"What you need\")"
     );
   } finally {
     await rmdir(dir).catch(() => undefined);

@@ -24,6 +24,8 @@ export interface RawOutcome {
   /** with-relay.cjs found the tmpfs HOME full when the CLI exited. */
   homeFull: boolean;
   wallTimeMs: number;
+  /** The engine-api channel's stream was refused (contract R242): a setup problem of the run. */
+  channelFault?: string;
 }
 
 /** The line with-relay.cjs writes to stderr when the CLI exits with its HOME full. */
@@ -148,6 +150,7 @@ export async function runBounded<S>(sandbox: Preparer<S>, spec: S, onLine: (line
       stderrTail,
       homeFull: stderrTail.includes(HOME_FULL_MARK),
       wallTimeMs: Date.now() - started,
+      ...(exit.channelFault !== undefined ? { channelFault: exit.channelFault } : {}),
     };
   } finally {
     for (const t of timers) clearTimeout(t);

@@ -1,6 +1,7 @@
 import { basename, dirname } from "node:path";
-import { setTimeout as sleep } from "node:timers/promises";
-import type { ContainerRuntime, ContainerSpec, Mount } from "./port.ts";
+import { stopContainer } from "./stop.ts";
+import { prepareOverEngineApi, type EngineApiOptions } from "./engine-api.ts";
+import { ContainerRuntimeError, hasEngineStorage, type ContainerRuntime, type ContainerSpec, type Mount } from "./port.ts";
 import { reapOrphans, runnerLabels, type ReapOptions, type ReapResult } from "./reaper.ts";
 import type { Endpoint, EndpointName, HostFolder, MemoryVolume, PreparedSandbox, Preparer, Sandbox, SandboxExit, SandboxSpec, SandboxStreams, SandboxSummary } from "./sandbox.ts";
 
@@ -86,14 +87,8 @@ class PreparedContainer implements PreparedSandbox {
     return { exitCode: exit.exitCode, oomKilled: exit.oomKilled || (state?.oomKilled ?? false), ...(state ? { ociRuntime: state.runtime } : {}) };
   }
 
-  async stop(graceMs = 0): Promise<void> {
-    if (graceMs > 0) {
-      await this.runtime.kill(this.id, "SIGTERM");
-      const ended = this.runtime.wait(this.id).then(() => "ended" as const);
-      ended.catch(() => undefined);
-      if ((await Promise.race([ended, sleep(graceMs, "grace" as const)])) === "ended") return;
-    }
-    await this.runtime.kill(this.id);
+  stop(graceMs = 0): Promise<void> {
+    return stopContainer(this.runtime, this.id, graceMs);
   }
 
   cleanup(): Promise<void> {
@@ -101,21 +96,39 @@ class PreparedContainer implements PreparedSandbox {
   }
 }
 
+/**
+ * How a sandbox gets its content and reaches the runner's sockets: `host-paths`, folders of the
+ * runner's host bound in (an engine on this machine), or `engine-api`, content and streams over
+ * the engine's API alone (src/sandbox/engine-api.ts, contract R240).
+ */
+export type SandboxChannel = "host-paths" | "engine-api";
+
 /** The Docker provider. */
 export class DockerSandbox implements Sandbox {
   readonly provider = "docker";
+  readonly channel: SandboxChannel;
   /**
    * The same provider given a container spec as it is: Docker only, for tests and probes that set
    * what the provider-neutral spec does not name (a HOME bound from the host, an image's own entrypoint).
    */
   readonly containers: Preparer<ContainerSpec>;
 
-  constructor(private readonly runtime: ContainerRuntime) {
+  constructor(
+    private readonly runtime: ContainerRuntime,
+    options: { channel?: SandboxChannel; engineApi?: EngineApiOptions } = {},
+  ) {
+    this.channel = options.channel ?? "host-paths";
     this.containers = { prepare: async (spec) => new PreparedContainer(runtime, await runtime.create(spec)) };
+    this.engineApi = options.engineApi ?? {};
   }
 
+  private readonly engineApi: EngineApiOptions;
+
   prepare(spec: SandboxSpec): Promise<PreparedSandbox> {
-    return this.containers.prepare(toContainerSpec(spec));
+    if (this.channel === "host-paths") return this.containers.prepare(toContainerSpec(spec));
+    const runtime = this.runtime;
+    if (!hasEngineStorage(runtime)) return Promise.reject(new ContainerRuntimeError("this container runtime offers no engine-api channel", "invalid-spec"));
+    return prepareOverEngineApi(runtime, spec, toContainerSpec(spec), this.engineApi);
   }
 
   reach(endpoint: Endpoint): string {
@@ -135,11 +148,13 @@ export class DockerSandbox implements Sandbox {
   }
 }
 
-const providers = new WeakMap<ContainerRuntime, DockerSandbox>();
+const providers = new WeakMap<ContainerRuntime, Map<SandboxChannel, DockerSandbox>>();
 
-/** The Docker provider over `runtime` (one per runtime). */
-export function dockerSandbox(runtime: ContainerRuntime): DockerSandbox {
-  let sandbox = providers.get(runtime);
-  if (!sandbox) providers.set(runtime, (sandbox = new DockerSandbox(runtime)));
+/** The Docker provider over `runtime` on `channel` (one per runtime and channel). */
+export function dockerSandbox(runtime: ContainerRuntime, channel: SandboxChannel = "host-paths"): DockerSandbox {
+  let byChannel = providers.get(runtime);
+  if (!byChannel) providers.set(runtime, (byChannel = new Map()));
+  let sandbox = byChannel.get(channel);
+  if (!sandbox) byChannel.set(channel, (sandbox = new DockerSandbox(runtime, { channel })));
   return sandbox;
 }

@@ -10,9 +10,12 @@ import {
   type ContainerRuntime,
   type ContainerSpec,
   type ContainerState,
+  type ContainerStdio,
   type ContainerSummary,
   type EngineInfo,
+  type EngineStorage,
   type ImageInfo,
+  type VolumeSummary,
 } from "./port.ts";
 
 /**
@@ -74,7 +77,7 @@ function wrap(err: unknown, what: string): ContainerRuntimeError {
 const WAIT_HEARTBEAT_MS = 2_000;
 
 /** The dockerode adapter; the only module that imports dockerode. */
-export class DockerRuntime implements ContainerRuntime {
+export class DockerRuntime implements ContainerRuntime, EngineStorage {
   private readonly docker: Docker;
 
   constructor(options: DockerConnectionOptions = {}) {
@@ -94,6 +97,8 @@ export class DockerRuntime implements ContainerRuntime {
         endpoint: await this.endpoint(),
         runtimes: Object.keys(info.Runtimes ?? {}).sort(),
         defaultRuntime: info.DefaultRuntime || "runc",
+        ...(version.Os ? { os: version.Os } : {}),
+        ...(version.Arch ? { arch: version.Arch } : {}),
       };
     } catch (err) {
       throw wrap(err, "ping");
@@ -166,16 +171,16 @@ export class DockerRuntime implements ContainerRuntime {
         ...(spec.user !== undefined ? { User: spec.user } : {}),
         ...(spec.workingDir !== undefined ? { WorkingDir: spec.workingDir } : {}),
         Labels: spec.labels,
-        // stdin stays closed (contract R67); output is attached, never a TTY,
-        // so stdout and stderr arrive multiplexed and separable.
-        AttachStdin: false,
-        OpenStdin: false,
+        // stdin stays closed (contract R67) but for the engine-api channel's relay, whose stdio is
+        // the channel; output is attached, never a TTY, so stdout and stderr arrive multiplexed and separable.
+        AttachStdin: spec.openStdin === true,
+        OpenStdin: spec.openStdin === true,
         StdinOnce: false,
         Tty: false,
         AttachStdout: true,
         AttachStderr: true,
         HostConfig: {
-          Mounts: binds.map((m) => ({ Type: "bind" as const, Source: m.source, Target: m.target, ReadOnly: m.readOnly })),
+          Mounts: binds.map((m) => ({ Type: m.volume ? ("volume" as const) : ("bind" as const), Source: m.source, Target: m.target, ReadOnly: m.readOnly })),
           Tmpfs: spec.tmpfs,
           ReadonlyRootfs: spec.readOnlyRootfs,
           NetworkMode: spec.networkMode,
@@ -321,5 +326,73 @@ export class DockerRuntime implements ContainerRuntime {
     } catch (err) {
       throw wrap(err, "list containers");
     }
+  }
+
+  async createVolume(name: string, labels: Record<string, string>): Promise<void> {
+    try {
+      await this.docker.createVolume({ Name: name, Labels: labels });
+    } catch (err) {
+      throw wrap(err, `create volume ${name}`);
+    }
+  }
+
+  async removeVolume(name: string): Promise<void> {
+    try {
+      await this.docker.getVolume(name).remove();
+    } catch (err) {
+      if (statusOf(err) === 404) return;
+      throw wrap(err, `remove volume ${name}`);
+    }
+  }
+
+  async listVolumesByLabel(labels: Record<string, string>): Promise<VolumeSummary[]> {
+    assertLabelFilter(labels);
+    try {
+      const list = (await this.docker.listVolumes({ filters: { label: Object.entries(labels).map(([k, v]) => `${k}=${v}`) } })) as {
+        Volumes?: Array<{ Name: string; Labels?: Record<string, string> | null }> | null;
+      };
+      return (list.Volumes ?? []).map((v) => ({ name: v.Name, labels: { ...(v.Labels ?? {}) } }));
+    } catch (err) {
+      throw wrap(err, "list volumes");
+    }
+  }
+
+  async putArchive(id: string, path: string, tar: NodeJS.ReadableStream): Promise<void> {
+    try {
+      await this.docker.getContainer(id).putArchive(tar, { path });
+    } catch (err) {
+      throw wrap(err, `copy into ${id}:${path}`);
+    }
+  }
+
+  async getArchive(id: string, path: string): Promise<NodeJS.ReadableStream> {
+    try {
+      return (await this.docker.getContainer(id).getArchive({ path })) as NodeJS.ReadableStream;
+    } catch (err) {
+      throw wrap(err, `copy from ${id}:${path}`);
+    }
+  }
+
+  async attachStdio(id: string): Promise<ContainerStdio> {
+    let stream: NodeJS.ReadWriteStream;
+    try {
+      stream = (await this.docker.getContainer(id).attach({ stream: true, stdin: true, stdout: true, stderr: true, hijack: true, logs: false })) as NodeJS.ReadWriteStream;
+    } catch (err) {
+      throw wrap(err, `attach ${id}`);
+    }
+    const stdout = new PassThrough();
+    const stderr = new PassThrough();
+    this.modem.demuxStream(stream, stdout, stderr);
+    const end = (): void => {
+      stdout.end();
+      stderr.end();
+    };
+    stream.on("end", end);
+    stream.on("close", end);
+    stream.on("error", (err: Error) => {
+      stdout.destroy(err);
+      stderr.destroy(err);
+    });
+    return { stdin: stream, stdout, stderr };
   }
 }

@@ -7,8 +7,10 @@
  */
 
 export interface Mount {
-  /** Absolute host path (a bind mount; the source must exist). */
+  /** Absolute host path (a bind mount; the source must exist), or a volume's name when `volume`. */
   source: string;
+  /** `source` names a volume of the engine (the engine-api channel's per-attempt storage), not a host path. */
+  volume?: boolean;
   /** Absolute path inside the container. */
   target: string;
   readOnly: boolean;
@@ -27,6 +29,8 @@ export interface Workspace {
   tar(): NodeJS.ReadableStream;
   /** Where the same tree lies on the runner's host, when it does. */
   hostPath?: string;
+  /** The export hash the runner computed of the tree: a runtime that copies the tar in checks what it wrote against it (contract R241). */
+  exportHash?: string;
 }
 
 /** `none`, `bridge` (only the documented default of a real pilot), or `container:<id>` (a sidecar's namespace). */
@@ -68,6 +72,8 @@ export interface ContainerSpec extends ProgramSpec {
   runtime?: string;
   /** Run a minimal init as PID 1 that forwards signals and reaps orphans (e.g. lingering MCP children). */
   init?: boolean;
+  /** Keep stdin open for `EngineStorage.attachStdio` (the engine-api channel's relay); closed otherwise (contract R67). */
+  openStdin?: boolean;
 }
 
 export interface EngineInfo {
@@ -79,6 +85,9 @@ export interface EngineInfo {
   runtimes: string[];
   /** The runtime a container gets when its spec names none. */
   defaultRuntime: string;
+  /** The engine's operating system and architecture (`linux`, `amd64`), when it says. */
+  os?: string;
+  arch?: string;
 }
 
 export interface ContainerOutput {
@@ -138,6 +147,41 @@ export interface ContainerRuntime {
   listByLabel(labels: Record<string, string>): Promise<ContainerSummary[]>;
 }
 
+/** A volume of the engine, as listed by label. */
+export interface VolumeSummary {
+  name: string;
+  labels: Record<string, string>;
+}
+
+/** A container's stdio as one duplex: bytes written go to its stdin; its stdout and stderr arrive apart. */
+export interface ContainerStdio extends ContainerOutput {
+  stdin: NodeJS.WritableStream;
+}
+
+/**
+ * What the engine-api channel needs of an engine beyond `ContainerRuntime` (src/sandbox/engine-api.ts):
+ * storage of its own and content and streams carried over its API connection, nothing through the
+ * runner's filesystem. `DockerRuntime` has it; a runtime without it offers the host-paths channel only.
+ */
+export interface EngineStorage {
+  /** Creates a named volume carrying `labels` (the owner labels, so the reaper finds it). */
+  createVolume(name: string, labels: Record<string, string>): Promise<void>;
+  /** No error when it is already gone. */
+  removeVolume(name: string): Promise<void>;
+  listVolumesByLabel(labels: Record<string, string>): Promise<VolumeSummary[]>;
+  /** Extracts an uncompressed tar into `path` of a container (created or stopped: never needs it running). */
+  putArchive(id: string, path: string, tar: NodeJS.ReadableStream): Promise<void>;
+  /** `path` of a container as an uncompressed tar (its entries named under the path's last component). */
+  getArchive(id: string, path: string): Promise<NodeJS.ReadableStream>;
+  /** Attach stdin, stdout and stderr before `start` (the container must be created with `openStdin`). */
+  attachStdio(id: string): Promise<ContainerStdio>;
+}
+
+export function hasEngineStorage(runtime: ContainerRuntime): runtime is ContainerRuntime & EngineStorage {
+  const r = runtime as Partial<EngineStorage>;
+  return typeof r.createVolume === "function" && typeof r.putArchive === "function" && typeof r.attachStdio === "function";
+}
+
 /** The runner's own fault talking to the engine; attempt outcomes are never thrown as this. */
 export class ContainerRuntimeError extends Error {
   override readonly name = "ContainerRuntimeError";
@@ -165,7 +209,9 @@ export function assertValidSpec(spec: ContainerSpec): void {
     problems.push(`networkMode ${JSON.stringify(mode)} is not none, bridge or container:<id>`);
   }
   for (const m of spec.mounts) {
-    if (!ABSOLUTE.test(m.source)) problems.push(`mount source ${JSON.stringify(m.source)} is not absolute`);
+    if (m.volume) {
+      if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(m.source)) problems.push(`volume name ${JSON.stringify(m.source)} is not a volume name`);
+    } else if (!ABSOLUTE.test(m.source)) problems.push(`mount source ${JSON.stringify(m.source)} is not absolute`);
     if (!ABSOLUTE.test(m.target)) problems.push(`mount target ${JSON.stringify(m.target)} is not absolute`);
   }
   if (spec.workspace) {

@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { isProcessAlive } from "../util/process.ts";
-import type { ContainerRuntime } from "./port.ts";
+import { hasEngineStorage, type ContainerRuntime } from "./port.ts";
 
 export { isProcessAlive };
 
@@ -42,21 +42,36 @@ export interface ReapResult {
  * a pid label that is not a positive integer is kept: fail closed, never remove what we
  * cannot prove is ours and orphaned. A recycled pid keeps an orphan alive until the pid
  * dies too, which errs on the side of not touching another process's container.
- * Export folders are reaped by the export stage, not here.
+ * Then the same for the labelled volumes of the engine-api channel (contract R243), once the
+ * containers that used them are gone. Export folders are reaped by the export stage, not here.
  */
 export async function reapOrphans(runtime: ContainerRuntime, opts: ReapOptions = {}): Promise<ReapResult> {
   const host = opts.host ?? hostname();
   const isAlive = opts.isAlive ?? isProcessAlive;
   const result: ReapResult = { removed: [], kept: [] };
   for (const c of await runtime.listByLabel({ [LABELS.host]: host })) {
-    const raw = c.labels[LABELS.pid] ?? "";
-    const pid = /^[1-9][0-9]*$/.test(raw) ? Number(raw) : undefined;
-    if (pid === undefined || isAlive(pid)) {
+    if (ownerAlive(c.labels, isAlive)) {
       result.kept.push(c.id);
       continue;
     }
     await runtime.remove(c.id);
     result.removed.push(c.id);
   }
+  if (hasEngineStorage(runtime)) {
+    for (const v of await runtime.listVolumesByLabel({ [LABELS.host]: host })) {
+      if (ownerAlive(v.labels, isAlive)) result.kept.push(v.name);
+      else {
+        await runtime.removeVolume(v.name);
+        result.removed.push(v.name);
+      }
+    }
+  }
   return result;
+}
+
+/** Whether the owner named by the labels may still be alive: an unreadable pid label counts as alive (fail closed). */
+function ownerAlive(labels: Record<string, string>, isAlive: (pid: number) => boolean): boolean {
+  const raw = labels[LABELS.pid] ?? "";
+  const pid = /^[1-9][0-9]*$/.test(raw) ? Number(raw) : undefined;
+  return pid === undefined || isAlive(pid);
 }

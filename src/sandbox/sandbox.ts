@@ -75,6 +75,12 @@ export interface SandboxSpec extends ProgramSpec {
   labels: Record<string, string>;
   /** A minimal init as PID 1 that forwards signals and reaps orphans. */
   init?: boolean;
+  /**
+   * The image's program that serves `endpoints` inside when the provider carries them as streams
+   * (the Docker provider's engine-api channel: docker/helpers/stream-relay.cjs); its arguments are
+   * `<name>=<socket>` pairs. Unused when the provider binds the socket folders.
+   */
+  streamRelay?: string[];
 }
 
 /** The run's output: stdout and stderr kept apart, both ending when the output ends. */
@@ -88,6 +94,10 @@ export interface SandboxExit {
   oomKilled: boolean;
   /** The OCI runtime the run had, as the provider reports it. */
   ociRuntime?: string;
+  /** The engine-api channel's stream broke its format or bounds: the run is invalid-setup (contract R242). */
+  channelFault?: string;
+  /** What a copy of a writable folder back to the runner left out. */
+  copyBackProblems?: string[];
 }
 
 export interface SandboxSummary {

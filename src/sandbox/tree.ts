@@ -10,8 +10,8 @@ import type { Workspace } from "./port.ts";
  * (for a runtime that shares no filesystem with the runner, e.g. a pod on another node) and the
  * folder itself (`hostPath`), which a runtime on this host may bind-mount read-only instead.
  */
-export function treeFromFolder(target: string, folder: string): Workspace {
-  return { target, hostPath: folder, tar: () => packFolder(folder) };
+export function treeFromFolder(target: string, folder: string, exportHash?: string): Workspace {
+  return { target, hostPath: folder, tar: () => packFolder(folder), ...(exportHash !== undefined ? { exportHash } : {}) };
 }
 
 /**
@@ -19,15 +19,37 @@ export function treeFromFolder(target: string, folder: string): Workspace {
  * links, never followed), with their modes; owners are left out (the container's user reads
  * them). Entries in name order, so the same tree gives the same bytes.
  */
-export function packFolder(folder: string): NodeJS.ReadableStream {
+export function packFolder(folder: string, opts: FolderEntryOptions = {}): NodeJS.ReadableStream {
   const pack = tar.pack();
+  addFolder(pack, folder, opts).then(
+    () => pack.finalize(),
+    (err: unknown) => pack.destroy(err as Error),
+  );
+  return packStream(pack);
+}
+
+/** tar-stream's pack is a streamx stream: handed on as a Node stream of bytes. */
+export function packStream(pack: tar.Pack): NodeJS.ReadableStream {
+  return Readable.from(pack as AsyncIterable<Buffer>, { objectMode: false });
+}
+
+export interface FolderEntryOptions {
+  /** Entries are named under this folder of the tar (none: at its root). */
+  prefix?: string;
+  /** The owner every entry gets (none: root, left out). */
+  owner?: { uid: number; gid: number };
+}
+
+/** Adds the folder's tree to `pack` as `packFolder` describes; resolves once every entry is in. */
+export async function addFolder(pack: tar.Pack, folder: string, opts: FolderEntryOptions = {}): Promise<void> {
+  const owner = opts.owner ? { uid: opts.owner.uid, gid: opts.owner.gid } : {};
   const walk = async (rel: string): Promise<void> => {
     const names = (await readdir(join(folder, rel))).sort();
     for (const name of names) {
       const path = rel === "" ? name : `${rel}/${name}`;
       const full = join(folder, path);
       const st = await lstat(full);
-      const header = { name: path, mode: st.mode & 0o7777, mtime: st.mtime };
+      const header = { name: opts.prefix ? `${opts.prefix}/${path}` : path, mode: st.mode & 0o7777, mtime: st.mtime, ...owner };
       if (st.isDirectory()) {
         pack.entry({ ...header, type: "directory" });
         await walk(path);
@@ -42,10 +64,5 @@ export function packFolder(folder: string): NodeJS.ReadableStream {
       // Sockets, FIFOs and devices are no part of an export: left out.
     }
   };
-  walk("").then(
-    () => pack.finalize(),
-    (err: unknown) => pack.destroy(err as Error),
-  );
-  // tar-stream's pack is a streamx stream: handed on as a Node stream of bytes.
-  return Readable.from(pack as AsyncIterable<Buffer>, { objectMode: false });
+  await walk("");
 }

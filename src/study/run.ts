@@ -10,7 +10,8 @@ import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
 import type { LoginLocation, LoginLock } from "../credentials/login.ts";
 import { lockUnitLogin, usableLogin } from "../credentials/unit-login.ts";
 import { assertModelApiSocket } from "../transport/cli/model-api.ts";
-import { probeCliImage, reachEngine } from "../transport/cli/preflight.ts";
+import { probeCliImage, reachEngine, sandboxHeader } from "../transport/cli/preflight.ts";
+import { dockerSandbox, type SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { DEFAULT_ATTEMPT_CPUS } from "../transport/cli/spec.ts";
 import { checkEgressRunner } from "../isolation/proxy.ts";
 import { exportSourceFor } from "../export/options.ts";
@@ -53,6 +54,8 @@ export interface StudyConfig extends StudyRunBase, GatewayRunOptions {
   egress?: { allow?: readonly string[] };
   /** OCI runtime of attempt containers (e.g. runsc); the run refuses to start when the engine lacks it. */
   runtime?: string;
+  /** How attempt containers get their files and reach the runner's sockets; the preflight's probe decides when absent (contract R244). */
+  sandboxChannel?: SandboxChannel;
   /** Overrides where the CLI login is read from (the folder holding .credentials.json). */
   claudeConfigDir?: string;
   /** CPUs per attempt container (--cpus; DEFAULT_ATTEMPT_CPUS otherwise), recorded in the ledger. */
@@ -104,12 +107,13 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
   await reapOrphanFolders("egress", removeTree);
   await reapOrphanFolders("gateway", removeTree);
   if (config.modelApi) await assertModelApiSocket(config.modelApi.socketPath);
-  const { probed, ociRuntime } = await probeCliImage(runtime, engine, {
+  const { probed, ociRuntime, channel } = await probeCliImage(runtime, engine, {
     image: config.image,
     expectedCliVersion: config.expectedCliVersion,
     runtimeName: config.runtime,
     runId,
     route: { isolation: config.isolation, gateway: config.credentials === "gateway", modelApiSocket: config.modelApi !== undefined, docBridge: config.plan.some((a) => a.arm === "mcp") },
+    ...(config.sandboxChannel !== undefined ? { channel: config.sandboxChannel } : {}),
   });
   const login = await usableLogin(config.claudeConfigDir);
 
@@ -133,12 +137,14 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
     fakeImage,
   });
   const testApi = config.modelApi || fakeImage || config.gatewayUpstream !== undefined;
-  return { probed, login, docBridge, fakeImage, gateway, ociRuntime, modelApi: testApi ? ("test" as const) : ("anthropic" as const) };
+  return { probed, login, docBridge, fakeImage, gateway, ociRuntime, modelApi: testApi ? ("test" as const) : ("anthropic" as const), sandbox: sandboxHeader(engine, channel) };
 }
 
-export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
+export async function runStudy(config: StudyConfig, given: StudyDeps): Promise<number> {
   const runId = newRunId();
-  const { probed, login, docBridge, modelApi, gateway, fakeImage, ociRuntime } = await preflight(config, deps, runId);
+  const { probed, login, docBridge, modelApi, gateway, fakeImage, ociRuntime, sandbox } = await preflight(config, given, runId);
+  // Every attempt's sandbox on the channel the preflight chose (contract R244).
+  const deps: StudyDeps = { ...given, sandbox: given.sandbox ?? dockerSandbox(given.runtime, sandbox.channel) };
   const concurrency = config.concurrency ?? 1;
   const refused = concurrencyProblem({ concurrency, credentials: gateway ? "gateway" : "login-copy", modelApi });
   if (refused) throw new RefusalError(refused);
@@ -156,6 +162,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     attemptCpus: config.cpus ?? DEFAULT_ATTEMPT_CPUS,
     modelApi,
     runtime: ociRuntime,
+    sandbox,
     ...(config.isolation === "strict" && !gateway ? { egressAllow: [...egressAllowOf(config)] } : {}),
     credentials: gateway ? "gateway" : "login-copy",
     model: config.model,

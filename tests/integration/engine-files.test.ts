@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
@@ -13,9 +13,10 @@ import { maskedFolders, SECOND_ENGINE_DIR, startSecondEngine } from "../support/
 
 /**
  * An engine that does not share the runner's files (a second dockerd in a mount namespace of its
- * own, tests/support/second-engine.ts). Every attempt still reaches its export, HOME, login and
- * sockets by path, so the preflight finds out by a probe that such an engine cannot see them and
- * refuses before anything is reserved, instead of failing the first attempt after its reservation.
+ * own, tests/support/second-engine.ts). The preflight finds out by a probe that such an engine
+ * cannot see them: a study and its adjudication then run over the engine's API alone (the
+ * engine-api channel: content copied in, sockets carried as streams), and what that channel does
+ * not carry yet (session tasks) is refused before anything is reserved.
  */
 
 const TINY_IMAGE = "study-runner-test/files-probe:1";
@@ -81,20 +82,23 @@ describe("an engine that does not share the runner's files", () => {
     expect(await engine.listContainers({ all: true, filters: { label: [`study-runner-test.files-probe=${process.pid}`] } })).toEqual([]);
   });
 
-  // contract: R200
-  it("`demo --pilot` on it is refused with exit 2 before anything is reserved, naming what cannot cross", async () => {
+  // contract: R240
+  it("`demo --pilot` on it runs over the engine's API alone: both arms and the adjudication, exit 0", async () => {
     const workdir = join(work, "demo");
     const r = await runCli(["demo", "--pilot", "--quiet", "--workdir", workdir], { env: { DOCKER_HOST: host }, timeoutMs: 600_000 });
-    expect(r.code, r.stderr).toBe(2);
-    expect(r.stderr).toMatch(/cannot see this machine's files/);
-    expect(r.stderr).toMatch(/nothing was charged/);
-    // No ledger: nothing reserved, no attempt started; no container left on the engine.
-    expect(await readdir(join(workdir, "ledgers")).catch(() => [])).toEqual([]);
+    expect(r.code, r.stderr).toBe(0);
+    const name = (await readdir(join(workdir, "ledgers"))).find((n) => /^run-.*\.json$/.test(n) && !n.includes("adjudication"))!;
+    const ledger = JSON.parse(await readFile(join(workdir, "ledgers", name), "utf8"));
+    expect(ledger.sandbox).toEqual({ provider: "docker", channel: "engine-api", endpoint: host, os: "linux", arch: expect.any(String) });
+    expect(ledger.observations.map((o: { status: string }) => o.status)).toEqual(["completed", "completed"]);
+    expect(ledger.observations.find((o: { arm: string }) => o.arm === "mcp").mcp.toolCalls.length).toBeGreaterThan(0);
+    // Nothing of the run is left on that engine: no container, no volume.
     expect(await engine.listContainers({ all: true, filters: { label: [LABELS.run] } })).toEqual([]);
+    expect((await engine.listVolumes({ filters: { label: [LABELS.run] } })).Volumes ?? []).toEqual([]);
   }, 600_000);
 
   // contract: R200
-  it("`demo --sessions` is refused the same way, and `doctor` names the engine-files check", async () => {
+  it("`demo --sessions` is refused the same way, and `doctor` names the engine-api channel", async () => {
     const workdir = join(work, "sessions");
     const sessions = await runCli(["demo", "--sessions", "--quiet", "--workdir", workdir], { env: { DOCKER_HOST: host }, timeoutMs: 600_000 });
     expect(sessions.code, sessions.stderr).toBe(2);
@@ -103,9 +107,8 @@ describe("an engine that does not share the runner's files", () => {
     // The fake image the pilot above built on that engine.
     const doctor = await runCli(["doctor", "--transport", "cli", "--image", FAKE_IMAGE], { env: { DOCKER_HOST: host } });
     const line = doctor.stdout.split("\n").find((l) => l.includes("engine-files"));
-    expect(line, doctor.stdout).toMatch(/FAIL.*cannot see this machine's files/i);
-    expect(doctor.stdout).toMatch(/run study-runner on the engine's own host/);
-    expect(doctor.code).toBe(2);
+    expect(line, doctor.stdout).toMatch(/channel engine-api: the Docker engine cannot see this machine's files/);
+    expect(doctor.stdout).toMatch(/session tasks and --credentials login-copy need the engine's own host or a local engine/);
   }, 600_000);
 });
 

@@ -1,5 +1,5 @@
 import { randomUUID } from "node:crypto";
-import { chmod, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { connect, createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
@@ -19,7 +19,7 @@ import type { FakeProgram } from "./fake-runtime.ts";
  * Node script for a real container and as a JS function for the fake; the suite asserts
  * only what a caller of the port can observe, so both must behave alike.
  */
-export type ProgramName = "echo" | "sleep" | "big" | "oom" | "term" | "workspace" | "endpoint";
+export type ProgramName = "echo" | "sleep" | "big" | "oom" | "term" | "workspace" | "endpoint" | "content";
 
 export const BIG_BYTES = 1 << 20;
 
@@ -32,6 +32,7 @@ export const PROGRAM_SCRIPTS: Record<ProgramName, string> = {
   term: `process.on("SIGTERM", () => { process.stdout.write("term\\n"); process.exit(0); }); process.stdout.write("ready\\n"); setTimeout(() => {}, 3600e3);`,
   workspace: `process.stdout.write(require("node:fs").readFileSync("/workspace/hello.txt", "utf8"));`,
   endpoint: `const s = require("node:net").connect(process.env.ENDPOINT); s.end("ping"); s.pipe(process.stdout);`,
+  content: `const fs = require("node:fs"); const seen = fs.readFileSync("/staged/login.txt", "utf8") + fs.readFileSync("/fake/behaviour.json", "utf8"); fs.writeFileSync("/fake/records/out.txt", seen); let refused = ""; try { fs.writeFileSync("/staged/x", "x"); } catch (e) { refused = e.code; } process.stdout.write(seen + refused);`,
 };
 
 /** The same programs for `FakeRuntime`, dispatched on `cmd[0]`. */
@@ -73,6 +74,14 @@ export const fakePrograms: FakeProgram = async (proc) => {
       const socket = connect(join(mount.source, basename(address)));
       socket.end("ping");
       for await (const chunk of socket) stdout.write(chunk as Buffer);
+      return 0;
+    }
+    case "content": {
+      // Bound from the host: the same files, found by their mounts' sources.
+      const source = (target: string) => spec.mounts.find((m) => m.target === target)!.source;
+      const seen = (await readFile(join(source("/staged"), "login.txt"), "utf8")) + (await readFile(source("/fake/behaviour.json"), "utf8"));
+      await writeFile(join(source("/fake/records"), "out.txt"), seen);
+      stdout.write(`${seen}${spec.mounts.find((m) => m.target === "/staged")!.readOnly ? "EROFS" : ""}`);
       return 0;
     }
     default:
@@ -364,6 +373,31 @@ export function sandboxBehaviourSuite(name: string, setup: () => Promise<Sandbox
       const out = text(stdout);
       expect((await p.wait()).exitCode).toBe(0);
       expect(await out).toBe("from the workspace\n");
+    });
+
+    it("reads its staged folder read-only and the test files, and what it writes to a writable test folder comes back", async () => {
+      const staged = await readableFolder("sandbox-suite-staged-");
+      const tests = await readableFolder("sandbox-suite-tests-");
+      const records = join(tests, "records");
+      folders.push(staged, tests);
+      await writeFile(join(staged, "login.txt"), "placeholder;", { mode: 0o644 });
+      await writeFile(join(tests, "behaviour.json"), '{"kind":"ok"}', { mode: 0o644 });
+      await mkdir(records, { mode: 0o777 });
+      await chmod(records, 0o777);
+      const p = await prepare(
+        await spec("content", {
+          staged: { folder: staged, target: "/staged", readOnly: true },
+          testMounts: [
+            { folder: join(tests, "behaviour.json"), target: "/fake/behaviour.json", readOnly: true },
+            { folder: records, target: "/fake/records", readOnly: false },
+          ],
+        }),
+      );
+      const { stdout } = await p.run();
+      const out = text(stdout);
+      expect((await p.wait()).exitCode).toBe(0);
+      expect(await out).toBe('placeholder;{"kind":"ok"}EROFS');
+      expect(await readFile(join(records, "out.txt"), "utf8")).toBe('placeholder;{"kind":"ok"}');
     });
 
     it("reaches an endpoint of the runner at the address the sandbox names, with no network", async () => {

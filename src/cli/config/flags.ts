@@ -24,6 +24,8 @@ const choice = <const T extends readonly [string, ...string[]]>(values: T) => z.
 
 const TRANSPORTS = ["cli", "http"] as const;
 const CREDENTIALS = ["gateway", "login-copy"] as const;
+/** `--sandbox-channel` (contract R244). */
+const SANDBOX_CHANNELS = ["host-paths", "engine-api"] as const;
 
 // ---------------------------------------------------------------------------------------------
 // The stand-ins: the hidden flags that put a test double or a shorter bound in place.
@@ -141,6 +143,7 @@ const RUN = command(
     isolation: optional(choice(["standard", "strict", "offline"])),
     egressAllow: optional(list),
     runtime: optional(value),
+    sandboxChannel: optional(choice(SANDBOX_CHANNELS)),
     cpus: optional(value),
     concurrency: optional(value),
     claudeConfigDir: optional(value),
@@ -189,6 +192,7 @@ const ADJUDICATE = command(
     cliVersion: optional(value),
     isolation: optional(choice(["standard", "offline"])),
     runtime: optional(value),
+    sandboxChannel: optional(choice(SANDBOX_CHANNELS)),
     claudeConfigDir: optional(value),
     ...CREDENTIAL_FLAGS,
     quiet: optional(toggle),
@@ -268,6 +272,7 @@ export const COMMAND_FLAGS = {
     sessions: optional(toggle),
     concurrency: optional(value),
     runtime: optional(value),
+    sandboxChannel: optional(choice(SANDBOX_CHANNELS)),
     quiet: optional(toggle),
   }),
 } satisfies Record<string, CommandFlagSchema>;

@@ -2,7 +2,8 @@ import { probeVersion, runnerFilesProblem, useRunProfile, type ProbedVersion } f
 import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../../isolation/oci-runtime.ts";
 import type { IsolationProfile } from "../../isolation/profile.ts";
 import { runnerLabels } from "../../sandbox/reaper.ts";
-import type { ContainerRuntime, EngineInfo } from "../../sandbox/port.ts";
+import { hasEngineStorage, type ContainerRuntime, type EngineInfo } from "../../sandbox/port.ts";
+import type { SandboxChannel } from "../../sandbox/docker-sandbox.ts";
 import { errorMessage, RefusalError } from "../../util/errors.ts";
 
 /**
@@ -25,6 +26,11 @@ export async function reachEngine(runtime: ContainerRuntime, runtimeName: string
   return engine;
 }
 
+/** The ledger's `sandbox` header: the provider, the channel the preflight chose and the engine it runs on (contract R244). */
+export function sandboxHeader(engine: EngineInfo, channel: SandboxChannel): { provider: "docker"; channel: SandboxChannel; endpoint: string; os: string | null; arch: string | null } {
+  return { provider: "docker", channel, endpoint: engine.endpoint, os: engine.os ?? null, arch: engine.arch ?? null };
+}
+
 /** How the units reach the model and their servers, which decides their network and bind-mounted sockets. */
 export interface UnitRoute {
   isolation: IsolationProfile;
@@ -40,15 +46,14 @@ export interface UnitRoute {
 export async function probeCliImage(
   runtime: ContainerRuntime,
   engine: EngineInfo,
-  o: { image: string; expectedCliVersion: string; runtimeName: string | undefined; runId: string; route: UnitRoute },
-): Promise<{ probed: ProbedVersion; ociRuntime: string }> {
+  o: { image: string; expectedCliVersion: string; runtimeName: string | undefined; runId: string; route: UnitRoute; channel?: SandboxChannel },
+): Promise<{ probed: ProbedVersion; ociRuntime: string; channel: SandboxChannel }> {
   const probed = await probeVersion(runtime, o.image, { labels: runnerLabels(o.runId, "probe"), runtime: o.runtimeName });
   if (probed.version !== o.expectedCliVersion) {
     throw new RefusalError(`image ${o.image} reports claude ${probed.version}, but ${o.expectedCliVersion} is expected (--cli-version); nothing was charged`);
   }
   useRunProfile(probed, o.image, o.expectedCliVersion);
-  const filesProblem = await runnerFilesProblem(runtime, probed.imageId, runnerLabels(o.runId, "probe"));
-  if (filesProblem) throw new RefusalError(`${filesProblem}; nothing was charged`);
+  const channel = await sandboxChannel(runtime, probed.imageId, o);
   const { isolation, gateway, modelApiSocket, docBridge } = o.route;
   const ociRuntime = await resolveOciRuntime(runtime, engine, {
     name: o.runtimeName,
@@ -63,5 +68,29 @@ export async function probeCliImage(
       egressProxy: isolation === "strict" && !gateway,
     }),
   });
-  return { probed, ociRuntime };
+  return { probed, ociRuntime, channel };
+}
+
+/**
+ * How the units' sandboxes get their content and reach the runner's sockets (contract R244): the
+ * channel asked for (`--sandbox-channel`), else the files probe's answer: host-paths when the
+ * engine sees the runner's files, engine-api when it does not. What the engine-api channel cannot
+ * carry is refused here, before anything is reserved: a login copy (written back through a host
+ * folder) and a model API socket the runner does not meter.
+ */
+async function sandboxChannel(runtime: ContainerRuntime, imageId: string, o: { runId: string; route: UnitRoute; channel?: SandboxChannel }): Promise<SandboxChannel> {
+  const filesProblem = o.channel === "engine-api" ? null : await runnerFilesProblem(runtime, imageId, runnerLabels(o.runId, "probe"));
+  const channel = o.channel ?? (filesProblem ? "engine-api" : "host-paths");
+  if (channel === "host-paths") {
+    if (filesProblem) throw new RefusalError(`${filesProblem}; nothing was charged`);
+    return channel;
+  }
+  const why = filesProblem ? "the engine does not see this machine's files, so its sandboxes are reached over the engine's API (--sandbox-channel engine-api)" : "--sandbox-channel engine-api";
+  if (!hasEngineStorage(runtime)) throw new RefusalError(`${why}, which this container runtime does not offer; nothing was charged`);
+  if (!o.route.gateway) {
+    throw new RefusalError(
+      `${why}: the login-copy mode is not carried over it (the refreshed login comes back through a host folder); use --credentials gateway, or run where the engine sees the runner's files; nothing was charged`,
+    );
+  }
+  return channel;
 }

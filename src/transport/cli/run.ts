@@ -246,7 +246,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
     mark("cli:home-staged");
     const services = await startServices(stage, home);
     const sandbox = deps.sandbox ?? dockerSandbox(deps.runtime);
-    const spec = attemptSandboxSpec(attemptInput(input, workDir, home, services), (e) => sandbox.reach(e));
+    const spec = attemptSandboxSpec({ ...attemptInput(input, workDir, home, services), exportHash: record.exportHash ?? undefined }, (e) => sandbox.reach(e));
     const { raw, facts } = await runAttemptSandbox(stage, sandbox, spec, persist);
     const records = await settleServices(stage, home, services, raw, facts);
     const meaning = interpretRun(facts, input.model, {
@@ -419,6 +419,8 @@ async function settleServices(
   raw: RawOutcome,
   facts: TranscriptFacts,
 ): Promise<{ mcp?: McpBridgeRecord; egress?: EgressRecord; gateway?: GatewayRecord }> {
+  // A stream the sandbox's relay broke (contract R242): the attempt's setup was not what it should be.
+  if (raw.channelFault !== undefined) facts.setupProblems.push(raw.channelFault);
   const egress = services.egress ? await services.egress.stop() : undefined;
   const mcp = services.bridge ? await settleDocBridge(services.bridge, facts) : undefined;
   if (home.staged) await writeBackLogin(input.login, home.staged, { lock: input.lock });

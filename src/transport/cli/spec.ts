@@ -38,6 +38,7 @@ export const CONTAINER = {
   /** The folder of the strict profile's egress proxy socket (`egressProxySocket`), mounted read-only. */
   egressDir: ENDPOINT_DIRS["egress-proxy"],
   withRelay: `${IMAGE_LAYOUT.helpers}/with-relay.cjs`,
+  streamRelay: `${IMAGE_LAYOUT.helpers}/stream-relay.cjs`,
   fakeBehaviour: "/fake/behaviour.json",
   fakeRecords: "/fake/records",
 } as const;
@@ -76,6 +77,8 @@ export interface AttemptContainerInput {
   /** Arguments after the image's `claude` entrypoint. */
   argv: readonly string[];
   exportDir: string;
+  /** The export hash the runner computed of `exportDir` (checked by a provider that copies the tree in). */
+  exportHash?: string;
   /**
    * Fresh per-attempt folder on the host holding the copy of the CLI login (stageLogin's
    * `homeDir`). It is not the container's HOME: that is a tmpfs of `homeBytes`; this folder is
@@ -230,7 +233,9 @@ export function attemptSandboxSpec(input: AttemptContainerInput, reach: (endpoin
     env: attemptEnv(input),
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
-    ...(input.writableWorkspace ? { worktree: { folder: input.exportDir, target: CONTAINER.workspace, readOnly: false } } : { workspace: treeFromFolder(CONTAINER.workspace, input.exportDir) }),
+    ...(input.writableWorkspace
+      ? { worktree: { folder: input.exportDir, target: CONTAINER.workspace, readOnly: false } }
+      : { workspace: treeFromFolder(CONTAINER.workspace, input.exportDir, input.exportHash) }),
     staged: { folder: input.homeDir, target: loginTarget, readOnly: input.loginReadOnly === true },
     // In this order: the session channel, the doc-bridge, the model API, the egress proxy.
     endpoints: [endpoints.sessionChannel, endpoints.docBridge, endpoints.modelApi, endpoints.egressProxy].filter((e): e is Endpoint => e !== undefined),
@@ -244,6 +249,7 @@ export function attemptSandboxSpec(input: AttemptContainerInput, reach: (endpoin
     network: input.network,
     labels: input.labels,
     ...(input.runtime ? { ociRuntime: input.runtime } : {}),
+    streamRelay: [IMAGE_LAYOUT.node, CONTAINER.streamRelay],
   };
 }
 

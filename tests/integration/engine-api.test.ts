@@ -1,0 +1,152 @@
+import { randomUUID } from "node:crypto";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { createServer, type Server } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import Docker from "dockerode";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ExportHasher, FILE_MODE } from "../../src/export/export.ts";
+import { buildImage } from "../../src/image/build.ts";
+import { fakeClaudeImageSpec, IMAGE_LAYOUT } from "../../src/image/specs.ts";
+import { runBounded } from "../../src/sandbox/bounded.ts";
+import { DockerRuntime } from "../../src/sandbox/docker.ts";
+import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
+import { LABELS, reapOrphans } from "../../src/sandbox/reaper.ts";
+import type { SandboxSpec } from "../../src/sandbox/sandbox.ts";
+import { treeFromFolder } from "../../src/sandbox/tree.ts";
+import { runCli } from "../support/cli.ts";
+
+/**
+ * The engine-api channel on the local engine (the second engine's run is in engine-files.test.ts):
+ * what the shared sandbox suite (runtime-docker.test.ts) does not show. The tree copied in is held
+ * to the export hash, a relay that writes garbage makes the run's stream refused, the volumes are
+ * reaped like containers, and the demo's pilot runs on the channel end to end.
+ */
+
+const runtime = new DockerRuntime();
+const docker = new Docker();
+const RELAY = [IMAGE_LAYOUT.node, `${IMAGE_LAYOUT.helpers}/stream-relay.cjs`];
+const run = `engine-api-${randomUUID()}`;
+let image: string;
+let work: string;
+let server: Server;
+let socket: string;
+
+beforeAll(async () => {
+  image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
+  work = await mkdtemp(join(tmpdir(), "sr-engine-api-"));
+  await chmod(work, 0o755);
+  socket = join(work, "api.sock");
+  server = createServer((s) => s.on("data", (d: Buffer) => s.end(`pong:${d}`)));
+  await new Promise<void>((resolve) => server.listen(socket, resolve));
+}, 300_000);
+afterAll(async () => {
+  await new Promise((r) => server.close(r));
+  await rm(work, { recursive: true, force: true });
+});
+
+function spec(script: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
+  return {
+    image,
+    entrypoint: [IMAGE_LAYOUT.node, "-e", script],
+    cmd: [],
+    env: {},
+    user: "1000:1000",
+    memoryVolumes: [],
+    endpoints: [],
+    limits: { pidsLimit: 64 },
+    security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
+    network: { mode: "none" },
+    labels: { [LABELS.run]: run },
+    ...extra,
+  };
+}
+
+/** Everything of this file's run still on the engine. */
+async function leftOnEngine(): Promise<{ containers: number; volumes: number }> {
+  const filter = { label: [`${LABELS.run}=${run}`] };
+  const containers = await docker.listContainers({ all: true, filters: filter });
+  const volumes = (await docker.listVolumes({ filters: filter })).Volumes ?? [];
+  return { containers: containers.length, volumes: volumes.length };
+}
+
+/** A folder of export-like files (mode 444) and the export hash of what it holds. */
+async function exportFolder(files: Record<string, string>): Promise<{ dir: string; hash: string }> {
+  const dir = await mkdtemp(join(work, "export-"));
+  await chmod(dir, 0o755);
+  const hasher = new ExportHasher();
+  for (const [path, content] of Object.entries(files).sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)))) {
+    await mkdir(join(dir, path, ".."), { recursive: true, mode: 0o755 });
+    await writeFile(join(dir, path), content, { mode: FILE_MODE });
+    hasher.add(path, Buffer.from(content));
+  }
+  return { dir, hash: hasher.digest() };
+}
+
+describe("the engine-api channel on the local engine", () => {
+  // contract: R241
+  it("copies the export in and holds it to the export hash; a tree that does not match is refused before anything runs", async () => {
+    const sandbox = new DockerSandbox(runtime, { channel: "engine-api" });
+    const { dir, hash } = await exportFolder({ "a.txt": "alpha\n", "src/b.ts": "export const b = 1;\n" });
+    const lines: string[] = [];
+    const script = `const fs = require("node:fs"); process.stdout.write(fs.readFileSync("/workspace/src/b.ts", "utf8") + (fs.statSync("/workspace/a.txt").mode & 0o777).toString(8) + "\\n");`;
+    const good = await runBounded(sandbox, spec(script, { workspace: treeFromFolder("/workspace", dir, hash) }), (line) => lines.push(line));
+    expect(good.exitCode).toBe(0);
+    expect(lines).toEqual(["export const b = 1;", "444"]);
+    const wrong = "0".repeat(64);
+    await expect(runBounded(sandbox, spec("0", { workspace: treeFromFolder("/workspace", dir, wrong) }), () => {})).rejects.toThrow(new RegExp(`has hash ${hash}, not the export's ${wrong}`));
+    expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
+  }, 120_000);
+
+  // contract: R242
+  it("refuses a relay that writes garbage frames: the program is stopped and the fault is the run's", async () => {
+    const garbage = `process.stdout.write(Buffer.from([0,0,0,0,4,0,0,0,0])); setTimeout(() => process.stdout.write(Buffer.from("this is no frame at all")), 300); setTimeout(() => {}, 3600e3);`;
+    const sandbox = new DockerSandbox(runtime, { channel: "engine-api", engineApi: { relayCommand: () => [IMAGE_LAYOUT.node, "-e", garbage] } });
+    const t0 = Date.now();
+    const raw = await runBounded(sandbox, spec("setTimeout(() => {}, 3600e3);", { endpoints: [{ name: "model-api", socket }] }), () => {}, { timeoutMs: 60_000 });
+    expect(raw.channelFault).toMatch(/the engine-api stream was refused: the relay sent a frame of \d+ bytes, above the 65536-byte bound|unknown kind/);
+    expect(raw.timedOut).toBe(false);
+    expect(Date.now() - t0).toBeLessThan(30_000);
+    // The same stream from the real relay is no fault.
+    const honest = await runBounded(
+      new DockerSandbox(runtime, { channel: "engine-api", engineApi: { streamRelay: RELAY } }),
+      spec(`const s = require("node:net").connect(process.env.ENDPOINT); s.end("ping"); s.pipe(process.stdout);`, {
+        env: { ENDPOINT: "/run/study-runner-api/api.sock" },
+        endpoints: [{ name: "model-api", socket }],
+      }),
+      () => {},
+    );
+    expect(honest.channelFault).toBeUndefined();
+    expect(honest.exitCode).toBe(0);
+    expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
+  }, 120_000);
+
+  // contract: R243
+  it("labels its volumes with the owner, and the reaper removes those a dead runner left", async () => {
+    const host = `engine-api-${randomUUID()}`;
+    const dead = `study-runner-test-${randomUUID().slice(0, 8)}`;
+    const live = `study-runner-test-${randomUUID().slice(0, 8)}`;
+    await runtime.createVolume(dead, { [LABELS.run]: run, [LABELS.host]: host, [LABELS.pid]: "999999" });
+    await runtime.createVolume(live, { [LABELS.run]: run, [LABELS.host]: host, [LABELS.pid]: String(process.pid) });
+    const reaped = await reapOrphans(runtime, { host, isAlive: (pid) => pid === process.pid });
+    expect(reaped).toEqual({ removed: [dead], kept: [live] });
+    expect((await runtime.listVolumesByLabel({ [LABELS.host]: host })).map((v) => v.name)).toEqual([live]);
+    await runtime.removeVolume(live);
+  });
+
+  // contract: R244
+  it("`demo --pilot --sandbox-channel engine-api` runs both arms and the adjudication, and the ledger says the channel", async () => {
+    const workdir = join(work, "demo");
+    const r = await runCli(["demo", "--pilot", "--quiet", "--sandbox-channel", "engine-api", "--workdir", workdir], { timeoutMs: 600_000 });
+    expect(r.code, r.stderr).toBe(0);
+    const ledgers = (await readdir(join(workdir, "ledgers"))).filter((n) => /^run-.*\.json$/.test(n) && !n.includes("adjudication"));
+    const ledger = JSON.parse(await readFile(join(workdir, "ledgers", ledgers[0]!), "utf8"));
+    expect(ledger.sandbox).toMatchObject({ provider: "docker", channel: "engine-api", endpoint: expect.stringMatching(/^unix:\/\//), os: "linux" });
+    expect(ledger.observations.map((o: { status: string }) => o.status)).toEqual(["completed", "completed"]);
+    // The doc-bridge arm's tool call went through the stream to the runner's bridge.
+    const mcp = ledger.observations.find((o: { arm: string }) => o.arm === "mcp");
+    expect(mcp.mcp.toolCalls.length).toBeGreaterThan(0);
+    const volumes = (await docker.listVolumes({ filters: { label: [`${LABELS.run}=${ledger.runId}`] } })).Volumes ?? [];
+    expect(volumes).toEqual([]);
+  }, 600_000);
+});
