@@ -68,7 +68,9 @@ export type SetupProblemCode =
   /** An init field differs from the measured init of this kind of run (contract R125). */
   | "init-field"
   /** The model gateway refused a foreign request, or its metered usage differs from the transcript's (set by the CLI stage). */
-  | "gateway";
+  | "gateway"
+  /** The engine-api channel's stream broke its format or bounds (set by the CLI stage, contract R242). */
+  | "sandbox-stream";
 
 export interface McpServerFact {
   name: string;

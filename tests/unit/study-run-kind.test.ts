@@ -4,6 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { FakeProcess, FakeRuntime } from "../support/fake-runtime.ts";
 import { runStudy } from "../../src/study/run.ts";
+import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
+import type { PreparedSandbox, Sandbox, SandboxSpec } from "../../src/sandbox/sandbox.ts";
 import { fakeClaudeRuntime, UNIT_IMAGE, unitAdjudicationConfig, unitStudyConfig } from "../support/unit-study.ts";
 import { IMAGE_LABELS } from "../../src/image/specs.ts";
 import { loadManifest, type LoadedManifest } from "../../src/manifest/load.ts";
@@ -127,6 +129,33 @@ describe("the CLI attempt kind on the in-memory runtime", () => {
     expect(probed).toMatch(/^sha256:/);
     expect(ran).toEqual([probed, probed, probed]);
     expect((await runtime.inspectImage(UNIT_IMAGE))?.id).not.toBe(probed);
+  });
+
+  // contract: R242
+  it("an attempt whose sandbox stream was refused is invalid-setup, with the stream's fault as its setup problem", async () => {
+    const runtime = runtimeWith((_, proc) => answer(proc));
+    // The Docker provider over the fake engine, with a relay that broke its stream in attempt 1.
+    const docker = dockerSandbox(runtime);
+    let n = 0;
+    const sandbox: Sandbox = Object.assign(Object.create(docker) as Sandbox, {
+      prepare: async (spec: SandboxSpec) => {
+        const prepared = await docker.prepare(spec);
+        const broken = n++ === 0;
+        return Object.assign(Object.create(prepared) as PreparedSandbox, {
+          run: () => prepared.run(),
+          wait: async () => ({ ...(await prepared.wait()), ...(broken ? { channelFault: "the engine-api stream was refused: the relay sent a frame of unknown kind 9" } : {}) }),
+          stop: (grace?: number) => prepared.stop(grace),
+          cleanup: () => prepared.cleanup(),
+        });
+      },
+    });
+    const loginDir = join(work, "login-stream-fault");
+    await writeTestLogin(loginDir);
+    const config = unitStudyConfig({ work, name: "stream-fault", loaded, roots, loginDir, attempts: 1, overrides: { capUsd: 1 } });
+    await runStudy(config, { runtime, sandbox, stdout: () => {}, stderr: process.stderr });
+    const [first] = (await readLedger(config.output)).observations;
+    expect(first!.status).toBe("invalid-setup");
+    expect(first!.setupProblems).toContain("the engine-api stream was refused: the relay sent a frame of unknown kind 9");
   });
 
   it("a fault of the engine mid-attempt leaves the reservation open and charged on disk, and propagates", async () => {

@@ -420,7 +420,10 @@ async function settleServices(
   facts: TranscriptFacts,
 ): Promise<{ mcp?: McpBridgeRecord; egress?: EgressRecord; gateway?: GatewayRecord }> {
   // A stream the sandbox's relay broke (contract R242): the attempt's setup was not what it should be.
-  if (raw.channelFault !== undefined) facts.setupProblems.push(raw.channelFault);
+  if (raw.channelFault !== undefined) {
+    facts.setupProblems.push(raw.channelFault);
+    facts.setupProblemCodes.push("sandbox-stream");
+  }
   const egress = services.egress ? await services.egress.stop() : undefined;
   const mcp = services.bridge ? await settleDocBridge(services.bridge, facts) : undefined;
   if (home.staged) await writeBackLogin(input.login, home.staged, { lock: input.lock });
