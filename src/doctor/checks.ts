@@ -74,7 +74,8 @@ export async function checkDocker(connect: () => ContainerRuntime, env: NodeJS.P
     const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs)));
     const info = await Promise.race([runtime.ping(), timeout]);
     const via = env.DOCKER_HOST ? "from DOCKER_HOST" : "the default socket";
-    return { check: pass("docker", `Docker ${info.serverVersion} (API ${info.apiVersion}) at ${info.endpoint}, ${via}`), runtime };
+    const platform = info.os && info.arch ? ` on ${info.os}/${info.arch}` : "";
+    return { check: pass("docker", `Docker ${info.serverVersion} (API ${info.apiVersion})${platform} at ${info.endpoint}, ${via}`), runtime };
   } catch (err) {
     const fix = env.DOCKER_HOST
       ? "start the engine DOCKER_HOST names, or correct DOCKER_HOST (unix:///path/docker.sock, tcp://host:2376 with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, ssh://user@host)"

@@ -109,6 +109,13 @@ describe("docker", () => {
     expect(byEnv.check.detail).toMatch(/, from DOCKER_HOST$/);
   });
 
+  // contract: R244
+  it("names the engine's OS and architecture when the engine says them", async () => {
+    const runtime = new FakeRuntime({ program: () => 0, info: { serverVersion: "27.1.0", endpoint: "tcp+tls://127.0.0.1:2376", os: "linux", arch: "arm64" } });
+    const checked = await checkDocker(() => runtime, { DOCKER_HOST: "tcp://127.0.0.1:2376" });
+    expect(checked.check.detail).toBe("Docker 27.1.0 (API 1.41) on linux/arm64 at tcp+tls://127.0.0.1:2376, from DOCKER_HOST");
+  });
+
   it("fails with the fix when the engine does not answer, cannot be built or hangs", async () => {
     const refusing = { ping: () => Promise.reject(new Error("connect ECONNREFUSED /var/run/docker.sock")) } as unknown as ContainerRuntime;
     const down = await checkDocker(() => refusing, {});
