@@ -137,14 +137,14 @@ async function preflight(config: StudyConfig, deps: StudyDeps, runId: string) {
     fakeImage,
   });
   const testApi = config.modelApi || fakeImage || config.gatewayUpstream !== undefined;
-  return { probed, login, docBridge, fakeImage, gateway, ociRuntime, modelApi: testApi ? ("test" as const) : ("anthropic" as const), sandbox: sandboxHeader(engine, channel) };
+  // Every attempt's sandbox on the channel the preflight chose (contract R244).
+  const unitSandbox = dockerSandbox(runtime, channel);
+  return { probed, login, docBridge, fakeImage, gateway, ociRuntime, modelApi: testApi ? ("test" as const) : ("anthropic" as const), sandbox: sandboxHeader(engine, channel), unitSandbox };
 }
 
-export async function runStudy(config: StudyConfig, given: StudyDeps): Promise<number> {
+export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<number> {
   const runId = newRunId();
-  const { probed, login, docBridge, modelApi, gateway, fakeImage, ociRuntime, sandbox } = await preflight(config, given, runId);
-  // Every attempt's sandbox on the channel the preflight chose (contract R244).
-  const deps: StudyDeps = { ...given, sandbox: given.sandbox ?? dockerSandbox(given.runtime, sandbox.channel) };
+  const { probed, login, docBridge, modelApi, gateway, fakeImage, ociRuntime, sandbox, unitSandbox } = await preflight(config, deps, runId);
   const concurrency = config.concurrency ?? 1;
   const refused = concurrencyProblem({ concurrency, credentials: gateway ? "gateway" : "login-copy", modelApi });
   if (refused) throw new RefusalError(refused);
@@ -214,7 +214,7 @@ export async function runStudy(config: StudyConfig, given: StudyDeps): Promise<n
       const viaGateway = units?.input(a, reservedUsd, ctx.remainingUsd);
       const result = await runAttempt(
         config,
-        deps,
+        { ...deps, sandbox: deps.sandbox ?? unitSandbox },
         {
           runId,
           attempt: a,
