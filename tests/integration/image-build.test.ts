@@ -27,7 +27,7 @@ describe("offline image builds on the real engine", () => {
       [IMAGE_LABELS.claudeVersion]: "2.1.296",
       [IMAGE_LABELS.claudeSha256]: await fileSha256(FAKE_CLAUDE_SCRIPT),
     });
-    expect(await probeVersion(runtime, built.tag)).toEqual({ version: "2.1.296", imageId: built.id, binarySha256: await fileSha256(FAKE_CLAUDE_SCRIPT) });
+    expect(await probeVersion(runtime, built.tag)).toEqual({ version: "2.1.296", imageId: built.id, binarySha256: await fileSha256(FAKE_CLAUDE_SCRIPT), kind: "fake-claude" });
   });
 
   it("builds only when no image with the same context digest is tagged", async () => {

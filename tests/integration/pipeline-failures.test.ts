@@ -5,7 +5,8 @@
  * preflight refusals: exit code 2, nothing charged, no ledger.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readFile } from "node:fs/promises";
+import { mkdir, readFile, writeFile } from "node:fs/promises";
+import { activeProfile, cachedProfilePath, profileText, sealProfile } from "../../src/profile/load.ts";
 import { join } from "node:path";
 import type { Observation } from "../../src/ledger/schema.ts";
 import { gitHead } from "../../src/corpus/git.ts";
@@ -172,7 +173,13 @@ describe("preflight refusals: exit 2, nothing charged, no ledger", () => {
   };
 
   it("an image that reports another CLI version than --cli-version", async () => {
-    const r = await runPipeline(p, { args: ["--cli-version", "9.9.9"] });
+    // 9.9.9 has a profile (the bundled data sealed under that version, in a cache of this test's
+    // own), so the run gets past the profile check to the image's probe, which reports 2.1.296.
+    const cache = join(p.work, "cache-9.9.9");
+    const { sha256: _bundled, ...body } = structuredClone(activeProfile());
+    await mkdir(join(cache, "profiles"), { recursive: true });
+    await writeFile(cachedProfilePath("9.9.9", cache), profileText(sealProfile({ ...body, cliVersion: "9.9.9" })));
+    const r = await runPipeline(p, { args: ["--cli-version", "9.9.9"], env: { STUDY_RUNNER_CACHE: cache } });
     await expectRefused(r, /reports claude 2\.1\.296, but 9\.9\.9 is expected/);
   }, 120_000);
 
