@@ -70,7 +70,9 @@ export type SetupProblemCode =
   /** The model gateway refused a foreign request, or its metered usage differs from the transcript's (set by the CLI stage). */
   | "gateway"
   /** The engine-api channel's stream broke its format or bounds (set by the CLI stage, contract R242). */
-  | "sandbox-stream";
+  | "sandbox-stream"
+  /** The doc-bridge bridge's record differs from the transcript's doc-bridge calls (set by the CLI stage, contract R40). */
+  | "doc-bridge-record";
 
 export interface McpServerFact {
   name: string;

@@ -216,6 +216,24 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     }
   }, 120_000);
 
+  // contract: R40
+  it("an MCP arm with a clean transcript but one doc-bridge call more than the server answered is invalid-setup, not a runner fault", async () => {
+    // The real doc.search call goes through the bridge; a second one is only claimed in the
+    // transcript, with a result that is no error: nothing but the bridge's record shows it.
+    const r = await runPipeline(p, {
+      behaviour: { attempts: { "1": { kind: "ok", callTool: { name: "mcp__doc-bridge__doc_search", input: { query: "rounding" } } } } },
+    });
+    expect(r.code, r.stderr).toBe(1);
+    const ledger = await ledgerOf(r.run);
+    expect(ledger.status).toBe("blocked");
+    const obs = ledger.observations[1]!;
+    expect(obs.arm).toBe("mcp");
+    expect(obs.status).toBe("invalid-setup");
+    expect(obs.mcp).toMatchObject({ connections: 1 });
+    expect(obs.setupProblems).toEqual([expect.stringMatching(/^doc-bridge record: the transcript shows 2 call\(s\) of mcp__doc-bridge__doc_search but the doc-bridge server answered 1$/)]);
+    expect(obs.chargedUsd).toBeGreaterThanOrEqual(RESERVATION_USD);
+  }, 120_000);
+
   it("an MCP arm whose transcript claims a doc-bridge call the server never saw is invalid-setup", async () => {
     const r = await runPipeline(p, {
       behaviour: { attempts: { "1": { kind: "ok", simulateMcp: true, mcpCalls: [{ tool: "doc.search", arguments: { query: "rounding" } }] } } },

@@ -451,6 +451,9 @@ async function settleDocBridge(bridge: McpBridge, facts: TranscriptFacts): Promi
   // never connected through the runner is a treatment that did not come from the runner.
   if (record.connections === 0) mismatch.unshift("the CLI never connected to the doc-bridge server through the runner");
   facts.setupProblems.push(...mismatch.map((m) => `doc-bridge record: ${m}`));
+  // With its code, so the attempt is classified invalid-setup even when its transcript is clean
+  // (contract R40): a completed attempt with setup problems is a record the ledger refuses.
+  if (mismatch.length > 0) facts.setupProblemCodes.push("doc-bridge-record");
   return record;
 }
 
