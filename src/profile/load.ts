@@ -86,6 +86,13 @@ export function parseProfile(text: string, path: string, version?: string): Prof
   return profile;
 }
 
+/**
+ * The profiles already checked, by path and version, with the text they were checked from: a run
+ * finds its profile at the command's start and again in the preflight, and parsing and hashing
+ * the same text twice would only repeat the work. A file whose text changed is checked again.
+ */
+const checked = new Map<string, { text: string; profile: Profile }>();
+
 /** The profile file at `path`, checked (parseProfile). */
 export function readProfileFile(path: string, version?: string): Profile {
   let text: string;
@@ -94,7 +101,12 @@ export function readProfileFile(path: string, version?: string): Profile {
   } catch (err) {
     throw new RefusalError(`cannot read the calibration profile ${path}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}; pass the profile's path, or ${profileFix(version ?? "V")}`);
   }
-  return parseProfile(text, path, version);
+  const key = `${path}\u0000${version ?? ""}`;
+  const seen = checked.get(key);
+  if (seen?.text === text) return seen.profile;
+  const profile = parseProfile(text, path, version);
+  checked.set(key, { text, profile });
+  return profile;
 }
 
 /**
@@ -109,7 +121,7 @@ export function findProfile(version: string, opts: { cacheDir?: string } = {}): 
   return null;
 }
 
-/** The profile of `version`, or a RefusalError (exit 2) naming the command that makes it (contract R221). */
+/** The profile of `version`, or a RefusalError (exit 2) naming how to measure one (contract R221). */
 export function requireProfile(version: string, opts: { cacheDir?: string } = {}): FoundProfile {
   const found = findProfile(version, opts);
   if (found) return found;
