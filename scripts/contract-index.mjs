@@ -18,10 +18,11 @@ import { fileURLToPath } from "node:url";
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 export const INDEX_PATH = "docs/contract-index.md";
 
-const RULE_HEADING = /^### (R\d+)\. (.+)$/;
+/** How docs/contract.md heads a rule, and how tests and code cite one: tests/unit/contract.test.ts checks the page with these too. */
+export const RULE_HEADING = /^### (R\d+)\. (.+)$/;
 const LISTED_TEST = /`(tests\/[\w./-]+\.ts)` › /g;
-const TEST_CITATION = /^[ \t]*\/\/\s*contract:\s*(R\d+(?:\s*,\s*R\d+)*)/gm;
-const SOURCE_CITATION = /\bcontract (R\d+(?:(?:\s*,\s*|\s+and\s+)R\d+)*)/g;
+export const TEST_CITATION = /^[ \t]*\/\/\s*contract:\s*(R\d+(?:\s*,\s*R\d+)*)/gm;
+export const SOURCE_CITATION = /\bcontract (R\d+(?:(?:\s*,\s*|\s+and\s+)R\d+)*)/g;
 
 function walk(dir, keep) {
   let names;

@@ -8,6 +8,14 @@ import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
+// The rule heading and the two citation forms (`// contract: R1, R2` in tests, `(contract R12)` in
+// code), shared with the index's generator so the page and its index read the same syntax.
+// @ts-expect-error: a plain .mjs script without types
+import { RULE_HEADING as RULE_HEADING_, SOURCE_CITATION as SOURCE_CITATION_, TEST_CITATION as TEST_CITATION_ } from "../../scripts/contract-index.mjs";
+
+const RULE_HEADING = RULE_HEADING_ as RegExp;
+const TEST_CITATION = TEST_CITATION_ as RegExp;
+const SOURCE_CITATION = SOURCE_CITATION_ as RegExp;
 
 const SOURCES = ["the study's runner contract", "its decision record", "the decision record's amendment of 2026-10-10", "the session-harness field notes", "project decision"] as const;
 
@@ -25,7 +33,6 @@ interface Rule {
   tests: TestRef[];
 }
 
-const RULE_HEADING = /^### (R\d+)\. (.+)$/;
 /** `` `tests/x.test.ts` › `title` ``, or `` `…` › `` title with `ticks` `` `` for a title holding backticks. */
 const TEST_REF = /`(tests\/[\w./-]+\.ts)` › (?:``\s?(.+?)\s?``|`([^`]+)`)/g;
 
@@ -104,10 +111,6 @@ function titlesIn(source: string): Title[] {
 function matchesTitle(titles: readonly Title[], cited: string): boolean {
   return titles.some((t) => (t.pattern ? t.pattern.test(cited) : t.text === cited));
 }
-
-/** `// contract: R1, R2` (tests) and `(contract R12)`, `contract R3, R4` (source comments). */
-const TEST_CITATION = /^[ \t]*\/\/\s*contract:\s*(R\d+(?:\s*,\s*R\d+)*)/gm;
-const SOURCE_CITATION = /\bcontract (R\d+(?:(?:\s*,\s*|\s+and\s+)R\d+)*)/g;
 
 interface Files {
   /** Text of a project file, or undefined when it does not exist. */
