@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// `npm run compare-demo -- BASE_REV [--keep] [--reuse DIR]`: does a change keep what the demo writes?
+// `npm run compare-demo -- BASE_REV [--keep] [--reuse DIR] [--base-docker-host URL] [--current-docker-host URL]`:
+// does a change keep what the demo writes, and does a demo on one Docker engine write what it writes on another?
 //
 // Runs `npm run demo` (the full fake-model study, its blind adjudication and its reports) in a
 // temporary `git worktree` of BASE_REV (with this tree's node_modules linked in) and in the current
@@ -17,8 +18,18 @@
 // or digest found in those fields is replaced where another string quotes it, so an outcome, a cost,
 // a count or a text that changed still shows.
 //
-//   --keep        keep the temporary folder (both worktrees' outputs) and print where it is
-//   --reuse DIR   compare the outputs a --keep run left in DIR instead of running the demo again
+// The ledger header's `sandbox` (provider, channel, engine endpoint, OS, architecture) says which
+// engine a run used. Between two sides run on different engines (--base-docker-host,
+// --current-docker-host) a difference there is explained, and not counted, when each side's
+// recorded endpoint is the engine that side was given; on one engine it is a difference like any other.
+//
+//   --keep                     keep the temporary folder (both worktrees' outputs) and print where it is
+//   --reuse DIR                compare the outputs a --keep run left in DIR instead of running the demo again
+//                              (DIR/base.json and DIR/current.json: each side's tree, workdir, dockerHost
+//                              and the files its demo and `report --format inspect` wrote)
+//   --base-docker-host URL     run the base side's demo with DOCKER_HOST=URL (default: this shell's engine)
+//   --current-docker-host URL  run the current side's demo with DOCKER_HOST=URL; `npm run compare-demo --
+//                              HEAD --current-docker-host URL` compares this tree on two engines
 import { spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -242,8 +253,8 @@ const clip = (s) => (s === undefined ? "(none)" : s.length > 300 ? `${s.slice(0,
 /** A side that could not be run (exit 2), as opposed to a difference (exit 1). */
 class SideError extends Error {}
 
-function sh(cmd, args, cwd, what) {
-  const r = spawnSync(cmd, args, { cwd, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, env: { ...process.env, FORCE_COLOR: "0" } });
+function sh(cmd, args, cwd, what, env = {}) {
+  const r = spawnSync(cmd, args, { cwd, encoding: "utf8", maxBuffer: 256 * 1024 * 1024, env: { ...process.env, FORCE_COLOR: "0", ...env } });
   if (r.status !== 0) throw new SideError(`${what} failed (exit ${r.status ?? r.signal}):\n${(r.stderr ?? "").slice(-4000)}`);
   return r.stdout;
 }
@@ -254,14 +265,18 @@ function lastJson(stdout) {
   return JSON.parse(stdout.slice(start < 0 ? 0 : start + 1));
 }
 
-/** Runs the demo in `tree`, then writes the Inspect logs; the paths of what it wrote go into `side.json`. */
-function runSide(name, tree, dir) {
+/** The engine a side runs on: the one given, else this shell's DOCKER_HOST, else Docker's default socket. */
+const DEFAULT_DOCKER_HOST = "unix:///var/run/docker.sock";
+const engineOf = (given) => given ?? process.env.DOCKER_HOST ?? DEFAULT_DOCKER_HOST;
+
+/** Runs the demo in `tree` on `dockerHost`, then writes the Inspect logs; the paths of what it wrote go into `side.json`. */
+function runSide(name, tree, dir, dockerHost) {
   const work = join(dir, `${name}-work`);
   const t0 = Date.now();
-  process.stderr.write(`compare-demo: npm run demo in ${tree} (${name}) ...\n`);
-  const demo = lastJson(sh("node", ["bin/study-runner.mjs", "demo", "--quiet", "--workdir", work], tree, `the demo (${name})`)).demo;
+  process.stderr.write(`compare-demo: npm run demo in ${tree} (${name}) on ${dockerHost} ...\n`);
+  const demo = lastJson(sh("node", ["bin/study-runner.mjs", "demo", "--quiet", "--workdir", work], tree, `the demo (${name})`, { DOCKER_HOST: dockerHost })).demo;
   const inspect = lastJson(sh("node", ["bin/study-runner.mjs", "report", "--ledger", demo.ledger, "--adjudication", demo.adjudication, "--format", "inspect", "--out-dir", join(dir, `${name}-inspect`)], tree, `the Inspect logs (${name})`));
-  const side = { name, tree, work, seconds: Math.round((Date.now() - t0) / 1000), ...demo, inspect: inspect.inspect };
+  const side = { name, tree, work, dockerHost, seconds: Math.round((Date.now() - t0) / 1000), ...demo, inspect: inspect.inspect };
   writeFileSync(join(dir, `${name}.json`), JSON.stringify(side, null, 2));
   process.stderr.write(`compare-demo: ${name} done in ${side.seconds} s\n`);
   return side;
@@ -304,7 +319,7 @@ function compare(base, current) {
       continue;
     }
     const all = isJson(files.base[name]) ? jsonDifferences(norm.base.json(a), norm.current.json(b)) : textDifferences(norm.base.text(a), norm.current.text(b));
-    const explained = all.map((d) => explainCodeDigest(d, [base.tree, current.tree]));
+    const explained = all.map((d) => explainCodeDigest(d, [base.tree, current.tree]) ?? (name === "ledger" ? explainSandbox(d, [a, b], [base, current]) : null));
     const found = all.filter((_, i) => explained[i] === null);
     const notes = explained.filter((e) => e !== null).map((e) => `  (explained) ${e}`);
     process.stdout.write(`${found.length ? `${name}: ${found.length} difference(s)\n${found.map((d) => `  ${d}`).join("\n")}` : `${name}: same`}\n${notes.map((n) => `${n}\n`).join("")}`);
@@ -324,13 +339,43 @@ function explainCodeDigest(difference, trees) {
   return why ? `${m[1]}: ${digest.what} changed: ${why}` : null;
 }
 
+/**
+ * A difference in the ledger header's `sandbox` between two sides run on different engines, when
+ * each side's recorded endpoint is the engine that side was given, or null. The header names the
+ * engine and the channel the preflight chose for it; everything else the run wrote must agree.
+ */
+function explainSandbox(difference, ledgers, sides) {
+  if (!/^\$\.sandbox\.[A-Za-z]+:/.test(difference)) return null;
+  const engines = sides.map((s) => engineOf(s.dockerHost));
+  if (engines[0] === engines[1]) return null;
+  if (!ledgers.every((l, i) => l?.sandbox?.endpoint === engines[i])) return null;
+  return `${difference} (the sides ran on different engines; each ledger names its own)`;
+}
+
+/** The value following `flag` in argv, or undefined; a flag given without one is an error. */
+function valueOf(argv, flag) {
+  const at = argv.indexOf(flag);
+  if (at < 0) return undefined;
+  const v = argv[at + 1];
+  if (v === undefined || v.startsWith("--")) throw new SideError(`${flag} needs a value`);
+  return v;
+}
+
 function main(argv) {
   const keep = argv.includes("--keep");
-  const reuseAt = argv.indexOf("--reuse");
-  const reuse = reuseAt >= 0 ? argv[reuseAt + 1] : undefined;
-  const rev = argv.find((a, i) => !a.startsWith("--") && (reuseAt < 0 || i !== reuseAt + 1));
+  const VALUED = ["--reuse", "--base-docker-host", "--current-docker-host"];
+  let reuse;
+  let hosts;
+  try {
+    reuse = valueOf(argv, "--reuse");
+    hosts = { base: valueOf(argv, "--base-docker-host"), current: valueOf(argv, "--current-docker-host") };
+  } catch (err) {
+    process.stderr.write(`compare-demo: ${err.message}\n`);
+    return 2;
+  }
+  const rev = argv.find((a, i) => !a.startsWith("--") && !VALUED.includes(argv[i - 1]));
   if (!rev && !reuse) {
-    process.stderr.write("usage: npm run compare-demo -- BASE_REV [--keep] [--reuse DIR]\n");
+    process.stderr.write("usage: npm run compare-demo -- BASE_REV [--keep] [--reuse DIR] [--base-docker-host URL] [--current-docker-host URL]\n");
     return 2;
   }
   const dir = reuse ?? mkdtempSync(join(realpathSync(tmpdir()), "study-runner-compare-demo-"));
@@ -342,8 +387,8 @@ function main(argv) {
     if (reuse) [base, current] = ["base", "current"].map((n) => JSON.parse(readFileSync(join(dir, `${n}.json`), "utf8")));
     else {
       mkdirSync(dir, { recursive: true });
-      base = runSide("base", baseTree(rev, dir), dir);
-      current = runSide("current", HERE, dir);
+      base = runSide("base", baseTree(rev, dir), dir, engineOf(hosts.base));
+      current = runSide("current", HERE, dir, engineOf(hosts.current));
     }
     const differences = compare(base, current);
     process.stdout.write(

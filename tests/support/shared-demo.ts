@@ -99,16 +99,27 @@ function sharedDemo(): Promise<Made> {
 }
 
 /**
- * The suite's demo copied to `dest` (which must not exist): the run's exit code and output, and its
- * files, every path rebased into the copy. Throws when the demo failed (with its stderr) or when the
- * shared folder changed since it was made.
+ * The suite's demo where it was made, for a caller that only reads it (and writes nothing beside
+ * it): its workdir and files as the demo named them, so a record that quotes its ledger's path
+ * quotes these. Throws as `demoCopy` does.
  */
-export async function demoCopy(dest: string): Promise<DemoCopy> {
+export async function demoAsMade(): Promise<{ workdir: string; demo: DemoFiles }> {
   const m = await sharedDemo();
   if (m.run.code !== 0 || m.demo === null) throw new Error(`the shared demo exited ${m.run.code}: ${m.run.stderr.slice(-3000)}`);
   if ((await folderDigest(m.workdir)) !== m.digest) {
     throw new Error(`the shared demo in ${m.workdir} was changed after it was made: a test must write only into its own copy (demoCopy)`);
   }
+  return { workdir: m.workdir, demo: m.demo };
+}
+
+/**
+ * The suite's demo copied to `dest` (which must not exist): the run's exit code and output, and its
+ * files, every path rebased into the copy. Throws when the demo failed (with its stderr) or when the
+ * shared folder changed since it was made.
+ */
+export async function demoCopy(dest: string): Promise<DemoCopy> {
+  const made = await demoAsMade();
+  const m = { ...(await sharedDemo()), demo: made.demo };
   await cp(m.workdir, dest, { recursive: true, errorOnExist: true, force: false });
   const rebase = (p: string) => {
     const rel = relative(m.workdir, p);
