@@ -11,9 +11,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { runCli, type CliResult } from "../support/cli.ts";
-import { readLedger } from "../../src/ledger/store.ts";
 import { readSessionLedger } from "../../src/session/store.ts";
-import { assertLedgerMeteredEqualsTranscript, assertMeteredEqualsTranscript, realImage } from "./support.ts";
+import { readLedger } from "../../src/ledger/store.ts";
+import { assertRealCliPilot } from "./real-cli-pilot.ts";
+import { assertMeteredEqualsTranscript, realImage } from "./support.ts";
 
 let work = "";
 let run: CliResult;
@@ -36,32 +37,8 @@ afterAll(async () => {
 describe("demo --pilot --real-cli", () => {
   // contract: R139
   it("completes both attempts in the real image through the gateway, its ledger carrying every request metered equal to the transcript", async () => {
-    expect(run.code, run.stderr).toBe(0);
-    const ledgerFile = (await readdir(join(work, "ledgers"))).find((f) => /^run-.*\.json$/.test(f) && !f.endsWith(".adjudication.json"))!;
-    const ledger = await readLedger(join(work, "ledgers", ledgerFile));
-    expect(ledger.image?.ref).toBe("study-runner/claude-code:2.1.296");
-    expect(ledger.cliVersion).toBe("2.1.296");
-    expect(ledger.isolation).toBe("offline");
-    expect(ledger.credentials).toBe("gateway");
-    expect(ledger.observations.map((o) => [o.arm, o.status])).toEqual([
-      ["repository", "completed"],
-      ["mcp", "completed"],
-    ]);
-    // Three scripted turns per attempt: three requests, each forwarded, metered and whole.
-    for (const o of ledger.observations) {
-      expect(o.gateway!.requests.map((r) => [r.status, r.refused, r.complete])).toEqual([
-        [200, null, true],
-        [200, null, true],
-        [200, null, true],
-      ]);
-      expect(o.gateway!.setupProblems).toEqual([]);
-    }
-    assertLedgerMeteredEqualsTranscript(ledger);
-    // The scripted answer says that no model ran, so nobody mistakes it for one.
-    for (const o of ledger.observations) expect(o.answer).toMatch(/^Scripted demo answer \(no model ran\)/);
-    expect(ledger.observations[1]!.toolCallsByName).toEqual({ "mcp__doc-bridge__doc_search": 1, "mcp__doc-bridge__doc_get": 1 });
-    // The API's folder (its CA and test token) is removed once the run ends.
-    expect((await readdir(work)).filter((n) => n.startsWith("model-api-"))).toEqual([]);
+    const ledger = await assertRealCliPilot(run, work);
+    expect(ledger.sandbox?.channel).toBe("host-paths");
   });
 });
 
