@@ -136,14 +136,18 @@ describe("the engine-api channel on the local engine", () => {
   });
 
   // contract: R244
-  it("`demo --pilot --sandbox-channel engine-api` runs both arms and the adjudication, and the ledger says the channel", async () => {
+  it("`demo --pilot --sandbox-channel engine-api --concurrency 2` runs both arms at once and the adjudication, and the ledger says the channel", async () => {
     const workdir = join(work, "demo");
-    const r = await runCli(["demo", "--pilot", "--quiet", "--sandbox-channel", "engine-api", "--workdir", workdir], { timeoutMs: 600_000 });
+    const r = await runCli(["demo", "--pilot", "--quiet", "--sandbox-channel", "engine-api", "--concurrency", "2", "--workdir", workdir], { timeoutMs: 600_000 });
     expect(r.code, r.stderr).toBe(0);
     const ledgers = (await readdir(join(workdir, "ledgers"))).filter((n) => /^run-.*\.json$/.test(n) && !n.includes("adjudication"));
     const ledger = JSON.parse(await readFile(join(workdir, "ledgers", ledgers[0]!), "utf8"));
     expect(ledger.sandbox).toMatchObject({ provider: "docker", channel: "engine-api", endpoint: expect.stringMatching(/^unix:\/\//), os: "linux" });
     expect(ledger.observations.map((o: { status: string }) => o.status)).toEqual(["completed", "completed"]);
+    // Both arms of the pair ran at once, each over its own stream.
+    expect(ledger.scheduling).toMatchObject({ concurrency: 2, pairs: "together" });
+    const [first, second] = ledger.observations as Array<{ startedAt: string; wallTimeMs: number }>;
+    expect(Date.parse(second!.startedAt)).toBeLessThan(Date.parse(first!.startedAt) + first!.wallTimeMs);
     // The doc-bridge arm's tool call went through the stream to the runner's bridge.
     const mcp = ledger.observations.find((o: { arm: string }) => o.arm === "mcp");
     expect(mcp.mcp.toolCalls.length).toBeGreaterThan(0);
