@@ -165,7 +165,7 @@ async function startRealDemo(workdir: string, pilot: boolean) {
 }
 
 /** `demo --sessions`: the two session tasks (src/session), a summary of counts and states on stdout. */
-async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean; runtime?: string }): Promise<number> {
+async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean; runtime?: string; sandboxChannel?: SandboxChannel }): Promise<number> {
   const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("./session.ts")]);
   const { exitCode, ledgerPath, ledger } = await runSessionDemo(workdir, flags);
   process.stdout.write(`${JSON.stringify({ demo: sessionSummary(ledgerPath, ledger) }, null, 2)}\n`);

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { makeRepository } from "./corpus.ts";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import type { ScriptInput } from "../stand-ins/scripted-api/script.ts";
+import type { SandboxChannel } from "../sandbox/docker-sandbox.ts";
 
 const PACKAGE = '{ "name": "demo", "version": "1.0.0", "type": "module", "private": true }\n';
 
@@ -160,7 +161,7 @@ export function sessionDemoScripts(): ScriptInput[] {
  * containers), with the fake image, or with `realCli` the real pinned binary and the scripted
  * API: start, question, scripted answer, resume in a fresh container, done, tests.
  */
-export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string } = {}) {
+export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string; sandboxChannel?: SandboxChannel } = {}) {
   const [{ mkdir, mkdtemp }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startDemoGatewayApi }, { ensureClaudeBinary }] = await Promise.all([
     import("node:fs/promises"),
     import("../sandbox/docker.ts"),
@@ -204,7 +205,11 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
         sessionBudgetUsd: 0.5,
         isolation: "offline",
         claudeConfigDir: loginDir,
-        ...(api ? { credentials: "gateway" as const, oauthTokenFile: api.tokenFile, gatewayUpstream: { url: api.upstream, ca: api.ca } } : { fake: { behaviourFile: demo.behaviourPath } }),
+        // Through the gateway, as `sessions start` defaults to: the test login stays on the host, so
+        // the calls run on either channel (the login-copy mode is not carried over the engine's API).
+        credentials: "gateway",
+        ...(options.sandboxChannel !== undefined ? { sandboxChannel: options.sandboxChannel } : {}),
+        ...(api ? { oauthTokenFile: api.tokenFile, gatewayUpstream: { url: api.upstream, ca: api.ca } } : { fake: { behaviourFile: demo.behaviourPath } }),
       },
       { runtime, say: options.quiet ? undefined : (line) => process.stderr.write(`study-runner demo --sessions: ${line}\n`) },
     );

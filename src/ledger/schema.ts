@@ -337,6 +337,15 @@ export const SchedulingSchema = z.strictObject({
     .meta({ description: "a 429 or 529 seen in an attempt's transcript halves the running limit; never retried by the runner" }),
 });
 
+/** Where a run's containers ran: the sandbox provider, its channel and the engine (contract R244). */
+export const SandboxHeaderSchema = z.object({
+  provider: z.string().min(1),
+  channel: z.enum(["host-paths", "engine-api"]),
+  endpoint: z.string().min(1),
+  os: z.string().min(1).nullable(),
+  arch: z.string().min(1).nullable(),
+});
+
 export const LedgerSchema = z
   .strictObject({
     $schema: z.string().optional(),
@@ -387,19 +396,10 @@ export const LedgerSchema = z
       description:
         "cli: the OCI runtime every attempt container is created with: --runtime, checked by a probe container in the preflight, or the engine's default by name; null in ledgers written before the default was recorded by name",
     }),
-    sandbox: z
-      .object({
-        provider: z.string().min(1),
-        channel: z.enum(["host-paths", "engine-api"]),
-        endpoint: z.string().min(1),
-        os: z.string().min(1).nullable(),
-        arch: z.string().min(1).nullable(),
-      })
-      .optional()
-      .meta({
-        description:
-          "cli: where the attempt containers ran: the sandbox provider, the channel (host-paths: the runner's folders and sockets bound in; engine-api: content copied in and the sockets carried as streams over the engine's API), the engine's endpoint, OS and architecture; absent in ledgers written before it was recorded",
-      }),
+    sandbox: SandboxHeaderSchema.optional().meta({
+      description:
+        "cli: where the attempt containers ran: the sandbox provider, the channel (host-paths: the runner's folders and sockets bound in; engine-api: content copied in and the sockets carried as streams over the engine's API), the engine's endpoint, OS and architecture; absent in ledgers written before it was recorded",
+    }),
     attemptCpus: z.number().positive().optional().meta({ description: "cli: the CPUs each attempt container could use (--cpus, Docker's NanoCpus / 1e9)" }),
     modelApi: ModelApiSchema.optional().meta({
       description:

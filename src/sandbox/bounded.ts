@@ -26,6 +26,8 @@ export interface RawOutcome {
   wallTimeMs: number;
   /** The engine-api channel's stream was refused (contract R242): a setup problem of the run. */
   channelFault?: string;
+  /** What a copy of a writable folder back to the runner left out (the engine-api channel, contract R245). */
+  copyBackProblems?: string[];
 }
 
 /** The line with-relay.cjs writes to stderr when the CLI exits with its HOME full. */
@@ -151,6 +153,7 @@ export async function runBounded<S>(sandbox: Preparer<S>, spec: S, onLine: (line
       homeFull: stderrTail.includes(HOME_FULL_MARK),
       wallTimeMs: Date.now() - started,
       ...(exit.channelFault !== undefined ? { channelFault: exit.channelFault } : {}),
+      ...(exit.copyBackProblems !== undefined ? { copyBackProblems: exit.copyBackProblems } : {}),
     };
   } finally {
     for (const t of timers) clearTimeout(t);

@@ -11,7 +11,8 @@ import { ExportHasher } from "../export/export.ts";
 import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec, type EngineStorage, type Mount } from "./port.ts";
 import type { HostFolder, PreparedSandbox, SandboxExit, SandboxSpec, SandboxStreams } from "./sandbox.ts";
 import { serveStream, type StreamLimits, type StreamMux } from "./stream-mux.ts";
-import { addFolder, packStream } from "./tree.ts";
+import { addFolder, packFolder, packStream } from "./tree.ts";
+import { replaceFromArchive } from "./worktree-back.ts";
 
 /**
  * The Docker provider's engine-api channel (contract R240): a sandbox on an engine that shares no
@@ -22,7 +23,8 @@ import { addFolder, packStream } from "./tree.ts";
  * runner's endpoint sockets are served by a relay container with network none, whose attached
  * stdio carries one channel per connection (src/sandbox/stream-mux.ts, contract R242), in
  * per-attempt volumes the attempt container mounts read-only where it mounts the socket folders on
- * a local engine. What comes back (a writable test folder) leaves through `getArchive`, bounded.
+ * a local engine. What comes back (a session's writable worktree, a writable test folder) leaves
+ * through `getArchive`, bounded and read as untrusted (contract R245).
  * Every volume and container carries the spec's owner labels, so the reaper finds what a killed
  * runner left (contract R243).
  */
@@ -43,8 +45,13 @@ interface ContentVolume {
   fill: (pack: tar.Pack) => Promise<void>;
   /** The export hash the tree written must have. */
   exportHash?: string;
-  /** Subfolders of the volume copied back to host folders once the program ended. */
-  copyBack: Array<{ sub: string; folder: string }>;
+  /** Where the helper mounts it to fill it (a folder of its own under FILL_ROOT when absent). */
+  fillAt?: string;
+  /**
+   * Subfolders of the volume copied back to host folders once the program ended: merged into the
+   * folder, or (`replace`) replacing it whole.
+   */
+  copyBack: Array<{ sub: string; folder: string; replace?: boolean }>;
 }
 
 export interface EngineApiOptions {
@@ -64,11 +71,6 @@ function userIds(user: string | undefined): { uid: number; gid: number } {
 
 /** The content volumes of a spec, in the order the attempt container mounts them. */
 async function contentVolumes(spec: SandboxSpec, volumeName: (kind: string) => string): Promise<ContentVolume[]> {
-  if (spec.worktree)
-    throw new ContainerRuntimeError(
-      "the engine-api channel does not carry a writable worktree (a session call) yet; use --sandbox-channel host-paths on an engine that shares the runner's files",
-      "invalid-spec",
-    );
   if (spec.staged && !spec.staged.readOnly) {
     throw new ContainerRuntimeError(
       "the engine-api channel carries no login copy back out: use --credentials gateway (the placeholder login is read-only), or --sandbox-channel host-paths on an engine that shares the runner's files",
@@ -88,11 +90,33 @@ async function contentVolumes(spec: SandboxSpec, volumeName: (kind: string) => s
       copyBack: [],
     });
   }
+  if (spec.worktree) volumes.push(await worktreeVolume(spec, spec.worktree, volumeName("worktree"), owner));
   const staged = spec.staged;
   if (staged) volumes.push({ name: volumeName("staged"), target: staged.target, readOnly: true, fill: (pack) => addFolder(pack, staged.folder, { owner }), copyBack: [] });
   const tests = spec.testMounts ?? [];
   if (tests.length > 0) volumes.push(await testVolume(tests, volumeName("test"), owner));
   return volumes;
+}
+
+/**
+ * A session's worktree (contract R245): its tree, owned by the program's user, in a volume whose
+ * root is that user's too, as the bound folder is on a local engine. An empty volume takes the
+ * owner of the image folder it is first mounted on, so the helper mounts it on `spec.userFolder`
+ * (the image's HOME, empty and the user's). The tree written is held to the hash of the runner's
+ * copy; a writable one replaces that copy once the program ended (src/sandbox/worktree-back.ts).
+ */
+async function worktreeVolume(spec: SandboxSpec, worktree: HostFolder, name: string, owner: { uid: number; gid: number }): Promise<ContentVolume> {
+  if (spec.userFolder === undefined)
+    throw new ContainerRuntimeError("the spec has a worktree but no userFolder, the image's empty folder of its user that gives the worktree's volume its owner", "invalid-spec");
+  return {
+    name,
+    target: worktree.target,
+    readOnly: worktree.readOnly,
+    fillAt: spec.userFolder,
+    fill: (pack) => addFolder(pack, worktree.folder, { owner }),
+    exportHash: await hashTree(packFolder(worktree.folder, { prefix: "worktree" })),
+    copyBack: worktree.readOnly ? [] : [{ sub: "", folder: worktree.folder, replace: true }],
+  };
 }
 
 /**
@@ -256,6 +280,9 @@ class Made {
   }
 }
 
+/** Where the helper mounts content volume `i`. */
+const fillPath = (c: ContentVolume, i: number): string => c.fillAt ?? `${FILL_ROOT}/${i}`;
+
 /** Fills every content volume through one created, never-started helper container, then checks the export. */
 async function fillVolumes(runtime: ContainerRuntime & EngineStorage, made: Made, spec: SandboxSpec, content: readonly ContentVolume[]): Promise<void> {
   if (content.length === 0) return;
@@ -266,7 +293,7 @@ async function fillVolumes(runtime: ContainerRuntime & EngineStorage, made: Made
     entrypoint: ["/study-runner-never-started"],
     cmd: [],
     env: {},
-    mounts: content.map((c, i) => ({ source: c.name, volume: true, target: `${FILL_ROOT}/${i}`, readOnly: false })),
+    mounts: content.map((c, i) => ({ source: c.name, volume: true, target: fillPath(c, i), readOnly: false })),
     tmpfs: {},
     readOnlyRootfs: true,
     networkMode: "none",
@@ -281,9 +308,9 @@ async function fillVolumes(runtime: ContainerRuntime & EngineStorage, made: Made
         () => pack.finalize(),
         (err: unknown) => pack.destroy(err as Error),
       );
-      await runtime.putArchive(helper, `${FILL_ROOT}/${i}`, packStream(pack));
+      await runtime.putArchive(helper, fillPath(c, i), packStream(pack));
       if (c.exportHash !== undefined) {
-        const written = await hashTree(await runtime.getArchive(helper, `${FILL_ROOT}/${i}`));
+        const written = await hashTree(await runtime.getArchive(helper, fillPath(c, i)));
         if (written !== c.exportHash) throw new ContainerRuntimeError(`the export written into volume ${c.name} has hash ${written}, not the export's ${c.exportHash}`, "engine");
       }
     }
@@ -321,7 +348,10 @@ async function startRelay(
     memoryBytes: 256 * 1024 * 1024,
     labels: spec.labels,
     openStdin: true,
-    ...(spec.ociRuntime !== undefined ? { runtime: spec.ociRuntime } : {}),
+    // The engine's default runtime, not the attempt's: under runsc (--host-uds=open) a socket the
+    // relay made would live in its own sandbox, out of the attempt's reach, and the attached
+    // relay's start never returned (measured). Made by runc, the sockets are the engine host's own,
+    // which a runsc attempt opens as it opens the runner's on a local engine (contract R246).
   });
   made.containers.push(id);
   const stdio = await runtime.attachStdio(id);
@@ -370,8 +400,10 @@ class PreparedOverApi implements PreparedSandbox {
     const problems: string[] = [];
     for (const c of this.content) {
       for (const back of c.copyBack) {
-        const path = posix.join(c.target, back.sub);
-        problems.push(...(await extractBounded(await this.runtime.getArchive(this.id, path), back.folder)).map((p) => `copying ${path} back: ${p}`));
+        const path = back.sub === "" ? c.target : posix.join(c.target, back.sub);
+        const archive = await this.runtime.getArchive(this.id, path);
+        const left = back.replace ? await replaceFromArchive(archive, back.folder) : await extractBounded(archive, back.folder);
+        problems.push(...left.map((p) => `copying ${path} back: ${p}`));
       }
     }
     const fault = this.relay?.mux.fault();

@@ -48,6 +48,11 @@ export interface SandboxSpec extends ProgramSpec {
   workspace?: Workspace;
   /** A folder worked in by path (a session's worktree, kept between calls; read-only for its test command). */
   worktree?: HostFolder;
+  /**
+   * An empty folder of the image that `user` owns (its HOME): a provider that copies `worktree` in
+   * gives the copy's root that folder's owner, as the runner gives its own copy (contract R245).
+   */
+  userFolder?: string;
   /** A folder the runner staged for this run (the login copy or the gateway's placeholder, a session call's prompt and files). */
   staged?: HostFolder;
   /** The HOME and the scratch space, each a bounded in-memory volume. */

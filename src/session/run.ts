@@ -11,10 +11,12 @@ import { runLoop, type Book, type Checkpoint, type LoopEnd, type RunKind, type U
 import type { Reservation } from "../budget/budget.ts";
 import { pico, sumUsd } from "../cost/money.ts";
 import type { AttemptStatus } from "../terms/terms.ts";
-import { isFakeClaudeImage, probeVersion, runnerFilesProblem, useRunProfile } from "../image/build.ts";
+import { isFakeClaudeImage, probeVersion, useRunProfile } from "../image/build.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../sandbox/reaper.ts";
-import type { ContainerRuntime } from "../sandbox/port.ts";
+import type { ContainerRuntime, EngineInfo } from "../sandbox/port.ts";
+import type { Sandbox } from "../sandbox/sandbox.ts";
+import { chooseSandboxChannel, sandboxHeader } from "../transport/cli/preflight.ts";
 import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../isolation/oci-runtime.ts";
 import { sessionCallTranscript, TranscriptStore } from "../ledger/transcripts.ts";
 import { PROJECT_ROOT } from "../util/paths.ts";
@@ -24,7 +26,7 @@ import { budgetReached, callShareUsd, sessionSpentUsd } from "./money.ts";
 import { collectSessionCall, makeWorktree, removeSessionStorage, sessionPaths, stageSessionCall } from "./state.ts";
 import { createSessionLedger, readSessionLedger, writeSessionLedger } from "./store.ts";
 import { runTestCommand } from "./test-command.ts";
-import { dockerSandbox } from "../sandbox/docker-sandbox.ts";
+import { dockerSandbox, type SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { planExport } from "../export/export.ts";
 import { readJsonAs } from "../util/json-file.ts";
@@ -53,6 +55,8 @@ export interface SessionRuntimeOptions extends GatewayRunOptions {
   timeoutMs?: number;
   /** The manifest's path when it moved since the start (its sha256 must still match). */
   manifestPath?: string;
+  /** --sandbox-channel: how the containers get their content and reach the runner's sockets; the files probe chooses when absent (contract R244). */
+  sandboxChannel?: SandboxChannel;
 }
 
 /** What a session's calls need of the OCI runtime: network none or the bridge, the gateway's or the Messages API's socket. */
@@ -63,6 +67,8 @@ function sessionRuntimeNeeds(o: SessionRuntimeOptions) {
 
 export interface SessionDeps {
   runtime: ContainerRuntime;
+  /** Where the calls and test commands run: the Docker provider over `runtime` on the chosen channel when absent. */
+  sandbox?: Sandbox;
   /** Test-only (docs/reliability.md): stops the process at a named point of a call. */
   checkpoint?: (point: Checkpoint) => void;
   now?: () => Date;
@@ -123,8 +129,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   const probed = await probeVersion(deps.runtime, config.image, { labels: runnerLabels("sessions", "probe"), runtime: config.ociRuntime });
   if (probed.version !== config.expectedCliVersion) throw new RefusalError(`the image ${config.image} reports Claude Code ${probed.version}, not the expected ${config.expectedCliVersion}`);
   useRunProfile(probed, config.image, config.expectedCliVersion);
-  const filesProblem = await runnerFilesProblem(deps.runtime, probed.imageId, runnerLabels("sessions", "probe"));
-  if (filesProblem) throw new RefusalError(`${filesProblem}; nothing was charged`);
+  const channel = await sessionChannel(deps.runtime, engine, probed.imageId, config, "sessions");
   const ociRuntime = await resolveOciRuntime(deps.runtime, engine, {
     name: config.ociRuntime,
     flag: "--runtime",
@@ -149,6 +154,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
     model: config.model,
     image: probed.imageId,
     runtime: ociRuntime,
+    sandbox: channel.header,
     expectedCliVersion: config.expectedCliVersion,
     capUsd: config.capUsd,
     callBudgetUsd: config.callBudgetUsd,
@@ -169,8 +175,20 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   await TranscriptStore.create(ledgerPath);
   // The session ids are on disk before any container starts.
   await writeSessionLedger(ledgerPath, ledger);
-  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, { gateway, fakeImage }).finally(() => gateway?.close());
+  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, { gateway, fakeImage, sandbox: channel.sandbox }).finally(() => gateway?.close());
   return { exitCode, ledgerPath, ledger };
+}
+
+/**
+ * The channel every container of a pass runs on (contract R244, R245): `--sandbox-channel`, else
+ * the files probe's answer, refused before anything is reserved when it cannot carry the calls
+ * (the login-copy mode on engine-api). Chosen again at every resume: the engine may have changed.
+ */
+async function sessionChannel(runtime: ContainerRuntime, engine: EngineInfo, imageId: string, o: SessionRuntimeOptions, runId: string) {
+  const gateway = o.credentials === "gateway";
+  const route = { isolation: o.isolation, gateway, modelApiSocket: o.modelApi !== undefined };
+  const channel = await chooseSandboxChannel(runtime, imageId, { runId, route, ...(o.sandboxChannel !== undefined ? { channel: o.sandboxChannel } : {}) });
+  return { header: sandboxHeader(engine, channel), sandbox: dockerSandbox(runtime, channel) };
 }
 
 /**
@@ -315,12 +333,14 @@ async function continueSessions(
     return { exitCode: ExitCode.blocked, ledger };
   }
   // A resume runs under the runtime the sessions started with, checked again: the engine may have changed since.
+  const engine = await deps.runtime.ping();
   if (ledger.runtime !== undefined) {
     const what = `the runtime the session ledger records`;
-    const engine = await deps.runtime.ping();
     assertRuntimeOffered(engine, ledger.runtime, what);
     await resolveOciRuntime(deps.runtime, engine, { name: ledger.runtime, flag: what, image: ledger.image, labels: runnerLabels(ledger.runId, "probe"), needs: sessionRuntimeNeeds(options) });
   }
+  const channel = await sessionChannel(deps.runtime, engine, ledger.image, options, ledger.runId);
+  ledger.sandbox = channel.header;
   const fakeImage = await isFakeClaudeImage(deps.runtime, ledger.image);
   const gateway = await gatewayForRun(options, {
     model: ledger.model,
@@ -344,7 +364,7 @@ async function continueSessions(
       sessionBudgetUsd: ledger.sessionBudgetUsd,
     },
     deps,
-    { gateway, fakeImage },
+    { gateway, fakeImage, sandbox: channel.sandbox },
   ).finally(() => gateway?.close());
   return { exitCode, ledger };
 }
@@ -375,6 +395,8 @@ interface SessionPass {
   deps: SessionDeps;
   fakeImage: boolean;
   gateway: RunGateway | undefined;
+  /** Where this pass's calls and test commands run. */
+  sandbox: Sandbox;
   transcripts: TranscriptStore;
   login: ReturnType<typeof resolveLogin>;
   say(line: string): void;
@@ -403,7 +425,7 @@ async function advanceSessions(
   manifest: SessionManifest,
   config: PassConfig,
   deps: SessionDeps,
-  route: { gateway: RunGateway | undefined; fakeImage: boolean },
+  route: { gateway: RunGateway | undefined; fakeImage: boolean; sandbox: Sandbox },
 ): Promise<number> {
   const now = () => deps.now?.() ?? new Date();
   const pass: SessionPass = {
@@ -413,6 +435,7 @@ async function advanceSessions(
     config,
     deps,
     ...route,
+    sandbox: deps.sandbox ?? route.sandbox,
     transcripts: await TranscriptStore.openOrCreate(ledgerPath),
     login: resolveLogin({ configDir: config.claudeConfigDir }),
     say: deps.say ?? (() => {}),
@@ -580,7 +603,7 @@ async function runCallContainer(pass: SessionPass, route: CallRoute, s: Session,
   const call = ctx.entry;
   const prompt = call.mode === "start" ? sessionPrompt(task.prompt) : answerPrompt(s.questions.at(-1)!.answer!.text);
   const paths = sessionPaths(ledger.storageDir, s.id);
-  const cliDeps: CliRunDeps = { runtime: deps.runtime, now: deps.now, signal: deps.signal, checkpoint: deps.checkpoint };
+  const cliDeps: CliRunDeps = { runtime: deps.runtime, sandbox: pass.sandbox, now: deps.now, signal: deps.signal, checkpoint: deps.checkpoint };
   return runCliInContainer(
     cliDeps,
     cliRunInput(
@@ -727,7 +750,7 @@ async function finishSession(pass: SessionPass, s: Session, task: SessionTask, r
   const { ledger } = pass;
   s.summary = { untrusted: true, text: r.summary };
   if (task.testCommand) {
-    s.test = await runTestCommand(dockerSandbox(pass.deps.runtime), {
+    s.test = await runTestCommand(pass.sandbox, {
       image: pass.config.image,
       worktree: sessionPaths(ledger.storageDir, s.id).worktree,
       command: task.testCommand,

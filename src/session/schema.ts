@@ -2,7 +2,7 @@ import { z } from "zod";
 import { COMMIT_RE, unsafePathReason } from "../manifest/schema.ts";
 import { AttemptStatusSchema } from "../terms/terms.ts";
 import { pico, picoToUsd, sumPico } from "../cost/money.ts";
-import { Count, GatewayRecordSchema, RUN_FACTS_SHAPE, Sha256, Usd } from "../ledger/schema.ts";
+import { Count, GatewayRecordSchema, RUN_FACTS_SHAPE, SandboxHeaderSchema, Sha256, Usd } from "../ledger/schema.ts";
 
 /**
  * Session tasks: a working agent with edit tools that either finishes or asks one clarifying
@@ -212,6 +212,10 @@ export const SessionLedgerSchema = z
     runtime: z.string().min(1).optional().meta({
       description:
         "the OCI runtime every container of these sessions is created with (--runtime at the start, checked by a probe container then and at every resume; else the engine's default by name); absent in ledgers made before it was recorded",
+    }),
+    sandbox: SandboxHeaderSchema.optional().meta({
+      description:
+        "where the calls' and test commands' containers ran in the latest pass: the sandbox provider, the channel (host-paths: the worktree, staged files and sockets bound in; engine-api: content copied into volumes, the worktree copied back, the sockets carried as streams over the engine's API), the engine's endpoint, OS and architecture; absent in ledgers made before it was recorded",
     }),
     expectedCliVersion: z.string().min(1),
     capUsd: Usd,

@@ -30,6 +30,7 @@ export function testSandboxSpec(o: { image: string; worktree: string; command: r
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
     worktree: { folder: o.worktree, target: CONTAINER.workspace, readOnly: true },
+    userFolder: CONTAINER.home,
     memoryVolumes: [
       { target: "/tmp", bytes: 64 * 1024 ** 2, mode: "1777" },
       { target: CONTAINER.home, bytes: 16 * 1024 ** 2, owner: { uid: 1000, gid: 1000 }, mode: "0700" },

@@ -71,6 +71,8 @@ export type SetupProblemCode =
   | "gateway"
   /** The engine-api channel's stream broke its format or bounds (set by the CLI stage, contract R242). */
   | "sandbox-stream"
+  /** A session's worktree came back from the engine-api channel incomplete (set by the CLI stage, contract R245). */
+  | "sandbox-copy-back"
   /** The doc-bridge bridge's record differs from the transcript's doc-bridge calls (set by the CLI stage, contract R40). */
   | "doc-bridge-record";
 

@@ -53,7 +53,7 @@ export async function probeCliImage(
     throw new RefusalError(`image ${o.image} reports claude ${probed.version}, but ${o.expectedCliVersion} is expected (--cli-version); nothing was charged`);
   }
   useRunProfile(probed, o.image, o.expectedCliVersion);
-  const channel = await sandboxChannel(runtime, probed.imageId, o);
+  const channel = await chooseSandboxChannel(runtime, probed.imageId, o);
   const { isolation, gateway, modelApiSocket, docBridge } = o.route;
   const ociRuntime = await resolveOciRuntime(runtime, engine, {
     name: o.runtimeName,
@@ -72,13 +72,14 @@ export async function probeCliImage(
 }
 
 /**
- * How the units' sandboxes get their content and reach the runner's sockets (contract R244): the
+ * How the units' sandboxes (a study's attempts, the adjudicator's items, session calls and their
+ * test commands) get their content and reach the runner's sockets (contract R244): the
  * channel asked for (`--sandbox-channel`), else the files probe's answer: host-paths when the
  * engine sees the runner's files, engine-api when it does not. What the engine-api channel cannot
  * carry is refused here, before anything is reserved: a login copy (written back through a host
  * folder) and a model API socket the runner does not meter.
  */
-async function sandboxChannel(runtime: ContainerRuntime, imageId: string, o: { runId: string; route: UnitRoute; channel?: SandboxChannel }): Promise<SandboxChannel> {
+export async function chooseSandboxChannel(runtime: ContainerRuntime, imageId: string, o: { runId: string; route: UnitRoute; channel?: SandboxChannel }): Promise<SandboxChannel> {
   const filesProblem = o.channel === "engine-api" ? null : await runnerFilesProblem(runtime, imageId, runnerLabels(o.runId, "probe"));
   const channel = o.channel ?? (filesProblem ? "engine-api" : "host-paths");
   if (channel === "host-paths") {

@@ -434,6 +434,12 @@ async function settleServices(
     const kept = await input.session.collect(await services.channel!.finish());
     // A call the runner cut short has its own status; one that ran its course must hand its session on.
     if (!cutByRunner) facts.setupProblems.push(...kept.map((p) => `session files: ${p}`));
+    // Its worktree too: a copy that came back incomplete left the runner's copy as it was (contract R245).
+    const worktree = raw.copyBackProblems ?? [];
+    if (worktree.length > 0 && !cutByRunner) {
+      facts.setupProblems.push(...worktree.map((p) => `worktree: ${p}`));
+      facts.setupProblemCodes.push("sandbox-copy-back");
+    }
   }
   const gateway = home.attemptGateway ? await settleGateway(home.attemptGateway, input.gateway!, facts, cutByRunner) : undefined;
   return { mcp, egress, gateway };

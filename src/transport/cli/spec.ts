@@ -234,7 +234,7 @@ export function attemptSandboxSpec(input: AttemptContainerInput, reach: (endpoin
     user: CONTAINER.user,
     workingDir: CONTAINER.workspace,
     ...(input.writableWorkspace
-      ? { worktree: { folder: input.exportDir, target: CONTAINER.workspace, readOnly: false } }
+      ? { worktree: { folder: input.exportDir, target: CONTAINER.workspace, readOnly: false }, userFolder: IMAGE_LAYOUT.home }
       : { workspace: treeFromFolder(CONTAINER.workspace, input.exportDir, input.exportHash) }),
     staged: { folder: input.homeDir, target: loginTarget, readOnly: input.loginReadOnly === true },
     // In this order: the session channel, the doc-bridge, the model API, the egress proxy.
