@@ -117,6 +117,12 @@ export function addSessionCommands(program: import("commander").Command, setExit
         "'gateway' (default: the login stays on the host, each call's container holds a placeholder, has no network and reaches the API only through the runner's metering gateway; the login folder is mounted read-only) or 'login-copy' (each call's container gets a copy of the CLI login, and a refreshed login is written back; the default with --model-api-socket)",
       )
       .option("--oauth-token-file <file>", "--credentials gateway: a file holding a long-lived token made with `claude setup-token` (default: $CLAUDE_CODE_OAUTH_TOKEN, else the host CLI login)")
+      .addOption(
+        new Option(
+          "--sandbox-channel <channel>",
+          "how the calls' and test commands' containers get their files and reach the runner's sockets: 'host-paths' (the worktree and sockets of this machine bound in; the engine must see them) or 'engine-api' (the worktree copied in and back and the sockets carried as streams over the engine's API alone; needs --credentials gateway) (default: the preflight's probe decides; recorded in the session ledger)",
+        ).choices(["host-paths", "engine-api"]),
+      )
       .option("--quiet", "no progress lines on stderr");
   const sessions = program
     .command("sessions")

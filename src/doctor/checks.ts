@@ -222,7 +222,7 @@ export async function checkClaudeVersion(runtime: ContainerRuntime, image: strin
 
 /**
  * Whether the engine sees the runner's folders by path (contract R200), the run's own probe, and so
- * the channel a study's attempts take when `--sandbox-channel` does not say (contract R244).
+ * the channel the attempts, the adjudicator and session calls take when `--sandbox-channel` does not say (contract R244).
  */
 export async function checkEngineFiles(runtime: ContainerRuntime, image: string, labels: Record<string, string>): Promise<Check> {
   let problem: string | null;
@@ -234,7 +234,7 @@ export async function checkEngineFiles(runtime: ContainerRuntime, image: string,
   if (problem) {
     return pass(
       "engine-files",
-      `channel engine-api: ${problem}. Study attempts and the adjudicator get their content copied in and reach the runner's sockets as streams over the engine's API (--credentials gateway only); session tasks and --credentials login-copy need the engine's own host or a local engine`,
+      `channel engine-api: ${problem}. Study attempts, the adjudicator and session tasks get their content copied in (and a session's worktree copied back) and reach the runner's sockets as streams over the engine's API (--credentials gateway only); --credentials login-copy needs the engine's own host or a local engine`,
     );
   }
   return pass("engine-files", "channel host-paths: the engine sees this machine's files (a probe container's bind of a runner folder was accepted): attempts reach their files and sockets by path");

@@ -141,7 +141,7 @@ export async function runnerFilesProblem(runtime: ContainerRuntime, image: strin
     return (
       `the Docker engine cannot see this machine's files: it refused a container's bind of the runner's folder ${dir} (${message.slice(0, 300)}). ` +
       "The host-paths channel reaches the export, HOME, login and the runner's sockets through such folders, so it needs the runner where the engine's files are: " +
-      "on the engine's own host (for a remote engine, run study-runner there), or with a local engine; study attempts and the adjudicator run over the engine's API alone instead (--sandbox-channel engine-api, contract R244), session tasks not yet (docs/pilot.md, \"What you need\")"
+      "on the engine's own host (for a remote engine, run study-runner there), or with a local engine; study attempts, the adjudicator and session tasks run over the engine's API alone instead (--sandbox-channel engine-api, contract R244) (docs/pilot.md, \"What you need\")"
     );
   } finally {
     await rmdir(dir).catch(() => undefined);

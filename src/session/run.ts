@@ -180,7 +180,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
 }
 
 /**
- * The channel every container of a pass runs on (contract R244, R245): `--sandbox-channel`, else
+ * The channel every container of a pass runs on (contract R244, R247): `--sandbox-channel`, else
  * the files probe's answer, refused before anything is reserved when it cannot carry the calls
  * (the login-copy mode on engine-api). Chosen again at every resume: the engine may have changed.
  */

@@ -15,8 +15,8 @@ import { maskedFolders, SECOND_ENGINE_DIR, startSecondEngine } from "../support/
  * An engine that does not share the runner's files (a second dockerd in a mount namespace of its
  * own, tests/support/second-engine.ts). The preflight finds out by a probe that such an engine
  * cannot see them: a study and its adjudication then run over the engine's API alone (the
- * engine-api channel: content copied in, sockets carried as streams), and what that channel does
- * not carry yet (session tasks) is refused before anything is reserved.
+ * engine-api channel: content copied in, sockets carried as streams), and so do session tasks,
+ * their worktrees copied in and back.
  */
 
 const TINY_IMAGE = "study-runner-test/files-probe:1";
@@ -97,18 +97,29 @@ describe("an engine that does not share the runner's files", () => {
     expect((await engine.listVolumes({ filters: { label: [LABELS.run] } })).Volumes ?? []).toEqual([]);
   }, 600_000);
 
-  // contract: R200
-  it("`demo --sessions` is refused the same way, and `doctor` names the engine-api channel", async () => {
+  // contract: R200, R245, R247
+  it("`demo --sessions` on it runs over the engine's API alone: questions, scripted answers, resumes and tests, exit 0; `doctor` names the engine-api channel", async () => {
     const workdir = join(work, "sessions");
     const sessions = await runCli(["demo", "--sessions", "--quiet", "--workdir", workdir], { env: { DOCKER_HOST: host }, timeoutMs: 600_000 });
-    expect(sessions.code, sessions.stderr).toBe(2);
-    expect(sessions.stderr).toMatch(/cannot see this machine's files/);
+    expect(sessions.code, sessions.stderr).toBe(0);
+    const name = (await readdir(join(workdir, "ledgers"))).find((n) => /^sessions-.*\.json$/.test(n))!;
+    const ledger = JSON.parse(await readFile(join(workdir, "ledgers", name), "utf8"));
+    // The probe chose the channel: the engine cannot see the worktree, so it was copied in and back.
+    expect(ledger.sandbox).toEqual({ provider: "docker", channel: "engine-api", endpoint: host, os: "linux", arch: expect.any(String) });
+    expect(ledger.status).toBe("finished");
+    expect(ledger.sessions.map((s: { state: string; calls: Array<{ resultStatus: string }>; test: { exitCode: number } }) => [s.state, s.calls.map((c) => c.resultStatus), s.test.exitCode])).toEqual([
+      ["done", ["question", "done"], 0],
+      ["done", ["question", "done"], 0],
+    ]);
+    // Nothing of the sessions is left on that engine: no container, no volume.
     expect(await engine.listContainers({ all: true, filters: { label: [LABELS.run] } })).toEqual([]);
+    expect((await engine.listVolumes({ filters: { label: [LABELS.run] } })).Volumes ?? []).toEqual([]);
     // The fake image the pilot above built on that engine.
     const doctor = await runCli(["doctor", "--transport", "cli", "--image", FAKE_IMAGE], { env: { DOCKER_HOST: host } });
     const line = doctor.stdout.split("\n").find((l) => l.includes("engine-files"));
     expect(line, doctor.stdout).toMatch(/channel engine-api: the Docker engine cannot see this machine's files/);
-    expect(doctor.stdout).toMatch(/session tasks and --credentials login-copy need the engine's own host or a local engine/);
+    expect(line).toMatch(/session tasks get their content copied in \(and a session's worktree copied back\)/);
+    expect(line).toMatch(/--credentials login-copy needs the engine's own host or a local engine/);
   }, 600_000);
 });
 

@@ -298,6 +298,7 @@ export interface SessionRuntimeConfig {
   oauthTokenFile?: string;
   claudeConfigDir?: string;
   isolation: "standard" | "offline";
+  sandboxChannel?: "host-paths" | "engine-api";
   modelApi?: { socketPath: string };
   fake?: { behaviourFile?: string; recordsDir?: string };
 }
@@ -319,6 +320,7 @@ export function parseSessionRuntimeFlags(flags: SessionRuntimeFlags): SessionRun
     oauthTokenFile: flags.oauthTokenFile,
     claudeConfigDir: flags.claudeConfigDir,
     isolation,
+    ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
     ...(standIns?.modelApi ? { modelApi: standIns.modelApi } : {}),
     ...(standIns?.fake ? { fake: standIns.fake } : {}),
   };

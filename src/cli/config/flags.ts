@@ -206,6 +206,7 @@ const SESSION_RUNTIME = {
   isolation: optional(value),
   credentials: optional(value),
   oauthTokenFile: optional(value),
+  sandboxChannel: optional(choice(SANDBOX_CHANNELS)),
   quiet: optional(toggle),
 };
 const SESSION_STAND_INS = ["modelApiSocket", ...FAKE_STAND_INS] as const;
