@@ -112,8 +112,9 @@ describe("an engine that does not share the runner's files", () => {
       ["done", ["question", "done"], 0],
     ]);
     // Nothing of the sessions is left on that engine: no container, no volume.
-    expect(await engine.listContainers({ all: true, filters: { label: [LABELS.run] } })).toEqual([]);
-    expect((await engine.listVolumes({ filters: { label: [LABELS.run] } })).Volumes ?? []).toEqual([]);
+    const run = [`${LABELS.run}=${ledger.runId}`];
+    expect(await engine.listContainers({ all: true, filters: { label: run } })).toEqual([]);
+    expect((await engine.listVolumes({ filters: { label: run } })).Volumes ?? []).toEqual([]);
     // The fake image the pilot above built on that engine.
     const doctor = await runCli(["doctor", "--transport", "cli", "--image", FAKE_IMAGE], { env: { DOCKER_HOST: host } });
     const line = doctor.stdout.split("\n").find((l) => l.includes("engine-files"));

@@ -65,26 +65,26 @@ describe("a worktree copied back from the engine (contract R245)", () => {
   });
 
   // contract: R245
-  it.each<[string, Entry[], RegExp]>([
-    ["a name that leaves the folder", [{ path: "workspace/../escaped", body: "x" }], /not a plain relative name/],
-    [
-      "an entry beneath a link",
+  it("keeps the runner's copy as it was and names the problem: a name that leaves it, an entry beneath a link, a special file, too many bytes or entries", async () => {
+    const cases: Array<[Entry[], RegExp]> = [
+      [[{ path: "workspace/../escaped", body: "x" }], /not a plain relative name/],
       [
-        { path: "workspace/out", type: "symlink", linkname: "/tmp" },
-        { path: "workspace/out/x", body: "x" },
+        [
+          { path: "workspace/out", type: "symlink", linkname: "/tmp" },
+          { path: "workspace/out/x", body: "x" },
+        ],
+        /beneath a symbolic link/,
       ],
-      /beneath a symbolic link/,
-    ],
-    ["a special file", [{ path: "workspace/pipe", type: "fifo" }], /a fifo, not a regular file/],
-    ["more bytes than the bound", [{ path: "workspace/big", body: "x".repeat(2048) }], /past the bound of 1024 bytes/],
-  ])("keeps the runner's copy as it was and names the problem: %s", async (_what, entries, problem) => {
-    const problems = await replaceFromArchive(archive([{ path: "workspace/", type: "directory" }, { path: "workspace/src/a.js", body: "after\n" }, ...entries]), worktree, {
-      bytes: 1024,
-      entries: 100,
-    });
-    expect(problems.join("\n")).toMatch(problem);
-    expect(await readFile(join(worktree, "src", "a.js"), "utf8")).toBe("before\n");
-    expect(await readFile(join(worktree, "gone.txt"), "utf8")).toBe("deleted by the agent\n");
-    expect((await readdir(work)).sort()).toEqual(["worktree"]);
+      [[{ path: "workspace/pipe", type: "fifo" }], /a fifo, not a regular file/],
+      [[{ path: "workspace/big", body: "x".repeat(2048) }], /past the bound of 1024 bytes/],
+      [Array.from({ length: 5 }, (_, k) => ({ path: `workspace/f${k}`, body: "x" })), /past the bound of 4 entries/],
+    ];
+    for (const [entries, problem] of cases) {
+      const problems = await replaceFromArchive(archive([{ path: "workspace/", type: "directory" }, ...entries]), worktree, { bytes: 1024, entries: 4 });
+      expect(problems.join("\n")).toMatch(problem);
+      expect(await readFile(join(worktree, "src", "a.js"), "utf8")).toBe("before\n");
+      expect(await readFile(join(worktree, "gone.txt"), "utf8")).toBe("deleted by the agent\n");
+      expect((await readdir(work)).sort()).toEqual(["worktree"]);
+    }
   });
 });
