@@ -348,10 +348,10 @@ async function startRelay(
     memoryBytes: 256 * 1024 * 1024,
     labels: spec.labels,
     openStdin: true,
-    // The engine's default runtime, not the attempt's: under runsc (--host-uds=open) a socket the
-    // relay made would live in its own sandbox, out of the attempt's reach, and the attached
-    // relay's start never returned (measured). Made by runc, the sockets are the engine host's own,
-    // which a runsc attempt opens as it opens the runner's on a local engine (contract R246).
+    // The engine's default runtime, not the attempt's: under runsc (--host-uds=open) the attached
+    // relay's start never returned, and a socket made in a volume inside gVisor is not there for
+    // any other container (ENOENT; both measured). Made by runc, the sockets are the engine host's
+    // own, which a runsc attempt opens as it opens the runner's on a local engine (contract R246).
   });
   made.containers.push(id);
   const stdio = await runtime.attachStdio(id);
