@@ -1,4 +1,4 @@
-import { mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { access, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
@@ -8,6 +8,8 @@ import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { buildImage, runnerFilesProblem } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
+import { writeTestLogin } from "../../src/demo/setup.ts";
+import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { runCli } from "../support/cli.ts";
 import { maskedFolders, SECOND_ENGINE_DIR, startSecondEngine } from "../support/second-engine.ts";
 
@@ -92,10 +94,28 @@ describe("an engine that does not share the runner's files", () => {
     expect(ledger.sandbox).toEqual({ provider: "docker", channel: "engine-api", endpoint: host, os: "linux", arch: expect.any(String) });
     expect(ledger.observations.map((o: { status: string }) => o.status)).toEqual(["completed", "completed"]);
     expect(ledger.observations.find((o: { arm: string }) => o.arm === "mcp").mcp.toolCalls.length).toBeGreaterThan(0);
-    // Nothing of the run is left on that engine: no container, no volume.
-    expect(await engine.listContainers({ all: true, filters: { label: [LABELS.run] } })).toEqual([]);
-    expect((await engine.listVolumes({ filters: { label: [LABELS.run] } })).Volumes ?? []).toEqual([]);
+    // Nothing of the run is left on that engine: no container, no volume (other files' runs may share the engine).
+    const run = [`${LABELS.run}=${ledger.runId}`];
+    expect(await engine.listContainers({ all: true, filters: { label: run } })).toEqual([]);
+    expect((await engine.listVolumes({ filters: { label: run } })).Volumes ?? []).toEqual([]);
   }, 600_000);
+
+  // contract: R244
+  it("refuses `run --credentials login-copy` on it with exit 2 before anything is reserved, naming the gateway", async () => {
+    const corpus = join(work, "demo", "corpus");
+    const loginDir = join(work, "login-copy");
+    await writeTestLogin(loginDir);
+    const output = join(work, "login-copy-ledger.json");
+    const roots = (await readdir(corpus)).flatMap((name) => ["--root", `${name}=${join(corpus, name)}`]);
+    const argv = ["run", "--manifest", DEMO_MANIFEST, "--pilot", "--approve-budget", "--quiet", "--transport", "cli", "--credentials", "login-copy", "--isolation", "offline"];
+    const r = await runCli([...argv, "--image", FAKE_IMAGE, "--claude-config-dir", loginDir, "--output", output, ...roots], {
+      env: { DOCKER_HOST: host, STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" },
+    });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(/login-copy/);
+    expect(r.stderr).toMatch(/--credentials gateway/);
+    await expect(access(output)).rejects.toThrow(/ENOENT/);
+  }, 180_000);
 
   // contract: R200, R245, R247
   it("`demo --sessions` on it runs over the engine's API alone: questions, scripted answers, resumes and tests, exit 0; `doctor` names the engine-api channel", async () => {
