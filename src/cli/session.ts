@@ -112,6 +112,7 @@ export function addSessionCommands(program: import("commander").Command, setExit
       .addOption(new Option("--model-api-socket <path>", "tests and the demo: a Messages API on this host unix socket (the scripted API); implies --isolation offline").hideHelp())
       .addOption(new Option("--fake-behaviour <file>", "tests and the demo: behaviour file of the fake claude image").hideHelp())
       .addOption(new Option("--fake-records <dir>", "tests: folder where the fake claude image writes its records").hideHelp())
+      .addOption(new Option("--test-login-lock-stale-ms <ms>", "tests: after how long a dead runner's login lock is taken over (default 30 s, at least 2 s)").hideHelp())
       .option(
         "--credentials <mode>",
         "'gateway' (default: the login stays on the host, each call's container holds a placeholder, has no network and reaches the API only through the runner's metering gateway; the login folder is mounted read-only) or 'login-copy' (each call's container gets a copy of the CLI login, and a refreshed login is written back; the default with --model-api-socket)",

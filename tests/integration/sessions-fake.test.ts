@@ -553,7 +553,22 @@ describe("a session ledger proves itself", () => {
     const c = await config(await manifest(["x"]), b);
     const pids: number[] = [];
     const cli = (args: string[], env: Record<string, string> = {}) => runCli(args, { env: { STUDY_MODEL: MODEL, ...env }, timeoutMs: 240_000, onSpawn: (pid) => pids.push(pid) });
-    const runtimeArgs = ["--claude-config-dir", loginDir, "--isolation", "offline", "--credentials", "login-copy", "--fake-behaviour", b, "--fake-records", c.fake!.recordsDir!, "--quiet"];
+    // The killed runner's login lock is taken over after 2 s instead of 30 s: `resume` waits that long for it.
+    const fastStale = ["--test-login-lock-stale-ms", "2000"];
+    const runtimeArgs = [
+      "--claude-config-dir",
+      loginDir,
+      "--isolation",
+      "offline",
+      "--credentials",
+      "login-copy",
+      "--fake-behaviour",
+      b,
+      "--fake-records",
+      c.fake!.recordsDir!,
+      "--quiet",
+      ...fastStale,
+    ];
     const killed = await cli(startArgv(c, runtimeArgs), { STUDY_RUNNER_TEST_KILL_AT: "during-attempt" });
     expect(killed.code).not.toBe(0);
     const open = await readSessionLedger(c.output);

@@ -125,10 +125,18 @@ describe("the stand-ins", () => {
   });
 
   // contract: R212
+  it("a session command takes a dead runner's login lock over sooner only when --test-login-lock-stale-ms says so, its value checked", () => {
+    expect(parseSessionRuntimeFlags({ isolation: "offline", fakeBehaviour: "b.json", testLoginLockStaleMs: "2000" })).toMatchObject({ loginLockStaleMs: 2000 });
+    expect(() => parseSessionRuntimeFlags({ isolation: "offline", testLoginLockStaleMs: "soon" })).toThrow("--test-login-lock-stale-ms must be a positive whole number, got 'soon'");
+    expect(COMMAND_FLAGS.resume.standIns).toContain("testLoginLockStaleMs");
+  });
+
+  // contract: R212
   it("are never set on a production path: a command given only visible flags has none", async () => {
     const problems: string[] = [];
     expect(parseStandIns({ manifest: "m.json", transport: "cli", output: "o.json", quiet: true }, problems)).toBeUndefined();
     expect(parseSessionRuntimeFlags({ isolation: "standard" })).not.toHaveProperty("fake");
+    expect(parseSessionRuntimeFlags({ isolation: "standard" })).not.toHaveProperty("loginLockStaleMs");
     const env = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" };
     const execution = await parseRunExecution({ manifest: "m.json", transport: "cli", pilot: true, approveBudget: true, output: resolve("/tmp/sr-unit-config-none.json") }, env, [], new Map());
     for (const key of ["fake", "modelApi", "gatewayUpstream", "apiBaseUrl", "timeoutMs", "loginLockTimeoutMs", "loginLockStaleMs", "memoryBytes", "homeBytes"]) {

@@ -64,6 +64,7 @@ export async function credentialOptions(flags: Pick<CredentialFlags, "oauthToken
     ...(flags.oauthTokenFile !== undefined ? { oauthTokenFile: resolve(flags.oauthTokenFile) } : {}),
     ...(gatewayUpstream ? { gatewayUpstream } : {}),
     ...(standIns?.fake ? { fake: standIns.fake } : {}),
+    ...(standIns?.loginLockStaleMs !== undefined ? { loginLockStaleMs: standIns.loginLockStaleMs } : {}),
   };
 }
 
@@ -301,6 +302,8 @@ export interface SessionRuntimeConfig {
   sandboxChannel?: "host-paths" | "engine-api";
   modelApi?: { socketPath: string };
   fake?: { behaviourFile?: string; recordsDir?: string };
+  /** After how long a dead runner's login lock is taken over (a stand-in; default 30 s). */
+  loginLockStaleMs?: number;
 }
 
 /** The session runtime flags; throws naming the flag. */
@@ -323,6 +326,7 @@ export function parseSessionRuntimeFlags(flags: SessionRuntimeFlags): SessionRun
     ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
     ...(standIns?.modelApi ? { modelApi: standIns.modelApi } : {}),
     ...(standIns?.fake ? { fake: standIns.fake } : {}),
+    ...(standIns?.loginLockStaleMs !== undefined ? { loginLockStaleMs: standIns.loginLockStaleMs } : {}),
   };
 }
 

@@ -209,7 +209,7 @@ const SESSION_RUNTIME = {
   sandboxChannel: optional(choice(SANDBOX_CHANNELS)),
   quiet: optional(toggle),
 };
-const SESSION_STAND_INS = ["modelApiSocket", ...FAKE_STAND_INS] as const;
+const SESSION_STAND_INS = ["modelApiSocket", ...FAKE_STAND_INS, "testLoginLockStaleMs"] as const;
 
 const SESSIONS_START = command(
   {
