@@ -6,7 +6,7 @@
  * through the shipped command on the real Docker engine.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, utimes } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { runCli } from "../support/cli.ts";
@@ -86,7 +86,19 @@ describe("signals and orphans", () => {
       expect(ledger.budget.spentUsd).toBeGreaterThanOrEqual(RESERVATION_USD);
 
       // The next run, on the same login (whose lock the dead run still holds) and the same TMPDIR.
-      const next = await runPipeline(p, { loginDir, tmp: killed.tmp });
+      // The dead run's lock is kept fresh, as a runner that died a moment ago leaves it, until the next
+      // run says it waits for it; then it goes stale, which the next run sees after its 5 s.
+      const nextRun = await prepareRun(p, { loginDir, tmp: killed.tmp, args: ["--test-login-lock-stale-ms", "5000"] });
+      const nextStarted = startPipeline(nextRun);
+      let nextEnded = false;
+      void nextStarted.done.then(() => (nextEnded = true));
+      const lockDir = join(loginDir, ".credentials.json.lock");
+      while (!nextEnded && !nextStarted.output().stderr.includes("waiting for the CLI login")) {
+        const now = new Date();
+        await utimes(lockDir, now, now);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+      const next = await nextStarted.done;
       expect(next.code, next.stderr).toBe(0);
       // It says what it waits for instead of going silent until the dead run's lock is stale.
       expect(next.stderr).toMatch(/study-runner: waiting for the CLI login \(held by run run-[^,]+, pid \d+/);
