@@ -4,7 +4,7 @@ import type { GeneratedPriceTable, ModelPrices, TierPrices } from "./price-types
 
 /**
  * The CLI's own list prices (its `costBasis: "list"`), USD per million tokens, as measured from
- * the binary of the run's CLI version (the conformance suite's measure-prices.ts): the real CLI,
+ * the binary of the run's CLI version (`study-runner calibrate`, src/calibrate/prices.ts): the real CLI,
  * a scripted Messages API returning chosen usage, the CLI's running and final `total_cost_usd`
  * read back. The numbers live only in the version's calibration profile (contract R220); the
  * conformance suite re-measures a sample of rows on every run (tests/conformance/prices.test.ts).

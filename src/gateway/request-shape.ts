@@ -3,7 +3,7 @@ import { jsonPath, type JsonValue } from "../util/strict-json.ts";
 
 /**
  * The shape of the requests the pinned CLI sends, measured on the real binary (every scenario the
- * runner uses; the conformance suite's measure scripts) and kept in the version's calibration
+ * runner uses; `study-runner calibrate`, src/calibrate/) and kept in the version's calibration
  * profile (contract R220). The gateway admits a request only when it fits: its method, path
  * and query are a measured triple, each header name was measured, each `anthropic-beta` value was
  * measured, and its body fits the measured body shape. Nothing is listed as bad: whatever the

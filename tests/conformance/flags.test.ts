@@ -7,7 +7,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildPrompt, cliArguments, expectedInitTools, EMPTY_MCP_CONFIG } from "../../src/claude/args.ts";
-import { probeSpec } from "../../src/image/build.ts";
+import { claudeInImage as runClaudeInImage } from "../../src/calibrate/help.ts";
 import { containerMcpConfig } from "../../src/mcp/bridge.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { checkFlags } from "../../src/calibrate/flags.ts";
@@ -16,21 +16,7 @@ import { messageRequests, MODEL, prepareCorpus, realImage, runConformanceStudy, 
 import { pilotScripts } from "./scripts.ts";
 
 /** Runs the image's `claude <args>` in a throwaway container with the probe's hardening; returns stdout. */
-async function claudeInImage(image: string, args: string[]): Promise<{ exitCode: number; stdout: string }> {
-  const id = await runtime.create({ ...probeSpec(image, { "study-runner.test": "conformance-help" }), cmd: args });
-  try {
-    const { stdout } = await runtime.attach(id);
-    const chunks: Buffer[] = [];
-    stdout.on("data", (d: Buffer) => chunks.push(d));
-    const ended = new Promise((r) => stdout.on("end", r));
-    await runtime.start(id);
-    const exit = await runtime.wait(id);
-    await ended;
-    return { exitCode: exit.exitCode, stdout: Buffer.concat(chunks).toString("utf8") };
-  } finally {
-    await runtime.remove(id);
-  }
-}
+const claudeInImage = (image: string, args: string[]) => runClaudeInImage(runtime, image, args, { "study-runner.test": "conformance-help" });
 
 interface HelpFlag {
   takesValue: boolean;

@@ -4,11 +4,13 @@
  * start and resume) is run twice with the runner's own arguments, container and gateway, and the
  * init it writes must equal the generated data field for field, with only the fields that vary per
  * run left out. A new CLI version, or a change of the arguments that changes the init, fails here
- * until `node --import tsx tests/conformance/measure-init.ts --write` regenerates the data.
+ * until the profile is calibrated again
+ * (`study-runner calibrate`, docs/conformance.md).
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { expectedInit, INIT_KINDS, varyingFields } from "../../src/claude/init-expectation.ts";
-import { generatedFrom, measureInits, REGENERATE_INIT_COMMAND, type MeasuredInit } from "./measure-init.ts";
+import { generatedFrom, type MeasuredInit } from "../../src/calibrate/init.ts";
+import { measureInits, RECALIBRATE_COMMAND } from "./measure.ts";
 import { activeProfile } from "../../src/profile/load.ts";
 
 const GENERATED_INIT_EVENTS = activeProfile().initEvents;
@@ -31,7 +33,7 @@ describe("the measured init of every kind of run (contract R125)", () => {
     console.log(`init kinds measured: ${measured.map((m) => `${m.kind} ${m.status}`).join(", ")}`);
     expect(problems).toEqual([]);
     for (const kind of INIT_KINDS) {
-      expect(data.kinds[kind], `${kind} differs from the profile; regenerate with ${REGENERATE_INIT_COMMAND}`).toEqual(GENERATED_INIT_EVENTS.kinds[kind]);
+      expect(data.kinds[kind], `${kind} differs from the profile; regenerate with ${RECALIBRATE_COMMAND}`).toEqual(GENERATED_INIT_EVENTS.kinds[kind]);
     }
   });
 

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { cliPrices } from "../../src/cost/prices.ts";
 import { ensureClaudeBinary } from "../../src/image/install.ts";
-import { candidateModels } from "./measure-prices.ts";
+import { candidateModels } from "../../src/calibrate/prices.ts";
 import { activeProfile } from "../../src/profile/load.ts";
 
 const GENERATED_PRICE_TABLE = activeProfile().prices;

@@ -3,14 +3,14 @@
  * a sample of rows (the answering model with its two tiers and bisected boundary, the default
  * adjudicator model whose rates must stay flat up to the search limit, cache writes of both
  * TTLs in each) and one alias. Any difference from the pin's calibration profile (src/profile/) fails.
- * Regenerate the table with the command it names when the pin moves.
+ * Measured again by `study-runner calibrate` when the pin moves.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEFAULT_ADJUDICATOR_MODELS } from "../../src/cost/models.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
-import { probeEnv, rowOf, TOLERANCE_USD_PER_TOKEN, twoAtATime } from "./measure-prices.ts";
-import { measureModel, SEARCH_LIMIT, worstPerTokenError, type ModelMeasurement } from "./price-probe.ts";
-import { MODEL } from "./support.ts";
+import { probeEnv, rowOf, TOLERANCE_USD_PER_TOKEN, twoAtATime } from "../../src/calibrate/prices.ts";
+import { measureModel, SEARCH_LIMIT, worstPerTokenError, type ModelMeasurement } from "../../src/calibrate/price-probe.ts";
+import { MODEL, realImage, runtime } from "./support.ts";
 import { activeProfile } from "../../src/profile/load.ts";
 
 const GENERATED_PRICE_TABLE = activeProfile().prices;
@@ -21,7 +21,7 @@ const measured = new Map<string, ModelMeasurement>();
 let env: Awaited<ReturnType<typeof probeEnv>>;
 
 beforeAll(async () => {
-  env = await probeEnv();
+  env = await probeEnv(runtime, (await realImage()).tag);
   const runs = await twoAtATime([...SAMPLE, ALIAS], (m) => measureModel(env, m));
   for (const r of runs) measured.set(r.model, r);
 }, 300_000);

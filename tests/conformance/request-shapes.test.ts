@@ -1,17 +1,18 @@
 /**
  * The generated request shapes against the REAL Claude Code 2.1.296, re-measured on every run in
- * every scenario the runner uses (tests/conformance/measure-requests.ts: the study pilot of both
+ * every scenario the runner uses (src/calibrate/scenarios.ts, as `study-runner calibrate` runs them: the study pilot of both
  * arms, the adjudicator, sessions with a resume): what the binary sends must be exactly what
  * the pin's calibration profile (src/profile/) holds, and every request it sent must pass the gateway's
  * own checks. A new CLI version, or a change in how the runner drives it, fails here first;
- * regenerate with the command the file names.
+ * calibrate again (docs/conformance.md, "Moving the pin").
  */
 import { beforeAll, describe, expect, it } from "vitest";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { headerProblem, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
 import type { RecordedRequest } from "../../src/stand-ins/scripted-api/server.ts";
 import type { JsonValue } from "../../src/util/strict-json.ts";
-import { measureRequests, SCENARIOS, shapesOf } from "./measure-requests.ts";
+import { SCENARIOS, shapesOf } from "../../src/calibrate/requests.ts";
+import { measureRequests } from "./measure.ts";
 import { activeProfile } from "../../src/profile/load.ts";
 
 const CLI_REQUEST_SHAPES = activeProfile().requestShapes;

@@ -10,38 +10,22 @@
  * network none, relay on 127.0.0.1 inside) for a scenario that must bypass the gateway and says
  * why. Nothing here reaches a network or spends money.
  */
-import { chmod, lstat, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { lstat, readdir, readFile } from "node:fs/promises";
 import Docker from "dockerode";
-import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Writable } from "node:stream";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { realClaudeImage } from "../support/real-claude-image.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
-import { startScriptedApi, type ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
-import type { ScriptInput } from "../../src/stand-ins/scripted-api/script.ts";
-import { makeDemoCorpus } from "../../src/demo/corpus.ts";
-import { writeTestLogin } from "../../src/demo/setup.ts";
-import { buildIndex } from "../../src/mcp/reference-server.ts";
-import { loadManifest } from "../../src/manifest/load.ts";
-import { planStudy, type PlannedAttempt } from "../../src/plan/plan.ts";
-import type { Arm } from "../../src/terms/terms.ts";
-import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
-import { runStudy, type StudyConfig } from "../../src/study/run.ts";
-import type { StudySummary } from "../../src/study/summary.ts";
-import { readLedger } from "../../src/ledger/store.ts";
+import type { ScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
+import { MODEL, runPilotStudy, TEST_TOKEN, type DirectApi, type StudyApi, type StudyRun, type StudyRunOptions as CalibrationRunOptions } from "../../src/calibrate/env.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
-import { DEMO_MANIFEST } from "../../src/util/paths.ts";
-import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { Gateway, type GatewayRecord, type GatewayRequestRecord } from "../../src/gateway/gateway.ts";
 import { stagePlaceholderLogin } from "../../src/gateway/credential.ts";
 import type { PerMessageUsage, TranscriptFacts } from "../../src/transcript/reader.ts";
 
-/** The pinned model of the protocol; the scripted API echoes the requested model. */
-export const MODEL = "claude-haiku-5-5";
-/** The test login's token: a placeholder that authenticates nothing. */
-export const TEST_TOKEN = "test-access-token-not-a-real-credential";
+export { MODEL, TEST_TOKEN, prepareCorpus, startApi, startStudyApi, type Corpus, type ScriptedApiOptions, type StudyApi, type StudyRun } from "../../src/calibrate/env.ts";
+export type ConformanceApi = DirectApi;
 
 export const runtime = new DockerRuntime();
 const docker = new Docker();
@@ -51,164 +35,26 @@ export function realImage(): Promise<{ tag: string; id: string }> {
   return realClaudeImage(runtime);
 }
 
-export interface Corpus {
-  work: string;
-  roots: Map<string, string>;
-  /** Folder holding the test login's .credentials.json (what --claude-config-dir names). */
-  loginDir: string;
-  cleanup(): Promise<void>;
-}
-
-/** The demo corpus at its pins, a doc-bridge index per checkout, and a test login. */
-export async function prepareCorpus(name: string): Promise<Corpus> {
-  const work = await mkdtemp(join(tmpdir(), `sr-conf-${name}-`));
-  const corpus = await makeDemoCorpus(join(work, "corpus"));
-  for (const { dir } of Object.values(corpus)) await buildIndex(dir);
-  const loginDir = join(work, "login");
-  await writeTestLogin(loginDir, TEST_TOKEN);
-  return {
-    work,
-    roots: new Map(Object.entries(corpus).map(([n, { dir }]) => [n, dir])),
-    loginDir,
-    cleanup: () => rm(work, { recursive: true, force: true }),
-  };
-}
-
-export type ConformanceApi = ScriptedApi & { socketPath: string };
-
-/** What a conformance test may ask of the scripted API: whole request bodies, a hook on each request (while its attempt waits for the reply). */
-export type ScriptedApiOptions = Pick<Parameters<typeof startScriptedApi>[0], "recordBodies" | "onRequest">;
-
-/** A scripted API on a socket in a folder of its own, which uid 1000 in the container may enter. */
-export async function startApi(script: ScriptInput | readonly ScriptInput[], options: ScriptedApiOptions = {}): Promise<ConformanceApi> {
-  const dir = await mkdtemp(join(tmpdir(), "sr-conf-api-"));
-  await chmod(dir, 0o755);
-  const api = await startScriptedApi({ socketPath: join(dir, "api.sock"), script, recordBodies: options.recordBodies, onRequest: options.onRequest });
-  return {
-    ...api,
-    socketPath: api.socketPath!,
-    requests: api.requests,
-    claims: api.claims,
-    close: async () => {
-      await api.close();
-      await rm(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-let testCa: TestCa | undefined;
-
-/** The scripted API as a study run here reaches it: through the gateway unless the scenario says why not. */
-export type StudyApi = ScriptedApi & ({ route: "gateway"; gateway: { url: string; ca: string } } | { route: "direct"; socketPath: string });
-
-/**
- * The scripted API for runConformanceStudy: by default on a loopback TLS port, the upstream of the
- * runner's gateway, so the run meters every reply and holds it to the transcript (a difference is
- * invalid-setup). `direct` names why a scenario must reach the API without the gateway (a scripted
- * usage no request could produce, which the gateway would rightly refuse as invalid-setup).
- */
-export async function startStudyApi(script: ScriptInput | readonly ScriptInput[], options: ScriptedApiOptions & { direct?: string } = {}): Promise<StudyApi> {
-  if (options.direct !== undefined) {
-    if (options.direct.trim() === "") throw new Error("startStudyApi: say why the scenario bypasses the gateway");
-    return { ...(await startApi(script, options)), route: "direct" };
-  }
-  testCa ??= makeTestCa();
-  const api = await startScriptedApi({ port: 0, tls: { key: testCa.key, cert: testCa.cert }, script, recordBodies: options.recordBodies, onRequest: options.onRequest });
-  return Object.assign(api, { route: "gateway" as const, gateway: { url: api.url!, ca: testCa.ca } });
-}
-
 /** Requests to the Messages endpoint (the CLI sends nothing else with nonessential traffic off). */
 export function messageRequests(api: ScriptedApi) {
   return api.requests.filter((r) => r.path.startsWith("/v1/messages"));
 }
 
-export interface StudyRun {
-  code: number;
-  summary: StudySummary;
-  ledger: Ledger;
-  /** Where the run wrote its ledger (its transcripts beside it). */
-  ledgerPath: string;
-  /** stdout lines of each attempt, by plan index. */
-  lines: Map<number, string[]>;
-  /** Parsed events of each attempt (every line must be JSON). */
-  events(index: number): Array<Record<string, any>>;
-  stderr: string;
-}
-
-export interface StudyRunOptions {
-  corpus: Corpus;
-  /** The scripted API (startStudyApi): through the gateway, or on a unix socket reached directly through the relay (login-copy mode). */
-  api?: StudyApi;
-  /** Or: through the runner's model gateway, with this HTTPS upstream and the CA it trusts. */
-  gateway?: { url: string; ca: string };
-  image: string;
-  /** The pilot (both arms of the first task), or one attempt of that task in one arm. */
-  plan: "pilot" | Arm;
-  attemptBudgetUsd?: number;
-  capUsd?: number;
-  timeoutMs?: number;
+export type StudyRunOptions = Omit<CalibrationRunOptions, "runtime" | "cliVersion" | "ociRuntime"> & {
   /** --runtime: the OCI runtime of every container of the run (the engine's default when absent). */
   runtime?: string;
-}
+};
 
-/** Runs the study through the runner's own orchestrator, in this process, on the real engine. */
+/**
+ * Runs the study through the runner's own orchestrator (src/calibrate/env.ts), in this process, on
+ * the real engine, for the pinned version; a run through the gateway has its metered usage held to
+ * its transcript's.
+ */
 export async function runConformanceStudy(o: StudyRunOptions): Promise<StudyRun> {
-  const loaded = await loadManifest(DEMO_MANIFEST);
-  const pilot = planStudy(loaded.manifest, "pilot");
-  const plan: PlannedAttempt[] = o.plan === "pilot" ? pilot : pilot.filter((a) => a.arm === o.plan).map((a) => ({ ...a, index: 0 }));
-  const gateway = o.gateway ?? (o.api?.route === "gateway" ? o.api.gateway : undefined);
-  const outDir = await mkdtemp(join(o.corpus.work, "ledger-"));
-  const config: StudyConfig = {
-    loaded,
-    mode: "pilot",
-    plan,
-    fullPlanSize: planStudy(loaded.manifest, "full").length,
-    roots: o.corpus.roots,
-    model: MODEL,
-    capUsd: o.capUsd ?? 1,
-    attemptBudgetUsd: o.attemptBudgetUsd ?? 0.1,
-    output: join(outDir, "ledger.json"),
-    image: o.image,
-    expectedCliVersion: CLAUDE_CODE_VERSION,
-    isolation: "offline",
-    docBridgeCommand: referenceEngineCommand(),
-    claudeConfigDir: o.corpus.loginDir,
-    ...(gateway
-      ? { credentials: "gateway" as const, gatewayUpstream: { url: gateway.url, ca: gateway.ca } }
-      : { credentials: "login-copy" as const, modelApi: { socketPath: (o.api as Extract<StudyApi, { route: "direct" }>).socketPath } }),
-    timeoutMs: o.timeoutMs,
-    ...(o.runtime !== undefined ? { runtime: o.runtime } : {}),
-    quiet: true,
-  };
-  const lines = new Map<number, string[]>();
-  let stdout = "";
-  let stderr = "";
-  const code = await runStudy(config, {
-    runtime,
-    stdout: (t) => (stdout += t),
-    stderr: new Writable({
-      write(chunk, _enc, cb) {
-        stderr += String(chunk);
-        cb();
-      },
-    }),
-    onTranscriptLine: (attempt, line) => {
-      const list = lines.get(attempt.index) ?? [];
-      list.push(line);
-      lines.set(attempt.index, list);
-    },
-  });
-  const ledger = await readLedger(config.output);
-  if (gateway) assertLedgerMeteredEqualsTranscript(ledger);
-  return {
-    code,
-    summary: JSON.parse(stdout) as StudySummary,
-    ledger,
-    ledgerPath: config.output,
-    lines,
-    events: (index) => (lines.get(index) ?? []).filter((l) => l !== "").map((l) => JSON.parse(l) as Record<string, any>),
-    stderr,
-  };
+  const { runtime: ociRuntime, ...rest } = o;
+  const run = await runPilotStudy({ ...rest, runtime, cliVersion: CLAUDE_CODE_VERSION, ...(ociRuntime !== undefined ? { ociRuntime } : {}) });
+  if (o.gateway ?? (o.api?.route === "gateway" ? o.api.gateway : undefined)) assertLedgerMeteredEqualsTranscript(run.ledger);
+  return run;
 }
 
 /** What a transcript says was spent: its `modelUsage` summed over models (the ledger keeps the same four sums). */

@@ -28,7 +28,7 @@ function priced(u: Partial<ModelUsageTokens>, rest: Partial<CostInput> = {}) {
   return computeCost(input(u, { ...rest, reportedCostUsd: first.computedCostUsd }));
 }
 
-describe("CLI_PRICES, generated from the pinned CLI (tests/conformance/measure-prices.ts)", () => {
+describe("CLI_PRICES, generated from the pinned CLI (src/calibrate/prices.ts)", () => {
   it("holds the claude-haiku-5-5 row the facts measured by hand, boundary included", () => {
     expect(CLI_PRICES[MODEL]).toEqual({
       tier1: { input: 0.1, output: 0.5, cacheRead: 0.01, cacheWrite5m: 0.125, cacheWrite1h: 0.2 },

@@ -5,7 +5,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { headerProblem, parseTarget, shapeProblem, targetProblem } from "../../src/gateway/request-shape.ts";
-import { inferShape } from "../support/infer-shape.ts";
+import { inferShape } from "../../src/calibrate/infer-shape.ts";
 import { parseStrictJson, StrictJsonError, type JsonValue } from "../../src/util/strict-json.ts";
 import { activeProfile } from "../../src/profile/load.ts";
 

@@ -12,15 +12,15 @@
  */
 import { mkdtemp } from "node:fs/promises";
 import { join } from "node:path";
-import { stageLogin, resolveLogin } from "../../src/credentials/login.ts";
-import { runBounded } from "../../src/sandbox/bounded.ts";
-import { dockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
-import { attemptContainerSpec } from "../../src/transport/cli/spec.ts";
-import { cliArguments } from "../../src/claude/args.ts";
-import type { Turn } from "../../src/stand-ins/scripted-api/script.ts";
-import { startScriptedApi, type DynamicRequest } from "../../src/stand-ins/scripted-api/server.ts";
-import type { ContainerRuntime } from "../../src/sandbox/port.ts";
-import type { TierPrices } from "../../src/cost/prices.ts";
+import { stageLogin, resolveLogin } from "../credentials/login.ts";
+import { runBounded } from "../sandbox/bounded.ts";
+import { dockerSandbox } from "../sandbox/docker-sandbox.ts";
+import { attemptContainerSpec } from "../transport/cli/spec.ts";
+import { cliArguments } from "../claude/args.ts";
+import type { Turn } from "../stand-ins/scripted-api/script.ts";
+import { startScriptedApi, type DynamicRequest } from "../stand-ins/scripted-api/server.ts";
+import type { ContainerRuntime } from "../sandbox/port.ts";
+import type { TierPrices } from "../cost/prices.ts";
 
 /** Token counts of one probe turn; `writeUnsplit` are cache writes sent without a TTL split. */
 export interface ProbeTokens {
@@ -304,7 +304,7 @@ export async function measureModel(env: ProbeEnv, model: string): Promise<ModelM
       exportDir: env.workspace,
       homeDir: staged.homeDir,
       network: { mode: "none" },
-      labels: { "study-runner.test": "conformance-prices" },
+      labels: { "study-runner.calibrate": "prices" },
       attemptIndex: 0,
       modelApiSocket: api.socketPath,
       // A probe of millions of prompt tokens would otherwise make the CLI compact the conversation.

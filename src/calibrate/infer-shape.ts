@@ -1,5 +1,6 @@
-import { variantOf, type ShapeNode } from "../../src/gateway/request-shape.ts";
-import type { JsonValue } from "../../src/util/strict-json.ts";
+/** The body shape of measured requests (contract R140): what the gateway admits, inferred from what the CLI sent. */
+import { variantOf, type ShapeNode } from "../gateway/request-shape.ts";
+import type { JsonValue } from "../util/strict-json.ts";
 
 /** The shape of `values` (inference for the measurement): `opaque` names members whose content is data, with the reason. */
 export function inferShape(values: readonly JsonValue[], opaque: Readonly<Record<string, string>> = {}): ShapeNode {
