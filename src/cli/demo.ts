@@ -5,7 +5,9 @@ import { prepareDemo } from "../demo/setup.ts";
 import { DockerRuntime } from "../sandbox/docker.ts";
 import type { SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
-import { ExitCode } from "../util/errors.ts";
+import { ExitCode, UsageError } from "../util/errors.ts";
+import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
+import { requireProfile } from "../profile/load.ts";
 import { acquireHeldLock, LOCK_STALE_MS, type HeldLock } from "../util/held-lock.ts";
 import { printable } from "../util/printable.ts";
 import { runCommand } from "./run.ts";
@@ -25,6 +27,10 @@ import { checkDemoRuntime } from "./config/commands.ts";
 export async function demoCommand(flags: DemoFlags): Promise<number> {
   const workdir = resolve(flags.workdir ?? defaultDemoWorkdir());
   checkDemoRuntime(flags.runtime);
+  if (flags.cliVersion !== undefined && !flags.realCli)
+    throw new UsageError("--cli-version needs --real-cli: the fake image stands in for the pinned version only; add --real-cli, or drop --cli-version");
+  // A version without a calibration profile is refused before the corpus or any image is made (contract R221).
+  if (flags.cliVersion !== undefined) requireProfile(flags.cliVersion);
   const lock = await lockDemoWorkdir(workdir);
   try {
     return flags.sessions ? await sessionsDemo(workdir, flags) : await studyDemo(workdir, flags);
@@ -42,6 +48,8 @@ interface DemoFlags {
   concurrency?: string;
   runtime?: string;
   sandboxChannel?: SandboxChannel;
+  /** With --real-cli: the Claude Code version to run, whose calibration profile must exist (contract R221). */
+  cliVersion?: string;
 }
 
 /** The default workdir: one per user under the system temp dir, so two users' demos never share one (contract R187). */
@@ -68,7 +76,7 @@ async function lockDemoWorkdir(workdir: string): Promise<HeldLock> {
 async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
   const setup = await prepareDemo(workdir, new DockerRuntime());
   // --real-cli: the real pinned binary in the real image, the model scripted behind the runner's gateway.
-  const real = flags.realCli ? await startRealDemo(workdir, flags.pilot === true) : undefined;
+  const real = flags.realCli ? await startRealDemo(workdir, flags.pilot === true, flags.cliVersion) : undefined;
   const ledgers = join(workdir, "ledgers");
   await mkdir(ledgers, { recursive: true, mode: 0o700 });
   const mode = flags.pilot ? "pilot" : "run";
@@ -81,6 +89,7 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
     manifest: DEMO_MANIFEST,
     ...(real ? { credentials: "gateway" as const, oauthTokenFile: real.tokenFile, testGatewayUpstream: real.upstream, testGatewayCa: real.caFile } : {}),
     transport: "cli",
+    ...(flags.cliVersion !== undefined ? { cliVersion: flags.cliVersion } : {}),
     pilot: flags.pilot,
     run: !flags.pilot,
     approveBudget: true,
@@ -132,8 +141,9 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
       quiet: flags.quiet,
       ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
       fakeBehaviour: behaviourFile,
-      // The scripted verdicts are the fake image's behaviour, also after a --real-cli study.
+      // The scripted verdicts are the fake image's behaviour, also after a --real-cli study (of any version).
       image: setup.image,
+      cliVersion: CLAUDE_CODE_VERSION,
     },
     // Two calls an item (the verdict, then the arm guess): the fake's 36 items cost about 1.6 USD of the default adjudicator's list prices.
     { ...process.env, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "2" },
@@ -158,14 +168,14 @@ export function demoVerdicts(runId: string, observations: number, itemIdFor: (ru
   return { default: { kind: "ok", verdicts } };
 }
 
-async function startRealDemo(workdir: string, pilot: boolean) {
+async function startRealDemo(workdir: string, pilot: boolean, version: string | undefined) {
   const [{ startRealCliDemo }, { loadManifest }, { planStudy }] = await Promise.all([import("../demo/real-cli.ts"), import("../manifest/load.ts"), import("../plan/plan.ts")]);
   const { manifest } = await loadManifest(DEMO_MANIFEST);
-  return startRealCliDemo(workdir, new DockerRuntime(), manifest, planStudy(manifest, pilot ? "pilot" : "full"));
+  return startRealCliDemo(workdir, new DockerRuntime(), manifest, planStudy(manifest, pilot ? "pilot" : "full"), version !== undefined ? { version } : {});
 }
 
 /** `demo --sessions`: the two session tasks (src/session), a summary of counts and states on stdout. */
-async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean; runtime?: string; sandboxChannel?: SandboxChannel }): Promise<number> {
+async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean; runtime?: string; sandboxChannel?: SandboxChannel; cliVersion?: string }): Promise<number> {
   const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("./session.ts")]);
   const { exitCode, ledgerPath, ledger } = await runSessionDemo(workdir, flags);
   process.stdout.write(`${JSON.stringify({ demo: sessionSummary(ledgerPath, ledger) }, null, 2)}\n`);

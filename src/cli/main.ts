@@ -230,6 +230,40 @@ function addImageCommands(program: Command, setExit: SetExit): void {
     .action(async (ref) => setExit(await (await import("./image.ts")).imageProbeCommand(ref)));
 }
 
+const CALIBRATE_HELP_AFTER = `
+What it measures, on V's real binary in the runner's own image, containers and model gateway,
+against a scripted Messages API (offline: no network, no credential, no cost):
+  - every flag the runner passes, in V's own \`claude --help\`
+  - V's price table, read out of the binary (one probe run per model name it carries)
+  - the init event of each kind of run (an attempt of each arm, the adjudicator, a session's start
+    and resume) and every request shape the CLI sends (target, header names, anthropic-beta values, body)
+It installs V from the npm registry into the cache folder first when missing (recording the
+tarball's integrity and the binary's sha256) and builds its image. It writes the sealed profile to
+$STUDY_RUNNER_CACHE/profiles/claude-code-V.json (default ~/.cache/study-runner), atomically, and
+prints its difference against the bundled profile of the pin: read it before trusting V.
+Runs, the adjudicator, sessions and the doctor with --cli-version V then use that profile.
+
+Refused with exit 2, nothing written, when V cannot serve a study: a flag the runner needs is gone,
+a scenario does not complete, the init lacks what the transcript rules read, a price cannot be read.
+
+Example:
+  study-runner calibrate --cli-version 2.1.332
+  study-runner image build --version 2.1.332 && study-runner doctor --pilot --transport cli \\
+    --cli-version 2.1.332 --image study-runner/claude-code:2.1.332 …
+
+${exitCodeHelp()}`;
+
+/** `calibrate`: measures a Claude Code version into its calibration profile. */
+function addCalibrateCommand(program: Command, setExit: SetExit): void {
+  program
+    .command("calibrate")
+    .description("measure a Claude Code version (its flags, prices, init events and request shapes) into its calibration profile, offline, and print the difference against the pin's")
+    .requiredOption("--cli-version <version>", `the Claude Code version to measure, e.g. ${CLAUDE_CODE_VERSION} (installed from the npm registry when missing)`)
+    .option("--quiet", "no progress lines on stderr")
+    .addHelpText("after", CALIBRATE_HELP_AFTER)
+    .action(async (opts) => setExit(await (await import("./calibrate.ts")).calibrateCommand(opts)));
+}
+
 /** `classify`: a saved transcript re-checked offline. */
 function addClassifyCommand(program: Command, setExit: SetExit): void {
   program
@@ -405,6 +439,10 @@ function addDemoCommand(program: Command, setExit: SetExit): void {
       "--real-cli",
       "the real pinned Claude Code binary (installed from npm once, image built offline) with a scripted model behind the runner's model gateway (a loopback TLS port, a throw-away CA and test token), instead of the fake image",
     )
+    .option(
+      "--cli-version <version>",
+      "with --real-cli: the Claude Code version to run instead of the pin; its calibration profile must exist (bundled, or made with `study-runner calibrate --cli-version V`), else exit 2",
+    )
     .option("--sessions", "run the two session tasks instead (an invoice rounding question, a discount-tier question): start, question, scripted answer, resume in a fresh container, done, tests")
     .option("--concurrency <n>", "attempts running at once (the demo's model is a test stand-in, so no login is shared)", "1")
     .option(
@@ -453,6 +491,7 @@ export function buildProgram(setExit: SetExit): Command {
   addDoctorCommand(program, setExit);
   addPlanAndExportCommands(program, setExit);
   addImageCommands(program, setExit);
+  addCalibrateCommand(program, setExit);
   addClassifyCommand(program, setExit);
   addLedgerCommands(program, setExit);
   addSchemasCommand(program, setExit);

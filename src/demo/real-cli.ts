@@ -106,10 +106,16 @@ export function demoScripts(manifest: Manifest, plan: readonly PlannedAttempt[])
   });
 }
 
-/** Installs the pinned binary when missing, builds the real image (cached), starts the scripted API behind the gateway. */
-export async function startRealCliDemo(workdir: string, runtime: ContainerRuntime, manifest: Manifest, plan: readonly PlannedAttempt[], options: { turnDelayMs?: number } = {}): Promise<RealCliDemo> {
-  const binary = await ensureClaudeBinary();
-  const image = await buildImage(runtime, await claudeCodeImageSpec({ claudeBinary: binary.path }));
+/** Installs the binary of `version` (default: the pin) when missing, builds its real image (cached), starts the scripted API behind the gateway. */
+export async function startRealCliDemo(
+  workdir: string,
+  runtime: ContainerRuntime,
+  manifest: Manifest,
+  plan: readonly PlannedAttempt[],
+  options: { turnDelayMs?: number; version?: string } = {},
+): Promise<RealCliDemo> {
+  const binary = await ensureClaudeBinary(options.version !== undefined ? { version: options.version } : {});
+  const image = await buildImage(runtime, await claudeCodeImageSpec({ claudeBinary: binary.path, ...(options.version !== undefined ? { version: options.version } : {}) }));
   const api = await startDemoGatewayApi(workdir, { script: demoScripts(manifest, plan), turnDelayMs: options.turnDelayMs });
   return { ...api, image: image.tag };
 }

@@ -161,7 +161,7 @@ export function sessionDemoScripts(): ScriptInput[] {
  * containers), with the fake image, or with `realCli` the real pinned binary and the scripted
  * API: start, question, scripted answer, resume in a fresh container, done, tests.
  */
-export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string; sandboxChannel?: SandboxChannel } = {}) {
+export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string; sandboxChannel?: SandboxChannel; cliVersion?: string } = {}) {
   const [{ mkdir, mkdtemp }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startDemoGatewayApi }, { ensureClaudeBinary }] = await Promise.all([
     import("node:fs/promises"),
     import("../sandbox/docker.ts"),
@@ -180,8 +180,8 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
   let image: string;
   let api: Awaited<ReturnType<typeof startDemoGatewayApi>> | undefined;
   if (options.realCli) {
-    const binary = await ensureClaudeBinary();
-    image = (await buildImage(runtime, await specs.claudeCodeImageSpec({ claudeBinary: binary.path }))).id;
+    const binary = await ensureClaudeBinary({ version: options.cliVersion ?? CLAUDE_CODE_VERSION });
+    image = (await buildImage(runtime, await specs.claudeCodeImageSpec({ claudeBinary: binary.path, version: options.cliVersion ?? CLAUDE_CODE_VERSION }))).id;
     // The scripted API is the upstream of the runner's gateway, as the real API would be.
     api = await startDemoGatewayApi(workdir, { script: sessionDemoScripts() });
   } else {
@@ -198,7 +198,7 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
         output,
         model: process.env.STUDY_MODEL ?? "claude-haiku-5-5",
         image,
-        expectedCliVersion: CLAUDE_CODE_VERSION,
+        expectedCliVersion: options.realCli ? (options.cliVersion ?? CLAUDE_CODE_VERSION) : CLAUDE_CODE_VERSION,
         ...(options.runtime !== undefined ? { ociRuntime: options.runtime } : {}),
         capUsd: 1,
         callBudgetUsd: 0.2,

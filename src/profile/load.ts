@@ -15,7 +15,7 @@ import { ProfileSchema, type Profile } from "./schema.ts";
  * A profile whose own sha256 does not match its content is refused, whoever edited it.
  */
 
-export type ProfileSource = "bundled" | "calibrated on this machine" | "given";
+export type ProfileSource = "bundled" | "calibrated on this machine" | "given" | "being calibrated";
 
 export interface FoundProfile {
   profile: Profile;
@@ -39,13 +39,9 @@ export function profileText(profile: Profile): string {
   return `${JSON.stringify(profile, null, 2)}\n`;
 }
 
-/**
- * The fix a missing or refused profile names. No `calibrate` command measures a profile yet: it is
- * measured from a checkout by the conformance suite's measure scripts (docs/conformance.md, "Moving
- * the pin"), so the fix says that, and names the version a run can use today.
- */
+/** The fix a missing or refused profile names: the command that measures it, or the pinned version a run can use. */
 export const profileFix = (version: string) =>
-  `measure Claude Code ${version}'s profile from a checkout of study-runner with the conformance suite's measure scripts (docs/conformance.md, "Moving the pin"), or study the pinned version with --cli-version ${CLAUDE_CODE_VERSION}`;
+  `measure Claude Code ${version}'s profile with \`study-runner calibrate --cli-version ${version}\` (docs/pilot.md, "Another Claude Code version"), or study the pinned version with --cli-version ${CLAUDE_CODE_VERSION}`;
 
 /** Where the package bundles the profile of `version`. */
 export function bundledProfilePath(version: string): string {
@@ -114,6 +110,7 @@ export function readProfileFile(path: string, version?: string): Profile {
  * this machine; null when neither exists. A file that exists but is refused throws.
  */
 export function findProfile(version: string, opts: { cacheDir?: string } = {}): FoundProfile | null {
+  if (draft?.profile.cliVersion === version) return draft;
   const bundled = bundledProfilePath(version);
   if (existsSync(bundled)) return { profile: readProfileFile(bundled, version), source: "bundled", path: bundled };
   const cached = cachedProfilePath(version, opts.cacheDir);
@@ -131,6 +128,18 @@ export function requireProfile(version: string, opts: { cacheDir?: string } = {}
 }
 
 let active: FoundProfile | undefined;
+let draft: FoundProfile | undefined;
+
+/**
+ * The profile a calibration is measuring (contract R223): while it is set, this process finds it
+ * for its version before the bundled and the cached one, so the calibration's runs go through the
+ * runner's own guards with what has been measured so far. Only `calibrate` sets it, and clears it
+ * (undefined) when it ends; nothing of it reaches a file until the profile is whole and sealed.
+ */
+export function useCalibrationDraft(profile: Profile | undefined): void {
+  draft = profile ? { profile, source: "being calibrated", path: `(the profile of Claude Code ${profile.cliVersion} being calibrated)` } : undefined;
+  if (active?.source === "being calibrated") active = draft;
+}
 
 /**
  * The profile this process's guards compare with: the one `useProfile` set (the run's

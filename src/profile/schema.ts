@@ -2,8 +2,8 @@ import { z } from "zod";
 
 /**
  * The calibration profile of one Claude Code version (contract R220): everything the runner's
- * guards compare a run of that version with, measured on its real binary (the conformance
- * suite's measure scripts; the runner's flags by src/calibrate/flags.ts): the init event of each kind of run, the request shapes the gateway
+ * guards compare a run of that version with, measured on its real binary
+ * (`study-runner calibrate`, src/calibrate/): the init event of each kind of run, the request shapes the gateway
  * admits, the price table, the runner's flags as that version's `--help` lists them, the binary's
  * sha256, the runner version that measured it, and the profile's own sha256 over its canonical
  * body. The same zod schema validates, types and documents it (docs/schemas/profile.schema.json).
@@ -119,6 +119,11 @@ export const ProfileSchema = z.strictObject({
   schemaVersion: z.literal(PROFILE_SCHEMA_VERSION),
   cliVersion: z.string().regex(/^\d+\.\d+\.\d+$/, "must be a version like 2.1.296"),
   binarySha256: Sha256Hex.meta({ description: "sha256 of the native `claude` binary measured (the image's study-runner.claude-sha256 label)" }),
+  npmIntegrity: z
+    .string()
+    .regex(/^sha512-[A-Za-z0-9+/]+=*$/, "must be an npm integrity string, sha512-…")
+    .optional()
+    .meta({ description: "the npm registry's integrity of the package tarball the binary was installed from (npm's own lock record), when it was installed by the runner" }),
   runnerVersion: z.string().min(1).meta({ description: "the study-runner version that measured it" }),
   measuredOn: Day,
   flags: z.record(z.string().regex(/^-/), HelpFlagSchema).meta({ description: "every flag the runner passes, as this version's `claude --help` lists it" }),

@@ -16,7 +16,7 @@ afterAll(() => rm(work, { recursive: true, force: true }));
 
 const env = () => ({ STUDY_RUNNER_CACHE: join(work, "cache"), STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" });
 const REFUSAL =
-  /^study-runner: Claude Code 2\.1\.999 has no calibration profile \(neither bundled nor in .*\/cache\/profiles\).*; measure Claude Code 2\.1\.999's profile .*"Moving the pin"\), or study the pinned version with --cli-version 2\.1\.296$/m;
+  /^study-runner: Claude Code 2\.1\.999 has no calibration profile \(neither bundled nor in .*\/cache\/profiles\).*; measure Claude Code 2\.1\.999's profile with `study-runner calibrate --cli-version 2\.1\.999` \(docs\/pilot\.md, "Another Claude Code version"\), or study the pinned version with --cli-version 2\.1\.296$/m;
 
 describe("--cli-version of a version without a calibration profile (contract R221)", () => {
   // contract: R221
@@ -37,6 +37,18 @@ describe("--cli-version of a version without a calibration profile (contract R22
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(REFUSAL);
     expect(await readdir(work)).not.toContain("sessions.json");
+  });
+
+  // contract: R225
+  it("demo --real-cli --cli-version: exit 2 naming how to measure a profile, before the demo makes anything", async () => {
+    const workdir = join(work, "demo");
+    const r = await runCli(["demo", "--pilot", "--real-cli", "--cli-version", "2.1.999", "--workdir", workdir], { env: env() });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(REFUSAL);
+    expect(await readdir(work)).not.toContain("demo");
+    const fake = await runCli(["demo", "--pilot", "--cli-version", "2.1.296", "--workdir", workdir], { env: env() });
+    expect(fake.code).toBe(2);
+    expect(fake.stderr).toBe("study-runner: --cli-version needs --real-cli: the fake image stands in for the pinned version only; add --real-cli, or drop --cli-version\n");
   });
 
   // contract: R221

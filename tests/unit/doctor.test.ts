@@ -201,7 +201,7 @@ describe("claude-version", () => {
     process.env.STUDY_RUNNER_CACHE = cache;
     try {
       const none = await checkClaudeVersion(runtimeWith("2.1.300"), FAKE_TAG, "2.1.300", labels);
-      expectFail(none, "claude-version", /^measure Claude Code 2\.1\.300's profile .*"Moving the pin".*--cli-version 2\.1\.296$/);
+      expectFail(none, "claude-version", /^measure Claude Code 2\.1\.300's profile with `study-runner calibrate --cli-version 2\.1\.300` .*--cli-version 2\.1\.296$/);
       expect(none.detail).toMatch(/^Claude Code 2\.1\.300 has no calibration profile/);
       const { sha256: _s, ...body } = activeProfile();
       await mkdir(join(cache, "profiles"));

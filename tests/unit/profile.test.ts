@@ -98,7 +98,7 @@ describe("the profile of a run's version (contract R221)", () => {
   it("a version without a profile is refused, naming how to measure one and the version a run can use", () => {
     expect(findProfile("2.1.999", { cacheDir: cache })).toBeNull();
     expect(() => requireProfile("2.1.999", { cacheDir: cache })).toThrow(
-      /Claude Code 2\.1\.999 has no calibration profile .*measure Claude Code 2\.1\.999's profile .*"Moving the pin".*--cli-version 2\.1\.296$/,
+      /Claude Code 2\.1\.999 has no calibration profile .*measure Claude Code 2\.1\.999's profile with `study-runner calibrate --cli-version 2\.1\.999` .*--cli-version 2\.1\.296$/,
     );
   });
 

@@ -237,6 +237,7 @@ export const COMMAND_FLAGS = {
   export: command({ manifest: value, root: list, repository: value, out: value, ...EXPORT_LIMITS }),
   "image build": command({ install: optional(toggle), claudeBinary: optional(value), fake: optional(toggle), version: optional(value) }),
   "image probe": command({}),
+  calibrate: command({ cliVersion: value, quiet: optional(toggle) }),
   classify: command({
     arm: optional(value),
     model: optional(value),
@@ -270,6 +271,7 @@ export const COMMAND_FLAGS = {
     workdir: optional(value),
     pilot: optional(toggle),
     realCli: optional(toggle),
+    cliVersion: optional(value),
     sessions: optional(toggle),
     concurrency: optional(value),
     runtime: optional(value),

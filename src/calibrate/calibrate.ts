@@ -1,0 +1,188 @@
+/**
+ * `study-runner calibrate --cli-version V` (contract R223): measures one Claude Code version into
+ * its calibration profile, offline, on the real binary in the runner's own image, containers and
+ * gateway, against the scripted Messages API. In order, each step refusing the version when it
+ * cannot serve a study:
+ *
+ * 1. install V's native binary from the npm registry (its tarball integrity and sha256 recorded),
+ *    build its image, probe its version;
+ * 2. read V's own `--help` and walk every command line the runner builds (contract R222);
+ * 3. read V's price table out of the binary (the adaptive prober, prices.ts);
+ * 4. run every scenario (scenarios.ts) on the direct route, recording what the CLI sends, with the
+ *    inits adopted until each scenario completes (draft.ts);
+ * 5. run every scenario again through the runner's model gateway with the profile measured so far:
+ *    each must complete, its requests admitted and metered, its inits equal to the first runs'.
+ *
+ * The result is sealed (its sha256 over its canonical body); nothing is written here.
+ */
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { checkFlags } from "./flags.ts";
+import { buildImage, probeVersion } from "../image/build.ts";
+import { fileSha256 } from "../image/context.ts";
+import { ensureClaudeBinary, NATIVE_PACKAGE } from "../image/install.ts";
+import { claudeCodeImageSpec } from "../image/specs.ts";
+import { CLAUDE_CODE_VERSION } from "../profile/pin.ts";
+import { bundledProfilePath, readProfileFile, sealProfile, useCalibrationDraft } from "../profile/load.ts";
+import type { Profile } from "../profile/schema.ts";
+import type { ContainerRuntime } from "../sandbox/port.ts";
+import type { RecordedRequest } from "../stand-ins/scripted-api/server.ts";
+import { runnerVersion } from "../util/paths.ts";
+import type { InitKind } from "../claude/init-expectation.ts";
+import { adoptInits, seedInits } from "./draft.ts";
+import { MODEL, prepareCorpus } from "./env.ts";
+import { claudeInImage } from "./help.ts";
+import { generatedFrom, initRuleProblems, type MeasuredInit } from "./init.ts";
+import { measurePriceTable } from "./prices.ts";
+import { shapesOf } from "./requests.ts";
+import { adjudicatorScenario, pilotScenario, sessionsScenario, type Route, type ScenarioContext, type ScenarioResult } from "./scenarios.ts";
+import type { StudyRun } from "./env.ts";
+import { DEFAULT_ADJUDICATOR_MODELS } from "../cost/models.ts";
+
+export interface CalibrateOptions {
+  version: string;
+  runtime: ContainerRuntime;
+  /** Where V's binary is installed (default: the runner's cache folder). */
+  binaryCacheDir?: string;
+  /** One line per step, for a person (stderr). */
+  progress?: (line: string) => void;
+}
+
+export interface Calibration {
+  /** The sealed profile, or null when the version was refused. */
+  profile: Profile | null;
+  /** Why V cannot serve a study; empty when the profile was made. */
+  problems: string[];
+  /** Seconds per step (install, image, help, prices, direct, gateway). */
+  seconds: Record<string, number>;
+}
+
+/** The tarball integrity npm recorded when it installed the package (its hidden lock file), or undefined. */
+async function npmIntegrity(packageDir: string): Promise<string | undefined> {
+  const lock = join(packageDir, "..", "..", ".package-lock.json");
+  try {
+    const parsed = JSON.parse(await readFile(lock, "utf8")) as { packages?: Record<string, { integrity?: unknown }> };
+    const integrity = parsed.packages?.[`node_modules/${NATIVE_PACKAGE}`]?.integrity;
+    return typeof integrity === "string" && integrity.startsWith("sha512-") ? integrity : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Measures version `o.version`; see the file's comment. The draft profile is cleared whatever happens. */
+export async function calibrate(o: CalibrateOptions): Promise<Calibration> {
+  const seconds: Record<string, number> = {};
+  const progress = o.progress ?? (() => {});
+  const timed = async <T>(step: string, f: () => Promise<T>): Promise<T> => {
+    const started = Date.now();
+    progress(`${step}…`);
+    try {
+      return await f();
+    } finally {
+      seconds[step] = (Date.now() - started) / 1000;
+    }
+  };
+  const binary = await timed("install", () => ensureClaudeBinary({ version: o.version, cacheDir: o.binaryCacheDir }));
+  const binarySha256 = await fileSha256(binary.path);
+  const built = await timed("image", async () => buildImage(o.runtime, await claudeCodeImageSpec({ claudeBinary: binary.path, version: o.version })));
+  const probed = await probeVersion(o.runtime, built.id);
+  if (probed.version !== o.version) return { profile: null, problems: [`the binary installed as ${o.version} reports Claude Code ${probed.version}`], seconds };
+  const help = await timed("help", () => claudeInImage(o.runtime, built.id, ["--help"], { "study-runner.calibrate": "help" }));
+  const flags = checkFlags(help.stdout);
+  if (help.exitCode !== 0) flags.problems.unshift(`claude --help exited ${help.exitCode}`);
+  if (flags.problems.length > 0) return { profile: null, problems: flags.problems.map((p) => `flag: ${p}`), seconds };
+  const prices = await timed("prices", () => measurePriceTable(o.runtime, built.id, binary.path, { progress: (l) => progress(`  price ${l}`) }));
+  const needed = [MODEL, DEFAULT_ADJUDICATOR_MODELS[0]!].filter((m) => !prices.table.models[m]);
+  const priceProblems = [...prices.failures.map((f) => `price: ${f}`), ...needed.map((m) => `price: ${o.version} does not price ${m} as list, and the calibration's scenarios run it`)];
+  if (priceProblems.length > 0) return { profile: null, problems: priceProblems, seconds };
+  const pin = readProfileFile(bundledProfilePath(CLAUDE_CODE_VERSION), CLAUDE_CODE_VERSION);
+  const { sha256: _pinSha, ...pinBody } = pin;
+  let body: Omit<Profile, "sha256"> = {
+    ...pinBody,
+    cliVersion: o.version,
+    binarySha256,
+    ...(binary.packageDir ? { npmIntegrity: await npmIntegrity(binary.packageDir) } : {}),
+    runnerVersion: runnerVersion(),
+    measuredOn: new Date().toISOString().slice(0, 10),
+    flags: flags.flags,
+    prices: prices.table,
+    initEvents: seedInits(pin.initEvents, o.version),
+  };
+  if (body.npmIntegrity === undefined) delete body.npmIntegrity;
+  const corpus = await prepareCorpus("calibrate");
+  try {
+    const ctx: ScenarioContext = { runtime: o.runtime, image: built.id, cliVersion: o.version, corpus };
+    const draft = () => useCalibrationDraft(sealProfile(body));
+    draft();
+    const direct = await timed("direct", () => directRound(ctx, body, draft, progress));
+    if (direct.problems.length > 0) return { profile: null, problems: direct.problems, seconds };
+    body = { ...body, requestShapes: shapesOf(direct.requests) };
+    draft();
+    const gateway = await timed("gateway", () => gatewayRound(ctx, progress));
+    const inits = generatedFrom([...direct.inits, ...gateway.inits]);
+    const problems = [...gateway.problems, ...inits.problems, ...initRuleProblems(gateway.inits, o.version)];
+    if (problems.length > 0) return { profile: null, problems, seconds };
+    return { profile: sealProfile({ ...body, initEvents: inits.data }), problems: [], seconds };
+  } finally {
+    useCalibrationDraft(undefined);
+    await corpus.cleanup();
+  }
+}
+
+/** How many times a scenario is run while its inits are still being adopted. */
+const MAX_TRIES = 4;
+
+/**
+ * The direct round: each scenario until it completes, the inits its runs wrote adopted into the
+ * draft after each try. A scenario that does not complete although nothing new was adopted is a
+ * problem. Returns every request recorded and the inits of the completed tries.
+ */
+async function directRound(
+  ctx: ScenarioContext,
+  body: Omit<Profile, "sha256">,
+  reseal: () => void,
+  progress: (line: string) => void,
+): Promise<{ requests: RecordedRequest[]; inits: MeasuredInit[]; problems: string[] }> {
+  const requests: RecordedRequest[] = [];
+  const inits: MeasuredInit[] = [];
+  const adopted = new Set<InitKind>();
+  let pilot: StudyRun | undefined;
+  const scenarios: Array<() => Promise<ScenarioResult>> = [
+    async () => {
+      const r = await pilotScenario(ctx, "direct");
+      pilot = r.run;
+      return r;
+    },
+    () => adjudicatorScenario(ctx, "direct", pilot!),
+    () => sessionsScenario(ctx, "direct"),
+  ];
+  for (const run of scenarios) {
+    for (let attempt = 1; ; attempt++) {
+      const result = await run();
+      requests.push(...result.requests);
+      const changed = adoptInits(body.initEvents, result.inits, adopted);
+      progress(`  direct ${result.name} (try ${attempt}): ${result.statuses.join(", ") || "no run"}${changed ? "; init adopted" : ""}`);
+      if (changed) reseal();
+      if (result.completed) {
+        inits.push(...result.inits);
+        break;
+      }
+      if (!changed || attempt >= MAX_TRIES) return { requests, inits, problems: [`scenario ${result.name} did not complete (${result.statuses.join(", ") || "no run"}): ${result.detail}`] };
+    }
+  }
+  return { requests, inits, problems: [] };
+}
+
+/** The gateway round: every scenario once through the runner's model gateway with the measured profile; each must complete. */
+async function gatewayRound(ctx: ScenarioContext, progress: (line: string) => void): Promise<{ inits: MeasuredInit[]; problems: string[] }> {
+  const route: Route = "gateway";
+  const pilot = await pilotScenario(ctx, route);
+  const results: ScenarioResult[] = [pilot];
+  if (pilot.completed) results.push(await adjudicatorScenario(ctx, route, pilot.run));
+  results.push(await sessionsScenario(ctx, route));
+  for (const r of results) progress(`  gateway ${r.name}: ${r.statuses.join(", ") || "no run"}`);
+  return {
+    inits: results.flatMap((r) => r.inits),
+    problems: results.filter((r) => !r.completed).map((r) => `scenario ${r.name} did not complete through the gateway (${r.statuses.join(", ") || "no run"}): ${r.detail}`),
+  };
+}

@@ -1,0 +1,176 @@
+import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import type { Calibration } from "../../src/calibrate/calibrate.ts";
+import { profileDifference, shapePaths } from "../../src/calibrate/difference.ts";
+import { adoptInits, seedInits } from "../../src/calibrate/draft.ts";
+import { initRuleProblems, type MeasuredInit } from "../../src/calibrate/init.ts";
+import type { InitKind } from "../../src/claude/init-expectation.ts";
+import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
+import { calibrateCommand } from "../../src/cli/calibrate.ts";
+import { activeProfile, cachedProfilePath, findProfile, readProfileFile, sealProfile, useCalibrationDraft } from "../../src/profile/load.ts";
+import type { Profile } from "../../src/profile/schema.ts";
+import { RefusalError, UsageError } from "../../src/util/errors.ts";
+
+const pin = () => structuredClone(activeProfile());
+
+/** The pin's profile as if measured on `version`, with `change` applied, sealed. */
+function variant(version: string, change: (p: Omit<Profile, "sha256">) => void = () => {}): Profile {
+  const { sha256: _s, ...body } = pin();
+  const next = { ...body, cliVersion: version, binarySha256: "b".repeat(64) };
+  change(next);
+  return sealProfile(next);
+}
+
+/** A run's whole init of `kind`: its measured fields with the parameters and varying fields a run adds. */
+function runInit(kind: InitKind, fields: Record<string, unknown>, status = "invalid-setup"): MeasuredInit {
+  const session = kind.startsWith("session") ? "00000000-0000-4000-8000-000000000001" : "00000000-0000-4000-8000-000000000002";
+  return { kind, model: "claude-haiku-5-5", ...(kind.startsWith("session") ? { sessionId: session } : {}), status, init: { ...fields, model: "claude-haiku-5-5", session_id: session, uuid: session } };
+}
+
+describe("the calibration's init bootstrap (contract R223)", () => {
+  // contract: R223
+  it("starts from the pin's inits naming the measured version, and adopts what a run wrote into its kind and, by analogy, into the kinds no run has measured yet", () => {
+    const draft = seedInits(pin().initEvents, "2.1.999");
+    for (const k of Object.values(draft.kinds)) expect(k.fields.claude_code_version).toBe("2.1.999");
+    expect(pin().initEvents.kinds.adjudicator.fields.claude_code_version).toBe(CLAUDE_CODE_VERSION);
+
+    const repo = structuredClone(draft.kinds["attempt-repository"].fields);
+    repo.slash_commands = [...(repo.slash_commands as string[]), "brand-new"];
+    repo.tools = ["Glob", "Grep", "Read", "Search"];
+    repo.new_field = true;
+    const measured = new Set<InitKind>();
+    expect(adoptInits(draft, [runInit("attempt-repository", repo)], measured)).toBe(true);
+    expect(draft.kinds["attempt-repository"].fields).toEqual(repo);
+    expect(draft.kinds["attempt-repository"].varying).toEqual(["session_id", "uuid"]);
+    // The same change in a kind that had the same value; the tools differed per kind, so they stay.
+    expect(draft.kinds.adjudicator.fields.slash_commands).toEqual(repo.slash_commands);
+    expect(draft.kinds.adjudicator.fields.new_field).toBe(true);
+    expect(draft.kinds.adjudicator.fields.tools).toEqual(pin().initEvents.kinds.adjudicator.fields.tools);
+    // A kind a run measured is not overwritten by analogy; a run that wrote what the draft holds changes nothing.
+    const mcp = { ...structuredClone(draft.kinds["attempt-mcp"].fields), slash_commands: ["only-mcp"] };
+    expect(adoptInits(draft, [runInit("attempt-mcp", mcp)], measured)).toBe(true);
+    expect(draft.kinds["attempt-repository"].fields.slash_commands).toEqual(repo.slash_commands);
+    expect(adoptInits(draft, [runInit("attempt-repository", repo)], measured)).toBe(false);
+  });
+
+  // contract: R223
+  it("refuses an init that lacks what the transcript rules read: the tools, the version, no API key, the arm's exact tools", () => {
+    const kinds = pin().initEvents.kinds;
+    const good = runInit("attempt-repository", { ...kinds["attempt-repository"].fields, claude_code_version: "2.1.999" }, "completed");
+    expect(initRuleProblems([good], "2.1.999")).toEqual([]);
+    const { tools: _t, ...noTools } = good.init;
+    expect(initRuleProblems([{ ...good, init: noTools }], "2.1.999")).toEqual([
+      "attempt-repository: the init lacks what the transcript rules read (tools: Invalid input: expected array, received undefined)",
+      "attempt-repository: the init lists the tools , not the arm's Glob, Grep, Read",
+    ]);
+    expect(initRuleProblems([{ ...good, init: { ...good.init, apiKeySource: "ANTHROPIC_API_KEY" } }], "2.1.998")).toEqual([
+      'attempt-repository: the init names claude_code_version "2.1.999", not 2.1.998',
+      'attempt-repository: the init\'s apiKeySource is "ANTHROPIC_API_KEY", not "none"',
+    ]);
+  });
+
+  // contract: R223
+  it("a draft being calibrated is found for its version before the bundled profile, and only while the calibration runs", () => {
+    const draft = variant(CLAUDE_CODE_VERSION, (p) => (p.measuredOn = "2099-01-01"));
+    useCalibrationDraft(draft);
+    try {
+      expect(findProfile(CLAUDE_CODE_VERSION)).toMatchObject({ source: "being calibrated", profile: { measuredOn: "2099-01-01" } });
+      expect(findProfile("2.1.998")).toBeNull();
+    } finally {
+      useCalibrationDraft(undefined);
+    }
+    expect(findProfile(CLAUDE_CODE_VERSION)?.source).toBe("bundled");
+  });
+});
+
+describe("the difference against the bundled profile (contract R224)", () => {
+  // contract: R224
+  it("names the flags gone, the init fields and tools added or gone, the headers, beta values and body members, the price changes", () => {
+    const to = variant("2.1.999", (p) => {
+      delete p.flags["--json-schema"];
+      p.initEvents.kinds.adjudicator.fields.tools = [...(p.initEvents.kinds.adjudicator.fields.tools as string[]), "Think"];
+      p.initEvents.kinds.adjudicator.fields.claude_code_version = "2.1.999";
+      delete p.initEvents.kinds["session-start"].fields.view_mode;
+      p.requestShapes.headers = [...p.requestShapes.headers.filter((h) => h !== "x-app"), "x-new-header"];
+      p.requestShapes.anthropicBeta = [...p.requestShapes.anthropicBeta, "new-beta-2026-12-01"];
+      p.requestShapes.body.object![""]!.speed = { string: true };
+      delete p.requestShapes.body.object![""]!.metadata;
+      p.prices.models["claude-haiku-5-5"]!.tier1.output = 99;
+      delete p.prices.models["claude-3-5-haiku"];
+    });
+    const from = pin();
+    const was = from.prices.models["claude-haiku-5-5"]!.tier1.output;
+    expect(profileDifference(from, to)).toEqual([
+      "flags gone: --json-schema",
+      'init adjudicator: claude_code_version: "2.1.296" → "2.1.999"',
+      "init adjudicator: tools added: Think",
+      `init session-start: view_mode gone (was ${JSON.stringify(from.initEvents.kinds["session-start"].fields.view_mode)})`,
+      "request headers added: x-new-header",
+      "request headers gone: x-app",
+      "anthropic-beta values added: new-beta-2026-12-01",
+      "request body members added: speed",
+      `request body members gone: ${shapePaths(from.requestShapes.body)
+        .filter((m) => m.startsWith("metadata"))
+        .join(", ")}`,
+      "priced models gone: claude-3-5-haiku",
+      `price claude-haiku-5-5 tier 1 output: ${was} → 99 USD per million tokens`,
+    ]);
+    expect(profileDifference(from, variant(CLAUDE_CODE_VERSION))).toEqual([]);
+  });
+});
+
+describe("study-runner calibrate (contract R223, R224)", () => {
+  let cache: string;
+  const before = process.env.STUDY_RUNNER_CACHE;
+  beforeEach(async () => {
+    cache = await mkdtemp(join(tmpdir(), "sr-calibrate-"));
+    process.env.STUDY_RUNNER_CACHE = cache;
+  });
+  afterEach(async () => {
+    if (before === undefined) delete process.env.STUDY_RUNNER_CACHE;
+    else process.env.STUDY_RUNNER_CACHE = before;
+    vi.restoreAllMocks();
+    await rm(cache, { recursive: true, force: true });
+  });
+
+  const measured = (c: Calibration) => async () => c;
+
+  // contract: R223
+  it("refuses a version that cannot serve a study with each problem, and writes nothing", async () => {
+    const problems = ["flag: --json-schema (adjudicator) is not in claude --help: the runner needs it"];
+    const err = await calibrateCommand({ cliVersion: "2.1.999", quiet: true }, measured({ profile: null, problems, seconds: {} })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RefusalError);
+    expect((err as RefusalError).problems).toEqual([`Claude Code 2.1.999 cannot serve a study: ${problems[0]}`]);
+    expect((err as Error).message).toMatch(/nothing was written; study a version that calibrates, e\.g\. the pinned 2\.1\.296$/);
+    expect(await readdir(cache)).toEqual([]);
+  });
+
+  // contract: R223
+  it("refuses a --cli-version that is not a version, naming the flag", async () => {
+    const err = await calibrateCommand({ cliVersion: "latest\u001b[2J", quiet: true }, measured({ profile: null, problems: [], seconds: {} })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UsageError);
+    expect((err as Error).message).toBe("--cli-version latest\\u001b[2J is not a version like 2.1.296; pass the Claude Code version to measure");
+  });
+
+  // contract: R224
+  it("writes the sealed profile into the cache folder, readable by every user, and prints its difference against the bundled one", async () => {
+    const profile = variant("2.1.999", (p) => (p.requestShapes.anthropicBeta = [...p.requestShapes.anthropicBeta, "new-beta-2026-12-01"]));
+    let out = "";
+    vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+      out += String(chunk);
+      return true;
+    });
+    expect(await calibrateCommand({ cliVersion: "2.1.999", quiet: true }, measured({ profile, problems: [], seconds: { prices: 150.2 } }))).toBe(0);
+    const path = cachedProfilePath("2.1.999");
+    expect(readProfileFile(path, "2.1.999")).toEqual(profile);
+    expect((await stat(path)).mode & 0o777).toBe(0o644);
+    expect(await readdir(join(cache, "profiles"))).toEqual(["claude-code-2.1.999.json"]);
+    expect(findProfile("2.1.999")?.source).toBe("calibrated on this machine");
+    expect(out).toMatch(/^Claude Code 2\.1\.999 calibrated in \d+ s \(prices 150 s\): /);
+    expect(out).toContain(`profile sha256 ${profile.sha256}; binary sha256 ${"b".repeat(64)}\n`);
+    expect(out).toContain("difference against the bundled profile of 2.1.296 (1 lines):\n  anthropic-beta values added: new-beta-2026-12-01\n");
+    expect(JSON.parse(await readFile(path, "utf8")).sha256).toBe(profile.sha256);
+  });
+});
