@@ -36,7 +36,8 @@ export function sealProfile(body: Omit<Profile, "sha256">): Profile {
 
 /** The file text a profile is written as: two-space JSON, keys in the schema's order, a final newline. */
 export function profileText(profile: Profile): string {
-  return `${JSON.stringify(profile, null, 2)}\n`;
+  const ordered = Object.fromEntries(Object.keys(ProfileSchema.shape).flatMap((k) => (k in profile ? [[k, profile[k as keyof Profile]]] : [])));
+  return `${JSON.stringify(ordered, null, 2)}\n`;
 }
 
 /** The fix a missing or refused profile names: the command that measures it, or the pinned version a run can use. */

@@ -18,7 +18,8 @@ const pin = () => structuredClone(activeProfile());
 /** The pin's profile as if measured on `version`, with `change` applied, sealed. */
 function variant(version: string, change: (p: Omit<Profile, "sha256">) => void = () => {}): Profile {
   const { sha256: _s, ...body } = pin();
-  const next = { ...body, cliVersion: version, binarySha256: "b".repeat(64) };
+  const { npmIntegrity: _i, ...rest } = body;
+  const next = { ...rest, cliVersion: version, binarySha256: "b".repeat(64) };
   change(next);
   return sealProfile(next);
 }
