@@ -43,7 +43,7 @@ export interface Corpus {
 
 /** The demo corpus at its pins, a doc-bridge index per checkout, and a test login, in a fresh folder under the system temp dir. */
 export async function prepareCorpus(name: string): Promise<Corpus> {
-  const work = await mkdtemp(join(tmpdir(), `sr-conf-${name}-`));
+  const work = await mkdtemp(join(tmpdir(), `sr-calibrate-${name}-`));
   const corpus = await makeDemoCorpus(join(work, "corpus"));
   for (const { dir } of Object.values(corpus)) await buildIndex(dir);
   const loginDir = join(work, "login");
@@ -63,7 +63,7 @@ export type ScriptedApiOptions = Pick<Parameters<typeof startScriptedApi>[0], "r
 
 /** A scripted API on a socket in a folder of its own, which uid 1000 in the container may enter. */
 export async function startApi(script: ScriptInput | readonly ScriptInput[], options: ScriptedApiOptions = {}): Promise<DirectApi> {
-  const dir = await mkdtemp(join(tmpdir(), "sr-conf-api-"));
+  const dir = await mkdtemp(join(tmpdir(), "sr-calibrate-api-"));
   await chmod(dir, 0o755);
   const api = await startScriptedApi({ socketPath: join(dir, "api.sock"), script, recordBodies: options.recordBodies, onRequest: options.onRequest });
   return {
