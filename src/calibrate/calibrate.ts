@@ -30,7 +30,7 @@ import type { RecordedRequest } from "../stand-ins/scripted-api/server.ts";
 import { runnerVersion } from "../util/paths.ts";
 import type { InitKind } from "../claude/init-expectation.ts";
 import { adoptInits, seedInits } from "./draft.ts";
-import { MODEL, prepareCorpus } from "./env.ts";
+import { MODEL, prepareCorpus, type Corpus } from "./env.ts";
 import { claudeInImage } from "./help.ts";
 import { generatedFrom, initRuleProblems, type MeasuredInit } from "./init.ts";
 import { measurePriceTable } from "./prices.ts";
@@ -46,7 +46,39 @@ export interface CalibrateOptions {
   binaryCacheDir?: string;
   /** One line per step, for a person (stderr). */
   progress?: (line: string) => void;
+  /** The steps that reach the registry and the engine (default: the real ones); the unit tests give their own. */
+  steps?: CalibrationSteps;
 }
+
+/** What a calibration does on the machine: install, build and probe, read the help, read the prices, set up the corpus, run the scenarios. */
+export interface CalibrationSteps {
+  install(version: string, cacheDir: string | undefined): Promise<{ path: string; packageDir?: string; sha256: string; npmIntegrity?: string }>;
+  image(runtime: ContainerRuntime, binaryPath: string, version: string): Promise<{ id: string; version: string }>;
+  help(runtime: ContainerRuntime, image: string): Promise<{ exitCode: number; stdout: string }>;
+  prices(runtime: ContainerRuntime, image: string, binaryPath: string, progress: (line: string) => void): Promise<{ table: Profile["prices"]; failures: string[] }>;
+  corpus(): Promise<Corpus>;
+  pilot: typeof pilotScenario;
+  adjudicator: typeof adjudicatorScenario;
+  sessions: typeof sessionsScenario;
+}
+
+export const MACHINE_STEPS: CalibrationSteps = {
+  install: async (version, cacheDir) => {
+    const binary = await ensureClaudeBinary({ version, cacheDir });
+    const integrity = binary.packageDir ? await npmIntegrity(binary.packageDir) : undefined;
+    return { path: binary.path, sha256: await fileSha256(binary.path), ...(integrity ? { npmIntegrity: integrity } : {}) };
+  },
+  image: async (runtime, binaryPath, version) => {
+    const built = await buildImage(runtime, await claudeCodeImageSpec({ claudeBinary: binaryPath, version }));
+    return { id: built.id, version: (await probeVersion(runtime, built.id)).version };
+  },
+  help: (runtime, image) => claudeInImage(runtime, image, ["--help"], { "study-runner.calibrate": "help" }),
+  prices: (runtime, image, binaryPath, progress) => measurePriceTable(runtime, image, binaryPath, { progress: (l) => progress(`  price ${l}`) }),
+  corpus: () => prepareCorpus("calibrate"),
+  pilot: pilotScenario,
+  adjudicator: adjudicatorScenario,
+  sessions: sessionsScenario,
+};
 
 export interface Calibration {
   /** The sealed profile, or null when the version was refused. */
@@ -82,43 +114,41 @@ export async function calibrate(o: CalibrateOptions): Promise<Calibration> {
       seconds[step] = (Date.now() - started) / 1000;
     }
   };
-  const binary = await timed("install", () => ensureClaudeBinary({ version: o.version, cacheDir: o.binaryCacheDir }));
-  const binarySha256 = await fileSha256(binary.path);
-  const built = await timed("image", async () => buildImage(o.runtime, await claudeCodeImageSpec({ claudeBinary: binary.path, version: o.version })));
-  const probed = await probeVersion(o.runtime, built.id);
-  if (probed.version !== o.version) return { profile: null, problems: [`the binary installed as ${o.version} reports Claude Code ${probed.version}`], seconds };
-  const help = await timed("help", () => claudeInImage(o.runtime, built.id, ["--help"], { "study-runner.calibrate": "help" }));
+  const steps = o.steps ?? MACHINE_STEPS;
+  const binary = await timed("install", () => steps.install(o.version, o.binaryCacheDir));
+  const built = await timed("image", () => steps.image(o.runtime, binary.path, o.version));
+  if (built.version !== o.version) return { profile: null, problems: [`the binary installed as ${o.version} reports Claude Code ${built.version}`], seconds };
+  const help = await timed("help", () => steps.help(o.runtime, built.id));
   const flags = checkFlags(help.stdout);
   if (help.exitCode !== 0) flags.problems.unshift(`claude --help exited ${help.exitCode}`);
   if (flags.problems.length > 0) return { profile: null, problems: flags.problems.map((p) => `flag: ${p}`), seconds };
-  const prices = await timed("prices", () => measurePriceTable(o.runtime, built.id, binary.path, { progress: (l) => progress(`  price ${l}`) }));
+  const prices = await timed("prices", () => steps.prices(o.runtime, built.id, binary.path, progress));
   const needed = [MODEL, DEFAULT_ADJUDICATOR_MODELS[0]!].filter((m) => !prices.table.models[m]);
   const priceProblems = [...prices.failures.map((f) => `price: ${f}`), ...needed.map((m) => `price: ${o.version} does not price ${m} as list, and the calibration's scenarios run it`)];
   if (priceProblems.length > 0) return { profile: null, problems: priceProblems, seconds };
   const pin = readProfileFile(bundledProfilePath(CLAUDE_CODE_VERSION), CLAUDE_CODE_VERSION);
-  const { sha256: _pinSha, ...pinBody } = pin;
+  const { sha256: _pinSha, npmIntegrity: _pinIntegrity, ...pinBody } = pin;
   let body: Omit<Profile, "sha256"> = {
     ...pinBody,
     cliVersion: o.version,
-    binarySha256,
-    ...(binary.packageDir ? { npmIntegrity: await npmIntegrity(binary.packageDir) } : {}),
+    binarySha256: binary.sha256,
+    ...(binary.npmIntegrity ? { npmIntegrity: binary.npmIntegrity } : {}),
     runnerVersion: runnerVersion(),
     measuredOn: new Date().toISOString().slice(0, 10),
     flags: flags.flags,
     prices: prices.table,
     initEvents: seedInits(pin.initEvents, o.version),
   };
-  if (body.npmIntegrity === undefined) delete body.npmIntegrity;
-  const corpus = await prepareCorpus("calibrate");
+  const corpus = await steps.corpus();
   try {
     const ctx: ScenarioContext = { runtime: o.runtime, image: built.id, cliVersion: o.version, corpus };
     const draft = () => useCalibrationDraft(sealProfile(body));
     draft();
-    const direct = await timed("direct", () => directRound(ctx, body, draft, progress));
+    const direct = await timed("direct", () => directRound(ctx, steps, body, draft, progress));
     if (direct.problems.length > 0) return { profile: null, problems: direct.problems, seconds };
     body = { ...body, requestShapes: shapesOf(direct.requests) };
     draft();
-    const gateway = await timed("gateway", () => gatewayRound(ctx, progress));
+    const gateway = await timed("gateway", () => gatewayRound(ctx, steps, progress));
     const inits = generatedFrom([...direct.inits, ...gateway.inits]);
     const problems = [...gateway.problems, ...inits.problems, ...initRuleProblems(gateway.inits, o.version)];
     if (problems.length > 0) return { profile: null, problems, seconds };
@@ -139,6 +169,7 @@ const MAX_TRIES = 4;
  */
 async function directRound(
   ctx: ScenarioContext,
+  steps: CalibrationSteps,
   body: Omit<Profile, "sha256">,
   reseal: () => void,
   progress: (line: string) => void,
@@ -149,12 +180,12 @@ async function directRound(
   let pilot: StudyRun | undefined;
   const scenarios: Array<() => Promise<ScenarioResult>> = [
     async () => {
-      const r = await pilotScenario(ctx, "direct");
+      const r = await steps.pilot(ctx, "direct");
       pilot = r.run;
       return r;
     },
-    () => adjudicatorScenario(ctx, "direct", pilot!),
-    () => sessionsScenario(ctx, "direct"),
+    () => steps.adjudicator(ctx, "direct", pilot!),
+    () => steps.sessions(ctx, "direct"),
   ];
   for (const run of scenarios) {
     for (let attempt = 1; ; attempt++) {
@@ -174,12 +205,12 @@ async function directRound(
 }
 
 /** The gateway round: every scenario once through the runner's model gateway with the measured profile; each must complete. */
-async function gatewayRound(ctx: ScenarioContext, progress: (line: string) => void): Promise<{ inits: MeasuredInit[]; problems: string[] }> {
+async function gatewayRound(ctx: ScenarioContext, steps: CalibrationSteps, progress: (line: string) => void): Promise<{ inits: MeasuredInit[]; problems: string[] }> {
   const route: Route = "gateway";
-  const pilot = await pilotScenario(ctx, route);
+  const pilot = await steps.pilot(ctx, route);
   const results: ScenarioResult[] = [pilot];
-  if (pilot.completed) results.push(await adjudicatorScenario(ctx, route, pilot.run));
-  results.push(await sessionsScenario(ctx, route));
+  if (pilot.completed) results.push(await steps.adjudicator(ctx, route, pilot.run));
+  results.push(await steps.sessions(ctx, route));
   for (const r of results) progress(`  gateway ${r.name}: ${r.statuses.join(", ") || "no run"}`);
   return {
     inits: results.flatMap((r) => r.inits),

@@ -67,6 +67,8 @@ export function checkFlags(help: string): { flags: Record<string, HelpFlag>; pro
     const stop = end < 0 ? argv.length : end;
     for (let i = 0; i < stop; i++) {
       const name = argv[i]!;
+      // A word that is not a flag is the value of a flag the help does not list (already a problem), not a flag itself.
+      if (!name.startsWith("-")) continue;
       const flag = listed.get(name);
       if (!flag) {
         problems.push(`${name} (${kind}) is not in claude --help: the runner needs it`);

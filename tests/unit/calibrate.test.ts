@@ -1,8 +1,16 @@
+import { readFileSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { Calibration } from "../../src/calibrate/calibrate.ts";
+import { calibrate, type Calibration, type CalibrationSteps } from "../../src/calibrate/calibrate.ts";
+import type { StudyRun } from "../../src/calibrate/env.ts";
+import type { ScenarioResult } from "../../src/calibrate/scenarios.ts";
+import { measuredPart } from "../../src/calibrate/init.ts";
+import { INIT_KINDS } from "../../src/claude/init-expectation.ts";
+import type { ContainerRuntime } from "../../src/sandbox/port.ts";
+import type { RecordedRequest } from "../../src/stand-ins/scripted-api/server.ts";
+import { isDeepStrictEqual } from "node:util";
 import { profileDifference, shapePaths } from "../../src/calibrate/difference.ts";
 import { adoptInits, seedInits } from "../../src/calibrate/draft.ts";
 import { initRuleProblems, type MeasuredInit } from "../../src/calibrate/init.ts";
@@ -12,6 +20,7 @@ import { calibrateCommand } from "../../src/cli/calibrate.ts";
 import { activeProfile, cachedProfilePath, findProfile, readProfileFile, sealProfile, useCalibrationDraft } from "../../src/profile/load.ts";
 import type { Profile } from "../../src/profile/schema.ts";
 import { RefusalError, UsageError } from "../../src/util/errors.ts";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
 
 const pin = () => structuredClone(activeProfile());
 
@@ -173,5 +182,109 @@ describe("study-runner calibrate (contract R223, R224)", () => {
     expect(out).toContain(`profile sha256 ${profile.sha256}; binary sha256 ${"b".repeat(64)}\n`);
     expect(out).toContain("difference against the bundled profile of 2.1.296 (1 lines):\n  anthropic-beta values added: new-beta-2026-12-01\n");
     expect(JSON.parse(await readFile(path, "utf8")).sha256).toBe(profile.sha256);
+  });
+});
+
+/**
+ * A version "2.1.999" whose binary writes the pin's init with its own version and one new field,
+ * and sends one request shape: the fake steps stand in for the registry, the engine and the CLI,
+ * and judge each run's init against the draft being calibrated as the runner's init check does.
+ */
+function fakeVersion(o: { help?: (help: string) => string; unpriced?: string; sessionsFail?: boolean } = {}) {
+  const V = "2.1.999";
+  const tries: string[] = [];
+  const writes = (kind: InitKind, i: number): MeasuredInit => {
+    const fields = { ...pin().initEvents.kinds[kind].fields, claude_code_version: V, ultrathink_available: false };
+    const id = `00000000-0000-4000-8000-00000000000${i}`;
+    const model = kind === "adjudicator" ? "claude-sonnet-5-5" : "claude-haiku-5-5";
+    return { kind, model, ...(kind.startsWith("session") ? { sessionId: id } : {}), status: "", init: { ...fields, model, uuid: id, session_id: id } };
+  };
+  /** Runs `kinds` in order as the runner would: a run whose init is not the draft's is invalid-setup and stops the scenario. */
+  const run = (name: ScenarioResult["name"], kinds: InitKind[], route: string): ScenarioResult & { run: StudyRun } => {
+    const draft = findProfile(V)!.profile.initEvents;
+    const inits: MeasuredInit[] = [];
+    for (const [i, kind] of kinds.entries()) {
+      const m = writes(kind, i);
+      const ok = isDeepStrictEqual(measuredPart(kind, m.init), draft.kinds[kind]) && !(o.sessionsFail && name === "sessions");
+      inits.push({ ...m, status: ok ? "completed" : "invalid-setup" });
+      if (!ok) break;
+    }
+    tries.push(`${route} ${name}: ${inits.map((m) => m.status).join(" ")}`);
+    const request: RecordedRequest = {
+      seq: 0,
+      at: "",
+      method: "POST",
+      path: "/v1/messages?beta=true",
+      headers: { "content-type": "application/json" },
+      auth: { bearer: true, apiKey: false },
+      rawBody: { model: "m", stream: true },
+    } as unknown as RecordedRequest;
+    const completed = inits.length === kinds.length && inits.every((m) => m.status === "completed");
+    return { name, inits, statuses: inits.map((m) => m.status), requests: route === "direct" ? [request] : [], completed, detail: "", run: {} as StudyRun };
+  };
+  const help = readFileSync(join(PROJECT_ROOT, "tests", "fixtures", "claude-2.1.296-help.txt"), "utf8");
+  const prices = structuredClone(pin().prices);
+  if (o.unpriced) delete prices.models[o.unpriced];
+  const steps: CalibrationSteps = {
+    install: async () => ({ path: "/nonexistent/claude", sha256: "c".repeat(64), npmIntegrity: "sha512-AAAA" }),
+    image: async () => ({ id: "sha256:fake", version: V }),
+    help: async () => ({ exitCode: 0, stdout: o.help ? o.help(help) : help }),
+    prices: async () => ({ table: prices, failures: [] }),
+    corpus: async () => ({ work: tmpdir(), roots: new Map(), loginDir: tmpdir(), cleanup: async () => {} }),
+    pilot: async (_ctx, route) => run("pilot", ["attempt-repository", "attempt-mcp"], route),
+    adjudicator: async (_ctx, route) => run("adjudicator", ["adjudicator", "adjudicator"], route),
+    sessions: async (_ctx, route) => run("sessions", ["session-start", "session-resume", "session-start", "session-resume"], route),
+  };
+  return { V, tries, steps, calibrate: () => calibrate({ version: V, runtime: {} as ContainerRuntime, steps }) };
+}
+
+describe("calibrate() over its steps (contract R223)", () => {
+  // contract: R223
+  it("runs a scenario again with the inits its runs wrote adopted, keeps only completed runs' inits, and seals the profile", async () => {
+    const v = fakeVersion();
+    const c = await v.calibrate();
+    expect(c.problems).toEqual([]);
+    expect(v.tries).toEqual([
+      "direct pilot: invalid-setup",
+      "direct pilot: completed completed",
+      "direct adjudicator: completed completed",
+      "direct sessions: completed completed completed completed",
+      "gateway pilot: completed completed",
+      "gateway adjudicator: completed completed",
+      "gateway sessions: completed completed completed completed",
+    ]);
+    const profile = c.profile!;
+    expect(profile.sha256).toBe(sealProfile(profile).sha256);
+    expect([profile.cliVersion, profile.binarySha256, profile.npmIntegrity]).toEqual([v.V, "c".repeat(64), "sha512-AAAA"]);
+    for (const kind of INIT_KINDS) expect(profile.initEvents.kinds[kind].fields).toEqual({ ...pin().initEvents.kinds[kind].fields, claude_code_version: v.V, ultrathink_available: false });
+    expect(profile.requestShapes.requestCount).toBe(4);
+    expect(profile.requestShapes.headers).toEqual(["content-type"]);
+    // The draft is gone once the calibration ends.
+    expect(findProfile(v.V)).toBeNull();
+  });
+
+  // contract: R222, R223
+  it("refuses a version whose help lacks a flag the runner needs before measuring anything else", async () => {
+    const v = fakeVersion({ help: (h) => h.replace(/^ {2}--json-schema .*$/m, "") });
+    const c = await v.calibrate();
+    expect(c.profile).toBeNull();
+    expect(c.problems).toEqual([
+      "flag: --json-schema (adjudicator) is not in claude --help: the runner needs it",
+      "flag: --json-schema (session-start) is not in claude --help: the runner needs it",
+      "flag: --json-schema (session-resume) is not in claude --help: the runner needs it",
+    ]);
+    expect(v.tries).toEqual([]);
+  });
+
+  // contract: R223
+  it("refuses a version that does not price the scenarios' model, or whose scenario does not complete", async () => {
+    const unpriced = fakeVersion({ unpriced: "claude-haiku-5-5" });
+    expect((await unpriced.calibrate()).problems).toEqual(["price: 2.1.999 does not price claude-haiku-5-5 as list, and the calibration's scenarios run it"]);
+    const stuck = fakeVersion({ sessionsFail: true });
+    const c = await stuck.calibrate();
+    expect(c.profile).toBeNull();
+    expect(c.problems).toEqual(["scenario sessions did not complete (invalid-setup): "]);
+    expect(stuck.tries.at(-1)).toBe("direct sessions: invalid-setup");
+    expect(findProfile(stuck.V)).toBeNull();
   });
 });
