@@ -2,6 +2,7 @@ import { access, mkdir, rename, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo } from "../demo/setup.ts";
+import { reachEngine } from "../transport/cli/preflight.ts";
 import { DockerRuntime } from "../sandbox/docker.ts";
 import type { SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { DEMO_MANIFEST } from "../util/paths.ts";
@@ -74,7 +75,10 @@ async function lockDemoWorkdir(workdir: string): Promise<HeldLock> {
 }
 
 async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
-  const setup = await prepareDemo(workdir, new DockerRuntime());
+  const runtime = new DockerRuntime();
+  // The engine answers (its TLS certificates too) before the demo builds anything on it.
+  await reachEngine(runtime, undefined);
+  const setup = await prepareDemo(workdir, runtime);
   // --real-cli: the real pinned binary in the real image, the model scripted behind the runner's gateway.
   const real = flags.realCli ? await startRealDemo(workdir, flags.pilot === true, flags.cliVersion) : undefined;
   const ledgers = join(workdir, "ledgers");

@@ -1,6 +1,10 @@
+import { accessSync, constants } from "node:fs";
+import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
 import Docker from "dockerode";
+import { RefusalError } from "../util/errors.ts";
+import { printable } from "../util/printable.ts";
 import {
   ContainerRuntimeError,
   assertLabelFilter,
@@ -58,12 +62,52 @@ function statusOf(err: unknown): number | undefined {
   return typeof code === "number" ? code : undefined;
 }
 
+/** The files DOCKER_CERT_PATH holds for an engine reached over TLS, as the docker CLI reads them. */
+const CERT_FILES = ["ca.pem", "cert.pem", "key.pem"] as const;
+const CERT_FIX = "set DOCKER_CERT_PATH to the folder holding ca.pem (the CA that signed the engine's certificate), cert.pem and key.pem (a client certificate that CA signed)";
+
+/**
+ * What keeps the environment's TLS engine from being reached, before any client is built: with
+ * a missing file docker-modem fails with a bare ENOENT as the client is made, and with
+ * DOCKER_TLS_VERIFY but no DOCKER_CERT_PATH it would offer no client certificate at all.
+ */
+export function engineTlsProblem(env: NodeJS.ProcessEnv): string | undefined {
+  const host = env.DOCKER_HOST ?? "";
+  if (host === "" || /^(unix|npipe|ssh):\/\//.test(host)) return undefined;
+  const verify = env.DOCKER_TLS_VERIFY ?? "";
+  if (verify !== "" && verify !== "1") return `DOCKER_TLS_VERIFY=${printable(verify)} is not understood; set DOCKER_TLS_VERIFY=1 for TLS to the engine at ${printable(host)}, or unset it`;
+  const dir = env.DOCKER_CERT_PATH ?? "";
+  if (dir === "") return verify === "1" ? `DOCKER_TLS_VERIFY=1 asks for TLS to the engine at ${printable(host)}, but DOCKER_CERT_PATH is not set; ${CERT_FIX}` : undefined;
+  const missing = CERT_FILES.filter((f) => {
+    try {
+      accessSync(join(dir, f), constants.R_OK);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+  if (missing.length > 0) return `DOCKER_CERT_PATH=${printable(dir)} has no readable ${missing.join(", ")}; ${CERT_FIX}`;
+  return undefined;
+}
+
+/** A TLS handshake the engine or the runner refused: a certificate, not the engine, is what to fix. */
+function isTlsRefusal(code: unknown): boolean {
+  return typeof code === "string" && (/^ERR_SSL_|^ERR_TLS_CERT/.test(code) || /CERT|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER/.test(code));
+}
+
 /** Socket and connection errors mean the engine is unreachable, a runner fault of its own kind. */
 function wrap(err: unknown, what: string): ContainerRuntimeError {
   if (err instanceof ContainerRuntimeError) return err;
   const status = statusOf(err);
   const sysCode = (err as { code?: unknown } | null)?.code;
   const message = err instanceof Error ? err.message : String(err);
+  if (isTlsRefusal(sysCode)) {
+    const dir = process.env.DOCKER_CERT_PATH ? `DOCKER_CERT_PATH=${printable(process.env.DOCKER_CERT_PATH)}` : "DOCKER_CERT_PATH (not set)";
+    const side = String(sysCode).startsWith("ERR_SSL_") ? "the engine refused the client certificate" : "the engine's certificate is not one the CA in ca.pem signed";
+    return new ContainerRuntimeError(`${what}: the TLS connection to the Docker engine failed, ${side} (${String(sysCode)}); the certificates come from ${dir}: ${CERT_FIX}`, "unavailable", {
+      cause: err,
+    });
+  }
   if (status === 404) return new ContainerRuntimeError(`${what}: not found (${message})`, "not-found", { cause: err });
   if (status === 409) return new ContainerRuntimeError(`${what}: conflict (${message})`, "conflict", { cause: err });
   if (status === 400) return new ContainerRuntimeError(`${what}: rejected by the engine (${message})`, "invalid-spec", { cause: err });
@@ -80,7 +124,10 @@ const WAIT_HEARTBEAT_MS = 2_000;
 export class DockerRuntime implements ContainerRuntime, EngineStorage {
   private readonly docker: Docker;
 
+  /** Throws a refusal naming DOCKER_CERT_PATH when the environment's TLS certificates cannot be used. */
   constructor(options: DockerConnectionOptions = {}) {
+    const tls = options.socketPath === undefined && options.host === undefined ? engineTlsProblem(process.env) : undefined;
+    if (tls !== undefined) throw new RefusalError(`the Docker engine cannot be reached: ${tls}; nothing was charged`);
     this.docker = new Docker(options);
   }
 

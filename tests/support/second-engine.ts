@@ -1,9 +1,11 @@
 import { execFile, spawn } from "node:child_process";
-import { mkdirSync, openSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { homedir, tmpdir } from "node:os";
-import { dirname } from "node:path";
+import { dirname, join } from "node:path";
 import { promisify } from "node:util";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { makeTestCa } from "./test-ca.ts";
 
 const run = promisify(execFile);
 
@@ -12,12 +14,17 @@ const run = promisify(execFile);
  * mount namespace of its own, where the runner's temporary folder, HOME, /home and the folder
  * holding the checkout are empty tmpfs mounts (../shared/facts/second-docker-engine.md). It is
  * reached by its own unix socket under /run, which both namespaces see, with its own data and
- * exec roots, no bridge and no iptables. Started once and left running for later test files
+ * exec roots, no bridge and no iptables. It also listens on tcp://127.0.0.1:<a free port> with
+ * `--tlsverify`, its server certificate for 127.0.0.1 and its callers' client certificates from a
+ * test CA made at its start (secondEngineTls). Started once and left running for later test files
  * (about 8 s); it needs root, as CI is.
  */
 export const SECOND_ENGINE_DIR = "/run/study-runner-second-engine";
 export const SECOND_ENGINE_HOST = `unix://${SECOND_ENGINE_DIR}/docker.sock`;
 const DATA_ROOT = "/var/lib/study-runner-second-engine";
+const TLS_DIR = `${SECOND_ENGINE_DIR}/tls`;
+/** The folder a caller names in DOCKER_CERT_PATH: ca.pem, cert.pem, key.pem. */
+const CLIENT_CERT_DIR = `${TLS_DIR}/client`;
 
 /** The folders the second engine's namespace hides: what the runner's containers reach by path today. */
 export function maskedFolders(): string[] {
@@ -54,11 +61,45 @@ function masksThese(folders: string[]): boolean {
   }
 }
 
+/** How a caller reaches the running engine over TLS: DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH. */
+export function secondEngineTls(): { DOCKER_HOST: string; DOCKER_TLS_VERIFY: string; DOCKER_CERT_PATH: string } {
+  const port = Number(readFileSync(`${TLS_DIR}/port`, "utf8"));
+  return { DOCKER_HOST: `tcp://127.0.0.1:${port}`, DOCKER_TLS_VERIFY: "1", DOCKER_CERT_PATH: CLIENT_CERT_DIR };
+}
+
+/** A port free on 127.0.0.1 now (never another address). */
+async function freeLoopbackPort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as { port: number };
+  await new Promise((r) => server.close(r));
+  return port;
+}
+
+/** A fresh test CA: the engine's certificate for 127.0.0.1 and a client's, private files of root. */
+async function writeTls(): Promise<number> {
+  rmSync(TLS_DIR, { recursive: true, force: true });
+  mkdirSync(CLIENT_CERT_DIR, { recursive: true, mode: 0o700 });
+  const ca = makeTestCa({ client: true });
+  const files: Record<string, string> = {
+    "ca.pem": ca.ca,
+    "server-cert.pem": ca.cert,
+    "server-key.pem": ca.key,
+    "client/ca.pem": ca.ca,
+    "client/cert.pem": ca.client!.cert,
+    "client/key.pem": ca.client!.key,
+  };
+  for (const [name, text] of Object.entries(files)) writeFileSync(join(TLS_DIR, name), text, { mode: 0o600, flag: "wx" });
+  const port = await freeLoopbackPort();
+  writeFileSync(`${TLS_DIR}/port`, String(port), { mode: 0o600, flag: "wx" });
+  return port;
+}
+
 /** Starts the engine unless it answers already hiding this checkout's folders (else restarts it); resolves to its DOCKER_HOST. */
 export async function startSecondEngine(): Promise<string> {
   const folders = maskedFolders();
   if (await answers()) {
-    if (masksThese(folders)) return SECOND_ENGINE_HOST;
+    if (masksThese(folders) && existsSync(`${TLS_DIR}/port`)) return SECOND_ENGINE_HOST;
     const pid = Number(readFileSync(`${SECOND_ENGINE_DIR}/docker.pid`, "utf8"));
     process.kill(pid, "SIGTERM");
     // Until the process is gone: its pid file and exec root are the new engine's.
@@ -67,8 +108,10 @@ export async function startSecondEngine(): Promise<string> {
   mkdirSync(`${SECOND_ENGINE_DIR}/exec`, { recursive: true });
   writeFileSync(MASKED_FILE, JSON.stringify(folders));
   mkdirSync(DATA_ROOT, { recursive: true });
+  const port = await writeTls();
   const masks = folders.map((f) => `mount -t tmpfs -o size=16m tmpfs '${f}'`).join(" && ");
-  const script = `mount --make-rprivate / && ${masks} && exec dockerd --bridge=none --iptables=false --data-root ${DATA_ROOT} --exec-root ${SECOND_ENGINE_DIR}/exec --pidfile ${SECOND_ENGINE_DIR}/docker.pid -H ${SECOND_ENGINE_HOST}`;
+  const tls = `-H tcp://127.0.0.1:${port} --tlsverify --tlscacert ${TLS_DIR}/ca.pem --tlscert ${TLS_DIR}/server-cert.pem --tlskey ${TLS_DIR}/server-key.pem`;
+  const script = `mount --make-rprivate / && ${masks} && exec dockerd --bridge=none --iptables=false --data-root ${DATA_ROOT} --exec-root ${SECOND_ENGINE_DIR}/exec --pidfile ${SECOND_ENGINE_DIR}/docker.pid -H ${SECOND_ENGINE_HOST} ${tls}`;
   const log = openSync(`${SECOND_ENGINE_DIR}/dockerd.log`, "a");
   const child = spawn("unshare", ["-m", "sh", "-c", script], { detached: true, stdio: ["ignore", log, log] });
   child.unref();

@@ -20,7 +20,9 @@ export async function reachEngine(runtime: ContainerRuntime, runtimeName: string
   try {
     engine = await runtime.ping();
   } catch (err) {
-    throw new RefusalError(`the Docker engine is not reachable (${errorMessage(err)}); start it or set DOCKER_HOST`);
+    const why = errorMessage(err);
+    // A certificate the TLS handshake refused is what to fix, not the engine or its address.
+    throw new RefusalError(`the Docker engine is not reachable (${why})${/DOCKER_CERT_PATH/.test(why) ? "" : "; start it or set DOCKER_HOST"}; nothing was charged`);
   }
   assertRuntimeOffered(engine, runtimeName, "--runtime");
   return engine;
