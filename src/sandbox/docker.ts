@@ -429,7 +429,8 @@ export class DockerRuntime implements ContainerRuntime, EngineStorage {
     }
     const stdout = new PassThrough();
     const stderr = new PassThrough();
-    this.modem.demuxStream(stream, stdout, stderr);
+    // The channel's stream: what its reader has not taken waits in the engine, not here.
+    demuxBounded(stream, stdout, stderr);
     const end = (): void => {
       stdout.end();
       stderr.end();
@@ -442,4 +443,37 @@ export class DockerRuntime implements ContainerRuntime, EngineStorage {
     });
     return { stdin: stream, stdout, stderr };
   }
+}
+
+/** The engine's attach frame header: stream type (1 stdout, 2 stderr), three zero bytes, uint32 BE length. */
+const ATTACH_HEADER_BYTES = 8;
+
+/**
+ * Splits the engine's multiplexed attach stream into stdout and stderr, honouring their
+ * backpressure (contract R252): while either is full, the attach stream is paused, so what the
+ * reader has not taken waits in the engine and the container's pipe, not in the runner's memory.
+ * docker-modem's own demuxStream writes on regardless of the readers.
+ */
+export function demuxBounded(raw: NodeJS.ReadableStream, stdout: NodeJS.WritableStream & { writableNeedDrain?: boolean }, stderr: NodeJS.WritableStream & { writableNeedDrain?: boolean }): void {
+  let pending: Buffer = Buffer.alloc(0);
+  const resume = (): void => {
+    if (!stdout.writableNeedDrain && !stderr.writableNeedDrain) raw.resume();
+  };
+  for (const s of [stdout, stderr]) {
+    s.on("drain", resume);
+    // A reader gone takes nothing more: the other one is not held up by it.
+    s.on("close", () => raw.resume());
+  }
+  raw.on("data", (chunk: Buffer) => {
+    pending = pending.length === 0 ? chunk : Buffer.concat([pending, chunk]);
+    let full = false;
+    while (pending.length >= ATTACH_HEADER_BYTES) {
+      const length = pending.readUInt32BE(4);
+      if (pending.length < ATTACH_HEADER_BYTES + length) break;
+      const target = pending[0] === 2 ? stderr : stdout;
+      if (!target.write(pending.subarray(ATTACH_HEADER_BYTES, ATTACH_HEADER_BYTES + length))) full = true;
+      pending = pending.subarray(ATTACH_HEADER_BYTES + length);
+    }
+    if (full) raw.pause();
+  });
 }

@@ -66,6 +66,8 @@ class StreamServer implements StreamMux {
   private faultReason: string | undefined;
   private readonly listeners: Array<(reason: string) => void> = [];
   private outputPaused = false;
+  /** The relay's stream waits for one endpoint connection to take what it was sent. */
+  private inputPaused = false;
   private isReady = false;
   private pending: Buffer = Buffer.alloc(0);
   private resolveReady!: () => void;
@@ -199,10 +201,17 @@ class StreamServer implements StreamMux {
       return;
     }
     c.socket.write(payload);
-    if (c.socket.writableLength > this.limits.channelBufferBytes) {
-      // The endpoint is not taking what the relay sends: the whole stream waits for it (bounded memory).
+    if (c.socket.writableLength > this.limits.channelBufferBytes && !this.inputPaused) {
+      // The endpoint is not taking what the relay sends: the whole stream waits for it (bounded memory, contract R252).
+      this.inputPaused = true;
       this.input.pause();
-      const resume = (): void => void this.input.resume();
+      const resume = (): void => {
+        if (!this.inputPaused) return;
+        this.inputPaused = false;
+        c.socket.removeListener("drain", resume);
+        c.socket.removeListener("close", resume);
+        this.input.resume();
+      };
       c.socket.once("drain", resume);
       c.socket.once("close", resume);
     }

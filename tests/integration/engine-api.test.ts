@@ -16,6 +16,7 @@ import { LABELS, reapOrphans } from "../../src/sandbox/reaper.ts";
 import type { SandboxSpec } from "../../src/sandbox/sandbox.ts";
 import { treeFromFolder } from "../../src/sandbox/tree.ts";
 import { runCli } from "../support/cli.ts";
+import { nodeScriptSpec } from "../support/node-sandbox.ts";
 
 /**
  * The engine-api channel on the local engine (the second engine's run is in engine-files.test.ts):
@@ -47,20 +48,7 @@ afterAll(async () => {
 });
 
 function spec(script: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
-  return {
-    image,
-    entrypoint: [IMAGE_LAYOUT.node, "-e", script],
-    cmd: [],
-    env: {},
-    user: "1000:1000",
-    memoryVolumes: [],
-    endpoints: [],
-    limits: { pidsLimit: 64 },
-    security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
-    network: { mode: "none" },
-    labels: { [LABELS.run]: run },
-    ...extra,
-  };
+  return nodeScriptSpec(image, { [LABELS.run]: run }, script, extra);
 }
 
 /** Everything of this file's run still on the engine. */

@@ -49,6 +49,8 @@ export type FakeBehaviour =
       guesses?: Record<string, "files-only" | "files-and-docs-server">;
       /** A pause before the arm-guess call (its --json-schema asks for armGuess alone) answers. */
       guessDelayMs?: number;
+      /** Connections opened before the transcript, to host:port or a unix socket `path` (claude.mjs, attemptConnections). */
+      connect?: Array<{ host?: string; port?: number; path?: string; count?: number; concurrency?: number; direct?: boolean; send?: string; holdMs?: number; timeoutMs?: number }>;
     }
   | { kind: "events"; events: unknown[]; malformedFirst?: boolean; exitCode?: number; version?: string }
   | { kind: "exit"; events?: unknown[]; code: number; version?: string }

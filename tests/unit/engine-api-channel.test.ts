@@ -147,6 +147,53 @@ describe("the engine-api stream, the runner's end", () => {
   });
 });
 
+describe("the engine-api stream's backpressure", () => {
+  // contract: R252
+  it("an endpoint that stops reading stops the relay's stream, once, however many frames come", async () => {
+    let stalled: import("node:net").Socket | undefined;
+    await new Promise((r) => echo.close(r));
+    await rm(socket, { force: true });
+    echo = createServer((c) => {
+      c.pause();
+      stalled = c;
+    });
+    await new Promise<void>((r) => echo.listen(socket, r));
+    const warnings: string[] = [];
+    const warned = (w: Error): void => void warnings.push(w.name);
+    process.on("warning", warned);
+    const { fromRelay, toRelay } = relayPair();
+    const mux = serveStream(fromRelay, toRelay, new Map([["model-api", socket]]), { maxPayloadBytes: 16 * 1024, maxChannels: 4, channelBufferBytes: 64 * 1024 });
+    fromRelay.write(encodeFrame(0, FRAME.ready));
+    await mux.ready;
+    fromRelay.write(encodeFrame(1, FRAME.open, Buffer.from("model-api")));
+    // Many frames at once, as a pipe delivers them: the stream pauses on the first past the bound, not once per frame.
+    const frame = Buffer.concat(Array.from({ length: 32 }, () => encodeFrame(1, FRAME.data, Buffer.alloc(16 * 1024, 0x61))));
+    let accepted = 0;
+    // The relay writes as its stream lets it, for as long as the stream takes anything within half a second.
+    for (;;) {
+      if (fromRelay.write(frame)) {
+        accepted += frame.length;
+        if (accepted > 64 * 1024 * 1024) break;
+        continue;
+      }
+      accepted += frame.length;
+      const drained = await Promise.race([new Promise((r) => fromRelay.once("drain", () => r(true))), new Promise((r) => setTimeout(() => r(false), 500))]);
+      if (!drained) break;
+    }
+    expect(stalled).toBeDefined();
+    // What the runner took is the endpoint's kernel buffer, the channel's bound and a few frames: not the flood.
+    expect(accepted).toBeLessThan(8 * 1024 * 1024);
+    expect(fromRelay.isPaused()).toBe(true);
+    expect(mux.fault()).toBeUndefined();
+    // Reading again lets the stream go on.
+    stalled!.resume();
+    await until(() => !fromRelay.isPaused());
+    process.off("warning", warned);
+    expect(warnings).toEqual([]);
+    mux.close();
+  });
+});
+
 /** The fake engine with the engine-api channel's operations, which the preflight checks for but never calls. */
 function engineApiRuntime(): FakeRuntime {
   const runtime = new FakeRuntime({ program: ({ stdout }) => void stdout.write("2.1.296 (Claude Code)\n") });

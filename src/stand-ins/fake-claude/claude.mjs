@@ -386,7 +386,8 @@ function refreshLogin() {
 /**
  * Behaviour `connect: [{ host, port, count?, concurrency?, direct?, send?, holdMs?, timeoutMs? }]`
  * (the strict profile's egress tests): before the transcript, open connections the way an HTTPS client does: through
- * HTTPS_PROXY with CONNECT when it is set (unless `direct`), else straight to host:port. Each
+ * HTTPS_PROXY with CONNECT when it is set (unless `direct`), else straight to host:port; or, with
+ * `path` instead of host and port, to that unix socket (an endpoint the runner serves). Each
  * open tunnel sends `send` (default "ping\n"), reads one chunk back and stays open `holdMs`.
  * Writes one line per entry to records/connect-<attempt>-*.jsonl: `via` and how many connections
  * ended how ("tunnel", "refused <status>", "error <code>"), with the first echoed text.
@@ -395,7 +396,7 @@ async function attemptConnections(specs, attempt) {
   const proxy = process.env.HTTPS_PROXY ? new URL(process.env.HTTPS_PROXY) : undefined;
   const lines = [];
   for (const spec of specs) {
-    const via = proxy && !spec.direct ? "proxy" : "direct";
+    const via = proxy && !spec.direct && spec.path === undefined ? "proxy" : "direct";
     const count = spec.count ?? 1;
     const results = {};
     let echo = null;
@@ -409,7 +410,7 @@ async function attemptConnections(specs, attempt) {
       }
     };
     await Promise.all(Array.from({ length: Math.min(spec.concurrency ?? 1, count) }, worker));
-    lines.push({ host: spec.host, port: spec.port, via, count, results, echo });
+    lines.push({ ...(spec.path !== undefined ? { path: spec.path } : { host: spec.host, port: spec.port }), via, count, results, echo });
   }
   const dir = path.join(FAKE_DIR, "records");
   if (fs.existsSync(dir)) {
@@ -440,7 +441,7 @@ function connectOnce(spec, proxy) {
     };
     const failed = (e) => end({ outcome: `error ${e.code ?? e.message}` });
     if (!proxy) {
-      socket = net.connect({ host: spec.host, port: spec.port }, () => talk(socket));
+      socket = net.connect(spec.path !== undefined ? { path: spec.path } : { host: spec.host, port: spec.port }, () => talk(socket));
       socket.on("error", failed);
       socket.on("close", () => end({ outcome: "error closed" }));
       return;
