@@ -23,6 +23,14 @@
  * ptrace, network none, host unix sockets open). Reported beside runc: the runsc attempt against
  * its own floor, and both against runc's. There is no target: it is the price of the user-space
  * kernel, for a study to weigh.
+ *
+ * Channels: each round also runs the same attempts through the gateway (the engine-api channel's
+ * credentials) on both sandbox channels of the same engine, `host-paths` (folders and sockets bound
+ * in) and `engine-api` (content copied into volumes, sockets carried by the relay's stream,
+ * src/sandbox/engine-api.ts), one after the other. Target (docs/performance.md, "attempt"):
+ * engine-api at most 1.25x host-paths at the median, and its own part (the attempt minus the
+ * container's run, from "cli:container-started" to "cli:container-ended") at most 80 ms more than
+ * host-paths' own part.
  */
 import { execFile } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -38,6 +46,9 @@ const ATTEMPTS_PER_ROUND = 3;
 const FLOORS_PER_ROUND = 3;
 const TARGET_RATIO = 1.5;
 const GVISOR = "runsc";
+const CHANNEL_TARGET_RATIO = 1.25;
+const CHANNEL_TARGET_OWN_MS = 80;
+const CHANNELS = ["host-paths", "engine-api"] as const;
 
 async function main(): Promise<Record<string, unknown>> {
   const work = await mkdtemp(join(tmpdir(), "study-runner-bench-attempt-"));
@@ -55,6 +66,7 @@ async function main(): Promise<Record<string, unknown>> {
     const cliFloor: number[] = [];
     const apiFloor: number[] = [];
     const gvisor = { attemptMs: [] as number[], containerMs: [] as number[], floor: [] as number[] };
+    const channels = Object.fromEntries(CHANNELS.map((c) => [c, { attemptMs: [] as number[], ownMs: [] as number[], splits: [] as Record<string, number>[] }]));
     if (!(await runtime.ping()).runtimes.includes(GVISOR)) throw new Error(`the engine has no runtime '${GVISOR}': register it as docs/isolation.md ("gVisor") says`);
     const bare = {
       image,
@@ -110,6 +122,17 @@ async function main(): Promise<Record<string, unknown>> {
         gvisor.attemptMs.push(ms);
         gvisor.containerMs.push(observation.wallTimeMs!);
       }
+      // The channels alternate which goes first, so neither always runs on a machine the other warmed.
+      for (const channel of round % 2 === 0 ? CHANNELS : [...CHANNELS].reverse()) {
+        const c = channels[channel]!;
+        for (const { ms, split } of (await runTimedStudy(demoBenchConfig(bench, plan, `${channel}-${round}`, undefined, { credentials: "gateway", sandboxChannel: channel }), runtime)).slice(1)) {
+          c.attemptMs.push(ms);
+          c.splits.push(split!);
+          const run = split!["cli:container-started → cli:container-ended"];
+          if (run === undefined) throw new Error(`no "cli:container-started → cli:container-ended" step in a ${channel} attempt's marks`);
+          c.ownMs.push(ms - run);
+        }
+      }
     }
 
     const a = stats(attemptMs);
@@ -135,6 +158,7 @@ async function main(): Promise<Record<string, unknown>> {
       targetRatio: TARGET_RATIO,
       floor: "docker run --rm --network none <fake image> --version (docker CLI)",
       targetMet: r <= TARGET_RATIO,
+      channels: channelFigures(channels),
       gvisor: {
         runtime: GVISOR,
         attempts: gvisor.attemptMs.length,
@@ -152,6 +176,26 @@ async function main(): Promise<Record<string, unknown>> {
   } finally {
     await rm(work, { recursive: true, force: true });
   }
+}
+
+/** engine-api beside host-paths: medians, the ratio and the own parts against their targets. */
+function channelFigures(channels: Record<string, { attemptMs: number[]; ownMs: number[]; splits: Record<string, number>[] }>): Record<string, unknown> {
+  const hp = channels["host-paths"]!;
+  const api = channels["engine-api"]!;
+  const r = ratio(median(api.attemptMs), median(hp.attemptMs));
+  const ownAdded = round(median(api.ownMs) - median(hp.ownMs), 1);
+  return {
+    credentials: "gateway",
+    attempts: api.attemptMs.length,
+    hostPaths: { attemptMs: stats(hp.attemptMs), ownMs: { median: round(median(hp.ownMs), 1) }, splitMs: medianSplit(hp.splits) },
+    engineApi: { attemptMs: stats(api.attemptMs), ownMs: { median: round(median(api.ownMs), 1) }, splitMs: medianSplit(api.splits) },
+    ratio: r,
+    targetRatio: CHANNEL_TARGET_RATIO,
+    // What the engine-api channel adds to the runner's own part of an attempt (all but the container's run).
+    ownAddedMs: ownAdded,
+    targetOwnAddedMs: CHANNEL_TARGET_OWN_MS,
+    targetMet: r <= CHANNEL_TARGET_RATIO && ownAdded <= CHANNEL_TARGET_OWN_MS,
+  };
 }
 
 runMain("attempt", main);

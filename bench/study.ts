@@ -141,7 +141,7 @@ export async function prepareDemoBench(work: string): Promise<DemoBench> {
 }
 
 /** The study config of a benchmark run of `plan` (indices already the run order), ledger `name` in the ledger folder. */
-export function demoBenchConfig(b: DemoBench, plan: PlannedAttempt[], name: string, ociRuntime?: string): StudyConfig {
+export function demoBenchConfig(b: DemoBench, plan: PlannedAttempt[], name: string, ociRuntime?: string, extra: Partial<StudyConfig> = {}): StudyConfig {
   return {
     loaded: b.loaded,
     mode: "full",
@@ -158,5 +158,6 @@ export function demoBenchConfig(b: DemoBench, plan: PlannedAttempt[], name: stri
     docBridgeCommand: referenceEngineCommand(),
     claudeConfigDir: b.setup.loginDir,
     ...(ociRuntime ? { runtime: ociRuntime } : {}),
+    ...extra,
   };
 }

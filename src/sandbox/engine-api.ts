@@ -5,6 +5,7 @@ import { basename, dirname, join, posix } from "node:path";
 import { pipeline } from "node:stream/promises";
 import { buffer as readAll } from "node:stream/consumers";
 import { setTimeout as sleep } from "node:timers/promises";
+import { mark } from "../util/marks.ts";
 import { stopContainer } from "./stop.ts";
 import tar from "tar-stream";
 import { ExportHasher } from "../export/export.ts";
@@ -224,36 +225,47 @@ export async function extractBounded(archive: NodeJS.ReadableStream, folder: str
   return problems;
 }
 
-/** Prepares one sandbox on the engine-api channel. */
+/**
+ * Prepares one sandbox on the engine-api channel. Every volume is created at once; then the content
+ * is copied in and the attempt container created while the relay starts, as neither needs the
+ * other's result (the attempt container only mounts the relay's volumes; it starts once the relay
+ * listens).
+ */
 export async function prepareOverEngineApi(runtime: ContainerRuntime & EngineStorage, spec: SandboxSpec, base: ContainerSpec, opts: EngineApiOptions = {}): Promise<PreparedSandbox> {
   const tag = randomBytes(6).toString("hex");
   const volumeName = (kind: string): string => `study-runner-${tag}-${kind}`;
   const made = new Made(runtime);
   try {
+    mark("engine-api:begin");
     const content = await contentVolumes(spec, volumeName);
-    await fillVolumes(runtime, made, spec, content);
-    const endpointMounts: Mount[] = [];
-    let relay: { id: string; mux: StreamMux; stdin: NodeJS.WritableStream } | undefined;
-    if (spec.endpoints.length > 0) {
-      const sockets = spec.endpoints.map((e, i) => ({ name: e.name, volume: volumeName(`endpoint-${i}`), path: `${RELAY_ROOT}/${i}/${basename(e.socket)}` }));
-      for (const s of sockets) await made.volume(s.volume, spec.labels);
-      relay = await startRelay(runtime, made, spec, sockets, opts);
-      for (const [i, e] of spec.endpoints.entries()) endpointMounts.push({ source: sockets[i]!.volume, volume: true, target: endpointDir(base, e.socket), readOnly: true });
-    }
+    const sockets = spec.endpoints.map((e, i) => ({ name: e.name, volume: volumeName(`endpoint-${i}`), path: `${RELAY_ROOT}/${i}/${basename(e.socket)}` }));
+    const endpointMounts: Mount[] = spec.endpoints.map((e, i) => ({ source: sockets[i]!.volume, volume: true, target: endpointDir(base, e.socket), readOnly: true }));
     const hostEndpointDirs = new Set(spec.endpoints.map((e) => dirname(e.socket)));
     const kept = base.mounts.filter((m) => !hostEndpointDirs.has(m.source) && !content.some((c) => c.target === m.target) && !(spec.testMounts ?? []).some((t) => t.folder === m.source));
     if (kept.length > 0) throw new ContainerRuntimeError(`the engine-api channel carries no host path: ${kept.map((m) => m.target).join(", ")}`, "invalid-spec");
+    await settleAll([...content.map((c) => c.name), ...sockets.map((s) => s.volume)].map((name) => made.volume(name, spec.labels)));
+    mark("engine-api:volumes-created");
     const { workspace: _bound, ...rest } = base;
-    const id = await runtime.create({
-      ...rest,
-      mounts: [...content.map((c) => ({ source: c.name, volume: true, target: c.target, readOnly: c.readOnly })), ...endpointMounts],
-    });
-    made.containers.push(id);
+    const mounts = [...content.map((c) => ({ source: c.name, volume: true, target: c.target, readOnly: c.readOnly })), ...endpointMounts];
+    const [id, relay] = await settleAll<[string, Relay | undefined]>([
+      // The attempt container after the fill: an empty volume takes the owner of the folder it is first mounted on (the helper's `fillAt`).
+      fillVolumes(runtime, made, spec, content).then(() => made.container({ ...rest, mounts })),
+      sockets.length > 0 ? startRelay(runtime, made, spec, sockets, opts) : Promise.resolve(undefined),
+    ]);
+    mark("engine-api:ready");
     return new PreparedOverApi(runtime, id, made, content, relay);
   } catch (err) {
     await made.remove();
     throw err;
   }
+}
+
+/** Waits for every promise, so nothing is still being made when a failure is cleaned up; then throws the first failure. */
+async function settleAll<T extends readonly unknown[]>(promises: { [K in keyof T]: Promise<T[K]> }): Promise<T> {
+  const results = await Promise.allSettled(promises as readonly Promise<unknown>[]);
+  const failed = results.find((r): r is PromiseRejectedResult => r.status === "rejected");
+  if (failed) throw failed.reason;
+  return results.map((r) => (r as PromiseFulfilledResult<unknown>).value) as unknown as T;
 }
 
 /** Where the attempt container's spec mounts the folder of an endpoint's socket. */
@@ -263,10 +275,12 @@ function endpointDir(base: ContainerSpec, socket: string): string {
   return m.target;
 }
 
-/** What one sandbox made on the engine, removed in reverse. */
+/** What one sandbox made on the engine: its containers removed at once, then its volumes at once. */
 class Made {
-  readonly containers: string[] = [];
-  readonly volumes: string[] = [];
+  private readonly containers: string[] = [];
+  private readonly volumes: string[] = [];
+  /** Removals already under way (the fill helper's), which the volumes' removal waits for. */
+  private readonly removing: Array<Promise<unknown>> = [];
   constructor(private readonly runtime: ContainerRuntime & EngineStorage) {}
 
   async volume(name: string, labels: Record<string, string>): Promise<void> {
@@ -274,20 +288,38 @@ class Made {
     this.volumes.push(name);
   }
 
+  async container(spec: ContainerSpec): Promise<string> {
+    const id = await this.runtime.create(spec);
+    this.containers.push(id);
+    return id;
+  }
+
+  /** Starts removing one container without waiting for it. */
+  removeSoon(id: string): void {
+    const i = this.containers.indexOf(id);
+    if (i >= 0) this.containers.splice(i, 1);
+    this.removing.push(this.runtime.remove(id).catch(() => undefined));
+  }
+
   async remove(): Promise<void> {
-    for (const id of this.containers.splice(0).reverse()) await this.runtime.remove(id).catch(() => undefined);
-    for (const name of this.volumes.splice(0).reverse()) await this.runtime.removeVolume(name).catch(() => undefined);
+    await Promise.all([...this.removing.splice(0), ...this.containers.splice(0).map((id) => this.runtime.remove(id).catch(() => undefined))]);
+    await Promise.all(this.volumes.splice(0).map((name) => this.runtime.removeVolume(name).catch(() => undefined)));
   }
 }
 
 /** Where the helper mounts content volume `i`. */
 const fillPath = (c: ContentVolume, i: number): string => c.fillAt ?? `${FILL_ROOT}/${i}`;
 
-/** Fills every content volume through one created, never-started helper container, then checks the export. */
+type Relay = { id: string; mux: StreamMux; stdin: NodeJS.WritableStream };
+
+/**
+ * Fills every content volume (already created) through one created, never-started helper
+ * container, each volume's archive at once, then checks the export; the helper is removed in the
+ * background, before the volumes are.
+ */
 async function fillVolumes(runtime: ContainerRuntime & EngineStorage, made: Made, spec: SandboxSpec, content: readonly ContentVolume[]): Promise<void> {
   if (content.length === 0) return;
-  for (const c of content) await made.volume(c.name, spec.labels);
-  const helper = await runtime.create({
+  const helper = await made.container({
     image: spec.image,
     // Never started: the command only has to be one the engine accepts.
     entrypoint: ["/study-runner-never-started"],
@@ -301,8 +333,8 @@ async function fillVolumes(runtime: ContainerRuntime & EngineStorage, made: Made
     securityOpt: ["no-new-privileges"],
     labels: spec.labels,
   });
-  try {
-    for (const [i, c] of content.entries()) {
+  await settleAll(
+    content.map(async (c, i) => {
       const pack = tar.pack();
       c.fill(pack).then(
         () => pack.finalize(),
@@ -313,10 +345,10 @@ async function fillVolumes(runtime: ContainerRuntime & EngineStorage, made: Made
         const written = await hashTree(await runtime.getArchive(helper, fillPath(c, i)));
         if (written !== c.exportHash) throw new ContainerRuntimeError(`the export written into volume ${c.name} has hash ${written}, not the export's ${c.exportHash}`, "engine");
       }
-    }
-  } finally {
-    await runtime.remove(helper);
-  }
+    }),
+  );
+  made.removeSoon(helper);
+  mark("engine-api:filled");
 }
 
 /** The relay container, started, its stream served; resolves once it listens on every socket. */
@@ -326,11 +358,11 @@ async function startRelay(
   spec: SandboxSpec,
   sockets: Array<{ name: string; volume: string; path: string }>,
   opts: EngineApiOptions,
-): Promise<{ id: string; mux: StreamMux; stdin: NodeJS.WritableStream }> {
+): Promise<Relay> {
   const relay = spec.streamRelay ?? opts.streamRelay;
   if (!relay && !opts.relayCommand) throw new ContainerRuntimeError("the spec names endpoints but no streamRelay, the image's program that serves them over the engine-api channel", "invalid-spec");
   const command = opts.relayCommand?.(sockets) ?? [...relay!, ...sockets.map((s) => `${s.name}=${s.path}`)];
-  const id = await runtime.create({
+  const id = await made.container({
     image: spec.image,
     entrypoint: command,
     cmd: [],
@@ -353,7 +385,6 @@ async function startRelay(
     // any other container (ENOENT; both measured). Made by runc, the sockets are the engine host's
     // own, which a runsc attempt opens as it opens the runner's on a local engine (contract R246).
   });
-  made.containers.push(id);
   const stdio = await runtime.attachStdio(id);
   stdio.stderr.resume();
   const endpoints = new Map(spec.endpoints.map((e) => [e.name, e.socket] as const));
@@ -377,7 +408,7 @@ class PreparedOverApi implements PreparedSandbox {
     readonly id: string,
     private readonly made: Made,
     private readonly content: readonly ContentVolume[],
-    private readonly relay: { id: string; mux: StreamMux; stdin: NodeJS.WritableStream } | undefined,
+    private readonly relay: Relay | undefined,
   ) {
     // A stream the relay broke ends the program at once: its endpoints are gone.
     relay?.mux.onFault(() => void this.runtime.kill(this.id).catch(() => undefined));
