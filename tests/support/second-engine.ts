@@ -4,6 +4,7 @@ import { createServer } from "node:net";
 import { homedir, tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
+import { lock } from "proper-lockfile";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { makeTestCa } from "./test-ca.ts";
 
@@ -95,8 +96,21 @@ async function writeTls(): Promise<number> {
   return port;
 }
 
-/** Starts the engine unless it answers already hiding this checkout's folders (else restarts it); resolves to its DOCKER_HOST. */
+/**
+ * Starts the engine unless it answers already hiding this checkout's folders (else restarts it);
+ * resolves to its DOCKER_HOST. Test files in parallel workers call it at once: one starts the
+ * engine under a lock beside its folder, the others wait and find it answering.
+ */
 export async function startSecondEngine(): Promise<string> {
+  const release = await lock(SECOND_ENGINE_DIR, { realpath: false, stale: 30_000, retries: { retries: 600, minTimeout: 200, maxTimeout: 500 } });
+  try {
+    return await startUnlocked();
+  } finally {
+    await release();
+  }
+}
+
+async function startUnlocked(): Promise<string> {
   const folders = maskedFolders();
   if (await answers()) {
     if (masksThese(folders) && existsSync(`${TLS_DIR}/port`)) return SECOND_ENGINE_HOST;
