@@ -2,7 +2,7 @@ import { resolve } from "node:path";
 import { UsageError, errorMessage } from "../util/errors.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { checkAdjudicationOutput, credentialOptions, parseAdjudicateFlags, type AdjudicateFlags, type AdjudicateOptions } from "./config/commands.ts";
-import { commandFlags } from "./config/flags.ts";
+import { commandEnvironment, commandFlags, type EnvOf } from "./config/flags.ts";
 import { withStopSignals } from "./signals.ts";
 import { requireProfile } from "../profile/load.ts";
 
@@ -22,7 +22,7 @@ interface LedgerSide {
 }
 
 /** Reads the ledger and what follows from it, adding every problem to `options.problems`. */
-async function readLedgerSide(flags: AdjudicateFlags, env: NodeJS.ProcessEnv, options: AdjudicateOptions): Promise<LedgerSide> {
+async function readLedgerSide(flags: AdjudicateFlags, options: AdjudicateOptions): Promise<LedgerSide> {
   const { problems, roots } = options;
   const [{ readLedgerInput, loadLedgerManifest }, { chooseAdjudicatorModel }] = await Promise.all([import("../adjudicate/input.ts"), import("../cost/models.ts")]);
   const side: LedgerSide = {};
@@ -38,7 +38,7 @@ async function readLedgerSide(flags: AdjudicateFlags, env: NodeJS.ProcessEnv, op
     problems.push(`ledger ${side.input.path} is still running (or its runner died before ending it); adjudicate a ledger that is awaiting-adjudication or blocked`);
   }
   // Unset: a different priced model by default; --force-same-model alone: the answering model.
-  const choice = chooseAdjudicatorModel({ requested: env.STUDY_ADJUDICATOR_MODEL, answeringModel: ledger.model, forceSameModel: flags.forceSameModel === true });
+  const choice = chooseAdjudicatorModel({ requested: options.adjudicatorModel, answeringModel: ledger.model, forceSameModel: flags.forceSameModel === true });
   if ("problem" in choice) problems.push(choice.problem);
   else side.model = choice.model;
   try {
@@ -51,11 +51,15 @@ async function readLedgerSide(flags: AdjudicateFlags, env: NodeJS.ProcessEnv, op
   return side;
 }
 
-export async function adjudicateCommand(given: AdjudicateFlags, env: NodeJS.ProcessEnv = process.env): Promise<number> {
+/**
+ * `adjudicate`, given its flags and its environment variables parsed at the entry (the demo
+ * passes its own values, contract R214).
+ */
+export async function adjudicateCommand(given: AdjudicateFlags, env: EnvOf<"adjudicate"> = commandEnvironment("adjudicate")): Promise<number> {
   const flags = commandFlags("adjudicate", given);
   const options = parseAdjudicateFlags(flags, env);
   const { problems } = options;
-  const { input, loaded, model } = await readLedgerSide(flags, env, options);
+  const { input, loaded, model } = await readLedgerSide(flags, options);
   if (flags.output) await checkAdjudicationOutput(flags.output, options.roots, input?.path, problems);
   const { capUsd, itemBudgetUsd, seed } = options;
   if (problems.length || !input || !loaded || !model || capUsd === undefined || itemBudgetUsd === undefined || seed === undefined || !flags.output) {

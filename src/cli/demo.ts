@@ -13,6 +13,8 @@ import { acquireHeldLock, LOCK_STALE_MS, type HeldLock } from "../util/held-lock
 import { printable } from "../util/printable.ts";
 import { runCommand } from "./run.ts";
 import { checkDemoRuntime } from "./config/commands.ts";
+import { commandEnvironment, type EnvOf } from "./config/flags.ts";
+import { withDefaults } from "./config/environment.ts";
 
 /**
  * The bundled demo, end to end: the demo corpus at its pins, a doc-bridge index per checkout,
@@ -24,6 +26,10 @@ import { checkDemoRuntime } from "./config/commands.ts";
  * from the answering one (the fake image answers as whatever model it is given), unless
  * STUDY_ADJUDICATOR_MODEL names another. Its verdicts are the fake's scripted ones (a fixed mix,
  * so the charts have more than one colour), not a grading of the answers.
+ *
+ * Its environment is parsed once here, with the demo's own defaults where a variable is not set
+ * (the model, a cap of 1 USD, an adjudication cap of 2 USD), and handed to `run` and `adjudicate`
+ * as values: the demo never changes `process.env` (contract R214).
  */
 export async function demoCommand(flags: DemoFlags): Promise<number> {
   const workdir = resolve(flags.workdir ?? defaultDemoWorkdir());
@@ -32,13 +38,17 @@ export async function demoCommand(flags: DemoFlags): Promise<number> {
     throw new UsageError("--cli-version needs --real-cli: the fake image stands in for the pinned version only; add --real-cli, or drop --cli-version");
   // A version without a calibration profile is refused before the corpus or any image is made (contract R221).
   if (flags.cliVersion !== undefined) requireProfile(flags.cliVersion);
+  const env = withDefaults(commandEnvironment("demo"), DEMO_DEFAULTS);
   const lock = await lockDemoWorkdir(workdir);
   try {
-    return flags.sessions ? await sessionsDemo(workdir, flags) : await studyDemo(workdir, flags);
+    return flags.sessions ? await sessionsDemo(workdir, { ...flags, model: env.values.STUDY_MODEL! }) : await studyDemo(workdir, flags, env);
   } finally {
     await lock.release();
   }
 }
+
+/** What the demo uses where the variable is not set. Two calls an item (the verdict, then the arm guess): the fake's 36 items cost about 1.6 USD of the default adjudicator's list prices. */
+const DEMO_DEFAULTS = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: 1, STUDY_ADJUDICATION_BUDGET_USD: 2 };
 
 interface DemoFlags {
   workdir?: string;
@@ -74,7 +84,7 @@ async function lockDemoWorkdir(workdir: string): Promise<HeldLock> {
   });
 }
 
-async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
+async function studyDemo(workdir: string, flags: DemoFlags, env: EnvOf<"demo">): Promise<number> {
   const runtime = new DockerRuntime();
   // The engine answers (its TLS certificates too) before the demo builds anything on it.
   await reachEngine(runtime, undefined);
@@ -87,26 +97,27 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
   const stamp = new Date().toISOString().replace(/[:.]/g, "-");
   const output = join(ledgers, `${mode}-${stamp}.json`);
   process.stderr.write(`study-runner demo: corpus and test login in ${workdir}; ledger in ${ledgers}, named for its run id once the run ends\n`);
-  process.env.STUDY_MODEL ??= "claude-haiku-5-5";
-  process.env.STUDY_BUDGET_USD ??= "1";
-  const runCode = await runCommand({
-    manifest: DEMO_MANIFEST,
-    ...(real ? { credentials: "gateway" as const, oauthTokenFile: real.tokenFile, testGatewayUpstream: real.upstream, testGatewayCa: real.caFile } : {}),
-    transport: "cli",
-    ...(flags.cliVersion !== undefined ? { cliVersion: flags.cliVersion } : {}),
-    pilot: flags.pilot,
-    run: !flags.pilot,
-    approveBudget: true,
-    root: Object.entries(setup.roots).map(([name, dir]) => `${name}=${dir}`),
-    output,
-    image: real?.image ?? setup.image,
-    isolation: "offline",
-    claudeConfigDir: setup.loginDir,
-    concurrency: flags.concurrency,
-    ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
-    ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
-    quiet: flags.quiet,
-  }).finally(() => real?.close());
+  const runCode = await runCommand(
+    {
+      manifest: DEMO_MANIFEST,
+      ...(real ? { credentials: "gateway" as const, oauthTokenFile: real.tokenFile, testGatewayUpstream: real.upstream, testGatewayCa: real.caFile } : {}),
+      transport: "cli",
+      ...(flags.cliVersion !== undefined ? { cliVersion: flags.cliVersion } : {}),
+      pilot: flags.pilot,
+      run: !flags.pilot,
+      approveBudget: true,
+      root: Object.entries(setup.roots).map(([name, dir]) => `${name}=${dir}`),
+      output,
+      image: real?.image ?? setup.image,
+      isolation: "offline",
+      claudeConfigDir: setup.loginDir,
+      concurrency: flags.concurrency,
+      ...(flags.runtime !== undefined ? { runtime: flags.runtime } : {}),
+      ...(flags.sandboxChannel !== undefined ? { sandboxChannel: flags.sandboxChannel } : {}),
+      quiet: flags.quiet,
+    },
+    env,
+  ).finally(() => real?.close());
   // A run refused before its ledger existed has nothing to adjudicate or report.
   if (
     !(await access(output).then(
@@ -149,8 +160,7 @@ async function studyDemo(workdir: string, flags: DemoFlags): Promise<number> {
       image: setup.image,
       cliVersion: CLAUDE_CODE_VERSION,
     },
-    // Two calls an item (the verdict, then the arm guess): the fake's 36 items cost about 1.6 USD of the default adjudicator's list prices.
-    { ...process.env, STUDY_ADJUDICATION_BUDGET_USD: process.env.STUDY_ADJUDICATION_BUDGET_USD ?? "2" },
+    env,
   );
   const recordExists = await access(adjudication).then(
     () => true,
@@ -179,8 +189,8 @@ async function startRealDemo(workdir: string, pilot: boolean, version: string | 
 }
 
 /** `demo --sessions`: the two session tasks (src/session), a summary of counts and states on stdout. */
-async function sessionsDemo(workdir: string, flags: { quiet?: boolean; realCli?: boolean; runtime?: string; sandboxChannel?: SandboxChannel; cliVersion?: string }): Promise<number> {
-  const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("./session.ts")]);
+async function sessionsDemo(workdir: string, flags: { model: string; quiet?: boolean; realCli?: boolean; runtime?: string; sandboxChannel?: SandboxChannel; cliVersion?: string }): Promise<number> {
+  const [{ runSessionDemo }, { sessionSummary }] = await Promise.all([import("../demo/sessions.ts"), import("./session-summary.ts")]);
   const { exitCode, ledgerPath, ledger } = await runSessionDemo(workdir, flags);
   process.stdout.write(`${JSON.stringify({ demo: sessionSummary(ledgerPath, ledger) }, null, 2)}\n`);
   return exitCode;

@@ -6,10 +6,10 @@ import { loadManifest } from "../manifest/load.ts";
 import { ExitCode, UsageError } from "../util/errors.ts";
 import { writePinnedExport } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
-import { parseExportLimits } from "./config/fields.ts";
+import { parseExportLimits, parseRoots } from "./config/fields.ts";
 import { unmatchedAnswerKeys } from "../export/root-check.ts";
 import { printable } from "../util/printable.ts";
-import { parseExportRoots, type ExportFlags } from "./config/commands.ts";
+import type { FlagsOf } from "./config/flags.ts";
 
 export interface ExportCommandOptions {
   /** The study manifest: it pins the repository and lists its answer keys. */
@@ -79,8 +79,8 @@ export async function exportCommand(opts: ExportCommandOptions): Promise<ExportS
 }
 
 /** `study-runner export` from its flags: the checkouts parsed (src/cli/config/), the summary printed as JSON. */
-export async function exportFlagsCommand(flags: ExportFlags): Promise<number> {
-  const summary = await exportCommand({ ...flags, roots: parseExportRoots(flags) });
+export async function exportFlagsCommand(flags: FlagsOf<"export">): Promise<number> {
+  const summary = await exportCommand({ ...flags, roots: Object.fromEntries(parseRoots(flags.root)) });
   process.stdout.write(JSON.stringify(summary, null, 2) + "\n");
   return ExitCode.ok;
 }

@@ -3,7 +3,8 @@ import { Command, CommanderError, Option } from "commander";
 import { EvidenceError, ExitCode, FaultError, RefusalError, UsageError, errorMessage } from "../util/errors.ts";
 import { DEMO_MANIFEST, runnerVersion } from "../util/paths.ts";
 import { DEFAULT_ATTEMPT_BUDGET_USD } from "./config/execution.ts";
-import { commandFlags, type CommandName } from "./config/flags.ts";
+import { COMMAND_FLAGS, commandFlags, type CommandName } from "./config/flags.ts";
+import { environmentHelp, parseEnvironment, PROGRAM_VARIABLES } from "./config/environment.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { DEFAULT_EGRESS_ALLOW } from "../isolation/policy.ts";
 import { ArmSchema, TransportSchema } from "../terms/terms.ts";
@@ -58,12 +59,8 @@ function quietAndFakeOptions(command: Command): Command {
 }
 
 const RUN_HELP_AFTER = `
-Environment:
-  STUDY_MODEL          the model decided in the protocol (e.g. claude-haiku-5-5); required to execute; with
-                       --transport cli it must have a row in the runner's price table (CLI_PRICES), or run,
-                       doctor and a dry run given it refuse it with exit 2 before anything is spent
-  STUDY_BUDGET_USD     the approved cumulative cap in USD (e.g. 1 for the pilot); required to execute
-  ANTHROPIC_API_KEY    http transport only, read from the environment only; the cli transport never reads it
+STUDY_MODEL and STUDY_BUDGET_USD are required to execute; a model without a price row is refused by run,
+doctor and a dry run given it (exit 2) before anything is spent.
 
 ${exitCodeHelp()}
 
@@ -328,11 +325,8 @@ function addSchemasCommand(program: Command, setExit: SetExit): void {
 }
 
 const ADJUDICATE_HELP_AFTER = `
-Environment:
-  STUDY_ADJUDICATOR_MODEL         the adjudicator's model (default: ${DEFAULT_ADJUDICATOR_MODELS[0]}, or ${DEFAULT_ADJUDICATOR_MODELS[1]} when
-                                  that answered); a full model id with a measured price row, different from
-                                  the answering model unless --force-same-model
-  STUDY_ADJUDICATION_BUDGET_USD   the approved cumulative cap of this adjudication in USD
+STUDY_ADJUDICATION_BUDGET_USD is required; STUDY_ADJUDICATOR_MODEL defaults to ${DEFAULT_ADJUDICATOR_MODELS[0]}, or
+${DEFAULT_ADJUDICATOR_MODELS[1]} when that answered.
 
 Exit codes: 0 every observation has an outcome, 1 an adjudicator run did not complete (adjudication blocked; the rest is
             recorded blocked), 2 bad input or a refused start (nothing spent), 3 the runner's own fault.
@@ -484,6 +478,11 @@ function commandPath(command: Command): string {
   return words.join(" ");
 }
 
+/** Every command that runs an action (not a group such as `ledger`). */
+function leafCommands(command: Command): Command[] {
+  return command.commands.flatMap((sub) => (sub.commands.length ? leafCommands(sub) : [sub]));
+}
+
 /** The whole command line, one step per command in the order `--help` lists them; `setExit` receives each action's exit code. */
 export function buildProgram(setExit: SetExit): Command {
   const program = rootProgram();
@@ -504,6 +503,12 @@ export function buildProgram(setExit: SetExit): Command {
   program.hook("preAction", (_root, action) => {
     commandFlags(commandPath(action) as CommandName, action.opts());
   });
+  // Each command's --help lists the variables its schema declares, from the schema (contract R213).
+  program.addHelpText("after", environmentHelp(PROGRAM_VARIABLES));
+  for (const command of leafCommands(program)) {
+    const help = environmentHelp(COMMAND_FLAGS[commandPath(command) as CommandName].environment);
+    if (help) command.addHelpText("after", help);
+  }
   return program;
 }
 
@@ -535,7 +540,7 @@ export async function main(argv: readonly string[]): Promise<number> {
     } else {
       report(`internal error: ${errorMessage(err)}`);
     }
-    if (process.env.STUDY_RUNNER_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
+    if (parseEnvironment(PROGRAM_VARIABLES, process.env).values.STUDY_RUNNER_DEBUG) process.stderr.write(`${(err as Error).stack}\n`);
     return ExitCode.fault;
   }
 }

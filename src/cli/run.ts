@@ -6,7 +6,8 @@ import { ExitCode, RefusalError } from "../util/errors.ts";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { measureSideEffects, sideEffectViolations } from "../process/measure.ts";
 import { checkDryRunModel, parseRunExecution, parseStudyInputs, runMode, type RunExecution, type RunFlags } from "./config/commands.ts";
-import { commandFlags } from "./config/flags.ts";
+import { commandEnvironment, commandFlags, type EnvOf } from "./config/flags.ts";
+import { valueOrRefuse } from "./config/environment.ts";
 import { withStopSignals } from "./signals.ts";
 import { requireProfile } from "../profile/load.ts";
 
@@ -30,13 +31,11 @@ async function assertRoots(loaded: LoadedManifest, roots: ReadonlyMap<string, st
 }
 
 /**
- * The environment as given, with ANTHROPIC_API_KEY removed from this process's own before any
- * child starts (git inherits it), so no child ever receives it (contract R68).
+ * ANTHROPIC_API_KEY removed from this process's own environment once the command's variables are
+ * parsed and before any child starts (git inherits it), so no child ever receives it (contract R68).
  */
-function takeEnvironment(): NodeJS.ProcessEnv {
-  const env = { ...process.env };
+function forgetApiKey(): void {
   delete process.env.ANTHROPIC_API_KEY;
-  return env;
 }
 
 /** The manifest, its plan in the chosen mode and the checkouts given (each a repository of the manifest). */
@@ -48,7 +47,7 @@ async function loadStudyInputs(flags: RunFlags): Promise<StudyInputs> {
 }
 
 /** `run --dry-run`: validates the matrix and the checkouts given, prints what it did; no network, credentials or Claude process. */
-async function dryRun(flags: RunFlags, env: NodeJS.ProcessEnv, study: StudyInputs, measured: ReturnType<typeof measureSideEffects>): Promise<number> {
+async function dryRun(flags: RunFlags, env: EnvOf<"run">, study: StudyInputs, measured: ReturnType<typeof measureSideEffects>): Promise<number> {
   checkDryRunModel(flags, env);
   const { loaded, mode, plan, exportLimits } = study;
   const checks = await assertRoots(loaded, study.roots, exportLimits);
@@ -122,7 +121,7 @@ async function runHttp(flags: RunFlags, study: StudyInputs, options: RunExecutio
 }
 
 /** `--transport cli`: Claude Code in a container per attempt. */
-async function runCli(flags: RunFlags, study: StudyInputs, options: RunExecution, signal: AbortSignal): Promise<number> {
+async function runCli(flags: RunFlags, study: StudyInputs, options: RunExecution, env: EnvOf<"run">, signal: AbortSignal): Promise<number> {
   const [{ runStudy }, { DockerRuntime }, { killAtCheckpoint }] = await Promise.all([import("../study/run.ts"), import("../sandbox/docker.ts"), import("../loop/checkpoint.ts")]);
   const { egressAllow, runtime, cpus, concurrency } = options;
   return runStudy(
@@ -149,19 +148,20 @@ async function runCli(flags: RunFlags, study: StudyInputs, options: RunExecution
       memoryBytes: options.memoryBytes,
       homeBytes: options.homeBytes,
     },
-    { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal, checkpoint: killAtCheckpoint(process.env) },
+    { runtime: new DockerRuntime(), stdout: (t) => process.stdout.write(t), stderr: process.stderr, signal, checkpoint: killAtCheckpoint(valueOrRefuse(env, "STUDY_RUNNER_TEST_KILL_AT")) },
   );
 }
 
 /**
  * `study-runner run`: a dry run, or the pilot or full study. The flags and environment are
  * parsed once (src/cli/config/); every problem is refused (exit 2) before anything is reserved.
+ * A caller such as the demo passes its own parsed environment (contract R214).
  */
-export async function runCommand(given: RunFlags): Promise<number> {
+export async function runCommand(given: RunFlags, env: EnvOf<"run"> = commandEnvironment("run")): Promise<number> {
   const flags = commandFlags("run", given);
   // Measured from the start: the dry run reports what it did, not a promise.
   const measured = flags.dryRun ? measureSideEffects() : undefined;
-  const env = takeEnvironment();
+  forgetApiKey();
   const study = await loadStudyInputs(flags);
   if (measured) return dryRun(flags, env, study, measured);
   // The version's calibration profile, before anything else is probed or reserved (contract R221).
@@ -169,5 +169,5 @@ export async function runCommand(given: RunFlags): Promise<number> {
   const options = await parseRunExecution(flags, env, plannedRepositories(study.plan), study.roots);
   await assertRoots(study.loaded, study.roots, study.exportLimits);
   // First signal: stop the current container, keep its reservation charged, end blocked.
-  return withStopSignals("attempt", (signal) => (flags.transport === "http" ? runHttp(flags, study, options, signal) : runCli(flags, study, options, signal)));
+  return withStopSignals("attempt", (signal) => (flags.transport === "http" ? runHttp(flags, study, options, signal) : runCli(flags, study, options, env, signal)));
 }

@@ -1,38 +1,21 @@
-import { readFile } from "node:fs/promises";
 import { Option } from "commander";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
-import { UsageError } from "../util/errors.ts";
 import { requireProfile } from "../profile/load.ts";
-import { answerSession, resumeSessions, retrySession, startSessions } from "../session/run.ts";
+import { resumeSessions, retrySession, startSessions } from "../session/run.ts";
 import { parseSessionRuntimeFlags, parseSessionStartFlags, type SessionRuntimeFlags, type SessionStartFlags } from "./config/commands.ts";
 import { parseRoots } from "./config/fields.ts";
+import { commandEnvironment, type EnvOf } from "./config/flags.ts";
+import { valueOrRefuse } from "./config/environment.ts";
 import type { SessionLedger } from "../session/schema.ts";
+import { sessionSummary } from "./session-summary.ts";
 
 const say = (quiet: boolean | undefined) => (line: string) => {
   if (!quiet) process.stderr.write(`study-runner sessions: ${line}\n`);
 };
 
-/** Counts and states only: the questions and answers stay in the private ledger. */
-export function sessionSummary(ledgerPath: string, ledger: SessionLedger) {
-  return {
-    ledger: ledgerPath,
-    status: ledger.status,
-    statusReason: ledger.statusReason ?? null,
-    spentUsd: ledger.budget.spentUsd,
-    sessions: ledger.sessions.map((s) => ({
-      id: s.id,
-      task: s.taskId,
-      state: s.state,
-      questions: s.questions.length,
-      calls: s.calls.length,
-      spentUsd: s.spentUsd,
-      testExitCode: s.test?.exitCode ?? null,
-    })),
-  };
-}
-
 export async function sessionsStartCommand(flags: SessionStartFlags): Promise<number> {
-  const values = parseSessionStartFlags(flags, process.env);
+  const env = commandEnvironment("sessions start");
+  const values = parseSessionStartFlags(flags, env);
   // The version's calibration profile, before anything is probed or reserved (contract R221).
   requireProfile(flags.cliVersion ?? CLAUDE_CODE_VERSION);
   const started = await startSessions(
@@ -49,29 +32,17 @@ export async function sessionsStartCommand(flags: SessionStartFlags): Promise<nu
       callBudgetUsd: values.callBudgetUsd,
       sessionBudgetUsd: values.sessionBudgetUsd,
     },
-    { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint() },
+    { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint(env) },
   );
   process.stdout.write(`${JSON.stringify(sessionSummary(started.ledgerPath, started.ledger), null, 2)}\n`);
   return started.exitCode;
-}
-
-export async function answerCommand(ledgerPath: string, session: string, flags: { text?: string; file?: string }): Promise<number> {
-  if ((flags.text === undefined) === (flags.file === undefined)) throw new UsageError("give the answer with exactly one of --text TEXT and --file PATH");
-  const text =
-    flags.text ??
-    (await readFile(flags.file!, "utf8").catch((err: NodeJS.ErrnoException) => {
-      throw new UsageError(`cannot read --file ${flags.file} (${err.code})`);
-    }));
-  const ledger = await answerSession(ledgerPath, session, text);
-  process.stdout.write(`${JSON.stringify(sessionSummary(ledgerPath, ledger), null, 2)}\n`);
-  return 0;
 }
 
 export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
   const resumed = await resumeSessions(
     ledgerPath,
     { ...parseSessionRuntimeFlags(flags), manifestPath: flags.manifest },
-    { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint() },
+    { runtime: await dockerRuntime(), say: say(flags.quiet), checkpoint: await testCheckpoint(commandEnvironment("resume")) },
   );
   process.stdout.write(`${JSON.stringify(sessionSummary(ledgerPath, resumed.ledger), null, 2)}\n`);
   return resumed.exitCode;
@@ -164,7 +135,7 @@ export function addSessionCommands(program: import("commander").Command, setExit
     .description("answer the open question of a session (its id or task id); `study-runner resume LEDGER` then continues it")
     .option("--text <text>", "the answer")
     .option("--file <path>", "read the answer from this file")
-    .action(async (ledger, session, opts) => setExit(await answerCommand(ledger, session, opts)));
+    .action(async (ledger, session, opts) => setExit(await (await import("./answer.ts")).answerCommand(ledger, session, opts)));
   runtimeFlags(
     program
       .command("resume <ledger>")
@@ -179,8 +150,8 @@ async function dockerRuntime() {
   return new DockerRuntime();
 }
 
-/** TEST-ONLY: STUDY_RUNNER_TEST_KILL_AT, read once at the command's entry (docs/reliability.md). */
-async function testCheckpoint() {
+/** TEST-ONLY: STUDY_RUNNER_TEST_KILL_AT, parsed at the command's entry (docs/reliability.md). */
+async function testCheckpoint(env: EnvOf<"sessions start" | "resume">) {
   const { killAtCheckpoint } = await import("../loop/checkpoint.ts");
-  return killAtCheckpoint(process.env);
+  return killAtCheckpoint(valueOrRefuse(env, "STUDY_RUNNER_TEST_KILL_AT"));
 }

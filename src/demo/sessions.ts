@@ -161,7 +161,7 @@ export function sessionDemoScripts(): ScriptInput[] {
  * containers), with the fake image, or with `realCli` the real pinned binary and the scripted
  * API: start, question, scripted answer, resume in a fresh container, done, tests.
  */
-export async function runSessionDemo(workdir: string, options: { realCli?: boolean; quiet?: boolean; runtime?: string; sandboxChannel?: SandboxChannel; cliVersion?: string } = {}) {
+export async function runSessionDemo(workdir: string, options: { model: string; realCli?: boolean; quiet?: boolean; runtime?: string; sandboxChannel?: SandboxChannel; cliVersion?: string }) {
   const [{ mkdir, mkdtemp }, { DockerRuntime }, { buildImage }, specs, { writeTestLogin }, { startSessions }, { startDemoGatewayApi }, { ensureClaudeBinary }] = await Promise.all([
     import("node:fs/promises"),
     import("../sandbox/docker.ts"),
@@ -196,7 +196,7 @@ export async function runSessionDemo(workdir: string, options: { realCli?: boole
         manifestPath: demo.manifestPath,
         roots: new Map(Object.entries(demo.roots)),
         output,
-        model: process.env.STUDY_MODEL ?? "claude-haiku-5-5",
+        model: options.model,
         image,
         expectedCliVersion: options.realCli ? (options.cliVersion ?? CLAUDE_CODE_VERSION) : CLAUDE_CODE_VERSION,
         ...(options.runtime !== undefined ? { ociRuntime: options.runtime } : {}),

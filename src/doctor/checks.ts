@@ -13,7 +13,7 @@ import { checkRoot } from "../export/root-check.ts";
 import type { ExportLimits } from "../export/export.ts";
 import { EngineDidNotStartError, preflightDocBridge, referenceEngineCommand, referenceIndexCommand, type CheckoutToProbe } from "../mcp/preflight.ts";
 import { checkOutputPath } from "../ledger/store.ts";
-import { checkExecution, type RawRunFlags } from "../cli/config/execution.ts";
+import { checkExecution, type ExecutionEnvironment, type RawRunFlags } from "../cli/config/execution.ts";
 import { initialBudget, reserve, type BudgetState } from "../budget/budget.ts";
 import type { Mode } from "../plan/plan.ts";
 import { errorMessage } from "../util/errors.ts";
@@ -66,18 +66,18 @@ export async function checkGit(command = "git"): Promise<Check> {
  * Reaches the engine the way every runner command does (dockerode reads DOCKER_HOST, else
  * the default socket). A bound on the ping: an unreachable tcp:// host can hang a while.
  */
-export async function checkDocker(connect: () => ContainerRuntime, env: NodeJS.ProcessEnv, timeoutMs = 15_000): Promise<{ check: Check; runtime?: ContainerRuntime }> {
-  const from = env.DOCKER_HOST ? `DOCKER_HOST=${env.DOCKER_HOST}` : "the default socket (DOCKER_HOST is not set)";
+export async function checkDocker(connect: () => ContainerRuntime, dockerHost: string | undefined, timeoutMs = 15_000): Promise<{ check: Check; runtime?: ContainerRuntime }> {
+  const from = dockerHost ? `DOCKER_HOST=${dockerHost}` : "the default socket (DOCKER_HOST is not set)";
   let timer: NodeJS.Timeout | undefined;
   try {
     const runtime = connect();
     const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${timeoutMs} ms`)), timeoutMs)));
     const info = await Promise.race([runtime.ping(), timeout]);
-    const via = env.DOCKER_HOST ? "from DOCKER_HOST" : "the default socket";
+    const via = dockerHost ? "from DOCKER_HOST" : "the default socket";
     const platform = info.os && info.arch ? ` on ${info.os}/${info.arch}` : "";
     return { check: pass("docker", `Docker ${info.serverVersion} (API ${info.apiVersion})${platform} at ${info.endpoint}, ${via}`), runtime };
   } catch (err) {
-    const fix = env.DOCKER_HOST
+    const fix = dockerHost
       ? "start the engine DOCKER_HOST names, or correct DOCKER_HOST (unix:///path/docker.sock, tcp://host:2376 with DOCKER_TLS_VERIFY and DOCKER_CERT_PATH, ssh://user@host)"
       : "start the Docker engine and let this user use its socket (e.g. the docker group), or set DOCKER_HOST to the engine's address";
     return { check: fail("docker", `no Docker engine answers at ${from}: ${errorMessage(err)}`, fix) };
@@ -359,7 +359,7 @@ export async function checkOutput(output: string | undefined, roots: ReadonlyMap
   return pass("output", `${resolve(output)} is a new file outside every checkout and the project; the run creates it mode 0600`);
 }
 
-export function checkTransport(transport: Transport, env: NodeJS.ProcessEnv = process.env, flags: RawRunFlags = {}): Check {
+export function checkTransport(transport: Transport, env: ExecutionEnvironment, flags: RawRunFlags = {}): Check {
   if (transport === "cli") return pass("transport", "cli: Claude Code in a container with the CLI's own login; ANTHROPIC_API_KEY is never read; doctor --transport http checks the other transport");
   // The http transport's own requirements, by the run's rules; the key itself is never shown.
   const { issues } = checkExecution({ ...flags, approveBudget: true, pilot: true }, env, "http", [], new Map());
@@ -403,7 +403,7 @@ export function attemptsWithinCap(capUsd: number, attemptLimitUsd: number): numb
  * STUDY_MODEL, STUDY_BUDGET_USD, the per-attempt limit and what the cap allows, by the run's
  * own rules (checkExecution); the approval flag is the run's to give, never the doctor's.
  */
-export function checkSettings(input: { flags: RawRunFlags; env: NodeJS.ProcessEnv; mode: Mode; planned: number; transport?: Transport }): Check[] {
+export function checkSettings(input: { flags: RawRunFlags; env: ExecutionEnvironment; mode: Mode; planned: number; transport?: Transport }): Check[] {
   const { issues, parsed } = checkExecution({ ...input.flags, approveBudget: true, pilot: input.mode === "pilot", run: input.mode === "full" }, input.env, input.transport ?? "cli", [], new Map());
   const issue = (about: string) => issues.find((i) => i.about === about)?.message;
   const checks: Check[] = [];

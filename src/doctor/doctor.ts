@@ -1,3 +1,4 @@
+import type { EnvOf } from "../cli/config/flags.ts";
 import type { ExportLimits } from "../export/export.ts";
 import { randomBytes } from "node:crypto";
 import type { ContainerRuntime } from "../sandbox/port.ts";
@@ -63,7 +64,8 @@ export interface DoctorInput {
 export interface DoctorDeps {
   /** Builds the engine client; called once, inside the docker check, so a bad DOCKER_HOST is a failed check. */
   connect: () => ContainerRuntime;
-  env: NodeJS.ProcessEnv;
+  /** The doctor's environment variables, parsed at the command's entry (src/cli/config/). */
+  env: EnvOf<"doctor">;
   now?: number;
   homeDir?: string;
   findBinary?: FindBinary;
@@ -87,7 +89,7 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
   const [git, engine, login, corpus] = await Promise.all([
     checkGit(),
     engineChecks(input, deps),
-    checkLogin({ configDir: input.claudeConfigDir, env: deps.env, homeDir: deps.homeDir, now: deps.now }),
+    checkLogin({ configDir: input.claudeConfigDir, env: { CLAUDE_CONFIG_DIR: deps.env.values.CLAUDE_CONFIG_DIR }, homeDir: deps.homeDir, now: deps.now }),
     corpusChecks(input),
   ]);
   const checks: Check[] = [checkNode(), git, ...engine.checks, login, ...corpus.checks];
@@ -123,7 +125,7 @@ export async function runDoctor(input: DoctorInput, deps: DoctorDeps): Promise<D
  * if given. `fakeImage`: whether the image is the fake claude, once it was found.
  */
 async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<{ checks: Check[]; fakeImage?: boolean }> {
-  const docker = await checkDocker(deps.connect, deps.env);
+  const docker = await checkDocker(deps.connect, deps.env.values.DOCKER_HOST);
   const checks = [docker.check];
   // Labelled like a run's containers, so a reaper removes them if the doctor is killed mid-probe.
   const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");

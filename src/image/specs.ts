@@ -3,7 +3,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { RefusalError } from "../util/errors.ts";
-import { defaultCacheDir } from "../util/paths.ts";
+import { defaultCacheDir } from "../util/cache-dir.ts";
 import { fileSha256, type ImageDir, type ImageFile, type ImageSpec } from "./context.ts";
 import { collectLibraries } from "./libraries.ts";
 

@@ -81,7 +81,8 @@ export interface UnitContext<E extends Entry> {
 }
 
 /** Named points between writes where a test may stop the process (see docs/reliability.md). */
-export type Checkpoint = "before-reserve-write" | "after-reserve-write" | "before-container-start" | "during-attempt" | "after-attempt-before-write";
+export const CHECKPOINTS = ["before-reserve-write", "after-reserve-write", "before-container-start", "during-attempt", "after-attempt-before-write"] as const;
+export type Checkpoint = (typeof CHECKPOINTS)[number];
 
 export interface RunKind<U, E extends Entry> {
   /** What a unit is called in stop reasons: "attempt", "item". */

@@ -8,15 +8,14 @@ import { closeSync, fsyncSync, openSync, writeSync } from "node:fs";
 import { lstat, mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { git } from "../corpus/git.ts";
-import { homedir } from "node:os";
+import { defaultCacheDir } from "../util/cache-dir.ts";
 
 /** Overrides the index folder; the runner also uses it to hand an unprivileged engine its copy. */
 export const INDEX_DIR_ENV = "STUDY_RUNNER_DOC_INDEX";
 
 /** `$STUDY_RUNNER_DOC_INDEX`, else `doc-bridge-index` in the runner's cache folder (the one `image build --install` uses). */
-export function defaultIndexRoot(env: NodeJS.ProcessEnv = process.env): string {
-  const cache = env.STUDY_RUNNER_CACHE || join(env.XDG_CACHE_HOME || join(env.HOME || homedir(), ".cache"), "study-runner");
-  return env[INDEX_DIR_ENV] || join(cache, "doc-bridge-index");
+export function defaultIndexRoot(env: Readonly<Record<string, string | undefined>> = process.env): string {
+  return env[INDEX_DIR_ENV] || join(defaultCacheDir(env), "doc-bridge-index");
 }
 
 /**

@@ -4,7 +4,8 @@ import { join, resolve } from "node:path";
 import { canonicalJson } from "../util/canonical-json.ts";
 import { RefusalError } from "../util/errors.ts";
 import { parseJsonAs } from "../util/json-file.ts";
-import { defaultCacheDir, PROJECT_ROOT } from "../util/paths.ts";
+import { PROJECT_ROOT } from "../util/paths.ts";
+import { defaultCacheDir } from "../util/cache-dir.ts";
 import { CLAUDE_CODE_VERSION } from "./pin.ts";
 import { ProfileSchema, type Profile } from "./schema.ts";
 

@@ -81,7 +81,7 @@ async function preflight(config: HttpStudyConfig): Promise<{ baseUrl: string; do
 export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps): Promise<number> {
   const key = config.apiKey;
   // Git children inherit the environment (src/corpus/git.ts); the key must reach none of them.
-  if (process.env.ANTHROPIC_API_KEY !== undefined) delete process.env.ANTHROPIC_API_KEY;
+  delete process.env.ANTHROPIC_API_KEY;
   const redact = (text: string) => redactSecret(text, key);
   const now = deps.now ?? (() => performance.now());
   const { baseUrl, docBridge } = await preflight(config);

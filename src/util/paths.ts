@@ -1,7 +1,6 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { homedir } from "node:os";
-import { dirname, extname, join, resolve } from "node:path";
+import { dirname, extname, resolve } from "node:path";
 
 /**
  * The project's root folder (where package.json lives), independent of the cwd: the clone, or
@@ -30,9 +29,4 @@ export function runnerVersion(): string {
   const { version } = JSON.parse(readFileSync(resolve(PROJECT_ROOT, "package.json"), "utf8")) as { version?: unknown };
   if (typeof version !== "string") throw new Error(`${resolve(PROJECT_ROOT, "package.json")} has no "version"`);
   return version;
-}
-
-/** The runner's cache folder: `$STUDY_RUNNER_CACHE`, else `$XDG_CACHE_HOME/study-runner`, else `~/.cache/study-runner`. */
-export function defaultCacheDir(): string {
-  return process.env.STUDY_RUNNER_CACHE ?? join(process.env.XDG_CACHE_HOME ?? join(homedir(), ".cache"), "study-runner");
 }

@@ -16,7 +16,8 @@
 import { mkdir, mkdtemp, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { answerSession, resumeSessions, startSessions } from "../../src/session/run.ts";
+import { answerSession } from "../../src/session/answer.ts";
+import { resumeSessions, startSessions } from "../../src/session/run.ts";
 import { sessionPaths } from "../../src/session/state.ts";
 import type { SessionLedger } from "../../src/session/schema.ts";
 import { makeSessionDemo, ROUNDING_QUESTION, sessionDemoScripts } from "../../src/demo/sessions.ts";

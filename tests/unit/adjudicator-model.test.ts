@@ -1,3 +1,4 @@
+import { commandEnvironment } from "../../src/cli/config/flags.ts";
 import { describe, expect, it } from "vitest";
 import { chooseAdjudicatorModel, DEFAULT_ADJUDICATOR_MODELS, modelProblem } from "../../src/cost/models.ts";
 import { adjudicatorSentence } from "../../src/report/adjudicator.ts";
@@ -33,7 +34,7 @@ describe("the adjudicator's model", () => {
   });
 
   it("STUDY_MODEL may not be an alias", () => {
-    const r = checkExecution({ pilot: true, approveBudget: true }, { STUDY_MODEL: "haiku", STUDY_BUDGET_USD: "1" } as NodeJS.ProcessEnv, "cli", [], new Map());
+    const r = checkExecution({ pilot: true, approveBudget: true }, commandEnvironment("run", { STUDY_MODEL: "haiku", STUDY_BUDGET_USD: "1" }), "cli", [], new Map());
     expect(r.problems.join("\n")).toMatch(/STUDY_MODEL 'haiku' is an alias the CLI resolves on its own \(the pinned CLI runs it as claude-haiku-5-5\)/);
   });
 

@@ -6,21 +6,11 @@
 import { resolve } from "node:path";
 import type { Command } from "commander";
 import { describe, expect, it } from "vitest";
+import { leafCommands } from "../support/cli-commands.ts";
 import { buildProgram } from "../../src/cli/main.ts";
-import { COMMAND_FLAGS, commandFlags, parseStandIns, type CommandName } from "../../src/cli/config/flags.ts";
+import { COMMAND_FLAGS, commandEnvironment, commandFlags, parseStandIns, type CommandName } from "../../src/cli/config/flags.ts";
 import { parseRunExecution, parseSessionRuntimeFlags } from "../../src/cli/config/commands.ts";
 import { UsageError } from "../../src/util/errors.ts";
-
-/** Every command that runs an action: its words on the command line and the command. */
-function leafCommands(program: Command): [string, Command][] {
-  const out: [string, Command][] = [];
-  const walk = (c: Command, words: string[]) => {
-    if (c.commands.length === 0 && words.length) out.push([words.join(" "), c]);
-    for (const sub of c.commands) walk(sub, [...words, sub.name()]);
-  };
-  walk(program, []);
-  return out;
-}
 
 /** What commander declares and the schemas say apart, one line per difference. */
 function mismatches(program: Command): string[] {
@@ -137,7 +127,7 @@ describe("the stand-ins", () => {
     expect(parseStandIns({ manifest: "m.json", transport: "cli", output: "o.json", quiet: true }, problems)).toBeUndefined();
     expect(parseSessionRuntimeFlags({ isolation: "standard" })).not.toHaveProperty("fake");
     expect(parseSessionRuntimeFlags({ isolation: "standard" })).not.toHaveProperty("loginLockStaleMs");
-    const env = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" };
+    const env = commandEnvironment("run", { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" });
     const execution = await parseRunExecution({ manifest: "m.json", transport: "cli", pilot: true, approveBudget: true, output: resolve("/tmp/sr-unit-config-none.json") }, env, [], new Map());
     for (const key of ["fake", "modelApi", "gatewayUpstream", "apiBaseUrl", "timeoutMs", "loginLockTimeoutMs", "loginLockStaleMs", "memoryBytes", "homeBytes"]) {
       expect(execution, key).not.toHaveProperty(key);

@@ -2,6 +2,7 @@
  * src/cli/config/: each command's flags and environment parsed once into a typed config, every
  * refusal naming the flag and the fix, all of a command's problems reported at once.
  */
+import { commandEnvironment } from "../../src/cli/config/flags.ts";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -10,7 +11,7 @@ import { checkDemoRuntime, parseAdjudicateFlags, parseDoctorFlags, parseRunExecu
 import { parseConcurrency, parseCpus, parseEngineCommand, parseRoots } from "../../src/cli/config/fields.ts";
 import { UsageError } from "../../src/util/errors.ts";
 
-const ENV = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" } as NodeJS.ProcessEnv;
+const ENV = commandEnvironment("run", { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" });
 
 let work: string;
 beforeAll(async () => {
@@ -99,7 +100,7 @@ describe("run", () => {
     const problems = await refusal(
       parseRunExecution(
         runFlags({ approveBudget: false, transport: "http", apiBaseUrl: undefined, credentials: "login-copy", runtime: "bad name", cpus: "x", egressAllow: ["a.example"], testGatewayCa: "ca.pem" }),
-        { STUDY_BUDGET_USD: "1" },
+        commandEnvironment("run", { STUDY_BUDGET_USD: "1" }),
         ["ledgerlite"],
         new Map(),
       ),
@@ -148,13 +149,16 @@ describe("adjudicate", () => {
   const flags = { ledger: "l.json", output: "o.json", approveBudget: true };
 
   it("parses the money flags and variables and the seed", () => {
-    const o = parseAdjudicateFlags({ ...flags, seed: "7", itemBudgetUsd: "0.5" }, { STUDY_ADJUDICATION_BUDGET_USD: "2" });
+    const o = parseAdjudicateFlags({ ...flags, seed: "7", itemBudgetUsd: "0.5" }, commandEnvironment("adjudicate", { STUDY_ADJUDICATION_BUDGET_USD: "2" }));
     expect(o).toMatchObject({ problems: [], capUsd: 2, itemBudgetUsd: 0.5, seed: 7, credentials: "gateway" });
-    expect(parseAdjudicateFlags(flags, { STUDY_ADJUDICATION_BUDGET_USD: "2" }).seed).toBeTypeOf("number");
+    expect(parseAdjudicateFlags(flags, commandEnvironment("adjudicate", { STUDY_ADJUDICATION_BUDGET_USD: "2" })).seed).toBeTypeOf("number");
   });
 
   it("collects every problem before the ledger is read", () => {
-    const o = parseAdjudicateFlags({ seed: "4294967296", itemBudgetUsd: "0", root: ["x"], maxExportFiles: "-1", credentials: "login-copy", testGatewayUpstream: "https://h" }, {});
+    const o = parseAdjudicateFlags(
+      { seed: "4294967296", itemBudgetUsd: "0", root: ["x"], maxExportFiles: "-1", credentials: "login-copy", testGatewayUpstream: "https://h" },
+      commandEnvironment("adjudicate", {}),
+    );
     expect(o.problems).toEqual([
       expect.stringMatching(/^--ledger PATH is required/),
       expect.stringMatching(/^--output PATH is required/),
@@ -173,10 +177,10 @@ describe("sessions start", () => {
   const start = { manifest: "m.json", output: "o.json", image: "i", model: "claude-haiku-5-5", callBudgetUsd: "0.5", sessionBudgetUsd: "10" };
 
   it("every amount is checked as every other command's: a plain positive decimal, a missing one named with what it is", () => {
-    expect(parseSessionStartFlags({ ...start, capUsd: "2.5" }, {})).toMatchObject({ capUsd: 2.5, callBudgetUsd: 0.5, sessionBudgetUsd: 10 });
+    expect(parseSessionStartFlags({ ...start, capUsd: "2.5" }, commandEnvironment("sessions start", {}))).toMatchObject({ capUsd: 2.5, callBudgetUsd: 0.5, sessionBudgetUsd: 10 });
     const problems = (flags: object) => {
       try {
-        parseSessionStartFlags({ ...start, ...flags }, {});
+        parseSessionStartFlags({ ...start, ...flags }, commandEnvironment("sessions start", {}));
       } catch (err) {
         return (err as UsageError).problems;
       }

@@ -1,3 +1,4 @@
+import { commandEnvironment } from "../../src/cli/config/flags.ts";
 import { cliPrices } from "../../src/cost/prices.ts";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -81,6 +82,9 @@ function expectFail(c: Check, name: string, fix: RegExp) {
   expect(c.fix).toMatch(fix);
 }
 
+/** The doctor's variables as its entry parses them. */
+const doctorEnv = (source: Record<string, string>) => commandEnvironment("doctor", source);
+
 describe("node and git", () => {
   it("passes on Node 20 or newer and fails older with the fix", () => {
     expectPass(checkNode("20.20.2"), "node");
@@ -101,39 +105,36 @@ describe("node and git", () => {
 describe("docker", () => {
   it("names the engine it reached and whether DOCKER_HOST chose it", async () => {
     const runtime = new FakeRuntime({ program: () => 0, info: { serverVersion: "27.1.0", endpoint: "unix:///run/user/1000/docker.sock" } });
-    const byDefault = await checkDocker(() => runtime, {});
+    const byDefault = await checkDocker(() => runtime, undefined);
     expectPass(byDefault.check, "docker");
     expect(byDefault.check.detail).toBe("Docker 27.1.0 (API 1.41) at unix:///run/user/1000/docker.sock, the default socket");
     expect(byDefault.runtime).toBe(runtime);
-    const byEnv = await checkDocker(() => runtime, { DOCKER_HOST: "unix:///run/user/1000/docker.sock" });
+    const byEnv = await checkDocker(() => runtime, "unix:///run/user/1000/docker.sock");
     expect(byEnv.check.detail).toMatch(/, from DOCKER_HOST$/);
   });
 
   // contract: R244
   it("names the engine's OS and architecture when the engine says them", async () => {
     const runtime = new FakeRuntime({ program: () => 0, info: { serverVersion: "27.1.0", endpoint: "tcp+tls://127.0.0.1:2376", os: "linux", arch: "arm64" } });
-    const checked = await checkDocker(() => runtime, { DOCKER_HOST: "tcp://127.0.0.1:2376" });
+    const checked = await checkDocker(() => runtime, "tcp://127.0.0.1:2376");
     expect(checked.check.detail).toBe("Docker 27.1.0 (API 1.41) on linux/arm64 at tcp+tls://127.0.0.1:2376, from DOCKER_HOST");
   });
 
   it("fails with the fix when the engine does not answer, cannot be built or hangs", async () => {
     const refusing = { ping: () => Promise.reject(new Error("connect ECONNREFUSED /var/run/docker.sock")) } as unknown as ContainerRuntime;
-    const down = await checkDocker(() => refusing, {});
+    const down = await checkDocker(() => refusing, undefined);
     expectFail(down.check, "docker", /start the Docker engine/);
     expect(down.check.detail).toMatch(/the default socket .*ECONNREFUSED/);
     expect(down.runtime).toBeUndefined();
 
-    const badHost = await checkDocker(
-      () => {
-        throw new Error("unsupported protocol");
-      },
-      { DOCKER_HOST: "bogus://x" },
-    );
+    const badHost = await checkDocker(() => {
+      throw new Error("unsupported protocol");
+    }, "bogus://x");
     expectFail(badHost.check, "docker", /correct DOCKER_HOST/);
     expect(badHost.check.detail).toContain("DOCKER_HOST=bogus://x");
 
     const hanging = { ping: () => new Promise(() => {}) } as unknown as ContainerRuntime;
-    const slow = await checkDocker(() => hanging, { DOCKER_HOST: "tcp://10.255.255.1:2376" }, 50);
+    const slow = await checkDocker(() => hanging, "tcp://10.255.255.1:2376", 50);
     expectFail(slow.check, "docker", /DOCKER_HOST/);
     expect(slow.check.detail).toMatch(/no answer within 50 ms/);
   });
@@ -285,57 +286,58 @@ describe("output", () => {
 describe("transport and settings", () => {
   // contract: R196
   it("passes the cli transport; http passes only with a key and both upper prices, never showing the key", () => {
-    expectPass(checkTransport("cli", {}), "transport");
+    expectPass(checkTransport("cli", doctorEnv({})), "transport");
     // Which transport was checked, and how to check the other (contract R196).
-    expectFail(checkTransport("http", {}), "transport", /check the other transport with doctor --transport cli/);
-    expect(checkTransport("http", {}).detail).toMatch(/^http \(the Messages API, the default --transport; this checked it\)/);
-    expect(checkTransport("cli", {}).detail).toMatch(/doctor --transport http checks the other transport$/);
+    expectFail(checkTransport("http", doctorEnv({})), "transport", /check the other transport with doctor --transport cli/);
+    expect(checkTransport("http", doctorEnv({})).detail).toMatch(/^http \(the Messages API, the default --transport; this checked it\)/);
+    expect(checkTransport("cli", doctorEnv({})).detail).toMatch(/doctor --transport http checks the other transport$/);
     const key = "test-key-not-real-0123456789";
-    const noPrices = checkTransport("http", { ANTHROPIC_API_KEY: key });
+    const noPrices = checkTransport("http", doctorEnv({ ANTHROPIC_API_KEY: key }));
     expectFail(noPrices, "transport", /upper prices/);
     expect(JSON.stringify(noPrices)).not.toContain(key);
-    const ok = checkTransport("http", { ANTHROPIC_API_KEY: key, STUDY_INPUT_PRICE_USD_PER_MTOK: "1", STUDY_OUTPUT_PRICE_USD_PER_MTOK: "5" });
+    const ok = checkTransport("http", doctorEnv({ ANTHROPIC_API_KEY: key, STUDY_INPUT_PRICE_USD_PER_MTOK: "1", STUDY_OUTPUT_PRICE_USD_PER_MTOK: "5" }));
     expectPass(ok, "transport");
     expect(JSON.stringify(ok)).not.toContain(key);
   });
 
   it("passes the model, the cap and the attempts when they are set, and counts what the cap holds", () => {
-    const checks = checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 });
+    const checks = checkSettings({ flags: {}, env: doctorEnv({ STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" }), mode: "pilot", planned: 2 });
     expect(checks.map((c) => c.name)).toEqual(["model", "budget", "attempts"]);
     for (const c of checks) expect(c.ok, c.detail).toBe(true);
     expect(checks[0]!.detail).toMatch(/^STUDY_MODEL=claude-haiku-5-5/);
     expect(checks[1]!.detail).toMatch(/^STUDY_BUDGET_USD=1: /);
     expect(checks[2]!.detail).toBe("--attempt-budget-usd 0.1 (reserved per attempt, passed as --max-budget-usd): the cap holds 10 attempts even if each is charged its full limit; the pilot plans 2");
-    const full = checkSettings({ flags: { attemptBudgetUsd: "0.3" }, env: { STUDY_MODEL: "m", STUDY_BUDGET_USD: "1" }, mode: "full", planned: 36 });
+    const full = checkSettings({ flags: { attemptBudgetUsd: "0.3" }, env: doctorEnv({ STUDY_MODEL: "m", STUDY_BUDGET_USD: "1" }), mode: "full", planned: 36 });
     expect(full[2]!.ok).toBe(true);
     expect(full[2]!.detail).toMatch(/the cap holds 3 attempts .*the full study plans 36; the run ends blocked when the next limit no longer fits/);
   });
 
+  // contract: R215
   it("fails each missing or invalid setting with its fix, and skips the count without a cap", () => {
-    const [model, budget, attempts] = checkSettings({ flags: {}, env: {}, mode: "pilot", planned: 2 });
+    const [model, budget, attempts] = checkSettings({ flags: {}, env: doctorEnv({}), mode: "pilot", planned: 2 });
     expectFail(model!, "model", /^export the model decided in the protocol, e.g. STUDY_MODEL=claude-haiku-5-5$/);
     expect(model!.detail).toBe("STUDY_MODEL is not set");
     expectFail(budget!, "budget", /^export the approved cumulative cap in USD/);
     expect(attempts).toMatchObject({ name: "attempts", ok: false, skipped: true });
 
-    const [, badCap, badLimit] = checkSettings({ flags: { attemptBudgetUsd: "ten cents" }, env: { STUDY_MODEL: "m", STUDY_BUDGET_USD: "-1" }, mode: "pilot", planned: 2 });
+    const [, badCap, badLimit] = checkSettings({ flags: { attemptBudgetUsd: "ten cents" }, env: doctorEnv({ STUDY_MODEL: "m", STUDY_BUDGET_USD: "-1" }), mode: "pilot", planned: 2 });
     expectFail(badCap!, "budget", /STUDY_BUDGET_USD=/);
     expect(badCap!.detail).toMatch(/STUDY_BUDGET_USD must be a positive decimal number/);
     expectFail(badLimit!, "attempts", /--attempt-budget-usd/);
 
-    const [, , tooBig] = checkSettings({ flags: { attemptBudgetUsd: "0.1" }, env: { STUDY_MODEL: "m", STUDY_BUDGET_USD: "0.05" }, mode: "pilot", planned: 2 });
+    const [, , tooBig] = checkSettings({ flags: { attemptBudgetUsd: "0.1" }, env: doctorEnv({ STUDY_MODEL: "m", STUDY_BUDGET_USD: "0.05" }), mode: "pilot", planned: 2 });
     expectFail(tooBig!, "attempts", /lower --attempt-budget-usd, or have a larger cap approved/);
     expect(tooBig!.detail).toMatch(/the first attempt would be refused/);
   });
 
   it("fails a model without a row in the price table for the cli transport, naming the priced ones", () => {
-    const [model] = checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-unpriced-9", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 });
+    const [model] = checkSettings({ flags: {}, env: doctorEnv({ STUDY_MODEL: "claude-unpriced-9", STUDY_BUDGET_USD: "1" }), mode: "pilot", planned: 2 });
     expectFail(model!, "model", new RegExp(`^set STUDY_MODEL to a model the runner can price: ${Object.keys(CLI_PRICES).sort().join(", ")}$`));
     expect(model!.detail).toMatch(/^STUDY_MODEL=claude-unpriced-9 has no row in the runner's price table/);
     // A key named like an Object prototype member is not a price row.
-    expect(checkSettings({ flags: {}, env: { STUDY_MODEL: "constructor", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2 })[0]!.ok).toBe(false);
+    expect(checkSettings({ flags: {}, env: doctorEnv({ STUDY_MODEL: "constructor", STUDY_BUDGET_USD: "1" }), mode: "pilot", planned: 2 })[0]!.ok).toBe(false);
     // The http transport prices with the protocol's upper prices, so any model can be priced there.
-    expect(checkSettings({ flags: {}, env: { STUDY_MODEL: "claude-unpriced-9", STUDY_BUDGET_USD: "1" }, mode: "pilot", planned: 2, transport: "http" })[0]!.ok).toBe(true);
+    expect(checkSettings({ flags: {}, env: doctorEnv({ STUDY_MODEL: "claude-unpriced-9", STUDY_BUDGET_USD: "1" }), mode: "pilot", planned: 2, transport: "http" })[0]!.ok).toBe(true);
   });
 
   it("counts attempts with the budget's own reservation rule", () => {
@@ -361,7 +363,7 @@ describe("runDoctor", () => {
 
   it("skips what depends on a failed check and fails overall", async () => {
     const down = { ping: () => Promise.reject(new Error("ECONNREFUSED")) } as unknown as ContainerRuntime;
-    const report = await runDoctor(base(), { connect: () => down, env: {}, now: NOW, findBinary: findIn(join(work, "empty-cache")) });
+    const report = await runDoctor(base(), { connect: () => down, env: doctorEnv({}), now: NOW, findBinary: findIn(join(work, "empty-cache")) });
     const byName = Object.fromEntries(report.checks.map((c) => [c.name, c]));
     expect(report.ok).toBe(false);
     expect(byName.docker!.ok).toBe(false);
@@ -390,14 +392,14 @@ describe("runDoctor", () => {
     ]);
     expect(byName["model-api"]).toMatchObject({ skipped: true, detail: "needs the image" });
 
-    const missingImage = await runDoctor(base({ image: "study-runner/fake-claude:0.0.0-none" }), { connect: () => runtimeWith(), env: {}, now: NOW });
+    const missingImage = await runDoctor(base({ image: "study-runner/fake-claude:0.0.0-none" }), { connect: () => runtimeWith(), env: doctorEnv({}), now: NOW });
     const image = missingImage.checks.find((c) => c.name === "image")!;
     expect(image.ok).toBe(false);
     expect(missingImage.checks.find((c) => c.name === "claude-version")).toMatchObject({ skipped: true, detail: "needs the image" });
   });
 
   it("reports a manifest it cannot load and skips the checkouts", async () => {
-    const report = await runDoctor(base({ manifest: join(work, "none.json") }), { connect: () => runtimeWith(), env: {}, now: NOW });
+    const report = await runDoctor(base({ manifest: join(work, "none.json") }), { connect: () => runtimeWith(), env: doctorEnv({}), now: NOW });
     const byName = Object.fromEntries(report.checks.map((c) => [c.name, c]));
     expect(byName.manifest!.ok).toBe(false);
     expect(byName.manifest!.fix).toMatch(/--manifest/);
@@ -406,7 +408,7 @@ describe("runDoctor", () => {
   });
 
   it("prints one line per check with its state, the fix on failed lines only, then the verdict", async () => {
-    const report = await runDoctor(base(), { connect: () => runtimeWith(), env: {}, now: NOW });
+    const report = await runDoctor(base(), { connect: () => runtimeWith(), env: doctorEnv({}), now: NOW });
     const lines = formatReport(report).trimEnd().split("\n");
     expect(lines).toHaveLength(report.checks.length + 1);
     report.checks.forEach((c, i) => {

@@ -2,6 +2,7 @@
  * Every check of a model name goes through one function, src/cost/models.ts's modelProblem:
  * each refusal below is one of its rules, and each caller asks for the rules its use needs.
  */
+import { commandEnvironment } from "../../src/cli/config/flags.ts";
 import { describe, expect, it } from "vitest";
 import { modelProblem, pricedModels } from "../../src/cost/models.ts";
 import { pricesFor } from "../../src/cost/prices.ts";
@@ -49,7 +50,7 @@ describe("modelProblem: one refusal per rule", () => {
 });
 
 describe("each caller goes through modelProblem", () => {
-  const env = (model: string) => ({ STUDY_MODEL: model, STUDY_BUDGET_USD: "1" }) as NodeJS.ProcessEnv;
+  const env = (model: string) => commandEnvironment("run", { STUDY_MODEL: model, STUDY_BUDGET_USD: "1" });
   const run = (model: string, transport: "cli" | "http") =>
     checkExecution({ pilot: true, approveBudget: true, output: "/tmp/x.json" }, env(model), transport, [], new Map()).issues.filter((i) => i.about === "model");
 
@@ -66,9 +67,9 @@ describe("each caller goes through modelProblem", () => {
 
   it("the sessions' --model: required", () => {
     const flags = { manifest: "m.json", output: "o.json", image: "i", capUsd: "1", callBudgetUsd: "0.5", sessionBudgetUsd: "1" };
-    expect(() => parseSessionStartFlags(flags, {})).toThrow("--model or STUDY_MODEL is required");
-    expect(parseSessionStartFlags(flags, { STUDY_MODEL: PRICED }).model).toBe(PRICED);
-    expect(parseSessionStartFlags({ ...flags, model: "claude-other-1" }, { STUDY_MODEL: PRICED }).model).toBe("claude-other-1");
+    expect(() => parseSessionStartFlags(flags, commandEnvironment("sessions start", {}))).toThrow("--model or STUDY_MODEL is required");
+    expect(parseSessionStartFlags(flags, commandEnvironment("sessions start", { STUDY_MODEL: PRICED })).model).toBe(PRICED);
+    expect(parseSessionStartFlags({ ...flags, model: "claude-other-1" }, commandEnvironment("sessions start", { STUDY_MODEL: PRICED })).model).toBe("claude-other-1");
   });
 
   it("every `claude` command line: an attempt's and a session call's", () => {

@@ -1,10 +1,11 @@
+import { commandEnvironment } from "../../src/cli/config/flags.ts";
 import { describe, expect, it } from "vitest";
 import { checkExecution } from "../../src/cli/config/execution.ts";
 import { runCommand } from "../../src/cli/run.ts";
 import { UsageError } from "../../src/util/errors.ts";
 
 const flags = { pilot: true, approveBudget: true, output: "/tmp/study-ledgers/pilot.json" };
-const env = { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" };
+const env = commandEnvironment("run", { STUDY_MODEL: "claude-haiku-5-5", STUDY_BUDGET_USD: "1" });
 const roots = new Map([["ledgerlite", "/tmp/ledgerlite"]]);
 
 describe("the run's per-attempt limit", () => {

@@ -11,7 +11,8 @@ import type { Mode } from "../../plan/plan.ts";
 import { UsageError } from "../../util/errors.ts";
 import { PROJECT_ROOT } from "../../util/paths.ts";
 import { checkExecution, DEFAULT_ATTEMPT_BUDGET_USD, type ExecutionSettings } from "./execution.ts";
-import { parseStandIns, type FlagsOf, type StandIns } from "./flags.ts";
+import { parseStandIns, type EnvOf, type FlagsOf, type StandIns } from "./flags.ts";
+import { needed } from "./environment.ts";
 import { checkRuntimeName, collecting, parseConcurrency, parseCpus, parseEngineCommand, parseExportLimits, parseRoots, positiveDecimal, refuse, SeedSchema, take } from "./fields.ts";
 
 /**
@@ -91,8 +92,8 @@ export function parseStudyInputs(flags: RunFlags, repositories: readonly string[
 }
 
 /** A dry run given the model an execution would use answers what that execution would: an unpriced model is refused here too. */
-export function checkDryRunModel(flags: RunFlags, env: NodeJS.ProcessEnv): void {
-  const model = env.STUDY_MODEL?.trim();
+export function checkDryRunModel(flags: RunFlags, env: EnvOf<"run">): void {
+  const model = env.values.STUDY_MODEL?.trim();
   const unpriced = model && flags.transport === "cli" ? modelProblem(model, { what: "STUDY_MODEL", priced: "attempt" }) : null;
   if (unpriced) throw new UsageError(unpriced);
 }
@@ -157,7 +158,7 @@ function standInBounds(standIns: StandIns | undefined): Pick<RunExecution, "time
  * the model, the mode, the checkouts of the `planned` repositories, the output and the flags'
  * rules is reported at once (UsageError, exit 2) before anything is reserved.
  */
-export async function parseRunExecution(flags: RunFlags, env: NodeJS.ProcessEnv, planned: readonly string[], roots: ReadonlyMap<string, string>): Promise<RunExecution> {
+export async function parseRunExecution(flags: RunFlags, env: EnvOf<"run">, planned: readonly string[], roots: ReadonlyMap<string, string>): Promise<RunExecution> {
   const { settings, problems } = checkExecution(flags, env, flags.transport, planned, roots);
   const credentials = checkRunTransport(flags, problems);
   const network = parseNetwork(flags, credentials, problems);
@@ -221,17 +222,6 @@ export function parseDoctorFlags(flags: DoctorFlags) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// `export`
-
-/** `export`'s flags as its schema accepts them (flags.ts). */
-export type ExportFlags = FlagsOf<"export">;
-
-/** `export`'s checkouts, by repository name. */
-export function parseExportRoots(flags: ExportFlags): Record<string, string> {
-  return Object.fromEntries(parseRoots(flags.root));
-}
-
-// ---------------------------------------------------------------------------------------------
 // `adjudicate`
 
 /** `adjudicate`'s flags as its schema accepts them (flags.ts). */
@@ -247,6 +237,8 @@ export interface AdjudicateOptions {
   capUsd?: number;
   itemBudgetUsd?: number;
   seed?: number;
+  /** STUDY_ADJUDICATOR_MODEL as given; checked against the ledger's model once it is read. */
+  adjudicatorModel?: string;
   exportLimits?: ExportLimits;
   /** The checkouts given with --root; the ledger's fill in the rest. */
   roots: Map<string, string>;
@@ -255,21 +247,25 @@ export interface AdjudicateOptions {
 }
 
 /** The money flags and variables of `adjudicate`: the required ones present, the cap, the item limit and the seed. */
-function adjudicateMoney(flags: AdjudicateFlags, env: NodeJS.ProcessEnv, problems: string[]): Pick<AdjudicateOptions, "capUsd" | "itemBudgetUsd" | "seed"> {
+function adjudicateMoney(flags: AdjudicateFlags, env: EnvOf<"adjudicate">, problems: string[]): Pick<AdjudicateOptions, "capUsd" | "itemBudgetUsd" | "seed"> {
   if (!flags.ledger) problems.push("--ledger PATH is required: the private ledger of the run to adjudicate (it is only read)");
   if (!flags.output) problems.push("--output PATH is required: a new file outside every checkout and outside this project, for the private adjudication record");
   if (!flags.approveBudget) problems.push("--approve-budget is required to spend money; pass it once the adjudication budget (STUDY_ADJUDICATION_BUDGET_USD) is approved");
-  const cap = env.STUDY_ADJUDICATION_BUDGET_USD;
-  if (cap === undefined) problems.push("STUDY_ADJUDICATION_BUDGET_USD is not set; export the approved cumulative cap of the adjudication in USD, e.g. STUDY_ADJUDICATION_BUDGET_USD=1");
+  const cap = needed(
+    env,
+    "STUDY_ADJUDICATION_BUDGET_USD",
+    "STUDY_ADJUDICATION_BUDGET_USD is not set; export the approved cumulative cap of the adjudication in USD, e.g. STUDY_ADJUDICATION_BUDGET_USD=1",
+  );
+  if ("problem" in cap) problems.push(cap.problem);
   return {
-    capUsd: cap === undefined ? undefined : take(positiveDecimal("STUDY_ADJUDICATION_BUDGET_USD"), cap, problems),
+    capUsd: "value" in cap ? cap.value : undefined,
     itemBudgetUsd: take(positiveDecimal("--item-budget-usd"), flags.itemBudgetUsd ?? String(DEFAULT_ITEM_BUDGET_USD), problems),
     seed: flags.seed === undefined ? randomInt(0, 2 ** 32 - 1) : take(SeedSchema, flags.seed, problems),
   };
 }
 
 /** `adjudicate`'s flags and variables, parsed before the ledger is read; the command adds the ledger's problems and refuses them all at once. */
-export function parseAdjudicateFlags(flags: AdjudicateFlags, env: NodeJS.ProcessEnv): AdjudicateOptions {
+export function parseAdjudicateFlags(flags: AdjudicateFlags, env: EnvOf<"adjudicate">): AdjudicateOptions {
   const problems: string[] = [];
   const money = adjudicateMoney(flags, env, problems);
   const credentials = flags.credentials ?? "gateway";
@@ -278,7 +274,7 @@ export function parseAdjudicateFlags(flags: AdjudicateFlags, env: NodeJS.Process
   const exportLimits = collecting<ExportLimits | undefined>(() => parseExportLimits(flags), undefined, problems);
   const roots = collecting(() => parseRoots(flags.root), new Map<string, string>(), problems);
   const standIns = parseStandIns(flags, problems);
-  return { problems, ...money, credentials, exportLimits, roots, ...(standIns ? { standIns } : {}) };
+  return { problems, ...money, adjudicatorModel: env.values.STUDY_ADJUDICATOR_MODEL, credentials, exportLimits, roots, ...(standIns ? { standIns } : {}) };
 }
 
 /** The adjudication record's path: a new private file outside every checkout and the project, and never the ledger itself. */
@@ -354,13 +350,13 @@ function sessionUsd(flag: string, value: string | undefined, required: string, p
 }
 
 /** `sessions start`'s flags and STUDY_MODEL; every missing or malformed one refused at once. */
-export function parseSessionStartFlags(flags: SessionStartFlags, env: NodeJS.ProcessEnv): SessionStartValues {
+export function parseSessionStartFlags(flags: SessionStartFlags, env: EnvOf<"sessions start">): SessionStartValues {
   const problems: string[] = [];
   checkRuntimeName(flags.runtime, problems);
   if (!flags.manifest) problems.push('--manifest is required: the session manifest (tasks of kind "session")');
   if (!flags.output) problems.push("--output is required: a new private ledger file outside every checkout and the project");
   if (!flags.image) problems.push("--image is required: the Claude Code image (study-runner image build)");
-  const model = flags.model ?? env.STUDY_MODEL;
+  const model = flags.model ?? env.values.STUDY_MODEL;
   const modelRefused = modelProblem(model, { what: "--model", missing: "--model or STUDY_MODEL is required" });
   if (modelRefused) problems.push(modelRefused);
   const capUsd = sessionUsd("--cap-usd", flags.capUsd, "the cumulative cap in USD of every call of this ledger", problems);

@@ -1,5 +1,6 @@
 import { resolve } from "node:path";
 import { positiveDecimal } from "./fields.ts";
+import { needed, type Environment } from "./environment.ts";
 import { modelProblem, type ModelNeeds } from "../../cost/models.ts";
 import type { Transport } from "../../terms/terms.ts";
 
@@ -11,6 +12,11 @@ import type { Transport } from "../../terms/terms.ts";
  */
 
 export const DEFAULT_ATTEMPT_BUDGET_USD = 0.1;
+
+/** The variables an execution of `run` reads (and the doctor checks): the model, the cap, the http transport's key and prices. */
+export const EXECUTION_VARIABLES = ["STUDY_MODEL", "STUDY_BUDGET_USD", "ANTHROPIC_API_KEY", "STUDY_INPUT_PRICE_USD_PER_MTOK", "STUDY_OUTPUT_PRICE_USD_PER_MTOK"] as const;
+/** Those variables, parsed at the command's entry (environment.ts). */
+export type ExecutionEnvironment = Environment<(typeof EXECUTION_VARIABLES)[number]>;
 
 export interface RawRunFlags {
   manifest?: string;
@@ -64,7 +70,7 @@ export interface ExecutionSettings {
  */
 export function checkExecution(
   flags: RawRunFlags,
-  env: NodeJS.ProcessEnv,
+  env: ExecutionEnvironment,
   transport: Transport,
   plannedRepositories: readonly string[],
   roots: ReadonlyMap<string, string>,
@@ -77,12 +83,11 @@ export function checkExecution(
   };
   if (!flags.pilot && !flags.run) add("mode", "choose what to run: --pilot (the first task, both scenarios, one repetition) or --run (the full study)");
   if (!flags.approveBudget) add("approval", "--approve-budget is required to spend money; pass it once the budget (STUDY_BUDGET_USD) is approved");
-  const model = env.STUDY_MODEL?.trim();
+  const model = env.values.STUDY_MODEL?.trim();
   const modelRefused = modelProblem(model, studyModelNeeds(transport));
   if (modelRefused) add("model", modelRefused);
-  const cap = positiveDecimal("STUDY_BUDGET_USD").safeParse(env.STUDY_BUDGET_USD ?? "");
-  if (env.STUDY_BUDGET_USD === undefined) add("cap", "STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
-  else if (!cap.success) add("cap", cap.error.issues[0]!.message);
+  const cap = needed(env, "STUDY_BUDGET_USD", "STUDY_BUDGET_USD is not set; export the approved cumulative cap in USD, e.g. STUDY_BUDGET_USD=1");
+  if ("problem" in cap) add("cap", cap.problem);
   const attempt = positiveDecimal("--attempt-budget-usd").safeParse(flags.attemptBudgetUsd ?? String(DEFAULT_ATTEMPT_BUDGET_USD));
   if (!attempt.success) add("attempt-limit", attempt.error.issues[0]!.message);
   for (const repo of plannedRepositories) {
@@ -94,25 +99,22 @@ export function checkExecution(
   let inputPrice: number | undefined;
   let outputPrice: number | undefined;
   if (transport === "http") {
-    apiKey = env.ANTHROPIC_API_KEY;
-    if (!apiKey) add("http", "ANTHROPIC_API_KEY is not set; the http transport reads the key from the environment only (or pass --transport cli to use the CLI's own login)");
-    else if (/[\r\n]/.test(apiKey)) add("http", "ANTHROPIC_API_KEY contains a line break; export the key alone");
-    const inP = positiveDecimal("--input-price-usd-per-mtok (or STUDY_INPUT_PRICE_USD_PER_MTOK)").safeParse(flags.inputPriceUsdPerMtok ?? env.STUDY_INPUT_PRICE_USD_PER_MTOK ?? "");
-    const outP = positiveDecimal("--output-price-usd-per-mtok (or STUDY_OUTPUT_PRICE_USD_PER_MTOK)").safeParse(flags.outputPriceUsdPerMtok ?? env.STUDY_OUTPUT_PRICE_USD_PER_MTOK ?? "");
-    if (!inP.success) add("http", `${inP.error.issues[0]!.message}: the upper input price in USD per million tokens`);
-    else inputPrice = inP.data;
-    if (!outP.success) add("http", `${outP.error.issues[0]!.message}: the upper output price in USD per million tokens`);
-    else outputPrice = outP.data;
+    const key = needed(env, "ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY is not set; the http transport reads the key from the environment only (or pass --transport cli to use the CLI's own login)");
+    if ("problem" in key) add("http", key.problem);
+    else apiKey = key.value;
+    inputPrice = upperPrice("input", flags.inputPriceUsdPerMtok, env, "STUDY_INPUT_PRICE_USD_PER_MTOK", (message) => add("http", message));
+    outputPrice = upperPrice("output", flags.outputPriceUsdPerMtok, env, "STUDY_OUTPUT_PRICE_USD_PER_MTOK", (message) => add("http", message));
   }
-  const parsed = { model: model || undefined, capUsd: cap.success ? cap.data : undefined, attemptBudgetUsd: attempt.success ? attempt.data : undefined };
-  if (problems.length || !model || !cap.success || !attempt.success || !flags.output) return { problems, issues, parsed };
+  const capUsd = "value" in cap ? cap.value : undefined;
+  const parsed = { model: model || undefined, capUsd, attemptBudgetUsd: attempt.success ? attempt.data : undefined };
+  if (problems.length || !model || capUsd === undefined || !attempt.success || !flags.output) return { problems, issues, parsed };
   return {
     problems,
     issues,
     parsed,
     settings: {
       model,
-      capUsd: cap.data,
+      capUsd,
       attemptBudgetUsd: attempt.data,
       output: resolve(flags.output),
       apiKey,
@@ -120,4 +122,27 @@ export function checkExecution(
       outputPriceUsdPerMtok: outputPrice,
     },
   };
+}
+
+/**
+ * An upper price of the http transport: the flag, else its variable; every problem names both,
+ * the variable's own when it is set and malformed.
+ */
+function upperPrice(
+  side: "input" | "output",
+  given: string | undefined,
+  env: ExecutionEnvironment,
+  variable: "STUDY_INPUT_PRICE_USD_PER_MTOK" | "STUDY_OUTPUT_PRICE_USD_PER_MTOK",
+  add: (message: string) => void,
+): number | undefined {
+  const flag = `--${side}-price-usd-per-mtok`;
+  const what = `the upper ${side} price in USD per million tokens`;
+  if (given === undefined) {
+    const fromEnv = needed(env, variable, `${flag} (or ${variable}) is not set: pass ${flag} <usd> or export ${variable}`);
+    if ("problem" in fromEnv) add(`${fromEnv.problem}: ${what}`);
+    return "value" in fromEnv ? fromEnv.value : undefined;
+  }
+  const parsed = positiveDecimal(`${flag} (or ${variable})`).safeParse(given);
+  if (!parsed.success) add(`${parsed.error.issues[0]!.message}: ${what}`);
+  return parsed.success ? parsed.data : undefined;
 }

@@ -2,15 +2,19 @@ import { resolve } from "node:path";
 import { z } from "zod";
 import { UsageError } from "../../util/errors.ts";
 import { testNumberSchema } from "./fields.ts";
+import { parseEnvironment, type Environment, type VariableName } from "./environment.ts";
+import { EXECUTION_VARIABLES } from "./execution.ts";
 
 /**
- * One flag schema per command: every flag the command takes, as commander hands it over (a value,
+ * One schema per command: every flag the command takes, as commander hands it over (a value,
  * a switch, a repeatable list, one of some choices), and nothing else (contract R210). Its
  * test-only flags, the hidden ones, are a section of their own, the stand-ins (contract R212):
  * the same schema for every command that takes them, each value validated here, parsed into one
  * `StandIns` object that a command without those flags never has. tests/unit/cli-config.test.ts
  * checks the commander declarations (src/cli/main.ts, src/cli/session.ts) against these schemas,
  * and each command parses its flags with its schema before anything else (`commandFlags`).
+ * The environment variables each command reads are part of the same schema (`environment`),
+ * declared with their meaning and shape in environment.ts (contract R213).
  * The values' own shapes and the rules between flags are in fields.ts and commands.ts.
  */
 
@@ -107,14 +111,15 @@ function standInSection<K extends StandInFlag>(keys: readonly K[]): Record<K, z.
 // ---------------------------------------------------------------------------------------------
 // The commands' flag schemas.
 
-/** One command's flags: the visible ones and the names of its stand-ins. */
+/** One command's flags (the visible ones and the names of its stand-ins) and the environment variables it reads. */
 export interface CommandFlagSchema {
   schema: z.ZodObject;
   standIns: readonly StandInFlag[];
+  environment: readonly VariableName[];
 }
 
-function command<V extends z.ZodRawShape, K extends StandInFlag>(visible: V, standIns: readonly K[] = []) {
-  return { schema: z.strictObject({ ...visible, ...standInSection(standIns) }), standIns };
+function command<V extends z.ZodRawShape, K extends StandInFlag, E extends VariableName = never>(visible: V, standIns: readonly K[] = [], environment: readonly E[] = []) {
+  return { schema: z.strictObject({ ...visible, ...standInSection(standIns) }), standIns, environment };
 }
 
 const optional = <T extends z.ZodType>(schema: T) => schema.optional();
@@ -126,6 +131,16 @@ const RUN_MONEY = { output: optional(value), attemptBudgetUsd: optional(value) }
 const GATEWAY_STAND_INS = ["testGatewayUpstream", "testGatewayCa"] as const;
 const FAKE_STAND_INS = ["fakeBehaviour", "fakeRecords"] as const;
 const CREDENTIAL_FLAGS = { credentials: optional(choice(CREDENTIALS)), oauthTokenFile: optional(value) };
+
+// The environment variables (environment.ts) by what reads them.
+/** The runner's cache folder: the installed CLI, the calibration profiles (src/util/cache-dir.ts). */
+const CACHE = ["STUDY_RUNNER_CACHE", "XDG_CACHE_HOME"] as const;
+/** What running CLI units reads: the login, the gateway's token, the doc-bridge indexes, the cache, the benchmarks' timing marks. */
+const UNITS = ["CLAUDE_CONFIG_DIR", "CLAUDE_CODE_OAUTH_TOKEN", "STUDY_RUNNER_DOC_INDEX", ...CACHE, "STUDY_RUNNER_TIMING_FILE"] as const;
+/** What an execution of `run` reads (execution.ts). */
+const EXECUTION = EXECUTION_VARIABLES;
+const ADJUDICATION = ["STUDY_ADJUDICATION_BUDGET_USD", "STUDY_ADJUDICATOR_MODEL"] as const;
+const KILL_AT = "STUDY_RUNNER_TEST_KILL_AT";
 
 const RUN = command(
   {
@@ -154,6 +169,7 @@ const RUN = command(
     outputPriceUsdPerMtok: optional(value),
   },
   [...GATEWAY_STAND_INS, ...FAKE_STAND_INS, "testAttemptTimeoutMs", "testLoginLockTimeoutMs", "testLoginLockStaleMs", "testMemoryLimitMb", "testHomeSizeMb", "modelApiSocket", "apiBaseUrl"],
+  [...EXECUTION, ...UNITS, KILL_AT],
 );
 
 const DOCTOR = command(
@@ -175,6 +191,7 @@ const DOCTOR = command(
     json: optional(toggle),
   },
   GATEWAY_STAND_INS,
+  [...EXECUTION, "CLAUDE_CONFIG_DIR", "DOCKER_HOST", "STUDY_RUNNER_DOC_INDEX", ...CACHE],
 );
 
 const ADJUDICATE = command(
@@ -198,6 +215,7 @@ const ADJUDICATE = command(
     quiet: optional(toggle),
   },
   [...GATEWAY_STAND_INS, ...FAKE_STAND_INS, "testItemTimeoutMs"],
+  [...ADJUDICATION, ...UNITS],
 );
 
 /** The flags of every session command that runs calls. */
@@ -226,8 +244,10 @@ const SESSIONS_START = command(
     ...SESSION_RUNTIME,
   },
   SESSION_STAND_INS,
+  ["STUDY_MODEL", ...UNITS, KILL_AT],
 );
-const SESSIONS_CONTINUE = command({ manifest: optional(value), ...SESSION_RUNTIME }, SESSION_STAND_INS);
+const SESSIONS_RETRY = command({ manifest: optional(value), ...SESSION_RUNTIME }, SESSION_STAND_INS, UNITS);
+const RESUME = command({ manifest: optional(value), ...SESSION_RUNTIME }, SESSION_STAND_INS, [...UNITS, KILL_AT]);
 
 /** Every command's flag schema, by its words on the command line. */
 export const COMMAND_FLAGS = {
@@ -235,20 +255,24 @@ export const COMMAND_FLAGS = {
   doctor: DOCTOR,
   plan: command({ manifest: value, pilot: optional(toggle), json: optional(toggle) }),
   export: command({ manifest: value, root: list, repository: value, out: value, ...EXPORT_LIMITS }),
-  "image build": command({ install: optional(toggle), claudeBinary: optional(value), fake: optional(toggle), version: optional(value) }),
-  "image probe": command({}),
-  calibrate: command({ cliVersion: value, quiet: optional(toggle) }),
-  classify: command({
-    arm: optional(value),
-    model: optional(value),
-    tools: optional(value),
-    cliVersion: optional(value),
-    exitCode: optional(value),
-    timedOut: optional(toggle),
-    truncated: optional(toggle),
-  }),
-  "ledger verify": command({ adjudication: optional(value), manifest: optional(value), profile: optional(value), report: optional(value), digest: optional(value), json: optional(toggle) }),
-  "ledger check": command({ json: optional(toggle) }),
+  "image build": command({ install: optional(toggle), claudeBinary: optional(value), fake: optional(toggle), version: optional(value) }, [], CACHE),
+  "image probe": command({}, [], CACHE),
+  calibrate: command({ cliVersion: value, quiet: optional(toggle) }, [], UNITS),
+  classify: command(
+    {
+      arm: optional(value),
+      model: optional(value),
+      tools: optional(value),
+      cliVersion: optional(value),
+      exitCode: optional(value),
+      timedOut: optional(toggle),
+      truncated: optional(toggle),
+    },
+    [],
+    CACHE,
+  ),
+  "ledger verify": command({ adjudication: optional(value), manifest: optional(value), profile: optional(value), report: optional(value), digest: optional(value), json: optional(toggle) }, [], CACHE),
+  "ledger check": command({ json: optional(toggle) }, [], CACHE),
   schemas: command({ write: optional(value) }),
   adjudicate: ADJUDICATE,
   report: command({
@@ -263,26 +287,40 @@ export const COMMAND_FLAGS = {
     effect: optional(list),
   }),
   "sessions start": SESSIONS_START,
-  "sessions retry": SESSIONS_CONTINUE,
+  "sessions retry": SESSIONS_RETRY,
   "sessions status": command({}),
   answer: command({ text: optional(value), file: optional(value) }),
-  resume: SESSIONS_CONTINUE,
-  demo: command({
-    workdir: optional(value),
-    pilot: optional(toggle),
-    realCli: optional(toggle),
-    cliVersion: optional(value),
-    sessions: optional(toggle),
-    concurrency: optional(value),
-    runtime: optional(value),
-    sandboxChannel: optional(choice(SANDBOX_CHANNELS)),
-    quiet: optional(toggle),
-  }),
+  resume: RESUME,
+  demo: command(
+    {
+      workdir: optional(value),
+      pilot: optional(toggle),
+      realCli: optional(toggle),
+      cliVersion: optional(value),
+      sessions: optional(toggle),
+      concurrency: optional(value),
+      runtime: optional(value),
+      sandboxChannel: optional(choice(SANDBOX_CHANNELS)),
+      quiet: optional(toggle),
+    },
+    [],
+    ["STUDY_MODEL", "STUDY_BUDGET_USD", ...ADJUDICATION, ...UNITS],
+  ),
 } satisfies Record<string, CommandFlagSchema>;
 
 export type CommandName = keyof typeof COMMAND_FLAGS;
 /** A command's flags as its schema accepts them (what commander hands over, or a caller such as the demo passes). */
 export type FlagsOf<C extends CommandName> = z.infer<(typeof COMMAND_FLAGS)[C]["schema"]>;
+/** The environment variables a command reads, parsed (environment.ts). */
+export type EnvOf<C extends CommandName> = Environment<(typeof COMMAND_FLAGS)[C]["environment"][number]>;
+
+/**
+ * The variables `command` declares, read from `source` (the process's environment at the
+ * command's entry) and parsed once (contract R214); the rest of the command receives these values.
+ */
+export function commandEnvironment<C extends CommandName>(name: C, source: Readonly<Record<string, string | undefined>> = process.env): EnvOf<C> {
+  return parseEnvironment(COMMAND_FLAGS[name].environment as readonly VariableName[], source) as EnvOf<C>;
+}
 
 /** `maxExportFiles` → `--max-export-files`. */
 export const flagName = (key: PropertyKey): string => `--${String(key).replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)}`;
