@@ -42,17 +42,6 @@ export function runnerCommandLines(): Record<string, string[]> {
   };
 }
 
-/** The flags of one command line (before `--`), in order. */
-function flagsOf(argv: readonly string[]): string[] {
-  const end = argv.indexOf("--");
-  return argv.slice(0, end < 0 ? argv.length : end).filter((a) => a.startsWith("-"));
-}
-
-/** Every flag the runner passes, sorted. */
-export function runnerFlags(): string[] {
-  return [...new Set(Object.values(runnerCommandLines()).flatMap(flagsOf))].sort();
-}
-
 /**
  * Walks each command line against `help`: the flags found (as the help lists them) and one
  * problem per flag that is gone or used against its listing. No problem: every line parses.

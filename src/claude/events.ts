@@ -138,9 +138,5 @@ export function parseModelUsage(raw: unknown): Record<string, ModelUsageEntry> |
   return Object.fromEntries(entries);
 }
 
-export type InitEvent = z.infer<typeof InitEventSchema>;
-export type AssistantEvent = z.infer<typeof AssistantEventSchema>;
-export type UserEvent = z.infer<typeof UserEventSchema>;
 export type ResultEvent = z.infer<typeof ResultEventSchema>;
-export type ResultUsage = z.infer<typeof ResultUsageSchema>;
 export type ModelUsageEntry = z.infer<typeof ModelUsageEntrySchema>;

@@ -503,7 +503,3 @@ export type HttpCall = z.infer<typeof HttpCallSchema>;
 export type EgressRecord = z.infer<typeof EgressRecordSchema>;
 export type EgressRequest = z.infer<typeof EgressRequestSchema>;
 export type Budget = z.infer<typeof BudgetSchema>;
-export type Scheduling = z.infer<typeof SchedulingSchema>;
-export type PriceTable = z.infer<typeof PriceTableSchema>;
-export type RunStatus = z.infer<typeof RunStatusSchema>;
-export type Phase = z.infer<typeof PhaseSchema>;

@@ -152,12 +152,6 @@ export function activeProfile(): Profile {
   return active.profile;
 }
 
-/** The active profile with where it came from. */
-export function activeProfileFound(): FoundProfile {
-  activeProfile();
-  return active!;
-}
-
 /** Makes `found` the profile every guard of this process reads; returns the one it replaces (tests restore it). */
 export function useProfile(found: FoundProfile | undefined): FoundProfile | undefined {
   const before = active;

@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { checkFlags, runnerFlags } from "../../src/calibrate/flags.ts";
+import { checkFlags, runnerCommandLines } from "../../src/calibrate/flags.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { cliPrices, pricesFor } from "../../src/cost/prices.ts";
 import { headerProblem } from "../../src/gateway/request-shape.ts";
@@ -44,6 +44,17 @@ async function calibratedProfile(version: string, change: (p: ReturnType<typeof 
   await mkdir(join(cache, "profiles"), { recursive: true });
   await writeFile(path, profileText(sealProfile(changed)));
   return path;
+}
+
+/** The flags of one command line (before `--`), in order. */
+function flagsOf(argv: readonly string[]): string[] {
+  const end = argv.indexOf("--");
+  return argv.slice(0, end < 0 ? argv.length : end).filter((a) => a.startsWith("-"));
+}
+
+/** Every flag the runner passes, sorted. */
+function runnerFlags(): string[] {
+  return [...new Set(Object.values(runnerCommandLines()).flatMap(flagsOf))].sort();
 }
 
 describe("the calibration profile (contract R220)", () => {

@@ -123,15 +123,6 @@ export function parseConcurrency(value: string | undefined, transport: Transport
   return n;
 }
 
-/** A hidden test flag's positive whole number, or undefined when absent; throws naming the flag. */
-export function testNumber(flag: string, value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  const problems: string[] = [];
-  const n = take(testNumberSchema(flag), value, problems);
-  if (problems.length) throw new UsageError(problems[0]!);
-  return n;
-}
-
 /** `--runtime NAME`: pushes the refusal of a name no OCI runtime has. */
 export function checkRuntimeName(name: string | undefined, problems: string[]): void {
   const problem = name !== undefined && runtimeNameProblem(name);

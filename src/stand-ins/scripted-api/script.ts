@@ -108,11 +108,6 @@ export const ScriptSchema = z
   });
 
 export type ScriptedUsage = z.output<typeof ScriptedUsageSchema>;
-export type ToolCall = z.output<typeof ToolCallSchema>;
-export type ToolTurn = z.output<typeof ToolTurnSchema>;
-export type AnswerTurn = z.output<typeof AnswerTurnSchema>;
-export type ErrorTurn = z.output<typeof ErrorTurnSchema>;
-export type FaultTurn = z.output<typeof FaultTurnSchema>;
 export type Turn = z.output<typeof TurnSchema>;
 export type Script = z.output<typeof ScriptSchema>;
 /** What callers write: defaults (zero cache tokens, neverEnd false) may be left out. */
