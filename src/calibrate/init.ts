@@ -3,6 +3,7 @@
  * reduced to the fields compared by the transcript check (without those that vary per run and
  * those a parameter sets). Two runs of a kind must agree, and every run must have completed.
  */
+import { jsonObjectLine } from "../util/json-line.ts";
 import { isDeepStrictEqual } from "node:util";
 import { expectedInitTools } from "../claude/args.ts";
 import { InitEventSchema } from "../claude/events.ts";
@@ -22,13 +23,8 @@ export interface MeasuredInit {
 export function initOf(lines: readonly string[]): Record<string, unknown> | null {
   for (const line of lines) {
     if (!line.includes('"init"')) continue;
-    let event: Record<string, unknown>;
-    try {
-      event = JSON.parse(line) as Record<string, unknown>;
-    } catch {
-      continue;
-    }
-    if (event.type === "system" && event.subtype === "init") return event;
+    const event = jsonObjectLine(line);
+    if (event?.type === "system" && event.subtype === "init") return event;
   }
   return null;
 }

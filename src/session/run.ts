@@ -1,3 +1,4 @@
+import { jsonObjectLine } from "../util/json-line.ts";
 import { randomUUID } from "node:crypto";
 import { resolve } from "node:path";
 import { expectedInit } from "../claude/init-expectation.ts";
@@ -768,13 +769,8 @@ export function sessionIdProblem(resultSeen: boolean, reported: string | null, s
 
 function readResult(line: string, out: ResultEvent): void {
   if (!line.includes('"result"')) return;
-  let event: Record<string, unknown>;
-  try {
-    event = JSON.parse(line) as Record<string, unknown>;
-  } catch {
-    return;
-  }
-  if (event.type !== "result") return;
+  const event = jsonObjectLine(line);
+  if (event?.type !== "result") return;
   out.structuredOutput = event.structured_output;
   out.resultText = typeof event.result === "string" ? event.result : null;
   out.sessionId = typeof event.session_id === "string" ? event.session_id : null;
