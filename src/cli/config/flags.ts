@@ -135,8 +135,10 @@ const CREDENTIAL_FLAGS = { credentials: optional(choice(CREDENTIALS)), oauthToke
 // The environment variables (environment.ts) by what reads them.
 /** The runner's cache folder: the installed CLI, the calibration profiles (src/util/cache-dir.ts). */
 const CACHE = ["STUDY_RUNNER_CACHE", "XDG_CACHE_HOME"] as const;
-/** What running CLI units reads: the login, the gateway's token, the doc-bridge indexes, the cache, the benchmarks' timing marks. */
-const UNITS = ["CLAUDE_CONFIG_DIR", "CLAUDE_CODE_OAUTH_TOKEN", "STUDY_RUNNER_DOC_INDEX", ...CACHE, "STUDY_RUNNER_TIMING_FILE"] as const;
+/** The Docker engine's address and, for one reached over TLS, its certificates (src/sandbox/docker.ts). */
+const ENGINE = ["DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH"] as const;
+/** What running CLI units reads: the engine, the login, the gateway's token, the doc-bridge indexes, the cache, the benchmarks' timing marks. */
+const UNITS = [...ENGINE, "CLAUDE_CONFIG_DIR", "CLAUDE_CODE_OAUTH_TOKEN", "STUDY_RUNNER_DOC_INDEX", ...CACHE, "STUDY_RUNNER_TIMING_FILE"] as const;
 /** What an execution of `run` reads (execution.ts). */
 const EXECUTION = EXECUTION_VARIABLES;
 const ADJUDICATION = ["STUDY_ADJUDICATION_BUDGET_USD", "STUDY_ADJUDICATOR_MODEL"] as const;
@@ -191,7 +193,7 @@ const DOCTOR = command(
     json: optional(toggle),
   },
   GATEWAY_STAND_INS,
-  [...EXECUTION, "CLAUDE_CONFIG_DIR", "DOCKER_HOST", "STUDY_RUNNER_DOC_INDEX", ...CACHE],
+  [...EXECUTION, ...ENGINE, "CLAUDE_CONFIG_DIR", "STUDY_RUNNER_DOC_INDEX", ...CACHE],
 );
 
 const ADJUDICATE = command(
@@ -255,8 +257,8 @@ export const COMMAND_FLAGS = {
   doctor: DOCTOR,
   plan: command({ manifest: value, pilot: optional(toggle), json: optional(toggle) }),
   export: command({ manifest: value, root: list, repository: value, out: value, ...EXPORT_LIMITS }),
-  "image build": command({ install: optional(toggle), claudeBinary: optional(value), fake: optional(toggle), version: optional(value) }, [], CACHE),
-  "image probe": command({}, [], CACHE),
+  "image build": command({ install: optional(toggle), claudeBinary: optional(value), fake: optional(toggle), version: optional(value) }, [], [...ENGINE, ...CACHE]),
+  "image probe": command({}, [], [...ENGINE, ...CACHE]),
   calibrate: command({ cliVersion: value, quiet: optional(toggle) }, [], UNITS),
   classify: command(
     {
