@@ -18,6 +18,15 @@
 // or digest found in those fields is replaced where another string quotes it, so an outcome, a cost,
 // a count or a text that changed still shows.
 //
+// Against a base tree from before a field existed, three differences are explained, each derived
+// again from the base tree and the files: a field only the current side writes, when the base's code
+// declares no such field where that file's fields are declared (src/ledger for the ledger,
+// src/report for report.json); the report's CLI cell naming the current ledger's calibration
+// profile, when the base's ledger code has none; and a money amount (a `…Usd` field) that differs
+// only in floating-point noise (12 significant digits), with the report lines that print it, when
+// each side's printed figure is its own amount rounded to the printed digits. A field the base
+// declares and did not write, or an amount that moved, is a difference.
+//
 // The ledger header's `sandbox` (provider, channel, engine endpoint, OS, architecture) says which
 // engine a run used. Between two sides run on different engines (--base-docker-host,
 // --current-docker-host) a difference there is explained, and not counted, when each side's
@@ -234,14 +243,14 @@ const show = (v) => {
   return s.length > 160 ? `${s.slice(0, 157)}...` : s;
 };
 
-/** The lines that differ between two normalized texts, line by line (a report's lines are its structure). */
+/** The lines that differ between two normalized texts, line by line (a report's lines are its structure): what to show, and the two whole lines. */
 function textDifferences(a, b) {
   const x = a.split("\n");
   const y = b.split("\n");
   const out = [];
-  if (x.length !== y.length) out.push(`${x.length} lines in base, ${y.length} in current`);
+  if (x.length !== y.length) out.push({ shown: `${x.length} lines in base, ${y.length} in current` });
   for (let i = 0; i < Math.max(x.length, y.length) && out.length < 50; i++) {
-    if (x[i] !== y[i]) out.push(`line ${i + 1}:\n    base:    ${clip(x[i])}\n    current: ${clip(y[i])}`);
+    if (x[i] !== y[i]) out.push({ shown: `line ${i + 1}:\n    base:    ${clip(x[i])}\n    current: ${clip(y[i])}`, line: i + 1, base: x[i], current: y[i] });
   }
   return out;
 }
@@ -310,6 +319,9 @@ function compare(base, current) {
     // Every volatile value of the side is known before any file is normalized.
     for (const name of names) if (isJson(files[side][name] ?? "")) norm[side].collect(content[side][name]);
   }
+  // The report's money amounts that differ only in floating-point noise, for the lines that print them.
+  const reportJson = [content.base["report.json"], content.current["report.json"]];
+  const usdPairs = reportJson.every((r) => r !== undefined) ? floatNoisePairs(jsonDifferences(norm.base.json(reportJson[0]), norm.current.json(reportJson[1]))) : [];
   let differences = 0;
   for (const name of names) {
     const [a, b] = [content.base[name], content.current[name]];
@@ -318,9 +330,15 @@ function compare(base, current) {
       differences++;
       continue;
     }
-    const all = isJson(files.base[name]) ? jsonDifferences(norm.base.json(a), norm.current.json(b)) : textDifferences(norm.base.text(a), norm.current.text(b));
-    const explained = all.map((d) => explainCodeDigest(d, [base.tree, current.tree]) ?? (name === "ledger" ? explainSandbox(d, [a, b], [base, current]) : null));
-    const found = all.filter((_, i) => explained[i] === null);
+    const json = isJson(files.base[name]);
+    const normalized = json ? [norm.base.json(a), norm.current.json(b)] : [norm.base.text(a), norm.current.text(b)];
+    const all = json ? jsonDifferences(...normalized).map((shown) => ({ shown })) : textDifferences(...normalized);
+    const explained = all.map(({ shown, ...lines }) =>
+      json
+        ? (explainCodeDigest(shown, [base.tree, current.tree]) ?? (name === "ledger" ? explainSandbox(shown, [a, b], [base, current]) : null) ?? explainAddedField(shown, base.tree, name) ?? explainFloatNoise(shown))
+        : explainReportLine(lines, base.tree, content.current.ledger, usdPairs),
+    );
+    const found = all.filter((_, i) => explained[i] === null).map((d) => d.shown);
     const notes = explained.filter((e) => e !== null).map((e) => `  (explained) ${e}`);
     process.stdout.write(`${found.length ? `${name}: ${found.length} difference(s)\n${found.map((d) => `  ${d}`).join("\n")}` : `${name}: same`}\n${notes.map((n) => `${n}\n`).join("")}`);
     differences += found.length;
@@ -350,6 +368,83 @@ function explainSandbox(difference, ledgers, sides) {
   if (engines[0] === engines[1]) return null;
   if (!ledgers.every((l, i) => l?.sandbox?.endpoint === engines[i])) return null;
   return `${difference} (the sides ran on different engines; each ledger names its own)`;
+}
+
+// ---- what a later tree adds, and money in floating point -----------------------------------------
+
+/** Where each file's fields are declared in a tree: the schema and the code that writes it. */
+const DECLARED_IN = { ledger: ["src/ledger"], "adjudication record": ["src/adjudicate", "src/ledger"], "report.json": ["src/report"] };
+
+/** Whether the base tree declares a field `key` (a property `key:` or `key?:`) in `folders`; true when it cannot tell. */
+function baseDeclares(tree, key, folders) {
+  const pattern = `\\b${key}\\??\\s*:`;
+  const r = spawnSync("git", ["grep", "-q", "-E", pattern, "--", ...folders], { cwd: tree });
+  if (r.status === 0) return true;
+  if (r.status === 1) return false;
+  // Not a git worktree (a --reuse folder made by hand): read the files themselves.
+  const walk = (path) =>
+    existsSync(path) &&
+    readdirSync(path, { withFileTypes: true }).some((e) => (e.isDirectory() ? walk(join(path, e.name)) : /\.(ts|mjs|cjs|js)$/.test(e.name) && new RegExp(pattern).test(readFileSync(join(path, e.name), "utf8"))));
+  return folders.every((f) => existsSync(join(tree, f))) ? folders.some((f) => walk(join(tree, f))) : true;
+}
+
+/**
+ * A field only the current side writes (`$.path.key: only in current`), explained when the base
+ * tree declares no such field where that file's fields are declared: a field added since, not a
+ * value the base wrote differently. A field the base's code declares and did not write is a difference.
+ */
+function explainAddedField(difference, baseTree, file) {
+  const m = /^(\$\S*)\.([A-Za-z_][A-Za-z0-9_]*): only in current /.exec(difference);
+  const folders = DECLARED_IN[file];
+  if (!m || !folders || baseDeclares(baseTree, m[2], folders)) return null;
+  return `${m[1]}.${m[2]}: added since the base (the base's ${folders.join(" and ")} declares no \`${m[2]}\`)`;
+}
+
+/** Two money amounts (a field named `…Usd`) that are the same to 12 significant digits: the order of floating-point arithmetic, not a different amount. */
+const FLOAT_NOISE = 1e-12;
+function floatNoise(difference) {
+  const m = /^(\$\S*Usd): base (-?[\d.e+-]+), current (-?[\d.e+-]+)$/.exec(difference);
+  if (!m) return null;
+  const [a, b] = [Number(m[2]), Number(m[3])];
+  if (!Number.isFinite(a) || !Number.isFinite(b) || a === b) return null;
+  return Math.abs(a - b) <= FLOAT_NOISE * Math.max(Math.abs(a), Math.abs(b)) ? { path: m[1], base: a, current: b } : null;
+}
+const explainFloatNoise = (difference) => {
+  const n = floatNoise(difference);
+  return n ? `${n.path}: base ${n.base}, current ${n.current}: the same amount to 12 significant digits (floating-point order of operations)` : null;
+};
+const floatNoisePairs = (differences) => differences.map(floatNoise).filter((n) => n !== null);
+
+/**
+ * A line of report.md or report.html that differs only where (a) the current side names its
+ * calibration profile after the CLI version (`2.1.296 (profile sha256 …)`, the current ledger's
+ * `profileSha256`) and the base tree never names one, or (b) a number is printed from a money
+ * amount of report.json that differs only in floating-point noise, each side's figure being that
+ * side's amount rounded to the printed digits (a value on the rounding boundary).
+ */
+function explainReportLine(lines, baseTree, currentLedger, usdPairs) {
+  if (lines.line === undefined || lines.base === undefined || lines.current === undefined) return null;
+  let [x, y] = [lines.base, lines.current];
+  const why = [];
+  const profile = currentLedger?.profileSha256;
+  if (typeof profile === "string" && !baseDeclares(baseTree, "profileSha256", DECLARED_IN.ledger)) {
+    const cell = ` (profile sha256 ${profile.slice(0, 12)})`;
+    if (y.includes(cell)) {
+      y = y.split(cell).join("");
+      why.push("the current side names its calibration profile, which the base tree does not have");
+    }
+  }
+  const numbers = /\d+\.\d+/g;
+  const [xs, ys] = [x.match(numbers) ?? [], y.match(numbers) ?? []];
+  if (xs.length === ys.length && x.replace(numbers, "#") === y.replace(numbers, "#")) {
+    const rounded = (v, printed) => v.toFixed(printed.split(".")[1].length) === printed;
+    const unexplained = xs.filter((p, i) => p !== ys[i] && !usdPairs.some((u) => rounded(u.base, p) && rounded(u.current, ys[i])));
+    if (unexplained.length === 0 && xs.some((p, i) => p !== ys[i])) {
+      why.push("a money amount on a rounding boundary, printed from report.json's floating-point noise");
+      y = x;
+    }
+  }
+  return x === y && why.length > 0 ? `line ${lines.line}: ${why.join("; ")}` : null;
 }
 
 /** The value following `flag` in argv, or undefined; a flag given without one is an error. */

@@ -1,0 +1,141 @@
+import { spawnSync } from "node:child_process";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { basename, join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { demoAsMade, type DemoFiles } from "../support/shared-demo.ts";
+
+/**
+ * `npm run compare-demo` against a base tree from before a field existed: a field the base's code
+ * never declares, the report cell that names the calibration profile, and a money amount that
+ * differs only in floating-point noise are explained, each derived from the base tree and the
+ * files; the same differences against a base that declares the field, or a real change of an
+ * amount, are counted. The sides are the suite's demo, copied and edited as an older tree would
+ * have written it, so nothing here runs a demo.
+ */
+
+let work: string;
+let demo: DemoFiles;
+let workdir: string;
+
+/** The side's files copied into `dir` (the record keeps quoting the demo's ledger path on both sides). */
+async function side(name: string, tree: string, edit: (files: Record<string, string>) => void): Promise<void> {
+  const dir = join(work, name);
+  await mkdir(join(dir, "inspect"), { recursive: true });
+  const files: Record<string, string> = {
+    ledger: await readFile(demo.ledger, "utf8"),
+    adjudication: await readFile(demo.adjudication, "utf8"),
+    markdown: await readFile(demo.report.markdown, "utf8"),
+    json: await readFile(demo.report.json, "utf8"),
+    html: await readFile(demo.report.html, "utf8"),
+  };
+  // A side made in another checkout names that checkout's files (the manifest), as the demo there would.
+  for (const key of Object.keys(files)) files[key] = files[key]!.split(PROJECT_ROOT).join(tree);
+  edit(files);
+  const paths = {
+    ledger: join(dir, basename(demo.ledger)),
+    adjudication: join(dir, basename(demo.adjudication)),
+    report: { markdown: join(dir, "report.md"), json: join(dir, "report.json"), html: join(dir, "report.html") },
+  };
+  for (const [key, path] of [
+    ["ledger", paths.ledger],
+    ["adjudication", paths.adjudication],
+    ["markdown", paths.report.markdown],
+    ["json", paths.report.json],
+    ["html", paths.report.html],
+  ] as const) {
+    await writeFile(path, files[key]!);
+  }
+  await writeFile(join(work, `${name}.json`), JSON.stringify({ name, tree, work: workdir, dockerHost: "unix:///var/run/docker.sock", seconds: 0, ...paths, inspect: join(dir, "inspect") }));
+}
+
+const compareDemo = () => spawnSync(process.execPath, [join(PROJECT_ROOT, "scripts", "compare-demo.mjs"), "--reuse", work], { cwd: PROJECT_ROOT, encoding: "utf8" });
+
+/** A tree whose ledger code declares `fields` and nothing else (a stand-in for an older checkout). */
+async function olderTree(fields: string[]): Promise<string> {
+  const tree = await mkdtemp(join(work, "tree-"));
+  for (const folder of ["src/ledger", "src/report", "src/adjudicate"]) await mkdir(join(tree, folder), { recursive: true });
+  await writeFile(join(tree, "src/ledger/schema.ts"), `export const Header = { runId: "", ${fields.map((f) => `${f}: ""`).join(", ")} };\n`);
+  await writeFile(join(tree, "src/report/build.ts"), "export const run = { runId: '' };\n");
+  return tree;
+}
+
+const COST_ROW = "| cost per correct answer USD |";
+const BASE_USD = 0.0016334999999999998;
+const CURRENT_USD = 0.0016335000000000002;
+
+/** The repository arm's cost per correct answer set to `usd` in report.json and its Markdown row (printed to the row's digits). */
+function setCost(files: Record<string, string>, usd: number): void {
+  const report = JSON.parse(files.json!) as { behaviour: { arms: { repository: { costPerCorrectUsd: number } } } };
+  report.behaviour.arms.repository.costPerCorrectUsd = usd;
+  files.json = JSON.stringify(report, null, 2);
+  files.markdown = files
+    .markdown!.split("\n")
+    .map((line) => {
+      if (!line.startsWith(COST_ROW)) return line;
+      const cells = line.split("|");
+      const digits = cells[2]!.trim().split(".")[1]!.length;
+      cells[2] = ` ${usd.toFixed(digits)} `;
+      return cells.join("|");
+    })
+    .join("\n");
+}
+
+/** The base side as a tree without calibration profiles wrote it: no profileSha256, no profile in the CLI cell. */
+function withoutProfile(files: Record<string, string>): void {
+  const ledger = JSON.parse(files.ledger!) as { profileSha256?: string };
+  const cell = ` (profile sha256 ${ledger.profileSha256!.slice(0, 12)})`;
+  delete ledger.profileSha256;
+  files.ledger = JSON.stringify(ledger, null, 2);
+  const report = JSON.parse(files.json!) as { run: { profileSha256?: string } };
+  delete report.run.profileSha256;
+  files.json = JSON.stringify(report, null, 2);
+  files.markdown = files.markdown!.split(cell).join("");
+  files.html = files.html!.split(cell).join("");
+}
+
+beforeAll(async () => {
+  work = await mkdtemp(join(tmpdir(), "sr-compare-explained-"));
+  ({ demo, workdir } = await demoAsMade());
+}, 900_000);
+afterAll(() => rm(work, { recursive: true, force: true }));
+
+describe("compare-demo against a tree from before a field existed", () => {
+  it("explains an added header field, the profile's report cell and floating-point noise in money, and counts them against a tree that declares them", async () => {
+    const ledger = JSON.parse(await readFile(demo.ledger, "utf8")) as { profileSha256?: string };
+    expect(ledger.profileSha256).toMatch(/^[0-9a-f]{64}$/);
+    await side("current", PROJECT_ROOT, (f) => setCost(f, CURRENT_USD));
+    await side("base", await olderTree([]), (f) => {
+      withoutProfile(f);
+      setCost(f, BASE_USD);
+    });
+    const explained = compareDemo();
+    expect(explained.status, explained.stdout + explained.stderr).toBe(0);
+    expect(explained.stdout).toContain("(explained) $.profileSha256: added since the base (the base's src/ledger declares no `profileSha256`)");
+    expect(explained.stdout).toContain("(explained) $.run.profileSha256: added since the base");
+    expect(explained.stdout).toMatch(/\(explained\) line \d+: the current side names its calibration profile/);
+    expect(explained.stdout).toMatch(/\(explained\) \$\.behaviour\.arms\.repository\.costPerCorrectUsd: base 0\.0016334999999999998, current 0\.0016335000000000002: the same amount/);
+    expect(explained.stdout).toMatch(/\(explained\) line \d+: a money amount on a rounding boundary/);
+
+    // The base's code declares the field: its absence is a difference, and so is the profile's cell.
+    await side("base", await olderTree(["profileSha256"]), (f) => {
+      withoutProfile(f);
+      setCost(f, BASE_USD);
+    });
+    const declared = compareDemo();
+    expect(declared.status).toBe(1);
+    expect(declared.stdout).toMatch(/ledger: 1 difference\(s\)\n {2}\$\.profileSha256: only in current/);
+    expect(declared.stdout).toMatch(/report\.md: 1 difference\(s\)\n {2}line \d+:\n {4}base: .*\| 2\.1\.\d+ \|/);
+
+    // A real change of an amount is never noise, and neither is its printed figure.
+    await side("base", await olderTree([]), (f) => {
+      withoutProfile(f);
+      setCost(f, CURRENT_USD * 1.01);
+    });
+    const changed = compareDemo();
+    expect(changed.status).toBe(1);
+    expect(changed.stdout).toMatch(/report\.json: 1 difference\(s\)\n {2}\$\.behaviour\.arms\.repository\.costPerCorrectUsd: base 0\.00164/);
+    expect(changed.stdout).toMatch(/report\.md: 1 difference\(s\)\n {2}line \d+:\n {4}base: {4}\| cost per correct answer USD \| 0\.00165/);
+  }, 120_000);
+});
