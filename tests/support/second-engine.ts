@@ -17,8 +17,9 @@ const run = promisify(execFile);
  * reached by its own unix socket under /run, which both namespaces see, with its own data and
  * exec roots, no bridge and no iptables. It also listens on tcp://127.0.0.1:<a free port> with
  * `--tlsverify`, its server certificate for 127.0.0.1 and its callers' client certificates from a
- * test CA made at its start (secondEngineTls). Started once and left running for later test files
- * (about 8 s); it needs root, as CI is.
+ * test CA made at its start (secondEngineTls). gVisor's runsc is registered on it as on the local
+ * engine (.ci/run): `--platform=ptrace --network=none --host-uds=open`. Started once and left
+ * running for later test files (about 8 s); it needs root, as CI is.
  */
 export const SECOND_ENGINE_DIR = "/run/study-runner-second-engine";
 export const SECOND_ENGINE_HOST = `unix://${SECOND_ENGINE_DIR}/docker.sock`;
@@ -26,6 +27,16 @@ const DATA_ROOT = "/var/lib/study-runner-second-engine";
 const TLS_DIR = `${SECOND_ENGINE_DIR}/tls`;
 /** The folder a caller names in DOCKER_CERT_PATH: ca.pem, cert.pem, key.pem. */
 const CLIENT_CERT_DIR = `${TLS_DIR}/client`;
+/** The engine's daemon config: its runtimes. Under /run, which its namespace sees (its /tmp is masked). */
+const DAEMON_CONFIG = `${SECOND_ENGINE_DIR}/daemon.json`;
+
+/** runsc's path on this machine (the engine shares the runner's /usr), or undefined when gVisor is not installed. */
+function runscPath(): string | undefined {
+  return (process.env.PATH ?? "/usr/bin")
+    .split(":")
+    .map((dir) => join(dir, "runsc"))
+    .find((path) => existsSync(path));
+}
 
 /** The folders the second engine's namespace hides: what the runner's containers reach by path today. */
 export function maskedFolders(): string[] {
@@ -41,12 +52,13 @@ function isAlive(pid: number): boolean {
   }
 }
 
-async function answers(): Promise<boolean> {
+/** The runtimes the engine offers, or undefined when it does not answer. */
+async function answers(): Promise<string[] | undefined> {
   try {
-    await run("docker", ["-H", SECOND_ENGINE_HOST, "info", "--format", "{{.ServerVersion}}"], { timeout: 10_000 });
-    return true;
+    const { stdout } = await run("docker", ["-H", SECOND_ENGINE_HOST, "info", "--format", "{{json .Runtimes}}"], { timeout: 10_000 });
+    return Object.keys(JSON.parse(stdout) as Record<string, unknown>);
   } catch {
-    return false;
+    return undefined;
   }
 }
 
@@ -112,8 +124,11 @@ export async function startSecondEngine(): Promise<string> {
 
 async function startUnlocked(): Promise<string> {
   const folders = maskedFolders();
-  if (await answers()) {
-    if (masksThese(folders) && existsSync(`${TLS_DIR}/port`)) return SECOND_ENGINE_HOST;
+  const runsc = runscPath();
+  const runtimes = await answers();
+  if (runtimes) {
+    // One started by an older checkout may lack runsc: it is restarted with it.
+    if (masksThese(folders) && existsSync(`${TLS_DIR}/port`) && (runsc === undefined || runtimes.includes("runsc"))) return SECOND_ENGINE_HOST;
     const pid = Number(readFileSync(`${SECOND_ENGINE_DIR}/docker.pid`, "utf8"));
     process.kill(pid, "SIGTERM");
     // Until the process is gone: its pid file and exec root are the new engine's.
@@ -123,9 +138,12 @@ async function startUnlocked(): Promise<string> {
   writeFileSync(MASKED_FILE, JSON.stringify(folders));
   mkdirSync(DATA_ROOT, { recursive: true });
   const port = await writeTls();
+  // As .ci/run registers it on the local engine (docs/isolation.md, "gVisor").
+  const config = runsc ? { runtimes: { runsc: { path: runsc, runtimeArgs: ["--platform=ptrace", "--network=none", "--host-uds=open"] } } } : {};
+  writeFileSync(DAEMON_CONFIG, JSON.stringify(config));
   const masks = folders.map((f) => `mount -t tmpfs -o size=16m tmpfs '${f}'`).join(" && ");
   const tls = `-H tcp://127.0.0.1:${port} --tlsverify --tlscacert ${TLS_DIR}/ca.pem --tlscert ${TLS_DIR}/server-cert.pem --tlskey ${TLS_DIR}/server-key.pem`;
-  const script = `mount --make-rprivate / && ${masks} && exec dockerd --bridge=none --iptables=false --data-root ${DATA_ROOT} --exec-root ${SECOND_ENGINE_DIR}/exec --pidfile ${SECOND_ENGINE_DIR}/docker.pid -H ${SECOND_ENGINE_HOST} ${tls}`;
+  const script = `mount --make-rprivate / && ${masks} && exec dockerd --bridge=none --iptables=false --data-root ${DATA_ROOT} --exec-root ${SECOND_ENGINE_DIR}/exec --pidfile ${SECOND_ENGINE_DIR}/docker.pid --config-file ${DAEMON_CONFIG} -H ${SECOND_ENGINE_HOST} ${tls}`;
   const log = openSync(`${SECOND_ENGINE_DIR}/dockerd.log`, "a");
   const child = spawn("unshare", ["-m", "sh", "-c", script], { detached: true, stdio: ["ignore", log, log] });
   child.unref();
