@@ -2,6 +2,7 @@ import { resolve } from "node:path";
 import { runChild } from "../process/child.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import type { ContainerRuntime } from "../sandbox/port.ts";
+import type { SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { probeVersion, runnerFilesProblem, runProfile } from "../image/build.ts";
 import { profileFix } from "../profile/load.ts";
 import { probeOciRuntime, runtimeProblem, type RuntimeNeeds, type RuntimeProbe } from "../isolation/oci-runtime.ts";
@@ -90,7 +91,7 @@ export async function checkDocker(connect: () => ContainerRuntime, dockerHost: s
  * `--runtime NAME`: the engine must offer it, and, given the image, one probe container under it
  * must show what the run's containers need (src/isolation/oci-runtime.ts), as the run's preflight checks.
  */
-export async function checkRuntime(runtime: ContainerRuntime, name: string, probe?: { image: string; labels: Record<string, string>; needs: RuntimeNeeds }): Promise<Check> {
+export async function checkRuntime(runtime: ContainerRuntime, name: string, probe?: { image: string; labels: Record<string, string>; needs: RuntimeNeeds; channel?: SandboxChannel }): Promise<Check> {
   let offered: string[];
   try {
     offered = (await runtime.ping()).runtimes;
@@ -107,7 +108,7 @@ export async function checkRuntime(runtime: ContainerRuntime, name: string, prob
   if (!probe) return pass("runtime", `attempt containers run under '${name}' (offered: ${offered.join(", ")}); no probe container: the image is not usable`);
   let seen: RuntimeProbe;
   try {
-    seen = await probeOciRuntime(runtime, probe.image, name, probe.needs.network, probe.labels);
+    seen = await probeOciRuntime(runtime, probe.image, name, probe.needs.network, probe.labels, probe.channel);
   } catch (err) {
     return fail(
       "runtime",
@@ -117,7 +118,8 @@ export async function checkRuntime(runtime: ContainerRuntime, name: string, prob
   }
   const problem = runtimeProblem(name, "--runtime", probe.needs, seen);
   if (problem) return fail("runtime", problem, `see docs/isolation.md, "gVisor"`);
-  const socket = seen.socket === "ok" ? "was answered through a bind-mounted unix socket" : `could not reach a bind-mounted unix socket (${seen.socket}), which this run does not need`;
+  const how = probe.channel === "engine-api" ? "a unix socket the engine-api relay serves in a volume" : "a bind-mounted unix socket";
+  const socket = seen.socket === "ok" ? `was answered through ${how}` : `could not reach ${how} (${seen.socket}), which this run does not need`;
   return pass(
     "runtime",
     `attempt containers run under '${name}' (offered: ${offered.join(", ")}): a probe container under it started with network ${probe.needs.network}, saw kernel ${seen.kernel} and the interfaces ${seen.interfaces.join(", ")}, and ${socket}`,
@@ -224,20 +226,25 @@ export async function checkClaudeVersion(runtime: ContainerRuntime, image: strin
  * Whether the engine sees the runner's folders by path (contract R200), the run's own probe, and so
  * the channel the attempts, the adjudicator and session calls take when `--sandbox-channel` does not say (contract R244).
  */
-export async function checkEngineFiles(runtime: ContainerRuntime, image: string, labels: Record<string, string>): Promise<Check> {
+export async function checkEngineFiles(runtime: ContainerRuntime, image: string, labels: Record<string, string>): Promise<{ check: Check; channel?: SandboxChannel }> {
   let problem: string | null;
   try {
     problem = await runnerFilesProblem(runtime, image, labels);
   } catch (err) {
-    return fail("engine-files", `cannot probe whether the engine sees this machine's files: ${errorMessage(err)}`, "check the Docker engine (see the docker line)");
+    return { check: fail("engine-files", `cannot probe whether the engine sees this machine's files: ${errorMessage(err)}`, "check the Docker engine (see the docker line)") };
   }
   if (problem) {
-    return pass(
+    const check = pass(
       "engine-files",
       `channel engine-api: ${problem}. Study attempts, the adjudicator and session tasks get their content copied in (and a session's worktree copied back) and reach the runner's sockets as streams over the engine's API (--credentials gateway only); --credentials login-copy needs the engine's own host or a local engine`,
     );
+    return { check, channel: "engine-api" };
   }
-  return pass("engine-files", "channel host-paths: the engine sees this machine's files (a probe container's bind of a runner folder was accepted): attempts reach their files and sockets by path");
+  const check = pass(
+    "engine-files",
+    "channel host-paths: the engine sees this machine's files (a probe container's bind of a runner folder was accepted): attempts reach their files and sockets by path",
+  );
+  return { check, channel: "host-paths" };
 }
 
 const LOGIN_SOURCE = { flag: "--claude-config-dir", CLAUDE_CONFIG_DIR: "CLAUDE_CONFIG_DIR", home: "~/.claude" } as const;

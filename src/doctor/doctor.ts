@@ -3,6 +3,7 @@ import type { ExportLimits } from "../export/export.ts";
 import { randomBytes } from "node:crypto";
 import type { ContainerRuntime } from "../sandbox/port.ts";
 import { runnerLabels } from "../sandbox/reaper.ts";
+import type { SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import { runtimeNeeds } from "../isolation/oci-runtime.ts";
 import { loadManifest, type LoadedManifest } from "../manifest/load.ts";
 import { planStudy, plannedRepositories, type Mode, type PlannedAttempt } from "../plan/plan.ts";
@@ -131,6 +132,7 @@ async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<{ che
   const labels = runnerLabels(`doctor-${Date.now()}-${randomBytes(3).toString("hex")}`, "probe");
   let imageOk = false;
   let fakeImage: boolean | undefined;
+  let channel: SandboxChannel | undefined;
   if (!docker.runtime) checks.push(skip("image", "needs the Docker engine"), skip("claude-version", "needs the Docker engine"), skip("engine-files", "needs the Docker engine"));
   else {
     const image = await checkImage(docker.runtime, input.image, input.expectedCliVersion, deps.findBinary);
@@ -138,12 +140,21 @@ async function engineChecks(input: DoctorInput, deps: DoctorDeps): Promise<{ che
     imageOk = image.ok;
     if (image.ok) fakeImage = await isFakeClaudeImage(docker.runtime, input.image);
     if (!image.ok) checks.push(skip("claude-version", "needs the image"), skip("engine-files", "needs the image"));
-    else checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels), await checkEngineFiles(docker.runtime, input.image, labels));
+    else {
+      checks.push(await checkClaudeVersion(docker.runtime, input.image, input.expectedCliVersion, labels));
+      const files = await checkEngineFiles(docker.runtime, input.image, labels);
+      checks.push(files.check);
+      channel = files.channel;
+    }
   }
   if (input.runtime !== undefined) {
     // What a run with these flags needs (run's default credentials are the gateway: network none, its socket, and the doc-bridge's for the mcp arm).
     const needs = runtimeNeeds({ network: "none", gateway: true, modelApiSocket: false, docBridge: true });
-    checks.push(docker.runtime ? await checkRuntime(docker.runtime, input.runtime, imageOk ? { image: input.image, labels, needs } : undefined) : skip("runtime", "needs the Docker engine"));
+    checks.push(
+      docker.runtime
+        ? await checkRuntime(docker.runtime, input.runtime, imageOk ? { image: input.image, labels, needs, ...(channel ? { channel } : {}) } : undefined)
+        : skip("runtime", "needs the Docker engine"),
+    );
   }
   return { checks, fakeImage };
 }

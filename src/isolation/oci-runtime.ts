@@ -1,8 +1,10 @@
 import { createServer, type Socket } from "node:net";
-import { probeSpec } from "../image/build.ts";
 import { IMAGE_LAYOUT } from "../image/specs.ts";
+import { join } from "node:path";
 import type { ContainerRuntime, EngineInfo, NetworkMode } from "../sandbox/port.ts";
 import { readBoundedText } from "../sandbox/output.ts";
+import { dockerSandbox, type SandboxChannel } from "../sandbox/docker-sandbox.ts";
+import type { Endpoint, PreparedSandbox, SandboxSpec } from "../sandbox/sandbox.ts";
 import { assertSocketOwner, listenForContainer } from "../util/container-socket.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { makeRunnerFolder } from "../util/orphans.ts";
@@ -17,12 +19,14 @@ import { removeTree } from "../export/export.ts";
  * strict profile's proxy, a Messages API socket, a session's gateway), to connect to one and be
  * answered. What the run needs is derived from its plan by the caller; what the runtime does is
  * measured, never assumed from its name. A failure refuses the run naming the limit and the fix,
- * so nothing fails in the middle of an attempt.
+ * so nothing fails in the middle of an attempt. The probe is a sandbox on the run's own channel
+ * (contract R273): on engine-api its socket is served by the relay container in a volume, as an
+ * attempt's are, since an engine that cannot see the runner's files cannot bind a runner folder.
  */
 
-/** The folder the probe's socket is bind-mounted at, read-only as every socket folder of an attempt. */
-export const PROBE_SOCKET_DIR = "/run/study-runner-probe";
 const PROBE_SOCKET = "probe.sock";
+/** The probe's tmpfs /tmp and HOME, as the version probe's (src/image/build.ts probeSpec). */
+const PROBE_VOLUME_BYTES = 16 * 1024 * 1024;
 const PROBE_TIMEOUT_MS = 60_000;
 const PROBE_OUTPUT_LIMIT = 16 * 1024;
 
@@ -83,7 +87,7 @@ export function runtimeNeeds(o: { network: NetworkMode; gateway: boolean; modelA
 export async function resolveOciRuntime(
   runtime: ContainerRuntime,
   engine: EngineInfo,
-  input: { name?: string; flag: string; image: string; needs: RuntimeNeeds; labels: Record<string, string> },
+  input: { name?: string; flag: string; image: string; needs: RuntimeNeeds; labels: Record<string, string>; channel?: SandboxChannel },
 ): Promise<string> {
   if (input.name === undefined) return engine.defaultRuntime;
   assertRuntimeOffered(engine, input.name, input.flag);
@@ -99,7 +103,7 @@ export async function resolveOciRuntime(
   }
   let probe: RuntimeProbe;
   try {
-    probe = await probeOciRuntime(runtime, input.image, input.name, input.needs.network, input.labels);
+    probe = await probeOciRuntime(runtime, input.image, input.name, input.needs.network, input.labels, input.channel);
   } catch (err) {
     throw new RefusalError(
       `the OCI runtime '${input.name}' (${input.flag}) could not run a probe container of ${input.image} with network ${input.needs.network}: ${errorMessage(err).slice(0, 600)}; ${gvisorHint(input.name, "start")}; nothing was charged`,
@@ -134,8 +138,42 @@ function gvisorHint(name: string, limit: "start" | "socket" | "network"): string
   }
 }
 
-/** Runs the probe container under `name` with a fresh socket served on the host; throws when it cannot run. */
-export async function probeOciRuntime(runtime: ContainerRuntime, image: string, name: string, network: NetworkMode, labels: Record<string, string>): Promise<RuntimeProbe> {
+/**
+ * The probe as a sandbox of the run's channel: the image's node runs PROBE_SCRIPT as the container
+ * user, hardened as an attempt is, and connects to `endpoint` where an attempt reaches the model
+ * gateway (a bound folder on host-paths, the relay's volume on engine-api).
+ */
+function probeSandboxSpec(o: { image: string; runtime: string; network: NetworkMode; labels: Record<string, string>; endpoint: Endpoint; address: string }): SandboxSpec {
+  if (o.network !== "none" && o.network !== "bridge") throw new Error(`the runtime probe runs with network none or bridge, not ${o.network}`);
+  return {
+    image: o.image,
+    entrypoint: [IMAGE_LAYOUT.node],
+    cmd: ["-e", PROBE_SCRIPT, o.address],
+    env: {},
+    user: IMAGE_LAYOUT.user,
+    memoryVolumes: [
+      { target: "/tmp", bytes: PROBE_VOLUME_BYTES },
+      { target: IMAGE_LAYOUT.home, bytes: PROBE_VOLUME_BYTES, owner: { uid: IMAGE_LAYOUT.uid, gid: IMAGE_LAYOUT.gid } },
+    ],
+    endpoints: [o.endpoint],
+    limits: { pidsLimit: 64 },
+    security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
+    network: { mode: o.network },
+    ociRuntime: o.runtime,
+    labels: o.labels,
+    streamRelay: [IMAGE_LAYOUT.node, `${IMAGE_LAYOUT.helpers}/stream-relay.cjs`],
+  };
+}
+
+/** Runs the probe sandbox under `name`, on `channel`, with a fresh socket served on the host; throws when it cannot run. */
+export async function probeOciRuntime(
+  runtime: ContainerRuntime,
+  image: string,
+  name: string,
+  network: NetworkMode,
+  labels: Record<string, string>,
+  channel: SandboxChannel = "host-paths",
+): Promise<RuntimeProbe> {
   const dir = await makeRunnerFolder("probe");
   const sockets = new Set<Socket>();
   const server = createServer((s) => {
@@ -144,27 +182,20 @@ export async function probeOciRuntime(runtime: ContainerRuntime, image: string, 
     s.on("error", () => undefined);
     s.once("data", () => s.end("pong\n"));
   });
-  let id: string | undefined;
+  let prepared: PreparedSandbox | undefined;
   try {
     await listenForContainer(server, dir, PROBE_SOCKET);
-    const base = probeSpec(image, labels);
-    id = await runtime.create({
-      ...base,
-      entrypoint: [IMAGE_LAYOUT.node],
-      cmd: ["-e", PROBE_SCRIPT, `${PROBE_SOCKET_DIR}/${PROBE_SOCKET}`],
-      mounts: [{ source: dir, target: PROBE_SOCKET_DIR, readOnly: true }],
-      networkMode: network,
-      runtime: name,
-    });
-    const { stdout, stderr } = await runtime.attach(id);
+    const sandbox = dockerSandbox(runtime, channel);
+    const endpoint: Endpoint = { name: "model-api", socket: join(dir, PROBE_SOCKET) };
+    prepared = await sandbox.prepare(probeSandboxSpec({ image, runtime: name, network, labels, endpoint, address: sandbox.reach(endpoint) }));
+    const { stdout, stderr } = await prepared.run();
     const output = Promise.all([readBoundedText(stdout, PROBE_OUTPUT_LIMIT), readBoundedText(stderr, PROBE_OUTPUT_LIMIT)]);
     output.catch(() => undefined);
-    await runtime.start(id);
     let timer: NodeJS.Timeout | undefined;
     const timedOut = new Promise<"timeout">((resolve) => (timer = setTimeout(() => resolve("timeout"), PROBE_TIMEOUT_MS)));
-    const exit = await Promise.race([runtime.wait(id), timedOut]).finally(() => clearTimeout(timer));
+    const exit = await Promise.race([prepared.wait(), timedOut]).finally(() => clearTimeout(timer));
     if (exit === "timeout") {
-      await runtime.kill(id);
+      await prepared.stop();
       throw new Error(`the probe did not finish in ${PROBE_TIMEOUT_MS / 1000} s`);
     }
     const [text, errText] = await output;
@@ -173,7 +204,7 @@ export async function probeOciRuntime(runtime: ContainerRuntime, image: string, 
     if (!Array.isArray(parsed.interfaces) || typeof parsed.socket !== "string" || typeof parsed.kernel !== "string") throw new Error(`the probe printed ${JSON.stringify(text.slice(0, 200))}`);
     return { kernel: parsed.kernel, interfaces: parsed.interfaces.map(String), socket: parsed.socket };
   } finally {
-    if (id !== undefined) await runtime.remove(id).catch(() => undefined);
+    await prepared?.cleanup().catch(() => undefined);
     for (const s of sockets) s.destroy();
     await new Promise<void>((resolve) => server.close(() => resolve()));
     await removeTree(dir);

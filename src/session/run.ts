@@ -137,6 +137,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
     image: config.image,
     labels: runnerLabels("sessions", "probe"),
     needs: sessionRuntimeNeeds(config),
+    channel: channel.header.channel,
   });
 
   const runId = randomUUID();
@@ -321,12 +322,13 @@ async function continueSessions(
   }
   // A resume runs under the runtime the sessions started with, checked again: the engine may have changed since.
   const engine = await deps.runtime.ping();
-  if (ledger.runtime !== undefined) {
-    const what = `the runtime the session ledger records`;
-    assertRuntimeOffered(engine, ledger.runtime, what);
-    await resolveOciRuntime(deps.runtime, engine, { name: ledger.runtime, flag: what, image: ledger.image, labels: runnerLabels(ledger.runId, "probe"), needs: sessionRuntimeNeeds(options) });
-  }
+  const what = `the runtime the session ledger records`;
+  if (ledger.runtime !== undefined) assertRuntimeOffered(engine, ledger.runtime, what);
   const channel = await sessionChannel(deps.runtime, engine, ledger.image, options, ledger.runId);
+  if (ledger.runtime !== undefined) {
+    const labels = runnerLabels(ledger.runId, "probe");
+    await resolveOciRuntime(deps.runtime, engine, { name: ledger.runtime, flag: what, image: ledger.image, labels, needs: sessionRuntimeNeeds(options), channel: channel.header.channel });
+  }
   ledger.sandbox = channel.header;
   const fakeImage = await isFakeClaudeImage(deps.runtime, ledger.image);
   const gateway = await gatewayForRun(options, {

@@ -193,7 +193,7 @@ const DOCTOR = command(
     json: optional(toggle),
   },
   GATEWAY_STAND_INS,
-  [...EXECUTION, ...ENGINE, "CLAUDE_CONFIG_DIR", "STUDY_RUNNER_DOC_INDEX", ...CACHE],
+  [...EXECUTION, ...ENGINE, "CLAUDE_CONFIG_DIR", "STUDY_RUNNER_DOC_INDEX", ...CACHE, "STUDY_RUNNER_TIMING_FILE"],
 );
 
 const ADJUDICATE = command(

@@ -62,6 +62,7 @@ export async function probeCliImage(
     flag: "--runtime",
     image: o.image,
     labels: runnerLabels(o.runId, "probe"),
+    channel,
     needs: runtimeNeeds({
       network: isolation === "standard" && !modelApiSocket && !gateway ? "bridge" : "none",
       gateway,
