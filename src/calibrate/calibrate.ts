@@ -11,13 +11,18 @@
  * 4. run every scenario (scenarios.ts) on the direct route, recording what the CLI sends, with the
  *    inits adopted until each scenario completes (draft.ts);
  * 5. run every scenario again through the runner's model gateway with the profile measured so far:
- *    each must complete, its requests admitted and metered, its inits equal to the first runs'.
+ *    each must complete, its requests admitted and metered, its inits equal to the first runs';
+ * 6. probe the `@` imports (with and without `--restricted`) and the retries on a 429 and a 529
+ *    (behaviour.ts); structured output and resume are read off the scenarios of both rounds, which
+ *    must agree (contract R263, R264).
  *
  * The result is sealed (its sha256 over its canonical body); nothing is written here.
  */
 import { readFile } from "node:fs/promises";
+import { isDeepStrictEqual } from "node:util";
 import { join } from "node:path";
 import { checkFlags } from "./flags.ts";
+import { measureProbes } from "./behaviour.ts";
 import { buildImage, probeVersion } from "../image/build.ts";
 import { fileSha256 } from "../image/context.ts";
 import { ensureClaudeBinary, NATIVE_PACKAGE } from "../image/install.ts";
@@ -57,6 +62,8 @@ export interface CalibrationSteps {
   help(runtime: ContainerRuntime, image: string): Promise<{ exitCode: number; stdout: string }>;
   prices(runtime: ContainerRuntime, image: string, binaryPath: string, progress: (line: string) => void): Promise<{ table: Profile["prices"]; failures: string[] }>;
   corpus(): Promise<Corpus>;
+  /** The import probes (without and with `--restricted`) and the retry probe. */
+  probes(runtime: ContainerRuntime, image: string, corpus: Corpus): Promise<{ imports: Profile["imports"]; retries: Profile["retries"]; problems: string[] }>;
   pilot: typeof pilotScenario;
   adjudicator: typeof adjudicatorScenario;
   sessions: typeof sessionsScenario;
@@ -75,6 +82,7 @@ export const MACHINE_STEPS: CalibrationSteps = {
   help: (runtime, image) => claudeInImage(runtime, image, ["--help"], { "study-runner.calibrate": "help" }),
   prices: (runtime, image, binaryPath, progress) => measurePriceTable(runtime, image, binaryPath, { progress: (l) => progress(`  price ${l}`) }),
   corpus: () => prepareCorpus("calibrate"),
+  probes: (runtime, image, corpus) => measureProbes({ runtime, image, loginDir: corpus.loginDir, work: corpus.work }),
   pilot: pilotScenario,
   adjudicator: adjudicatorScenario,
   sessions: sessionsScenario,
@@ -85,7 +93,7 @@ export interface Calibration {
   profile: Profile | null;
   /** Why V cannot serve a study; empty when the profile was made. */
   problems: string[];
-  /** Seconds per step (install, image, help, prices, direct, gateway). */
+  /** Seconds per step (install, image, help, prices, direct, gateway, probes). */
   seconds: Record<string, number>;
 }
 
@@ -150,9 +158,11 @@ export async function calibrate(o: CalibrateOptions): Promise<Calibration> {
     draft();
     const gateway = await timed("gateway", () => gatewayRound(ctx, steps, progress));
     const inits = generatedFrom([...direct.inits, ...gateway.inits]);
-    const problems = [...gateway.problems, ...inits.problems, ...initRuleProblems(gateway.inits, o.version)];
+    const probes = await timed("probes", () => steps.probes(o.runtime, built.id, corpus));
+    const problems = [...gateway.problems, ...inits.problems, ...initRuleProblems(gateway.inits, o.version), ...probes.problems, ...roundsDisagree(direct.measured, gateway.measured)];
     if (problems.length > 0) return { profile: null, problems, seconds };
-    return { profile: sealProfile({ ...body, initEvents: inits.data }), problems: [], seconds };
+    const { structuredOutput, resume } = direct.measured;
+    return { profile: sealProfile({ ...body, initEvents: inits.data, imports: probes.imports, retries: probes.retries, structuredOutput: structuredOutput!, resume: resume! }), problems: [], seconds };
   } finally {
     useCalibrationDraft(undefined);
     await corpus.cleanup();
@@ -173,9 +183,10 @@ async function directRound(
   body: Omit<Profile, "sha256">,
   reseal: () => void,
   progress: (line: string) => void,
-): Promise<{ requests: RecordedRequest[]; inits: MeasuredInit[]; problems: string[] }> {
+): Promise<{ requests: RecordedRequest[]; inits: MeasuredInit[]; measured: Measured; problems: string[] }> {
   const requests: RecordedRequest[] = [];
   const inits: MeasuredInit[] = [];
+  const measured: Measured = {};
   const adopted = new Set<InitKind>();
   let pilot: StudyRun | undefined;
   const scenarios: Array<() => Promise<ScenarioResult>> = [
@@ -196,16 +207,17 @@ async function directRound(
       if (changed) reseal();
       if (result.completed) {
         inits.push(...result.inits);
+        Object.assign(measured, measuredOf([result]));
         break;
       }
-      if (!changed || attempt >= MAX_TRIES) return { requests, inits, problems: [`scenario ${result.name} did not complete (${result.statuses.join(", ") || "no run"}): ${result.detail}`] };
+      if (!changed || attempt >= MAX_TRIES) return { requests, inits, measured, problems: [`scenario ${result.name} did not complete (${result.statuses.join(", ") || "no run"}): ${result.detail}`] };
     }
   }
-  return { requests, inits, problems: [] };
+  return { requests, inits, measured, problems: [] };
 }
 
 /** The gateway round: every scenario once through the runner's model gateway with the measured profile; each must complete. */
-async function gatewayRound(ctx: ScenarioContext, steps: CalibrationSteps, progress: (line: string) => void): Promise<{ inits: MeasuredInit[]; problems: string[] }> {
+async function gatewayRound(ctx: ScenarioContext, steps: CalibrationSteps, progress: (line: string) => void): Promise<{ inits: MeasuredInit[]; measured: Measured; problems: string[] }> {
   const route: Route = "gateway";
   const pilot = await steps.pilot(ctx, route);
   const results: ScenarioResult[] = [pilot];
@@ -214,6 +226,30 @@ async function gatewayRound(ctx: ScenarioContext, steps: CalibrationSteps, progr
   for (const r of results) progress(`  gateway ${r.name}: ${r.statuses.join(", ") || "no run"}`);
   return {
     inits: results.flatMap((r) => r.inits),
+    measured: measuredOf(results),
     problems: results.filter((r) => !r.completed).map((r) => `scenario ${r.name} did not complete through the gateway (${r.statuses.join(", ") || "no run"}): ${r.detail}`),
   };
+}
+
+/** What the scenarios measured beyond their inits: structured output (the adjudicator) and resume (the sessions). */
+type Measured = Pick<ScenarioResult, "structuredOutput" | "resume">;
+
+function measuredOf(results: readonly ScenarioResult[]): Measured {
+  const out: Measured = {};
+  for (const r of results) {
+    if (r.structuredOutput) out.structuredOutput = r.structuredOutput;
+    if (r.resume) out.resume = r.resume;
+  }
+  return out;
+}
+
+/** Structured output and resume read the same on both routes, and both were measured (contract R263). */
+function roundsDisagree(direct: Measured, gateway: Measured): string[] {
+  const problems: string[] = [];
+  for (const key of ["structuredOutput", "resume"] as const) {
+    if (direct[key] === undefined) problems.push(`${key}: not measured (its scenario gave no reading)`);
+    else if (gateway[key] !== undefined && !isDeepStrictEqual(direct[key], gateway[key]))
+      problems.push(`${key}: the direct route measured ${JSON.stringify(direct[key])}, the gateway ${JSON.stringify(gateway[key])}`);
+  }
+  return problems;
 }

@@ -8,10 +8,12 @@ import type { Profile, ShapeNode, TierPrices } from "../profile/schema.ts";
  * added or read differently; per kind of run, the init fields and list members (tools, commands,
  * skills) added or gone and the values changed; the request targets, header names and
  * `anthropic-beta` values added or gone and whether the body's shape changed; the price rows added,
- * gone or changed, and the aliases that resolve elsewhere. Nothing else (dates, hashes) is a difference.
+ * gone or changed, and the aliases that resolve elsewhere; the `@` imports inlined (without and with
+ * `--restricted`), structured output, resume and the retry events whose reading changed. Nothing
+ * else (dates, hashes) is a difference.
  */
 export function profileDifference(from: Profile, to: Profile): string[] {
-  return [...flagLines(from, to), ...initLines(from, to), ...requestLines(from, to), ...priceLines(from, to)];
+  return [...flagLines(from, to), ...initLines(from, to), ...requestLines(from, to), ...priceLines(from, to), ...behaviourLines(from, to)];
 }
 
 const list = (xs: readonly string[]) => xs.join(", ");
@@ -112,6 +114,41 @@ function priceLines(from: Profile, to: Profile): string[] {
   for (const [alias, now] of Object.entries(b.aliases)) {
     const was = a.aliases[alias];
     if (was && was.initModel !== now.initModel) lines.push(`alias ${alias}: runs as ${was.initModel} → ${now.initModel}`);
+  }
+  return lines;
+}
+
+/** The measured behaviours (contract R263), by the label a difference line gives them. */
+const BEHAVIOURS = { imports: "imports", structuredOutput: "structured output", resume: "resume", retries: "retries" } as const;
+
+/** Every leaf of a measured behaviour by its path (`plain.maxHops`, `events[0].fields`); a list of strings is one leaf. */
+function leaves(v: unknown, at = "", out = new Map<string, unknown>()): Map<string, unknown> {
+  if (Array.isArray(v) && !isStringList(v)) {
+    for (const [i, x] of v.entries()) leaves(x, `${at}[${i}]`, out);
+  } else if (v !== null && typeof v === "object" && !Array.isArray(v)) for (const [k, x] of Object.entries(v)) leaves(x, at === "" ? k : `${at}.${k}`, out);
+  else out.set(at, v);
+  return out;
+}
+
+function behaviourLines(from: Profile, to: Profile): string[] {
+  const lines: string[] = [];
+  for (const [key, label] of Object.entries(BEHAVIOURS) as Array<[keyof typeof BEHAVIOURS, string]>) {
+    const a = from[key] as Record<string, unknown>;
+    const b = to[key] as Record<string, unknown>;
+    for (const member of [...new Set([...Object.keys(a), ...Object.keys(b)])]) {
+      const was = leaves(a[member], member);
+      const now = leaves(b[member], member);
+      for (const path of [...new Set([...was.keys(), ...now.keys()])]) {
+        const x = was.get(path);
+        const y = now.get(path);
+        if (isDeepStrictEqual(x, y)) continue;
+        const name = `${label} ${path}`;
+        if (isStringList(x) && isStringList(y)) lines.push(...setLines(name, x, y));
+        else if (!was.has(path)) lines.push(`${name} added: ${short(y)}`);
+        else if (!now.has(path)) lines.push(`${name} gone (was ${short(x)})`);
+        else lines.push(`${name}: ${short(x)} → ${short(y)}`);
+      }
+    }
   }
   return lines;
 }

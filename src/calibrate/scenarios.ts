@@ -26,6 +26,9 @@ import { DEMO_MANIFEST } from "../util/paths.ts";
 import { apiRoute, MODEL, runPilotStudy, startStudyApi, type Corpus, type StudyRun } from "./env.ts";
 import { initOf, type MeasuredInit } from "./init.ts";
 import { armGuessScripts, correctVerdictScripts, pilotScripts } from "./scripts.ts";
+import { resumeOf, structuredOutputOf, type SessionCallLines } from "./behaviour.ts";
+import { findProfile } from "../profile/load.ts";
+import type { Resume, StructuredOutput } from "../profile/schema.ts";
 
 /** `direct`: the scripted API on a unix socket, every request recorded whole; `gateway`: through the runner's model gateway. */
 export type Route = "direct" | "gateway";
@@ -51,6 +54,10 @@ export interface ScenarioResult {
   completed: boolean;
   /** The runner's stderr tail, to say why a scenario did not complete. */
   detail: string;
+  /** The adjudicator: what `--json-schema` gave its runs' results (contract R263). */
+  structuredOutput?: StructuredOutput;
+  /** The sessions: what their resumes showed (contract R263). */
+  resume?: Resume;
 }
 
 const WHY_DIRECT = "measuring what the CLI sends, before any gateway shape check";
@@ -124,14 +131,17 @@ export async function adjudicatorScenario(ctx: ScenarioContext, route: Route, pi
     const record = await readRecord(output).catch(() => null);
     const inits: MeasuredInit[] = [];
     const statuses: string[] = [];
+    const transcripts: string[][] = [];
     for (const item of record?.items ?? []) {
       statuses.push(item.run?.status ?? "none");
       const file = await readTranscriptFile(output, item.observationIndex).catch(() => null);
-      const init = file?.kind === "file" ? initOf(transcriptLines(file.bytes)) : null;
+      const lines = file?.kind === "file" ? transcriptLines(file.bytes) : [];
+      transcripts.push(lines);
+      const init = initOf(lines);
       if (init) inits.push({ kind: "adjudicator", model, init, status: item.run?.status ?? "none" });
     }
     const completed = code === 0 && statuses.length === pilot.ledger.observations.length && statuses.every((s) => s === "completed");
-    return { name: "adjudicator", inits, statuses, requests: [...api.requests], completed, detail: stderr.text.slice(-1500) };
+    return { name: "adjudicator", inits, statuses, requests: [...api.requests], completed, detail: stderr.text.slice(-1500), structuredOutput: structuredOutputOf(transcripts) };
   } finally {
     await api.close();
   }
@@ -140,7 +150,8 @@ export async function adjudicatorScenario(ctx: ScenarioContext, route: Route, pi
 /** The session demo: two sessions, each a start, a scripted answer and a resume in a fresh container. */
 export async function sessionsScenario(ctx: ScenarioContext, route: Route): Promise<ScenarioResult> {
   const demo = await makeSessionDemo(await mkdtemp(join(ctx.corpus.work, "sessions-")));
-  const api = await scriptedApi(sessionDemoScripts(), route);
+  const scripts = sessionDemoScripts();
+  const api = await scriptedApi(scripts, route);
   try {
     const lines = new Map<string, { kind: InitKind; sessionId: string; lines: string[] }>();
     const started = await startSessions(
@@ -177,7 +188,14 @@ export async function sessionsScenario(ctx: ScenarioContext, route: Route): Prom
     }
     const statuses = calls.map((c) => `${c.mode}:${c.status}`);
     const completed = started.exitCode === 0 && calls.some((c) => c.mode === "resume") && calls.every((c) => c.status === "completed");
-    return { name: "sessions", inits, statuses, requests: [...api.requests], completed, detail: `exit ${started.exitCode}` };
+    const callLines: SessionCallLines[] = calls.map((c) => {
+      const e = lines.get(c.key);
+      return { sessionId: e?.sessionId ?? c.key.split("/")[0]!, mode: c.mode, status: c.status, lines: e?.lines ?? [] };
+    });
+    // The resume's own cost is priced with the version's measured table (the draft's while calibrating).
+    const row = findProfile(ctx.cliVersion)?.profile.prices.models[MODEL];
+    const resume = resumeOf(callLines, api.requests, scripts, row);
+    return { name: "sessions", inits, statuses, requests: [...api.requests], completed, detail: `exit ${started.exitCode}`, resume };
   } finally {
     await api.close();
   }

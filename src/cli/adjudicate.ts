@@ -4,7 +4,7 @@ import { CLAUDE_CODE_VERSION, claudeCodeImageRef } from "../claude/version.ts";
 import { checkAdjudicationOutput, credentialOptions, parseAdjudicateFlags, type AdjudicateFlags, type AdjudicateOptions } from "./config/commands.ts";
 import { commandEnvironment, commandFlags, type EnvOf } from "./config/flags.ts";
 import { withStopSignals } from "./signals.ts";
-import { requireProfile } from "../profile/load.ts";
+import { requireProfileFor } from "../profile/load.ts";
 
 /**
  * `study-runner adjudicate`: blind agent adjudication of a ledger into a separate private
@@ -71,8 +71,8 @@ export async function adjudicateCommand(given: AdjudicateFlags, env: EnvOf<"adju
   const [{ runAdjudication }, { DockerRuntime }] = await Promise.all([import("../adjudicate/run.ts"), import("../sandbox/docker.ts")]);
   const credentials = await credentialOptions(flags, options.credentials, options.standIns);
   const expectedCliVersion = flags.cliVersion ?? input.ledger.expectedCliVersion ?? CLAUDE_CODE_VERSION;
-  // The version's calibration profile, before anything is probed or reserved (contract R221).
-  requireProfile(expectedCliVersion);
+  // The version's calibration profile, before anything is probed or reserved (contract R221), showing structured output (contract R265).
+  requireProfileFor(expectedCliVersion, "adjudicator");
   return withStopSignals("adjudicator run", (signal) =>
     runAdjudication(
       {

@@ -1,6 +1,6 @@
 import { Option } from "commander";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
-import { requireProfile } from "../profile/load.ts";
+import { requireProfileFor } from "../profile/load.ts";
 import { resumeSessions, retrySession, startSessions } from "../session/run.ts";
 import { parseSessionRuntimeFlags, parseSessionStartFlags, type SessionRuntimeFlags, type SessionStartFlags } from "./config/commands.ts";
 import { parseRoots } from "./config/fields.ts";
@@ -16,8 +16,8 @@ const say = (quiet: boolean | undefined) => (line: string) => {
 export async function sessionsStartCommand(flags: SessionStartFlags): Promise<number> {
   const env = commandEnvironment("sessions start");
   const values = parseSessionStartFlags(flags, env);
-  // The version's calibration profile, before anything is probed or reserved (contract R221).
-  requireProfile(flags.cliVersion ?? CLAUDE_CODE_VERSION);
+  // The version's calibration profile, before anything is probed or reserved (contract R221), showing a resume sessions can use (contract R265).
+  requireProfileFor(flags.cliVersion ?? CLAUDE_CODE_VERSION, "sessions");
   const started = await startSessions(
     {
       ...parseSessionRuntimeFlags(flags),

@@ -3,15 +3,20 @@ import { join, posix } from "node:path";
 import { instructionFilesIn } from "./filter.ts";
 
 /**
- * The files the pinned CLI inlines as instructions through `@` imports, as measured on 2.1.296
- * (tests/conformance/instruction-files.test.ts, contract R129): from the working folder's
- * CLAUDE.md it follows a path relative to the importing file and an absolute path inside
- * `/workspace`, nested imports up to IMPORT_MAX_HOPS imports away from CLAUDE.md, and nothing
- * outside the working folder (an absolute path elsewhere, `~/`).
+ * The files a CLI version inlines as instructions through `@` imports, by the rules its
+ * calibration profile measured (contract R129, R265; 2.1.296: a path relative to the importing
+ * file and an absolute path inside `/workspace`, nested imports up to 4 imports away from
+ * CLAUDE.md, nothing outside the working folder). Only the export's own files can be followed:
+ * the attempt's container holds nothing else a corpus could name.
  */
 
-/** Measured: CLAUDE.md → 1 → 2 → 3 → 4 are inlined, the fifth import in the chain is not. */
-export const IMPORT_MAX_HOPS = 4;
+/** The measured rules the runner follows (a profile's `imports.plain`). */
+export interface ImportRulesFollowed {
+  claudeMd: boolean;
+  relative: boolean;
+  absoluteInWorkspace: boolean;
+  maxHops: number;
+}
 /** The working folder inside the container, as an import's absolute path names it. */
 const WORKSPACE = "/workspace/";
 /** The files the CLI loads at start and whose imports it follows (measured: the working folder's). */
@@ -26,14 +31,15 @@ export function importTargets(text: string): string[] {
   return out;
 }
 
-/** An import target resolved to a path of the export, or null when it leaves the working folder. */
-export function resolveImport(from: string, target: string): string | null {
+/** An import target resolved to a path of the export, or null when it leaves the working folder or its form is not followed. */
+export function resolveImport(from: string, target: string, rules: Pick<ImportRulesFollowed, "relative" | "absoluteInWorkspace"> = { relative: true, absoluteInWorkspace: true }): string | null {
   if (target.startsWith("~")) return null;
   let path: string;
   if (target.startsWith("/")) {
-    if (!target.startsWith(WORKSPACE)) return null;
+    if (!target.startsWith(WORKSPACE) || !rules.absoluteInWorkspace) return null;
     path = posix.normalize(target.slice(WORKSPACE.length));
   } else {
+    if (!rules.relative) return null;
     path = posix.normalize(posix.join(posix.dirname(from), target));
   }
   return path.startsWith("../") || path === ".." || path === "." || path.startsWith("/") ? null : path;
@@ -54,18 +60,19 @@ async function readText(dir: string, path: string): Promise<string> {
 
 /**
  * Every instruction file of an export (instructionFilesIn) and every file the CLI inlines from
- * them through `@` imports, following the measured rules over the export's own files only.
+ * them through `@` imports, following the version's measured `rules` over the export's own files
+ * only (none when the CLI did not load CLAUDE.md itself).
  */
-export async function instructionFilesWithImports(dir: string, paths: readonly string[]): Promise<string[]> {
+export async function instructionFilesWithImports(dir: string, paths: readonly string[], rules: ImportRulesFollowed): Promise<string[]> {
   const present = new Set(paths);
   const found = new Set(instructionFilesIn(paths));
-  let frontier = paths.filter((p) => ROOTS.has(p));
+  let frontier = rules.claudeMd ? paths.filter((p) => ROOTS.has(p)) : [];
   const seen = new Set(frontier);
-  for (let hop = 1; hop <= IMPORT_MAX_HOPS && frontier.length > 0; hop++) {
+  for (let hop = 1; hop <= rules.maxHops && frontier.length > 0; hop++) {
     const next: string[] = [];
     for (const from of frontier) {
       for (const target of importTargets(await readText(dir, from))) {
-        const path = resolveImport(from, target);
+        const path = resolveImport(from, target, rules);
         if (path === null || !present.has(path) || seen.has(path)) continue;
         seen.add(path);
         found.add(path);

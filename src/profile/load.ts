@@ -158,3 +158,36 @@ export function useProfile(found: FoundProfile | undefined): FoundProfile | unde
   active = found;
   return before;
 }
+
+/** What a run kind needs of a version's measured behaviour (contract R265). */
+export type ProfileUse = "adjudicator" | "sessions";
+
+/**
+ * Why the profile's version cannot serve `use`, or null (contract R265): the adjudicator reads its
+ * verdict from the result's `structured_output`; a session reads a call's cost as the growth of a
+ * cumulative `total_cost_usd` and relies on a resume in a fresh container carrying the history.
+ */
+export function profileUseProblem(profile: Profile, use: ProfileUse): string | null {
+  if (use === "adjudicator") {
+    const so = profile.structuredOutput;
+    if (!so.resultField)
+      return `with --json-schema, Claude Code ${profile.cliVersion}'s result carries no structured_output (measured by its calibration), and the adjudicator reads its verdict there`;
+    return null;
+  }
+  const r = profile.resume;
+  if (!r.completed || !r.historySent)
+    return `Claude Code ${profile.cliVersion}'s --resume in a fresh container did not ${r.completed ? "send the first call's turns" : "complete"} when it was calibrated, and a session resumes that way`;
+  if (r.cost !== "cumulative")
+    return `Claude Code ${profile.cliVersion}'s resumed call reports a ${r.cost} total_cost_usd (measured by its calibration), and a session reads each call's cost as the growth of a cumulative one`;
+  return null;
+}
+
+/** The profile of `version` (requireProfile), refused with exit 2 when its measured behaviour cannot serve `use` (contract R265). */
+export function requireProfileFor(version: string, use: ProfileUse, opts: { cacheDir?: string } = {}): FoundProfile {
+  const found = requireProfile(version, opts);
+  const problem = profileUseProblem(found.profile, use);
+  if (problem) {
+    throw new RefusalError(`${problem}; nothing was reserved. Study a version whose calibration shows it (${found.path}, ${found.source}), e.g. the pinned ${CLAUDE_CODE_VERSION}`);
+  }
+  return found;
+}

@@ -4,7 +4,8 @@ import { z } from "zod";
  * The calibration profile of one Claude Code version (contract R220): everything the runner's
  * guards compare a run of that version with, measured on its real binary
  * (`study-runner calibrate`, src/calibrate/): the init event of each kind of run, the request shapes the gateway
- * admits, the price table, the runner's flags as that version's `--help` lists them, the binary's
+ * admits, the price table, the runner's flags as that version's `--help` lists them, the `@` imports it inlines (and what
+ * `--restricted` changes), structured output, resume and retries, the binary's
  * sha256, the runner version that measured it, and the profile's own sha256 over its canonical
  * body. The same zod schema validates, types and documents it (docs/schemas/profile.schema.json).
  */
@@ -115,6 +116,70 @@ export const HelpFlagSchema = z.strictObject({
 });
 export type HelpFlag = z.infer<typeof HelpFlagSchema>;
 
+/** How many `@` imports deep the import probe's chain goes (CLAUDE.md → level1 → … → level IMPORT_CHAIN_PROBED). */
+export const IMPORT_CHAIN_PROBED = 8;
+
+export const ImportRulesSchema = z.strictObject({
+  claudeMd: z.boolean().meta({ description: "the working folder's CLAUDE.md itself reached the first request" }),
+  relative: z.boolean().meta({ description: "an import relative to the importing file (`@imports/relative.md`) was inlined" }),
+  absoluteInWorkspace: z.boolean().meta({ description: "an absolute import inside the working folder (`@/workspace/…`) was inlined" }),
+  absoluteOutside: z.boolean().meta({ description: "an absolute import outside the working folder (`@/home/agent/…`) was inlined" }),
+  tilde: z.boolean().meta({ description: "an import by `~/` (HOME) was inlined" }),
+  maxHops: z
+    .number()
+    .int()
+    .min(0)
+    .max(IMPORT_CHAIN_PROBED)
+    .meta({ description: `how many imports away from CLAUDE.md a chain of nested relative imports was still inlined (probed up to ${IMPORT_CHAIN_PROBED})` }),
+});
+export type ImportRules = z.infer<typeof ImportRulesSchema>;
+
+export const ImportsSchema = z.strictObject({
+  plain: ImportRulesSchema.meta({ description: "with an attempt's arguments (the runner records what an export's instruction files inline by these rules)" }),
+  restricted: ImportRulesSchema.meta({
+    description: "the same with `--restricted` added (what session calls pass; a version whose `--help` lacks it is refused by the flag check, the runner needs it)",
+  }),
+});
+export type Imports = z.infer<typeof ImportsSchema>;
+
+export const StructuredOutputSchema = z.strictObject({
+  initTool: z.boolean().meta({ description: "`--json-schema` added a `StructuredOutput` tool to the init's tools" }),
+  resultField: z.boolean().meta({ description: "every grader run's result event carried `structured_output` (the adjudicator reads its verdict there)" }),
+  equalsToolInput: z.boolean().meta({ description: "`structured_output` was the input of the run's StructuredOutput call" }),
+  resultTextIsJson: z.boolean().meta({ description: "the result's `result` text was the same object as JSON" }),
+});
+export type StructuredOutput = z.infer<typeof StructuredOutputSchema>;
+
+export const ResumeSchema = z.strictObject({
+  completed: z.boolean().meta({ description: "`--resume` in a fresh container (HOME holding only the login and the session file) completed" }),
+  sessionIdKept: z.boolean().meta({ description: "the resumed call's result named the session id passed" }),
+  historySent: z.boolean().meta({ description: "the resumed call's first request carried the first call's assistant turns" }),
+  cost: z
+    .enum(["cumulative", "per-call", "other"])
+    .meta({ description: "the resumed call's total_cost_usd: the session's (the first call's plus its own scripted usage priced), its own, or neither" }),
+});
+export type Resume = z.infer<typeof ResumeSchema>;
+
+export const RetryEventSchema = z.strictObject({
+  type: z.string(),
+  subtype: z.string().nullable(),
+  errorStatus: z.number().int().nullable().meta({ description: "the event's `error_status`" }),
+  attempt: z.number().int().nullable(),
+  maxRetries: z.number().int().nullable(),
+  fields: z.array(z.string()).meta({ description: "the event's member names, sorted" }),
+});
+
+export const RetriesSchema = z.strictObject({
+  served: z.array(z.number().int()).meta({ description: "the errors the scripted API answered the first requests with, before an answer" }),
+  requests: z.number().int().nonnegative().meta({ description: "how many Messages requests the CLI made" }),
+  events: z.array(RetryEventSchema).meta({ description: "every stream event the CLI wrote between its init and its first assistant message (its retry announcements), in order" }),
+  retryAfter: z
+    .enum(["exact", "longer", "shorter", "none"])
+    .meta({ description: "the delay the retry after the 429 (served with `retry-after: 1`) announced: exactly 1000 ms, longer, shorter, or no such retry" }),
+  result: z.strictObject({ subtype: z.string().nullable(), isError: z.boolean().nullable() }),
+});
+export type Retries = z.infer<typeof RetriesSchema>;
+
 export const ProfileSchema = z.strictObject({
   schemaVersion: z.literal(PROFILE_SCHEMA_VERSION),
   cliVersion: z.string().regex(/^\d+\.\d+\.\d+$/, "must be a version like 2.1.296"),
@@ -130,6 +195,10 @@ export const ProfileSchema = z.strictObject({
   initEvents: InitEventsSchema,
   requestShapes: RequestShapesSchema,
   prices: PriceTableSchema,
+  imports: ImportsSchema.meta({ description: "which `@` imports of the working folder's CLAUDE.md reached the first request, without and with `--restricted`" }),
+  structuredOutput: StructuredOutputSchema.meta({ description: "what `--json-schema` (the adjudicator) gives a run's result" }),
+  resume: ResumeSchema.meta({ description: "a session's `--resume` in a fresh container, and the cost it reports" }),
+  retries: RetriesSchema.meta({ description: "what the CLI does when the API answers 429, then 529, then a message" }),
   sha256: Sha256Hex.meta({ description: "sha256 of the profile's canonical JSON (keys sorted, no whitespace) without this field" }),
 });
 export type Profile = z.infer<typeof ProfileSchema>;

@@ -13,6 +13,7 @@ import type { Reservation } from "../budget/budget.ts";
 import { pico, sumUsd } from "../cost/money.ts";
 import type { AttemptStatus } from "../terms/terms.ts";
 import { isFakeClaudeImage, probeVersion, useRunProfile } from "../image/build.ts";
+import { requireProfileFor } from "../profile/load.ts";
 import { networkFor, type IsolationProfile } from "../isolation/profile.ts";
 import { runnerLabels } from "../sandbox/reaper.ts";
 import type { ContainerRuntime, EngineInfo } from "../sandbox/port.ts";
@@ -270,6 +271,8 @@ export async function resumeSessions(ledgerPath: string, options: SessionRuntime
 /** The ledger and its manifest, refused when the manifest changed since the sessions started. */
 async function readForResume(ledgerPath: string, options: SessionRuntimeOptions): Promise<{ ledger: SessionLedger; manifest: SessionManifest; manifestPath: string; bytes: Buffer }> {
   const ledger = await readSessionLedger(ledgerPath);
+  // The version's measured resume must be one a session can use, before anything is settled, added or reserved (contract R265).
+  requireProfileFor(ledger.expectedCliVersion, "sessions");
   const manifestPath = options.manifestPath ?? ledger.manifestPath;
   const { manifest, sha256, bytes } = await loadSessionManifest(manifestPath);
   if (sha256 !== ledger.manifestSha256) throw new RefusalError(`the manifest ${manifestPath} changed since the sessions started (sha256 ${sha256}, recorded ${ledger.manifestSha256})`);

@@ -5,7 +5,9 @@
  * reproducible. The profile goes into a cache folder of this test's own (STUDY_RUNNER_CACHE); the
  * binary's install folder of the shared cache is linked into it, so nothing is downloaded twice.
  * The calibration itself runs the adjudicator (its structured output) and the sessions (start and
- * resume) through the gateway; the demos run the shipped commands on the profile it wrote.
+ * resume) through the gateway; the demos run the shipped commands on the profile it wrote, the
+ * adjudicator's structured output runs again through the gateway on it, and the import and retry
+ * probes run again against it (the drift test of 2.1.332's behaviour).
  */
 import { mkdir, mkdtemp, readdir, readFile, rm, symlink } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -18,7 +20,12 @@ import { readLedger } from "../../src/ledger/store.ts";
 import { activeProfile, cachedProfilePath, readProfileFile } from "../../src/profile/load.ts";
 import type { Profile } from "../../src/profile/schema.ts";
 import { readSessionLedger } from "../../src/session/store.ts";
+import { measureProbes } from "../../src/calibrate/behaviour.ts";
+import { adjudicatorScenario, pilotScenario, type ScenarioContext } from "../../src/calibrate/scenarios.ts";
+import { prepareCorpus } from "../../src/calibrate/env.ts";
+import { useProfile } from "../../src/profile/load.ts";
 import { runCli, type CliResult } from "../support/cli.ts";
+import { runtime } from "./support.ts";
 
 const VERSION = "2.1.332";
 let work = "";
@@ -72,7 +79,7 @@ describe(`study-runner calibrate --cli-version ${VERSION}`, () => {
     const out = calibrated.stdout.split("\n");
     expect(out[0]).toMatch(
       new RegExp(
-        `^Claude Code ${VERSION.replace(/\./g, "\\.")} calibrated in \\d+ s \\(install \\d+ s, image \\d+ s, help \\d+ s, prices \\d+ s, direct \\d+ s, gateway \\d+ s\\): ${cachedProfilePath(VERSION, cache).replace(/[.+]/g, "\\$&")}$`,
+        `^Claude Code ${VERSION.replace(/\./g, "\\.")} calibrated in \\d+ s \\(install \\d+ s, image \\d+ s, help \\d+ s, prices \\d+ s, direct \\d+ s, gateway \\d+ s, probes \\d+ s\\): ${cachedProfilePath(VERSION, cache).replace(/[.+]/g, "\\$&")}$`,
       ),
     );
     expect(out[1]).toBe(`profile sha256 ${profile.sha256}; binary sha256 ${binarySha256}; npm integrity ${profile.npmIntegrity}`);
@@ -83,6 +90,11 @@ describe(`study-runner calibrate --cli-version ${VERSION}`, () => {
     expect(out).toContain("  anthropic-beta values gone: mid-conversation-system-2026-04-07, prompt-caching-scope-2026-01-05");
     expect(out).toContain("  priced models added: claude-3-5-haiku-latest, claude-3-5-sonnet-20240620, claude-3-5-sonnet-latest, claude-3-7-sonnet-latest, claude-fable-5-2, claude-mythos-5-2");
     expect(out.filter((l) => l.startsWith("  flags"))).toEqual([]);
+    // The behaviours measured beside them (contract R263): imports, --restricted, structured output and resume as the pin's; the 429's delay is longer than its retry-after.
+    expect([profile.imports, profile.structuredOutput, profile.resume]).toEqual([activeProfile().imports, activeProfile().structuredOutput, activeProfile().resume]);
+    expect(profile.imports.restricted.claudeMd).toBe(false);
+    expect(profile.resume.cost).toBe("cumulative");
+    expect(out.filter((l) => /^ {2}(imports|structured output|resume|retries) /.test(l))).toEqual(['  retries retryAfter: "exact" → "longer"']);
     expect(out.at(-2)).toBe(`a run uses it with --cli-version ${VERSION}`);
   });
 
@@ -124,4 +136,46 @@ describe(`study-runner calibrate --cli-version ${VERSION}`, () => {
       ["start:completed", "resume:completed"],
     ]);
   }, 700_000);
+
+  // contract: R263, R265
+  it(`runs the adjudicator's structured output on ${VERSION} through the gateway, as its profile records it`, async () => {
+    const before = process.env.STUDY_RUNNER_CACHE;
+    process.env.STUDY_RUNNER_CACHE = cache;
+    const active = useProfile(undefined);
+    const corpus = await prepareCorpus("calibrate-adjudicator");
+    try {
+      const image = (await runtime.inspectImage(`study-runner/claude-code:${VERSION}`))!.id;
+      const ctx: ScenarioContext = { runtime, image, cliVersion: VERSION, corpus };
+      const adjudicator = await timed("structured output", async () => {
+        const p = await pilotScenario(ctx, "gateway");
+        expect(p.completed, p.detail).toBe(true);
+        return adjudicatorScenario(ctx, "gateway", p.run);
+      });
+      expect(adjudicator.statuses).toEqual(["completed", "completed"]);
+      // Every grader request reached the scripted API through the gateway and was answered with a StructuredOutput call.
+      expect(adjudicator.requests.length).toBeGreaterThan(0);
+      expect(adjudicator.requests.every((r) => r.answer.kind === "tool-calls" && r.auth.bearer && !r.auth.apiKey)).toBe(true);
+      expect(adjudicator.structuredOutput).toEqual(profile.structuredOutput);
+      expect(adjudicator.structuredOutput).toEqual({ initTool: true, resultField: true, equalsToolInput: true, resultTextIsJson: true });
+    } finally {
+      useProfile(active);
+      if (before === undefined) delete process.env.STUDY_RUNNER_CACHE;
+      else process.env.STUDY_RUNNER_CACHE = before;
+      await corpus.cleanup();
+    }
+  }, 600_000);
+
+  // contract: R263, R264
+  it(`probes ${VERSION}'s imports and retries again: the binary still does what its profile records`, async () => {
+    const corpus = await prepareCorpus("calibrate-probes");
+    try {
+      const image = (await runtime.inspectImage(`study-runner/claude-code:${VERSION}`))!.id;
+      const probed = await timed("probes again", () => measureProbes({ runtime, image, loginDir: corpus.loginDir, work: corpus.work }));
+      expect(probed.problems).toEqual([]);
+      expect(probed.imports).toEqual(profile.imports);
+      expect(probed.retries).toEqual(profile.retries);
+    } finally {
+      await corpus.cleanup();
+    }
+  }, 300_000);
 });

@@ -16,9 +16,12 @@ import { activeProfile } from "../../src/profile/load.ts";
 const GENERATED_INIT_EVENTS = activeProfile().initEvents;
 
 let measured: MeasuredInit[] = [];
+let behaviour: Omit<Awaited<ReturnType<typeof measureInits>>, "inits"> = {};
 
 beforeAll(async () => {
-  measured = await measureInits();
+  const { inits, ...rest } = await measureInits();
+  measured = inits;
+  behaviour = rest;
 }, 900_000);
 
 afterAll(() => {
@@ -45,5 +48,14 @@ describe("the measured init of every kind of run (contract R125)", () => {
       expect(rest).toEqual(exp.fields);
       for (const [k, v] of Object.entries(varyingFields(m.kind))) if (k in m.init) expect(m.init[k]).toMatch(v.shape);
     }
+  });
+});
+
+describe("structured output and resume, read off the same runs (contract R263)", () => {
+  // contract: R263
+  it("the adjudicator's runs show the structured output and the sessions' resumes the resume the profile records", () => {
+    console.log(`structured output: ${JSON.stringify(behaviour.structuredOutput)}; resume: ${JSON.stringify(behaviour.resume)}`);
+    expect(behaviour.structuredOutput, `differs from the profile; regenerate with ${RECALIBRATE_COMMAND}`).toEqual(activeProfile().structuredOutput);
+    expect(behaviour.resume, `differs from the profile; regenerate with ${RECALIBRATE_COMMAND}`).toEqual(activeProfile().resume);
   });
 });

@@ -9,6 +9,7 @@
  */
 import { instructionFilesWithImports } from "../../src/corpus/imports.ts";
 import { expectedInit } from "../../src/claude/init-expectation.ts";
+import { activeProfile } from "../../src/profile/load.ts";
 import { chmod, chown, mkdir, mkdtemp, readdir, writeFile } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -157,7 +158,7 @@ describe("instruction files the pinned CLI loads (measured in the request body)"
 
   // contract: R129
   it("the runner records exactly the files the CLI inlined: the instruction files and every @ import it followed", async () => {
-    const recorded = await instructionFilesWithImports(workspace, await listFiles(workspace));
+    const recorded = await instructionFilesWithImports(workspace, await listFiles(workspace), activeProfile().imports.plain);
     expect(recorded.filter((p) => p.startsWith("imports/"))).toEqual(MEASURED_IMPORTS);
     expect(recorded).toContain("CLAUDE.md");
   });

@@ -1,8 +1,9 @@
-import { mkdtemp, readdir, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readdir, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { activeProfile, cachedProfilePath, profileText, sealProfile } from "../../src/profile/load.ts";
 import { runCli } from "../support/cli.ts";
 
 /**
@@ -55,5 +56,23 @@ describe("--cli-version of a version without a calibration profile (contract R22
   it("the pin needs no calibration: its profile is bundled, so the run gets past the profile to its next check", async () => {
     const r = await runCli(["run", "--pilot", "--approve-budget", "--transport", "cli", "--output", join(work, "pin", "pilot.json")], { env: env() });
     expect(r.stderr).not.toMatch(/calibration profile/);
+  });
+});
+
+describe("--cli-version of a version whose measured behaviour a run kind cannot use (contract R265)", () => {
+  // contract: R265
+  it("sessions start on a version whose resume reports a per-call cost: exit 2 naming why, no session ledger written", async () => {
+    const { sha256: _s, ...body } = structuredClone(activeProfile());
+    const profile = sealProfile({ ...body, cliVersion: "2.1.914", resume: { ...body.resume, cost: "per-call" } });
+    const cache = join(work, "cache");
+    await mkdir(join(cache, "profiles"), { recursive: true });
+    await writeFile(cachedProfilePath("2.1.914", cache), profileText(profile));
+    const output = join(work, "sessions-914.json");
+    const r = await runCli(["sessions", "start", "--manifest", DEMO_MANIFEST, "--image", "study-runner/claude-code:2.1.914", "--cap-usd", "1", "--cli-version", "2.1.914", "--output", output], {
+      env: env(),
+    });
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^study-runner: Claude Code 2\.1\.914's resumed call reports a per-call total_cost_usd \(measured by its calibration\).*nothing was reserved/m);
+    expect(await readdir(work)).not.toContain("sessions-914.json");
   });
 });

@@ -129,6 +129,30 @@ describe("the difference against the bundled profile (contract R224)", () => {
     ]);
     expect(profileDifference(from, variant(CLAUDE_CODE_VERSION))).toEqual([]);
   });
+
+  // contract: R224, R263
+  it("names the imports, structured output, resume and retry readings that changed", () => {
+    const from = pin();
+    const to = variant("2.1.999", (p) => {
+      p.imports.plain.maxHops = 5;
+      p.imports.restricted.claudeMd = !from.imports.restricted.claudeMd;
+      p.structuredOutput.resultField = false;
+      p.resume.cost = "per-call";
+      p.retries.requests = 4;
+      p.retries.retryAfter = "shorter";
+      p.retries.events[0]!.fields = [...p.retries.events[0]!.fields.filter((f) => f !== "uuid"), "retry_reason"];
+    });
+    expect(profileDifference(from, to)).toEqual([
+      `imports plain.maxHops: ${from.imports.plain.maxHops} → 5`,
+      `imports restricted.claudeMd: ${from.imports.restricted.claudeMd} → ${!from.imports.restricted.claudeMd}`,
+      "structured output resultField: true → false",
+      'resume cost: "cumulative" → "per-call"',
+      `retries requests: ${from.retries.requests} → 4`,
+      "retries events[0].fields added: retry_reason",
+      "retries events[0].fields gone: uuid",
+      `retries retryAfter: ${JSON.stringify(from.retries.retryAfter)} → "shorter"`,
+    ]);
+  });
 });
 
 describe("study-runner calibrate (contract R223, R224)", () => {
@@ -190,7 +214,9 @@ describe("study-runner calibrate (contract R223, R224)", () => {
  * and sends one request shape: the fake steps stand in for the registry, the engine and the CLI,
  * and judge each run's init against the draft being calibrated as the runner's init check does.
  */
-function fakeVersion(o: { help?: (help: string) => string; unpriced?: string; sessionsFail?: boolean } = {}) {
+function fakeVersion(
+  o: { help?: (help: string) => string; unpriced?: string; sessionsFail?: boolean; probes?: Partial<Awaited<ReturnType<CalibrationSteps["probes"]>>>; gatewayResume?: Profile["resume"] } = {},
+) {
   const V = "2.1.999";
   const tries: string[] = [];
   const writes = (kind: InitKind, i: number): MeasuredInit => {
@@ -220,7 +246,20 @@ function fakeVersion(o: { help?: (help: string) => string; unpriced?: string; se
       rawBody: { model: "m", stream: true },
     } as unknown as RecordedRequest;
     const completed = inits.length === kinds.length && inits.every((m) => m.status === "completed");
-    return { name, inits, statuses: inits.map((m) => m.status), requests: route === "direct" ? [request] : [], completed, detail: "", run: {} as StudyRun };
+    const measuredHere =
+      name === "adjudicator"
+        ? { structuredOutput: { initTool: true, resultField: true, equalsToolInput: true, resultTextIsJson: false } }
+        : name === "sessions"
+          ? { resume: route === "gateway" && o.gatewayResume ? o.gatewayResume : { completed: true, sessionIdKept: true, historySent: true, cost: "cumulative" as const } }
+          : {};
+    return { name, inits, statuses: inits.map((m) => m.status), requests: route === "direct" ? [request] : [], completed, detail: "", run: {} as StudyRun, ...measuredHere };
+  };
+  const restricted = { claudeMd: false, relative: false, absoluteInWorkspace: false, absoluteOutside: false, tilde: false, maxHops: 0 };
+  const probed = {
+    imports: { plain: { ...pin().imports.plain, maxHops: 5 }, restricted },
+    retries: { ...pin().retries, retryAfter: "longer" as const },
+    problems: [],
+    ...o.probes,
   };
   const help = readFileSync(join(PROJECT_ROOT, "tests", "fixtures", "claude-2.1.296-help.txt"), "utf8");
   const prices = structuredClone(pin().prices);
@@ -231,6 +270,7 @@ function fakeVersion(o: { help?: (help: string) => string; unpriced?: string; se
     help: async () => ({ exitCode: 0, stdout: o.help ? o.help(help) : help }),
     prices: async () => ({ table: prices, failures: [] }),
     corpus: async () => ({ work: tmpdir(), roots: new Map(), loginDir: tmpdir(), cleanup: async () => {} }),
+    probes: async () => probed,
     pilot: async (_ctx, route) => run("pilot", ["attempt-repository", "attempt-mcp"], route),
     adjudicator: async (_ctx, route) => run("adjudicator", ["adjudicator", "adjudicator"], route),
     sessions: async (_ctx, route) => run("sessions", ["session-start", "session-resume", "session-start", "session-resume"], route),
@@ -261,6 +301,38 @@ describe("calibrate() over its steps (contract R223)", () => {
     expect(profile.requestShapes.headers).toEqual(["content-type"]);
     // The draft is gone once the calibration ends.
     expect(findProfile(v.V)).toBeNull();
+  });
+
+  // contract: R263
+  it("puts the probed imports (without and with --restricted), the retries, and the scenarios' structured output and resume into the profile", async () => {
+    const c = await fakeVersion().calibrate();
+    expect(c.problems).toEqual([]);
+    const p = c.profile!;
+    expect(p.imports).toEqual({
+      plain: { ...pin().imports.plain, maxHops: 5 },
+      restricted: { claudeMd: false, relative: false, absoluteInWorkspace: false, absoluteOutside: false, tilde: false, maxHops: 0 },
+    });
+    expect(p.retries.retryAfter).toBe("longer");
+    expect(p.structuredOutput).toEqual({ initTool: true, resultField: true, equalsToolInput: true, resultTextIsJson: false });
+    expect(p.resume.cost).toBe("cumulative");
+    expect(Object.keys(c.seconds)).toContain("probes");
+    // A help without --restricted is refused before any probe: session calls pass it, so there is always a restricted reading.
+    const none = await fakeVersion({ help: (h) => h.replace(/^ {2}--restricted .*$/m, "") }).calibrate();
+    expect(none.profile).toBeNull();
+    expect(none.problems).toContain("flag: --restricted (session-start) is not in claude --help: the runner needs it");
+  });
+
+  // contract: R264
+  it("refuses a version whose retries the runner's backoff cannot read, or whose rounds read structured output or resume differently", async () => {
+    const retry = "retry: the stream announced the statuses [] where the runner reads them (system/api_retry error_status), not [429,529]: its backoff would not see a rate limit";
+    const c = await fakeVersion({ probes: { problems: [retry] } }).calibrate();
+    expect(c.profile).toBeNull();
+    expect(c.problems).toEqual([retry]);
+    const split = await fakeVersion({ gatewayResume: { completed: true, sessionIdKept: true, historySent: true, cost: "per-call" } }).calibrate();
+    expect(split.profile).toBeNull();
+    expect(split.problems).toEqual([
+      'resume: the direct route measured {"completed":true,"sessionIdKept":true,"historySent":true,"cost":"cumulative"}, the gateway {"completed":true,"sessionIdKept":true,"historySent":true,"cost":"per-call"}',
+    ]);
   });
 
   // contract: R222, R223

@@ -18,6 +18,7 @@ import {
   profileText,
   readProfileFile,
   requireProfile,
+  requireProfileFor,
   sealProfile,
   useProfile,
 } from "../../src/profile/load.ts";
@@ -156,5 +157,27 @@ describe("the runner's flags in a version's --help (contract R222)", () => {
     expect(checkFlags(gone).problems).toContain("--permission-prompts (attempt-repository) is not in claude --help: the runner needs it");
     const valued = help.replace(/^ {2}--strict-mcp-config/m, "  --strict-mcp-config <mode>");
     expect(checkFlags(valued).problems).toContain("--strict-mcp-config (attempt-repository) takes a value in claude --help, and the runner passes none");
+  });
+});
+
+describe("what a run kind needs of its version's measured behaviour (contract R265)", () => {
+  // contract: R265
+  it("the adjudicator is refused on a version whose result carries no structured_output, sessions on one whose resume is not cumulative or lost the history", async () => {
+    expect(requireProfileFor(CLAUDE_CODE_VERSION, "adjudicator", { cacheDir: cache }).source).toBe("bundled");
+    expect(requireProfileFor(CLAUDE_CODE_VERSION, "sessions", { cacheDir: cache }).source).toBe("bundled");
+    await calibratedProfile("2.1.910", (p) => (p.structuredOutput.resultField = false));
+    expect(() => requireProfileFor("2.1.910", "adjudicator", { cacheDir: cache })).toThrow(
+      /^with --json-schema, Claude Code 2\.1\.910's result carries no structured_output \(measured by its calibration\), and the adjudicator reads its verdict there; nothing was reserved\. Study a version whose calibration shows it \(.*claude-code-2\.1\.910\.json, calibrated on this machine\), e\.g\. the pinned 2\.1\.296$/,
+    );
+    expect(requireProfileFor("2.1.910", "sessions", { cacheDir: cache }).profile.cliVersion).toBe("2.1.910");
+    await calibratedProfile("2.1.911", (p) => (p.resume.cost = "per-call"));
+    expect(() => requireProfileFor("2.1.911", "sessions", { cacheDir: cache })).toThrow(
+      /^Claude Code 2\.1\.911's resumed call reports a per-call total_cost_usd \(measured by its calibration\), and a session reads each call's cost as the growth of a cumulative one; nothing was reserved/,
+    );
+    await calibratedProfile("2.1.912", (p) => (p.resume.historySent = false));
+    expect(() => requireProfileFor("2.1.912", "sessions", { cacheDir: cache })).toThrow(
+      /^Claude Code 2\.1\.912's --resume in a fresh container did not send the first call's turns when it was calibrated/,
+    );
+    expect(() => requireProfileFor("2.1.913", "sessions", { cacheDir: cache })).toThrow(/has no calibration profile/);
   });
 });

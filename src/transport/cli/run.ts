@@ -22,6 +22,7 @@ import { gatewayBudgetRefusal, interpretRun, runReader } from "./interpret.ts";
 import type { MessagePromptUsage } from "../../cost/compute.ts";
 import type { TranscriptStore } from "../../ledger/transcripts.ts";
 import { instructionFilesWithImports } from "../../corpus/imports.ts";
+import { activeProfile } from "../../profile/load.ts";
 import { openSessionChannel, SESSION_STREAM_LIMIT_BYTES, sessionChannelPaths, type SessionChannel, type SessionChannelReceipt } from "./session-channel.ts";
 import { stagePlaceholderLogin } from "../../gateway/credential.ts";
 import { compareMeteredUsage } from "../../gateway/check.ts";
@@ -275,10 +276,11 @@ async function workspaceOf({ input, record }: Stage, exporting: Promise<ExportRe
   }
   const exported = await exporting!;
   record.exportHash = exported.exportHash;
-  // The instruction files and every file the CLI inlines from them through @ imports (contract R129).
+  // The instruction files and every file the CLI inlines from them through @ imports, by the version's measured rules (contract R129, R265).
   record.instructionFiles = await instructionFilesWithImports(
     exported.dir,
     exported.files.map((f) => f.path),
+    activeProfile().imports.plain,
   );
   return exported.dir;
 }
