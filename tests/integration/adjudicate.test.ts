@@ -1,4 +1,5 @@
-import { mkdtemp, readFile, rm, stat } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
+import { activeProfile, cachedProfilePath, profileText, sealProfile } from "../../src/profile/load.ts";
 import { buildImage } from "../../src/image/build.ts";
 import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { GUESSED_ARM } from "../../src/adjudicate/schema.ts";
@@ -471,6 +472,23 @@ describe("the adjudicate command refuses before anything starts", () => {
     });
     expect(unpriced.code).toBe(2);
     expect(unpriced.stderr).toMatch(/'claude-3-opus' has no row in the measured price table/);
+    await expect(stat(out)).rejects.toThrow(/ENOENT/);
+  });
+
+  // contract: R265
+  it("refuses a --cli-version whose calibration shows no structured_output on the result, before anything starts", async () => {
+    const cache = join(work, "cache-no-structured-output");
+    const { sha256: _s, ...body } = structuredClone(activeProfile());
+    await mkdir(join(cache, "profiles"), { recursive: true });
+    await writeFile(cachedProfilePath("2.1.916", cache), profileText(sealProfile({ ...body, cliVersion: "2.1.916", structuredOutput: { ...body.structuredOutput, resultField: false } })));
+    const out = join(work, "refused-structured-output.json");
+    const r = await runCli(["adjudicate", "--ledger", join(work, "pilot.ledger.json"), ...roots(), "--output", out, "--approve-budget", "--force-same-model", "--cli-version", "2.1.916"], {
+      env: { STUDY_ADJUDICATOR_MODEL: MODEL, STUDY_ADJUDICATION_BUDGET_USD: "1", STUDY_RUNNER_CACHE: cache },
+    });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toMatch(
+      /^study-runner: with --json-schema, Claude Code 2\.1\.916's result carries no structured_output \(measured by its calibration\), and the adjudicator reads its verdict there; nothing was reserved/m,
+    );
     await expect(stat(out)).rejects.toThrow(/ENOENT/);
   });
 
