@@ -19,7 +19,7 @@ import { readRecord } from "../../src/adjudicate/store.ts";
 import { itemIdFor } from "../../src/adjudicate/prompt.ts";
 import type { AdjudicationRecord } from "../../src/adjudicate/schema.ts";
 import { generateSchemas } from "../../src/schemas/json-schemas.ts";
-import { runCli } from "../support/cli.ts";
+import { runCli, runCompiledCli } from "../support/cli.ts";
 import { makeFakeDir, parseEvents, runFakeOnHost, type FakeDir, type FakeRecord } from "../support/fake-claude.ts";
 import { adjudicatorArguments, buildAdjudicatorPrompt } from "../../src/adjudicate/prompt.ts";
 import { readVerdict } from "../../src/adjudicate/plan.ts";
@@ -235,7 +235,7 @@ describe("adjudicate a pilot of the demo", () => {
       expect(item.run?.instructionFiles).toEqual([]);
       expect(item.armGuess?.run.instructionFiles).toEqual([]);
     }
-    const md = await runCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "markdown"]);
+    const md = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "markdown"]);
     expect(md.code).toBe(0);
     const repository = ledger.observations[0]!.repository;
     expect(md.stdout).toContain(`| ${repository} | AGENTS.md, CLAUDE.md |`);
@@ -248,18 +248,18 @@ describe("adjudicate a pilot of the demo", () => {
     // The adjudicator containers ran that model, and its cost passed the check against the measured table.
     for (const { record: rec } of r.records.filter((x) => /^\d+-/.test(x.file))) expect(rec.argv[rec.argv.indexOf("--model") + 1]).toBe(DEFAULT_ADJUDICATOR_MODELS[0]);
     expect(r.record.items.every((i) => i.run?.status === "completed")).toBe(true);
-    const different = await runCli(["report", "--ledger", ledgerPath, "--adjudication", r.path, "--format", "markdown"]);
+    const different = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", r.path, "--format", "markdown"]);
     expect(different.code).toBe(0);
     expect(different.stdout).toContain(`Adjudicated by ${DEFAULT_ADJUDICATOR_MODELS[0]}, a different model from the answering model ${MODEL}, as the protocol asks.`);
     expect(different.stdout).not.toMatch(/Departure from the protocol/);
-    const forced = await runCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "markdown"]);
+    const forced = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "markdown"]);
     expect(forced.stdout).toContain(`Departure from the protocol: the adjudicator was the answering model ${MODEL} (--force-same-model)`);
-    const html = await runCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "html"]);
+    const html = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", result.path, "--format", "html"]);
     expect(html.stdout).toContain("Departure from the protocol");
   });
 
   it("ledger verify --adjudication reads every verdict call and arm-guess call again, and names a guess changed after the fact", async () => {
-    const ok = await runCli(["ledger", "verify", ledgerPath, "--adjudication", result.path]);
+    const ok = await runCompiledCli(["ledger", "verify", ledgerPath, "--adjudication", result.path]);
     expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     // One transcript per call: each item's verdict and its guess.
     const { readdir, writeFile, cp } = await import("node:fs/promises");
@@ -271,7 +271,7 @@ describe("adjudicate a pilot of the demo", () => {
     g.guess = g.guess === "files-only" ? "files-and-docs-server" : "files-only";
     g.correct = !g.correct;
     await writeFile(copy, JSON.stringify(edited, null, 2), { mode: 0o600 });
-    const r = await runCli(["ledger", "verify", ledgerPath, "--adjudication", copy]);
+    const r = await runCompiledCli(["ledger", "verify", ledgerPath, "--adjudication", copy]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain(`adjudication items[0] (observation ${edited.items[0]!.observationIndex}).armGuess.guess: ledger ${JSON.stringify(g.guess)}, transcript gives`);
   });
@@ -355,7 +355,7 @@ describe("adjudicate a pilot of the demo", () => {
     expect(r.record.items.find((i) => i.observationIndex === 0)!.reason).toMatch(/unusable: the verdict must grade P1, P2 once each: missing P1, P2/);
     expect(r.record.items.find((i) => i.observationIndex === 1)).toMatchObject({ outcome: "correct", reason: "adjudicator verdict (from result)" });
     // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
-    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    const verified = await runCompiledCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
     expect(verified.code, verified.stdout).toBe(0);
   });
 
@@ -373,7 +373,7 @@ describe("adjudicate a pilot of the demo", () => {
     expect(r.record.items[1]!.reason).toMatch(/not adjudicated: the arm guess of item 1 refused: the per-attempt limit 0.1 USD does not fit under the remaining budget/);
     expect(r.record.budget.spentUsd).toBeLessThanOrEqual(0.1);
     // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
-    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    const verified = await runCompiledCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
     expect(verified.code, verified.stdout).toBe(0);
   });
 
@@ -387,7 +387,7 @@ describe("adjudicate a pilot of the demo", () => {
     expect(r.record.items[1]!.reason).toMatch(/^not adjudicated: the adjudicator run of item 1 ended invalid-setup/);
     expect(r.records.filter((x) => /^\d+-/.test(x.file))).toHaveLength(1);
     // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
-    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    const verified = await runCompiledCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
     expect(verified.code, verified.stdout).toBe(0);
   });
 });
@@ -411,16 +411,16 @@ describe("adjudicate a full run of the demo that was blocked", () => {
     expect(r.record.order.observationIndices).not.toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
     expect(validateAgainstGeneratedSchema(r.record)).toEqual([]);
     // The runner's decision is derived again from the ledger and the transcripts: the record verifies (contract R180).
-    const verified = await runCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
+    const verified = await runCompiledCli(["ledger", "verify", ledgerPath, "--adjudication", r.path]);
     expect(verified.code, verified.stdout).toBe(0);
 
-    const report = await runCli(["report", "--ledger", ledgerPath, "--adjudication", r.path, "--format", "json"]);
+    const report = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", r.path, "--format", "json"]);
     expect(report.code).toBe(0);
     const data = JSON.parse(report.stdout);
     expect(data.attempts).toHaveLength(36);
     expect(data.attempts.filter((a: { status: string }) => a.status === "not run")).toHaveLength(28);
     expect(data.gaps).toEqual(expect.arrayContaining([expect.stringMatching(/attempt failed/), expect.stringMatching(/correctness blocked \(the attempt ended failed/)]));
-    const md = await runCli(["report", "--ledger", ledgerPath, "--adjudication", r.path]);
+    const md = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", r.path]);
     expect(md.stdout).toContain("There is no human review.");
     expect(md.stdout).toMatch(/\| blocked \| missing \|/);
     // Nothing private reaches a report.

@@ -11,7 +11,7 @@ import { join } from "node:path";
 import { LedgerSchema, type Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import type { ContainerSummary } from "../../src/sandbox/port.ts";
-import { type CliResult, runCli } from "../support/cli.ts";
+import { type CliResult, runCli, runCompiledCli } from "../support/cli.ts";
 import {
   exists,
   freshLogin,
@@ -95,7 +95,7 @@ describe("attempts in flight on the real engine", () => {
     expect(ledger.observations.length).toBeLessThan(36);
     expect(ledger.observations.length % 2).toBe(0); // pairs are never half-run
     expect(ledger.observations.filter((o) => o.status !== "completed").map((o) => o.index)).toEqual([4]);
-    const check = await runCli(["ledger", "check", run.output, "--json"]);
+    const check = await runCompiledCli(["ledger", "check", run.output, "--json"]);
     expect(check.code).toBe(0);
   }, 300_000);
 
@@ -123,7 +123,7 @@ describe("attempts in flight on the real engine", () => {
     expect(ledger.observations.some((o) => o.chargedUsd! > o.reservationUsd)).toBe(true);
     // The summary on stdout says how it ended.
     expect(r.stdout).toMatch(/blocked/);
-    const check = await runCli(["ledger", "check", run.output]);
+    const check = await runCompiledCli(["ledger", "check", run.output]);
     expect(check.code, check.stdout).toBe(0);
   }, 300_000);
 
@@ -188,7 +188,7 @@ describe("attempts in flight on the real engine", () => {
       // Listed at once: the next run's preflight removes the containers of runners that are gone.
       const containers = await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid) });
       // The dead run's ledger no longer changes: its `ledger check` runs beside the next trial.
-      const check = (await exists(run.output)) ? runCli(["ledger", "check", run.output, "--json"]) : undefined;
+      const check = (await exists(run.output)) ? runCompiledCli(["ledger", "check", run.output, "--json"]) : undefined;
       killed.push({ trial, run, containers, check });
     }
     const states: string[] = [];

@@ -12,7 +12,7 @@ import { TRANSCRIPT_MAX_BYTES, transcriptLines } from "../../src/ledger/transcri
 import { num } from "../../src/report/sections.ts";
 import { pairResult, toolCallsOf } from "../../src/report/viewer.ts";
 import { dumpDom, ensureChromium } from "../support/chromium.ts";
-import { runCli } from "../support/cli.ts";
+import { runCompiledCli } from "../support/cli.ts";
 import { type DemoFiles, demoCopy } from "../support/shared-demo.ts";
 
 // A fresh demo run (fake model, 36 attempts) keeps every transcript beside its ledger; `ledger
@@ -50,26 +50,26 @@ async function edit(path: string, f: (l: Ledger) => void) {
   await writeFile(path, `${JSON.stringify(l, null, 2)}\n`);
 }
 
-const verify = (path: string) => runCli(["ledger", "verify", path]);
+const verify = (path: string) => runCompiledCli(["ledger", "verify", path]);
 
 describe("ledger verify --digest, the run's earlier anchor", () => {
   // contract: R177
   it("finds the settled state each printed digest was taken of; after an entry is edited, the last digest matches no state and the one before the edit names the observation", async () => {
     expect(digests).toHaveLength(36);
-    const early = await runCli(["ledger", "verify", ledgerPath, "--digest", digests[9]!]);
+    const early = await runCompiledCli(["ledger", "verify", ledgerPath, "--digest", digests[9]!]);
     expect(early.code, early.stdout + early.stderr).toBe(0);
     expect(early.stdout).toContain("they differ since observation 10");
     const c = await copy("digest");
     // A change the transcripts cannot show: the attempt's wall time.
     await edit(c.ledger, (l) => (l.observations[3]!.wallTimeMs = (l.observations[3]!.wallTimeMs ?? 0) + 1000));
     expect((await verify(c.ledger)).code).toBe(0);
-    const last = await runCli(["ledger", "verify", c.ledger, "--digest", digests[35]!]);
+    const last = await runCompiledCli(["ledger", "verify", c.ledger, "--digest", digests[35]!]);
     expect(last.code).toBe(1);
     expect(last.stdout).toContain(`digest: ${digests[35]} is the digest of no settled state of these files`);
-    const before = await runCli(["ledger", "verify", c.ledger, "--digest", digests[2]!]);
+    const before = await runCompiledCli(["ledger", "verify", c.ledger, "--digest", digests[2]!]);
     expect(before.code, before.stdout).toBe(0);
     expect(before.stdout).toContain("they differ since observation 3");
-    const bad = await runCli(["ledger", "verify", c.ledger, "--digest", "abc"]);
+    const bad = await runCompiledCli(["ledger", "verify", c.ledger, "--digest", "abc"]);
     expect(bad.code).toBe(2);
     expect(bad.stderr).toContain("--digest");
   });
@@ -158,7 +158,7 @@ describe("ledger verify on a fresh demo ledger", () => {
   });
 });
 
-const check = (path: string) => runCli(["ledger", "check", path]);
+const check = (path: string) => runCompiledCli(["ledger", "check", path]);
 
 /** A gateway request the transcript never saw: 999,999 input tokens for 0.5 USD. */
 const fabricatedRequest = {
@@ -327,13 +327,13 @@ describe("ledger verify --report", () => {
     expect(report.evidence.files).toHaveLength(1 + 36 + 1 + 1 + 72);
     for (const text of [await readFile(demo.report.markdown, "utf8"), await readFile(demo.report.html, "utf8")]) expect(text).toContain(report.evidence.root);
     const args = (ledger: string, record: string) => ["ledger", "verify", ledger, "--adjudication", record, "--report", demo.report.json];
-    const ok = await runCli(args(ledgerPath, demo.adjudication));
+    const ok = await runCompiledCli(args(ledgerPath, demo.adjudication));
     expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     expect(ok.stdout).toContain(`evidence: ${report.evidence.files.length} private files against the report's digest ${report.evidence.root}`);
 
     const c = await copy("report");
     const record = join(c.ledger, "..", basename(demo.adjudication));
-    const same = await runCli(args(c.ledger, record));
+    const same = await runCompiledCli(args(c.ledger, record));
     expect(same.code, same.stdout).toBe(0);
     // One change at a time, each named.
     const changes: Array<[string, string]> = [
@@ -344,13 +344,13 @@ describe("ledger verify --report", () => {
     ];
     for (const [file, name] of changes) {
       await appendFile(file, "\n");
-      const r = await runCli(args(c.ledger, record));
+      const r = await runCompiledCli(args(c.ledger, record));
       expect(r.code, name).toBe(1);
       expect(r.stdout).toContain(`report ${name}: changed since the report was written`);
     }
     // A file added since is named too.
     await writeFile(join(c.dir, "0099.jsonl"), "{}\n", { mode: 0o600 });
-    expect((await runCli(args(c.ledger, record))).stdout).toContain("report ledger.transcripts/0099.jsonl: was not part of the report's evidence");
+    expect((await runCompiledCli(args(c.ledger, record))).stdout).toContain("report ledger.transcripts/0099.jsonl: was not part of the report's evidence");
   });
 });
 
@@ -383,7 +383,7 @@ async function relabelled(name: string, f: (item: AdjudicationRecord["items"][nu
 describe("ledger verify --report without --adjudication", () => {
   // contract: R185
   it("finds the record the report names beside the ledger; with none there, says once that it was not given and how to give it", async () => {
-    const found = await runCli(["ledger", "verify", ledgerPath, "--report", demo.report.json]);
+    const found = await runCompiledCli(["ledger", "verify", ledgerPath, "--report", demo.report.json]);
     expect(found.code, found.stdout).toBe(0);
     expect(found.stdout).toContain(`adjudication record: ${demo.adjudication}, the one the report names, found beside the ledger`);
 
@@ -391,14 +391,14 @@ describe("ledger verify --report without --adjudication", () => {
     const c = await copy("report-record-changed");
     const { path } = await copiedRecord(c);
     await appendFile(path, "\n");
-    const changed = await runCli(["ledger", "verify", c.ledger, "--report", demo.report.json]);
+    const changed = await runCompiledCli(["ledger", "verify", c.ledger, "--report", demo.report.json]);
     expect(changed.code).toBe(1);
     expect(changed.stdout).toContain("report adjudication: changed since the report was written");
 
     const gone = await copy("report-no-record");
     await rm(join(gone.ledger, "..", basename(demo.adjudication)));
     await rm(join(gone.ledger, "..", `${basename(demo.adjudication)}.transcripts`), { recursive: true });
-    const r = await runCli(["ledger", "verify", gone.ledger, "--report", demo.report.json]);
+    const r = await runCompiledCli(["ledger", "verify", gone.ledger, "--report", demo.report.json]);
     expect(r.code).toBe(1);
     const lines = r.stdout.split("\n").filter((l) => l.includes("report adjudication"));
     expect(lines).toHaveLength(1);
@@ -416,9 +416,9 @@ describe("ledger verify --adjudication derives every decision again", () => {
     );
     // The record alone is consistent, and the report would move the attempt from correct to missing.
     expect((await check(path)).code).toBe(0);
-    const report = JSON.parse((await runCli(["report", "--ledger", c.ledger, "--adjudication", path, "--format", "json"])).stdout) as { attempts: Array<{ index: number; outcome: string }> };
+    const report = JSON.parse((await runCompiledCli(["report", "--ledger", c.ledger, "--adjudication", path, "--format", "json"])).stdout) as { attempts: Array<{ index: number; outcome: string }> };
     expect(report.attempts.find((a) => a.index === item.observationIndex)!.outcome).toBe("blocked");
-    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    const r = await runCompiledCli(["ledger", "verify", c.ledger, "--adjudication", path]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain(`${at}.decidedBy: the record says the runner decided blocked, but the transcript's result gives a usable verdict (not shown: private)`);
   });
@@ -431,7 +431,7 @@ describe("ledger verify --adjudication derives every decision again", () => {
       Object.assign(i, { outcome: "incomplete", score: 0, reason: "the answer is empty", run: null });
     });
     expect((await check(path)).code).toBe(0);
-    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    const r = await runCompiledCli(["ledger", "verify", c.ledger, "--adjudication", path]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain(`${at}.decidedBy: the record says the runner decided incomplete without an adjudicator run, but the ledger gives this observation an answer to grade`);
   });
@@ -458,7 +458,7 @@ describe("ledger verify --adjudication derives every decision again", () => {
         Object.assign(x, { decidedBy: "runner", outcome: "blocked", score: null, verdict: null, run: null, armGuess: undefined, reason: `not adjudicated: ${r.record.statusReason}` });
     });
     expect((await check(path)).code).toBe(0);
-    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    const r = await runCompiledCli(["ledger", "verify", c.ledger, "--adjudication", path]);
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(
       /adjudication statusReason: the adjudication stopped before items\[\d+\], but no run before it failed and no reservation was refused; the stop is not borne out by the record/,
@@ -472,10 +472,10 @@ describe("ledger verify --adjudication derives every decision again", () => {
     record.ledger.sha256 = "0".repeat(64);
     await writeFile(path, JSON.stringify(record, null, 2), { mode: 0o600 });
     const words = "the ledger changed after it was adjudicated (its sha256 differs from the one the record binds to)";
-    const report = await runCli(["report", "--ledger", c.ledger, "--adjudication", path]);
+    const report = await runCompiledCli(["report", "--ledger", c.ledger, "--adjudication", path]);
     expect(report.code).toBe(2);
     expect(report.stderr).toContain(words);
-    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", path]);
+    const r = await runCompiledCli(["ledger", "verify", c.ledger, "--adjudication", path]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain(`adjudication ledger: ${words}`);
   });
@@ -496,7 +496,7 @@ describe("every evidence file read as untrusted", () => {
     await truncate(join(c.dir, "0004.jsonl"), TRANSCRIPT_MAX_BYTES + 1);
     const bounded = { timeoutMs: 60_000 };
 
-    const plain = await runCli(["ledger", "verify", c.ledger], bounded);
+    const plain = await runCompiledCli(["ledger", "verify", c.ledger], bounded);
     expect(plain.code, plain.stderr).toBe(1);
     expect(plain.stdout).toMatch(/observations\[2\] \([^)]*\)\.transcriptSha256: the transcript \S*0002\.jsonl is a FIFO, not a regular file/);
     expect(plain.stdout).toMatch(/observations\[3\] \([^)]*\)\.transcriptSha256: the transcript \S*0003\.jsonl is a symbolic link; evidence is never read through a link/);
@@ -505,12 +505,12 @@ describe("every evidence file read as untrusted", () => {
     );
     expect(plain.stdout).toMatch(/transcripts: \S*notes\.txt: is not a transcript's name/);
 
-    const withReport = await runCli(["ledger", "verify", c.ledger, "--adjudication", record, "--report", demo.report.json], bounded);
+    const withReport = await runCompiledCli(["ledger", "verify", c.ledger, "--adjudication", record, "--report", demo.report.json], bounded);
     expect(withReport.code, withReport.stderr).toBe(1);
     expect(withReport.stdout).toMatch(/report evidence: \S*0099\.jsonl: is a folder, not a regular file/);
     expect(withReport.stdout).toMatch(/report evidence: \S*0098\.jsonl: is a FIFO, not a regular file/);
 
-    const report = await runCli(["report", "--ledger", c.ledger, "--adjudication", record], bounded);
+    const report = await runCompiledCli(["report", "--ledger", c.ledger, "--adjudication", record], bounded);
     expect(report.code, report.stderr).toBe(1);
     for (const what of [
       /0099\.jsonl: is a folder, not a regular file/,
@@ -527,7 +527,7 @@ describe("every evidence file read as untrusted", () => {
 
 describe("ledger verify --adjudication", () => {
   it("agrees with the demo's adjudicator runs, and fails on an edited verdict and a truncated adjudicator transcript", async () => {
-    const ok = await runCli(["ledger", "verify", ledgerPath, "--adjudication", demo.adjudication]);
+    const ok = await runCompiledCli(["ledger", "verify", ledgerPath, "--adjudication", demo.adjudication]);
     expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     expect(ok.stdout).toContain("72 read again from their transcripts");
 
@@ -547,7 +547,7 @@ describe("ledger verify --adjudication", () => {
     const cut = record.items.findIndex((i, k) => k !== judged && k !== guessed && i.run !== null);
     const file = join(`${recordPath}.transcripts`, `${String(record.items[cut]!.observationIndex).padStart(4, "0")}.jsonl`);
     await truncate(file, Math.floor((await stat(file)).size / 3));
-    const r = await runCli(["ledger", "verify", c.ledger, "--adjudication", recordPath]);
+    const r = await runCompiledCli(["ledger", "verify", c.ledger, "--adjudication", recordPath]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain(`adjudication items[${judged}] (observation ${record.items[judged]!.observationIndex}).verdict`);
     expect(r.stdout).toMatch(/\.verdict: the record's verdict differs .*not shown: private/);
@@ -561,14 +561,14 @@ describe("ledger verify --adjudication", () => {
 describe("the private pair viewer of the demo", () => {
   it("is written beside the ledger with mode 600, pairs all 36 attempts, and its page text matches the ledger", async () => {
     const chromium = ensureChromium();
-    const r = await runCli(["report", "--private", "--ledger", ledgerPath, "--adjudication", demo.adjudication]);
+    const r = await runCompiledCli(["report", "--private", "--ledger", ledgerPath, "--adjudication", demo.adjudication]);
     expect(r.code, r.stderr).toBe(0);
     const out = JSON.parse(r.stdout) as { private: string; pairs: number; attempts: number };
     expect(out.private).toBe(`${ledgerPath}.pairs.html`);
     expect((await stat(out.private)).mode & 0o777).toBe(0o600);
     expect(out).toMatchObject({ pairs: 18, attempts: 36 });
     // Created exclusively: a second viewer never overwrites the first.
-    const again = await runCli(["report", "--private", "--ledger", ledgerPath, "--adjudication", demo.adjudication]);
+    const again = await runCompiledCli(["report", "--private", "--ledger", ledgerPath, "--adjudication", demo.adjudication]);
     expect(again.code).toBe(2);
     expect(again.stderr).toMatch(/already exists/);
 

@@ -9,7 +9,7 @@ import type { ReportData } from "../../src/report/build.ts";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { DEMO } from "../support/adjudication-fixtures.ts";
-import { runCli } from "../support/cli.ts";
+import { runCompiledCli } from "../support/cli.ts";
 import { demoCopy } from "../support/shared-demo.ts";
 import { decodePng } from "../support/png.ts";
 import { inspectLogValidator } from "../support/inspect-schema.ts";
@@ -38,7 +38,7 @@ beforeAll(async () => {
   const r = await demoCopy(join(work, "demo"));
   expect(r.run.code, r.run.stderr).toBe(0);
   demo = r.demo;
-  const w = await runCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--adjudication", demo.adjudication]);
+  const w = await runCompiledCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--adjudication", demo.adjudication]);
   expect(w.code, w.stderr).toBe(0);
   written = JSON.parse(w.stdout) as Written;
 }, 900_000);
@@ -84,13 +84,13 @@ describe("report --format inspect on a fresh demo study", () => {
     }
     // Never overwritten: a second run into the same folder refuses (exit 2) and leaves the logs as they were.
     const before = await readFile(written.logs[0]!.path);
-    const again = await runCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--adjudication", demo.adjudication]);
+    const again = await runCompiledCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--adjudication", demo.adjudication]);
     expect(again.code).toBe(2);
     expect(again.stderr).toMatch(/already exists/);
     expect(await readFile(written.logs[0]!.path)).toEqual(before);
     // Private: refused inside the project (exit 2), and the folder it would have made is not left behind.
     const inside = join(PROJECT_ROOT, "out", `inspect-${basename(work)}`);
-    const refused = await runCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--out", inside]);
+    const refused = await runCompiledCli(["report", "--format", "inspect", "--ledger", demo.ledger, "--out", inside]);
     expect(refused.code).toBe(2);
     expect(refused.stderr).toContain(`is inside the project ${PROJECT_ROOT}`);
     await expect(stat(inside)).rejects.toThrow(/ENOENT/);
@@ -104,7 +104,7 @@ describe("report --format inspect on a fresh demo study", () => {
       expect((await readLog(l.path)).eval.metadata).toMatchObject({ ledger_file_sha256: sha256(bytes), protocol_hash: ledger.protocol.protocolHash, pinned_cli_version: CLAUDE_CODE_VERSION });
     }
     // The logs beside the ledger change nothing for verify.
-    expect((await runCli(["ledger", "verify", demo.ledger])).code).toBe(0);
+    expect((await runCompiledCli(["ledger", "verify", demo.ledger])).code).toBe(0);
 
     const dir = join(work, "edited");
     await cp(join(demo.ledger, ".."), dir, { recursive: true });
@@ -113,13 +113,13 @@ describe("report --format inspect on a fresh demo study", () => {
     ledger.observations[3]!.answer = "an answer the attempt never gave";
     const editedBytes = Buffer.from(`${JSON.stringify(ledger, null, 2)}\n`);
     await writeFile(edited, editedBytes);
-    const w = await runCli(["report", "--format", "inspect", "--ledger", edited]);
+    const w = await runCompiledCli(["report", "--format", "inspect", "--ledger", edited]);
     expect(w.code, w.stderr).toBe(0);
     const logs = (JSON.parse(w.stdout) as Written).logs;
     const log = await readLog(logs.find((l) => l.arm === ledger.observations[3]!.arm)!.path);
     expect(log.eval.metadata.ledger_file_sha256).toBe(sha256(editedBytes));
     expect(log.eval.metadata.ledger_file_sha256).not.toBe(sha256(bytes));
-    const v = await runCli(["ledger", "verify", edited]);
+    const v = await runCompiledCli(["ledger", "verify", edited]);
     expect(v.code).not.toBe(0);
     expect(v.stdout + v.stderr).toMatch(/observations\[3\] \(.*\)\.answer: the ledger.s value differs/);
   }, 300_000);

@@ -23,7 +23,7 @@ import { writeTestLogin } from "../../src/demo/setup.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import { runCli } from "../support/cli.ts";
+import { runCli, runCompiledCli } from "../support/cli.ts";
 import { sessionTestConfig } from "../support/session-config.ts";
 import { activeProfile } from "../../src/profile/load.ts";
 
@@ -449,21 +449,21 @@ describe("a session ledger proves itself", () => {
     await writeFile(path, JSON.stringify(l, null, 2), { mode: 0o600 });
     return path;
   }
-  const check = (path: string) => runCli(["ledger", "check", path]);
+  const check = (path: string) => runCompiledCli(["ledger", "check", path]);
 
   // contract: R162
   it("keeps each call's transcript beside the ledger; `ledger verify` reads them again and agrees, and names an edited call", async () => {
     const dir = `${ledgerPath}.transcripts`;
     expect((await stat(dir)).mode & 0o777).toBe(0o700);
     expect((await readdir(dir)).sort()).toEqual(["s0000-c0000.jsonl", "s0000-c0001.jsonl"]);
-    const ok = await runCli(["ledger", "verify", ledgerPath]);
+    const ok = await runCompiledCli(["ledger", "verify", ledgerPath]);
     expect(ok.code, ok.stdout + ok.stderr).toBe(0);
     expect(ok.stdout).toContain("observations: 2 (2 read again from their transcripts)");
     expect((await check(ledgerPath)).code).toBe(0);
     const l = JSON.parse(await readFile(ledgerPath, "utf8")) as SessionLedger;
     l.sessions[0]!.calls[1]!.outputTokens! += 1;
     await writeFile(ledgerPath, JSON.stringify(l, null, 2));
-    const r = await runCli(["ledger", "verify", ledgerPath]);
+    const r = await runCompiledCli(["ledger", "verify", ledgerPath]);
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/sessions\[0\]\.calls\[1\]\.outputTokens: ledger \d+, transcript gives \d+/);
     l.sessions[0]!.calls[1]!.outputTokens! -= 1;
@@ -472,7 +472,7 @@ describe("a session ledger proves itself", () => {
 
   // contract: R191
   it("`report` on it says it is a session ledger and points to `sessions status`, instead of listing schema differences", async () => {
-    const r = await runCli(["report", "--ledger", ledgerPath]);
+    const r = await runCompiledCli(["report", "--ledger", ledgerPath]);
     expect(r.code).toBe(2);
     expect(r.stdout).toBe("");
     expect(r.stderr).toContain(`study-runner: ${ledgerPath} is a session ledger, not a study's ledger`);

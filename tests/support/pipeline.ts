@@ -8,8 +8,8 @@ import { expectedInit } from "../../src/claude/init-expectation.ts";
 import { initEventFrom } from "./init-event.ts";
 import { spawn, type ChildProcess } from "node:child_process";
 import Docker from "dockerode";
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, writeFile } from "node:fs/promises";
-import { tmpdir } from "node:os";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
+import { tmpdir, userInfo } from "node:os";
 import { join, resolve } from "node:path";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
@@ -110,6 +110,22 @@ export interface PreparedRun {
 
 let counter = 0;
 
+/**
+ * The launcher's compile cache in a run's own TMPDIR. tsx keeps the sources it compiled in
+ * `$TMPDIR/tsx-<euid>`, so a runner started with a new TMPDIR (every run here, to look at its
+ * export folders and attempt HOMEs) compiled every source again, about a third of a second of CPU
+ * per start (docs/performance.md, "The test suite"). A link to the cache this process's own CLI
+ * starts use makes the start what a person's second start is; the runner's own folders are unchanged.
+ */
+export async function shareTsxCache(tmp: string): Promise<void> {
+  const name = `tsx-${process.geteuid?.() ?? userInfo().username}`;
+  const shared = join(tmpdir(), name);
+  await mkdir(shared, { recursive: true, mode: 0o700 });
+  await symlink(shared, join(tmp, name)).catch((err: NodeJS.ErrnoException) => {
+    if (err.code !== "EEXIST") throw err;
+  });
+}
+
 export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<PreparedRun> {
   const dir = join(p.work, "runs", `${++counter}`);
   const fakeDir = join(dir, "fake");
@@ -117,6 +133,7 @@ export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<Prepa
   const tmp = spec.tmp ?? join(dir, "tmp");
   await mkdir(recordsDir, { recursive: true });
   await mkdir(tmp, { recursive: true });
+  await shareTsxCache(tmp);
   // The fake runs as uid 1000 in its container: it reads the behaviour file and writes records.
   await chmod(fakeDir, 0o755);
   await chmod(recordsDir, 0o777);
