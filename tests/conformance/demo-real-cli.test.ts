@@ -10,7 +10,7 @@ import { createHash } from "node:crypto";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runCli, runCompiledCli, type CliResult } from "../support/cli.ts";
+import { runCli, type CliResult } from "../support/cli.ts";
 import { readSessionLedger } from "../../src/session/store.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { assertRealCliPilot } from "./real-cli-pilot.ts";
@@ -69,10 +69,10 @@ describe("demo --pilot --real-cli: what the model said is bound", () => {
       await cp(join(work, "ledgers", name), join(copy, name));
       await cp(join(work, "ledgers", `${name}.transcripts`), join(copy, `${name}.transcripts`), { recursive: true });
       const file = join(copy, name);
-      const first = await runCompiledCli(["ledger", "verify", file, "--digest", digests[0]!]);
+      const first = await runCli(["ledger", "verify", file, "--digest", digests[0]!]);
       expect(first.code, first.stdout + first.stderr).toBe(0);
       expect(first.stdout).toContain("they differ since observation 1");
-      const last = await runCompiledCli(["ledger", "verify", file, "--digest", digests[1]!]);
+      const last = await runCli(["ledger", "verify", file, "--digest", digests[1]!]);
       expect(last.code, last.stdout + last.stderr).toBe(0);
       expect(last.stdout).toContain("nothing changed since");
 
@@ -99,7 +99,7 @@ describe("demo --pilot --real-cli: what the model said is bound", () => {
       });
       expect(toolCallMessage).not.toBe("");
       expect(answerMessage).not.toBe("");
-      const forged = await runCompiledCli(["ledger", "verify", file, "--digest", digests[1]!]);
+      const forged = await runCli(["ledger", "verify", file, "--digest", digests[1]!]);
       expect(forged.code).toBe(1);
       const out = forged.stdout + forged.stderr;
       expect(out).toContain(`contentSha256: the transcript's assistant message "${toolCallMessage}"`);
@@ -137,12 +137,12 @@ describe("demo --sessions --real-cli", () => {
   // contract: R157
   it("`ledger verify` holds each call's gateway records to its kept transcript, and names a record whose message is not in it", async () => {
     const file = join(sessionsWork, "ledgers", (await readdir(join(sessionsWork, "ledgers"))).find((f) => /^sessions-.*\.json$/.test(f))!);
-    const clean = await runCompiledCli(["ledger", "verify", file]);
+    const clean = await runCli(["ledger", "verify", file]);
     expect(clean.code, clean.stdout + clean.stderr).toBe(0);
     const edited = JSON.parse(await readFile(file, "utf8"));
     edited.sessions[0].calls[0].gateway.requests[0].messageId = "msg_fabricated";
     await writeFile(file, JSON.stringify(edited, null, 2));
-    const forged = await runCompiledCli(["ledger", "verify", file]);
+    const forged = await runCli(["ledger", "verify", file]);
     expect(forged.code).toBe(1);
     expect(forged.stdout + forged.stderr).toContain("sessions[0].calls[0].gateway.requests[0].messageId: names a message that is not in the transcript");
   });

@@ -11,7 +11,7 @@ import { startScriptedApi, type RecordedRequest, type ScriptedApi } from "../../
 import type { Turn } from "../../src/stand-ins/scripted-api/script.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
-import { runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 import { assertMeteredEqualsTranscript, prepareCorpus, realImage, runConformanceStudy, scanContainers, TEST_TOKEN, type ContainerScan, type Corpus } from "./support.ts";
 import { pilotScripts } from "./scripts.ts";
 
@@ -19,9 +19,9 @@ const sha12 = (t: string) => createHash("sha256").update(t).digest("hex").slice(
 
 /** `ledger check` and `ledger verify` of a ledger a run wrote: both must exit 0. */
 async function expectLedgerPasses(path: string): Promise<void> {
-  const check = await runCompiledCli(["ledger", "check", path]);
+  const check = await runCli(["ledger", "check", path]);
   expect(check.code, check.stdout + check.stderr).toBe(0);
-  const verify = await runCompiledCli(["ledger", "verify", path]);
+  const verify = await runCli(["ledger", "verify", path]);
   expect(verify.code, verify.stdout + verify.stderr).toBe(0);
 }
 

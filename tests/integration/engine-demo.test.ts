@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { runCli, runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 import { startSecondEngine } from "../support/second-engine.ts";
 import { demoAsMade, type DemoFiles } from "../support/shared-demo.ts";
 
@@ -23,7 +23,7 @@ const lastJson = <T>(stdout: string): T => JSON.parse(stdout.slice(stdout.lastIn
 
 /** One side of a comparison as `compare-demo --reuse` reads it: the demo's files, its Inspect logs and its engine. */
 async function side(name: string, workdir: string, demo: DemoFiles, dockerHost: string): Promise<void> {
-  const inspect = await runCompiledCli(["report", "--ledger", demo.ledger, "--adjudication", demo.adjudication, "--format", "inspect", "--out-dir", join(work, `${name}-inspect`)]);
+  const inspect = await runCli(["report", "--ledger", demo.ledger, "--adjudication", demo.adjudication, "--format", "inspect", "--out-dir", join(work, `${name}-inspect`)]);
   expect(inspect.code, inspect.stderr).toBe(0);
   const files = { name, tree: PROJECT_ROOT, work: workdir, dockerHost, seconds: 0, ...demo, inspect: lastJson<{ inspect: string }>(inspect.stdout).inspect };
   await writeFile(join(work, `${name}.json`), JSON.stringify(files, null, 2));

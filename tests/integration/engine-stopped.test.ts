@@ -15,7 +15,7 @@ import { prepareDemo } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import { runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 import { freshLogin, leftovers, prepareRun, runPipeline, startPipeline, waitFor, waitForAttemptContainer, RESERVATION_USD, type Pipeline } from "../support/pipeline.ts";
 
 const execFileP = promisify(execFile);
@@ -184,7 +184,7 @@ describe("the Docker engine stopped during an attempt", () => {
     expect(ledger.statusReason).toMatch(/^attempt 1 stopped by a fault of the runner: .*Docker engine unreachable.*; the attempt was not settled and its reservation stays charged$/);
     expect(ledger.observations.map((o) => [o.phase, o.status, o.chargedUsd])).toEqual([["running", null, null]]);
     expect(ledger.budget).toMatchObject({ reservedUsd: RESERVATION_USD, spentUsd: RESERVATION_USD });
-    const check = await runCompiledCli(["ledger", "check", run.output, "--json"]);
+    const check = await runCli(["ledger", "check", run.output, "--json"]);
     expect(check.code).toBe(0);
     expect(JSON.parse(check.stdout)).toMatchObject({ state: "finished", valid: true, openReservation: { index: 0, reservationUsd: RESERVATION_USD } });
     // The export and the login copy are host folders: removed although the engine was gone.

@@ -18,7 +18,7 @@ import { picoToUsd } from "../../src/cost/money.ts";
 import { BETAS, cliBody, MODEL, raw, REAL } from "../support/gateway-raw.ts";
 import { makeTestCa, type TestCa } from "../support/test-ca.ts";
 import { completedObservation, sampleLedger } from "../support/ledger-sample.ts";
-import { runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 
 /** A loopback port nothing listens on: bound, then closed. */
 async function deadPort(): Promise<number> {
@@ -117,7 +117,7 @@ describe("the gateway counts every request it marks refused", () => {
     });
     const file = join(work, "ledger.json");
     await writeFile(file, JSON.stringify(ledger, null, 2), { mode: 0o600 });
-    const check = await runCompiledCli(["ledger", "check", file]);
+    const check = await runCli(["ledger", "check", file]);
     expect(check.code, check.stdout + check.stderr).toBe(0);
   }, 120_000);
 });

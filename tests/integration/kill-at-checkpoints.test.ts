@@ -11,7 +11,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import { runCli, runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 import {
   containersCreatedBy,
   containersOfRun,
@@ -65,7 +65,7 @@ async function killAt(point: string): Promise<Killed> {
   const containers = (await p.runtime.listByLabel({ [LABELS.pid]: String(started.pid) })).map((c) => ({ id: c.id, running: c.running }));
   const ledgerText = (await exists(run.output)) ? await readFile(run.output, "utf8") : undefined;
   const ledger = ledgerText === undefined ? undefined : await ledgerOf(run); // readLedger validates schema and arithmetic
-  const c = await runCompiledCli(["ledger", "check", run.output, "--json"]);
+  const c = await runCli(["ledger", "check", run.output, "--json"]);
   return {
     run,
     ledger,

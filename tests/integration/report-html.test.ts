@@ -8,7 +8,7 @@ import { ARM_COLOURS, CAVEAT_RED, HEADLINE_BACKGROUND, OUTCOME_COLOURS } from ".
 import { readerP, readerUsd } from "../../src/report/headline.ts";
 import { fmt } from "../../src/report/markdown.ts";
 import type { ReportData } from "../../src/report/build.ts";
-import { runCli, runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 import { countColour, decodePng } from "../support/png.ts";
 import { dumpDom, ensureChromium, screenshot } from "../support/chromium.ts";
 import { syntheticLedger, syntheticRecord } from "../support/adjudication-fixtures.ts";
@@ -172,7 +172,7 @@ describe("a blocked run and an adjudication with a missing item", () => {
     const recordPath = join(work, "blocked.adjudication.json");
     await writeFile(recordPath, JSON.stringify(syntheticRecord(ledger, sha, { outcomes: { 1: "partial" }, omit: [5] })), { mode: 0o600 });
     const out = join(work, "blocked-report");
-    const r = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", recordPath, "--out-dir", out]);
+    const r = await runCli(["report", "--ledger", ledgerPath, "--adjudication", recordPath, "--out-dir", out]);
     expect(r.code, r.stderr).toBe(0);
     const files = JSON.parse(r.stdout) as { json: string; html: string };
     const data = JSON.parse(await readFile(files.json, "utf8")) as ReportData;
@@ -191,7 +191,7 @@ describe("a blocked run and an adjudication with a missing item", () => {
     expect(text).toContain(`attempts not run ${fmt(data.totals.notRun)}`);
 
     // Writing again into the same folder never overwrites a report.
-    const again = await runCompiledCli(["report", "--ledger", ledgerPath, "--adjudication", recordPath, "--out-dir", out]);
+    const again = await runCli(["report", "--ledger", ledgerPath, "--adjudication", recordPath, "--out-dir", out]);
     expect(again.code).toBe(2);
     expect(again.stderr).toMatch(/already exists/);
   }, 300_000);

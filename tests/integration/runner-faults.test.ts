@@ -12,7 +12,7 @@ import { promisify } from "node:util";
 import { acquireLoginLock, resolveLogin } from "../../src/credentials/login.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import { runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 import {
   containersOfRun,
   exists,
@@ -130,7 +130,7 @@ describe("the ledger's file system full", () => {
     expect(ledger.budget.spentUsd).toBe(RESERVATION_USD);
     // No temp file of the failed atomic writes is left beside it; the transcript folder stays private.
     expect((await readdir(fs)).sort()).toEqual(["filler", "ledger.json", "ledger.json.transcripts"]);
-    const check = await runCompiledCli(["ledger", "check", output]);
+    const check = await runCli(["ledger", "check", output]);
     expect(check.code, check.stdout).toBe(4);
     expect(await containersOfRun(p, ledger.runId)).toEqual([]);
     expect(await leftovers(run.tmp)).toEqual([]);
@@ -156,7 +156,7 @@ describe("two runners on one output path", () => {
     // The file is the winner's complete run.
     expect(summaryOf(results[winner]!.stdout)).toMatchObject({ status: "awaiting-adjudication", ledger: shared });
     expect(await attemptsStarted(runs[winner]!)).toEqual(["0", "1"]);
-    const check = await runCompiledCli(["ledger", "check", shared, "--json"]);
+    const check = await runCli(["ledger", "check", shared, "--json"]);
     expect(check.code).toBe(0);
     expect(JSON.parse(check.stdout)).toMatchObject({ state: "finished", status: "awaiting-adjudication", observations: { total: 2, settled: 2 } });
   }, 180_000);

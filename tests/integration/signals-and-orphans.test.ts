@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readdir, readFile, utimes } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import { runCompiledCli } from "../support/cli.ts";
+import { runCli } from "../support/cli.ts";
 import {
   containersOfRun,
   fileMode,
@@ -129,7 +129,7 @@ describe("signals and orphans", () => {
     expect(await p.runtime.inspect(container)).toBeUndefined();
     expect(await containersOfRun(p, ledger.runId)).toEqual([]);
     expect(await leftovers(run.tmp)).toEqual([]);
-    const check = await runCompiledCli(["ledger", "check", run.output]);
+    const check = await runCli(["ledger", "check", run.output]);
     expect(check.code, check.stdout).toBe(0);
     expect(check.stdout).toMatch(/: finished: blocked \(attempt 1 .*interrupted by SIGTERM\)/);
   }, 120_000);
@@ -155,7 +155,7 @@ describe("signals and orphans", () => {
     expect(["running", "blocked"]).toContain(ledger.status);
     expect(ledger.observations).toHaveLength(1);
     expect(ledger.budget.spentUsd).toBeGreaterThanOrEqual(RESERVATION_USD);
-    const check = await runCompiledCli(["ledger", "check", run.output, "--json"]);
+    const check = await runCli(["ledger", "check", run.output, "--json"]);
     expect(JSON.parse(check.stdout)).toMatchObject({ valid: true, arithmetic: { holds: true } });
     expect(check.code).toBe(ledger.status === "running" ? 4 : 0);
     // No torn ledger beside it either: any temp file of an interrupted write is the runner's own name.
