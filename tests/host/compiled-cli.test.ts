@@ -1,0 +1,43 @@
+/**
+ * The compiled runner some tests start instead of the launcher (tests/support/compiled-cli.ts) must
+ * be the same program: what it prints for the read-only commands they use it for is what a person's
+ * `node bin/study-runner.mjs` prints.
+ */
+import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { basename, dirname, join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { runCli, runCompiledCli } from "../support/cli.ts";
+import { BUILD_PREFIX, compiledCli } from "../support/compiled-cli.ts";
+import { completedObservation, sampleLedger } from "../support/ledger-sample.ts";
+
+let dir: string;
+let ledger: string;
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), "sr-compiled-cli-"));
+  ledger = join(dir, "ledger.json");
+  const l = sampleLedger({ status: "awaiting-adjudication", observations: [completedObservation(0)] });
+  l.budget.spentUsd = l.observations[0]!.chargedUsd!;
+  await writeFile(ledger, JSON.stringify(l, null, 2), { mode: 0o600 });
+});
+afterAll(() => rm(dir, { recursive: true, force: true }));
+
+describe("the tests' compiled runner", () => {
+  it("is built one level under the project root, as dist/ is, so it resolves the clone's files", async () => {
+    const bin = await compiledCli();
+    expect(basename(dirname(dirname(bin)))).toMatch(new RegExp(`^\\${BUILD_PREFIX}[0-9a-f]{16}$`));
+    expect(dirname(dirname(dirname(bin)))).toBe(PROJECT_ROOT);
+  });
+
+  it("prints what the launcher prints for ledger check, ledger verify and report, with the same exit codes", async () => {
+    for (const args of [["ledger", "check", ledger, "--json"], ["ledger", "verify", ledger], ["report", "--ledger", ledger, "--format", "json"], ["--version"]]) {
+      const [launcher, compiled] = await Promise.all([runCli(args), runCompiledCli(args)]);
+      expect(compiled, args.join(" ")).toEqual(launcher);
+    }
+    // Not two empty answers: the check read the ledger.
+    const check = JSON.parse((await runCompiledCli(["ledger", "check", ledger, "--json"])).stdout) as { state: string };
+    expect(check.state).toBeTypeOf("string");
+  }, 120_000);
+});
