@@ -16,8 +16,9 @@ export default defineConfig({
       { extends: true, test: { name: "unit", include: ["tests/unit/**/*.test.ts"] } },
       // No engine in reach: a host test that starts needing Docker fails here instead of passing by chance.
       { extends: true, test: { name: "host", include: ["tests/host/**/*.test.ts"], env: { DOCKER_HOST: "unix:///nonexistent/host-tier-has-no-docker-engine.sock" } } },
-      // One demo per run, shared by the tests that only read a demo's outputs (tests/support/shared-demo.ts).
-      { extends: true, test: { name: "integration", include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts"] } },
+      // One demo per run, shared by the tests that only read a demo's outputs (tests/support/shared-demo.ts);
+      // the compiled runner of read-only CLI starts built before the tests (tests/support/compiled-cli.ts).
+      { extends: true, test: { name: "integration", include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts", "./tests/support/compiled-cli-setup.ts"] } },
       { extends: true, test: { name: "conformance", include: ["tests/conformance/**/*.test.ts"] } },
     ],
   },

@@ -15,6 +15,9 @@ import { completedObservation, sampleLedger } from "../support/ledger-sample.ts"
 let dir: string;
 let ledger: string;
 
+// The build (tests/support/compiled-cli.ts) when this state of the sources has none yet.
+beforeAll(() => compiledCli(), 300_000);
+
 beforeAll(async () => {
   dir = await mkdtemp(join(tmpdir(), "sr-compiled-cli-"));
   ledger = join(dir, "ledger.json");
