@@ -80,7 +80,12 @@ export interface CostResult {
 function validReportedCost(reported: number | null, problems: string[]): number | null {
   if (reported === null || !Number.isFinite(reported)) problems.push("total_cost_usd is missing or not a finite number");
   else if (reported < 0) problems.push(`total_cost_usd is negative (${reported})`);
-  else return picoToUsd(usdToPico(reported, "nearest"));
+  else {
+    // A finite figure whose pico-USD is not (1e308 USD) cannot be compared or recorded.
+    const usd = picoToUsd(usdToPico(reported, "nearest"));
+    if (Number.isFinite(usd)) return usd;
+    problems.push(`total_cost_usd ${reported} is larger than any amount a record can hold`);
+  }
   return null;
 }
 

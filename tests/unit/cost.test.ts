@@ -234,6 +234,8 @@ describe("cost problems (-> invalid-cost)", () => {
     ["NaN", NaN, "total_cost_usd is missing or not a finite number"],
     ["infinite", Infinity, "total_cost_usd is missing or not a finite number"],
     ["negative", -0.0001, "total_cost_usd is negative (-0.0001)"],
+    // Finite, but no amount of pico-USD a record can hold (found by the transcript fuzz test, which threw).
+    ["too large", 1e308, "total_cost_usd 1e+308 is larger than any amount a record can hold"],
   ])("a %s total_cost_usd", (_, reported, problem) => {
     const r = computeCost(input({ inputTokens: 11, outputTokens: 7 }, { reportedCostUsd: reported }));
     expect(r.problems).toEqual([problem]);
