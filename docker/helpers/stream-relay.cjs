@@ -1,7 +1,9 @@
-// stream-relay.cjs <name>=<socket> ...: the engine-api channel's relay (src/sandbox/engine-api.ts).
+// stream-relay.cjs [<name>=<socket> ...]: the engine-api channel's relay (src/sandbox/engine-api.ts).
 //
 // Runs alone in a per-attempt container with network "none", its stdio attached by the runner
-// through the engine's API. It listens on each unix <socket> (in a per-attempt volume the attempt
+// through the engine's API; it may be started before its attempt is known (made ahead), so with
+// no arguments it waits for the runner's `listen` frame, which names the sockets. It listens on
+// each unix <socket> (in a per-attempt volume the attempt
 // container mounts read-only where it mounts the runner's socket folders on a local engine), and
 // carries every connection accepted there as one channel of a multiplexed stream on its stdout,
 // the runner's side answering on its stdin. The runner joins each channel to the real endpoint
@@ -13,6 +15,7 @@
 //   kind 2 data   (both ways)
 //   kind 3 close  (both ways) the sender sends no more on the channel (a half-close, as a FIN)
 //   kind 4 ready  (relay -> runner, channel 0) every socket listens
+//   kind 5 listen (runner -> relay, channel 0, once, first) payload: <name>=<socket> lines
 // The runner refuses anything else (src/sandbox/stream-mux.ts keeps the same numbers).
 //
 // Bounded: a connection whose bytes the runner has not taken (stdout full) pauses every
@@ -21,7 +24,7 @@
 const fs = require("node:fs");
 const net = require("node:net");
 
-const KIND = { open: 1, data: 2, close: 3, ready: 4 };
+const KIND = { open: 1, data: 2, close: 3, ready: 4, listen: 5 };
 const HEADER = 9;
 const MAX_PAYLOAD = 64 * 1024;
 const CONNECTION_BUFFER = 1024 * 1024;
@@ -31,12 +34,13 @@ function fail(message) {
   process.exit(2);
 }
 
-const endpoints = process.argv.slice(2).map((arg) => {
-  const eq = arg.indexOf("=");
-  if (eq < 1 || !arg.slice(eq + 1).startsWith("/")) fail(`argument ${JSON.stringify(arg)} is not <name>=<absolute socket path>`);
-  return { name: arg.slice(0, eq), socket: arg.slice(eq + 1) };
-});
-if (endpoints.length === 0) fail("usage: stream-relay.cjs <name>=<socket> ...");
+function parseEndpoints(args) {
+  return args.map((arg) => {
+    const eq = arg.indexOf("=");
+    if (eq < 1 || !arg.slice(eq + 1).startsWith("/")) fail(`argument ${JSON.stringify(arg)} is not <name>=<absolute socket path>`);
+    return { name: arg.slice(0, eq), socket: arg.slice(eq + 1) };
+  });
+}
 
 const out = process.stdout;
 const connections = new Map();
@@ -102,6 +106,14 @@ process.stdin.on("data", (chunk) => {
     if (pending.length < HEADER + length) break;
     const payload = pending.subarray(HEADER, HEADER + length);
     pending = pending.subarray(HEADER + length);
+    if (kind === KIND.listen && channel === 0 && !listened) {
+      const lines = payload
+        .toString("utf8")
+        .split("\n")
+        .filter((l) => l !== "");
+      listen(parseEndpoints(lines));
+      continue;
+    }
     const c = connections.get(channel);
     if (!c) continue; // the connection went away while the runner wrote to it
     if (kind === KIND.data) {
@@ -119,16 +131,22 @@ process.stdin.on("data", (chunk) => {
 // The runner went away: nothing is served any more.
 process.stdin.on("end", () => process.exit(0));
 
-let listening = 0;
-for (const e of endpoints) {
-  try {
-    fs.unlinkSync(e.socket);
-  } catch {}
-  const server = net.createServer({ allowHalfOpen: true }, (socket) => accept(e.name, socket));
-  server.on("error", (err) => fail(`${e.socket}: ${err.code ?? ""} ${err.message}`));
-  server.listen(e.socket, () => {
-    // The attempt's user connects; the relay runs as another.
-    fs.chmodSync(e.socket, 0o666);
-    if (++listening === endpoints.length) frame(0, KIND.ready);
-  });
+let listened = false;
+function listen(endpoints) {
+  listened = true;
+  if (endpoints.length === 0) return frame(0, KIND.ready);
+  let listening = 0;
+  for (const e of endpoints) {
+    try {
+      fs.unlinkSync(e.socket);
+    } catch {}
+    const server = net.createServer({ allowHalfOpen: true }, (socket) => accept(e.name, socket));
+    server.on("error", (err) => fail(`${e.socket}: ${err.code ?? ""} ${err.message}`));
+    server.listen(e.socket, () => {
+      // The attempt's user connects; the relay runs as another.
+      fs.chmodSync(e.socket, 0o666);
+      if (++listening === endpoints.length) frame(0, KIND.ready);
+    });
+  }
 }
+if (process.argv.length > 2) listen(parseEndpoints(process.argv.slice(2)));

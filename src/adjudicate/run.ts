@@ -189,10 +189,12 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
   const say = (line: string) => {
     if (!config.quiet) deps.stderr.write(`study-runner adjudicate: ${line}\n`);
   };
+  // Every item's sandbox on the channel the preflight chose (contract R244); what it made in the
+  // background or ahead is gone before the run ends (contract R257).
+  const sandbox = deps.sandbox ?? dockerSandbox(deps.runtime, channel);
   const a: Adjudication = {
     config,
-    // Every item's sandbox on the channel the preflight chose (contract R244).
-    deps: { ...deps, sandbox: deps.sandbox ?? dockerSandbox(deps.runtime, channel) },
+    deps: { ...deps, sandbox },
     adjudicationId,
     record,
     login,
@@ -222,7 +224,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
     progress: { start: ({ ask, p }) => say(`${a.tag(p)}: ${ask === "verdict" ? "started" : "arm guess started"}`), end: () => {}, stopLive: () => {} },
     checkpoint: deps.checkpoint,
     signal: deps.signal,
-  }).finally(() => closeGateway?.());
+  }).finally(() => Promise.all([closeGateway?.(), sandbox.settle()]));
   deps.stdout(JSON.stringify(summarizeAdjudication(record, handle), null, 2) + "\n");
   return end.exitCode;
 }

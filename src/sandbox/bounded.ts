@@ -1,4 +1,4 @@
-import type { Preparer } from "./sandbox.ts";
+import { SandboxSetupError, type PreparedSandbox, type Preparer } from "./sandbox.ts";
 import { ATTEMPT_TIMEOUT_MS, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 
 /** The CLI may linger after its result event while MCP children exit; then it is killed. */
@@ -6,7 +6,8 @@ export const AFTER_RESULT_GRACE_MS = 5_000;
 const STDERR_KEEP_BYTES = 16 * 1024;
 
 export interface RawOutcome {
-  containerId: string;
+  /** Null when the sandbox could not be set up (`setupFault`): no container ran. */
+  containerId: string | null;
   /** The OCI runtime the engine ran the container under, as it reports it. */
   runtime?: string;
   exitCode: number | null;
@@ -24,7 +25,10 @@ export interface RawOutcome {
   /** with-relay.cjs found the tmpfs HOME full when the CLI exited. */
   homeFull: boolean;
   wallTimeMs: number;
-  /** The engine-api channel's stream was refused (contract R242): a setup problem of the run. */
+  /**
+   * The engine-api channel's stream was refused (contract R242), or the sandbox could not be set up
+   * (its relay did not listen in time, contract R258): a setup problem of the run.
+   */
   channelFault?: string;
   /** What a copy of a writable folder back to the runner left out (the engine-api channel, contract R245). */
   copyBackProblems?: string[];
@@ -110,7 +114,27 @@ function drained(stream: NodeJS.ReadableStream): Promise<void> {
 export async function runBounded<S>(sandbox: Preparer<S>, spec: S, onLine: (line: string) => void, bounds: RunBounds = {}): Promise<RawOutcome> {
   const limit = bounds.stdoutLimitBytes ?? STDOUT_LIMIT_BYTES;
   const started = Date.now();
-  const prepared = await sandbox.prepare(spec);
+  let prepared: PreparedSandbox;
+  try {
+    prepared = await sandbox.prepare(spec);
+  } catch (err) {
+    if (!(err instanceof SandboxSetupError)) throw err;
+    // Nothing ran: the attempt's setup failed (contract R258).
+    return {
+      containerId: null,
+      exitCode: null,
+      timedOut: false,
+      truncated: false,
+      stdoutLimitBytes: limit,
+      oomKilled: false,
+      killedAfterResult: false,
+      stdoutBytes: 0,
+      stderrTail: "",
+      homeFull: false,
+      wallTimeMs: Date.now() - started,
+      channelFault: err.message,
+    };
+  }
   const killed = new Set<KillReason>();
   const timers: NodeJS.Timeout[] = [];
   const kill = (why: KillReason) => {

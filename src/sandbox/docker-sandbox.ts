@@ -1,6 +1,6 @@
 import { basename, dirname } from "node:path";
 import { stopContainer } from "./stop.ts";
-import { prepareOverEngineApi, type EngineApiOptions } from "./engine-api.ts";
+import { EngineApiChannel, type EngineApiOptions } from "./engine-api.ts";
 import { ContainerRuntimeError, hasEngineStorage, type ContainerRuntime, type ContainerSpec, type Mount } from "./port.ts";
 import { reapOrphans, runnerLabels, type ReapOptions, type ReapResult } from "./reaper.ts";
 import type { Endpoint, EndpointName, HostFolder, MemoryVolume, PreparedSandbox, Preparer, Sandbox, SandboxExit, SandboxSpec, SandboxStreams, SandboxSummary } from "./sandbox.ts";
@@ -119,16 +119,19 @@ export class DockerSandbox implements Sandbox {
   ) {
     this.channel = options.channel ?? "host-paths";
     this.containers = { prepare: async (spec) => new PreparedContainer(runtime, await runtime.create(spec)) };
-    this.engineApi = options.engineApi ?? {};
+    if (this.channel === "engine-api" && hasEngineStorage(runtime)) this.engineApi = new EngineApiChannel(runtime, options.engineApi ?? {});
   }
 
-  private readonly engineApi: EngineApiOptions;
+  private readonly engineApi: EngineApiChannel | undefined;
 
   prepare(spec: SandboxSpec): Promise<PreparedSandbox> {
     if (this.channel === "host-paths") return this.containers.prepare(toContainerSpec(spec));
-    const runtime = this.runtime;
-    if (!hasEngineStorage(runtime)) return Promise.reject(new ContainerRuntimeError("this container runtime offers no engine-api channel", "invalid-spec"));
-    return prepareOverEngineApi(runtime, spec, toContainerSpec(spec), this.engineApi);
+    if (!this.engineApi) return Promise.reject(new ContainerRuntimeError("this container runtime offers no engine-api channel", "invalid-spec"));
+    return this.engineApi.prepare(spec, toContainerSpec(spec));
+  }
+
+  settle(): Promise<void> {
+    return this.engineApi?.settle() ?? Promise.resolve();
   }
 
   reach(endpoint: Endpoint): string {
@@ -150,11 +153,15 @@ export class DockerSandbox implements Sandbox {
 
 const providers = new WeakMap<ContainerRuntime, Map<SandboxChannel, DockerSandbox>>();
 
-/** The Docker provider over `runtime` on `channel` (one per runtime and channel). */
+/**
+ * The Docker provider over `runtime` on `channel` (one per runtime and channel), as the run kinds
+ * use it: on the engine-api channel each relay is made ahead and what a sandbox made is removed in
+ * the background, so every run calls `settle()` before it ends (contract R257).
+ */
 export function dockerSandbox(runtime: ContainerRuntime, channel: SandboxChannel = "host-paths"): DockerSandbox {
   let byChannel = providers.get(runtime);
   if (!byChannel) providers.set(runtime, (byChannel = new Map()));
   let sandbox = byChannel.get(channel);
-  if (!sandbox) byChannel.set(channel, (sandbox = new DockerSandbox(runtime, { channel })));
+  if (!sandbox) byChannel.set(channel, (sandbox = new DockerSandbox(runtime, { channel, engineApi: { ahead: true } })));
   return sandbox;
 }

@@ -10,8 +10,9 @@ import { stopContainer } from "./stop.ts";
 import tar from "tar-stream";
 import { ExportHasher } from "../export/export.ts";
 import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec, type EngineStorage, type Mount } from "./port.ts";
-import type { HostFolder, PreparedSandbox, SandboxExit, SandboxSpec, SandboxStreams } from "./sandbox.ts";
-import { serveStream, type StreamLimits, type StreamMux } from "./stream-mux.ts";
+import { LABELS } from "./reaper.ts";
+import { SandboxSetupError, type HostFolder, type PreparedSandbox, type SandboxExit, type SandboxSpec, type SandboxStreams } from "./sandbox.ts";
+import { encodeFrame, FRAME, serveStream, type StreamLimits, type StreamMux } from "./stream-mux.ts";
 import { addFolder, packFolder, packStream } from "./tree.ts";
 import { replaceFromArchive } from "./worktree-back.ts";
 
@@ -32,22 +33,27 @@ import { replaceFromArchive } from "./worktree-back.ts";
 
 /** The largest tree copied back out of a sandbox (the fake image's records). */
 export const COPY_BACK_LIMIT_BYTES = 64 * 1024 * 1024;
-/** How long the relay may take to listen on every endpoint socket. */
-const RELAY_READY_MS = 30_000;
-/** Where the helper container mounts the volumes it fills. */
+/** How long the relay may take, once its sandbox is prepared, to be started and listen on every endpoint socket (contract R258). */
+export const RELAY_READY_MS = 30_000;
+/** Where the relay container mounts the content volumes it is filled through. */
 const FILL_ROOT = "/study-runner-fill";
 /** Where the relay container mounts the endpoint volumes. */
 const RELAY_ROOT = "/study-runner-relay";
+/** The endpoints one relay serves at most: a volume each (the seam names four endpoints). */
+const RELAY_ENDPOINTS = 4;
+/** The attempt label of a relay made ahead, before the attempt it serves is known. */
+export const AHEAD_ATTEMPT = "ahead";
+
+/** The content volumes a relay carries, each filled where the relay mounts it. */
+type Slot = "workspace" | "worktree" | "staged" | "test";
 
 interface ContentVolume {
-  name: string;
+  slot: Slot;
   target: string;
   readOnly: boolean;
   fill: (pack: tar.Pack) => Promise<void>;
   /** The export hash the tree written must have. */
   exportHash?: string;
-  /** Where the helper mounts it to fill it (a folder of its own under FILL_ROOT when absent). */
-  fillAt?: string;
   /**
    * Subfolders of the volume copied back to host folders once the program ended: merged into the
    * folder, or (`replace`) replacing it whole.
@@ -60,8 +66,17 @@ export interface EngineApiOptions {
   streamRelay?: string[];
   /** Tests: the relay's frame bounds. */
   streamLimits?: StreamLimits;
-  /** Tests: the relay container's command instead of stream-relay.cjs (a relay that misbehaves). */
+  /** Tests: the relay container's command instead of stream-relay.cjs (a relay that misbehaves); never made ahead. */
   relayCommand?: (sockets: Array<{ name: string; path: string }>) => string[];
+  /** Tests: how the relay container's start is called (a start that never returns). */
+  startRelay?: (start: () => Promise<void>) => Promise<void>;
+  /** Tests: the bound on the relay's start and listening (RELAY_READY_MS). */
+  relayReadyMs?: number;
+  /**
+   * Make each sandbox's relay ahead, while the sandbox before runs, and remove what a sandbox made
+   * in the background once its result is in; the caller waits with `settle()` before it ends.
+   */
+  ahead?: boolean;
 }
 
 /** The owner of what the program reads and writes: its `uid:gid`, root's when the spec names none. */
@@ -71,7 +86,7 @@ function userIds(user: string | undefined): { uid: number; gid: number } {
 }
 
 /** The content volumes of a spec, in the order the attempt container mounts them. */
-async function contentVolumes(spec: SandboxSpec, volumeName: (kind: string) => string): Promise<ContentVolume[]> {
+async function contentVolumes(spec: SandboxSpec): Promise<ContentVolume[]> {
   if (spec.staged && !spec.staged.readOnly) {
     throw new ContainerRuntimeError(
       "the engine-api channel carries no login copy back out: use --credentials gateway (the placeholder login is read-only), or --sandbox-channel host-paths on an engine that shares the runner's files",
@@ -83,7 +98,7 @@ async function contentVolumes(spec: SandboxSpec, volumeName: (kind: string) => s
   const workspace = spec.workspace;
   if (workspace) {
     volumes.push({
-      name: volumeName("workspace"),
+      slot: "workspace",
       target: workspace.target,
       readOnly: true,
       fill: (pack) => copyEntries(pack, workspace.tar()),
@@ -91,29 +106,28 @@ async function contentVolumes(spec: SandboxSpec, volumeName: (kind: string) => s
       copyBack: [],
     });
   }
-  if (spec.worktree) volumes.push(await worktreeVolume(spec, spec.worktree, volumeName("worktree"), owner));
+  if (spec.worktree) volumes.push(await worktreeVolume(spec, spec.worktree, owner));
   const staged = spec.staged;
-  if (staged) volumes.push({ name: volumeName("staged"), target: staged.target, readOnly: true, fill: (pack) => addFolder(pack, staged.folder, { owner }), copyBack: [] });
+  if (staged) volumes.push({ slot: "staged", target: staged.target, readOnly: true, fill: (pack) => addFolder(pack, staged.folder, { owner }), copyBack: [] });
   const tests = spec.testMounts ?? [];
-  if (tests.length > 0) volumes.push(await testVolume(tests, volumeName("test"), owner));
+  if (tests.length > 0) volumes.push(await testVolume(tests, owner));
   return volumes;
 }
 
 /**
  * A session's worktree (contract R245): its tree, owned by the program's user, in a volume whose
  * root is that user's too, as the bound folder is on a local engine. An empty volume takes the
- * owner of the image folder it is first mounted on, so the helper mounts it on `spec.userFolder`
+ * owner of the image folder it is first mounted on, so the relay mounts it on `spec.userFolder`
  * (the image's HOME, empty and the user's). The tree written is held to the hash of the runner's
  * copy; a writable one replaces that copy once the program ended (src/sandbox/worktree-back.ts).
  */
-async function worktreeVolume(spec: SandboxSpec, worktree: HostFolder, name: string, owner: { uid: number; gid: number }): Promise<ContentVolume> {
+async function worktreeVolume(spec: SandboxSpec, worktree: HostFolder, owner: { uid: number; gid: number }): Promise<ContentVolume> {
   if (spec.userFolder === undefined)
     throw new ContainerRuntimeError("the spec has a worktree but no userFolder, the image's empty folder of its user that gives the worktree's volume its owner", "invalid-spec");
   return {
-    name,
+    slot: "worktree",
     target: worktree.target,
     readOnly: worktree.readOnly,
-    fillAt: spec.userFolder,
     fill: (pack) => addFolder(pack, worktree.folder, { owner }),
     exportHash: await hashTree(packFolder(worktree.folder, { prefix: "worktree" })),
     copyBack: worktree.readOnly ? [] : [{ sub: "", folder: worktree.folder, replace: true }],
@@ -125,7 +139,7 @@ async function worktreeVolume(spec: SandboxSpec, worktree: HostFolder, name: str
  * a read-only folder as its tree, a writable folder as an empty folder of the sandbox's user whose
  * content is copied back. The volume's root stays root's, so the user can write only there.
  */
-async function testVolume(tests: readonly HostFolder[], name: string, owner: { uid: number; gid: number }): Promise<ContentVolume> {
+async function testVolume(tests: readonly HostFolder[], owner: { uid: number; gid: number }): Promise<ContentVolume> {
   const parent = tests
     .map((t) => posix.dirname(t.target))
     .reduce((a, b) => {
@@ -134,7 +148,7 @@ async function testVolume(tests: readonly HostFolder[], name: string, owner: { u
     });
   const items = await Promise.all(tests.map(async (t) => ({ t, rel: posix.relative(parent, t.target), dir: (await lstat(t.folder)).isDirectory() })));
   return {
-    name,
+    slot: "test",
     target: parent,
     readOnly: items.every((i) => i.t.readOnly),
     fill: async (pack) => {
@@ -225,38 +239,240 @@ export async function extractBounded(archive: NodeJS.ReadableStream, folder: str
   return problems;
 }
 
+/** The relay program, its volumes and labels: what a relay made ahead must match to serve a spec. */
+interface RelayKind {
+  image: string;
+  command: string[];
+  /** The content volumes, one per slot. */
+  slots: Slot[];
+  /** The endpoint volumes. */
+  endpoints: number;
+  /** Where the worktree's volume is first mounted (`SandboxSpec.userFolder`). */
+  userFolder: string | undefined;
+  labels: Record<string, string>;
+}
+
 /**
- * Prepares one sandbox on the engine-api channel. Every volume is created at once; then the content
- * is copied in and the attempt container created while the relay starts, as neither needs the
- * other's result (the attempt container only mounts the relay's volumes; it starts once the relay
- * listens).
+ * A relay container, created and being started, with its volumes: one per content slot (mounted
+ * where it is filled) and one per endpoint. It is made before its attempt's endpoints are known
+ * (ahead, contract R257) and told them by its `listen` frame; it serves one attempt only and is
+ * removed with it.
  */
-export async function prepareOverEngineApi(runtime: ContainerRuntime & EngineStorage, spec: SandboxSpec, base: ContainerSpec, opts: EngineApiOptions = {}): Promise<PreparedSandbox> {
+interface RelayContainer {
+  id: string;
+  made: Made;
+  volumes: Partial<Record<Slot, string>>;
+  endpointVolumes: string[];
+  stdio: { stdin: NodeJS.WritableStream; stdout: NodeJS.ReadableStream };
+  /** The engine's start of the relay; rejects when the engine refused it. */
+  started: Promise<void>;
+  /** Its stream ended or its start failed before it was taken: it cannot serve. */
+  broken: boolean;
+}
+
+/** Makes a relay: its volumes at once, then the container, attached, then its start begun. */
+async function makeRelay(runtime: ContainerRuntime & EngineStorage, kind: RelayKind, opts: EngineApiOptions): Promise<RelayContainer> {
   const tag = randomBytes(6).toString("hex");
-  const volumeName = (kind: string): string => `study-runner-${tag}-${kind}`;
   const made = new Made(runtime);
   try {
-    mark("engine-api:begin");
-    const content = await contentVolumes(spec, volumeName);
-    const sockets = spec.endpoints.map((e, i) => ({ name: e.name, volume: volumeName(`endpoint-${i}`), path: `${RELAY_ROOT}/${i}/${basename(e.socket)}` }));
-    const endpointMounts: Mount[] = spec.endpoints.map((e, i) => ({ source: sockets[i]!.volume, volume: true, target: endpointDir(base, e.socket), readOnly: true }));
-    const hostEndpointDirs = new Set(spec.endpoints.map((e) => dirname(e.socket)));
-    const kept = base.mounts.filter((m) => !hostEndpointDirs.has(m.source) && !content.some((c) => c.target === m.target) && !(spec.testMounts ?? []).some((t) => t.folder === m.source));
-    if (kept.length > 0) throw new ContainerRuntimeError(`the engine-api channel carries no host path: ${kept.map((m) => m.target).join(", ")}`, "invalid-spec");
-    await settleAll([...content.map((c) => c.name), ...sockets.map((s) => s.volume)].map((name) => made.volume(name, spec.labels)));
-    mark("engine-api:volumes-created");
-    const { workspace: _bound, ...rest } = base;
-    const mounts = [...content.map((c) => ({ source: c.name, volume: true, target: c.target, readOnly: c.readOnly })), ...endpointMounts];
-    const [id, relay] = await settleAll<[string, Relay | undefined]>([
-      // The attempt container after the fill: an empty volume takes the owner of the folder it is first mounted on (the helper's `fillAt`).
-      fillVolumes(runtime, made, spec, content).then(() => made.container({ ...rest, mounts })),
-      sockets.length > 0 ? startRelay(runtime, made, spec, sockets, opts) : Promise.resolve(undefined),
-    ]);
-    mark("engine-api:ready");
-    return new PreparedOverApi(runtime, id, made, content, relay);
+    const slots = kind.slots;
+    const volumes = Object.fromEntries(slots.map((slot) => [slot, `study-runner-${tag}-${slot}`])) as Partial<Record<Slot, string>>;
+    const endpointVolumes = Array.from({ length: kind.endpoints }, (_, i) => `study-runner-${tag}-endpoint-${i}`);
+    await settleAll([...Object.values(volumes), ...endpointVolumes].map((name) => made.volume(name, kind.labels)));
+    const id = await made.container({
+      image: kind.image,
+      entrypoint: kind.command,
+      cmd: [],
+      env: { PATH: "/usr/local/bin:/usr/bin:/bin" },
+      // Root of the container, with no capability: it owns the volumes' roots, makes the sockets
+      // there and opens them to the attempt's user.
+      user: "0:0",
+      mounts: [
+        ...slots.map((slot) => ({ source: volumes[slot]!, volume: true, target: fillPath(slot, kind.userFolder), readOnly: false })),
+        ...endpointVolumes.map((source, i) => ({ source, volume: true, target: `${RELAY_ROOT}/${i}`, readOnly: false })),
+      ],
+      tmpfs: {},
+      readOnlyRootfs: true,
+      networkMode: "none",
+      capDrop: ["ALL"],
+      securityOpt: ["no-new-privileges"],
+      pidsLimit: 32,
+      memoryBytes: 256 * 1024 * 1024,
+      labels: kind.labels,
+      openStdin: true,
+      // The engine's default runtime, not the attempt's: under runsc (--host-uds=open) the attached
+      // relay's start never returned, and a socket made in a volume inside gVisor is not there for
+      // any other container (ENOENT; both measured). Made by runc, the sockets are the engine host's
+      // own, which a runsc attempt opens as it opens the runner's on a local engine (contract R246).
+    });
+    const stdio = await runtime.attachStdio(id);
+    stdio.stderr.resume();
+    const start = (): Promise<void> => runtime.start(id);
+    // With no endpoint to serve it is only the volumes' way in, and is never started.
+    const started = kind.endpoints === 0 ? Promise.resolve() : opts.startRelay ? opts.startRelay(start) : start();
+    const relay: RelayContainer = { id, made, volumes, endpointVolumes, stdio, started, broken: false };
+    const broken = (): void => void (relay.broken = true);
+    relay.started.catch(broken);
+    stdio.stdout.once("end", broken);
+    stdio.stdout.once("close", broken);
+    return relay;
   } catch (err) {
     await made.remove();
     throw err;
+  }
+}
+
+/** Ends a relay's stream and removes it with its volumes. */
+function removeRelay(relay: RelayContainer): Promise<void> {
+  relay.stdio.stdin.end();
+  return relay.made.remove();
+}
+
+/**
+ * The engine-api channel of one provider: prepares its sandboxes (contract R240). With `ahead`,
+ * the relay of the next sandbox is made while the one before runs, and what a sandbox made is
+ * removed in the background once its result is in; `settle` waits for both (contract R257).
+ */
+export class EngineApiChannel {
+  /** Relays made ahead, one per kind, not yet taken. */
+  private readonly spares = new Map<string, Promise<RelayContainer | undefined>>();
+  /** Removals under way in the background. */
+  private readonly removing = new Set<Promise<void>>();
+
+  constructor(
+    private readonly runtime: ContainerRuntime & EngineStorage,
+    private readonly opts: EngineApiOptions,
+  ) {}
+
+  /**
+   * Prepares one sandbox. The relay is taken (made ahead) or made; then the content is copied into
+   * its volumes and the attempt container created while the relay is told the endpoints and
+   * starts to listen, as neither needs the other's result (the attempt container only mounts the
+   * relay's volumes; it starts once the relay listens).
+   */
+  async prepare(spec: SandboxSpec, base: ContainerSpec): Promise<PreparedSandbox> {
+    mark("engine-api:begin");
+    const content = await contentVolumes(spec);
+    const relayProgram = spec.streamRelay ?? this.opts.streamRelay;
+    if (spec.endpoints.length > 0 && !relayProgram && !this.opts.relayCommand)
+      throw new ContainerRuntimeError("the spec names endpoints but no streamRelay, the image's program that serves them over the engine-api channel", "invalid-spec");
+    if (spec.endpoints.length > RELAY_ENDPOINTS) throw new ContainerRuntimeError(`the engine-api relay serves at most ${RELAY_ENDPOINTS} endpoints, not ${spec.endpoints.length}`, "invalid-spec");
+    const sockets = spec.endpoints.map((e, i) => ({ name: e.name, path: `${RELAY_ROOT}/${i}/${basename(e.socket)}` }));
+    const hostEndpointDirs = new Set(spec.endpoints.map((e) => dirname(e.socket)));
+    const kept = base.mounts.filter((m) => !hostEndpointDirs.has(m.source) && !content.some((c) => c.target === m.target) && !(spec.testMounts ?? []).some((t) => t.folder === m.source));
+    if (kept.length > 0) throw new ContainerRuntimeError(`the engine-api channel carries no host path: ${kept.map((m) => m.target).join(", ")}`, "invalid-spec");
+    const { workspace: _bound, ...rest } = base;
+    if (content.length === 0 && sockets.length === 0) {
+      const made = new Made(this.runtime);
+      return new PreparedOverApi(this.runtime, await made.container(rest), made, [], undefined, this.after());
+    }
+
+    // A relay made ahead serves whichever attempt comes next: it carries the run's labels, not an attempt's.
+    const kind: RelayKind = {
+      image: spec.image,
+      // Never started when it serves no endpoint: the command only has to be one the engine accepts.
+      command: sockets.length > 0 ? (relayProgram ?? []) : ["/study-runner-never-started"],
+      slots: content.map((c) => c.slot),
+      endpoints: sockets.length,
+      userFolder: spec.userFolder,
+      labels: { ...spec.labels, [LABELS.attempt]: AHEAD_ATTEMPT },
+    };
+    const key = JSON.stringify([kind.image, kind.command, kind.slots, kind.endpoints, kind.userFolder ?? null, Object.entries(kind.labels).sort()]);
+    const ahead = this.opts.ahead === true && this.opts.relayCommand === undefined;
+    const relay =
+      (ahead ? await this.takeSpare(key) : undefined) ??
+      (await makeRelay(this.runtime, { ...kind, labels: spec.labels, command: (sockets.length > 0 && this.opts.relayCommand?.(sockets)) || kind.command }, this.opts));
+    mark("engine-api:relay");
+    const made = relay.made;
+    try {
+      const endpointMounts: Mount[] = spec.endpoints.map((e, i) => ({ source: relay.endpointVolumes[i]!, volume: true, target: endpointDir(base, e.socket), readOnly: true }));
+      const mounts = [...content.map((c) => ({ source: relay.volumes[c.slot]!, volume: true, target: c.target, readOnly: c.readOnly })), ...endpointMounts];
+      const [id, mux] = await settleAll<[string, StreamMux | undefined]>([
+        // The attempt container after the fill, as the fill finds the volumes as the relay left them.
+        fillVolumes(this.runtime, relay, spec, content).then(() => made.container({ ...rest, mounts })),
+        sockets.length > 0 ? this.listen(relay, spec, sockets) : Promise.resolve(undefined),
+      ]);
+      mark("engine-api:ready");
+      const refill = ahead ? () => this.makeSpare(key, kind) : undefined;
+      return new PreparedOverApi(this.runtime, id, made, content, { mux, stdin: relay.stdio.stdin }, this.after(refill));
+    } catch (err) {
+      relay.stdio.stdin.end();
+      await made.remove();
+      throw err;
+    }
+  }
+
+  /** Removes the relays made ahead and waits for every removal under way. */
+  async settle(): Promise<void> {
+    const spares = [...this.spares.values()];
+    this.spares.clear();
+    await Promise.all(spares.map(async (s) => ((await s) ? removeRelay((await s)!) : undefined)));
+    while (this.removing.size > 0) await Promise.all([...this.removing]);
+  }
+
+  /** What a prepared sandbox does once its program started, and how it is removed. */
+  private after(refill?: () => void): SandboxAfter {
+    return {
+      started: refill ?? (() => {}),
+      remove: (removal) => {
+        if (this.opts.ahead !== true) return removal;
+        // In the background: the result is in; `settle` waits for it before the run ends.
+        const tracked = removal.finally(() => this.removing.delete(tracked));
+        this.removing.add(tracked);
+        return Promise.resolve();
+      },
+    };
+  }
+
+  /** The relay made ahead for `key`, when there is one that can still serve. */
+  private async takeSpare(key: string): Promise<RelayContainer | undefined> {
+    const spare = this.spares.get(key);
+    this.spares.delete(key);
+    const relay = await spare;
+    if (relay?.broken) {
+      this.after().remove(removeRelay(relay));
+      return undefined;
+    }
+    return relay;
+  }
+
+  /** Begins making the next relay of `kind`, unless one is already made or being made. */
+  private makeSpare(key: string, kind: RelayKind): void {
+    if (this.spares.has(key)) return;
+    // A relay that cannot be made ahead is made again when it is needed, where its fault is the attempt's.
+    this.spares.set(
+      key,
+      makeRelay(this.runtime, kind, this.opts).catch(() => undefined),
+    );
+  }
+
+  /**
+   * Tells the relay the endpoints and waits until it listens on every socket: its start and its
+   * `ready` frame within the bound (contract R258). A relay that does not listen in time, or whose
+   * stream breaks its format first, fails the sandbox's setup (`SandboxSetupError`); a start the
+   * engine refused is the engine's error as it came.
+   */
+  private async listen(relay: RelayContainer, spec: SandboxSpec, sockets: Array<{ name: string; path: string }>): Promise<StreamMux> {
+    const mux = serveStream(relay.stdio.stdout, relay.stdio.stdin, new Map(spec.endpoints.map((e) => [e.name, e.socket] as const)), this.opts.streamLimits);
+    relay.stdio.stdin.write(encodeFrame(0, FRAME.listen, Buffer.from(sockets.map((s) => `${s.name}=${s.path}\n`).join(""), "utf8")));
+    const readyMs = this.opts.relayReadyMs ?? RELAY_READY_MS;
+    const bound = new AbortController();
+    try {
+      const outcome = await Promise.race([
+        mux.ready.then(
+          () => "ready" as const,
+          (err: unknown) => err as Error,
+        ),
+        relay.started.then(() => new Promise<never>(() => {})),
+        sleep(readyMs, "timeout" as const, { signal: bound.signal }),
+      ]);
+      if (outcome === "ready") return mux;
+      const why = outcome === "timeout" ? `did not listen within ${readyMs} ms` : outcome.message;
+      if (outcome === "timeout" || mux.fault() !== undefined) throw new SandboxSetupError(`the engine-api relay container ${relay.id}: ${why}`);
+      throw new ContainerRuntimeError(`the engine-api relay container ${relay.id}: ${why}`, "engine");
+    } finally {
+      bound.abort();
+    }
   }
 }
 
@@ -279,8 +495,6 @@ function endpointDir(base: ContainerSpec, socket: string): string {
 class Made {
   private readonly containers: string[] = [];
   private readonly volumes: string[] = [];
-  /** Removals already under way (the fill helper's), which the volumes' removal waits for. */
-  private readonly removing: Array<Promise<unknown>> = [];
   constructor(private readonly runtime: ContainerRuntime & EngineStorage) {}
 
   async volume(name: string, labels: Record<string, string>): Promise<void> {
@@ -294,109 +508,46 @@ class Made {
     return id;
   }
 
-  /** Starts removing one container without waiting for it. */
-  removeSoon(id: string): void {
-    const i = this.containers.indexOf(id);
-    if (i >= 0) this.containers.splice(i, 1);
-    this.removing.push(this.runtime.remove(id).catch(() => undefined));
-  }
-
   async remove(): Promise<void> {
-    await Promise.all([...this.removing.splice(0), ...this.containers.splice(0).map((id) => this.runtime.remove(id).catch(() => undefined))]);
+    await Promise.all(this.containers.splice(0).map((id) => this.runtime.remove(id).catch(() => undefined)));
     await Promise.all(this.volumes.splice(0).map((name) => this.runtime.removeVolume(name).catch(() => undefined)));
   }
 }
 
-/** Where the helper mounts content volume `i`. */
-const fillPath = (c: ContentVolume, i: number): string => c.fillAt ?? `${FILL_ROOT}/${i}`;
+/** Where the relay mounts a content slot's volume to fill it. */
+const fillPath = (slot: Slot, userFolder: string | undefined): string => (slot === "worktree" ? userFolder! : `${FILL_ROOT}/${slot}`);
 
-type Relay = { id: string; mux: StreamMux; stdin: NodeJS.WritableStream };
+/** The relay a prepared sandbox keeps: its stream's server (when it serves endpoints) and its stdin. */
+type Relay = { mux: StreamMux | undefined; stdin: NodeJS.WritableStream };
+
+/** What the channel does around a prepared sandbox: once its program started, and its removal. */
+interface SandboxAfter {
+  started(): void;
+  remove(removal: Promise<void>): Promise<void>;
+}
 
 /**
- * Fills every content volume (already created) through one created, never-started helper
- * container, each volume's archive at once, then checks the export; the helper is removed in the
- * background, before the volumes are.
+ * Fills the content volumes through the relay container, which mounts them writable where the
+ * attempt container does not see them: each volume's archive at once, then the export checked.
  */
-async function fillVolumes(runtime: ContainerRuntime & EngineStorage, made: Made, spec: SandboxSpec, content: readonly ContentVolume[]): Promise<void> {
+async function fillVolumes(runtime: ContainerRuntime & EngineStorage, relay: RelayContainer, spec: SandboxSpec, content: readonly ContentVolume[]): Promise<void> {
   if (content.length === 0) return;
-  const helper = await made.container({
-    image: spec.image,
-    // Never started: the command only has to be one the engine accepts.
-    entrypoint: ["/study-runner-never-started"],
-    cmd: [],
-    env: {},
-    mounts: content.map((c, i) => ({ source: c.name, volume: true, target: fillPath(c, i), readOnly: false })),
-    tmpfs: {},
-    readOnlyRootfs: true,
-    networkMode: "none",
-    capDrop: ["ALL"],
-    securityOpt: ["no-new-privileges"],
-    labels: spec.labels,
-  });
   await settleAll(
-    content.map(async (c, i) => {
+    content.map(async (c) => {
+      const at = fillPath(c.slot, spec.userFolder);
       const pack = tar.pack();
       c.fill(pack).then(
         () => pack.finalize(),
         (err: unknown) => pack.destroy(err as Error),
       );
-      await runtime.putArchive(helper, fillPath(c, i), packStream(pack));
+      await runtime.putArchive(relay.id, at, packStream(pack));
       if (c.exportHash !== undefined) {
-        const written = await hashTree(await runtime.getArchive(helper, fillPath(c, i)));
-        if (written !== c.exportHash) throw new ContainerRuntimeError(`the export written into volume ${c.name} has hash ${written}, not the export's ${c.exportHash}`, "engine");
+        const written = await hashTree(await runtime.getArchive(relay.id, at));
+        if (written !== c.exportHash) throw new ContainerRuntimeError(`the export written into volume ${relay.volumes[c.slot]} has hash ${written}, not the export's ${c.exportHash}`, "engine");
       }
     }),
   );
-  made.removeSoon(helper);
   mark("engine-api:filled");
-}
-
-/** The relay container, started, its stream served; resolves once it listens on every socket. */
-async function startRelay(
-  runtime: ContainerRuntime & EngineStorage,
-  made: Made,
-  spec: SandboxSpec,
-  sockets: Array<{ name: string; volume: string; path: string }>,
-  opts: EngineApiOptions,
-): Promise<Relay> {
-  const relay = spec.streamRelay ?? opts.streamRelay;
-  if (!relay && !opts.relayCommand) throw new ContainerRuntimeError("the spec names endpoints but no streamRelay, the image's program that serves them over the engine-api channel", "invalid-spec");
-  const command = opts.relayCommand?.(sockets) ?? [...relay!, ...sockets.map((s) => `${s.name}=${s.path}`)];
-  const id = await made.container({
-    image: spec.image,
-    entrypoint: command,
-    cmd: [],
-    env: { PATH: "/usr/local/bin:/usr/bin:/bin" },
-    // Root of the container, with no capability: it owns the volumes' roots, makes the sockets
-    // there and opens them to the attempt's user.
-    user: "0:0",
-    mounts: sockets.map((s, i) => ({ source: s.volume, volume: true, target: `${RELAY_ROOT}/${i}`, readOnly: false })),
-    tmpfs: {},
-    readOnlyRootfs: true,
-    networkMode: "none",
-    capDrop: ["ALL"],
-    securityOpt: ["no-new-privileges"],
-    pidsLimit: 32,
-    memoryBytes: 256 * 1024 * 1024,
-    labels: spec.labels,
-    openStdin: true,
-    // The engine's default runtime, not the attempt's: under runsc (--host-uds=open) the attached
-    // relay's start never returned, and a socket made in a volume inside gVisor is not there for
-    // any other container (ENOENT; both measured). Made by runc, the sockets are the engine host's
-    // own, which a runsc attempt opens as it opens the runner's on a local engine (contract R246).
-  });
-  const stdio = await runtime.attachStdio(id);
-  stdio.stderr.resume();
-  const endpoints = new Map(spec.endpoints.map((e) => [e.name, e.socket] as const));
-  const mux = serveStream(stdio.stdout, stdio.stdin, endpoints, opts.streamLimits);
-  await runtime.start(id);
-  const timer = sleep(RELAY_READY_MS, "timeout" as const);
-  const outcome = await Promise.race([mux.ready.then(() => "ready" as const), timer]).catch((err: unknown) => err as Error);
-  if (outcome !== "ready") {
-    const why = outcome === "timeout" ? `did not listen within ${RELAY_READY_MS} ms` : outcome.message;
-    throw new ContainerRuntimeError(`the engine-api relay container ${id}: ${why}`, "engine");
-  }
-  return { id, mux, stdin: stdio.stdin };
 }
 
 /** The attempt container, its relay and volumes, as one prepared sandbox. */
@@ -409,14 +560,16 @@ class PreparedOverApi implements PreparedSandbox {
     private readonly made: Made,
     private readonly content: readonly ContentVolume[],
     private readonly relay: Relay | undefined,
+    private readonly after: SandboxAfter,
   ) {
     // A stream the relay broke ends the program at once: its endpoints are gone.
-    relay?.mux.onFault(() => void this.runtime.kill(this.id).catch(() => undefined));
+    relay?.mux?.onFault(() => void this.runtime.kill(this.id).catch(() => undefined));
   }
 
   async run(): Promise<SandboxStreams> {
     const streams = await this.runtime.attach(this.id);
     await this.runtime.start(this.id);
+    this.after.started();
     return streams;
   }
 
@@ -437,7 +590,7 @@ class PreparedOverApi implements PreparedSandbox {
         problems.push(...left.map((p) => `copying ${path} back: ${p}`));
       }
     }
-    const fault = this.relay?.mux.fault();
+    const fault = this.relay?.mux?.fault();
     return {
       exitCode: exit.exitCode,
       oomKilled: exit.oomKilled || (state?.oomKilled ?? false),
@@ -451,9 +604,9 @@ class PreparedOverApi implements PreparedSandbox {
     return stopContainer(this.runtime, this.id, graceMs);
   }
 
-  async cleanup(): Promise<void> {
-    this.relay?.mux.close();
+  cleanup(): Promise<void> {
+    this.relay?.mux?.close();
     this.relay?.stdin.end();
-    await this.made.remove();
+    return this.after.remove(this.made.remove());
   }
 }

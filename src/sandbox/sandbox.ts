@@ -88,6 +88,16 @@ export interface SandboxSpec extends ProgramSpec {
   streamRelay?: string[];
 }
 
+/**
+ * The provider could not set a sandbox up for a reason of its own, not the runner's (the engine-api
+ * relay did not listen in time, contract R258): `runBounded` returns it as the run's setup fault,
+ * and the attempt is recorded invalid-setup and charged instead of stopping the run as a fault of
+ * the runner. Everything the provider made for it has been removed.
+ */
+export class SandboxSetupError extends Error {
+  override readonly name = "SandboxSetupError";
+}
+
 /** The run's output: stdout and stderr kept apart, both ending when the output ends. */
 export interface SandboxStreams {
   stdout: NodeJS.ReadableStream;
@@ -145,4 +155,9 @@ export interface Sandbox extends Preparer<SandboxSpec> {
   list(labels: Record<string, string>): Promise<SandboxSummary[]>;
   /** Removes the sandboxes whose owner's liveness token is dead; keeps what it cannot prove orphaned. */
   reap(opts?: ReapOptions): Promise<ReapResult>;
+  /**
+   * Waits until everything the provider made is removed: what it made ahead for sandboxes not
+   * prepared, and what `cleanup` left to remove in the background. A run calls it before it ends.
+   */
+  settle(): Promise<void>;
 }

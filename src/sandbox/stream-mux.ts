@@ -12,7 +12,8 @@ import { connect, type Socket } from "node:net";
  * A frame: channel (uint32 BE) | kind (uint8) | length (uint32 BE) | payload.
  */
 
-export const FRAME = { open: 1, data: 2, close: 3, ready: 4 } as const;
+/** `listen` goes from the runner to the relay only, first: the endpoints' names and sockets, a `<name>=<socket>` line each. */
+export const FRAME = { open: 1, data: 2, close: 3, ready: 4, listen: 5 } as const;
 export const FRAME_HEADER_BYTES = 9;
 
 export interface StreamLimits {

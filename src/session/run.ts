@@ -178,7 +178,10 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
   await TranscriptStore.create(ledgerPath);
   // The session ids are on disk before any container starts.
   await writeSessionLedger(ledgerPath, ledger);
-  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, { gateway, fakeImage, sandbox: channel.sandbox }).finally(() => gateway?.close());
+  // What the sandboxes made in the background or ahead is gone before the pass ends (contract R257).
+  const exitCode = await advanceSessions(ledgerPath, ledger, manifest, config, deps, { gateway, fakeImage, sandbox: channel.sandbox }).finally(() =>
+    Promise.all([gateway?.close(), (deps.sandbox ?? channel.sandbox).settle()]),
+  );
   return { exitCode, ledgerPath, ledger };
 }
 
@@ -357,7 +360,7 @@ async function continueSessions(
     },
     deps,
     { gateway, fakeImage, sandbox: channel.sandbox },
-  ).finally(() => gateway?.close());
+  ).finally(() => Promise.all([gateway?.close(), (deps.sandbox ?? channel.sandbox).settle()]));
   return { exitCode, ledger };
 }
 

@@ -237,7 +237,8 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
   };
   const end = await runAttempts({ kind, plan: config.plan, ledger, capUsd: config.capUsd, persist: persist, progress, signal: deps.signal, checkpoint: deps.checkpoint, concurrency }).finally(() => {
     progress.flushSettled();
-    return Promise.all([gateway?.close(), ahead.exports.close(), ahead.sandboxes.close()]);
+    // What the sandboxes made in the background or ahead is gone before the run ends (contract R257).
+    return Promise.all([gateway?.close(), ahead.exports.close(), ahead.sandboxes.close(), (deps.sandbox ?? unitSandbox).settle()]);
   });
   deps.stdout(JSON.stringify({ ...summarize(config, ledger, handle), evidenceDigests: anchors.printed }, null, 2) + "\n");
   return end.exitCode;

@@ -4,6 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { GATEWAY_SOCKET_NAME } from "../../src/gateway/gateway.ts";
 import { readLedger } from "../../src/ledger/store.ts";
+import { AHEAD_ATTEMPT } from "../../src/sandbox/engine-api.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { STREAM_LIMITS } from "../../src/sandbox/stream-mux.ts";
 import {
@@ -95,8 +96,10 @@ describe("the engine-api channel's faults, as the run records them", () => {
     const started = startPipeline(run);
     await waitForAttemptContainer(p, started);
     const owned = { [LABELS.pid]: String(started.pid) };
-    // The relay and then the attempt container run (both carry the attempt's labels), with their volumes.
-    await waitFor("the relay and the attempt container to run", async () => ((await p.runtime.listByLabel(owned)).filter((c) => c.running).length === 2 ? true : undefined), 60_000);
+    // The relay and then the attempt container run (both carry the attempt's labels), with their
+    // volumes; beside them the next attempt's relay may be made ahead (contract R257).
+    const attempts = async () => (await p.runtime.listByLabel(owned)).filter((c) => c.labels[LABELS.attempt] !== AHEAD_ATTEMPT);
+    await waitFor("the relay and the attempt container to run", async () => ((await attempts()).filter((c) => c.running).length === 2 ? true : undefined), 60_000);
     expect((await p.runtime.listVolumesByLabel(owned)).length).toBeGreaterThan(0);
     await proxy.cut();
 
@@ -108,7 +111,7 @@ describe("the engine-api channel's faults, as the run records them", () => {
     expect(ledger.statusReason).toMatch(/^attempt 1 stopped by a fault of the runner: .*Docker engine unreachable.*; the attempt was not settled and its reservation stays charged$/);
     expect(ledger.budget).toMatchObject({ reservedUsd: RESERVATION_USD, spentUsd: RESERVATION_USD });
     // What the dead runner made is still on the engine: it could not remove it.
-    expect((await p.runtime.listByLabel(owned)).length).toBe(2);
+    expect((await attempts()).length).toBe(2);
 
     await proxy.open();
     const next = await runPipeline(p, { loginDir, env, args: ["--credentials", "gateway", "--isolation", "standard", "--sandbox-channel", "engine-api"] });

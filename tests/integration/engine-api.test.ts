@@ -4,6 +4,7 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
+import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ExportHasher, FILE_MODE } from "../../src/export/export.ts";
 import { buildImage } from "../../src/image/build.ts";
@@ -12,6 +13,15 @@ import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { runBounded } from "../../src/sandbox/bounded.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
+import { AHEAD_ATTEMPT } from "../../src/sandbox/engine-api.ts";
+import { prepareDemo } from "../../src/demo/setup.ts";
+import { loadManifest } from "../../src/manifest/load.ts";
+import { planStudy } from "../../src/plan/plan.ts";
+import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
+import { readLedger } from "../../src/ledger/store.ts";
+import { runStudy } from "../../src/study/run.ts";
+import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { waitFor } from "../support/pipeline.ts";
 import { LABELS, reapOrphans } from "../../src/sandbox/reaper.ts";
 import type { SandboxSpec } from "../../src/sandbox/sandbox.ts";
 import { treeFromFolder } from "../../src/sandbox/tree.ts";
@@ -124,6 +134,7 @@ describe("the engine-api channel on the local engine", () => {
   });
 
   // contract: R244
+  // contract: R257
   it("`demo --pilot --sandbox-channel engine-api --concurrency 2` runs both arms at once and the adjudication, and the ledger says the channel", async () => {
     const workdir = join(work, "demo");
     const r = await runCli(["demo", "--pilot", "--quiet", "--sandbox-channel", "engine-api", "--concurrency", "2", "--workdir", workdir], { timeoutMs: 600_000 });
@@ -142,4 +153,148 @@ describe("the engine-api channel on the local engine", () => {
     const volumes = (await docker.listVolumes({ filters: { label: [`${LABELS.run}=${ledger.runId}`] } })).Volumes ?? [];
     expect(volumes).toEqual([]);
   }, 600_000);
+});
+
+describe("the engine-api channel's relay, made ahead and bounded", () => {
+  /** A server at `<work>/<dir>/<name>` answering each request with `<tag>:<request>`. */
+  async function tagServer(dir: string, name: string, tag: string): Promise<{ socket: string; close: () => Promise<void> }> {
+    await mkdir(join(work, dir), { mode: 0o755 });
+    const path = join(work, dir, name);
+    const s = createServer((c) => c.on("data", (d: Buffer) => c.end(`${tag}:${d}`)));
+    await new Promise<void>((resolve) => s.listen(path, resolve));
+    return { socket: path, close: () => new Promise<void>((r) => s.close(() => r())) };
+  }
+
+  /** The engine under the provider, with the command of every container it creates kept. */
+  function counted(): { runtime: DockerRuntime; created: Array<{ relay: boolean; attempt: string | undefined }> } {
+    const created: Array<{ relay: boolean; attempt: string | undefined }> = [];
+    const counting = new Proxy(runtime, {
+      get(target, prop, receiver) {
+        if (prop === "create")
+          return (s: Parameters<DockerRuntime["create"]>[0]) => {
+            created.push({ relay: (s.entrypoint ?? []).some((a) => a.endsWith("stream-relay.cjs")), attempt: s.labels[LABELS.attempt] });
+            return target.create(s);
+          };
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    return { runtime: counting, created };
+  }
+
+  // contract: R257
+  it("made ahead, the next sandbox's relay is ready when it is prepared and serves that sandbox alone; settle removes what is left", async () => {
+    const a = await tagServer("ahead-a", "a.sock", "from-a");
+    const b = await tagServer("ahead-b", "b.sock", "from-b");
+    try {
+      const { runtime: engine, created } = counted();
+      const sandbox = new DockerSandbox(engine, { channel: "engine-api", engineApi: { streamRelay: RELAY, ahead: true } });
+      // Prints what its endpoint folder holds, the answer of its own endpoint, and whether the other attempt's socket is there.
+      const script = (own: string, other: string) =>
+        `const fs = require("node:fs"); const net = require("node:net");
+         console.log(fs.readdirSync("/run/study-runner-api").join(","));
+         console.log(fs.existsSync("/run/study-runner-api/${other}") ? "other: there" : "other: absent");
+         const s = net.connect("/run/study-runner-api/${own}"); s.end("ping"); s.on("data", (d) => console.log(String(d)));`;
+      const lines: string[][] = [[], []];
+      const first = await runBounded(sandbox, spec(script("a.sock", "b.sock"), { labels: { [LABELS.run]: run, [LABELS.attempt]: "a1" }, endpoints: [{ name: "model-api", socket: a.socket }] }), (l) =>
+        lines[0]!.push(l),
+      );
+      expect(first.exitCode).toBe(0);
+      // While the first ran, the next relay was made: on the engine, labelled for no attempt yet.
+      const ahead = await waitFor("the relay made ahead", async () => {
+        const found = await docker.listContainers({ all: true, filters: { label: [`${LABELS.run}=${run}`, `${LABELS.attempt}=${AHEAD_ATTEMPT}`] } });
+        return found.length === 1 ? found[0]!.Id : undefined;
+      });
+      const second = await runBounded(sandbox, spec(script("b.sock", "a.sock"), { labels: { [LABELS.run]: run, [LABELS.attempt]: "a2" }, endpoints: [{ name: "model-api", socket: b.socket }] }), (l) =>
+        lines[1]!.push(l),
+      );
+      expect(second.exitCode).toBe(0);
+      expect(lines).toEqual([
+        ["a.sock", "other: absent", "from-a:ping"],
+        ["b.sock", "other: absent", "from-b:ping"],
+      ]);
+      // The first sandbox made its relay; the second took the one made ahead and made only its own container.
+      expect(created.slice(0, 3)).toEqual([
+        { relay: true, attempt: "a1" },
+        { relay: false, attempt: "a1" },
+        { relay: true, attempt: AHEAD_ATTEMPT },
+      ]);
+      expect(created[3]).toEqual({ relay: false, attempt: "a2" });
+      await sandbox.settle();
+      expect((await docker.listContainers({ all: true, filters: { id: [ahead] } })).length).toBe(0);
+      expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  }, 120_000);
+
+  // contract: R258
+  it("a relay that never listens, and one whose start never returns, fail the sandbox's setup within the bound: nothing ran and nothing is left", async () => {
+    const hooks = [{ relayCommand: () => [IMAGE_LAYOUT.node, "-e", "setTimeout(() => {}, 3600e3)"] }, { streamRelay: RELAY, startRelay: () => new Promise<void>(() => {}) }];
+    for (const hook of hooks) {
+      const sandbox = new DockerSandbox(runtime, { channel: "engine-api", engineApi: { ...hook, relayReadyMs: 3_000 } });
+      const lines: string[] = [];
+      const t0 = Date.now();
+      const raw = await runBounded(sandbox, spec(`console.log("ran")`, { endpoints: [{ name: "model-api", socket }] }), (l) => lines.push(l));
+      expect(raw).toMatchObject({ containerId: null, exitCode: null, timedOut: false });
+      expect(raw.channelFault).toMatch(/^the engine-api relay container [0-9a-f]{64}: did not listen within 3000 ms$/);
+      expect(lines).toEqual([]);
+      expect(Date.now() - t0).toBeLessThan(20_000);
+      expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
+    }
+  }, 120_000);
+
+  // contract: R258
+  it("a study attempt whose relay never listens is recorded invalid-setup and charged, not a fault of the runner", async () => {
+    const demo = await prepareDemo(join(work, "relay-demo"), runtime);
+    const loaded = await loadManifest(DEMO_MANIFEST);
+    const plan = planStudy(loaded.manifest, "pilot").slice(0, 1);
+    const output = join(work, "relay-demo", "ledger.json");
+    const sandbox = new DockerSandbox(runtime, { channel: "engine-api", engineApi: { relayCommand: () => [IMAGE_LAYOUT.node, "-e", "setTimeout(() => {}, 3600e3)"], relayReadyMs: 3_000 } });
+    let stderr = "";
+    const code = await runStudy(
+      {
+        loaded,
+        mode: "pilot",
+        plan,
+        fullPlanSize: planStudy(loaded.manifest, "full").length,
+        roots: new Map(Object.entries(demo.roots)),
+        model: "claude-haiku-5-5",
+        capUsd: 1,
+        attemptBudgetUsd: 0.1,
+        output,
+        image: demo.image,
+        expectedCliVersion: "2.1.296",
+        isolation: "offline",
+        credentials: "gateway",
+        sandboxChannel: "engine-api",
+        docBridgeCommand: referenceEngineCommand(),
+        claudeConfigDir: demo.loginDir,
+        quiet: true,
+      },
+      {
+        runtime,
+        sandbox,
+        stdout: () => {},
+        stderr: new Writable({
+          write(chunk, _enc, cb) {
+            stderr += String(chunk);
+            cb();
+          },
+        }),
+      },
+    );
+    const ledger = await readLedger(output);
+    expect(code, stderr).toBe(1);
+    expect(ledger.status).toBe("blocked");
+    expect(ledger.statusReason).not.toMatch(/fault of the runner/);
+    const [o] = ledger.observations;
+    expect(o).toMatchObject({ status: "invalid-setup", containerId: null, chargedUsd: expect.any(Number) });
+    // The relay is named first: the transcript's own problems (no init event) follow from it.
+    expect(o!.setupProblems[0]).toMatch(/^the engine-api relay container [0-9a-f]{64}: did not listen within 3000 ms$/);
+    expect(ledger.statusReason).toMatch(/did not listen within 3000 ms/);
+    expect(await runtime.listByLabel({ [LABELS.run]: ledger.runId })).toEqual([]);
+    expect(await runtime.listVolumesByLabel({ [LABELS.run]: ledger.runId })).toEqual([]);
+  }, 300_000);
 });

@@ -421,9 +421,10 @@ async function settleServices(
   raw: RawOutcome,
   facts: TranscriptFacts,
 ): Promise<{ mcp?: McpBridgeRecord; egress?: EgressRecord; gateway?: GatewayRecord }> {
-  // A stream the sandbox's relay broke (contract R242): the attempt's setup was not what it should be.
+  // A stream the sandbox's relay broke (contract R242), or a relay that never listened (contract
+  // R258): the attempt's setup was not what it should be, and that comes before what it caused.
   if (raw.channelFault !== undefined) {
-    facts.setupProblems.push(raw.channelFault);
+    facts.setupProblems.unshift(raw.channelFault);
     facts.setupProblemCodes.push("sandbox-stream");
   }
   const egress = services.egress ? await services.egress.stop() : undefined;
