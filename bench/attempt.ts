@@ -31,6 +31,10 @@
  * engine-api at most 1.25x host-paths at the median, and its own part (the attempt minus the
  * container's run, from "cli:container-started" to "cli:container-ended") at most 80 ms more than
  * host-paths' own part.
+ *
+ * `BENCH_ATTEMPT_ONLY=channels` runs the channels' attempts alone (no floors, no runc or runsc
+ * attempts), and `BENCH_ROUNDS` sets the rounds (4): to compare two trees of the runner on a busy
+ * machine, one after the other, several times.
  */
 import { execFile } from "node:child_process";
 import { mkdtemp, rm } from "node:fs/promises";
@@ -41,7 +45,8 @@ import { measure, median, note, ratio, round, runMain, stats } from "./lib.ts";
 import { demoBenchConfig, medianSplit, prepareDemoBench, runTimedStudy } from "./study.ts";
 
 const execFileP = promisify(execFile);
-const ROUNDS = 4;
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 4);
+const CHANNELS_ONLY = process.env.BENCH_ATTEMPT_ONLY === "channels";
 const ATTEMPTS_PER_ROUND = 3;
 const FLOORS_PER_ROUND = 3;
 const TARGET_RATIO = 1.5;
@@ -80,8 +85,8 @@ async function main(): Promise<Record<string, unknown>> {
       securityOpt: [],
       labels: { "study-runner.bench": "floor" },
     };
-    for (let round = 0; round < ROUNDS; round++) {
-      note(`attempt: round ${round + 1}/${ROUNDS}`);
+    /** The round's floors and its runc and runsc attempts. */
+    const floorsAndRuntimes = async (round: number, plan: typeof repositoryArm): Promise<void> => {
       cliFloor.push(...(await measure(() => execFileP("docker", ["run", "--rm", "--network", "none", image, "--version"]), { warmup: round === 0 ? 2 : 0, runs: FLOORS_PER_ROUND })));
       apiFloor.push(
         ...(await measure(
@@ -101,11 +106,6 @@ async function main(): Promise<Record<string, unknown>> {
         )),
       );
 
-      // One warm-up attempt, then the measured ones; each round takes the next attempts of the
-      // plan, so the three demo repositories all take part.
-      const start = (round * (ATTEMPTS_PER_ROUND + 1)) % (repositoryArm.length - ATTEMPTS_PER_ROUND);
-      // Indices are the run order the ledger checks (observations[i].index === i).
-      const plan = repositoryArm.slice(start, start + ATTEMPTS_PER_ROUND + 1).map((a, index) => ({ ...a, index }));
       const config = (name: string, ociRuntime?: string) => demoBenchConfig(bench, plan, `${name}-${round}`, ociRuntime);
       const timed = await runTimedStudy(config("runc"), runtime);
       for (const { ms, observation, split } of timed.slice(1)) {
@@ -122,6 +122,15 @@ async function main(): Promise<Record<string, unknown>> {
         gvisor.attemptMs.push(ms);
         gvisor.containerMs.push(observation.wallTimeMs!);
       }
+    };
+    for (let round = 0; round < ROUNDS; round++) {
+      note(`attempt: round ${round + 1}/${ROUNDS}`);
+      // One warm-up attempt, then the measured ones; each round takes the next attempts of the
+      // plan, so the three demo repositories all take part.
+      const start = (round * (ATTEMPTS_PER_ROUND + 1)) % (repositoryArm.length - ATTEMPTS_PER_ROUND);
+      // Indices are the run order the ledger checks (observations[i].index === i).
+      const plan = repositoryArm.slice(start, start + ATTEMPTS_PER_ROUND + 1).map((a, index) => ({ ...a, index }));
+      if (!CHANNELS_ONLY) await floorsAndRuntimes(round, plan);
       // The channels alternate which goes first, so neither always runs on a machine the other warmed.
       for (const channel of round % 2 === 0 ? CHANNELS : [...CHANNELS].reverse()) {
         const c = channels[channel]!;
@@ -135,6 +144,7 @@ async function main(): Promise<Record<string, unknown>> {
       }
     }
 
+    if (CHANNELS_ONLY) return { channels: channelFigures(channels) };
     const a = stats(attemptMs);
     const cli = stats(cliFloor);
     const api = stats(apiFloor);
