@@ -5,6 +5,13 @@
  * `runStudy` at --concurrency 1, 2, 4 and 6 (BENCH_CONCURRENCY=1,2,4,6). Prints each run's wall
  * time and its speedup over concurrency 1 side by side, and whether every run's ledger holds the
  * same statuses, usage and charges per observation as the run at 1. Target: at least 3x at 4.
+ *
+ * Channels: `BENCH_CHANNELS=host-paths,engine-api` runs every level on each sandbox channel of
+ * the same engine, side by side (the order alternating level by level), each through the runner's
+ * gateway with the scripted API as its upstream on a loopback TLS port (a test CA; the engine-api
+ * channel carries no login copy), and prints each level's engine-api / host-paths wall-time ratio.
+ * Levels need not start with 1 then (`BENCH_CONCURRENCY=4`). Target: engine-api within 10% of
+ * host-paths at --concurrency 4.
  */
 import { mkdir, mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
@@ -25,12 +32,15 @@ import { runStudy } from "../src/study/run.ts";
 import { startScriptedApi } from "../src/stand-ins/scripted-api/server.ts";
 import { DEMO_MANIFEST } from "../src/util/paths.ts";
 import { makeDemoCorpus } from "../src/demo/corpus.ts";
+import { makeTestCa } from "../src/demo/test-ca.ts";
+import type { SandboxChannel } from "../src/sandbox/docker-sandbox.ts";
 import { writeTestLogin } from "../src/demo/setup.ts";
 import { demoScripts } from "../src/demo/real-cli.ts";
 import { note, round, runMain } from "./lib.ts";
 
 const MODEL = "claude-haiku-5-5";
 const TARGET = { concurrency: 4, speedup: 3 };
+const CHANNEL_TARGET = { concurrency: 4, ratio: 1.1 };
 
 /** What must not depend on the concurrency: per observation, in plan order. */
 export function ledgerContents(ledger: Ledger): unknown[] {
@@ -56,7 +66,10 @@ export function ledgerContents(ledger: Ledger): unknown[] {
 async function main(): Promise<Record<string, unknown>> {
   const delayMs = Number(process.env.BENCH_TURN_DELAY_MS ?? 2000);
   const levels = (process.env.BENCH_CONCURRENCY ?? "1,2,4,6").split(",").map(Number);
-  if (levels[0] !== 1) throw new Error("BENCH_CONCURRENCY must start with 1: speedups are over concurrency 1");
+  const channels = process.env.BENCH_CHANNELS?.split(",") as SandboxChannel[] | undefined;
+  if (channels && !channels.every((c) => c === "host-paths" || c === "engine-api")) throw new Error("BENCH_CHANNELS lists host-paths and/or engine-api");
+  if (!channels && levels[0] !== 1) throw new Error("BENCH_CONCURRENCY must start with 1: speedups are over concurrency 1");
+  const ca = channels ? makeTestCa() : undefined;
   const work = await mkdtemp(join(tmpdir(), "study-runner-bench-concurrency-"));
   try {
     const runtime = new DockerRuntime();
@@ -69,70 +82,80 @@ async function main(): Promise<Record<string, unknown>> {
     const loginDir = join(work, "login");
     await writeTestLogin(loginDir);
 
-    const runs: Array<{ concurrency: number; wallMs: number; speedup: number; maxInFlight: number; status: string }> = [];
+    const runs: Array<{ concurrency: number; channel?: SandboxChannel; wallMs: number; speedup: number; maxInFlight: number; status: string }> = [];
     let reference: unknown[] | undefined;
     const differing: number[] = [];
-    for (const concurrency of levels) {
-      const socketDir = join(work, `api-${concurrency}`);
-      await mkdir(socketDir, { mode: 0o755 });
-      const api = await startScriptedApi({ socketPath: join(socketDir, "api.sock"), script: demoScripts(loaded.manifest, plan), turnDelayMs: delayMs });
-      const output = join(work, `ledger-${concurrency}.json`);
-      // Attempts in flight, from the progress lines.
-      let inFlight = 0;
-      let maxInFlight = 0;
-      let pending = "";
-      const stderr = new Writable({
-        write(chunk: Buffer, _enc, done) {
-          pending += chunk.toString("utf8");
-          let nl: number;
-          while ((nl = pending.indexOf("\n")) >= 0) {
-            const line = pending.slice(0, nl);
-            pending = pending.slice(nl + 1);
-            if (/: started$/.test(line)) maxInFlight = Math.max(maxInFlight, ++inFlight);
-            else if (/^study-runner: \[\d+\/\d+\] .*: \S+, /.test(line)) inFlight--;
-          }
-          done();
-        },
-      });
-      note(`concurrency: ${plan.length} attempts at --concurrency ${concurrency}, each turn answered after ${delayMs} ms`);
-      const t0 = performance.now();
-      let code: number;
-      try {
-        code = await runStudy(
-          {
-            loaded,
-            mode: "full",
-            plan,
-            fullPlanSize: plan.length,
-            roots: new Map(Object.entries(corpus).map(([name, { dir }]) => [name, dir])),
-            model: MODEL,
-            capUsd: 5,
-            attemptBudgetUsd: 0.1,
-            output,
-            image: built.id,
-            expectedCliVersion: "2.1.296",
-            isolation: "offline",
-            docBridgeCommand: referenceEngineCommand(),
-            claudeConfigDir: loginDir,
-            modelApi: { socketPath: join(socketDir, "api.sock") },
-            timeoutMs: 180_000,
-            concurrency,
+    const order = (level: number): Array<SandboxChannel | undefined> => (!channels ? [undefined] : level % 2 === 0 ? channels : [...channels].reverse());
+    for (const [level, concurrency] of levels.entries())
+      for (const channel of order(level)) {
+        const name = channel ? `${concurrency}-${channel}` : String(concurrency);
+        const socketDir = join(work, `api-${name}`);
+        await mkdir(socketDir, { mode: 0o755 });
+        const script = demoScripts(loaded.manifest, plan);
+        const api = ca
+          ? await startScriptedApi({ port: 0, tls: { key: ca.key, cert: ca.cert }, script, turnDelayMs: delayMs })
+          : await startScriptedApi({ socketPath: join(socketDir, "api.sock"), script, turnDelayMs: delayMs });
+        // Through the gateway on either channel, or the socket directly with the copied login.
+        const route =
+          ca && channel ? { credentials: "gateway" as const, gatewayUpstream: { url: api.url!, ca: ca.ca }, sandboxChannel: channel } : { modelApi: { socketPath: join(socketDir, "api.sock") } };
+        const output = join(work, `ledger-${name}.json`);
+        // Attempts in flight, from the progress lines.
+        let inFlight = 0;
+        let maxInFlight = 0;
+        let pending = "";
+        const stderr = new Writable({
+          write(chunk: Buffer, _enc, done) {
+            pending += chunk.toString("utf8");
+            let nl: number;
+            while ((nl = pending.indexOf("\n")) >= 0) {
+              const line = pending.slice(0, nl);
+              pending = pending.slice(nl + 1);
+              if (/: started$/.test(line)) maxInFlight = Math.max(maxInFlight, ++inFlight);
+              else if (/^study-runner: \[\d+\/\d+\] .*: \S+, /.test(line)) inFlight--;
+            }
+            done();
           },
-          { runtime, stdout: () => {}, stderr },
-        );
-      } finally {
-        await api.close();
+        });
+        note(`concurrency: ${plan.length} attempts at --concurrency ${concurrency}${channel ? ` on ${channel}` : ""}, each turn answered after ${delayMs} ms`);
+        const t0 = performance.now();
+        let code: number;
+        try {
+          code = await runStudy(
+            {
+              loaded,
+              mode: "full",
+              plan,
+              fullPlanSize: plan.length,
+              roots: new Map(Object.entries(corpus).map(([name, { dir }]) => [name, dir])),
+              model: MODEL,
+              capUsd: 5,
+              attemptBudgetUsd: 0.1,
+              output,
+              image: built.id,
+              expectedCliVersion: "2.1.296",
+              isolation: "offline",
+              docBridgeCommand: referenceEngineCommand(),
+              claudeConfigDir: loginDir,
+              ...route,
+              timeoutMs: 180_000,
+              concurrency,
+            },
+            { runtime, stdout: () => {}, stderr },
+          );
+        } finally {
+          await api.close();
+        }
+        const wallMs = performance.now() - t0;
+        const ledger = await readLedger(output);
+        if (code !== 0) throw new Error(`--concurrency ${concurrency} exited ${code}: ${ledger.statusReason}`);
+        const contents = ledgerContents(ledger);
+        if (!reference) reference = contents;
+        else if (JSON.stringify(contents) !== JSON.stringify(reference)) differing.push(concurrency);
+        const base = runs.find((r) => r.channel === channel)?.wallMs ?? wallMs;
+        runs.push({ concurrency, ...(channel ? { channel } : {}), wallMs: round(wallMs, 0), speedup: round(base / wallMs, 2), maxInFlight, status: ledger.status });
+        note(`concurrency: --concurrency ${concurrency}${channel ? ` on ${channel}` : ""}: ${round(wallMs / 1000, 1)} s, ${round(base / wallMs, 2)}x`);
       }
-      const wallMs = performance.now() - t0;
-      const ledger = await readLedger(output);
-      if (code !== 0) throw new Error(`--concurrency ${concurrency} exited ${code}: ${ledger.statusReason}`);
-      const contents = ledgerContents(ledger);
-      if (!reference) reference = contents;
-      else if (JSON.stringify(contents) !== JSON.stringify(reference)) differing.push(concurrency);
-      const base = runs[0]?.wallMs ?? wallMs;
-      runs.push({ concurrency, wallMs: round(wallMs, 0), speedup: round(base / wallMs, 2), maxInFlight, status: ledger.status });
-      note(`concurrency: --concurrency ${concurrency}: ${round(wallMs / 1000, 1)} s, ${round(base / wallMs, 2)}x`);
-    }
+    if (channels) return channelFigures(runs, levels, delayMs, differing, plan.length);
     const atTarget = runs.find((r) => r.concurrency === TARGET.concurrency);
     return {
       attempts: plan.length,
@@ -149,6 +172,34 @@ async function main(): Promise<Record<string, unknown>> {
   } finally {
     await rm(work, { recursive: true, force: true });
   }
+}
+
+/** Each level's wall time on each channel, and engine-api's over host-paths. */
+function channelFigures(
+  runs: Array<{ concurrency: number; channel?: SandboxChannel; wallMs: number; maxInFlight: number }>,
+  levels: number[],
+  delayMs: number,
+  differing: number[],
+  attempts: number,
+): Record<string, unknown> {
+  const at = (concurrency: number, channel: SandboxChannel) => runs.find((r) => r.concurrency === concurrency && r.channel === channel);
+  const ratios = levels.flatMap((c) => {
+    const hp = at(c, "host-paths");
+    const api = at(c, "engine-api");
+    return hp && api ? [{ concurrency: c, hostPathsMs: hp.wallMs, engineApiMs: api.wallMs, ratio: round(api.wallMs / hp.wallMs, 3) }] : [];
+  });
+  const target = ratios.find((r) => r.concurrency === CHANNEL_TARGET.concurrency);
+  return {
+    attempts,
+    turnDelayMs: delayMs,
+    credentials: "gateway",
+    table: ratios.map((r) => `${r.concurrency}: host-paths ${round(r.hostPathsMs / 1000, 1)} s, engine-api ${round(r.engineApiMs / 1000, 1)} s, ${r.ratio}x`).join(" | "),
+    runs,
+    ratios,
+    sameLedgerContents: differing.length === 0,
+    target: `engine-api at most ${CHANNEL_TARGET.ratio}x host-paths at --concurrency ${CHANNEL_TARGET.concurrency}, same ledger contents`,
+    targetMet: target !== undefined && target.ratio <= CHANNEL_TARGET.ratio && differing.length === 0,
+  };
 }
 
 runMain("concurrency", main);

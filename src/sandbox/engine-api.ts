@@ -307,6 +307,8 @@ async function makeRelay(runtime: ContainerRuntime & EngineStorage, kind: RelayK
     });
     const stdio = await runtime.attachStdio(id);
     stdio.stderr.resume();
+    // A write to a relay that went away is no error of the runner's: its stream's end is what counts.
+    stdio.stdin.on("error", () => undefined);
     const start = (): Promise<void> => runtime.start(id);
     // With no endpoint to serve it is only the volumes' way in, and is never started.
     const started = kind.endpoints === 0 ? Promise.resolve() : opts.startRelay ? opts.startRelay(start) : start();

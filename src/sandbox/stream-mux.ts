@@ -70,6 +70,7 @@ class StreamServer implements StreamMux {
   /** The relay's stream waits for one endpoint connection to take what it was sent. */
   private inputPaused = false;
   private isReady = false;
+  private closed = false;
   private pending: Buffer = Buffer.alloc(0);
   private resolveReady!: () => void;
   private rejectReady!: (err: Error) => void;
@@ -104,6 +105,8 @@ class StreamServer implements StreamMux {
   }
 
   close(): void {
+    // What the endpoint connections do once destroyed is nothing the relay hears of: its stdin may be ending.
+    this.closed = true;
     this.input.removeListener("data", this.onData);
     for (const c of this.channels.values()) c.socket.destroy();
     this.channels.clear();
@@ -118,7 +121,7 @@ class StreamServer implements StreamMux {
   }
 
   private send(channel: number, kind: number, payload?: Buffer): void {
-    if (this.faultReason !== undefined) return;
+    if (this.faultReason !== undefined || this.closed) return;
     if (!this.output.write(encodeFrame(channel, kind, payload)) && !this.outputPaused) {
       // The relay is not taking what the endpoints answer: every endpoint connection waits.
       this.outputPaused = true;

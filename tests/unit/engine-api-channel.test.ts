@@ -71,6 +71,29 @@ async function until(check: () => boolean, ms = 5_000): Promise<void> {
 
 describe("the engine-api stream, the runner's end", () => {
   // contract: R242
+  it("once closed, sends the relay nothing more: endpoint connections that close after the relay's stdin ended raise no error", async () => {
+    const { fromRelay, toRelay, frames } = relayPair();
+    const errors: Error[] = [];
+    toRelay.on("error", (e) => errors.push(e));
+    const mux = serveStream(fromRelay, toRelay, new Map([["model-api", socket]]));
+    fromRelay.write(encodeFrame(0, FRAME.ready));
+    await mux.ready;
+    fromRelay.write(encodeFrame(1, FRAME.open, Buffer.from("model-api")));
+    fromRelay.write(encodeFrame(1, FRAME.data, Buffer.from("ping")));
+    await until(() => frames.some((f) => f.kind === FRAME.data));
+    const before = frames.length;
+    // As a sandbox's cleanup does: the channels ended, then the relay's stdin, which the engine
+    // has not taken in full yet (not read here any more).
+    toRelay.removeAllListeners("data");
+    toRelay.pause();
+    mux.close();
+    toRelay.end();
+    await new Promise((r) => setTimeout(r, 100));
+    expect(errors).toEqual([]);
+    expect(frames.length).toBe(before);
+  });
+
+  // contract: R242
   it("joins each channel the relay opens to a new connection to the endpoint, byte for byte both ways", async () => {
     const { fromRelay, toRelay, frames } = relayPair();
     const mux = serveStream(fromRelay, toRelay, new Map([["model-api", socket]]));
