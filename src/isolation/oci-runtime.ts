@@ -3,7 +3,7 @@ import { IMAGE_LAYOUT } from "../image/specs.ts";
 import { join } from "node:path";
 import type { ContainerRuntime, EngineInfo, NetworkMode } from "../sandbox/port.ts";
 import { readBoundedText } from "../sandbox/output.ts";
-import { dockerSandbox, type SandboxChannel } from "../sandbox/docker-sandbox.ts";
+import { DockerSandbox, type SandboxChannel } from "../sandbox/docker-sandbox.ts";
 import type { Endpoint, PreparedSandbox, SandboxSpec } from "../sandbox/sandbox.ts";
 import { assertSocketOwner, listenForContainer } from "../util/container-socket.ts";
 import { RefusalError, errorMessage } from "../util/errors.ts";
@@ -185,7 +185,8 @@ export async function probeOciRuntime(
   let prepared: PreparedSandbox | undefined;
   try {
     await listenForContainer(server, dir, PROBE_SOCKET);
-    const sandbox = dockerSandbox(runtime, channel);
+    // A provider of its own: nothing made ahead or removed in the background, for a probe the doctor runs alone.
+    const sandbox = new DockerSandbox(runtime, { channel });
     const endpoint: Endpoint = { name: "model-api", socket: join(dir, PROBE_SOCKET) };
     prepared = await sandbox.prepare(probeSandboxSpec({ image, runtime: name, network, labels, endpoint, address: sandbox.reach(endpoint) }));
     const { stdout, stderr } = await prepared.run();
