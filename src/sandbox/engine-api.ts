@@ -20,15 +20,15 @@ import { replaceFromArchive } from "./worktree-back.ts";
  * The Docker provider's engine-api channel (contract R240): a sandbox on an engine that shares no
  * files with the runner, reached by its API alone. What the inside reads comes in as content, not
  * as host paths: each tree (the export, the staged login folder, the test files) goes into a
- * per-attempt volume through `putArchive` into a helper container that is created and never
- * started, and the export is checked against the hash the runner computed (contract R241). The
- * runner's endpoint sockets are served by a relay container with network none, whose attached
- * stdio carries one channel per connection (src/sandbox/stream-mux.ts, contract R242), in
- * per-attempt volumes the attempt container mounts read-only where it mounts the socket folders on
- * a local engine. What comes back (a session's writable worktree, a writable test folder) leaves
+ * per-attempt volume through `putArchive` into the attempt's relay container, which mounts it
+ * where the attempt does not see it, and the export is checked against the hash the runner
+ * computed (contract R241). The relay (network none) serves the runner's endpoint sockets, its
+ * attached stdio carrying one channel per connection (src/sandbox/stream-mux.ts, contract R242),
+ * in per-attempt volumes the attempt container mounts read-only where it mounts the socket folders
+ * on a local engine; it may be made before its attempt is known (contract R257). What comes back (a session's writable worktree, a writable test folder) leaves
  * through `getArchive`, bounded and read as untrusted (contract R245).
- * Every volume and container carries the spec's owner labels, so the reaper finds what a killed
- * runner left (contract R243).
+ * Every volume and container carries the spec's owner labels (a relay made ahead its run's), so
+ * the reaper finds what a killed runner left (contract R243).
  */
 
 /** The largest tree copied back out of a sandbox (the fake image's records). */

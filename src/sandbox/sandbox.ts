@@ -82,8 +82,9 @@ export interface SandboxSpec extends ProgramSpec {
   init?: boolean;
   /**
    * The image's program that serves `endpoints` inside when the provider carries them as streams
-   * (the Docker provider's engine-api channel: docker/helpers/stream-relay.cjs); its arguments are
-   * `<name>=<socket>` pairs. Unused when the provider binds the socket folders.
+   * (the Docker provider's engine-api channel: docker/helpers/stream-relay.cjs); it is told the
+   * `<name>=<socket>` pairs by its first frame, as it may start before they are known. Unused when
+   * the provider binds the socket folders.
    */
   streamRelay?: string[];
 }
