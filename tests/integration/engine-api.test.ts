@@ -22,6 +22,7 @@ import { readLedger } from "../../src/ledger/store.ts";
 import { runStudy } from "../../src/study/run.ts";
 import { DEMO_MANIFEST } from "../../src/util/paths.ts";
 import { waitFor } from "../support/pipeline.ts";
+import { probeOciRuntime } from "../../src/isolation/oci-runtime.ts";
 import { LABELS, reapOrphans } from "../../src/sandbox/reaper.ts";
 import type { SandboxSpec } from "../../src/sandbox/sandbox.ts";
 import { treeFromFolder } from "../../src/sandbox/tree.ts";
@@ -227,6 +228,14 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
       await a.close();
       await b.close();
     }
+  }, 120_000);
+
+  // contract: R257
+  it("the OCI runtime probe on the channel, as the doctor runs it alone, leaves nothing on the engine when it returns", async () => {
+    const labels = { [LABELS.run]: run, [LABELS.attempt]: "probe" };
+    const seen = await probeOciRuntime(runtime, image, "runc", "none", labels, "engine-api");
+    expect(seen.interfaces).toEqual(["lo"]);
+    expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
   }, 120_000);
 
   // contract: R258
