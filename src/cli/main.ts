@@ -234,6 +234,9 @@ against a scripted Messages API (offline: no network, no credential, no cost):
   - V's price table, read out of the binary (one probe run per model name it carries)
   - the init event of each kind of run (an attempt of each arm, the adjudicator, a session's start
     and resume) and every request shape the CLI sends (target, header names, anthropic-beta values, body)
+  - which \`@\` imports of the working folder's CLAUDE.md reach the request, with and without --restricted
+  - the adjudicator's structured output (--json-schema), a resume in a fresh container (history sent,
+    total_cost_usd cumulative), and the retry events after a 429 and a 529
 It installs V from the npm registry into the cache folder first when missing (recording the
 tarball's integrity and the binary's sha256) and builds its image. It writes the sealed profile to
 $STUDY_RUNNER_CACHE/profiles/claude-code-V.json (default ~/.cache/study-runner), atomically, and
@@ -241,7 +244,9 @@ prints its difference against the bundled profile of the pin: read it before tru
 Runs, the adjudicator, sessions and the doctor with --cli-version V then use that profile.
 
 Refused with exit 2, nothing written, when V cannot serve a study: a flag the runner needs is gone,
-a scenario does not complete, the init lacks what the transcript rules read, a price cannot be read.
+a scenario does not complete, the init lacks what the transcript rules read, a price cannot be read,
+the retry events are not where the runner's backoff reads them. A version calibrated without
+structured output or a cumulative resume is refused later by \`adjudicate\` or \`sessions\`.
 
 Example:
   study-runner calibrate --cli-version 2.1.332
@@ -254,7 +259,7 @@ ${exitCodeHelp()}`;
 function addCalibrateCommand(program: Command, setExit: SetExit): void {
   program
     .command("calibrate")
-    .description("measure a Claude Code version (its flags, prices, init events and request shapes) into its calibration profile, offline, and print the difference against the pin's")
+    .description("measure a Claude Code version (its flags, prices, init events, request shapes, imports, structured output, resume and retries) into its calibration profile, offline, and print the difference against the pin's")
     .requiredOption("--cli-version <version>", `the Claude Code version to measure, e.g. ${CLAUDE_CODE_VERSION} (installed from the npm registry when missing)`)
     .option("--quiet", "no progress lines on stderr")
     .addHelpText("after", CALIBRATE_HELP_AFTER)

@@ -76,3 +76,17 @@ describe("--cli-version of a version whose measured behaviour a run kind cannot 
     expect(await readdir(work)).not.toContain("sessions-914.json");
   });
 });
+
+describe("calibrate --help", () => {
+  // contract: R263
+  it("names every behaviour a calibration measures into the profile, and the refusals that follow from them", async () => {
+    const r = await runCli(["calibrate", "--help"]);
+    expect(r.code).toBe(0);
+    const help = r.stdout.replace(/\s+/g, " ");
+    for (const measured of ["`claude --help`", "price table", "init event", "request shape", "`@` imports", "--restricted", "structured output", "resume in a fresh container", "429", "529"]) {
+      expect(help, measured).toContain(measured);
+    }
+    expect(help).toContain("retry events are not where the runner's backoff reads them");
+    expect(help).toMatch(/without structured output or a cumulative resume is refused later by `adjudicate` or `sessions`/);
+  });
+});
