@@ -259,7 +259,9 @@ ${exitCodeHelp()}`;
 function addCalibrateCommand(program: Command, setExit: SetExit): void {
   program
     .command("calibrate")
-    .description("measure a Claude Code version (its flags, prices, init events, request shapes, imports, structured output, resume and retries) into its calibration profile, offline, and print the difference against the pin's")
+    .description(
+      "measure a Claude Code version (its flags, prices, init events, request shapes, imports, structured output, resume and retries) into its calibration profile, offline, and print the difference against the pin's",
+    )
     .requiredOption("--cli-version <version>", `the Claude Code version to measure, e.g. ${CLAUDE_CODE_VERSION} (installed from the npm registry when missing)`)
     .option("--quiet", "no progress lines on stderr")
     .addHelpText("after", CALIBRATE_HELP_AFTER)
