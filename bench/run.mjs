@@ -20,6 +20,7 @@ const BENCHMARKS = [
   { name: "export", timeoutMs: 240_000 },
   { name: "attempt", timeoutMs: 600_000 },
   { name: "stream", timeoutMs: 240_000 },
+  { name: "network-setup", timeoutMs: 300_000 },
   { name: "wrapper", timeoutMs: 240_000 },
   { name: "doc-bridge", timeoutMs: 300_000 },
   { name: "real-cli", timeoutMs: 180_000 },

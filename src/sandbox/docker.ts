@@ -226,6 +226,7 @@ export class DockerRuntime implements ContainerRuntime, EngineStorage {
         Tty: false,
         AttachStdout: true,
         AttachStderr: true,
+        ...(spec.networkDisabled === true ? { NetworkDisabled: true } : {}),
         HostConfig: {
           Mounts: binds.map((m) => ({ Type: m.volume ? ("volume" as const) : ("bind" as const), Source: m.source, Target: m.target, ReadOnly: m.readOnly })),
           Tmpfs: spec.tmpfs,

@@ -294,6 +294,8 @@ async function makeRelay(runtime: ContainerRuntime & EngineStorage, kind: RelayK
       tmpfs: {},
       readOnlyRootfs: true,
       networkMode: "none",
+      // It reaches nothing by name or address: no network set up at all (contract R280).
+      networkDisabled: true,
       capDrop: ["ALL"],
       securityOpt: ["no-new-privileges"],
       pidsLimit: 32,

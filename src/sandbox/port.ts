@@ -74,6 +74,14 @@ export interface ContainerSpec extends ProgramSpec {
   init?: boolean;
   /** Keep stdin open for `EngineStorage.attachStdio` (the engine-api channel's relay); closed otherwise (contract R67). */
   openStdin?: boolean;
+  /**
+   * No network set up by the engine at all (Docker's `NetworkDisabled`), with `networkMode` none:
+   * a namespace with loopback alone and no `/etc/hosts` or `/etc/resolv.conf` of the engine's, and
+   * no prestart hook (Docker 20.10 runs one per container, about 100 ms of CPU). For the runner's
+   * own programs that reach nothing by name (the engine-api relay, contract R280); an attempt's
+   * container keeps the engine's `none` network, whose `localhost` resolves.
+   */
+  networkDisabled?: boolean;
 }
 
 export interface EngineInfo {
@@ -208,6 +216,7 @@ export function assertValidSpec(spec: ContainerSpec): void {
   if (!(mode === "none" || mode === "bridge" || /^container:[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(mode))) {
     problems.push(`networkMode ${JSON.stringify(mode)} is not none, bridge or container:<id>`);
   }
+  if (spec.networkDisabled === true && mode !== "none") problems.push(`networkDisabled needs networkMode none, not ${JSON.stringify(mode)}`);
   for (const m of spec.mounts) {
     if (m.volume) {
       if (!/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(m.source)) problems.push(`volume name ${JSON.stringify(m.source)} is not a volume name`);

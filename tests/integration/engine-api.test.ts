@@ -183,7 +183,7 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
     return { runtime: counting, created };
   }
 
-  // contract: R257
+  // contract: R257, R280
   it("made ahead, the next sandbox's relay is ready when it is prepared and serves that sandbox alone; settle removes what is left", async () => {
     const a = await tagServer("ahead-a", "a.sock", "from-a");
     const b = await tagServer("ahead-b", "b.sock", "from-b");
@@ -206,6 +206,10 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
         const found = await docker.listContainers({ all: true, filters: { label: [`${LABELS.run}=${run}`, `${LABELS.attempt}=${AHEAD_ATTEMPT}`] } });
         return found.length === 1 ? found[0]!.Id : undefined;
       });
+      // The relay reaches nothing by network: the engine set none up for it (no namespace hook,
+      // no hosts file); the attempt's container keeps the engine's network none.
+      const relayInfo = await docker.getContainer(ahead).inspect();
+      expect([relayInfo.HostConfig.NetworkMode, (relayInfo.Config as { NetworkDisabled?: boolean }).NetworkDisabled]).toEqual(["none", true]);
       const second = await runBounded(sandbox, spec(script("b.sock", "a.sock"), { labels: { [LABELS.run]: run, [LABELS.attempt]: "a2" }, endpoints: [{ name: "model-api", socket: b.socket }] }), (l) =>
         lines[1]!.push(l),
       );

@@ -69,6 +69,14 @@ describe("a folder as the runtime's read-only tree", () => {
     expect(() => assertValidSpec({ ...spec, workspace: treeFromFolder("/workspace", dir) })).not.toThrow();
   });
 
+  // contract: R280
+  it("networkDisabled is refused with a network mode other than none", () => {
+    const spec: ContainerSpec = { image: "img:1", cmd: [], env: {}, mounts: [], tmpfs: {}, readOnlyRootfs: true, networkMode: "none", capDrop: [], securityOpt: [], labels: {}, networkDisabled: true };
+    expect(() => assertValidSpec(spec)).not.toThrow();
+    expect(() => assertValidSpec({ ...spec, networkMode: "bridge" })).toThrow(/networkDisabled needs networkMode none, not "bridge"/);
+    expect(() => assertValidSpec({ ...spec, networkMode: "container:abc" })).toThrow(/networkDisabled needs networkMode none/);
+  });
+
   it("the Docker adapter, on the runner's host, needs the tree's host copy to bind it read-only", async () => {
     const spec: ContainerSpec = { image: "img:1", cmd: [], env: {}, mounts: [], tmpfs: {}, readOnlyRootfs: true, networkMode: "none", capDrop: [], securityOpt: [], labels: {} };
     const err = await new DockerRuntime({ socketPath: "/nonexistent.sock" }).create({ ...spec, workspace: { target: "/workspace", tar: () => packFolder(dir) } }).catch((e: unknown) => e);
