@@ -27,6 +27,18 @@
 // each side's printed figure is its own amount rounded to the printed digits. A field the base
 // declares and did not write, or an amount that moved, is a difference.
 //
+// Two more, each derived again from the trees: a report file's differences that the report code
+// accounts for (beside the base's demo the current tree reports the base's own ledger and record;
+// the base's file is compared again with that one, and only what differs from it counts), and an
+// adjudication item's arm guess that each side's own tree's fake claude gives to its own tree's
+// arm-guess prompt for that item (the fake model answered differently; contract R279).
+//
+// Both demos run on a Docker engine the script starts for itself (a dockerd with its own socket,
+// data and exec roots in the temporary folder, sharing the runner's files, stopped at the end)
+// unless a side is given one (the flags below, or DOCKER_HOST in the shell): on a shared engine
+// another checkout's build moves `study-runner/fake-claude:<version>`, and a base from before
+// contract R255 creates its containers from that tag.
+//
 // The ledger header's `sandbox` (provider, channel, engine endpoint, OS, architecture) says which
 // engine a run used. Between two sides run on different engines (--base-docker-host,
 // --current-docker-host) a difference there is explained, and not counted, when each side's
@@ -36,11 +48,12 @@
 //   --reuse DIR                compare the outputs a --keep run left in DIR instead of running the demo again
 //                              (DIR/base.json and DIR/current.json: each side's tree, workdir, dockerHost
 //                              and the files its demo and `report --format inspect` wrote)
-//   --base-docker-host URL     run the base side's demo with DOCKER_HOST=URL (default: this shell's engine)
+//   --base-docker-host URL     run the base side's demo with DOCKER_HOST=URL (default: this shell's DOCKER_HOST,
+//                              else the script's own engine, else the local engine)
 //   --current-docker-host URL  run the current side's demo with DOCKER_HOST=URL; `npm run compare-demo --
 //                              HEAD --current-docker-host URL` compares this tree on two engines
-import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
@@ -190,12 +203,14 @@ const CODE_DIGESTS = [
 
 const sha256Of = (path) => createHash("sha256").update(readFileSync(path)).digest("hex");
 
+/** Where a tree keeps the fake claude script: src/stand-ins/ now, docker/fake-claude/ in trees from before the move; "" when neither. */
+const fakeClaudeFile = (tree) => [join(tree, "src", "stand-ins", "fake-claude", "claude.mjs"), join(tree, "docker", "fake-claude", "claude.mjs")].find((f) => existsSync(f)) ?? "";
+
 /** Each side's recorded digest is its own tree's fake claude, and the two files differ. */
 function fakeClaudeChanged(trees, recorded) {
   // Where each tree keeps it: src/stand-ins/ now, docker/fake-claude/ in trees from before the move.
-  const file = (tree) => [join(tree, "src", "stand-ins", "fake-claude", "claude.mjs"), join(tree, "docker", "fake-claude", "claude.mjs")].find((f) => existsSync(f)) ?? "";
-  if (!trees.every((t) => existsSync(file(t)))) return null;
-  const [a, b] = trees.map((t) => sha256Of(file(t)));
+  if (!trees.every((t) => existsSync(fakeClaudeFile(t)))) return null;
+  const [a, b] = trees.map((t) => sha256Of(fakeClaudeFile(t)));
   return a === recorded[0] && b === recorded[1] && a !== b ? "the fake claude script differs between the trees; each side's digest is its own tree's file" : null;
 }
 
@@ -286,9 +301,76 @@ function runSide(name, tree, dir, dockerHost) {
   const demo = lastJson(sh("node", ["bin/study-runner.mjs", "demo", "--quiet", "--workdir", work], tree, `the demo (${name})`, { DOCKER_HOST: dockerHost })).demo;
   const inspect = lastJson(sh("node", ["bin/study-runner.mjs", "report", "--ledger", demo.ledger, "--adjudication", demo.adjudication, "--format", "inspect", "--out-dir", join(dir, `${name}-inspect`)], tree, `the Inspect logs (${name})`));
   const side = { name, tree, work, dockerHost, seconds: Math.round((Date.now() - t0) / 1000), ...demo, inspect: inspect.inspect };
+  if (tree !== HERE) side.reportedByCurrent = reportedByCurrent(side, dir);
   writeFileSync(join(dir, `${name}.json`), JSON.stringify(side, null, 2));
   process.stderr.write(`compare-demo: ${name} done in ${side.seconds} s\n`);
   return side;
+}
+
+/**
+ * The base's ledger and adjudication record reported by the current tree (`report --out-dir` and
+ * `report --format inspect`, the manifest read where the base's ledger records it, in the base
+ * worktree): the reports the current code writes for the base's run. Null, with the reason on
+ * stderr, when the current tree cannot report them.
+ */
+function reportedByCurrent(side, dir) {
+  const out = join(dir, `${side.name}-reported-by-current`);
+  try {
+    const args = ["bin/study-runner.mjs", "report", "--ledger", side.ledger, "--adjudication", side.adjudication];
+    const report = lastJson(sh("node", [...args, "--out-dir", join(out, "report")], HERE, `the current tree's report of the ${side.name}'s records`));
+    const inspect = lastJson(sh("node", [...args, "--format", "inspect", "--out-dir", join(out, "inspect")], HERE, `the current tree's Inspect logs of the ${side.name}'s records`));
+    return { report, inspect: inspect.inspect };
+  } catch (err) {
+    if (!(err instanceof SideError)) throw err;
+    process.stderr.write(`compare-demo: the ${side.name}'s reports are compared as its own tree wrote them only: ${err.message}\n`);
+    return null;
+  }
+}
+
+// ---- an engine of the comparison's own -------------------------------------------------------------
+
+/**
+ * A Docker engine only this comparison uses: a dockerd with its own socket, data and exec roots
+ * under `dir`, no bridge and no iptables, in the runner's own mount namespace (so it sees the
+ * runner's files as the local engine does). On a shared engine another checkout building
+ * `study-runner/fake-claude:<version>` moves that tag; a base from before contract R255 created its
+ * adjudicator's containers from the tag and so ran another tree's fake claude (whose verdicts it
+ * could not read), and the base's own build moved the tag under everyone else. Null, with the
+ * reason on stderr, when no dockerd can be started here (not root, none installed).
+ */
+async function ownEngine(dir) {
+  const root = join(dir, "engine");
+  mkdirSync(root, { recursive: true });
+  const host = `unix://${root}/docker.sock`;
+  writeFileSync(join(root, "daemon.json"), "{}\n");
+  const args = ["--bridge=none", "--iptables=false", "--data-root", join(root, "data"), "--exec-root", join(root, "x"), "--pidfile", join(root, "docker.pid"), "--config-file", join(root, "daemon.json"), "-H", host];
+  const log = openSync(join(root, "dockerd.log"), "a");
+  const child = spawn("dockerd", args, { stdio: ["ignore", log, log] });
+  const failed = new Promise((resolve) => {
+    child.on("error", (err) => resolve(err.message));
+    child.on("exit", (code, signal) => resolve(`dockerd exited (${code ?? signal})`));
+  });
+  for (let i = 0; i < 120; i++) {
+    const gone = await Promise.race([failed, new Promise((r) => setTimeout(() => r(null), 500))]);
+    if (gone !== null) {
+      process.stderr.write(`compare-demo: no engine of its own (${gone}; see ${join(root, "dockerd.log")}); the sides run on the shared engine, where another checkout's build can move the fake image's tag\n`);
+      return null;
+    }
+    if (spawnSync("docker", ["-H", host, "version", "--format", "{{.Server.Version}}"], { encoding: "utf8" }).status === 0) {
+      process.stderr.write(`compare-demo: an engine of its own at ${host}\n`);
+      return {
+        host,
+        stop: async () => {
+          child.kill("SIGTERM");
+          await Promise.race([failed, new Promise((r) => setTimeout(r, 60_000))]);
+          rmSync(join(root, "data"), { recursive: true, force: true });
+        },
+      };
+    }
+  }
+  child.kill("SIGTERM");
+  process.stderr.write(`compare-demo: no engine of its own (dockerd did not answer in 60 s; see ${join(root, "dockerd.log")}); the sides run on the shared engine\n`);
+  return null;
 }
 
 /** A worktree of `rev` in `dir`, with this tree's node_modules linked in (never installed). */
@@ -308,38 +390,73 @@ function filesOf(side) {
   return files;
 }
 
+/** The files a report writes (report.md, report.json, report.html, the Inspect logs), not the run's records. */
+const isReportFile = (name) => name.startsWith("report.") || name.startsWith("inspect log");
+
+/**
+ * Compares the two sides file by file. When the base side holds its records as reported by the
+ * current tree (`reportedByCurrent`), a report file that differs is compared again with that one:
+ * the same records written by the two trees' report code account for what differs between the
+ * base's file and that one, and only what differs between that one and the current side's (what
+ * the records themselves make differ) is counted.
+ */
 function compare(base, current) {
-  const files = { base: filesOf(base), current: filesOf(current) };
-  const norm = { base: normalizer(base), current: normalizer(current) };
+  const rebased = base.reportedByCurrent ? { ...base, report: base.reportedByCurrent.report, inspect: base.reportedByCurrent.inspect } : null;
+  const sides = { base, current, ...(rebased ? { rebased } : {}) };
+  const files = Object.fromEntries(Object.entries(sides).map(([k, side]) => [k, filesOf(side)]));
+  const norm = Object.fromEntries(Object.entries(sides).map(([k, side]) => [k, normalizer(side)]));
   const names = [...new Set([...Object.keys(files.base), ...Object.keys(files.current)])];
   const read = (path) => (isJson(path) ? JSON.parse(readFileSync(path, "utf8")) : readFileSync(path, "utf8"));
-  const content = { base: {}, current: {} };
-  for (const side of ["base", "current"]) {
+  const content = {};
+  for (const side of Object.keys(sides)) {
+    content[side] = {};
     for (const name of names) if (files[side][name]) content[side][name] = read(files[side][name]);
     // Every volatile value of the side is known before any file is normalized.
     for (const name of names) if (isJson(files[side][name] ?? "")) norm[side].collect(content[side][name]);
   }
-  // The report's money amounts that differ only in floating-point noise, for the lines that print them.
-  const reportJson = [content.base["report.json"], content.current["report.json"]];
-  const usdPairs = reportJson.every((r) => r !== undefined) ? floatNoisePairs(jsonDifferences(norm.base.json(reportJson[0]), norm.current.json(reportJson[1]))) : [];
-  let differences = 0;
-  for (const name of names) {
-    const [a, b] = [content.base[name], content.current[name]];
-    if (a === undefined || b === undefined) {
-      process.stdout.write(`${name}: only in ${a === undefined ? "current" : "base"}\n`);
-      differences++;
-      continue;
-    }
-    const json = isJson(files.base[name]);
-    const normalized = json ? [norm.base.json(a), norm.current.json(b)] : [norm.base.text(a), norm.current.text(b)];
+  let guessed;
+  const guesses = () => (guessed ??= explainedGuesses(sides, content));
+  /** What differs in file `name` between side `x` and the current side: the differences not explained, and the notes of those explained. */
+  const differencesIn = (x, name) => {
+    const [a, b] = [content[x][name], content.current[name]];
+    // The report's money amounts that differ only in floating-point noise, for the lines that print them.
+    const reportJson = [content[x]["report.json"], content.current["report.json"]];
+    const usdPairs = reportJson.every((r) => r !== undefined) ? floatNoisePairs(jsonDifferences(norm[x].json(reportJson[0]), norm.current.json(reportJson[1]))) : [];
+    const json = isJson(files.current[name]);
+    const normalized = json ? [norm[x].json(a), norm.current.json(b)] : [norm[x].text(a), norm.current.text(b)];
     const all = json ? jsonDifferences(...normalized).map((shown) => ({ shown })) : textDifferences(...normalized);
     const explained = all.map(({ shown, ...lines }) =>
       json
-        ? (explainCodeDigest(shown, [base.tree, current.tree]) ?? (name === "ledger" ? explainSandbox(shown, [a, b], [base, current]) : null) ?? explainAddedField(shown, base.tree, name) ?? explainFloatNoise(shown))
+        ? (explainCodeDigest(shown, [base.tree, current.tree]) ??
+          (name === "ledger" ? explainSandbox(shown, [a, b], [base, current]) : null) ??
+          explainAddedField(shown, base.tree, name) ??
+          explainFloatNoise(shown) ??
+          explainGuess(shown, [a, b], guesses()) ??
+          (isReportFile(name) ? explainLedgerFieldAbsent(shown, base.tree, content.base.ledger, content.current.ledger) : null))
         : explainReportLine(lines, base.tree, content.current.ledger, usdPairs),
     );
-    const found = all.filter((_, i) => explained[i] === null).map((d) => d.shown);
-    const notes = explained.filter((e) => e !== null).map((e) => `  (explained) ${e}`);
+    // The same explanation of many places (an arm guess per item) is printed once, with its count.
+    const counts = new Map();
+    for (const e of explained) if (e !== null) counts.set(e, (counts.get(e) ?? 0) + 1);
+    const notes = [...counts].map(([e, n]) => `  (explained) ${n > 1 ? `${n} differences: ` : ""}${e}`);
+    return { found: all.filter((_, i) => explained[i] === null).map((d) => d.shown), notes };
+  };
+  let differences = 0;
+  for (const name of names) {
+    if (content.base[name] === undefined || content.current[name] === undefined) {
+      process.stdout.write(`${name}: only in ${content.base[name] === undefined ? "current" : "base"}\n`);
+      differences++;
+      continue;
+    }
+    let { found, notes } = differencesIn("base", name);
+    if (found.length && rebased && isReportFile(name) && content.rebased[name] !== undefined) {
+      const again = differencesIn("rebased", name);
+      notes = [
+        `  (explained) ${found.length} difference(s) from the base's ${name} are the report code's: the current tree's \`report\` of the base's ledger and adjudication record writes ${again.found.length ? "a file that differs from the current side's only as listed" : "the current side's file"}`,
+        ...again.notes,
+      ];
+      found = again.found;
+    }
     process.stdout.write(`${found.length ? `${name}: ${found.length} difference(s)\n${found.map((d) => `  ${d}`).join("\n")}` : `${name}: same`}\n${notes.map((n) => `${n}\n`).join("")}`);
     differences += found.length;
   }
@@ -368,6 +485,115 @@ function explainSandbox(difference, ledgers, sides) {
   if (engines[0] === engines[1]) return null;
   if (!ledgers.every((l, i) => l?.sandbox?.endpoint === engines[i])) return null;
   return `${difference} (the sides ran on different engines; each ledger names its own)`;
+}
+
+// ---- the fake model's arm guess -------------------------------------------------------------------
+
+/**
+ * Run in a tree: the tree's own fake claude's answer to the arm-guess prompt the tree's own code
+ * builds (`buildArmGuessPrompt`, `armGuessJsonSchema`, the answer put in its neutral form by
+ * `maskText` with no term, which is the masked answer when no term matched), with the side's
+ * adjudicator behaviour file, for each item given on stdin. The fake runs on the host, as its
+ * header allows, in a temporary folder of its own.
+ */
+const GUESS_CODE = `
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+const input = JSON.parse(readFileSync(0, "utf8"));
+const { buildArmGuessPrompt, armGuessJsonSchema } = await import(join(process.cwd(), "src/adjudicate/prompt.ts"));
+const { maskText } = await import(join(process.cwd(), "src/adjudicate/mask.ts"));
+const dir = mkdtempSync(join(tmpdir(), "compare-demo-fake-"));
+writeFileSync(join(dir, "behaviour.json"), input.behaviour);
+const guesses = input.items.map((item) => {
+  const prompt = buildArmGuessPrompt({ itemId: item.itemId, task: { question: item.question }, maskedAnswer: maskText(item.answer, []).text });
+  const r = spawnSync(process.execPath, [input.fake, "-p", "--output-format", "stream-json", "--verbose", "--json-schema", armGuessJsonSchema(), prompt], { encoding: "utf8", env: { PATH: process.env.PATH, HOME: dir, FAKE_CLAUDE_DIR: dir } });
+  const result = (r.stdout ?? "").split("\\n").map((l) => { try { return JSON.parse(l); } catch { return null; } }).find((e) => e?.type === "result");
+  return result?.structured_output?.armGuess ?? null;
+});
+rmSync(dir, { recursive: true, force: true });
+process.stdout.write(JSON.stringify(guesses));
+`;
+
+/**
+ * What a side's own tree's fake claude answers to its own tree's arm-guess prompt for each of the
+ * record's items at `indexes` (the question from the manifest the ledger names, the answer from the
+ * ledger, the behaviour file the side's demo wrote in its workdir): null for an item whose answer had
+ * a term masked, and null for all when the rest cannot be had (no single behaviour file, no manifest,
+ * no prompt code, no fake).
+ */
+function fakeGuesses(side, ledger, record, indexes) {
+  const fake = fakeClaudeFile(side.tree);
+  const behaviour = existsSync(side.work) ? readdirSync(side.work).filter((f) => /^adjudicator-behaviour-.*\.json$/.test(f)) : [];
+  const manifestPath = ledger?.protocol?.manifestPath;
+  if (!fake || behaviour.length !== 1 || typeof manifestPath !== "string" || !existsSync(manifestPath)) return null;
+  if (!["prompt.ts", "mask.ts"].every((f) => existsSync(join(side.tree, "src", "adjudicate", f)))) return null;
+  const tasks = new Map((JSON.parse(readFileSync(manifestPath, "utf8")).tasks ?? []).map((t) => [t.id, t.question]));
+  // An item whose answer had a term masked is left out (its masked answer is not derived here): its guess stays unexplained.
+  const derivable = indexes.filter((i) => {
+    const item = record.items[i];
+    return !Object.keys(item.maskedTerms ?? {}).length && typeof ledger.observations?.[item.observationIndex]?.answer === "string" && typeof tasks.get(item.task) === "string";
+  });
+  const items = derivable.map((i) => ({ itemId: record.items[i].itemId, question: tasks.get(record.items[i].task), answer: ledger.observations[record.items[i].observationIndex].answer }));
+  const input = JSON.stringify({ fake, behaviour: readFileSync(join(side.work, behaviour[0]), "utf8"), items });
+  const r = spawnSync("node", ["--import", "tsx", "--input-type=module", "-e", GUESS_CODE], { cwd: side.tree, input, encoding: "utf8" });
+  if (r.status !== 0) return null;
+  const answered = JSON.parse(r.stdout);
+  return indexes.map((i) => answered[derivable.indexOf(i)] ?? null);
+}
+
+/**
+ * The record's items whose arm guess differs between the sides and is each side's own fake claude's
+ * answer to its own tree's prompt (the fake model answered differently, the runner recorded what it
+ * answered), for the same true arm: item index -> the two sides' guess-call container ids, which
+ * the record's `armGuess` and the Inspect logs' `arm_guess` carry.
+ */
+function explainedGuesses(sides, content) {
+  const [b, c] = ["base", "current"].map((k) => content[k]["adjudication record"]);
+  const explained = new Map();
+  if (!Array.isArray(b?.items) || !Array.isArray(c?.items) || b.items.length !== c.items.length) return explained;
+  const differing = b.items.map((_, i) => i).filter((i) => b.items[i].armGuess && c.items[i].armGuess && b.items[i].armGuess.guess !== c.items[i].armGuess.guess);
+  if (!differing.length) return explained;
+  const [gb, gc] = ["base", "current"].map((k) => fakeGuesses(sides[k], content[k].ledger, content[k]["adjudication record"], differing));
+  if (!gb || !gc) return explained;
+  differing.forEach((i, j) => {
+    const [x, y] = [b.items[i].armGuess, c.items[i].armGuess];
+    if (gb[j] !== null && gb[j] === x.guess && gc[j] === y.guess && x.arm === y.arm) explained.set(i, [x.run?.containerId, y.run?.containerId]);
+  });
+  return explained;
+}
+
+/** The value at a path `$.a[0].b` of the differences, or undefined. */
+function valueAt(value, path) {
+  let v = value;
+  for (const [, key, index] of path.slice(1).matchAll(/\.([^.[\]]+)|\[(\d+)\]/g)) v = v?.[key ?? Number(index)];
+  return v;
+}
+
+/**
+ * A difference in an arm guess (`….armGuess.guess|correct` in the record, `….arm_guess.guess|correct`
+ * in an Inspect log) of an item whose guess each side's own fake claude accounts for, or null.
+ */
+function explainGuess(difference, raw, guesses) {
+  const m = /^(\$\S*\.(?:armGuess|arm_guess))\.(guess|correct): base /.exec(difference);
+  if (!m || guesses.size === 0) return null;
+  const ids = raw.map((r) => valueAt(r, m[1])?.run?.containerId);
+  if (!ids.every((id) => typeof id === "string") || ![...guesses.values()].some(([x, y]) => x === ids[0] && y === ids[1])) return null;
+  return `an arm guess (${m[1].replace(/\[\d+\]/g, "[…]")}.${m[2]}): the fake model's guess changed: each side's is what its own tree's fake claude answers to its own tree's arm-guess prompt for that item`;
+}
+
+/**
+ * A report's field that is null in the base's report and a ledger's value in the current side's
+ * (`$.run.profileSha256: base null, current "…"`), explained when the base's ledger holds no such
+ * field and the base's ledger code declares none (the current tree reports such a ledger's field
+ * as null), and the current side's ledger holds exactly that value. Or null.
+ */
+function explainLedgerFieldAbsent(difference, baseTree, baseLedger, currentLedger) {
+  const m = /^(\$\S*)\.([A-Za-z_][A-Za-z0-9_]*): base null, current (.+)$/.exec(difference);
+  if (!m || !baseLedger || !currentLedger || m[2] in baseLedger || !(m[2] in currentLedger) || show(currentLedger[m[2]]) !== m[3]) return null;
+  if (baseDeclares(baseTree, m[2], DECLARED_IN.ledger)) return null;
+  return `${m[1]}.${m[2]}: the base's ledger holds no \`${m[2]}\` (the base's ${DECLARED_IN.ledger.join(" and ")} declares none), and the current side's is its ledger's`;
 }
 
 // ---- what a later tree adds, and money in floating point -----------------------------------------
@@ -456,7 +682,8 @@ function valueOf(argv, flag) {
   return v;
 }
 
-function main(argv) {
+async function main(argv) {
+  let engine = null;
   const keep = argv.includes("--keep");
   const VALUED = ["--reuse", "--base-docker-host", "--current-docker-host"];
   let reuse;
@@ -482,8 +709,10 @@ function main(argv) {
     if (reuse) [base, current] = ["base", "current"].map((n) => JSON.parse(readFileSync(join(dir, `${n}.json`), "utf8")));
     else {
       mkdirSync(dir, { recursive: true });
-      base = runSide("base", baseTree(rev, dir), dir, engineOf(hosts.base));
-      current = runSide("current", HERE, dir, engineOf(hosts.current));
+      // A side given no engine (no flag, no DOCKER_HOST) runs on one only this comparison uses.
+      if ((hosts.base === undefined || hosts.current === undefined) && process.env.DOCKER_HOST === undefined) engine = await ownEngine(dir);
+      base = runSide("base", baseTree(rev, dir), dir, hosts.base ?? engine?.host ?? engineOf(undefined));
+      current = runSide("current", HERE, dir, hosts.current ?? engine?.host ?? engineOf(undefined));
     }
     const differences = compare(base, current);
     process.stdout.write(
@@ -495,10 +724,11 @@ function main(argv) {
     process.stderr.write(`compare-demo: ${err.message}\n`);
     return 2;
   } finally {
+    await engine?.stop();
     if (!reuse && existsSync(join(dir, "base-tree"))) spawnSync("git", ["worktree", "remove", "--force", join(dir, "base-tree")], { cwd: HERE });
     if (keep || reuse) process.stderr.write(`compare-demo: outputs kept in ${dir}\n`);
     else rmSync(dir, { recursive: true, force: true });
   }
 }
 
-process.exitCode = main(process.argv.slice(2));
+process.exitCode = await main(process.argv.slice(2));

@@ -1,5 +1,5 @@
 import { spawnSync } from "node:child_process";
-import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
+import { cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -19,8 +19,8 @@ let work: string;
 let demo: DemoFiles;
 let workdir: string;
 
-/** The side's files copied into `dir` (the record keeps quoting the demo's ledger path on both sides). */
-async function side(name: string, tree: string, edit: (files: Record<string, string>) => void): Promise<void> {
+/** The side's files copied into `dir` (the record keeps quoting the demo's ledger path on both sides); `extra` goes into its side.json. */
+async function side(name: string, tree: string, edit: (files: Record<string, string>) => void, extra: Record<string, unknown> = {}): Promise<void> {
   const dir = join(work, name);
   await mkdir(join(dir, "inspect"), { recursive: true });
   const files: Record<string, string> = {
@@ -47,7 +47,7 @@ async function side(name: string, tree: string, edit: (files: Record<string, str
   ] as const) {
     await writeFile(path, files[key]!);
   }
-  await writeFile(join(work, `${name}.json`), JSON.stringify({ name, tree, work: workdir, dockerHost: "unix:///var/run/docker.sock", seconds: 0, ...paths, inspect: join(dir, "inspect") }));
+  await writeFile(join(work, `${name}.json`), JSON.stringify({ name, tree, work: workdir, dockerHost: "unix:///var/run/docker.sock", seconds: 0, ...paths, inspect: join(dir, "inspect"), ...extra }));
 }
 
 const compareDemo = () => spawnSync(process.execPath, [join(PROJECT_ROOT, "scripts", "compare-demo.mjs"), "--reuse", work], { cwd: PROJECT_ROOT, encoding: "utf8" });
@@ -138,4 +138,144 @@ describe("compare-demo against a tree from before a field existed", () => {
     expect(changed.stdout).toMatch(/report\.json: 1 difference\(s\)\n {2}\$\.behaviour\.arms\.repository\.costPerCorrectUsd: base 0\.00164/);
     expect(changed.stdout).toMatch(/report\.md: 1 difference\(s\)\n {2}line \d+:\n {4}base: {4}\| cost per correct answer USD \| 0\.00165/);
   }, 120_000);
+});
+
+/** The demo's reports as the current tree writes them for the same records, edited by `edit`: a side.json's `reportedByCurrent`. */
+async function reportedByCurrent(edit: (files: Record<string, string>) => void): Promise<Record<string, unknown>> {
+  const dir = await mkdtemp(join(work, "reported-by-current-"));
+  await mkdir(join(dir, "inspect"));
+  const files: Record<string, string> = { markdown: await readFile(demo.report.markdown, "utf8"), json: await readFile(demo.report.json, "utf8"), html: await readFile(demo.report.html, "utf8") };
+  edit(files);
+  const report = { markdown: join(dir, "report.md"), json: join(dir, "report.json"), html: join(dir, "report.html") };
+  for (const key of ["markdown", "json", "html"] as const) await writeFile(report[key], files[key]!);
+  return { reportedByCurrent: { report, inspect: join(dir, "inspect") } };
+}
+
+/** The aggregation method as a report of older code states it: the unit of analysis said twice, in report.md and report.json. */
+function olderAggregation(files: Record<string, string>): void {
+  const said = "Aggregation: each arm's value";
+  expect(files.markdown).toContain(said);
+  files.markdown = files.markdown!.split(said).join("Aggregation: unit of analysis: the task. Each arm's value");
+  const report = JSON.parse(files.json!) as { analysis: { methods: { aggregation: string } } };
+  report.analysis.methods.aggregation = `unit of analysis: the task. ${report.analysis.methods.aggregation}`;
+  files.json = JSON.stringify(report, null, 2);
+}
+
+/** The current tree's report of a ledger without a calibration profile: `run.profileSha256` null, no profile in the CLI cell. */
+function profileReportedNull(files: Record<string, string>): void {
+  const profile = (JSON.parse(files.json!) as { run: { profileSha256: string } }).run.profileSha256;
+  const cell = ` (profile sha256 ${profile.slice(0, 12)})`;
+  files.markdown = files.markdown!.split(cell).join("");
+  files.html = files.html!.split(cell).join("");
+  const report = JSON.parse(files.json!) as { run: { profileSha256: string | null } };
+  report.run.profileSha256 = null;
+  files.json = JSON.stringify(report, null, 2);
+}
+
+/** One more correct answer in the repository arm's row of "Correctness per arm": what other records would make the report say. */
+function oneMoreCorrect(files: Record<string, string>): void {
+  const row = /^\| repository-only \| (\d+) \|/m;
+  expect(files.markdown).toMatch(row);
+  files.markdown = files.markdown!.replace(row, (_, n: string) => `| repository-only | ${Number(n) + 1} |`);
+}
+
+describe("compare-demo when the report code changed since the base", () => {
+  // contract: R278
+  it("counts no line the current tree's report of the base's own records accounts for, and every line those records make differ", async () => {
+    await side("current", PROJECT_ROOT, () => {});
+    // The base's records, its reports written by older report code.
+    await side("base", await olderTree([]), olderAggregation);
+    const unexplained = compareDemo();
+    expect(unexplained.status).toBe(1);
+    expect(unexplained.stdout).toMatch(/report\.md: 1 difference\(s\)\n {2}line \d+:\n {4}base: {4}Unit of analysis: the task\. Aggregation: unit of analysis/);
+
+    // The current tree's report of those records is the current side's, but for the profile the
+    // base's ledger does not have: the difference is the report code's.
+    await side(
+      "base",
+      await olderTree([]),
+      (f) => {
+        withoutProfile(f);
+        olderAggregation(f);
+      },
+      await reportedByCurrent(profileReportedNull),
+    );
+    const explained = compareDemo();
+    expect(explained.status, explained.stdout + explained.stderr).toBe(0);
+    expect(explained.stdout).toContain(
+      "report.md: same\n  (explained) 1 difference(s) from the base's report.md are the report code's: the current tree's `report` of the base's ledger and adjudication record writes the current side's file",
+    );
+    expect(explained.stdout).toContain("report.json: same\n  (explained) 1 difference(s) from the base's report.json are the report code's");
+    expect(explained.stdout).toContain("(explained) $.run.profileSha256: the base's ledger holds no `profileSha256` (the base's src/ledger declares none), and the current side's is its ledger's");
+
+    // What the records make differ still counts: the current tree's report of the base's records says one more correct answer.
+    await side(
+      "base",
+      await olderTree([]),
+      (f) => {
+        olderAggregation(f);
+        oneMoreCorrect(f);
+      },
+      await reportedByCurrent(oneMoreCorrect),
+    );
+    const counted = compareDemo();
+    expect(counted.status).toBe(1);
+    expect(counted.stdout).toMatch(/report\.md: 1 difference\(s\)\n {2}line \d+:\n {4}base: {4}\| repository-only \| \d+ \|/);
+    expect(counted.stdout).toContain(
+      "(explained) 2 difference(s) from the base's report.md are the report code's: the current tree's `report` of the base's ledger and adjudication record writes a file that differs from the current side's only as listed",
+    );
+  }, 120_000);
+});
+
+/** How the fake claude of trees from before contract R186 read the answer of an arm-guess prompt: everything after the first "<<<ANSWER". */
+const LINE_READER = 'const answer = /^<<<ANSWER\\n(.*)\\nANSWER>>>$/m.exec(String(prompt))?.[1] ?? "";';
+const OLD_READER = 'const answer = String(prompt).split("<<<ANSWER")[1] ?? "";';
+
+/** A tree with this checkout's code and demo manifest, whose fake claude reads the arm-guess answer as `reader` does. */
+async function fakeTree(reader: string): Promise<string> {
+  const tree = await mkdtemp(join(work, "fake-tree-"));
+  await cp(join(PROJECT_ROOT, "src"), join(tree, "src"), { recursive: true });
+  await cp(join(PROJECT_ROOT, "package.json"), join(tree, "package.json"));
+  await mkdir(join(tree, "study", "demo"), { recursive: true });
+  await cp(join(PROJECT_ROOT, "study", "demo", "manifest.json"), join(tree, "study", "demo", "manifest.json"));
+  await symlink(join(PROJECT_ROOT, "node_modules"), join(tree, "node_modules"), "dir");
+  const fake = join(tree, "src", "stand-ins", "fake-claude", "claude.mjs");
+  const text = await readFile(fake, "utf8");
+  expect(text).toContain(LINE_READER);
+  await writeFile(fake, text.replace(LINE_READER, reader));
+  return tree;
+}
+
+/** Every arm guess of the record made the other choice, as a fake that always sees a masked word answers. */
+function guessedDocs(files: Record<string, string>): void {
+  const record = JSON.parse(files.adjudication!) as { items: { armGuess: { guess: string; arm: string; correct: boolean } | null }[] };
+  for (const item of record.items) {
+    if (!item.armGuess) continue;
+    expect(item.armGuess.guess).toBe("files-only");
+    item.armGuess.guess = "files-and-docs-server";
+    item.armGuess.correct = !item.armGuess.correct;
+  }
+  files.adjudication = JSON.stringify(record, null, 2);
+}
+
+describe("compare-demo when the fake model's arm guess changed since the base", () => {
+  // contract: R279
+  it("explains a guess that each tree's own fake claude gives to its own prompt, and counts one its fake does not give", async () => {
+    expect((await readdir(workdir)).filter((f) => f.startsWith("adjudicator-behaviour-"))).toHaveLength(1);
+    await side("current", PROJECT_ROOT, () => {});
+    await side("base", await fakeTree(OLD_READER), guessedDocs);
+    const explained = compareDemo();
+    expect(explained.status, explained.stdout + explained.stderr).toBe(0);
+    expect(explained.stdout).toMatch(
+      /adjudication record: same\n(?: {2}\(explained\) .*\n)*? {2}\(explained\) \d+ differences: an arm guess \(\$\.items\[…\]\.armGuess\.guess\): the fake model's guess changed/,
+    );
+    expect(explained.stdout).toMatch(/\(explained\) \d+ differences: an arm guess \(\$\.items\[…\]\.armGuess\.correct\)/);
+
+    // The base's own fake answers "files-only" to its prompt: a recorded "files-and-docs-server" is not its answer.
+    await side("base", await fakeTree(LINE_READER), guessedDocs);
+    const counted = compareDemo();
+    expect(counted.status).toBe(1);
+    expect(counted.stdout).toContain('$.items[0].armGuess.guess: base "files-and-docs-server", current "files-only"');
+    expect(counted.stdout).not.toContain("the fake model's guess changed");
+  }, 180_000);
 });
