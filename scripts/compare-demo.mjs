@@ -50,7 +50,8 @@
 //                              and the files its demo and `report --format inspect` wrote)
 //   --base-docker-host URL     run the base side's demo with DOCKER_HOST=URL (default: this shell's DOCKER_HOST,
 //                              else the script's own engine, else the local engine)
-//   --current-docker-host URL  run the current side's demo with DOCKER_HOST=URL; `npm run compare-demo --
+//   --current-docker-host URL  run the current side's demo with DOCKER_HOST=URL (default as for the base);
+//                              `npm run compare-demo --
 //                              HEAD --current-docker-host URL` compares this tree on two engines
 import { spawn, spawnSync } from "node:child_process";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -363,7 +364,11 @@ async function ownEngine(dir) {
         stop: async () => {
           child.kill("SIGTERM");
           await Promise.race([failed, new Promise((r) => setTimeout(r, 60_000))]);
-          rmSync(join(root, "data"), { recursive: true, force: true });
+          try {
+            rmSync(join(root, "data"), { recursive: true, force: true });
+          } catch (err) {
+            process.stderr.write(`compare-demo: the own engine's data is left in ${join(root, "data")}: ${err.message}\n`);
+          }
         },
       };
     }
