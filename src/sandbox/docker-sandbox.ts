@@ -155,13 +155,14 @@ const providers = new WeakMap<ContainerRuntime, Map<SandboxChannel, DockerSandbo
 
 /**
  * The Docker provider over `runtime` on `channel` (one per runtime and channel), as the run kinds
- * use it: on the engine-api channel each relay is made ahead and what a sandbox made is removed in
- * the background, so every run calls `settle()` before it ends (contract R257).
+ * use it: on the engine-api channel each relay is made ahead, what a sandbox made is removed in
+ * the background, and each export's volume is kept for the run, so every run calls `settle()`
+ * before it ends (contract R257, R275).
  */
 export function dockerSandbox(runtime: ContainerRuntime, channel: SandboxChannel = "host-paths"): DockerSandbox {
   let byChannel = providers.get(runtime);
   if (!byChannel) providers.set(runtime, (byChannel = new Map()));
   let sandbox = byChannel.get(channel);
-  if (!sandbox) byChannel.set(channel, (sandbox = new DockerSandbox(runtime, { channel, engineApi: { ahead: true } })));
+  if (!sandbox) byChannel.set(channel, (sandbox = new DockerSandbox(runtime, { channel, engineApi: { ahead: true, keepExports: true } })));
   return sandbox;
 }

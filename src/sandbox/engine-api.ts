@@ -19,10 +19,12 @@ import { replaceFromArchive } from "./worktree-back.ts";
 /**
  * The Docker provider's engine-api channel (contract R240): a sandbox on an engine that shares no
  * files with the runner, reached by its API alone. What the inside reads comes in as content, not
- * as host paths: each tree (the export, the staged login folder, the test files) goes into a
- * per-attempt volume through `putArchive` into the attempt's relay container, which mounts it
- * where the attempt does not see it, and the export is checked against the hash the runner
- * computed (contract R241). The relay (network none) serves the runner's endpoint sockets, its
+ * as host paths: each tree (the staged login folder, the test files, a session's worktree) goes
+ * into a per-attempt volume through `putArchive` into the attempt's relay container, which mounts
+ * it where the attempt does not see it; the export goes into a volume of its own, kept for the run
+ * when the provider says so and then filled once per export hash and mounted read-only by every
+ * attempt of that export (contract R275), and is checked against the hash the runner computed
+ * (contract R241). The relay (network none) serves the runner's endpoint sockets, its
  * attached stdio carrying one channel per connection (src/sandbox/stream-mux.ts, contract R242),
  * in per-attempt volumes the attempt container mounts read-only where it mounts the socket folders
  * on a local engine; it may be made before its attempt is known (contract R257). What comes back (a session's writable worktree, a writable test folder) leaves
@@ -43,12 +45,18 @@ const RELAY_ROOT = "/study-runner-relay";
 const RELAY_ENDPOINTS = 4;
 /** The attempt label of a relay made ahead, before the attempt it serves is known. */
 export const AHEAD_ATTEMPT = "ahead";
+/** The attempt label of an export's volume kept for the run: it serves every attempt of that export (contract R275). */
+export const EXPORT_ATTEMPT = "export";
+/** The command of a container that is only a way into its volumes and is never started. */
+const NEVER_STARTED = ["/study-runner-never-started"];
 
 /** The content volumes a relay carries, each filled where the relay mounts it. */
 type Slot = "workspace" | "worktree" | "staged" | "test";
 
 interface ContentVolume {
   slot: Slot;
+  /** The volume is the export's, kept for the run and filled once, not one of the relay's (contract R275). */
+  kept?: boolean;
   target: string;
   readOnly: boolean;
   fill: (pack: tar.Pack) => Promise<void>;
@@ -77,6 +85,12 @@ export interface EngineApiOptions {
    * in the background once its result is in; the caller waits with `settle()` before it ends.
    */
   ahead?: boolean;
+  /**
+   * Keep the volume of each export (a workspace with an export hash) for the run: filled and
+   * checked once, mounted read-only by every sandbox of that export, removed by `settle()`, which
+   * the caller calls before it ends (contract R275).
+   */
+  keepExports?: boolean;
 }
 
 /** The owner of what the program reads and writes: its `uid:gid`, root's when the spec names none. */
@@ -85,8 +99,8 @@ function userIds(user: string | undefined): { uid: number; gid: number } {
   return m ? { uid: Number(m[1]), gid: Number(m[2]) } : { uid: 0, gid: 0 };
 }
 
-/** The content volumes of a spec, in the order the attempt container mounts them. */
-async function contentVolumes(spec: SandboxSpec): Promise<ContentVolume[]> {
+/** The content volumes of a spec, in the order the attempt container mounts them; the export's is `kept` when `keepExports`. */
+async function contentVolumes(spec: SandboxSpec, keepExports: boolean): Promise<ContentVolume[]> {
   if (spec.staged && !spec.staged.readOnly) {
     throw new ContainerRuntimeError(
       "the engine-api channel carries no login copy back out: use --credentials gateway (the placeholder login is read-only), or --sandbox-channel host-paths on an engine that shares the runner's files",
@@ -99,6 +113,7 @@ async function contentVolumes(spec: SandboxSpec): Promise<ContentVolume[]> {
   if (workspace) {
     volumes.push({
       slot: "workspace",
+      ...(keepExports && workspace.exportHash !== undefined ? { kept: true } : {}),
       target: workspace.target,
       readOnly: true,
       fill: (pack) => copyEntries(pack, workspace.tar()),
@@ -335,13 +350,16 @@ function removeRelay(relay: RelayContainer): Promise<void> {
 /**
  * The engine-api channel of one provider: prepares its sandboxes (contract R240). With `ahead`,
  * the relay of the next sandbox is made while the one before runs, and what a sandbox made is
- * removed in the background once its result is in; `settle` waits for both (contract R257).
+ * removed in the background once its result is in; `settle` waits for both (contract R257). With
+ * `keepExports`, each export's volume is filled once and kept until `settle` (contract R275).
  */
 export class EngineApiChannel {
   /** Relays made ahead, one per kind, not yet taken. */
   private readonly spares = new Map<string, Promise<RelayContainer | undefined>>();
   /** Removals under way in the background. */
   private readonly removing = new Set<Promise<void>>();
+  /** The exports' volumes kept for the run, by export hash and owner labels (contract R275). */
+  private readonly exports = new Map<string, Promise<string>>();
 
   constructor(
     private readonly runtime: ContainerRuntime & EngineStorage,
@@ -356,7 +374,7 @@ export class EngineApiChannel {
    */
   async prepare(spec: SandboxSpec, base: ContainerSpec): Promise<PreparedSandbox> {
     mark("engine-api:begin");
-    const content = await contentVolumes(spec);
+    const content = await contentVolumes(spec, this.opts.keepExports === true);
     const relayProgram = spec.streamRelay ?? this.opts.streamRelay;
     if (spec.endpoints.length > 0 && !relayProgram && !this.opts.relayCommand)
       throw new ContainerRuntimeError("the spec names endpoints but no streamRelay, the image's program that serves them over the engine-api channel", "invalid-spec");
@@ -366,17 +384,25 @@ export class EngineApiChannel {
     const kept = base.mounts.filter((m) => !hostEndpointDirs.has(m.source) && !content.some((c) => c.target === m.target) && !(spec.testMounts ?? []).some((t) => t.folder === m.source));
     if (kept.length > 0) throw new ContainerRuntimeError(`the engine-api channel carries no host path: ${kept.map((m) => m.target).join(", ")}`, "invalid-spec");
     const { workspace: _bound, ...rest } = base;
-    if (content.length === 0 && sockets.length === 0) {
+    // The export's volume kept for the run, begun at once: only the first sandbox of an export fills it (contract R275).
+    const exported = content.find((c) => c.kept);
+    const exportVolume = exported ? this.exportVolume(spec, exported) : Promise.resolve(undefined);
+    // Awaited below; a sandbox refused before that leaves the fill to the run.
+    exportVolume.catch(() => undefined);
+    const exportMounts = (volume: string | undefined): Mount[] => (exported && volume !== undefined ? [{ source: volume, volume: true, target: exported.target, readOnly: true }] : []);
+    const carried = content.filter((c) => !c.kept);
+    if (carried.length === 0 && sockets.length === 0) {
       const made = new Made(this.runtime);
-      return new PreparedOverApi(this.runtime, await made.container(rest), made, [], undefined, this.after());
+      const mounts = exportMounts(await exportVolume);
+      return new PreparedOverApi(this.runtime, await made.container({ ...rest, mounts }), made, content, undefined, this.after());
     }
 
     // A relay made ahead serves whichever attempt comes next: it carries the run's labels, not an attempt's.
     const kind: RelayKind = {
       image: spec.image,
       // Never started when it serves no endpoint: the command only has to be one the engine accepts.
-      command: sockets.length > 0 ? (relayProgram ?? []) : ["/study-runner-never-started"],
-      slots: content.map((c) => c.slot),
+      command: sockets.length > 0 ? (relayProgram ?? []) : NEVER_STARTED,
+      slots: carried.map((c) => c.slot),
       endpoints: sockets.length,
       userFolder: spec.userFolder,
       labels: { ...spec.labels, [LABELS.attempt]: AHEAD_ATTEMPT },
@@ -390,10 +416,12 @@ export class EngineApiChannel {
     const made = relay.made;
     try {
       const endpointMounts: Mount[] = spec.endpoints.map((e, i) => ({ source: relay.endpointVolumes[i]!, volume: true, target: endpointDir(base, e.socket), readOnly: true }));
-      const mounts = [...content.map((c) => ({ source: relay.volumes[c.slot]!, volume: true, target: c.target, readOnly: c.readOnly })), ...endpointMounts];
+      const carriedMounts = carried.map((c) => ({ source: relay.volumes[c.slot]!, volume: true, target: c.target, readOnly: c.readOnly }));
       const [id, mux] = await settleAll<[string, StreamMux | undefined]>([
         // The attempt container after the fill, as the fill finds the volumes as the relay left them.
-        fillVolumes(this.runtime, relay, spec, content).then(() => made.container({ ...rest, mounts })),
+        Promise.all([exportVolume, fillVolumes(this.runtime, relay, spec.userFolder, carried)]).then(([volume]) =>
+          made.container({ ...rest, mounts: [...exportMounts(volume), ...carriedMounts, ...endpointMounts] }),
+        ),
         sockets.length > 0 ? this.listen(relay, spec, sockets) : Promise.resolve(undefined),
       ]);
       mark("engine-api:ready");
@@ -406,12 +434,60 @@ export class EngineApiChannel {
     }
   }
 
-  /** Removes the relays made ahead and waits for every removal under way. */
+  /** Removes the relays made ahead and waits for every removal under way; then removes the exports' volumes kept for the run. */
   async settle(): Promise<void> {
     const spares = [...this.spares.values()];
     this.spares.clear();
     await Promise.all(spares.map(async (s) => ((await s) ? removeRelay((await s)!) : undefined)));
+    const exports = [...this.exports.values()];
+    this.exports.clear();
+    const volumes = await Promise.all(exports.map((v) => v.catch(() => undefined)));
     while (this.removing.size > 0) await Promise.all([...this.removing]);
+    // Once every container that mounted them is gone.
+    await Promise.all(volumes.map((name) => (name === undefined ? undefined : this.runtime.removeVolume(name).catch(() => undefined))));
+  }
+
+  /**
+   * The volume of the spec's export kept for the run (contract R275): one per export hash and owner,
+   * filled and checked by the first sandbox that needs it, which the others wait for. A fill that
+   * failed is not kept: the sandboxes that waited for it fail with it, and the next one fills again.
+   */
+  private exportVolume(spec: SandboxSpec, c: ContentVolume): Promise<string> {
+    const labels = { ...spec.labels, [LABELS.attempt]: EXPORT_ATTEMPT };
+    const key = JSON.stringify([c.exportHash, Object.entries(labels).sort()]);
+    const known = this.exports.get(key);
+    if (known) return known;
+    const filling = this.fillExport(spec.image, c, labels);
+    this.exports.set(key, filling);
+    filling.catch(() => {
+      if (this.exports.get(key) === filling) this.exports.delete(key);
+    });
+    return filling;
+  }
+
+  /**
+   * Fills a new export volume through a helper container that is never started, checks the tree
+   * written against the export hash (contract R241), and keeps the volume; the helper is removed in
+   * the background, as nothing mounts the volume writable again. A volume that failed is removed.
+   */
+  private async fillExport(image: string, c: ContentVolume, labels: Record<string, string>): Promise<string> {
+    const helper = await makeRelay(this.runtime, { image, command: NEVER_STARTED, slots: [c.slot], endpoints: 0, userFolder: undefined, labels }, this.opts);
+    try {
+      await fillVolumes(this.runtime, helper, undefined, [c], "engine-api:export-filled");
+    } catch (err) {
+      await removeRelay(helper);
+      throw err;
+    }
+    const volume = helper.volumes[c.slot]!;
+    helper.made.keep(volume);
+    this.background(removeRelay(helper));
+    return volume;
+  }
+
+  /** Tracks a removal under way in the background; `settle` waits for it. */
+  private background(removal: Promise<void>): void {
+    const tracked = removal.finally(() => this.removing.delete(tracked));
+    this.removing.add(tracked);
   }
 
   /** What a prepared sandbox does once its program started, and how it is removed. */
@@ -421,8 +497,7 @@ export class EngineApiChannel {
       remove: (removal) => {
         if (this.opts.ahead !== true) return removal;
         // In the background: the result is in; `settle` waits for it before the run ends.
-        const tracked = removal.finally(() => this.removing.delete(tracked));
-        this.removing.add(tracked);
+        this.background(removal);
         return Promise.resolve();
       },
     };
@@ -512,6 +587,12 @@ class Made {
     return id;
   }
 
+  /** Leaves the volume out of what `remove` removes: it outlives this sandbox. */
+  keep(volume: string): void {
+    const i = this.volumes.indexOf(volume);
+    if (i >= 0) this.volumes.splice(i, 1);
+  }
+
   async remove(): Promise<void> {
     await Promise.all(this.containers.splice(0).map((id) => this.runtime.remove(id).catch(() => undefined)));
     await Promise.all(this.volumes.splice(0).map((name) => this.runtime.removeVolume(name).catch(() => undefined)));
@@ -531,14 +612,21 @@ interface SandboxAfter {
 }
 
 /**
- * Fills the content volumes through the relay container, which mounts them writable where the
- * attempt container does not see them: each volume's archive at once, then the export checked.
+ * Fills the content volumes through the relay (or helper) container, which mounts them writable
+ * where the attempt container does not see them: each volume's archive at once, then the export
+ * checked.
  */
-async function fillVolumes(runtime: ContainerRuntime & EngineStorage, relay: RelayContainer, spec: SandboxSpec, content: readonly ContentVolume[]): Promise<void> {
+async function fillVolumes(
+  runtime: ContainerRuntime & EngineStorage,
+  relay: RelayContainer,
+  userFolder: string | undefined,
+  content: readonly ContentVolume[],
+  done = "engine-api:filled",
+): Promise<void> {
   if (content.length === 0) return;
   await settleAll(
     content.map(async (c) => {
-      const at = fillPath(c.slot, spec.userFolder);
+      const at = fillPath(c.slot, userFolder);
       const pack = tar.pack();
       c.fill(pack).then(
         () => pack.finalize(),
@@ -551,7 +639,7 @@ async function fillVolumes(runtime: ContainerRuntime & EngineStorage, relay: Rel
       }
     }),
   );
-  mark("engine-api:filled");
+  mark(done);
 }
 
 /** The attempt container, its relay and volumes, as one prepared sandbox. */

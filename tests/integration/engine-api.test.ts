@@ -1,26 +1,19 @@
+import { spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
-import { Writable } from "node:stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ExportHasher, FILE_MODE } from "../../src/export/export.ts";
 import { buildImage } from "../../src/image/build.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { runBounded } from "../../src/sandbox/bounded.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
-import { AHEAD_ATTEMPT } from "../../src/sandbox/engine-api.ts";
-import { prepareDemo } from "../../src/demo/setup.ts";
-import { loadManifest } from "../../src/manifest/load.ts";
-import { planStudy } from "../../src/plan/plan.ts";
-import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
-import { readLedger } from "../../src/ledger/store.ts";
-import { runStudy } from "../../src/study/run.ts";
-import { DEMO_MANIFEST } from "../../src/util/paths.ts";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { AHEAD_ATTEMPT, EXPORT_ATTEMPT } from "../../src/sandbox/engine-api.ts";
 import { waitFor } from "../support/pipeline.ts";
 import { probeOciRuntime } from "../../src/isolation/oci-runtime.ts";
 import { LABELS, reapOrphans } from "../../src/sandbox/reaper.ts";
@@ -28,12 +21,14 @@ import type { SandboxSpec } from "../../src/sandbox/sandbox.ts";
 import { treeFromFolder } from "../../src/sandbox/tree.ts";
 import { runCli } from "../support/cli.ts";
 import { nodeScriptSpec } from "../support/node-sandbox.ts";
+import { demoPilotOnEngineApi, exportFolder } from "../support/engine-api-study.ts";
 
 /**
  * The engine-api channel on the local engine (the second engine's run is in engine-files.test.ts):
  * what the shared sandbox suite (runtime-docker.test.ts) does not show. The tree copied in is held
  * to the export hash, a relay that writes garbage makes the run's stream refused, the volumes are
- * reaped like containers, and the demo's pilot runs on the channel end to end.
+ * reaped like containers, the demo's pilot runs on the channel end to end, and a run keeps one
+ * read-only volume per export for its attempts.
  */
 
 const runtime = new DockerRuntime();
@@ -62,32 +57,42 @@ function spec(script: string, extra: Partial<SandboxSpec> = {}): SandboxSpec {
   return nodeScriptSpec(image, { [LABELS.run]: run }, script, extra);
 }
 
-/** Everything of this file's run still on the engine. */
-async function leftOnEngine(): Promise<{ containers: number; volumes: number }> {
-  const filter = { label: [`${LABELS.run}=${run}`] };
+/** Everything of a run (this file's unless named) still on the engine. */
+async function leftOnEngine(of = run): Promise<{ containers: number; volumes: number }> {
+  const filter = { label: [`${LABELS.run}=${of}`] };
   const containers = await docker.listContainers({ all: true, filters: filter });
   const volumes = (await docker.listVolumes({ filters: filter })).Volumes ?? [];
   return { containers: containers.length, volumes: volumes.length };
 }
 
-/** A folder of export-like files (mode 444) and the export hash of what it holds. */
-async function exportFolder(files: Record<string, string>): Promise<{ dir: string; hash: string }> {
-  const dir = await mkdtemp(join(work, "export-"));
-  await chmod(dir, 0o755);
-  const hasher = new ExportHasher();
-  for (const [path, content] of Object.entries(files).sort(([a], [b]) => Buffer.compare(Buffer.from(a), Buffer.from(b)))) {
-    await mkdir(join(dir, path, ".."), { recursive: true, mode: 0o755 });
-    await writeFile(join(dir, path), content, { mode: FILE_MODE });
-    hasher.add(path, Buffer.from(content));
-  }
-  return { dir, hash: hasher.digest() };
+/** The engine under a provider, with the command and attempt of every container, and the labels of every volume, it creates kept. */
+function counted(): { runtime: DockerRuntime; created: Array<{ relay: boolean; attempt: string | undefined }>; volumes: Array<Record<string, string>> } {
+  const created: Array<{ relay: boolean; attempt: string | undefined }> = [];
+  const volumes: Array<Record<string, string>> = [];
+  const counting = new Proxy(runtime, {
+    get(target, prop, receiver) {
+      if (prop === "create")
+        return (s: Parameters<DockerRuntime["create"]>[0]) => {
+          created.push({ relay: (s.entrypoint ?? []).some((a) => a.endsWith("stream-relay.cjs")), attempt: s.labels[LABELS.attempt] });
+          return target.create(s);
+        };
+      if (prop === "createVolume")
+        return (name: string, labels: Record<string, string>) => {
+          volumes.push(labels);
+          return target.createVolume(name, labels);
+        };
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      return typeof v === "function" ? v.bind(target) : v;
+    },
+  });
+  return { runtime: counting, created, volumes };
 }
 
 describe("the engine-api channel on the local engine", () => {
   // contract: R241
   it("copies the export in and holds it to the export hash; a tree that does not match is refused before anything runs", async () => {
     const sandbox = new DockerSandbox(runtime, { channel: "engine-api" });
-    const { dir, hash } = await exportFolder({ "a.txt": "alpha\n", "src/b.ts": "export const b = 1;\n" });
+    const { dir, hash } = await exportFolder(work, { "a.txt": "alpha\n", "src/b.ts": "export const b = 1;\n" });
     const lines: string[] = [];
     const script = `const fs = require("node:fs"); process.stdout.write(fs.readFileSync("/workspace/src/b.ts", "utf8") + (fs.statSync("/workspace/a.txt").mode & 0o777).toString(8) + "\\n");`;
     const good = await runBounded(sandbox, spec(script, { workspace: treeFromFolder("/workspace", dir, hash) }), (line) => lines.push(line));
@@ -164,23 +169,6 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
     const s = createServer((c) => c.on("data", (d: Buffer) => c.end(`${tag}:${d}`)));
     await new Promise<void>((resolve) => s.listen(path, resolve));
     return { socket: path, close: () => new Promise<void>((r) => s.close(() => r())) };
-  }
-
-  /** The engine under the provider, with the command of every container it creates kept. */
-  function counted(): { runtime: DockerRuntime; created: Array<{ relay: boolean; attempt: string | undefined }> } {
-    const created: Array<{ relay: boolean; attempt: string | undefined }> = [];
-    const counting = new Proxy(runtime, {
-      get(target, prop, receiver) {
-        if (prop === "create")
-          return (s: Parameters<DockerRuntime["create"]>[0]) => {
-            created.push({ relay: (s.entrypoint ?? []).some((a) => a.endsWith("stream-relay.cjs")), attempt: s.labels[LABELS.attempt] });
-            return target.create(s);
-          };
-        const v = Reflect.get(target, prop, receiver) as unknown;
-        return typeof v === "function" ? v.bind(target) : v;
-      },
-    });
-    return { runtime: counting, created };
   }
 
   // contract: R257, R280
@@ -260,45 +248,8 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
 
   // contract: R258
   it("a study attempt whose relay never listens is recorded invalid-setup and charged, not a fault of the runner", async () => {
-    const demo = await prepareDemo(join(work, "relay-demo"), runtime);
-    const loaded = await loadManifest(DEMO_MANIFEST);
-    const plan = planStudy(loaded.manifest, "pilot").slice(0, 1);
-    const output = join(work, "relay-demo", "ledger.json");
     const sandbox = new DockerSandbox(runtime, { channel: "engine-api", engineApi: { relayCommand: () => [IMAGE_LAYOUT.node, "-e", "setTimeout(() => {}, 3600e3)"], relayReadyMs: 3_000 } });
-    let stderr = "";
-    const code = await runStudy(
-      {
-        loaded,
-        mode: "pilot",
-        plan,
-        fullPlanSize: planStudy(loaded.manifest, "full").length,
-        roots: new Map(Object.entries(demo.roots)),
-        model: "claude-haiku-5-5",
-        capUsd: 1,
-        attemptBudgetUsd: 0.1,
-        output,
-        image: demo.image,
-        expectedCliVersion: "2.1.296",
-        isolation: "offline",
-        credentials: "gateway",
-        sandboxChannel: "engine-api",
-        docBridgeCommand: referenceEngineCommand(),
-        claudeConfigDir: demo.loginDir,
-        quiet: true,
-      },
-      {
-        runtime,
-        sandbox,
-        stdout: () => {},
-        stderr: new Writable({
-          write(chunk, _enc, cb) {
-            stderr += String(chunk);
-            cb();
-          },
-        }),
-      },
-    );
-    const ledger = await readLedger(output);
+    const { code, ledger, stderr } = await demoPilotOnEngineApi(join(work, "relay-demo"), runtime, { attempts: 1, sandbox });
     expect(code, stderr).toBe(1);
     expect(ledger.status).toBe("blocked");
     expect(ledger.statusReason).not.toMatch(/fault of the runner/);
@@ -310,4 +261,124 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
     expect(await runtime.listByLabel({ [LABELS.run]: ledger.runId })).toEqual([]);
     expect(await runtime.listVolumesByLabel({ [LABELS.run]: ledger.runId })).toEqual([]);
   }, 300_000);
+});
+
+/** The export volumes of a run still on the engine. */
+async function exportsOnEngine(of: string): Promise<number> {
+  const volumes = (await docker.listVolumes({ filters: { label: [`${LABELS.run}=${of}`, `${LABELS.attempt}=${EXPORT_ATTEMPT}`] } })).Volumes ?? [];
+  return volumes.length;
+}
+
+/** Reads a file of the workspace, then tries to write one there, as root of the sandbox: prints what it read and the write's error code. */
+const READ_THEN_WRITE = `const fs = require("node:fs");
+  console.log(fs.readFileSync("/workspace/src/b.ts", "utf8").trim());
+  try { fs.writeFileSync("/workspace/src/b.ts", "changed"); console.log("written"); } catch (e) { console.log(e.code); }
+  try { fs.writeFileSync("/workspace/new.txt", "new"); console.log("written"); } catch (e) { console.log(e.code); }`;
+
+describe("the export's volume kept for the run", () => {
+  // contract: R275
+  // contract: R276
+  // contract: R277
+  it("two sandboxes of one export at once and one after make one export volume, read-only in each: a write fails; settle leaves nothing", async () => {
+    const runId = `export-volume-${randomUUID()}`;
+    const { runtime: engine, volumes } = counted();
+    const sandbox = new DockerSandbox(engine, { channel: "engine-api", engineApi: { streamRelay: RELAY, ahead: true, keepExports: true } });
+    const { dir, hash } = await exportFolder(work, { "a.txt": "alpha\n", "src/b.ts": "export const b = 1;\n" });
+    // Root of the sandbox (with no capability) owns the tree's folders: only a read-only mount stops its write.
+    const spec = (attempt: string, extra: Partial<SandboxSpec> = {}): SandboxSpec =>
+      nodeScriptSpec(image, { [LABELS.run]: runId, [LABELS.attempt]: attempt }, READ_THEN_WRITE, { user: "0:0", workspace: treeFromFolder("/workspace", dir, hash), ...extra });
+    const lines: string[][] = [[], [], []];
+    // One with an endpoint (its relay carries it), one without (no relay at all), at once.
+    const [first, second] = await Promise.all([
+      runBounded(sandbox, spec("a1", { endpoints: [{ name: "model-api", socket }] }), (l) => lines[0]!.push(l)),
+      runBounded(sandbox, spec("a2"), (l) => lines[1]!.push(l)),
+    ]);
+    expect([first.exitCode, second.exitCode]).toEqual([0, 0]);
+    const third = await runBounded(sandbox, spec("a3"), (l) => lines[2]!.push(l));
+    expect(third.exitCode).toBe(0);
+    const expected = ["export const b = 1;", "EROFS", "EROFS"];
+    expect(lines).toEqual([expected, expected, expected]);
+    // One export volume made for the three, carrying the run's owner labels; it is kept until the run settles.
+    const exportVolumes = volumes.filter((l) => l[LABELS.attempt] === EXPORT_ATTEMPT);
+    expect(exportVolumes).toEqual([{ [LABELS.run]: runId, [LABELS.attempt]: EXPORT_ATTEMPT }]);
+    expect(await exportsOnEngine(runId)).toBe(1);
+    await sandbox.settle();
+    expect(await leftOnEngine(runId)).toEqual({ containers: 0, volumes: 0 });
+  }, 120_000);
+
+  // contract: R241
+  // contract: R275
+  it("an export whose tree does not match its hash fails every sandbox that claims it, each time: the failed fill is never kept", async () => {
+    const runId = `export-volume-${randomUUID()}`;
+    const { runtime: engine, volumes } = counted();
+    const sandbox = new DockerSandbox(engine, { channel: "engine-api", engineApi: { streamRelay: RELAY, ahead: true, keepExports: true } });
+    const { dir, hash } = await exportFolder(work, { "src/b.ts": "export const b = 1;\n" });
+    const wrong = "0".repeat(64);
+    const spec = (claimed: string, attempt: string): SandboxSpec =>
+      nodeScriptSpec(image, { [LABELS.run]: runId, [LABELS.attempt]: attempt }, `console.log("ran")`, { workspace: treeFromFolder("/workspace", dir, claimed) });
+    const refused = new RegExp(`has hash ${hash}, not the export's ${wrong}`);
+    const ran: string[] = [];
+    // Two at once wait for one fill and fail with it; the next fills again and fails the same way.
+    const together = await Promise.allSettled([runBounded(sandbox, spec(wrong, "w1"), (l) => ran.push(l)), runBounded(sandbox, spec(wrong, "w2"), (l) => ran.push(l))]);
+    for (const r of together) expect(r.status === "rejected" && String(r.reason)).toMatch(refused);
+    await expect(runBounded(sandbox, spec(wrong, "w3"), (l) => ran.push(l))).rejects.toThrow(refused);
+    expect(ran).toEqual([]);
+    expect(await exportsOnEngine(runId)).toBe(0);
+    // The tree under its own hash is filled, checked and runs.
+    const good = await runBounded(sandbox, spec(hash, "g1"), (l) => ran.push(l));
+    expect(good.exitCode).toBe(0);
+    expect(ran).toEqual(["ran"]);
+    expect(volumes.filter((l) => l[LABELS.attempt] === EXPORT_ATTEMPT)).toHaveLength(3);
+    await sandbox.settle();
+    expect(await leftOnEngine(runId)).toEqual({ containers: 0, volumes: 0 });
+  }, 120_000);
+
+  // contract: R275
+  // contract: R277
+  it("a study's two attempts at one pin on the channel share one export volume, and the run leaves nothing on the engine", async () => {
+    const { runtime: engine, volumes } = counted();
+    const { code, ledger, plan, stderr } = await demoPilotOnEngineApi(join(work, "demo"), engine);
+    expect(new Set(plan.map((a) => `${a.repository}@${a.pin}`)).size).toBe(1);
+    expect(code, stderr).toBe(0);
+    expect(ledger.observations.map((o) => o.status)).toEqual(["completed", "completed"]);
+    expect(new Set(ledger.observations.map((o) => o.exportHash)).size).toBe(1);
+    expect(volumes.filter((l) => l[LABELS.attempt] === EXPORT_ATTEMPT && l[LABELS.run] === ledger.runId)).toHaveLength(1);
+    expect(await leftOnEngine(ledger.runId)).toEqual({ containers: 0, volumes: 0 });
+  }, 300_000);
+
+  // contract: R277
+  it("a runner killed while its attempt runs leaves its export volume, and the next run's reaper removes it", async () => {
+    const runId = `export-volume-${randomUUID()}`;
+    const { dir, hash } = await exportFolder(work, { "src/b.ts": "export const b = 1;\n" });
+    const child = spawn(process.execPath, ["--import", "tsx", join(PROJECT_ROOT, "tests", "support", "kept-export-child.ts"), image, runId, dir, hash], {
+      cwd: PROJECT_ROOT,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString("utf8")));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString("utf8")));
+    const exited = new Promise<void>((resolve) => child.on("close", () => resolve()));
+    try {
+      await waitFor(
+        "the child's attempt running",
+        async () => {
+          if (child.exitCode !== null) throw new Error(`the child ended (exit ${child.exitCode}): ${out}`);
+          return out.includes("running") ? true : undefined;
+        },
+        60_000,
+      );
+      const kept = await runtime.listVolumesByLabel({ [LABELS.pid]: String(child.pid), [LABELS.attempt]: EXPORT_ATTEMPT });
+      expect(kept.map((v) => v.labels[LABELS.run])).toEqual([runId]);
+      child.kill("SIGKILL");
+      await exited;
+      // Nothing was cleaned up by the killed runner: its export volume is still there, in use by its attempt.
+      expect(await exportsOnEngine(runId)).toBe(1);
+      const reaped = await reapOrphans(runtime);
+      expect(reaped.removed).toContain(kept[0]!.name);
+      expect(await leftOnEngine(runId)).toEqual({ containers: 0, volumes: 0 });
+    } finally {
+      child.kill("SIGKILL");
+      await exited;
+    }
+  }, 120_000);
 });
