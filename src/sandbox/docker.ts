@@ -228,7 +228,14 @@ export class DockerRuntime implements ContainerRuntime, EngineStorage {
         AttachStderr: true,
         ...(spec.networkDisabled === true ? { NetworkDisabled: true } : {}),
         HostConfig: {
-          Mounts: binds.map((m) => ({ Type: m.volume ? ("volume" as const) : ("bind" as const), Source: m.source, Target: m.target, ReadOnly: m.readOnly })),
+          Mounts: binds.map((m) => ({
+            Type: m.volume ? ("volume" as const) : ("bind" as const),
+            Source: m.source,
+            Target: m.target,
+            ReadOnly: m.readOnly,
+            // The engine takes the options it is given; dockerode's type asks for all of them.
+            ...(m.volume && m.noCopy ? { VolumeOptions: { NoCopy: true } as Docker.MountSettings["VolumeOptions"] } : {}),
+          })),
           Tmpfs: spec.tmpfs,
           ReadonlyRootfs: spec.readOnlyRootfs,
           NetworkMode: spec.networkMode,

@@ -417,11 +417,12 @@ export class EngineApiChannel {
     try {
       const endpointMounts: Mount[] = spec.endpoints.map((e, i) => ({ source: relay.endpointVolumes[i]!, volume: true, target: endpointDir(base, e.socket), readOnly: true }));
       const carriedMounts = carried.map((c) => ({ source: relay.volumes[c.slot]!, volume: true, target: c.target, readOnly: c.readOnly }));
-      const [id, mux] = await settleAll<[string, StreamMux | undefined]>([
-        // The attempt container after the fill, as the fill finds the volumes as the relay left them.
-        Promise.all([exportVolume, fillVolumes(this.runtime, relay, spec.userFolder, carried)]).then(([volume]) =>
-          made.container({ ...rest, mounts: [...exportMounts(volume), ...carriedMounts, ...endpointMounts] }),
-        ),
+      const [id, , mux] = await settleAll<[string, void, StreamMux | undefined]>([
+        // The attempt container beside the fill: it mounts the relay's volumes with `noCopy`, so its
+        // create neither waits for their content nor gives an empty one the image folder's owner
+        // (the worktree's is the one the relay's create gave it, contract R245).
+        exportVolume.then((volume) => made.container({ ...rest, mounts: [...exportMounts(volume), ...carriedMounts, ...endpointMounts].map((m) => ({ ...m, noCopy: true })) })),
+        fillVolumes(this.runtime, relay, spec.userFolder, carried),
         sockets.length > 0 ? this.listen(relay, spec, sockets) : Promise.resolve(undefined),
       ]);
       mark("engine-api:ready");

@@ -11,6 +11,12 @@ export interface Mount {
   source: string;
   /** `source` names a volume of the engine (the engine-api channel's per-attempt storage), not a host path. */
   volume?: boolean;
+  /**
+   * A volume only: the engine copies nothing of the image's folder at `target` into the volume
+   * when it is empty (Docker's `nocopy`), so a container that mounts it can be created before the
+   * volume is filled without giving it the image folder's content or owner.
+   */
+  noCopy?: boolean;
   /** Absolute path inside the container. */
   target: string;
   readOnly: boolean;

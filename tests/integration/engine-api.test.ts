@@ -5,6 +5,7 @@ import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
+import tar from "tar-stream";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImage } from "../../src/image/build.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
@@ -380,5 +381,56 @@ describe("the export's volume kept for the run", () => {
       child.kill("SIGKILL");
       await exited;
     }
+  }, 120_000);
+});
+
+describe("a volume mounted with nocopy, as the attempt container mounts them", () => {
+  /** The names in a volume, read through a container that mounts it where the image has nothing. */
+  async function namesIn(volume: string, labels: Record<string, string>): Promise<string[]> {
+    const reader = await runtime.create({ ...neverStarted(labels), mounts: [{ source: volume, volume: true, target: "/study-runner-read", readOnly: true }] });
+    try {
+      const names: string[] = [];
+      const extract = tar.extract();
+      await new Promise<void>((resolve, reject) => {
+        extract.on("entry", (header, stream, next) => {
+          names.push(header.name);
+          stream.resume();
+          stream.on("end", next);
+        });
+        extract.on("finish", resolve);
+        extract.on("error", reject);
+        void runtime.getArchive(reader, "/study-runner-read").then((a) => a.pipe(extract as unknown as NodeJS.WritableStream), reject);
+      });
+      return names.filter((n) => n !== "study-runner-read/");
+    } finally {
+      await runtime.remove(reader);
+    }
+  }
+
+  /** A container spec of the image that is only created, never started. */
+  function neverStarted(labels: Record<string, string>) {
+    return { image, cmd: ["/never-started"], env: {}, mounts: [], tmpfs: {}, readOnlyRootfs: true, networkMode: "none" as const, capDrop: ["ALL"], securityOpt: [], labels };
+  }
+
+  it("takes nothing of the image folder it is mounted on when its container is created before it is filled; without nocopy it does", async () => {
+    const runId = `nocopy-${randomUUID()}`;
+    const labels = { [LABELS.run]: runId };
+    const made: string[] = [];
+    try {
+      for (const noCopy of [true, false]) {
+        const volume = `study-runner-test-${randomUUID().slice(0, 8)}`;
+        await runtime.createVolume(volume, labels);
+        made.push(volume);
+        // Mounted on the image's folder of helpers, which holds files.
+        const id = await runtime.create({ ...neverStarted(labels), mounts: [{ source: volume, volume: true, target: IMAGE_LAYOUT.helpers, readOnly: true, noCopy }] });
+        await runtime.remove(id);
+        const names = await namesIn(volume, labels);
+        if (noCopy) expect(names).toEqual([]);
+        else expect(names.some((n) => n.endsWith("stream-relay.cjs"))).toBe(true);
+      }
+    } finally {
+      for (const v of made) await runtime.removeVolume(v);
+    }
+    expect(await leftOnEngine(runId)).toEqual({ containers: 0, volumes: 0 });
   }, 120_000);
 });
