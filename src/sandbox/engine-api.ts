@@ -367,10 +367,11 @@ export class EngineApiChannel {
   ) {}
 
   /**
-   * Prepares one sandbox. The relay is taken (made ahead) or made; then the content is copied into
-   * its volumes and the attempt container created while the relay is told the endpoints and
-   * starts to listen, as neither needs the other's result (the attempt container only mounts the
-   * relay's volumes; it starts once the relay listens).
+   * Prepares one sandbox. The export's volume is filled (or found kept) while the relay is taken
+   * (made ahead) or made; then the content is copied into the relay's volumes, the attempt
+   * container created once the export's volume is there, and the relay told the endpoints and
+   * started listening, all at once, as none needs another's result (the attempt container only
+   * mounts the volumes, with `noCopy`; it starts once the relay listens).
    */
   async prepare(spec: SandboxSpec, base: ContainerSpec): Promise<PreparedSandbox> {
     mark("engine-api:begin");
