@@ -172,8 +172,16 @@ describe("attempts in flight on the in-memory runtime", () => {
   });
 
   it("a 529 in an attempt's transcript slows new starts and is recorded in the ledger; the runner does not retry", async () => {
+    // The first attempt meets the 529 once the second runs beside it: on a loaded machine the
+    // 529 could otherwise be read before the second started, which then rightly waits for it.
+    let secondStarted!: () => void;
+    const bothRunning = new Promise<void>((resolve) => (secondStarted = resolve));
     const { runtime, seen } = runtimeWith(async (n, proc) => {
-      if (n === 0) proc.stdout.write(JSON.stringify({ type: "system", subtype: "api_retry", attempt: 1, max_retries: 10, retry_delay_ms: 500, error_status: 529, error: "overloaded_error" }) + "\n");
+      if (n === 1) secondStarted();
+      if (n === 0) {
+        await bothRunning;
+        proc.stdout.write(JSON.stringify({ type: "system", subtype: "api_retry", attempt: 1, max_retries: 10, retry_delay_ms: 500, error_status: 529, error: "overloaded_error" }) + "\n");
+      }
       await sleep(40);
       return answer(proc);
     });
