@@ -17,9 +17,9 @@ export default defineConfig({
       // No engine in reach: a host test that starts needing Docker fails here instead of passing by chance.
       { extends: true, test: { name: "host", include: ["tests/host/**/*.test.ts"], env: { DOCKER_HOST: "unix:///nonexistent/host-tier-has-no-docker-engine.sock" } } },
       // One demo per run, shared by the tests that only read a demo's outputs (tests/support/shared-demo.ts);
-      // the compiled runner of read-only CLI starts built before the tests (tests/support/compiled-cli.ts).
+      // the compiled runner that these two tiers' CLI starts use, built before the tests (tests/support/compiled-cli.ts).
       { extends: true, test: { name: "integration", include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts", "./tests/support/compiled-cli-setup.ts"] } },
-      { extends: true, test: { name: "conformance", include: ["tests/conformance/**/*.test.ts"] } },
+      { extends: true, test: { name: "conformance", include: ["tests/conformance/**/*.test.ts"], globalSetup: ["./tests/support/compiled-cli-setup.ts"] } },
     ],
   },
 });

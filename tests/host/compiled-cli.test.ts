@@ -1,14 +1,14 @@
 /**
- * The compiled runner some tests start instead of the launcher (tests/support/compiled-cli.ts) must
- * be the same program: what it prints for the read-only commands they use it for is what a person's
- * `node bin/study-runner.mjs` prints.
+ * The compiled runner the integration and conformance tiers start instead of the launcher
+ * (tests/support/compiled-cli.ts) must be the same program: what it prints for the read-only
+ * commands is what a person's `node bin/study-runner.mjs` prints.
  */
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { runCli, runCompiledCli } from "../support/cli.ts";
+import { runCompiledCli, runLauncher } from "../support/cli.ts";
 import { BUILD_PREFIX, compiledCli } from "../support/compiled-cli.ts";
 import { completedObservation, sampleLedger } from "../support/ledger-sample.ts";
 
@@ -36,7 +36,7 @@ describe("the tests' compiled runner", () => {
 
   it("prints what the launcher prints for ledger check, ledger verify and report, with the same exit codes", async () => {
     for (const args of [["ledger", "check", ledger, "--json"], ["ledger", "verify", ledger], ["report", "--ledger", ledger, "--format", "json"], ["--version"]]) {
-      const [launcher, compiled] = await Promise.all([runCli(args), runCompiledCli(args)]);
+      const [launcher, compiled] = await Promise.all([runLauncher(args), runCompiledCli(args)]);
       expect(compiled, args.join(" ")).toEqual(launcher);
     }
     // Not two empty answers: the check read the ledger.

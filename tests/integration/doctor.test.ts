@@ -7,7 +7,7 @@ import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
-import { runCli, type CliResult } from "../support/cli.ts";
+import { runCli, runLauncher, type CliResult } from "../support/cli.ts";
 import { createServer } from "node:net";
 import { startScriptedApi } from "../../src/stand-ins/scripted-api/server.ts";
 import { makeTestCa } from "../support/test-ca.ts";
@@ -42,9 +42,9 @@ beforeAll(async () => {
 afterAll(() => rm(work, { recursive: true, force: true }));
 
 /** A HOME without a login and a cache without a binary: a fresh host as far as the doctor can tell. */
-function doctor(args: string[], env: Record<string, string | undefined> = {}): Promise<CliResult> {
+function doctor(args: string[], env: Record<string, string | undefined> = {}, start: typeof runCli = runCli): Promise<CliResult> {
   // The demo's indexes were built into this process's index folder, not into the test HOME's.
-  return runCli(["doctor", ...args], { env: { HOME: home, STUDY_RUNNER_CACHE: emptyCache, STUDY_RUNNER_DOC_INDEX: defaultIndexRoot(), ...env }, cwd: work });
+  return start(["doctor", ...args], { env: { HOME: home, STUDY_RUNNER_CACHE: emptyCache, STUDY_RUNNER_DOC_INDEX: defaultIndexRoot(), ...env }, cwd: work });
 }
 
 /** name -> the whole line, from the doctor's plain output. */
@@ -252,7 +252,8 @@ describe("study-runner doctor: each checkout and the doc-bridge index", () => {
     const fresh = join(work, "fresh");
     await execFileP("git", ["clone", "--quiet", demo.roots.ledgerlite!, fresh]);
     const indexEnv = { ...STUDY_ENV, STUDY_RUNNER_DOC_INDEX: join(work, "fresh-index") };
-    const r = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), indexEnv);
+    // The launcher: the fix names the command of a person's clone (the sources through tsx).
+    const r = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), indexEnv, runLauncher);
     expect(r.code).toBe(2);
     const l = lines(r.stdout);
     expect(l.get("root:ledgerlite")).toMatch(/^ok\s/);
@@ -263,7 +264,7 @@ describe("study-runner doctor: each checkout and the doc-bridge index", () => {
     // The command the fix names really builds it: then the check passes.
     const fix = /build the index at the pin with (.*) \(run in the checkout;/.exec(l.get("doc-bridge")!)![1]!;
     await execFileP("sh", ["-c", fix], { cwd: fresh, env: { PATH: process.env.PATH ?? "", STUDY_RUNNER_DOC_INDEX: indexEnv.STUDY_RUNNER_DOC_INDEX } });
-    const again = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), indexEnv);
+    const again = await doctor(passingFlags({ roots: [`ledgerlite=${fresh}`] }), indexEnv, runLauncher);
     expect(lines(again.stdout).get("doc-bridge")).toMatch(/^ok\s/);
     expect(again.code).toBe(0);
   });

@@ -10,7 +10,7 @@ import { join, relative, sep } from "node:path";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { computeRunnerHash } from "../../src/ledger/runner-hash.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { runCli } from "../support/cli.ts";
+import { runLauncher } from "../support/cli.ts";
 import { cleanEnv, packAndInstall, run, type InstalledPackage } from "../support/package.ts";
 
 let work: string;
@@ -47,7 +47,7 @@ describe("the installed package", () => {
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^Usage: study-runner \[options\] \[command\]/);
     expect(help.stdout).toMatch(/^ {2}-V, --version +print the runner's version and the Claude\s+Code version it pins$/m);
-    expect(help.stdout).toBe((await runCli(["--help"])).stdout);
+    expect(help.stdout).toBe((await runLauncher(["--help"])).stdout);
   });
 
   // contract: R163

@@ -194,7 +194,8 @@ describe("preflight refusals: exit 2, nothing charged, no ledger", () => {
     const stalePin = "0123456789abcdef0123456789abcdef01234567";
     expect(index.pin).not.toBe(stalePin);
     await writeIndexFile(own, JSON.stringify({ ...index, pin: stalePin }));
-    const r = await runPipeline(p, { env: { STUDY_RUNNER_DOC_INDEX: own.root } });
+    // The launcher: its reference server is the sources', whose engine revision files the index above.
+    const r = await runPipeline(p, { env: { STUDY_RUNNER_DOC_INDEX: own.root }, launcher: true });
     await expectRefused(r, new RegExp(`doc-bridge preflight refused for checkout ledgerlite .*(stale|not fresh).*${stalePin}`));
   }, 120_000);
 

@@ -9,6 +9,8 @@ import { loadManifest } from "../../src/manifest/load.ts";
 import { buildPrompt, cliArguments, EMPTY_MCP_CONFIG } from "../../src/claude/args.ts";
 import { containerMcpConfig } from "../../src/mcp/bridge.ts";
 import { engineBundle } from "../../src/mcp/bundle-hash.ts";
+import { computeRunnerHash } from "../../src/ledger/runner-hash.ts";
+import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import {
   containersOfRun,
@@ -37,7 +39,9 @@ afterAll(() => p?.cleanup());
 
 describe("study-runner --pilot --transport cli, end to end", () => {
   it("runs both attempts in containers and prints one summary; the ledger is private and complete", async () => {
-    const r = await runPipeline(p);
+    // Through the launcher a person runs in a clone (the suite's other runs start the compiled
+    // build): the whole run works from the sources, and its engine is the clone's bundle.
+    const r = await runPipeline(p, { launcher: true });
     expect(r.code, r.stderr).toBe(0);
     const summary = summaryOf(r.stdout);
     expect(summary).toMatchObject({
@@ -71,6 +75,7 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(ledger.status).toBe("awaiting-adjudication");
     // The fake image answered, not a model: the ledger says so, so it cannot pass for evidence.
     expect(ledger.modelApi).toBe("test");
+    expect(ledger.runnerHash).toBe(await computeRunnerHash(PROJECT_ROOT));
     expect(ledger.spendLabel).toEqual(summary.spendLabel);
     // Provenance: the engine build that served the treatment, and each checkout's engine revision.
     const bundle = await engineBundle(referenceEngineCommand(), p.demo.roots.ledgerlite!);
@@ -100,6 +105,9 @@ describe("study-runner --pilot --transport cli, end to end", () => {
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toBe("");
     expect(summaryOf(r.stdout).status).toBe("awaiting-adjudication");
+    // Started from the tier's compiled build (tests/support/compiled-cli.ts), the ledger names the
+    // clone's runner: the hash of its sources, docker/ and pins, as a run from the launcher records.
+    expect((await ledgerOf(r.run)).runnerHash).toBe(await computeRunnerHash(PROJECT_ROOT));
   }, 120_000);
 
   it("keeps the answer, the API key and the login token out of everything a user or the container sees", async () => {

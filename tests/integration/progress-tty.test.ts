@@ -2,10 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { spawn } from "node:child_process";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { prepareDemo, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { runnerEntry } from "../support/cli.ts";
 
 /**
  * The live progress line needs a real terminal: `script` (util-linux) runs the shipped CLI on
@@ -17,6 +18,9 @@ let work: string;
 let demo: DemoSetup;
 let behaviour: string;
 
+/** The runner script this tier starts (tests/support/cli.ts). */
+let entry: string;
+
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-tty-"));
   demo = await prepareDemo(join(work, "demo"), new DockerRuntime());
@@ -24,6 +28,7 @@ beforeAll(async () => {
   behaviour = join(work, "behaviour.json");
   await writeFile(behaviour, JSON.stringify({ default: { kind: "ok", delayMs: 2500 } }));
   await mkdir(join(work, "ledgers"));
+  entry = await runnerEntry();
 });
 afterAll(() => rm(work, { recursive: true, force: true }));
 
@@ -32,7 +37,7 @@ const quote = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 function runOnTerminal(extra: string[], ledger: string): Promise<{ code: number | null; output: string }> {
   const argv = [
     process.execPath,
-    resolve(PROJECT_ROOT, "bin", "study-runner.mjs"),
+    entry,
     "--pilot",
     "--approve-budget",
     "--transport",

@@ -2,11 +2,11 @@ import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { mkdir, mkdtemp, readdir, rm, stat, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { syntheticLedger, syntheticRecord } from "../support/adjudication-fixtures.ts";
-import { runCli, type CliResult } from "../support/cli.ts";
+import { runCli, runnerEntry, type CliResult } from "../support/cli.ts";
 
 // `report --out-dir` writes its three files or none. The failure is a real one: the shell's file
 // size limit (RLIMIT_FSIZE, `ulimit -f`, in 512-byte blocks) set between the sizes of report.md
@@ -27,10 +27,11 @@ beforeAll(async () => {
 });
 afterAll(() => rm(work, { recursive: true, force: true }));
 
-/** The CLI under `ulimit -f blocks`, with the environment runCli gives it. */
-function runLimited(blocks: number, args: string[]): Promise<CliResult> {
+/** The CLI under `ulimit -f blocks`, started as runCli starts it, with the environment runCli gives it. */
+async function runLimited(blocks: number, args: string[]): Promise<CliResult> {
+  const entry = await runnerEntry();
   return new Promise((done, reject) => {
-    const child = spawn("sh", ["-c", 'ulimit -f "$0" && exec "$@"', String(blocks), process.execPath, resolve(PROJECT_ROOT, "bin", "study-runner.mjs"), ...args], {
+    const child = spawn("sh", ["-c", 'ulimit -f "$0" && exec "$@"', String(blocks), process.execPath, entry, ...args], {
       cwd: PROJECT_ROOT,
       env: { PATH: process.env.PATH, HOME: process.env.HOME, TMPDIR: process.env.TMPDIR },
       stdio: ["ignore", "pipe", "pipe"],

@@ -20,10 +20,9 @@ import type { SessionLedger } from "../../src/session/schema.ts";
 import { checkAnyLedger } from "../../src/session/check.ts";
 import { FIXED_DISCOUNT, FIXED_INVOICE, makeSessionDemo, ROUNDING_QUESTION, type SessionDemo } from "../../src/demo/sessions.ts";
 import { writeTestLogin } from "../../src/demo/setup.ts";
-import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { PLACEHOLDER_EXPIRES_AT } from "../../src/gateway/credential.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
-import { runCli, runCompiledCli } from "../support/cli.ts";
+import { runCli, runCompiledCli, runnerEntry } from "../support/cli.ts";
 import { sessionTestConfig } from "../support/session-config.ts";
 import { activeProfile } from "../../src/profile/load.ts";
 
@@ -402,11 +401,9 @@ describe("a runner killed between a question and its resume", () => {
     await answerSession(ledgerPath, "invoice-rounding", "two decimals");
     // Hold the login so the resume waits before it reserves anything, then SIGKILL it there.
     const lock = await acquireLoginLock(resolveLogin({ configDir: loginDir }), { timeoutMs: 5_000 });
-    const child = spawn(
-      process.execPath,
-      [join(PROJECT_ROOT, "bin", "study-runner.mjs"), "resume", ledgerPath, "--claude-config-dir", loginDir, "--isolation", "offline", "--fake-behaviour", b, "--quiet"],
-      { stdio: "ignore" },
-    );
+    const child = spawn(process.execPath, [await runnerEntry(), "resume", ledgerPath, "--claude-config-dir", loginDir, "--isolation", "offline", "--fake-behaviour", b, "--quiet"], {
+      stdio: "ignore",
+    });
     await new Promise((r) => setTimeout(r, 4_000));
     child.kill("SIGKILL");
     await new Promise((r) => child.once("exit", r));

@@ -1,7 +1,18 @@
 import { spawn } from "node:child_process";
 import { resolve } from "node:path";
+import { inject } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { compiledCli } from "./compiled-cli.ts";
+import { compiledCli, compiledRunner } from "./compiled-cli.ts";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    /** Set by tests/support/compiled-cli-setup.ts: this tier's runner starts use the compiled build. */
+    compiledRunner: boolean;
+  }
+}
+
+/** The launcher a person runs in a clone: the sources through tsx. */
+export const LAUNCHER = resolve(PROJECT_ROOT, "bin", "study-runner.mjs");
 
 export interface CliResult {
   code: number | null;
@@ -17,21 +28,32 @@ export interface CliOptions {
   onSpawn?: (pid: number) => void;
 }
 
-/** Runs the shipped `study-runner` launcher as a user would, with a controlled environment. */
-export function runCli(args: string[], opts: CliOptions = {}): Promise<CliResult> {
-  return startCli(resolve(PROJECT_ROOT, "bin", "study-runner.mjs"), args, opts);
-}
-
 /**
- * The same command compiled (tests/support/compiled-cli.ts), for the commands that only read files
- * (`ledger verify`, `ledger check`, `report`) which a test starts many times: the same sources at
- * half the CPU of a start through tsx. Runs, demos, sessions and adjudications use `runCli`.
+ * The script this tier's runner starts run: the compiled build of today's sources in the tiers
+ * whose globalSetup builds it (integration, conformance: tests/support/compiled-cli.ts), the
+ * launcher elsewhere (the host tier).
  */
-export async function runCompiledCli(args: string[], opts: CliOptions = {}): Promise<CliResult> {
-  return startCli(await compiledCli(), args, opts);
+export async function runnerEntry(): Promise<string> {
+  return inject("compiledRunner") ? compiledRunner() : LAUNCHER;
 }
 
-function startCli(entry: string, args: string[], opts: CliOptions): Promise<CliResult> {
+/** Runs the `study-runner` command with a controlled environment, started as `runnerEntry` says. */
+export async function runCli(args: string[], opts: CliOptions = {}): Promise<CliResult> {
+  return runEntry(await runnerEntry(), args, opts);
+}
+
+/** Runs bin/study-runner.mjs, the launcher a person runs in a clone, in every tier: for the tests about the launcher. */
+export function runLauncher(args: string[], opts: CliOptions = {}): Promise<CliResult> {
+  return runEntry(LAUNCHER, args, opts);
+}
+
+/** The compiled command in every tier (tests/support/compiled-cli.ts), also where `runCli` starts the launcher. */
+export async function runCompiledCli(args: string[], opts: CliOptions = {}): Promise<CliResult> {
+  return runEntry(await compiledCli(), args, opts);
+}
+
+/** `node entry ...args` with runCli's environment: only PATH, HOME, DOCKER_HOST, TMPDIR of this process, then `opts.env`. */
+export function runEntry(entry: string, args: string[], opts: CliOptions): Promise<CliResult> {
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DOCKER_HOST: process.env.DOCKER_HOST, TMPDIR: process.env.TMPDIR };
   for (const [k, v] of Object.entries(opts.env ?? {})) {
     if (v === undefined) delete env[k];

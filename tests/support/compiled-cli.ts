@@ -1,34 +1,46 @@
 /**
- * The runner compiled once per state of its sources, for tests that start a command which only
- * reads files (`ledger verify`, `ledger check`, `report`) many times. The clone's launcher
- * (bin/study-runner.mjs) runs the sources through tsx, which costs about twice the CPU of the
- * compiled code at every start (docs/performance.md, "The test suite"); a test file that verifies
- * a ledger sixty times pays that sixty times. Every run, demo, session and adjudication of the suite
- * still starts from the launcher a person runs (`runCli`), and tests/integration/package.test.ts
- * runs the installed package's compiled command.
+ * The runner compiled once per state of its sources, which the integration and conformance tiers
+ * start instead of the launcher. The clone's launcher (bin/study-runner.mjs) runs the sources
+ * through tsx, which costs about twice the CPU of the compiled code at every start
+ * (docs/performance.md, "The test suite"), and those tiers start the runner some hundreds of times
+ * (runs, demos, sessions, adjudications, `ledger verify`). Their globalSetup
+ * (tests/support/compiled-cli-setup.ts) builds it and tells `runCli` and the pipeline helpers
+ * (tests/support/cli.ts, pipeline.ts) to start it; the host tier starts the launcher. The launcher
+ * stays covered: `runLauncher` and `{ launcher: true }` start it where a test is about what a person
+ * running a clone gets (a whole pilot in pipeline-pilot.test.ts, `--help` against the package's,
+ * the doctor's index command, the doc-bridge index of the sources' engine), and
+ * tests/integration/package.test.ts runs the installed package's compiled command.
  *
  * The build is the package's (`npm pack`'s prepack: tsconfig.build.json, relative `.ts` imports
  * rewritten to `.js`), type checks left to `tsc --noEmit`, into `<root>/.test-dist-<key>/`: one
  * level under the project root like dist/, so every path the code resolves from its own location
  * (the project root, the demo manifest, docker/, the lock file and the sources the runner hash
- * covers) is the clone's. It is not dist/ itself, which the package test's `npm pack` deletes and
- * rebuilds while other files run. The key hashes every source, the tsconfigs and the compiler's
- * version, so an edited source gets a new build before its next test; the first file that asks
- * builds it under a lock, the others wait and find it made.
+ * covers, so a ledger records the clone's `runnerHash`) is the clone's. It is not dist/ itself,
+ * which the package test's `npm pack` deletes and rebuilds while other files run. The key hashes
+ * every source, the tsconfigs and the compiler's version, so an edited source gets a new build
+ * before its next test; the first file that asks builds it under a lock, the others wait and find
+ * it made. What differs is what the installed package differs in: the doc-bridge reference engine
+ * is the compiled server (its bundle hash and engine revision are the build's, not the clone's
+ * esbuild bundle's), so `compiledRunner` also files the demo corpus's indexes for it.
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync } from "node:fs";
-import { readdir, readFile, rename, rm, stat } from "node:fs/promises";
+import { mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "node:fs/promises";
 import { createRequire } from "node:module";
-import { join } from "node:path";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
 import { lock } from "proper-lockfile";
-import { PROJECT_ROOT } from "../../src/util/paths.ts";
+import { makeDemoCorpus } from "../../src/demo/corpus.ts";
+import { defaultIndexRoot } from "../../src/mcp/index-store.ts";
+import { DEMO_MANIFEST, PROJECT_ROOT } from "../../src/util/paths.ts";
 
 /** Build folders are named `<prefix><key>`, directly in the project root (.gitignore). */
 export const BUILD_PREFIX = ".test-dist-";
 /** A build of older sources is removed when a newer one is made and it was not used for this long. */
 const STALE_BUILD_MS = 60 * 60_000;
+/** A process waits for another's build (or indexes) for up to about five minutes. */
+const LOCK_RETRIES = { retries: 600, minTimeout: 200, maxTimeout: 500 };
 
 async function sourceKey(): Promise<string> {
   const hash = createHash("sha256");
@@ -40,16 +52,21 @@ async function sourceKey(): Promise<string> {
   return hash.digest("hex").slice(0, 16);
 }
 
-function tscBuild(outDir: string): Promise<void> {
-  const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+/** `node ...args`; resolves with what it printed, rejects naming `what` when it fails. */
+function node(what: string, args: string[], opts: { cwd: string; env?: NodeJS.ProcessEnv }): Promise<string> {
   return new Promise((resolvePromise, reject) => {
-    const child = spawn(process.execPath, [tsc, "-p", join(PROJECT_ROOT, "tsconfig.build.json"), "--noCheck", "--outDir", outDir], { cwd: PROJECT_ROOT, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, args, { cwd: opts.cwd, env: opts.env, stdio: ["ignore", "pipe", "pipe"] });
     let out = "";
     child.stdout.on("data", (d: Buffer) => (out += d.toString("utf8")));
     child.stderr.on("data", (d: Buffer) => (out += d.toString("utf8")));
     child.on("error", reject);
-    child.on("close", (code) => (code === 0 ? resolvePromise() : reject(new Error(`tsc -p tsconfig.build.json --outDir ${outDir} exited ${code}: ${out.slice(-3000)}`))));
+    child.on("close", (code) => (code === 0 ? resolvePromise(out) : reject(new Error(`${what} exited ${code}: ${out.slice(-3000)}`))));
   });
+}
+
+async function tscBuild(outDir: string): Promise<void> {
+  const tsc = createRequire(import.meta.url).resolve("typescript/bin/tsc");
+  await node(`tsc -p tsconfig.build.json --outDir ${outDir}`, [tsc, "-p", join(PROJECT_ROOT, "tsconfig.build.json"), "--noCheck", "--outDir", outDir], { cwd: PROJECT_ROOT });
 }
 
 /** Older builds nobody used for an hour. */
@@ -71,7 +88,7 @@ export function compiledCli(): Promise<string> {
     const dir = join(PROJECT_ROOT, name);
     const bin = join(dir, "cli", "bin.js");
     if (existsSync(bin)) return bin;
-    const release = await lock(PROJECT_ROOT, { lockfilePath: `${dir}.lock`, realpath: false, stale: 60_000, retries: { retries: 600, minTimeout: 200, maxTimeout: 500 } });
+    const release = await lock(PROJECT_ROOT, { lockfilePath: `${dir}.lock`, realpath: false, stale: 60_000, retries: LOCK_RETRIES });
     try {
       if (existsSync(bin)) return bin;
       // Built beside and renamed into place: a reader never finds half a build.
@@ -86,4 +103,61 @@ export function compiledCli(): Promise<string> {
     }
   })();
   return built;
+}
+
+/**
+ * The doc-bridge indexes of the demo corpus as the build's reference server names them. An index
+ * is filed under the engine revision, the hash of the server's own file (src/mcp/reference-server.ts),
+ * so the compiled server looks for other files than the ones a test's `prepareDemo` (the sources,
+ * in this process) writes. The demo corpus is the same commits wherever it is made, and indexes
+ * are filed by repository and pin, not by folder: built once into this process's index folder
+ * (where the runner finds the test's own), with the export's exclusions (`index --manifest
+ * --repository`, as `demo` builds them), they serve every demo checkout a test makes. The files are
+ * listed beside the build and made again when one is missing.
+ */
+async function compiledDemoIndexes(buildDir: string): Promise<void> {
+  const indexRoot = defaultIndexRoot();
+  const record = join(buildDir, `demo-indexes-${createHash("sha256").update(indexRoot).digest("hex").slice(0, 16)}.json`);
+  const made = async () => {
+    const files = await readFile(record, "utf8").then(
+      (t) => JSON.parse(t) as string[],
+      () => undefined,
+    );
+    return files?.every((f) => existsSync(f)) === true;
+  };
+  if (await made()) return;
+  const release = await lock(buildDir, { lockfilePath: `${record}.lock`, realpath: false, stale: 60_000, retries: LOCK_RETRIES });
+  const work = await mkdtemp(join(tmpdir(), "sr-compiled-indexes-"));
+  try {
+    if (await made()) return;
+    const server = join(buildDir, "mcp", "reference-server.js");
+    const files: string[] = [];
+    for (const [name, { dir }] of Object.entries(await makeDemoCorpus(join(work, "corpus")))) {
+      const env = { PATH: process.env.PATH, HOME: process.env.HOME, STUDY_RUNNER_DOC_INDEX: indexRoot };
+      const out = await node(`${server} index --repository ${name}`, [server, "index", "--manifest", DEMO_MANIFEST, "--repository", name], { cwd: dir, env });
+      const file = / into (\S+)\n?$/.exec(out)?.[1];
+      if (file === undefined) throw new Error(`${server} index --repository ${name} named no index file: ${out.slice(-1000)}`);
+      files.push(file);
+    }
+    await writeFile(`${record}.tmp`, JSON.stringify(files));
+    await rename(`${record}.tmp`, record);
+  } finally {
+    await rm(work, { recursive: true, force: true });
+    await release();
+  }
+}
+
+let runner: Promise<string> | undefined;
+
+/**
+ * The compiled command ready to run the demo corpus: `compiledCli()` and the demo's doc-bridge
+ * indexes for its reference server. What `runCli` starts in the integration and conformance tiers.
+ */
+export function compiledRunner(): Promise<string> {
+  runner ??= (async () => {
+    const bin = await compiledCli();
+    await compiledDemoIndexes(dirname(dirname(bin)));
+    return bin;
+  })();
+  return runner;
 }

@@ -1,6 +1,8 @@
 /**
- * End-to-end runs of the shipped `study-runner` command against the real Docker engine, with the
- * demo corpus, its doc-bridge indexes, the fake claude image and a test login (src/demo/setup.ts).
+ * End-to-end runs of the `study-runner` command against the real Docker engine, with the demo
+ * corpus, its doc-bridge indexes, the fake claude image and a test login (src/demo/setup.ts). The
+ * command is started as runCli starts it: the compiled build of today's sources in the integration
+ * and conformance tiers, the launcher when a run asks (`launcher`; tests/support/cli.ts).
  * Each run gets its own folder: the ledger path, the fake's behaviour file and records, and the
  * runner's TMPDIR (so its export folders and attempt HOMEs can be looked at after it ended).
  */
@@ -10,7 +12,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import Docker from "dockerode";
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, symlink, writeFile } from "node:fs/promises";
 import { tmpdir, userInfo } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
@@ -19,7 +21,7 @@ import { LABELS } from "../../src/sandbox/reaper.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { runCli, type CliResult } from "./cli.ts";
+import { LAUNCHER, runEntry, runnerEntry, type CliResult } from "./cli.ts";
 import type { FakeBehaviour, FakeBehaviourFile, FakeRecord } from "./fake-claude.ts";
 
 export const MODEL = "claude-haiku-5-5";
@@ -95,6 +97,8 @@ export interface RunSpec {
   /** The runner's TMPDIR; default a new folder of this run. */
   tmp?: string;
   timeoutMs?: number;
+  /** Start bin/study-runner.mjs, the launcher a person runs, not the tier's compiled build (runnerEntry). */
+  launcher?: boolean;
 }
 
 export interface PreparedRun {
@@ -106,12 +110,14 @@ export interface PreparedRun {
   args: string[];
   env: Record<string, string | undefined>;
   timeoutMs: number;
+  /** The script `node` runs: the launcher or the compiled build (tests/support/cli.ts, runnerEntry). */
+  entry: string;
 }
 
 let counter = 0;
 
 /**
- * The launcher's compile cache in a run's own TMPDIR. tsx keeps the sources it compiled in
+ * The launcher's compile cache in a run's own TMPDIR (for the runs that start the launcher). tsx keeps the sources it compiled in
  * `$TMPDIR/tsx-<euid>`, so a runner started with a new TMPDIR (every run here, to look at its
  * export folders and attempt HOMEs) compiled every source again, about a third of a second of CPU
  * per start (docs/performance.md, "The test suite"). A link to the cache this process's own CLI
@@ -163,17 +169,18 @@ export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<Prepa
     recordsDir,
     ...(spec.args ?? []),
   ];
-  return { dir, output, tmp, recordsDir, args, env: { ...RUN_ENV, TMPDIR: tmp, ...spec.env }, timeoutMs: spec.timeoutMs ?? 180_000 };
+  const entry = spec.launcher ? LAUNCHER : await runnerEntry();
+  return { dir, output, tmp, recordsDir, args, env: { ...RUN_ENV, TMPDIR: tmp, ...spec.env }, timeoutMs: spec.timeoutMs ?? 180_000, entry };
 }
 
 export interface PipelineResult extends CliResult {
   run: PreparedRun;
 }
 
-/** One run of the shipped command, as a user would start it (runCli). */
+/** One run of the command, as runCli starts it (the tier's compiled build, or the launcher: `spec.launcher`). */
 export async function runPipeline(p: Pipeline, spec: RunSpec = {}): Promise<PipelineResult> {
   const run = await prepareRun(p, spec);
-  const r = await runCli(run.args, { env: run.env, timeoutMs: run.timeoutMs });
+  const r = await runEntry(run.entry, run.args, { env: run.env, timeoutMs: run.timeoutMs });
   return { ...r, run };
 }
 
@@ -193,7 +200,7 @@ export function startPipeline(run: PreparedRun): StartedRun {
   const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, DOCKER_HOST: process.env.DOCKER_HOST };
   for (const [k, v] of Object.entries(run.env)) env[k] = v;
   for (const k of Object.keys(env)) if (env[k] === undefined) delete env[k];
-  const child = spawn(process.execPath, [resolve(PROJECT_ROOT, "bin", "study-runner.mjs"), ...run.args], {
+  const child = spawn(process.execPath, [run.entry, ...run.args], {
     cwd: PROJECT_ROOT,
     env,
     stdio: ["ignore", "pipe", "pipe"],
