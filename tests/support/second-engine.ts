@@ -38,9 +38,15 @@ function runscPath(): string | undefined {
     .find((path) => existsSync(path));
 }
 
-/** The folders the second engine's namespace hides: what the runner's containers reach by path today. */
-export function maskedFolders(): string[] {
-  return [...new Set([tmpdir(), homedir(), "/home", dirname(PROJECT_ROOT)])];
+/**
+ * The folders the second engine's namespace hides: what the runner's containers reach by path
+ * today. A folder inside another one is hidden with it and left out: once its parent is an empty
+ * tmpfs there is no mount point left to mount on (a checkout under /tmp, as in /tmp/ci/clone,
+ * kept the engine from starting).
+ */
+export function maskedFolders(o: { tmp: string; home: string; projectRoot: string } = { tmp: tmpdir(), home: homedir(), projectRoot: PROJECT_ROOT }): string[] {
+  const folders = [...new Set([o.tmp, o.home, "/home", dirname(o.projectRoot)])];
+  return folders.filter((f) => !folders.some((outer) => outer !== f && (outer === "/" || f.startsWith(`${outer}/`))));
 }
 
 function isAlive(pid: number): boolean {
