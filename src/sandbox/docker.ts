@@ -111,7 +111,8 @@ function wrap(err: unknown, what: string): ContainerRuntimeError {
   if (status === 404) return new ContainerRuntimeError(`${what}: not found (${message})`, "not-found", { cause: err });
   if (status === 409) return new ContainerRuntimeError(`${what}: conflict (${message})`, "conflict", { cause: err });
   if (status === 400) return new ContainerRuntimeError(`${what}: rejected by the engine (${message})`, "invalid-spec", { cause: err });
-  if (typeof sysCode === "string" && ["ECONNREFUSED", "ENOENT", "EACCES", "ECONNRESET", "EHOSTUNREACH", "ETIMEDOUT"].includes(sysCode)) {
+  // The engine's connection refused, cut (a write after the engine closed it is EPIPE) or out of reach.
+  if (typeof sysCode === "string" && ["ECONNREFUSED", "ENOENT", "EACCES", "ECONNRESET", "EPIPE", "ECONNABORTED", "EHOSTUNREACH", "ENETUNREACH", "ETIMEDOUT"].includes(sysCode)) {
     return new ContainerRuntimeError(`${what}: Docker engine unreachable (${sysCode})`, "unavailable", { cause: err });
   }
   return new ContainerRuntimeError(`${what}: ${message}`, "engine", { cause: err });
