@@ -421,12 +421,16 @@ function compare(base, current) {
   }
   let guessed;
   const guesses = () => (guessed ??= explainedGuesses(sides, content));
+  /** Side `x`'s report money amounts that differ from the current side's only in floating-point noise, for the lines that print them; once per side. */
+  const usdPairsOf = {};
+  const usdPairs = (x) => {
+    const reportJson = [content[x]["report.json"], content.current["report.json"]];
+    usdPairsOf[x] ??= reportJson.every((r) => r !== undefined) ? floatNoisePairs(jsonDifferences(norm[x].json(reportJson[0]), norm.current.json(reportJson[1]))) : [];
+    return usdPairsOf[x];
+  };
   /** What differs in file `name` between side `x` and the current side: the differences not explained, and the notes of those explained. */
   const differencesIn = (x, name) => {
     const [a, b] = [content[x][name], content.current[name]];
-    // The report's money amounts that differ only in floating-point noise, for the lines that print them.
-    const reportJson = [content[x]["report.json"], content.current["report.json"]];
-    const usdPairs = reportJson.every((r) => r !== undefined) ? floatNoisePairs(jsonDifferences(norm[x].json(reportJson[0]), norm.current.json(reportJson[1]))) : [];
     const json = isJson(files.current[name]);
     const normalized = json ? [norm[x].json(a), norm.current.json(b)] : [norm[x].text(a), norm.current.text(b)];
     const all = json ? jsonDifferences(...normalized).map((shown) => ({ shown })) : textDifferences(...normalized);
@@ -438,7 +442,7 @@ function compare(base, current) {
           explainFloatNoise(shown) ??
           explainGuess(shown, [a, b], guesses()) ??
           (isReportFile(name) ? explainLedgerFieldAbsent(shown, base.tree, content.base.ledger, content.current.ledger) : null))
-        : explainReportLine(lines, base.tree, content.current.ledger, usdPairs),
+        : explainReportLine(lines, base.tree, content.current.ledger, usdPairs(x)),
     );
     // The same explanation of many places (an arm guess per item) is printed once, with its count.
     const counts = new Map();

@@ -139,7 +139,9 @@ export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<Prepa
   const tmp = spec.tmp ?? join(dir, "tmp");
   await mkdir(recordsDir, { recursive: true });
   await mkdir(tmp, { recursive: true });
-  await shareTsxCache(tmp);
+  const entry = spec.launcher ? LAUNCHER : await runnerEntry();
+  // Only the launcher compiles through tsx; the compiled build has no cache to share.
+  if (entry === LAUNCHER) await shareTsxCache(tmp);
   // The fake runs as uid 1000 in its container: it reads the behaviour file and writes records.
   await chmod(fakeDir, 0o755);
   await chmod(recordsDir, 0o777);
@@ -169,7 +171,6 @@ export async function prepareRun(p: Pipeline, spec: RunSpec = {}): Promise<Prepa
     recordsDir,
     ...(spec.args ?? []),
   ];
-  const entry = spec.launcher ? LAUNCHER : await runnerEntry();
   return { dir, output, tmp, recordsDir, args, env: { ...RUN_ENV, TMPDIR: tmp, ...spec.env }, timeoutMs: spec.timeoutMs ?? 180_000, entry };
 }
 
