@@ -382,6 +382,8 @@ async function runUnit(a: Adjudication, u: Unit, ctx: Parameters<RunKind<Unit, A
         expectedTools: adjudicatorInitTools(),
         expectedInit: expectedInit("adjudicator", { model: config.model }),
         network: networkFor(config.isolation),
+        // The adjudicator's CLI looks up no name, as a study attempt's (contract R281).
+        noNames: true,
         onLine: (line) => readResultEvent(line, out),
         transcripts: { store: a.transcripts, index: transcriptIndexOf(ask, p.observationIndex, config.ledger.observations.length) },
       },

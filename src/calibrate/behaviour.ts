@@ -275,7 +275,8 @@ async function probeRun(env: BehaviourProbeEnv, label: string, script: ScriptInp
       argv: [...argv.slice(0, end), ...extra, ...argv.slice(end)],
       exportDir: workspace,
       homeDir: staged.homeDir,
-      network: { mode: "none" },
+      // As a study attempt: no name to look up (contract R281).
+      network: { mode: "none", names: false },
       labels: { "study-runner.calibrate": label },
       attemptIndex: 0,
       modelApiSocket: api.socketPath,

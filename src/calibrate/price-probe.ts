@@ -303,7 +303,8 @@ export async function measureModel(env: ProbeEnv, model: string): Promise<ModelM
       argv,
       exportDir: env.workspace,
       homeDir: staged.homeDir,
-      network: { mode: "none" },
+      // As a study attempt: no name to look up (contract R281).
+      network: { mode: "none", names: false },
       labels: { "study-runner.calibrate": "prices" },
       attemptIndex: 0,
       modelApiSocket: api.socketPath,

@@ -158,7 +158,8 @@ function probeSandboxSpec(o: { image: string; runtime: string; network: NetworkM
     endpoints: [o.endpoint],
     limits: { pidsLimit: 64 },
     security: { readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true },
-    network: { mode: o.network },
+    // As the attempt it stands for: with network none, no name to look up either (contract R281).
+    network: o.network === "none" ? { mode: "none", names: false } : { mode: o.network },
     ociRuntime: o.runtime,
     labels: o.labels,
     streamRelay: [IMAGE_LAYOUT.node, `${IMAGE_LAYOUT.helpers}/stream-relay.cjs`],

@@ -56,6 +56,8 @@ export function toContainerSpec(spec: SandboxSpec): ContainerSpec {
     tmpfs: Object.fromEntries(spec.memoryVolumes.map((v) => [v.target, tmpfsOptions(v)])),
     readOnlyRootfs: security.readOnlyRoot,
     networkMode: network.mode === "container" ? `container:${network.id}` : network.mode,
+    // No name to look up: the engine's network sandbox (hosts and resolver files, its prestart hook) is left out (contract R281).
+    ...(network.mode === "none" && network.names === false ? { networkDisabled: true } : {}),
     capDrop: security.dropAllCapabilities ? ["ALL"] : [],
     securityOpt: security.noNewPrivileges ? ["no-new-privileges"] : [],
     ...(limits.pidsLimit !== undefined ? { pidsLimit: limits.pidsLimit } : {}),

@@ -84,8 +84,8 @@ export interface ContainerSpec extends ProgramSpec {
    * No network set up by the engine at all (Docker's `NetworkDisabled`), with `networkMode` none:
    * a namespace with loopback alone and no `/etc/hosts` or `/etc/resolv.conf` of the engine's, and
    * no prestart hook (Docker 20.10 runs one per container, about 100 ms of CPU). For the runner's
-   * own programs that reach nothing by name (the engine-api relay, contract R280); an attempt's
-   * container keeps the engine's `none` network, whose `localhost` resolves.
+   * own programs that reach nothing by name (the engine-api relay, contract R280), and for a
+   * sandbox whose network says `names: false` (an attempt's CLI, the adjudicator, contract R281).
    */
   networkDisabled?: boolean;
 }
@@ -251,5 +251,19 @@ export function assertLabelFilter(labels: Record<string, string>): void {
   if (Object.keys(labels).length === 0) throw new ContainerRuntimeError("listByLabel needs at least one label", "invalid-spec");
 }
 
-/** The network an attempt container joins: none, the engine's bridge, or another container's namespace. */
-export type NetworkSetting = { mode: "none" } | { mode: "bridge" } | { mode: "container"; id: string };
+/**
+ * The network an attempt container joins: none, the engine's bridge, or another container's
+ * namespace. `none` with `names: false` says the program looks up no name, not even `localhost`
+ * (it reaches the runner's endpoints by 127.0.0.1 and its sockets): a provider may then leave out
+ * the name files (hosts, resolver) and whatever sets them up (contract R281).
+ */
+export type NetworkSetting = { mode: "none"; names?: false } | { mode: "bridge" } | { mode: "container"; id: string };
+
+/**
+ * The network of a program that looks up no name (a study attempt's or the adjudicator's CLI, whose
+ * every endpoint is 127.0.0.1 or a socket): `none` becomes `none` without names; any other stays as
+ * it is. A session's calls and test command keep names: what they run is the repository's own.
+ */
+export function withoutNames(network: NetworkSetting): NetworkSetting {
+  return network.mode === "none" ? { mode: "none", names: false } : network;
+}

@@ -322,6 +322,8 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
         arm: attempt.arm,
         expectedInit: expectedInit(attemptInitKind(attempt.arm), { model: config.model }),
         network: config.modelApi ? { mode: "none" } : networkFor(config.isolation),
+        // The CLI looks up no name: every endpoint is 127.0.0.1 or a socket (contract R281).
+        noNames: true,
         docBridge: sandbox ? { ...engine(attempt), sandbox } : undefined,
         egress: config.isolation === "strict" ? { allow: egressAllowOf(config), resolve: config.testHooks?.egress?.resolve, limits: config.testHooks?.egress?.limits } : undefined,
         memoryBytes: config.memoryBytes,

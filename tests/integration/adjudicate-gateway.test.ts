@@ -61,6 +61,7 @@ async function watchContainers(done: Promise<unknown>): Promise<Map<string, Dock
 }
 
 describe("adjudicate with --credentials gateway (the default)", () => {
+  // contract: R281
   it("runs every adjudicator with network none and only loopback, a placeholder login and no copy of the host token", async () => {
     const study = await fake({ default: { kind: "ok" } });
     const ledger = join(work, "pilot.ledger.json");
@@ -125,6 +126,8 @@ describe("adjudicate with --credentials gateway (the default)", () => {
     expect(mine).toHaveLength(1);
     for (const c of mine) {
       expect(c.HostConfig.NetworkMode).toBe("none");
+      // No name to look up, so no network sandbox of the engine's at all (contract R281).
+      expect((c.Config as { NetworkDisabled?: boolean }).NetworkDisabled).toBe(true);
       expect((c.Config.Env ?? []).join("\n")).not.toContain(TOKEN);
     }
     const records = await f.records();
@@ -132,6 +135,7 @@ describe("adjudicate with --credentials gateway (the default)", () => {
     expect(runs).toHaveLength(2 * record.items.length);
     for (const { record: rec } of runs) {
       expect(rec.networkInterfaces).toEqual(["lo"]);
+      expect(rec.localhostNamed).toBe(false);
       expect(rec.credentialsPresent).toBe(true);
       // The placeholder's expiry, not the host login's (2099): the container never saw a copy of it.
       expect((rec as unknown as { credentialsExpiresAt: number | null }).credentialsExpiresAt).toBe(PLACEHOLDER_EXPIRES_AT);

@@ -18,6 +18,7 @@ beforeAll(async () => {
 afterAll(() => p?.cleanup());
 
 describe("the pilot with --credentials gateway (the default)", () => {
+  // contract: R281
   it("runs both attempts with network none and only the loopback interface, a placeholder login and no copy of the host token", async () => {
     const loginDir = await freshLogin(p, TOKEN);
     const run = await prepareRun(p, {
@@ -35,11 +36,14 @@ describe("the pilot with --credentials gateway (the default)", () => {
     expect(ledger).toMatchObject({ credentials: "gateway", isolation: "standard" });
     expect(ledger.observations.map((o) => o.status)).toEqual(["completed", "completed"]);
     expect(inspected.HostConfig.NetworkMode).toBe("none");
+    // No name to look up, so no network sandbox of the engine's at all (contract R281).
+    expect((inspected.Config as { NetworkDisabled?: boolean }).NetworkDisabled).toBe(true);
     expect((inspected.Config.Env ?? []).join("\n")).not.toContain(TOKEN);
     const records = await recordsOf(run);
     expect(records.length).toBeGreaterThanOrEqual(2);
     for (const { record } of records) {
       expect(record.networkInterfaces).toEqual(["lo"]);
+      expect(record.localhostNamed).toBe(false);
       expect(record.credentialsExpiresAt).toBe(PLACEHOLDER_EXPIRES_AT);
     }
     expect(await recordsText(run)).not.toContain(TOKEN);

@@ -92,6 +92,7 @@ afterAll(async () => {
 });
 
 describe("a session over the fake image", () => {
+  // contract: R281
   it("asks, is answered by its script, resumes the same session in a fresh container, edits survive, tests pass", async () => {
     const b = await behaviour({
       "0": {
@@ -171,6 +172,8 @@ describe("a session over the fake image", () => {
           .sort(),
       ).toEqual(["/fake", "/home/agent/.study-runner/login"].filter((p) => p !== "/fake" || r.writable["/fake"]));
       expect(r.writable["/tmp"]).toBe(false);
+      // A session's agent runs the repository's own commands: `localhost` keeps its name (contract R281).
+      expect(r.localhostNamed).toBe(true);
     }
   }, 300_000);
 

@@ -85,6 +85,8 @@ export interface FakeRecord {
   /** fd 0 of the fake's process, as /proc/self/fd/0 names it. */
   stdinTarget?: string;
   networkInterfaces: string[];
+  /** `localhost` named in the container's hosts file (contract R281). */
+  localhostNamed: boolean;
   listings: Record<string, { entries: string[] } | { error: string }>;
 }
 

@@ -48,6 +48,7 @@ const fixture = demoFixture();
 afterAll(async () => rm((await fixture).work, { recursive: true, force: true }));
 
 describe("the sandbox seam", () => {
+  // contract: R281
   it("runs every attempt of a study in the sandbox it is given, from a provider-neutral spec", async () => {
     const runtime = fakeClaudeRuntime((_, proc) => {
       proc.stdout.write(toText(baseEvents("repository")));
@@ -67,7 +68,8 @@ describe("the sandbox seam", () => {
       expect(spec.staged).toMatchObject({ target: "/run/study-runner-login", readOnly: false });
       expect(spec.memoryVolumes.map((v) => v.target)).toEqual(["/tmp", "/home/agent"]);
       expect(spec.security).toEqual({ readOnlyRoot: true, dropAllCapabilities: true, noNewPrivileges: true });
-      expect(spec.network).toEqual({ mode: "none" });
+      // The CLI looks up no name (contract R281): the provider may leave the network out.
+      expect(spec.network).toEqual({ mode: "none", names: false });
     }
     // Every container the engine made for an attempt came through the sandbox.
     expect(runtime.created.filter((s) => !s.cmd.includes("--version"))).toHaveLength(2);
@@ -97,6 +99,7 @@ describe("the sandbox seam", () => {
     expect(spec.entrypoint).toEqual(expect.arrayContaining(["--api", "/elsewhere/model-api", "--proxy", "/elsewhere/egress-proxy"]));
   });
 
+  // contract: R281
   it("runs a session's test command in the sandbox it is given: its worktree read-only, no endpoint, no network", async () => {
     const runtime = new FakeRuntime({
       program: ({ spec, stdout }) => {
@@ -109,7 +112,10 @@ describe("the sandbox seam", () => {
     const run = await runTestCommand(sandbox, { image: "img:test", worktree: "/tmp/wt", command: ["npm", "test"], labels: { "study-runner.run": "r" } });
     expect(run).toMatchObject({ exitCode: 2, timedOut: false, output: "ran npm test\n" });
     expect(sandbox.specs).toHaveLength(1);
-    expect(sandbox.specs[0]).toMatchObject({ worktree: { folder: "/tmp/wt", target: "/workspace", readOnly: true }, endpoints: [], network: { mode: "none" } });
+    expect(sandbox.specs[0]).toMatchObject({ worktree: { folder: "/tmp/wt", target: "/workspace", readOnly: true }, endpoints: [] });
+    // The repository's own command keeps `localhost` (contract R281).
+    expect(sandbox.specs[0]!.network).toEqual({ mode: "none" });
+    expect(runtime.created[0]?.networkDisabled).toBeUndefined();
     expect(runtime.created[0]?.mounts).toEqual([{ source: "/tmp/wt", target: "/workspace", readOnly: true }]);
   });
 

@@ -343,6 +343,8 @@ function writeRecord(label, extraProbePaths, extra = {}) {
     credentialsExpiresAt: home ? credentialsExpiresAt(path.join(home, ".claude", ".credentials.json")) : null,
     at: new Date().toISOString(),
     networkInterfaces: Object.keys(os.networkInterfaces()).sort(),
+    // Whether `localhost` has a name here: the engine's hosts file, absent for a sandbox without names.
+    localhostNamed: hostsNameLocalhost(),
     // What fd 0 is: /dev/null when the runner starts the container without stdin.
     stdinTarget: stdinTarget(),
     listings: Object.fromEntries([...new Set([...PROBE_PATHS, cwd, ...(home ? [home] : []), ...extraProbePaths])].map((p) => [p, listing(p)])),
@@ -351,6 +353,14 @@ function writeRecord(label, extraProbePaths, extra = {}) {
   // pid is 1 in every container, so a random suffix keeps two probes from overwriting each other.
   const file = path.join(dir, `${label}-${process.pid}-${randomUUID().slice(0, 8)}.json`);
   fs.writeFileSync(file, `${JSON.stringify(record, null, 2)}\n`);
+}
+
+function hostsNameLocalhost() {
+  try {
+    return /^\s*127\.0\.0\.1\s.*\blocalhost\b/m.test(fs.readFileSync("/etc/hosts", "utf8"));
+  } catch {
+    return false;
+  }
 }
 
 function stdinTarget() {

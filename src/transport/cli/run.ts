@@ -6,7 +6,7 @@ import { dockerSandbox } from "../../sandbox/docker-sandbox.ts";
 import { exportAtPin, removeExport, removeTree, type ExportOptions, type ExportResult } from "../../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../../credentials/login.ts";
 import { attemptSandboxSpec, type AttemptContainerInput } from "./spec.ts";
-import type { NetworkSetting } from "../../sandbox/port.ts";
+import { withoutNames, type NetworkSetting } from "../../sandbox/port.ts";
 import { runBounded, type RawOutcome } from "../../sandbox/bounded.ts";
 import { startEgressProxy, type EgressProxy, type EgressProxyOptions } from "../../isolation/proxy.ts";
 import { compareMcpRecord, startMcpBridge, type McpBridge, type McpBridgeRecord } from "../../mcp/bridge.ts";
@@ -93,6 +93,12 @@ export interface CliRunInput {
   model: string;
   expectedCliVersion: string;
   network: NetworkSetting;
+  /**
+   * The CLI looks up no name (a study attempt, the adjudicator: every endpoint is 127.0.0.1 or a
+   * socket, and no command of the repository's runs): a network `none`, the gateway's included,
+   * goes without names, so the engine sets up no network for it (contract R281).
+   */
+  noNames?: boolean;
   /**
    * The MCP arm: the doc-bridge engine command and its checkout, served through a per-attempt
    * bridge; `sandbox`, the engine's sandbox made ahead by the caller (the stage removes it like its own).
@@ -336,6 +342,12 @@ async function startServices({ input, makeFolder, cleanups }: Stage, home: Stage
   return services;
 }
 
+/** With the gateway the container has network none; without names when the CLI looks none up (contract R281). */
+function attemptNetwork(input: CliRunInput): NetworkSetting {
+  const network: NetworkSetting = input.gateway ? { mode: "none" } : input.network;
+  return input.noNames === true ? withoutNames(network) : network;
+}
+
 /** What the attempt's sandbox is made of. */
 function attemptInput(input: CliRunInput, workDir: string, home: StagedHome, services: Services): AttemptContainerInput {
   return {
@@ -347,7 +359,7 @@ function attemptInput(input: CliRunInput, workDir: string, home: StagedHome, ser
     writableWorkspace: input.session !== undefined,
     homeDir: home.homeDir,
     mcpSocketDir: services.bridge?.socketDir,
-    network: input.gateway ? { mode: "none" } : input.network,
+    network: attemptNetwork(input),
     modelApiSocket: home.modelApiSocket,
     egressProxySocket: services.egress?.socketPath,
     runtime: input.runtimeName,
