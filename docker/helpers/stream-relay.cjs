@@ -15,8 +15,18 @@
 //   kind 2 data   (both ways)
 //   kind 3 close  (both ways) the sender sends no more on the channel (a half-close, as a FIN)
 //   kind 4 ready  (relay -> runner, channel 0) every socket listens
-//   kind 5 listen (runner -> relay, channel 0, once, first) payload: <name>=<socket> lines
+//   kind 5 listen (runner -> relay, channel 0, once) payload: <name>=<socket> lines
+//   kind 6 put    (runner -> relay, channel 0, before listen) payload: a staged entry's JSON header
+//                 {"root","path","type","mode","uid","gid","size"}; a file's bytes follow as kind 2
+//                 data frames on channel 0
+//   kind 7 staged (relay -> runner, channel 0, before ready) payload: the digest of what it wrote
 // The runner refuses anything else (src/sandbox/stream-mux.ts keeps the same numbers).
+//
+// The staged folder (src/sandbox/staged-stream.ts): each entry written under its root, a folder
+// before what it holds, never over anything there (exclusive creates, no link followed), with the
+// entry's mode and owner (the container keeps CAP_CHOWN for that alone); each file read back once
+// whole, the folders' modes and owners set last, deepest first, and the digest of what is on disk
+// sent before `ready`. A header that breaks the format or the bounds ends the relay.
 //
 // Bounded: a connection whose bytes the runner has not taken (stdout full) pauses every
 // connection; a connection that does not read what the runner sent pauses stdin.
@@ -24,10 +34,16 @@
 const fs = require("node:fs");
 const net = require("node:net");
 
-const KIND = { open: 1, data: 2, close: 3, ready: 4, listen: 5 };
+const crypto = require("node:crypto");
+const posix = require("node:path").posix;
+
+const KIND = { open: 1, data: 2, close: 3, ready: 4, listen: 5, put: 6, staged: 7 };
 const HEADER = 9;
 const MAX_PAYLOAD = 64 * 1024;
 const CONNECTION_BUFFER = 1024 * 1024;
+// The staged folder's bounds (src/sandbox/staged-stream.ts keeps the same).
+const STAGED_LIMIT = 40 * 1024 * 1024;
+const STAGED_ENTRIES = 4096;
 
 function fail(message) {
   process.stderr.write(`stream-relay: ${message}\n`);
@@ -106,7 +122,16 @@ process.stdin.on("data", (chunk) => {
     if (pending.length < HEADER + length) break;
     const payload = pending.subarray(HEADER, HEADER + length);
     pending = pending.subarray(HEADER + length);
+    if (channel === 0 && !listened && kind === KIND.put) {
+      stagePut(payload);
+      continue;
+    }
+    if (channel === 0 && !listened && kind === KIND.data) {
+      stageData(payload);
+      continue;
+    }
     if (kind === KIND.listen && channel === 0 && !listened) {
+      if (stage) finishStage();
       const lines = payload
         .toString("utf8")
         .split("\n")
@@ -130,6 +155,96 @@ process.stdin.on("data", (chunk) => {
 });
 // The runner went away: nothing is served any more.
 process.stdin.on("end", () => process.exit(0));
+
+// The staged folder being written: its root, what was written, the file being written.
+let stage;
+
+function stagePut(payload) {
+  if (stage?.file) fail(`a staged entry began before ${JSON.stringify(stage.file.path)} was whole`);
+  let h;
+  try {
+    h = JSON.parse(payload.toString("utf8"));
+  } catch {
+    fail("a staged entry's header is not JSON");
+  }
+  const keys = h !== null && typeof h === "object" ? Object.keys(h).sort().join(",") : "";
+  if (keys !== "gid,mode,path,root,size,type,uid") fail("a staged entry's header is not {root,path,type,mode,uid,gid,size}");
+  const { root, path, type, mode, uid, gid, size } = h;
+  if (typeof root !== "string" || !root.startsWith("/") || posix.normalize(root) !== root || root.includes("\0"))
+    fail(`staged root ${JSON.stringify(String(root).slice(0, 200))} is not a plain absolute path`);
+  stage ??= { root, bytes: 0, count: 0, dirs: new Map(), lines: new Map(), file: undefined };
+  if (root !== stage.root) fail("staged entries under two roots");
+  const shown = JSON.stringify(String(path).slice(0, 200));
+  if (typeof path !== "string" || path.length > 4096 || path.includes("\0") || !path.split("/").every((p) => p !== "" && p !== "." && p !== ".."))
+    fail(`staged path ${shown} is not a plain relative name`);
+  if (type !== "file" && type !== "directory") fail(`staged ${shown} is a ${JSON.stringify(String(type).slice(0, 20))}, not a file or folder`);
+  if (!Number.isInteger(mode) || mode < 0 || mode > 0o777) fail(`staged ${shown} has mode ${mode}, not permission bits alone`);
+  for (const id of [uid, gid]) if (!Number.isInteger(id) || id < 0 || id > 0x7fffffff) fail(`staged ${shown} has owner ${uid}:${gid}`);
+  if (!Number.isInteger(size) || size < 0 || (type === "directory" && size !== 0)) fail(`staged ${shown} has size ${size}`);
+  stage.bytes += size;
+  if (++stage.count > STAGED_ENTRIES || stage.bytes > STAGED_LIMIT) fail(`the staged folder passes its bounds (${STAGED_ENTRIES} entries, ${STAGED_LIMIT} bytes) at ${shown}`);
+  const parent = posix.dirname(path);
+  if (parent !== "." && !stage.dirs.has(parent)) fail(`staged ${shown} comes before its folder`);
+  const full = `${root}/${path}`;
+  try {
+    if (type === "directory") {
+      // The relay's own until the end: root without CAP_DAC_OVERRIDE writes only in its own folders.
+      fs.mkdirSync(full, 0o700);
+      stage.dirs.set(path, { mode, uid, gid });
+      return;
+    }
+    const fd = fs.openSync(full, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
+    stage.file = { fd, path, left: size, size, mode, uid, gid };
+  } catch (err) {
+    fail(`writing staged ${shown}: ${err.code ?? err.message}`);
+  }
+  if (size === 0) finishFile();
+}
+
+function stageData(payload) {
+  const f = stage?.file;
+  if (!f) fail("staged bytes with no file to write them to");
+  if (payload.length > f.left) fail(`more staged bytes for ${JSON.stringify(f.path)} than its size`);
+  for (let at = 0; at < payload.length; ) at += fs.writeSync(f.fd, payload, at, payload.length - at);
+  f.left -= payload.length;
+  if (f.left === 0) finishFile();
+}
+
+// The file's mode and owner (mode first: the owner's change takes root's right to change it), then what is on disk, read back.
+function finishFile() {
+  const f = stage.file;
+  stage.file = undefined;
+  fs.fchmodSync(f.fd, f.mode);
+  fs.fchownSync(f.fd, f.uid, f.gid);
+  const st = fs.fstatSync(f.fd);
+  const hash = crypto.createHash("sha256");
+  const chunk = Buffer.alloc(MAX_PAYLOAD);
+  let at = 0;
+  for (let n; (n = fs.readSync(f.fd, chunk, 0, chunk.length, at)) > 0; at += n) hash.update(chunk.subarray(0, n));
+  fs.closeSync(f.fd);
+  stage.lines.set(f.path, line("file", st, at, hash.digest("hex"), f.path));
+}
+
+function line(type, st, size, sha, path) {
+  return `${type} ${(st.mode & 0o777).toString(8)} ${st.uid}:${st.gid} ${size} ${sha} ${JSON.stringify(path)}`;
+}
+
+// The folders' modes and owners, deepest first (each stays searchable until its own turn), then the digest.
+function finishStage() {
+  if (stage.file) fail(`the staged file ${JSON.stringify(stage.file.path)} ended short`);
+  const dirs = [...stage.dirs.keys()].sort((a, b) => b.split("/").length - a.split("/").length);
+  for (const path of dirs) {
+    const d = stage.dirs.get(path);
+    const full = `${stage.root}/${path}`;
+    fs.chmodSync(full, d.mode);
+    fs.lchownSync(full, d.uid, d.gid);
+    const st = fs.lstatSync(full);
+    stage.lines.set(path, line(st.isDirectory() ? "directory" : "other", st, 0, "-", path));
+  }
+  const hash = crypto.createHash("sha256");
+  for (const path of [...stage.lines.keys()].sort()) hash.update(`${stage.lines.get(path)}\n`);
+  frame(0, KIND.staged, Buffer.from(hash.digest("hex"), "latin1"));
+}
 
 let listened = false;
 function listen(endpoints) {

@@ -241,6 +241,7 @@ export class DockerRuntime implements ContainerRuntime, EngineStorage {
           ReadonlyRootfs: spec.readOnlyRootfs,
           NetworkMode: spec.networkMode,
           CapDrop: spec.capDrop,
+          ...(spec.capAdd !== undefined ? { CapAdd: spec.capAdd } : {}),
           SecurityOpt: spec.securityOpt,
           ...(spec.pidsLimit !== undefined ? { PidsLimit: spec.pidsLimit } : {}),
           ...(spec.memoryBytes !== undefined ? { Memory: spec.memoryBytes, MemorySwap: spec.memoryBytes } : {}),

@@ -13,6 +13,7 @@ import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec, type 
 import { LABELS } from "./reaper.ts";
 import { SandboxSetupError, type HostFolder, type PreparedSandbox, type SandboxExit, type SandboxSpec, type SandboxStreams } from "./sandbox.ts";
 import { encodeFrame, FRAME, serveStream, type StreamLimits, type StreamMux } from "./stream-mux.ts";
+import { readStagedTree, sendStaged, type StagedTree } from "./staged-stream.ts";
 import { addFolder, packFolder, packStream } from "./tree.ts";
 import { replaceFromArchive } from "./worktree-back.ts";
 
@@ -21,7 +22,8 @@ import { replaceFromArchive } from "./worktree-back.ts";
  * files with the runner, reached by its API alone. What the inside reads comes in as content, not
  * as host paths: each tree (the staged login folder, the test files, a session's worktree) goes
  * into a per-attempt volume through `putArchive` into the attempt's relay container, which mounts
- * it where the attempt does not see it; the export goes into a volume of its own, kept for the run
+ * it where the attempt does not see it, the staged folder of a relay that is started as frames on
+ * its stream instead (src/sandbox/staged-stream.ts, contract R282); the export goes into a volume of its own, kept for the run
  * when the provider says so and then filled once per export hash and mounted read-only by every
  * attempt of that export (contract R275), and is checked against the hash the runner computed
  * (contract R241). The relay (network none) serves the runner's endpoint sockets, its
@@ -299,8 +301,8 @@ async function makeRelay(runtime: ContainerRuntime & EngineStorage, kind: RelayK
       entrypoint: kind.command,
       cmd: [],
       env: { PATH: "/usr/local/bin:/usr/bin:/bin" },
-      // Root of the container, with no capability: it owns the volumes' roots, makes the sockets
-      // there and opens them to the attempt's user.
+      // Root of the container, with no capability (but CHOWN for a staged folder it writes): it
+      // owns the volumes' roots, makes the sockets there and opens them to the attempt's user.
       user: "0:0",
       mounts: [
         ...slots.map((slot) => ({ source: volumes[slot]!, volume: true, target: fillPath(slot, kind.userFolder), readOnly: false })),
@@ -312,6 +314,8 @@ async function makeRelay(runtime: ContainerRuntime & EngineStorage, kind: RelayK
       // It reaches nothing by name or address: no network set up at all (contract R280).
       networkDisabled: true,
       capDrop: ["ALL"],
+      // Only to give the staged files it writes their owner (contract R282).
+      ...(kind.endpoints > 0 && slots.includes("staged") ? { capAdd: ["CHOWN"] } : {}),
       securityOpt: ["no-new-privileges"],
       pidsLimit: 32,
       memoryBytes: 256 * 1024 * 1024,
@@ -392,6 +396,9 @@ export class EngineApiChannel {
     exportVolume.catch(() => undefined);
     const exportMounts = (volume: string | undefined): Mount[] => (exported && volume !== undefined ? [{ source: volume, volume: true, target: exported.target, readOnly: true }] : []);
     const carried = content.filter((c) => !c.kept);
+    // The staged folder goes to a relay that is started on its stream, not by putArchive (contract R282); read and bounded before anything is made (contract R283).
+    const stagedSlot = sockets.length > 0 ? carried.find((c) => c.slot === "staged") : undefined;
+    const staged = stagedSlot && spec.staged ? await readStagedTree(spec.staged.folder, userIds(spec.user)) : undefined;
     if (carried.length === 0 && sockets.length === 0) {
       const made = new Made(this.runtime);
       const mounts = exportMounts(await exportVolume);
@@ -423,8 +430,13 @@ export class EngineApiChannel {
         // create neither waits for their content nor gives an empty one the image folder's owner
         // (the worktree's is the one the relay's create gave it, contract R245).
         exportVolume.then((volume) => made.container({ ...rest, mounts: [...exportMounts(volume), ...carriedMounts, ...endpointMounts].map((m) => ({ ...m, noCopy: true })) })),
-        fillVolumes(this.runtime, relay, spec.userFolder, carried),
-        sockets.length > 0 ? this.listen(relay, spec, sockets) : Promise.resolve(undefined),
+        fillVolumes(
+          this.runtime,
+          relay,
+          spec.userFolder,
+          carried.filter((c) => c !== stagedSlot),
+        ),
+        sockets.length > 0 ? this.listen(relay, spec, sockets, staged) : Promise.resolve(undefined),
       ]);
       mark("engine-api:ready");
       const refill = ahead ? () => this.makeSpare(key, kind) : undefined;
@@ -528,26 +540,41 @@ export class EngineApiChannel {
   }
 
   /**
-   * Tells the relay the endpoints and waits until it listens on every socket: its start and its
-   * `ready` frame within the bound (contract R258). A relay that does not listen in time, or whose
-   * stream breaks its format first, fails the sandbox's setup (`SandboxSetupError`); a start the
-   * engine refused is the engine's error as it came.
+   * Sends the relay the staged folder, when it carries it (contract R282), then tells it the
+   * endpoints, and waits until it listens on every socket: its start and its `ready` frame within
+   * the bound (contract R258). A relay that does not listen in time, whose stream breaks its format
+   * first, or whose digest of the staged folder it wrote is not the one sent (contract R282), fails
+   * the sandbox's setup (`SandboxSetupError`); a start the engine refused is the engine's error as
+   * it came.
    */
-  private async listen(relay: RelayContainer, spec: SandboxSpec, sockets: Array<{ name: string; path: string }>): Promise<StreamMux> {
+  private async listen(relay: RelayContainer, spec: SandboxSpec, sockets: Array<{ name: string; path: string }>, staged: StagedTree | undefined): Promise<StreamMux> {
     const mux = serveStream(relay.stdio.stdout, relay.stdio.stdin, new Map(spec.endpoints.map((e) => [e.name, e.socket] as const)), this.opts.streamLimits);
-    relay.stdio.stdin.write(encodeFrame(0, FRAME.listen, Buffer.from(sockets.map((s) => `${s.name}=${s.path}\n`).join(""), "utf8")));
+    const stdin = relay.stdio.stdin;
+    const sent = (staged ? sendStaged(stdin, fillPath("staged", spec.userFolder), staged) : Promise.resolve(undefined)).then((digest) => {
+      stdin.write(encodeFrame(0, FRAME.listen, Buffer.from(sockets.map((s) => `${s.name}=${s.path}\n`).join(""), "utf8")));
+      return digest;
+    });
     const readyMs = this.opts.relayReadyMs ?? RELAY_READY_MS;
     const bound = new AbortController();
     try {
       const outcome = await Promise.race([
-        mux.ready.then(
+        Promise.all([sent, mux.ready]).then(
           () => "ready" as const,
           (err: unknown) => err as Error,
         ),
         relay.started.then(() => new Promise<never>(() => {})),
         sleep(readyMs, "timeout" as const, { signal: bound.signal }),
       ]);
-      if (outcome === "ready") return mux;
+      if (outcome === "ready") {
+        const expected = await sent;
+        if (expected !== undefined && mux.staged() !== expected) {
+          mux.close();
+          throw new SandboxSetupError(
+            `the engine-api relay container ${relay.id}: the staged folder it wrote has digest ${mux.staged() ?? "(none sent)"}, not the ${expected} of what the runner sent`,
+          );
+        }
+        return mux;
+      }
       const why = outcome === "timeout" ? `did not listen within ${readyMs} ms` : outcome.message;
       if (outcome === "timeout" || mux.fault() !== undefined) throw new SandboxSetupError(`the engine-api relay container ${relay.id}: ${why}`);
       throw new ContainerRuntimeError(`the engine-api relay container ${relay.id}: ${why}`, "engine");

@@ -67,6 +67,8 @@ export interface ContainerSpec extends ProgramSpec {
   readOnlyRootfs: boolean;
   networkMode: NetworkMode;
   capDrop: string[];
+  /** Capabilities given back after `capDrop` (the engine-api relay's CAP_CHOWN, contract R282). */
+  capAdd?: string[];
   securityOpt: string[];
   pidsLimit?: number;
   /** Hard memory limit; swap is set to the same value so the limit cannot be spilled to swap. */

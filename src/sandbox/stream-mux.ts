@@ -12,8 +12,13 @@ import { connect, type Socket } from "node:net";
  * A frame: channel (uint32 BE) | kind (uint8) | length (uint32 BE) | payload.
  */
 
-/** `listen` goes from the runner to the relay only, first: the endpoints' names and sockets, a `<name>=<socket>` line each. */
-export const FRAME = { open: 1, data: 2, close: 3, ready: 4, listen: 5 } as const;
+/**
+ * `listen` goes from the runner to the relay only: the endpoints' names and sockets, a
+ * `<name>=<socket>` line each. Before it, on channel 0, `put` and `data` frames may carry the
+ * staged folder (src/sandbox/staged-stream.ts), which the relay answers with one `staged` frame,
+ * the digest of what it wrote, before `ready` (contract R282).
+ */
+export const FRAME = { open: 1, data: 2, close: 3, ready: 4, listen: 5, put: 6, staged: 7 } as const;
 export const FRAME_HEADER_BYTES = 9;
 
 export interface StreamLimits {
@@ -44,6 +49,8 @@ interface Channel {
 export interface StreamMux {
   /** Resolves once the relay listens on every endpoint socket; rejects on a fault or the stream's end first. */
   ready: Promise<void>;
+  /** The digest of the staged folder the relay says it wrote (its `staged` frame before `ready`), if it sent one (contract R282). */
+  staged(): string | undefined;
   /** Why the stream was refused, once it was. */
   fault(): string | undefined;
   /** Called once, on the first fault. */
@@ -70,6 +77,7 @@ class StreamServer implements StreamMux {
   /** The relay's stream waits for one endpoint connection to take what it was sent. */
   private inputPaused = false;
   private isReady = false;
+  private stagedDigest: string | undefined;
   private closed = false;
   private pending: Buffer = Buffer.alloc(0);
   private resolveReady!: () => void;
@@ -98,6 +106,10 @@ class StreamServer implements StreamMux {
 
   fault(): string | undefined {
     return this.faultReason;
+  }
+
+  staged(): string | undefined {
+    return this.stagedDigest;
   }
 
   onFault(listener: (reason: string) => void): void {
@@ -189,6 +201,12 @@ class StreamServer implements StreamMux {
     if (kind === FRAME.ready && id === 0 && payload.length === 0 && !this.isReady) {
       this.isReady = true;
       this.resolveReady();
+      return;
+    }
+    if (kind === FRAME.staged && id === 0 && !this.isReady && this.stagedDigest === undefined) {
+      const digest = payload.toString("latin1");
+      if (!/^[0-9a-f]{64}$/.test(digest)) return this.refuse("the relay's staged frame holds no sha256 digest");
+      this.stagedDigest = digest;
       return;
     }
     if (!this.isReady) return this.refuse(`the relay sent a frame of kind ${kind} before it was ready`);

@@ -1,6 +1,6 @@
 import { spawn } from "node:child_process";
-import { randomUUID } from "node:crypto";
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm } from "node:fs/promises";
+import { createHash, randomUUID } from "node:crypto";
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, symlink, truncate, writeFile } from "node:fs/promises";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -15,6 +15,7 @@ import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { AHEAD_ATTEMPT, EXPORT_ATTEMPT } from "../../src/sandbox/engine-api.ts";
+import { STAGED_LIMIT_BYTES } from "../../src/sandbox/staged-stream.ts";
 import { waitFor } from "../support/pipeline.ts";
 import { probeOciRuntime } from "../../src/isolation/oci-runtime.ts";
 import { LABELS, reapOrphans } from "../../src/sandbox/reaper.ts";
@@ -432,5 +433,139 @@ describe("a volume mounted with nocopy, as the attempt container mounts them", (
       for (const v of made) await runtime.removeVolume(v);
     }
     expect(await leftOnEngine(runId)).toEqual({ containers: 0, volumes: 0 });
+  }, 120_000);
+});
+
+describe("the staged folder on the relay's stream", () => {
+  /** Lists every entry under /staged (its root as "."): type, mode, owner, size and a hash of its bytes; then whether a write there fails. */
+  const LIST_STAGED = `const fs = require("node:fs"); const crypto = require("node:crypto");
+    const walk = (rel) => { const full = rel === "." ? "/staged" : "/staged/" + rel; const st = fs.lstatSync(full);
+      const bytes = st.isFile() ? crypto.createHash("sha256").update(fs.readFileSync(full)).digest("hex").slice(0, 16) : "-";
+      console.log([rel, st.isDirectory() ? "d" : st.isFile() ? "f" : "?", (st.mode & 0o7777).toString(8), st.uid + ":" + st.gid, st.isFile() ? st.size : 0, bytes].join(" "));
+      if (st.isDirectory()) for (const n of fs.readdirSync(full).sort()) walk(rel === "." ? n : rel + "/" + n); };
+    walk(".");
+    try { fs.writeFileSync("/staged/new.txt", "x"); console.log("written"); } catch (e) { console.log(e.code); }`;
+
+  const CONFIG = '{"hasCompletedOnboarding":true}';
+  const CREDENTIALS = '{"claudeAiOauth":{"accessToken":"placeholder"}}';
+  const SESSION = Buffer.alloc(200 * 1024, 0x61);
+
+  /** A staged folder as the gateway's placeholder login and a session call make it, a file larger than one frame among them. */
+  async function stagedFolder(name: string): Promise<string> {
+    const folder = join(work, name);
+    await mkdir(join(folder, ".claude", "projects", "p"), { recursive: true, mode: 0o700 });
+    await writeFile(join(folder, ".claude.json"), CONFIG, { mode: 0o600 });
+    await writeFile(join(folder, ".claude", ".credentials.json"), CREDENTIALS, { mode: 0o600 });
+    await writeFile(join(folder, ".claude", "projects", "p", "s.jsonl"), SESSION, { mode: 0o640 });
+    await writeFile(join(folder, "prompt.txt"), "", { mode: 0o644 });
+    await chmod(join(folder, ".claude", "projects"), 0o755);
+    return folder;
+  }
+
+  /** The engine under a provider, with the path of every putArchive kept. */
+  function archived(): { runtime: DockerRuntime; puts: string[] } {
+    const puts: string[] = [];
+    const engine = new Proxy(runtime, {
+      get(target, prop, receiver) {
+        if (prop === "putArchive")
+          return (id: string, path: string, archive: NodeJS.ReadableStream) => {
+            puts.push(path);
+            return target.putArchive(id, path, archive);
+          };
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === "function" ? v.bind(target) : v;
+      },
+    });
+    return { runtime: engine, puts };
+  }
+
+  // contract: R282
+  it("goes to a relay with endpoints on its stream, not by putArchive, and arrives as putArchive makes it: modes, the program's owner, bytes, read-only", async () => {
+    const folder = await stagedFolder("staged-good");
+    const listings: string[][] = [[], []];
+    const { runtime: engine, puts } = archived();
+    const sandbox = new DockerSandbox(engine, { channel: "engine-api", engineApi: { streamRelay: RELAY } });
+    const staged = { folder, target: "/staged", readOnly: true };
+    // With an endpoint, its relay is started and takes the folder on its stream.
+    const streamed = await runBounded(sandbox, spec(LIST_STAGED, { staged, endpoints: [{ name: "model-api", socket }] }), (l) => listings[0]!.push(l));
+    expect(streamed.exitCode).toBe(0);
+    expect(puts).toEqual([]);
+    // With none, the never-started helper takes it by putArchive, as before.
+    const archivedRun = await runBounded(sandbox, spec(LIST_STAGED, { staged }), (l) => listings[1]!.push(l));
+    expect(archivedRun.exitCode).toBe(0);
+    expect(puts).toEqual(["/study-runner-fill/staged"]);
+    expect(listings[0]).toEqual(listings[1]);
+    const sha = (b: string | Buffer) => createHash("sha256").update(b).digest("hex").slice(0, 16);
+    const file = (path: string, mode: string, bytes: string | Buffer) => `${path} f ${mode} 1000:1000 ${Buffer.byteLength(bytes)} ${sha(bytes)}`;
+    expect(listings[0]).toEqual([
+      // The volume's root as the engine made it; everything in it the program's.
+      ". d 755 0:0 0 -",
+      ".claude d 700 1000:1000 0 -",
+      file(".claude/.credentials.json", "600", CREDENTIALS),
+      ".claude/projects d 755 1000:1000 0 -",
+      ".claude/projects/p d 700 1000:1000 0 -",
+      file(".claude/projects/p/s.jsonl", "640", SESSION),
+      file(".claude.json", "600", CONFIG),
+      file("prompt.txt", "644", ""),
+      "EROFS",
+    ]);
+    expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
+  }, 120_000);
+
+  /** The real relay, its source changed by `from` -> `to` as it starts (it exits 9 when `from` is not in it). */
+  const patchedRelay = (from: string, to: string): string[] => [
+    IMAGE_LAYOUT.node,
+    "-e",
+    `const src = require("node:fs").readFileSync(${JSON.stringify(RELAY[1])}, "utf8"); const out = src.split(${JSON.stringify(from)}).join(${JSON.stringify(to)}); if (out === src) process.exit(9); eval(out);`,
+  ];
+
+  // contract: R282
+  it("a relay that writes something else, or reports no digest, fails the sandbox's setup: nothing ran and nothing is left", async () => {
+    const folder = await stagedFolder("staged-wrong");
+    const relays = [
+      // A byte more in every file than was sent, read back and reported as written.
+      patchedRelay(
+        "fs.writeSync(f.fd, payload, at, payload.length - at);",
+        "fs.writeSync(f.fd, payload, at, payload.length - at); if (f.left === payload.length) fs.writeSync(f.fd, Buffer.from('!'));",
+      ),
+      // The wrong mode on every file.
+      patchedRelay("fs.fchmodSync(f.fd, f.mode);", "fs.fchmodSync(f.fd, f.mode | 0o004);"),
+      // Ready with no digest at all.
+      patchedRelay("frame(0, KIND.staged,", "void (0, KIND.staged,"),
+    ];
+    for (const command of relays) {
+      const sandbox = new DockerSandbox(runtime, { channel: "engine-api", engineApi: { relayCommand: () => command } });
+      const lines: string[] = [];
+      const raw = await runBounded(sandbox, spec(`console.log("ran")`, { staged: { folder, target: "/staged", readOnly: true }, endpoints: [{ name: "model-api", socket }] }), (l) => lines.push(l));
+      expect(raw).toMatchObject({ containerId: null, exitCode: null, timedOut: false });
+      expect(raw.channelFault).toMatch(
+        /^the engine-api relay container [0-9a-f]{64}: the staged folder it wrote has digest ([0-9a-f]{64}|\(none sent\)), not the [0-9a-f]{64} of what the runner sent$/,
+      );
+      expect(lines).toEqual([]);
+      expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
+    }
+  }, 120_000);
+
+  // contract: R283
+  it("a staged folder holding a link, or more than the bound, is refused before anything is made", async () => {
+    const { runtime: engine, created } = counted();
+    const sandbox = new DockerSandbox(engine, { channel: "engine-api", engineApi: { streamRelay: RELAY } });
+    const linked = await stagedFolder("staged-linked");
+    await symlink("/etc/shadow", join(linked, ".claude", "escape"));
+    const big = await stagedFolder("staged-big");
+    // Sparse: its size is what counts, read before a byte is.
+    await truncate(join(big, ".claude", "projects", "p", "s.jsonl"), STAGED_LIMIT_BYTES + 1);
+    const ran: string[] = [];
+    for (const [folder, refused] of [
+      [linked, /the staged folder \S+ holds "\.claude\/escape", a symbolic link: .*use --sandbox-channel host-paths/],
+      [big, /the staged folder \S+ holds more than 41943040 bytes: /],
+    ] as const) {
+      await expect(
+        runBounded(sandbox, spec(`console.log("ran")`, { staged: { folder, target: "/staged", readOnly: true }, endpoints: [{ name: "model-api", socket }] }), (l) => ran.push(l)),
+      ).rejects.toThrow(refused);
+    }
+    expect(ran).toEqual([]);
+    expect(created).toEqual([]);
+    expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
   }, 120_000);
 });
