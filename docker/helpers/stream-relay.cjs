@@ -22,7 +22,8 @@
 //   kind 7 staged (relay -> runner, channel 0, before ready) payload: the digest of what it wrote
 // The runner refuses anything else (src/sandbox/stream-mux.ts keeps the same numbers).
 //
-// The staged folder (src/sandbox/staged-stream.ts): each entry written under its root, a folder
+// The content it writes (the staged folder, test files; src/sandbox/staged-stream.ts): each entry
+// written under its root (where a volume is mounted), a folder
 // before what it holds, never over anything there (exclusive creates, no link followed), with the
 // entry's mode and owner (the container keeps CAP_CHOWN for that alone); each file read back once
 // whole, the folders' modes and owners set last, deepest first, and the digest of what is on disk
@@ -172,8 +173,7 @@ function stagePut(payload) {
   const { root, path, type, mode, uid, gid, size } = h;
   if (typeof root !== "string" || !root.startsWith("/") || posix.normalize(root) !== root || root.includes("\0"))
     fail(`staged root ${JSON.stringify(String(root).slice(0, 200))} is not a plain absolute path`);
-  stage ??= { root, bytes: 0, count: 0, dirs: new Map(), lines: new Map(), file: undefined };
-  if (root !== stage.root) fail("staged entries under two roots");
+  stage ??= { bytes: 0, count: 0, dirs: new Map(), lines: new Map(), file: undefined };
   const shown = JSON.stringify(String(path).slice(0, 200));
   if (typeof path !== "string" || path.length > 4096 || path.includes("\0") || !path.split("/").every((p) => p !== "" && p !== "." && p !== ".."))
     fail(`staged path ${shown} is not a plain relative name`);
@@ -184,17 +184,17 @@ function stagePut(payload) {
   stage.bytes += size;
   if (++stage.count > STAGED_ENTRIES || stage.bytes > STAGED_LIMIT) fail(`the staged folder passes its bounds (${STAGED_ENTRIES} entries, ${STAGED_LIMIT} bytes) at ${shown}`);
   const parent = posix.dirname(path);
-  if (parent !== "." && !stage.dirs.has(parent)) fail(`staged ${shown} comes before its folder`);
-  const full = `${root}/${path}`;
+  if (parent !== "." && !stage.dirs.has(posix.join(root, parent))) fail(`staged ${shown} comes before its folder`);
+  const full = posix.join(root, path);
   try {
     if (type === "directory") {
       // The relay's own until the end: root without CAP_DAC_OVERRIDE writes only in its own folders.
       fs.mkdirSync(full, 0o700);
-      stage.dirs.set(path, { mode, uid, gid });
+      stage.dirs.set(full, { mode, uid, gid });
       return;
     }
     const fd = fs.openSync(full, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600);
-    stage.file = { fd, path, left: size, size, mode, uid, gid };
+    stage.file = { fd, path, full, left: size, size, mode, uid, gid };
   } catch (err) {
     fail(`writing staged ${shown}: ${err.code ?? err.message}`);
   }
@@ -222,7 +222,7 @@ function finishFile() {
   let at = 0;
   for (let n; (n = fs.readSync(f.fd, chunk, 0, chunk.length, at)) > 0; at += n) hash.update(chunk.subarray(0, n));
   fs.closeSync(f.fd);
-  stage.lines.set(f.path, line("file", st, at, hash.digest("hex"), f.path));
+  stage.lines.set(f.full, line("file", st, at, hash.digest("hex"), f.full));
 }
 
 function line(type, st, size, sha, path) {
@@ -233,13 +233,12 @@ function line(type, st, size, sha, path) {
 function finishStage() {
   if (stage.file) fail(`the staged file ${JSON.stringify(stage.file.path)} ended short`);
   const dirs = [...stage.dirs.keys()].sort((a, b) => b.split("/").length - a.split("/").length);
-  for (const path of dirs) {
-    const d = stage.dirs.get(path);
-    const full = `${stage.root}/${path}`;
+  for (const full of dirs) {
+    const d = stage.dirs.get(full);
     fs.chmodSync(full, d.mode);
     fs.lchownSync(full, d.uid, d.gid);
     const st = fs.lstatSync(full);
-    stage.lines.set(path, line(st.isDirectory() ? "directory" : "other", st, 0, "-", path));
+    stage.lines.set(full, line(st.isDirectory() ? "directory" : "other", st, 0, "-", full));
   }
   const hash = crypto.createHash("sha256");
   for (const path of [...stage.lines.keys()].sort()) hash.update(`${stage.lines.get(path)}\n`);

@@ -13,7 +13,7 @@ import { ContainerRuntimeError, type ContainerRuntime, type ContainerSpec, type 
 import { LABELS } from "./reaper.ts";
 import { SandboxSetupError, type HostFolder, type PreparedSandbox, type SandboxExit, type SandboxSpec, type SandboxStreams } from "./sandbox.ts";
 import { encodeFrame, FRAME, serveStream, type StreamLimits, type StreamMux } from "./stream-mux.ts";
-import { readStagedTree, sendStaged, type StagedTree } from "./staged-stream.ts";
+import { checkStreamBounds, readStagedTree, sendStaged, type StreamEntry } from "./staged-stream.ts";
 import { addFolder, packFolder, packStream } from "./tree.ts";
 import { replaceFromArchive } from "./worktree-back.ts";
 
@@ -62,6 +62,8 @@ interface ContentVolume {
   target: string;
   readOnly: boolean;
   fill: (pack: tar.Pack) => Promise<void>;
+  /** The tree as entries under `root` for a started relay to write from its stream instead (contract R282). */
+  entries?: (root: string) => Promise<StreamEntry[]>;
   /** The export hash the tree written must have. */
   exportHash?: string;
   /**
@@ -125,7 +127,15 @@ async function contentVolumes(spec: SandboxSpec, keepExports: boolean): Promise<
   }
   if (spec.worktree) volumes.push(await worktreeVolume(spec, spec.worktree, owner));
   const staged = spec.staged;
-  if (staged) volumes.push({ slot: "staged", target: staged.target, readOnly: true, fill: (pack) => addFolder(pack, staged.folder, { owner }), copyBack: [] });
+  if (staged)
+    volumes.push({
+      slot: "staged",
+      target: staged.target,
+      readOnly: true,
+      fill: (pack) => addFolder(pack, staged.folder, { owner }),
+      entries: (root) => readStagedTree(staged.folder, root, owner),
+      copyBack: [],
+    });
   const tests = spec.testMounts ?? [];
   if (tests.length > 0) volumes.push(await testVolume(tests, owner));
   return volumes;
@@ -179,6 +189,22 @@ async function testVolume(tests: readonly HostFolder[], owner: { uid: number; gi
         } else pack.entry({ name: rel, mode: 0o700, type: "directory", ...owner });
       }
     },
+    // The same tree, when each mount is a name of the common folder (the relay makes no folder on the way).
+    ...(items.every((i) => !i.rel.includes("/"))
+      ? {
+          entries: async (root: string) => {
+            const entries: StreamEntry[] = [];
+            const rootOwned = { uid: 0, gid: 0 };
+            for (const { t, rel, dir } of items) {
+              const common = { root, path: rel };
+              if (!dir) entries.push({ ...common, type: "file", mode: 0o444, ...rootOwned, size: (await lstat(t.folder)).size, source: t.folder });
+              else if (t.readOnly) entries.push({ ...common, type: "directory", mode: 0o555, ...rootOwned, size: 0 }, ...(await readStagedTree(t.folder, root, rootOwned, { prefix: rel })));
+              else entries.push({ ...common, type: "directory", mode: 0o700, ...owner, size: 0 });
+            }
+            return entries;
+          },
+        }
+      : {}),
     copyBack: items.filter((i) => i.dir && !i.t.readOnly).map((i) => ({ sub: i.rel, folder: i.t.folder })),
   };
 }
@@ -314,8 +340,8 @@ async function makeRelay(runtime: ContainerRuntime & EngineStorage, kind: RelayK
       // It reaches nothing by name or address: no network set up at all (contract R280).
       networkDisabled: true,
       capDrop: ["ALL"],
-      // Only to give the staged files it writes their owner (contract R282).
-      ...(kind.endpoints > 0 && slots.includes("staged") ? { capAdd: ["CHOWN"] } : {}),
+      // Only to give the files it writes from its stream their owner (contract R282).
+      ...(kind.endpoints > 0 && slots.some((s) => s === "staged" || s === "test") ? { capAdd: ["CHOWN"] } : {}),
       securityOpt: ["no-new-privileges"],
       pidsLimit: 32,
       memoryBytes: 256 * 1024 * 1024,
@@ -396,9 +422,11 @@ export class EngineApiChannel {
     exportVolume.catch(() => undefined);
     const exportMounts = (volume: string | undefined): Mount[] => (exported && volume !== undefined ? [{ source: volume, volume: true, target: exported.target, readOnly: true }] : []);
     const carried = content.filter((c) => !c.kept);
-    // The staged folder goes to a relay that is started on its stream, not by putArchive (contract R282); read and bounded before anything is made (contract R283).
-    const stagedSlot = sockets.length > 0 ? carried.find((c) => c.slot === "staged") : undefined;
-    const staged = stagedSlot && spec.staged ? await readStagedTree(spec.staged.folder, userIds(spec.user)) : undefined;
+    // The staged folder and the test files go to a relay that is started on its stream, not by
+    // putArchive (contract R282); read and bounded before anything is made (contract R283).
+    const streamed = sockets.length > 0 ? carried.filter((c) => c.entries !== undefined) : [];
+    const entries = (await Promise.all(streamed.map((c) => c.entries!(fillPath(c.slot, spec.userFolder))))).flat();
+    checkStreamBounds(entries);
     if (carried.length === 0 && sockets.length === 0) {
       const made = new Made(this.runtime);
       const mounts = exportMounts(await exportVolume);
@@ -434,9 +462,9 @@ export class EngineApiChannel {
           this.runtime,
           relay,
           spec.userFolder,
-          carried.filter((c) => c !== stagedSlot),
+          carried.filter((c) => !streamed.includes(c)),
         ),
-        sockets.length > 0 ? this.listen(relay, spec, sockets, staged) : Promise.resolve(undefined),
+        sockets.length > 0 ? this.listen(relay, spec, sockets, entries) : Promise.resolve(undefined),
       ]);
       mark("engine-api:ready");
       const refill = ahead ? () => this.makeSpare(key, kind) : undefined;
@@ -540,17 +568,17 @@ export class EngineApiChannel {
   }
 
   /**
-   * Sends the relay the staged folder, when it carries it (contract R282), then tells it the
+   * Sends the relay the content it writes (the staged folder, test files; contract R282), then tells it the
    * endpoints, and waits until it listens on every socket: its start and its `ready` frame within
    * the bound (contract R258). A relay that does not listen in time, whose stream breaks its format
-   * first, or whose digest of the staged folder it wrote is not the one sent (contract R282), fails
+   * first, or whose digest of the content it wrote is not the one sent (contract R282), fails
    * the sandbox's setup (`SandboxSetupError`); a start the engine refused is the engine's error as
    * it came.
    */
-  private async listen(relay: RelayContainer, spec: SandboxSpec, sockets: Array<{ name: string; path: string }>, staged: StagedTree | undefined): Promise<StreamMux> {
+  private async listen(relay: RelayContainer, spec: SandboxSpec, sockets: Array<{ name: string; path: string }>, entries: readonly StreamEntry[]): Promise<StreamMux> {
     const mux = serveStream(relay.stdio.stdout, relay.stdio.stdin, new Map(spec.endpoints.map((e) => [e.name, e.socket] as const)), this.opts.streamLimits);
     const stdin = relay.stdio.stdin;
-    const sent = (staged ? sendStaged(stdin, fillPath("staged", spec.userFolder), staged) : Promise.resolve(undefined)).then((digest) => {
+    const sent = (entries.length > 0 ? sendStaged(stdin, entries) : Promise.resolve(undefined)).then((digest) => {
       stdin.write(encodeFrame(0, FRAME.listen, Buffer.from(sockets.map((s) => `${s.name}=${s.path}\n`).join(""), "utf8")));
       return digest;
     });
@@ -570,7 +598,7 @@ export class EngineApiChannel {
         if (expected !== undefined && mux.staged() !== expected) {
           mux.close();
           throw new SandboxSetupError(
-            `the engine-api relay container ${relay.id}: the staged folder it wrote has digest ${mux.staged() ?? "(none sent)"}, not the ${expected} of what the runner sent`,
+            `the engine-api relay container ${relay.id}: the content it wrote from its stream has digest ${mux.staged() ?? "(none sent)"}, not the ${expected} of what the runner sent`,
           );
         }
         return mux;

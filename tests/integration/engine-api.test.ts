@@ -437,18 +437,24 @@ describe("a volume mounted with nocopy, as the attempt container mounts them", (
 });
 
 describe("the staged folder on the relay's stream", () => {
-  /** Lists every entry under /staged (its root as "."): type, mode, owner, size and a hash of its bytes; then whether a write there fails. */
+  /**
+   * Lists every entry under /staged and /fake (each root as "<root>/."): type, mode, owner, size and
+   * a hash of its bytes; then writes a record and tries a write to /staged.
+   */
   const LIST_STAGED = `const fs = require("node:fs"); const crypto = require("node:crypto");
-    const walk = (rel) => { const full = rel === "." ? "/staged" : "/staged/" + rel; const st = fs.lstatSync(full);
+    const walk = (root, rel) => { const full = rel === "." ? root : root + "/" + rel; const st = fs.lstatSync(full);
       const bytes = st.isFile() ? crypto.createHash("sha256").update(fs.readFileSync(full)).digest("hex").slice(0, 16) : "-";
-      console.log([rel, st.isDirectory() ? "d" : st.isFile() ? "f" : "?", (st.mode & 0o7777).toString(8), st.uid + ":" + st.gid, st.isFile() ? st.size : 0, bytes].join(" "));
-      if (st.isDirectory()) for (const n of fs.readdirSync(full).sort()) walk(rel === "." ? n : rel + "/" + n); };
-    walk(".");
+      console.log([full === root ? root + "/." : full, st.isDirectory() ? "d" : st.isFile() ? "f" : "?", (st.mode & 0o7777).toString(8), st.uid + ":" + st.gid, st.isFile() ? st.size : 0, bytes].join(" "));
+      if (st.isDirectory()) for (const n of fs.readdirSync(full).sort()) walk(root, rel === "." ? n : rel + "/" + n); };
+    walk("/staged", "."); walk("/fake", ".");
+    fs.writeFileSync("/fake/records/out.txt", "recorded");
     try { fs.writeFileSync("/staged/new.txt", "x"); console.log("written"); } catch (e) { console.log(e.code); }`;
 
   const CONFIG = '{"hasCompletedOnboarding":true}';
   const CREDENTIALS = '{"claudeAiOauth":{"accessToken":"placeholder"}}';
   const SESSION = Buffer.alloc(200 * 1024, 0x61);
+  const BEHAVIOUR = '{"kind":"ok"}';
+  const FIXTURE = "fixture\n";
 
   /** A staged folder as the gateway's placeholder login and a session call make it, a file larger than one frame among them. */
   async function stagedFolder(name: string): Promise<string> {
@@ -480,35 +486,56 @@ describe("the staged folder on the relay's stream", () => {
   }
 
   // contract: R282
-  it("goes to a relay with endpoints on its stream, not by putArchive, and arrives as putArchive makes it: modes, the program's owner, bytes, read-only", async () => {
+  it("goes to a relay with endpoints on its stream with the test files, not by putArchive, and arrives as putArchive makes it: modes, owners, bytes, read-only", async () => {
     const folder = await stagedFolder("staged-good");
+    const fake = join(work, "staged-fake");
+    await mkdir(join(fake, "fixtures"), { recursive: true });
+    await writeFile(join(fake, "behaviour.json"), BEHAVIOUR);
+    await writeFile(join(fake, "fixtures", "a.txt"), FIXTURE, { mode: 0o604 });
     const listings: string[][] = [[], []];
     const { runtime: engine, puts } = archived();
     const sandbox = new DockerSandbox(engine, { channel: "engine-api", engineApi: { streamRelay: RELAY } });
-    const staged = { folder, target: "/staged", readOnly: true };
-    // With an endpoint, its relay is started and takes the folder on its stream.
-    const streamed = await runBounded(sandbox, spec(LIST_STAGED, { staged, endpoints: [{ name: "model-api", socket }] }), (l) => listings[0]!.push(l));
-    expect(streamed.exitCode).toBe(0);
+    const content = async (records: string): Promise<Partial<SandboxSpec>> => {
+      await mkdir(join(fake, records));
+      return {
+        staged: { folder, target: "/staged", readOnly: true },
+        testMounts: [
+          { folder: join(fake, "behaviour.json"), target: "/fake/behaviour.json", readOnly: true },
+          { folder: join(fake, "fixtures"), target: "/fake/fixtures", readOnly: true },
+          { folder: join(fake, records), target: "/fake/records", readOnly: false },
+        ],
+      };
+    };
+    // With an endpoint, its relay is started and takes the folders on its stream.
+    const streamed = await runBounded(sandbox, spec(LIST_STAGED, { ...(await content("records-1")), endpoints: [{ name: "model-api", socket }] }), (l) => listings[0]!.push(l));
+    expect(streamed.exitCode, JSON.stringify({ streamed, l: listings[0] })).toBe(0);
     expect(puts).toEqual([]);
-    // With none, the never-started helper takes it by putArchive, as before.
-    const archivedRun = await runBounded(sandbox, spec(LIST_STAGED, { staged }), (l) => listings[1]!.push(l));
+    // With none, the never-started helper takes them by putArchive, as before.
+    const archivedRun = await runBounded(sandbox, spec(LIST_STAGED, await content("records-2")), (l) => listings[1]!.push(l));
     expect(archivedRun.exitCode).toBe(0);
-    expect(puts).toEqual(["/study-runner-fill/staged"]);
+    expect(puts.sort()).toEqual(["/study-runner-fill/staged", "/study-runner-fill/test"]);
     expect(listings[0]).toEqual(listings[1]);
     const sha = (b: string | Buffer) => createHash("sha256").update(b).digest("hex").slice(0, 16);
-    const file = (path: string, mode: string, bytes: string | Buffer) => `${path} f ${mode} 1000:1000 ${Buffer.byteLength(bytes)} ${sha(bytes)}`;
+    const file = (path: string, mode: string, owner: string, bytes: string | Buffer) => `${path} f ${mode} ${owner} ${Buffer.byteLength(bytes)} ${sha(bytes)}`;
     expect(listings[0]).toEqual([
-      // The volume's root as the engine made it; everything in it the program's.
-      ". d 755 0:0 0 -",
-      ".claude d 700 1000:1000 0 -",
-      file(".claude/.credentials.json", "600", CREDENTIALS),
-      ".claude/projects d 755 1000:1000 0 -",
-      ".claude/projects/p d 700 1000:1000 0 -",
-      file(".claude/projects/p/s.jsonl", "640", SESSION),
-      file(".claude.json", "600", CONFIG),
-      file("prompt.txt", "644", ""),
+      // The volumes' roots as the engine made them; the staged files the program's, the test files root's but its records folder.
+      "/staged/. d 755 0:0 0 -",
+      "/staged/.claude d 700 1000:1000 0 -",
+      file("/staged/.claude/.credentials.json", "600", "1000:1000", CREDENTIALS),
+      "/staged/.claude/projects d 755 1000:1000 0 -",
+      "/staged/.claude/projects/p d 700 1000:1000 0 -",
+      file("/staged/.claude/projects/p/s.jsonl", "640", "1000:1000", SESSION),
+      file("/staged/.claude.json", "600", "1000:1000", CONFIG),
+      file("/staged/prompt.txt", "644", "1000:1000", ""),
+      "/fake/. d 755 0:0 0 -",
+      file("/fake/behaviour.json", "444", "0:0", BEHAVIOUR),
+      "/fake/fixtures d 555 0:0 0 -",
+      file("/fake/fixtures/a.txt", "604", "0:0", FIXTURE),
+      "/fake/records d 700 1000:1000 0 -",
       "EROFS",
     ]);
+    // What the program wrote to its records folder came back either way.
+    for (const records of ["records-1", "records-2"]) expect(await readFile(join(fake, records, "out.txt"), "utf8")).toBe("recorded");
     expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
   }, 120_000);
 
@@ -539,7 +566,7 @@ describe("the staged folder on the relay's stream", () => {
       const raw = await runBounded(sandbox, spec(`console.log("ran")`, { staged: { folder, target: "/staged", readOnly: true }, endpoints: [{ name: "model-api", socket }] }), (l) => lines.push(l));
       expect(raw).toMatchObject({ containerId: null, exitCode: null, timedOut: false });
       expect(raw.channelFault).toMatch(
-        /^the engine-api relay container [0-9a-f]{64}: the staged folder it wrote has digest ([0-9a-f]{64}|\(none sent\)), not the [0-9a-f]{64} of what the runner sent$/,
+        /^the engine-api relay container [0-9a-f]{64}: the content it wrote from its stream has digest ([0-9a-f]{64}|\(none sent\)), not the [0-9a-f]{64} of what the runner sent$/,
       );
       expect(lines).toEqual([]);
       expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
@@ -557,8 +584,8 @@ describe("the staged folder on the relay's stream", () => {
     await truncate(join(big, ".claude", "projects", "p", "s.jsonl"), STAGED_LIMIT_BYTES + 1);
     const ran: string[] = [];
     for (const [folder, refused] of [
-      [linked, /the staged folder \S+ holds "\.claude\/escape", a symbolic link: .*use --sandbox-channel host-paths/],
-      [big, /the staged folder \S+ holds more than 41943040 bytes: /],
+      [linked, /the folder \S+ for the engine-api relay holds "\.claude\/escape", a symbolic link: .*use --sandbox-channel host-paths/],
+      [big, /the folder \S+ for the engine-api relay holds more than 41943040 bytes: /],
     ] as const) {
       await expect(
         runBounded(sandbox, spec(`console.log("ran")`, { staged: { folder, target: "/staged", readOnly: true }, endpoints: [{ name: "model-api", socket }] }), (l) => ran.push(l)),

@@ -75,7 +75,7 @@ describe("the staged folder on the relay's stream", () => {
     await mkdir(root);
     const r = relay();
     const mux = serveStream(r.child.stdout, r.child.stdin, new Map());
-    const sent = await sendStaged(r.child.stdin, root, await readStagedTree(folder, owner));
+    const sent = await sendStaged(r.child.stdin, await readStagedTree(folder, root, owner));
     r.child.stdin.write(encodeFrame(0, FRAME.listen));
     await mux.ready;
     expect(mux.staged()).toBe(sent);
@@ -126,9 +126,9 @@ describe("the staged folder on the relay's stream", () => {
   // contract: R283
   it("refuses, on the runner's side, a staged folder holding a link or more than the bound, before anything is sent", async () => {
     const folder = await stagedFolder();
-    await expect(readStagedTree(folder, owner, 100)).rejects.toThrow(/holds more than 100 bytes: .* use --sandbox-channel host-paths/);
+    await expect(readStagedTree(folder, "/v", owner, { limitBytes: 100 })).rejects.toThrow(/^the folder \S+ for the engine-api relay holds more than 100 bytes: .* use --sandbox-channel host-paths/);
     await symlink("/etc/passwd", join(folder, ".claude", "evil"));
-    await expect(readStagedTree(folder, owner)).rejects.toThrow(/holds "\.claude\/evil", a symbolic link/);
+    await expect(readStagedTree(folder, "/v", owner)).rejects.toThrow(/holds "\.claude\/evil", a symbolic link/);
   });
 
   // contract: R282
