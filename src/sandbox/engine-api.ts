@@ -457,7 +457,9 @@ export class EngineApiChannel {
         // The attempt container beside the fill: it mounts the relay's volumes with `noCopy`, so its
         // create neither waits for their content nor gives an empty one the image folder's owner
         // (the worktree's is the one the relay's create gave it, contract R245).
-        exportVolume.then((volume) => made.container({ ...rest, mounts: [...exportMounts(volume), ...carriedMounts, ...endpointMounts].map((m) => ({ ...m, noCopy: true })) })),
+        exportVolume
+          .then((volume) => made.container({ ...rest, mounts: [...exportMounts(volume), ...carriedMounts, ...endpointMounts].map((m) => ({ ...m, noCopy: true })) }))
+          .finally(() => mark("engine-api:created")),
         fillVolumes(
           this.runtime,
           relay,
@@ -601,6 +603,7 @@ export class EngineApiChannel {
             `the engine-api relay container ${relay.id}: the content it wrote from its stream has digest ${mux.staged() ?? "(none sent)"}, not the ${expected} of what the runner sent`,
           );
         }
+        mark("engine-api:listening");
         return mux;
       }
       const why = outcome === "timeout" ? `did not listen within ${readyMs} ms` : outcome.message;
