@@ -599,8 +599,11 @@ export class EngineApiChannel {
         const expected = await sent;
         if (expected !== undefined && mux.staged() !== expected) {
           mux.close();
+          const wrote = mux.staged();
           throw new SandboxSetupError(
-            `the engine-api relay container ${relay.id}: the content it wrote from its stream has digest ${mux.staged() ?? "(none sent)"}, not the ${expected} of what the runner sent`,
+            wrote === undefined
+              ? `the engine-api relay container ${relay.id}: it listened without a digest of the content it was sent to write (a relay of an image built by an older runner does not write it: build the image again)`
+              : `the engine-api relay container ${relay.id}: the content it wrote from its stream has digest ${wrote}, not the ${expected} of what the runner sent`,
           );
         }
         mark("engine-api:listening");
