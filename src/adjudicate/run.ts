@@ -4,7 +4,7 @@ import type { Ledger } from "../ledger/schema.ts";
 import type { LoadedManifest } from "../manifest/load.ts";
 import { reapOrphans } from "../sandbox/reaper.ts";
 import { isFakeClaudeImage } from "../image/build.ts";
-import { planExport, reapOrphanExports, removeTree, type ExportLimits } from "../export/export.ts";
+import { reapOrphanExports, removeTree, RunExports, type ExportLimits } from "../export/export.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { adjudicatorFilterOptions } from "../corpus/filter.ts";
 import type { LoginLocation, LoginLock } from "../credentials/login.ts";
@@ -105,7 +105,7 @@ export function checkAdjudicatorModel(model: string, answeringModel: string, for
 
 const networkFor = (isolation: AdjudicationConfig["isolation"]): NetworkSetting => (isolation === "offline" ? { mode: "none" } : { mode: "bridge" });
 
-async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id: string, repositories: readonly { repository: string; pin: string }[]) {
+async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id: string, repositories: readonly { repository: string; pin: string }[], exports: RunExports) {
   const sameModel = checkAdjudicatorModel(config.model, config.ledger.model, config.forceSameModel);
   if (sameModel) throw new UsageError(sameModel);
   const engine = await reachEngine(deps.runtime, config.runtime);
@@ -128,9 +128,10 @@ async function preflight(config: AdjudicationConfig, deps: AdjudicationDeps, id:
     if (root === undefined) problems.push(`--root ${repository}=<path> is missing, and the ledger records no checkout for it; the adjudicator reads the sources at the pin`);
     else {
       // The grader's export, listed once with the export's own code: the pin rule and every
-      // limit are checked here, before anything is reserved (contract R121, R124).
+      // limit are checked here, before anything is reserved (contract R121, R124), and the plan is
+      // the one every unit's export of this repository writes.
       try {
-        await planExport(adjudicatorFilterOptions({ ...(await exportSourceFor(config.loaded, repository, root)), ...(config.exportLimits ? { limits: config.exportLimits } : {}) }));
+        await exports.plan(adjudicatorFilterOptions({ ...(await exportSourceFor(config.loaded, repository, root)), ...(config.exportLimits ? { limits: config.exportLimits } : {}) }));
       } catch (err) {
         if (!(err instanceof UsageError)) throw err;
         problems.push(...err.problems.map((p) => `the checkout ${root} of ${repository}: ${p}`));
@@ -182,7 +183,8 @@ function decided(p: PlannedItem, outcome: Outcome, reason: string, decidedBy: It
 export async function runAdjudication(config: AdjudicationConfig, deps: AdjudicationDeps): Promise<number> {
   const adjudicationId = `adj-${new Date().toISOString().replace(/[:.]/g, "-")}-${randomBytes(3).toString("hex")}`;
   const plan = planAdjudication(config.ledger, config.loaded.manifest, config.seed);
-  const { probed, login, gateway, closeGateway, ociRuntime, channel } = await preflight(config, deps, adjudicationId, checkoutsToExport(plan.items));
+  const exports = new RunExports();
+  const { probed, login, gateway, closeGateway, ociRuntime, channel } = await preflight(config, deps, adjudicationId, checkoutsToExport(plan.items), exports);
   const record = newRecord(config, { adjudicationId, plan, probed, ociRuntime, credentials: gateway ? "gateway" : "login-copy" });
   const checkouts = [...new Set([...config.roots.values(), ...config.ledger.corpus.flatMap((c) => (c.root ? [c.root] : []))])];
   const handle = await createRecord(config.output, record, { checkouts, projectRoot: PROJECT_ROOT });
@@ -206,6 +208,7 @@ export async function runAdjudication(config: AdjudicationConfig, deps: Adjudica
     itemOf: (p) => record.items.find((i) => i.observationIndex === p.observationIndex),
     locks: new Map(),
     structured: new Map(),
+    exports,
   };
   // Each item is asked twice, in this order: its verdict, and once that is recorded, in a call of
   // its own, the arm guess that measures blinding (contract R142). The verdict call hears nothing
@@ -303,6 +306,8 @@ interface Adjudication {
   locks: Map<Unit, LoginLock>;
   /** Each unit's structured output and result text, read from its stream as it arrives. */
   structured: Map<Unit, { structuredOutput: unknown; resultText: string | null }>;
+  /** The adjudication's export plans, made by its preflight: every unit's export is written from its repository's. */
+  exports: RunExports;
 }
 
 /** The adjudicator's run kind for the one loop: what each unit records, runs and settles. */
@@ -370,6 +375,7 @@ async function runUnit(a: Adjudication, u: Unit, ctx: Parameters<RunKind<Unit, A
           ...(config.exportLimits ? { limits: config.exportLimits } : {}),
           labels: { run: a.adjudicationId, attempt: unit },
         }),
+        exports: a.exports,
         login: a.login,
         lock: a.locks.get(u),
         // What this item may still spend under the cap: the loop's, from its own budget.

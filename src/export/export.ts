@@ -362,6 +362,73 @@ export async function exportAtPin(opts: ExportOptions): Promise<ExportResult> {
   return { dir, ...plan, exportHash, labels: { run: opts.labels.run, attempt: opts.labels.attempt } };
 }
 
+/** Everything an export's plan is a function of; a field added to ExportSource must be added here (the type says so). */
+function planKey(source: ExportSource): string {
+  const fields: { [K in keyof Required<ExportSource>]: unknown } = {
+    repoDir: resolve(source.repoDir),
+    pin: source.pin,
+    answerKeys: source.answerKeys ?? [],
+    manifestPaths: source.manifestPaths ?? [],
+    manifestBlobIds: source.manifestBlobIds ?? [],
+    excludeInstructionFiles: source.excludeInstructionFiles ?? false,
+    parentDir: resolve(source.parentDir ?? tmpdir()),
+    limits: [source.limits?.maxFiles ?? DEFAULT_EXPORT_LIMITS.maxFiles, source.limits?.maxBytes ?? DEFAULT_EXPORT_LIMITS.maxBytes],
+  };
+  return JSON.stringify(fields);
+}
+
+/**
+ * The exports of one run (a study, an adjudication), made by the run and passed down to its
+ * attempts: each source (checkout, pin, filter, limits) is planned once per run, and every later
+ * export of it writes that plan (contract R284). A commit id names immutable content, so the
+ * plan's facts (the pin is a commit, contract R124; the tree's entries; what the public-path
+ * filter keeps, contract R119, R120; the limits, contract R121) cannot change while the run lasts, and are not read
+ * again: three to five git processes fewer per export. What stays per export, because it is the
+ * export: a fresh folder, every planned blob read anew through one `git cat-file --batch`,
+ * checked against its id and written from the bytes read, and the exportHash of what was written
+ * (contract R118). The listing is the run's: an object store changed under the run (an alternates file, a
+ * rewritten tree object) cannot change what a later export of that run holds, and a blob that no
+ * longer reads as its id fails the export that reads it (contract R285). The first export of a source is
+ * `exportAtPin`'s single-read pass; one whose plan is being made waits for it. A plan that failed
+ * is not kept.
+ */
+export class RunExports {
+  private readonly plans = new Map<string, Promise<ExportPlan>>();
+
+  /** A fresh export of `opts` in a new export folder, from the run's plan of its source. */
+  async exportAtPin(opts: ExportOptions): Promise<ExportResult> {
+    const key = planKey(opts);
+    const planned = this.plans.get(key);
+    const labels = { run: opts.labels.run, attempt: opts.labels.attempt };
+    if (planned === undefined) {
+      const first = exportAtPin(opts);
+      this.keep(
+        key,
+        first.then((made): ExportPlan => ({ files: made.files, excluded: made.excluded, answerKeys: made.answerKeys })),
+      );
+      return first;
+    }
+    const plan = await planned;
+    const dir = await makeRunnerFolder("export", opts.parentDir);
+    const exportHash = await removedOnFailure(dir, () => writeExport(dir, opts.repoDir, plan.files));
+    return { dir, ...plan, exportHash, labels };
+  }
+
+  /** The plan of `source` (`planExport`), made once per run. */
+  plan(source: ExportSource): Promise<ExportPlan> {
+    const key = planKey(source);
+    return this.plans.get(key) ?? this.keep(key, planExport(source));
+  }
+
+  private keep(key: string, plan: Promise<ExportPlan>): Promise<ExportPlan> {
+    this.plans.set(key, plan);
+    plan.catch(() => {
+      if (this.plans.get(key) === plan) this.plans.delete(key);
+    });
+    return plan;
+  }
+}
+
 /**
  * Restores write permission on every directory (files need none to be unlinked), then removes.
  * A tree whose paths are longer than PATH_MAX (ENAMETOOLONG) is removed relative to open

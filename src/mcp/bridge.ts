@@ -15,6 +15,7 @@ import { createServer, type Server, type Socket } from "node:net";
 import { performance } from "node:perf_hooks";
 import { ALLOWED_DOC_BRIDGE_TOOLS, cliToolName, isDocBridgeCliName, DOC_BRIDGE_SERVER } from "../terms/tool-names.ts";
 import { prepareEngineSandbox, type EngineSandbox } from "./engine-sandbox.ts";
+import type { RepositoryKeys } from "./index-store.ts";
 import { gitHead } from "../corpus/git.ts";
 
 export const SOCKET_NAME = "mcp.sock";
@@ -343,8 +344,8 @@ export function startEngine(sandbox: EngineSandbox): StartedEngine {
 }
 
 /** The engine's own clone and index copy for one bridge (src/mcp/engine-sandbox.ts), with the engine started in it. */
-export async function engineSandboxFor(opts: Pick<McpBridgeOptions, "command" | "cwd" | "pin">): Promise<StartedEngine> {
-  return startEngine(await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)) }));
+export async function engineSandboxFor(opts: Pick<McpBridgeOptions, "command" | "cwd" | "pin"> & { keys?: RepositoryKeys }): Promise<StartedEngine> {
+  return startEngine(await prepareEngineSandbox({ command: opts.command, checkout: opts.cwd, pin: opts.pin ?? (await gitHead(opts.cwd)), keys: opts.keys }));
 }
 
 export interface McpBridge {

@@ -14,7 +14,7 @@ import { dirname, join } from "node:path";
 import { git, NO_ATTRIBUTES } from "../corpus/git.ts";
 import { removeTree } from "../export/export.ts";
 import { makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
-import { defaultIndexRoot, INDEX_DIR_ENV, repositoryKey } from "./index-store.ts";
+import { defaultIndexRoot, INDEX_DIR_ENV, repositoryKey, type RepositoryKeys } from "./index-store.ts";
 
 /** nobody:nogroup on Debian and most distributions. */
 export const ENGINE_UID = 65534;
@@ -113,7 +113,15 @@ async function readableByAll<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-export async function prepareEngineSandbox(o: { command: readonly string[]; checkout: string; pin: string; indexRoot?: string; source?: NodeJS.ProcessEnv }): Promise<EngineSandbox> {
+export async function prepareEngineSandbox(o: {
+  command: readonly string[];
+  checkout: string;
+  pin: string;
+  indexRoot?: string;
+  source?: NodeJS.ProcessEnv;
+  /** The run's repository keys, when it starts many engines of one checkout. */
+  keys?: RepositoryKeys;
+}): Promise<EngineSandbox> {
   const privileges = enginePrivileges();
   const command = privileges.dropped
     ? [setprivPath(), `--reuid=${ENGINE_UID}`, `--regid=${ENGINE_GID}`, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--", ...o.command]
@@ -138,7 +146,7 @@ export async function prepareEngineSandbox(o: { command: readonly string[]; chec
     // The reference engine's index for this repository and pin, copied: the runner's index
     // folder may lie under a HOME the engine cannot (and must not) read.
     const root = o.indexRoot ?? defaultIndexRoot(o.source);
-    const key = await repositoryKey(o.checkout, o.pin);
+    const key = await (o.keys ? o.keys.of(o.checkout, o.pin) : repositoryKey(o.checkout, o.pin));
     const indexCopy = join(folder, "index");
     await mkdir(indexCopy, { mode: 0o755 });
     if (existsSync(join(root, key, o.pin))) await copyTree(join(root, key, o.pin), join(indexCopy, key, o.pin));

@@ -28,6 +28,28 @@ export async function repositoryKey(checkout: string, pin: string): Promise<stri
   return roots[0]!;
 }
 
+/**
+ * `repositoryKey` of each (checkout, pin), asked of git once by whoever owns this (a run, for
+ * every doc-bridge engine it starts): a pin's root commits are part of the commit and never change.
+ */
+export class RepositoryKeys {
+  private readonly keys = new Map<string, Promise<string>>();
+
+  of(checkout: string, pin: string): Promise<string> {
+    const id = JSON.stringify([checkout, pin]);
+    let key = this.keys.get(id);
+    if (key === undefined) {
+      const made = repositoryKey(checkout, pin);
+      made.catch(() => {
+        if (this.keys.get(id) === made) this.keys.delete(id);
+      });
+      this.keys.set(id, made);
+      key = made;
+    }
+    return key;
+  }
+}
+
 export interface IndexLocation {
   root: string;
   /** `<root>/<repository key>` */

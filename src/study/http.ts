@@ -20,6 +20,7 @@ import { callCeiling, usageCostUsd, type UpperPrices } from "../transport/http/p
 import { sumUsd } from "../cost/money.ts";
 import { cacheWriteTokens, promptTokens } from "../cost/usage.ts";
 import { openRepositoryTools } from "../transport/http/tools.ts";
+import { RunExports } from "../export/export.ts";
 import { instructionFilesIn } from "../corpus/filter.ts";
 import { combineTools, openDocBridgeTools, type DocBridgeTools } from "../transport/http/doc-bridge.ts";
 import { PROTOCOL_LIMITS, runAgentLoop, type CallAccount, type LoopResult } from "../transport/http/tool-loop.ts";
@@ -108,6 +109,8 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
   // Everything the runner writes goes through the redaction, whatever the API echoed back.
   const handle = await createLedger(config.output, redactDeep(ledger, key), { checkouts: [...config.roots.values()], projectRoot: PROJECT_ROOT });
   const write = () => writeLedger(handle, redactDeep(ledger, key));
+  // Each repository's export is planned once for the whole run; every attempt hashes its own read.
+  const exports = new RunExports();
 
   const kind: AttemptKind = {
     // This transport reserves per call, through the meter.
@@ -120,7 +123,7 @@ export async function runHttpStudy(config: HttpStudyConfig, deps: HttpStudyDeps)
     },
     async runOne(attempt, ctx) {
       const account = callAccount({ prices: config.prices, obs: ctx.entry, meter: ctx.meter, write, redact });
-      const outcome = await runAttempt(config, deps, { attempt, obs: ctx.entry, account, baseUrl, now, write, redact });
+      const outcome = await runAttempt(config, deps, { attempt, obs: ctx.entry, account, baseUrl, now, write, redact, exports });
       // The unit is charged what its calls were charged; the loop sums them.
       return { status: outcome.status, reason: redact(outcome.reason), reportedCostUsd: null, computedCostUsd: null };
     },
@@ -218,6 +221,8 @@ interface AttemptContext {
   now: () => number;
   write(): Promise<void>;
   redact(text: string): string;
+  /** The run's export plans. */
+  exports: RunExports;
 }
 
 /** One attempt: the tools, the loop, the observation. Tools are closed whatever happens. */
@@ -225,7 +230,10 @@ async function runAttempt(config: HttpStudyConfig, deps: HttpStudyDeps, ctx: Att
   const { attempt, obs } = ctx;
   const task = config.loaded.manifest.tasks[attempt.taskIndex]!;
   const repoDir = config.roots.get(attempt.repository)!;
-  const repository = await openRepositoryTools({ ...(await exportSourceFor(config.loaded, attempt.repository, repoDir)), ...(config.exportLimits ? { limits: config.exportLimits } : {}) });
+  const repository = await openRepositoryTools(
+    { ...(await exportSourceFor(config.loaded, attempt.repository, repoDir)), ...(config.exportLimits ? { limits: config.exportLimits } : {}) },
+    ctx.exports,
+  );
   obs.exportHash = repository.exportHash;
   obs.instructionFiles = instructionFilesIn(repository.files.map((f) => f.path));
   let docBridge: DocBridgeTools | undefined;

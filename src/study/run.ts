@@ -2,9 +2,10 @@ import type { PlannedAttempt } from "../plan/plan.ts";
 import { attemptInitKind, expectedInit } from "../claude/init-expectation.ts";
 import { reapOrphans } from "../sandbox/reaper.ts";
 import { isFakeClaudeImage } from "../image/build.ts";
-import { exportAtPin, reapOrphanExports, removeExport, removeTree, type ExportOptions, type ExportResult } from "../export/export.ts";
+import { reapOrphanExports, removeExport, removeTree, RunExports, type ExportOptions, type ExportResult } from "../export/export.ts";
 import { Ahead } from "../util/ahead.ts";
 import { engineSandboxFor } from "../mcp/bridge.ts";
+import { RepositoryKeys } from "../mcp/index-store.ts";
 import { mark } from "../util/marks.ts";
 import type { EngineSandbox } from "../mcp/engine-sandbox.ts";
 import type { LoginLocation, LoginLock } from "../credentials/login.ts";
@@ -184,7 +185,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
     })
   );
   const transcripts = await TranscriptStore.create(handle.path);
-  const ahead: MadeAhead = { exports: new Ahead<ExportResult>((e) => removeExport(e.dir)), sandboxes: new Ahead<EngineSandbox>((s) => s.remove()) };
+  const { ahead, pinned } = runMaterials();
 
   const locks = new Map<PlannedAttempt, LoginLock>();
   const units = gateway && gatewayUnits<PlannedAttempt>(gateway, { compareUsage: !fakeImage, signal: deps.signal });
@@ -225,6 +226,7 @@ export async function runStudy(config: StudyConfig, deps: StudyDeps): Promise<nu
           maxBudgetUsd: reservedUsd,
           transcripts,
           ahead,
+          pinned,
           ociRuntime,
           imageId: probed.imageId,
           onLine: rateLimitWatch(ctx),
@@ -255,12 +257,31 @@ interface AttemptContext {
   maxBudgetUsd: number;
   transcripts: TranscriptStore;
   ahead: MadeAhead;
+  pinned: PinnedReads;
   /** The OCI runtime of every attempt container (resolved in the preflight). */
   ociRuntime: string;
   /** The image id the preflight probed: every attempt container is created from it. */
   imageId: string;
   /** Sees every stdout line (rate limits slow new starts). */
   onLine?: (line: string) => void;
+}
+
+/**
+ * What the run reads of each pin once, for all its attempts (a commit id names immutable content):
+ * each repository's export plan, every attempt writing its own export from it (contract R284),
+ * and the doc-bridge index key of each repository, which every engine sandbox copies by.
+ */
+interface PinnedReads {
+  exports: RunExports;
+  repositoryKeys: RepositoryKeys;
+}
+
+/** What the run's attempts share: made ahead, and read once per pin. */
+function runMaterials(): { ahead: MadeAhead; pinned: PinnedReads } {
+  return {
+    ahead: { exports: new Ahead<ExportResult>((e) => removeExport(e.dir)), sandboxes: new Ahead<EngineSandbox>((s) => s.remove()) },
+    pinned: { exports: new RunExports(), repositoryKeys: new RepositoryKeys() },
+  };
 }
 
 /** What the next attempt needs from the host, made while the current attempt's container runs. */
@@ -293,9 +314,11 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   const exportOptions = await attemptExport(config, ctx.runId, attempt);
   // Taken last: from here the stage owns (and removes) them, whatever happens.
   const key = String(attempt.index);
-  const exported = ctx.ahead.exports.take(key, () => exportAtPin(exportOptions));
+  const exported = ctx.ahead.exports.take(key, () => ctx.pinned.exports.exportAtPin(exportOptions));
   const engine = (a: PlannedAttempt) => ({ command: config.docBridgeCommand, cwd: config.roots.get(a.repository)! });
-  const sandbox = attempt.arm === "mcp" ? ctx.ahead.sandboxes.take(key, () => engineSandboxFor(engine(attempt))) : undefined;
+  // The engine's clone is checked out at the pin the attempt's export is written from (the preflight checked HEAD is it).
+  const engineSandbox = (a: PlannedAttempt) => engineSandboxFor({ ...engine(a), pin: config.loaded.manifest.repositories[a.repository]!, keys: ctx.pinned.repositoryKeys });
+  const sandbox = attempt.arm === "mcp" ? ctx.ahead.sandboxes.take(key, () => engineSandbox(attempt)) : undefined;
   // What the next attempt needs is made while this one's container runs; the next doc-bridge
   // attempt's engine (its sandbox, the engine started in it) too, even when a repository-only
   // attempt comes first, so that the engine's start has the longest time to overlap.
@@ -303,8 +326,8 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
   const next = later[0];
   const nextMcp = later.find((a) => a.arm === "mcp");
   const prepareNext = () => {
-    if (next) ctx.ahead.exports.prepare(String(next.index), async () => exportAtPin(await attemptExport(config, ctx.runId, next)));
-    if (nextMcp) ctx.ahead.sandboxes.prepare(String(nextMcp.index), () => engineSandboxFor(engine(nextMcp)));
+    if (next) ctx.ahead.exports.prepare(String(next.index), async () => ctx.pinned.exports.exportAtPin(await attemptExport(config, ctx.runId, next)));
+    if (nextMcp) ctx.ahead.sandboxes.prepare(String(nextMcp.index), () => engineSandbox(nextMcp));
   };
   const result = await runCliInContainer(
     deps,

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import type { ContainerRuntime } from "../../sandbox/port.ts";
 import type { Sandbox, SandboxSpec } from "../../sandbox/sandbox.ts";
 import { dockerSandbox } from "../../sandbox/docker-sandbox.ts";
-import { exportAtPin, removeExport, removeTree, type ExportOptions, type ExportResult } from "../../export/export.ts";
+import { exportAtPin, removeExport, removeTree, type ExportOptions, type ExportResult, type RunExports } from "../../export/export.ts";
 import { stageLogin, writeBackLogin, type LoginLocation, type LoginLock } from "../../credentials/login.ts";
 import { attemptSandboxSpec, type AttemptContainerInput } from "./spec.ts";
 import { withoutNames, type NetworkSetting } from "../../sandbox/port.ts";
@@ -58,6 +58,8 @@ export interface CliRunInput {
   export: ExportOptions;
   /** The export of `export`, made ahead by the caller (src/util/ahead.ts); the stage removes it like its own. */
   exported?: Promise<ExportResult>;
+  /** The run's export plans, when `exported` is not given: the export is written from its source's plan. */
+  exports?: RunExports;
   /** Called once the container has started (the caller may prepare its next attempt meanwhile). */
   onContainerStarted?: () => void;
   login: LoginLocation;
@@ -244,7 +246,7 @@ export async function runCliInContainer(deps: CliRunDeps, input: CliRunInput, re
   // What the caller made ahead is this stage's from here, whether or not it gets as far as using it.
   const sandboxAhead = input.docBridge?.sandbox;
   if (sandboxAhead) stage.cleanups.push(() => sandboxAhead.then((s) => s.remove()));
-  const exporting = input.session ? undefined : (input.exported ?? exportAtPin(input.export));
+  const exporting = input.session ? undefined : (input.exported ?? (input.exports ? input.exports.exportAtPin(input.export) : exportAtPin(input.export)));
   if (exporting) stage.cleanups.push(() => exporting.then((e) => removeExport(e.dir)));
   try {
     const workDir = await workspaceOf(stage, exporting);

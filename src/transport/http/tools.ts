@@ -1,6 +1,6 @@
 import { z } from "zod";
 import { readBlobs } from "../../corpus/git.ts";
-import { hashExport, planExport, type ExportedFile, type ExportSource } from "../../export/export.ts";
+import { hashExport, planExport, type ExportedFile, type ExportSource, type RunExports } from "../../export/export.ts";
 
 /**
  * The Messages API transport's repository tools (contract R58): list, read and literal search over
@@ -137,12 +137,13 @@ export interface RepositoryTools extends ToolSet {
 }
 
 /**
- * Lists the pinned tree once and filters it exactly like the export. Blobs are read on demand
- * through `git cat-file --batch` (one process per tool call) and kept for the attempt.
+ * Lists the pinned tree once and filters it exactly like the export (once per run, given the
+ * run's plans). Blobs are read on demand through `git cat-file --batch` (one process per tool
+ * call) and kept for the attempt.
  */
-export async function openRepositoryTools(o: ExportSource): Promise<RepositoryTools> {
+export async function openRepositoryTools(o: ExportSource, plans?: RunExports): Promise<RepositoryTools> {
   // The source goes through whole: a field copied by hand here is a filter rule the http arm misses.
-  const plan = await planExport(o);
+  const plan = await (plans ? plans.plan(o) : planExport(o));
   // The CLI attempt's exportHash is over the bytes it writes: the same bytes, read once here.
   const exportHash = await hashExport(o.repoDir, plan.files);
   const files = [...plan.files].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
