@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
+import type { ChildProcessWithoutNullStreams } from "node:child_process";
 import { runChild, startChild } from "../process/child.ts";
 
 /**
@@ -165,10 +166,125 @@ async function alternatesFile(cwd: string): Promise<string | undefined> {
 
 /** Git's id of `data` as a blob, in the object format whose ids have `oid`'s length. */
 export function blobId(data: Buffer, oid: string): string {
+  return objectId("blob", data, oid);
+}
+
+/** Git's id of an object of `type` holding `data`, in the object format whose ids have `oid`'s length. */
+function objectId(type: string, data: Buffer, oid: string): string {
   return createHash(oid.length === 64 ? "sha256" : "sha1")
-    .update(`blob ${data.length}\0`)
+    .update(`${type} ${data.length}\0`)
     .update(data)
     .digest("hex");
+}
+
+export interface GitObject {
+  oid: string;
+  type: "blob" | "tree" | "commit" | "tag";
+  data: Buffer;
+}
+
+/**
+ * One `git cat-file --batch` process asked one object at a time, for a caller whose next question
+ * depends on the last answer (a tree, then an entry of it): what would otherwise be one git
+ * process per question. Every object's bytes are checked to hash to its id, whatever its type.
+ * `close` ends the process; a reader that is not closed is ended with this process's stdin.
+ */
+export class ObjectReader {
+  private readonly child: ChildProcessWithoutNullStreams;
+  private readonly waiting: { resolve: (o: GitObject | undefined) => void; reject: (e: Error) => void }[] = [];
+  private chunks: Buffer[] = [];
+  private have = 0;
+  private failed: Error | undefined;
+  private stderr = "";
+
+  constructor(cwd: string) {
+    this.child = startChild("git", ["cat-file", "--batch"], { cwd, env: gitEnv() });
+    this.child.stdin.on("error", () => {});
+    this.child.stderr.on("data", (d: Buffer) => (this.stderr = (this.stderr + d.toString("utf8")).slice(-2000)));
+    this.child.stdout.on("data", (d: Buffer) => {
+      this.chunks.push(d);
+      this.have += d.length;
+      this.answer();
+    });
+    this.child.on("error", (err) => this.fail(err));
+    this.child.on("close", (code) => this.fail(new Error(`git cat-file --batch exited ${code}: ${this.stderr.trim()}`)));
+  }
+
+  /** The object `name` (an id, `HEAD`, `<pin>^{tree}`) names, or undefined when it names none. */
+  read(name: string): Promise<GitObject | undefined> {
+    if (/[\n\r\0]/.test(name)) return Promise.reject(new Error(`git cat-file: refusing the object name ${JSON.stringify(name)}`));
+    if (this.failed) return Promise.reject(this.failed);
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ resolve, reject });
+      this.child.stdin.write(`${name}\n`);
+    });
+  }
+
+  close(): void {
+    this.child.stdin.end();
+    if (this.waiting.length === 0) return;
+    this.child.kill();
+  }
+
+  private fail(err: Error): void {
+    this.failed ??= err;
+    for (const w of this.waiting.splice(0)) w.reject(this.failed);
+  }
+
+  /** Hands out every whole answer the output holds, in request order. */
+  private answer(): void {
+    for (;;) {
+      const buf = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.have);
+      this.chunks = [buf];
+      const nl = buf.indexOf(0x0a);
+      if (nl < 0 || this.waiting.length === 0) return;
+      const header = buf.subarray(0, nl).toString("latin1");
+      const m = /^([0-9a-f]{40}|[0-9a-f]{64}) (blob|tree|commit|tag) (\d+)$/.exec(header);
+      if (!m) {
+        if (!/ (missing|ambiguous)$/.test(header)) return this.fail(new Error(`git cat-file: unexpected answer ${JSON.stringify(header)}`));
+        this.take(nl + 1);
+        this.waiting.shift()!.resolve(undefined);
+        continue;
+      }
+      const size = Number(m[3]);
+      if (buf.length < nl + 1 + size + 1) return;
+      const data = Buffer.from(buf.subarray(nl + 1, nl + 1 + size));
+      this.take(nl + 1 + size + 1);
+      const waiter = this.waiting.shift()!;
+      const oid = m[1]!;
+      if (objectId(m[2]!, data, oid) !== oid)
+        waiter.reject(new Error(`git cat-file: the bytes read for ${m[2]} ${oid} do not hash to its id; the repository's object store is corrupt or was tampered with`));
+      else waiter.resolve({ oid, type: m[2] as GitObject["type"], data });
+    }
+  }
+
+  private take(bytes: number): void {
+    const rest = this.chunks[0]!.subarray(bytes);
+    this.chunks = rest.length ? [rest] : [];
+    this.have = rest.length;
+  }
+}
+
+/**
+ * The entries of a tree object's bytes, as `lsTree` gives them without `-r` (no sizes: a tree
+ * names its entries' ids, not their sizes). `oid` is the tree's own id (its length says the format).
+ */
+export function treeEntries(data: Buffer, oid: string): TreeEntry[] {
+  const idBytes = oid.length / 2;
+  const entries: TreeEntry[] = [];
+  let at = 0;
+  while (at < data.length) {
+    const space = data.indexOf(0x20, at);
+    const nul = data.indexOf(0, space + 1);
+    if (space < 0 || nul < 0 || nul + 1 + idBytes > data.length) throw new Error(`git tree ${oid}: malformed entry at byte ${at}`);
+    const rawMode = data.subarray(at, space).toString("latin1");
+    const mode = rawMode.padStart(6, "0");
+    const rawPath = Buffer.from(data.subarray(space + 1, nul));
+    const type: TreeEntry["type"] = mode === "040000" ? "tree" : mode === "160000" ? "commit" : "blob";
+    entries.push({ mode, type, oid: data.subarray(nul + 1, nul + 1 + idBytes).toString("hex"), size: undefined, path: rawPath.toString("utf8"), rawPath });
+    at = nul + 1 + idBytes;
+  }
+  return entries;
 }
 
 /**

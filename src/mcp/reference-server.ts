@@ -16,11 +16,11 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { McpServer } from "@modelcontextprotocol/sdk/server/mcp.js";
 import { StdioServerTransport } from "@modelcontextprotocol/sdk/server/stdio.js";
 import { z } from "zod";
-import { gitHead, lsTree, readBlobs } from "../corpus/git.ts";
+import { gitHead, lsTree, ObjectReader, readBlobs } from "../corpus/git.ts";
 import { loadPublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { exportSourceFor } from "../export/options.ts";
 import { loadManifest } from "../manifest/load.ts";
-import { defaultIndexRoot, indexedPins, indexLocation, readIndexFile, repositoryKey, writeIndexFile } from "./index-store.ts";
+import { defaultIndexRoot, indexedPins, indexLocation, readIndexFile, repositoryKey, RepositoryKeys, writeIndexFile } from "./index-store.ts";
 import { loadReferenceConfig, type ReferenceConfig } from "./config.ts";
 
 const SELF = fileURLToPath(import.meta.url);
@@ -91,10 +91,13 @@ export async function buildIndex(checkout: string, opts: BuildIndexOptions = {})
   return { indexPath: loc.file, index };
 }
 
-/** The index when it was built at HEAD; otherwise an Error whose message says what to run. */
-async function freshIndex(checkout: string, indexRoot: string): Promise<DocIndex> {
+/**
+ * The index when it was built at HEAD; otherwise an Error whose message says what to run. HEAD is
+ * read on every call; the repository key of a pin, once per server (`keys`).
+ */
+async function freshIndex(checkout: string, indexRoot: string, keys: RepositoryKeys): Promise<DocIndex> {
   const head = await gitHead(checkout);
-  const loc = indexLocation(indexRoot, await repositoryKey(checkout, head), head, REFERENCE_ENGINE_REVISION);
+  const loc = indexLocation(indexRoot, await keys.of(checkout, head), head, REFERENCE_ENGINE_REVISION);
   const text = await readIndexFile(loc.file);
   if (text === undefined) {
     const pins = await indexedPins(loc);
@@ -165,6 +168,7 @@ function result(structured: Record<string, unknown>) {
 
 export function createReferenceServer(checkout: string, config: ReferenceConfig, indexRoot: string = defaultIndexRoot()): McpServer {
   const server = new McpServer({ name: "doc-bridge-reference", version: `0.1.0+${REFERENCE_ENGINE_REVISION}` });
+  const keys = new RepositoryKeys();
 
   server.registerTool(
     "doc.search",
@@ -173,14 +177,14 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig,
       inputSchema: { query: z.string().min(1).max(500), limit: z.number().int().min(1).max(20).optional() },
     },
     async ({ query, limit }) => {
-      const index = await freshIndex(checkout, indexRoot);
+      const index = await freshIndex(checkout, indexRoot, keys);
       const matches = search(index, query, limit ?? 5);
       return result({ pin: index.pin, engineRevision: index.engineRevision, matches });
     },
   );
 
   server.registerTool("doc.get", { description: "Return one indexed document's text.", inputSchema: { path: z.string().min(1).max(1000) } }, async ({ path }) => {
-    const index = await freshIndex(checkout, indexRoot);
+    const index = await freshIndex(checkout, indexRoot, keys);
     const doc = index.docs.find((d) => d.path === path);
     if (!doc) throw new Error(`no such document in the index: ${path}`);
     return result({ pin: index.pin, path: doc.path, text: doc.text });
@@ -195,7 +199,7 @@ export function createReferenceServer(checkout: string, config: ReferenceConfig,
     async ({ id }) => {
       const target = config.handoffs?.[id];
       if (target !== undefined) return result({ id, source: "config", target });
-      const index = await freshIndex(checkout, indexRoot);
+      const index = await freshIndex(checkout, indexRoot, keys);
       const doc = index.docs.find((d) => d.path === `docs/handoffs/${id}.md`);
       if (!doc) throw new Error(`unknown handoff: ${id}`);
       return result({ pin: index.pin, id, source: "docs", path: doc.path, text: doc.text });
@@ -249,7 +253,16 @@ export async function main(argv: readonly string[] = process.argv.slice(2), cwd:
       process.stderr.write(`usage: reference-server.ts [serve|index [--manifest PATH --repository NAME]]\n`);
       return 2;
     }
-    const { config } = await loadReferenceConfig(cwd, await gitHead(cwd));
+    // HEAD, the config and the trees on its index path: one `git cat-file --batch` for the start (contract R286).
+    const objects = new ObjectReader(cwd);
+    let config: ReferenceConfig;
+    try {
+      const head = await objects.read("HEAD");
+      if (head?.type !== "commit") throw new Error(`HEAD of ${cwd} is not a commit`);
+      config = (await loadReferenceConfig(cwd, head.oid, objects)).config;
+    } finally {
+      objects.close();
+    }
     await createReferenceServer(cwd, config).connect(new StdioServerTransport());
     return 0;
   } catch (err) {

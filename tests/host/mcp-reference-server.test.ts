@@ -5,9 +5,12 @@ import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { afterEach, describe, expect, it } from "vitest";
-import { resolveConfigAtPin } from "../../src/mcp/config.ts";
+import { chmod } from "node:fs/promises";
+import { deflateSync } from "node:zlib";
+import { loadReferenceConfig, resolveConfigAtPin } from "../../src/mcp/config.ts";
+import { childProcessCounts } from "../../src/process/child.ts";
 import { INDEX_DIR_ENV } from "../../src/mcp/index-store.ts";
-import { ENGINE, INDEX_ROOT, makeRepo, runIndex, type RepoFile } from "./mcp-fixtures.ts";
+import { ENGINE, git, INDEX_ROOT, makeRepo, runIndex, type RepoFile } from "./mcp-fixtures.ts";
 
 const CONFIG = JSON.stringify({ docs: ["docs/**/*.md", "README.md"], index: ".doc-bridge/index.json", handoffs: { billing: "team-billing" } });
 
@@ -196,5 +199,46 @@ describe("config at the pin", () => {
     const res = await resolveConfigAtPin(r.dir, r.commit);
     expect(res.ok).toBe(false);
     expect(res.ok ? "" : res.reason).toMatch(/doc-bridge\.config\.json at the pin [0-9a-f]{12} is not a regular file \(mode 120000\)/);
+  });
+});
+
+describe("the config's reads", () => {
+  const gitStarted = () => childProcessCounts().git ?? 0;
+
+  // contract: R286
+  it("reads the config and every folder on its index path through one git process, and still refuses a link deep on that path", async () => {
+    const good = await repo([
+      { path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"], index: "cache/deep/er/index.json" }) },
+      { path: "cache/deep/er/keep.txt", content: "x\n" },
+      { path: "docs/a.md", content: "# A\n" },
+    ]);
+    let before = gitStarted();
+    expect((await loadReferenceConfig(good.dir, good.commit)).config.index).toBe("cache/deep/er/index.json");
+    expect(gitStarted() - before).toBe(1);
+
+    const linked = await repo([
+      { path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"], index: "cache/deep/link/index.json" }) },
+      { path: "cache/deep/link", symlink: "/tmp" },
+      { path: "docs/a.md", content: "# A\n" },
+    ]);
+    before = gitStarted();
+    const err = await loadReferenceConfig(linked.dir, linked.commit).catch((e: Error) => e);
+    expect(String(err)).toContain("index path 'cache/deep/link/index.json' runs through the symlink 'cache/deep/link' committed at the pin; refusing");
+    expect(gitStarted() - before).toBe(1);
+  });
+
+  // contract: R286
+  it("refuses a config whose bytes were forged under its blob id instead of loading them", async () => {
+    const r = await repo([
+      { path: "doc-bridge.config.json", content: JSON.stringify({ docs: ["docs/*.md"] }) },
+      { path: "docs/a.md", content: "# A\n" },
+    ]);
+    const blob = (await git(r.dir, ["rev-parse", `${r.commit}:doc-bridge.config.json`])).trim();
+    const forged = Buffer.from(JSON.stringify({ docs: ["src/*.ts"] }).padEnd(Buffer.byteLength(JSON.stringify({ docs: ["docs/*.md"] }))));
+    const file = join(r.dir, ".git", "objects", blob.slice(0, 2), blob.slice(2));
+    await chmod(file, 0o644);
+    await writeFile(file, deflateSync(Buffer.concat([Buffer.from(`blob ${forged.length}\0`), forged])));
+    const err = await loadReferenceConfig(r.dir, r.commit).catch((e: Error) => e);
+    expect(String(err)).toContain(`the bytes read for blob ${blob} do not hash to its id`);
   });
 });
