@@ -18,6 +18,7 @@ const BENCHMARKS = [
   { name: "gateway", timeoutMs: 60_000 },
   { name: "gateway-memory", timeoutMs: 120_000 },
   { name: "export", timeoutMs: 240_000 },
+  { name: "run-exports", timeoutMs: 180_000 },
   { name: "attempt", timeoutMs: 600_000 },
   { name: "stream", timeoutMs: 240_000 },
   { name: "network-setup", timeoutMs: 300_000 },
