@@ -6,6 +6,7 @@ import { basename, join, resolve, sep } from "node:path";
 import { checkPin, lsTree, readBlobs, type TreeEntry } from "../corpus/git.ts";
 import { loadPublicFilter, publicBlobPass, type AnswerKeyMatch, type ExclusionReason, type PublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { UsageError } from "../util/errors.ts";
+import { OncePerKey } from "../util/once-per-key.ts";
 import { folderPrefix, makeRunnerFolder, reapOrphanFolders } from "../util/orphans.ts";
 import { removeDeep } from "../util/remove-deep.ts";
 
@@ -393,39 +394,24 @@ function planKey(source: ExportSource): string {
  * is not kept.
  */
 export class RunExports {
-  private readonly plans = new Map<string, Promise<ExportPlan>>();
+  private readonly plans = new OncePerKey<ExportPlan>();
 
   /** A fresh export of `opts` in a new export folder, from the run's plan of its source. */
   async exportAtPin(opts: ExportOptions): Promise<ExportResult> {
-    const key = planKey(opts);
-    const planned = this.plans.get(key);
-    const labels = { run: opts.labels.run, attempt: opts.labels.attempt };
-    if (planned === undefined) {
-      const first = exportAtPin(opts);
-      this.keep(
-        key,
-        first.then((made): ExportPlan => ({ files: made.files, excluded: made.excluded, answerKeys: made.answerKeys })),
-      );
-      return first;
-    }
-    const plan = await planned;
+    let first: Promise<ExportResult> | undefined;
+    const plan = await this.plans.get(planKey(opts), () => {
+      first = exportAtPin(opts);
+      return first.then((made): ExportPlan => ({ files: made.files, excluded: made.excluded, answerKeys: made.answerKeys }));
+    });
+    if (first) return first;
     const dir = await makeRunnerFolder("export", opts.parentDir);
     const exportHash = await removedOnFailure(dir, () => writeExport(dir, opts.repoDir, plan.files));
-    return { dir, ...plan, exportHash, labels };
+    return { dir, ...plan, exportHash, labels: { run: opts.labels.run, attempt: opts.labels.attempt } };
   }
 
   /** The plan of `source` (`planExport`), made once per run. */
   plan(source: ExportSource): Promise<ExportPlan> {
-    const key = planKey(source);
-    return this.plans.get(key) ?? this.keep(key, planExport(source));
-  }
-
-  private keep(key: string, plan: Promise<ExportPlan>): Promise<ExportPlan> {
-    this.plans.set(key, plan);
-    plan.catch(() => {
-      if (this.plans.get(key) === plan) this.plans.delete(key);
-    });
-    return plan;
+    return this.plans.get(planKey(source), () => planExport(source));
   }
 }
 

@@ -9,6 +9,7 @@ import { lstat, mkdir, readdir, readFile, rename, rm } from "node:fs/promises";
 import { join } from "node:path";
 import { git } from "../corpus/git.ts";
 import { defaultCacheDir } from "../util/cache-dir.ts";
+import { OncePerKey } from "../util/once-per-key.ts";
 
 /** Overrides the index folder; the runner also uses it to hand an unprivileged engine its copy. */
 export const INDEX_DIR_ENV = "STUDY_RUNNER_DOC_INDEX";
@@ -33,20 +34,10 @@ export async function repositoryKey(checkout: string, pin: string): Promise<stri
  * every doc-bridge engine it starts): a pin's root commits are part of the commit and never change.
  */
 export class RepositoryKeys {
-  private readonly keys = new Map<string, Promise<string>>();
+  private readonly keys = new OncePerKey<string>();
 
   of(checkout: string, pin: string): Promise<string> {
-    const id = JSON.stringify([checkout, pin]);
-    let key = this.keys.get(id);
-    if (key === undefined) {
-      const made = repositoryKey(checkout, pin);
-      made.catch(() => {
-        if (this.keys.get(id) === made) this.keys.delete(id);
-      });
-      this.keys.set(id, made);
-      key = made;
-    }
-    return key;
+    return this.keys.get(JSON.stringify([checkout, pin]), () => repositoryKey(checkout, pin));
   }
 }
 

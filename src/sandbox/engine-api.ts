@@ -16,6 +16,7 @@ import { encodeFrame, FRAME, serveStream, type StreamLimits, type StreamMux } fr
 import { checkStreamBounds, readStagedTree, sendStaged, type StreamEntry } from "./staged-stream.ts";
 import { addFolder, packFolder, packStream } from "./tree.ts";
 import { replaceFromArchive } from "./worktree-back.ts";
+import { OncePerKey } from "../util/once-per-key.ts";
 
 /**
  * The Docker provider's engine-api channel (contract R240): a sandbox on an engine that shares no
@@ -389,7 +390,7 @@ export class EngineApiChannel {
   /** Removals under way in the background. */
   private readonly removing = new Set<Promise<void>>();
   /** The exports' volumes kept for the run, by export hash and owner labels (contract R275). */
-  private readonly exports = new Map<string, Promise<string>>();
+  private readonly exports = new OncePerKey<string>();
 
   constructor(
     private readonly runtime: ContainerRuntime & EngineStorage,
@@ -483,8 +484,7 @@ export class EngineApiChannel {
     const spares = [...this.spares.values()];
     this.spares.clear();
     await Promise.all(spares.map(async (s) => ((await s) ? removeRelay((await s)!) : undefined)));
-    const exports = [...this.exports.values()];
-    this.exports.clear();
+    const exports = this.exports.drain();
     const volumes = await Promise.all(exports.map((v) => v.catch(() => undefined)));
     while (this.removing.size > 0) await Promise.all([...this.removing]);
     // Once every container that mounted them is gone.
@@ -499,14 +499,7 @@ export class EngineApiChannel {
   private exportVolume(spec: SandboxSpec, c: ContentVolume): Promise<string> {
     const labels = { ...spec.labels, [LABELS.attempt]: EXPORT_ATTEMPT };
     const key = JSON.stringify([c.exportHash, Object.entries(labels).sort()]);
-    const known = this.exports.get(key);
-    if (known) return known;
-    const filling = this.fillExport(spec.image, c, labels);
-    this.exports.set(key, filling);
-    filling.catch(() => {
-      if (this.exports.get(key) === filling) this.exports.delete(key);
-    });
-    return filling;
+    return this.exports.get(key, () => this.fillExport(spec.image, c, labels));
   }
 
   /**
