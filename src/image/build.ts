@@ -60,7 +60,10 @@ export interface ProbeOptions {
 const PROBE_OUTPUT_LIMIT = 64 * 1024;
 const VERSION_LINE = /^(\d+\.\d+\.\d+) \(Claude Code\)$/;
 
-/** The hardening every container of ours gets; the probe uses it as-is. */
+/**
+ * The hardening every container of ours gets; the probe uses it as-is. A probe runs the image's
+ * binary on its own and looks up no name, so the engine sets up no network for it (contract R281).
+ */
 export function probeSpec(image: string, labels: Record<string, string>): ContainerSpec {
   return {
     image,
@@ -74,6 +77,7 @@ export function probeSpec(image: string, labels: Record<string, string>): Contai
     },
     readOnlyRootfs: true,
     networkMode: "none",
+    networkDisabled: true,
     capDrop: ["ALL"],
     securityOpt: ["no-new-privileges"],
     pidsLimit: 64,

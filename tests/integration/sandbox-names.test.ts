@@ -2,7 +2,8 @@
  * A sandbox's network `none` with and without names (contract R281), on the real engine over both
  * channels: with names (a session's calls and test command) `localhost` resolves inside; without
  * (a study attempt's CLI, the adjudicator, the runtime probe) the engine sets up no network sandbox
- * at all, so no name resolves, yet loopback and the runner's endpoints work as before.
+ * at all, so no name resolves, yet loopback and the runner's endpoints work as before. The image's
+ * probes (`claude --version` at every preflight, the files probe) go without a network too.
  */
 import { chmod, mkdtemp, rm } from "node:fs/promises";
 import { createServer } from "node:net";
@@ -10,9 +11,10 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildImage } from "../../src/image/build.ts";
+import { buildImage, probeVersion, runnerFilesProblem } from "../../src/image/build.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
+import type { ContainerSpec } from "../../src/sandbox/port.ts";
 import { DockerSandbox, type SandboxChannel } from "../../src/sandbox/docker-sandbox.ts";
 import type { NetworkSetting } from "../../src/sandbox/port.ts";
 import type { Endpoint, SandboxSpec } from "../../src/sandbox/sandbox.ts";
@@ -101,4 +103,28 @@ describe("network none, with and without names", () => {
       expect([none.networkMode, none.networkDisabled]).toEqual(["none", true]);
     }, 120_000);
   }
+});
+
+describe("the image's probes", () => {
+  // contract: R281
+  it("the version probe and the files probe: the engine sets up no network for their containers, and the version is read as before", async () => {
+    const seen: Array<{ cmd: string; networkMode: string; networkDisabled: boolean }> = [];
+    // The engine's own view of each container the probes create, taken before it is removed.
+    const watched = new (class extends DockerRuntime {
+      override async create(spec: ContainerSpec): Promise<string> {
+        const id = await super.create(spec);
+        const info = await new Docker().getContainer(id).inspect();
+        seen.push({ cmd: (info.Config.Cmd ?? []).join(" "), networkMode: info.HostConfig.NetworkMode ?? "", networkDisabled: (info.Config as { NetworkDisabled?: boolean }).NetworkDisabled === true });
+        return id;
+      }
+    })();
+    const labels = { "suite.run": `sandbox-names-probe-${process.pid}` };
+    expect((await probeVersion(watched, image, { labels })).version).toMatch(/^\d+\.\d+\.\d+$/);
+    expect(await runnerFilesProblem(watched, image, labels)).toBeNull();
+    expect(seen).toEqual([
+      { cmd: "--version", networkMode: "none", networkDisabled: true },
+      { cmd: "--version", networkMode: "none", networkDisabled: true },
+    ]);
+    expect(await runtime.listByLabel(labels)).toEqual([]);
+  }, 120_000);
 });
