@@ -3,7 +3,8 @@
 // does a change keep what the demo writes, and does a demo on one Docker engine write what it writes on another?
 //
 // Runs `npm run demo` (the full fake-model study, its blind adjudication and its reports) in a
-// temporary `git worktree` of BASE_REV (with this tree's node_modules linked in) and in the current
+// temporary `git worktree` of BASE_REV (with this tree's node_modules linked in, or the base's own
+// installed from npm's cache when its lock file differs) and in the current
 // working tree, one after the other, then writes each side's Inspect logs with `study-runner report
 // --format inspect`. It compares, side by side: the ledger, the adjudication record, report.md,
 // report.json, report.html and each Inspect log. Prints every difference (file, then the JSON path
@@ -54,11 +55,12 @@
 //                              `npm run compare-demo --
 //                              HEAD --current-docker-host URL` compares this tree on two engines
 import { spawn, spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { createHash } from "node:crypto";
 import { fileURLToPath } from "node:url";
+import { baseDependencies } from "./base-dependencies.mjs";
 
 const HERE = dirname(dirname(fileURLToPath(import.meta.url)));
 
@@ -378,11 +380,20 @@ async function ownEngine(dir) {
   return null;
 }
 
-/** A worktree of `rev` in `dir`, with this tree's node_modules linked in (never installed). */
+/**
+ * A worktree of `rev` in `dir` with the dependencies its lock file names: this tree's node_modules
+ * linked in when the lock files agree, else installed from npm's cache (scripts/base-dependencies.mjs).
+ */
 function baseTree(rev, dir) {
   const tree = join(dir, "base-tree");
   sh("git", ["worktree", "add", "--detach", tree, rev], HERE, `git worktree add ${rev}`);
-  symlinkSync(realpathSync(join(HERE, "node_modules")), join(tree, "node_modules"), "dir");
+  let how;
+  try {
+    how = baseDependencies(HERE, tree);
+  } catch (err) {
+    throw new SideError(`the base's dependencies: ${err.message}`);
+  }
+  if (how === "installed") process.stderr.write(`compare-demo: the base's lock file differs from this tree's: its own dependencies installed from npm's cache in ${tree}\n`);
   return tree;
 }
 
