@@ -116,26 +116,45 @@ function normalizer(side) {
       .map(([key, name]) => [key.slice(key.indexOf("\u0000") + 1), name])
       .filter(([v]) => v.length >= 8)
       .sort((a, b) => b[0].length - a[0].length);
+  // Digests of code each tree accounts for (the doc-bridge engine's revision, see engineRevisions), where any string quotes them.
+  prefixes.push(...(side.codeValues ?? []));
   let values = [];
   const quoted = (t) => [...prefixes, ...values].reduce((acc, [v, name]) => acc.split(v).join(name), t);
+  // An Inspect log's attachments are named by a hash of their content: named again by a hash of
+  // their normalized content, so two attachments are the same exactly when what they hold is.
+  let attachments = new Map();
+  const renamed = (t) => t.replace(/attachment:\/\/([0-9a-f]{32})/g, (whole, key) => (attachments.has(key) ? `attachment://${attachments.get(key)}` : whole));
+  const attachmentNames = (value, out = new Map()) => {
+    if (Array.isArray(value)) for (const v of value) attachmentNames(v, out);
+    else if (value !== null && typeof value === "object")
+      for (const [k, v] of Object.entries(value)) {
+        if (k === "attachments" && v !== null && typeof v === "object" && !Array.isArray(v))
+          for (const [key, held] of Object.entries(v)) if (typeof held === "string") out.set(key, `<attachment:${createHash("sha256").update(quoted(held)).digest("hex").slice(0, 12)}>`);
+        attachmentNames(v, out);
+      }
+    return out;
+  };
 
   function walk(value, key, inDuration) {
     if (Array.isArray(value)) return value.map((v) => walk(v, key, inDuration));
     if (value !== null && typeof value === "object") {
       const duration = inDuration || DURATION_METRICS.has(value.metric);
-      return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, walk(v, k, duration)]));
+      return Object.fromEntries(Object.entries(value).map(([k, v]) => [attachments.get(k) ?? k, walk(v, k, duration)]));
     }
     const kind = FIELD_KIND.get(key);
     if (kind && (typeof value === "string" || typeof value === "number")) return placeholder(kind, String(value));
     if (typeof value === "number" && (inDuration || isDurationField(key))) return DURATION;
-    return typeof value === "string" ? headlineDurations(quoted(value)) : value;
+    return typeof value === "string" ? headlineDurations(renamed(quoted(value))) : value;
   }
   return {
     collect(value) {
       walk(value, "", false);
       values = known();
     },
-    json: (value) => walk(value, "", false),
+    json: (value) => {
+      attachments = attachmentNames(value);
+      return walk(value, "", false);
+    },
     text: (t) => durationsInText(quoted(t)),
   };
 }
@@ -236,6 +255,47 @@ function engineChanged(trees, recorded) {
   const [la, lb] = [new Map(a.files), new Map(b.files)];
   const changed = [...new Set([...la.keys(), ...lb.keys()])].filter((f) => la.get(f) !== lb.get(f)).sort();
   return `each side's hash is its own tree's engine command's; what differs: ${changed.join(", ")}`;
+}
+
+/**
+ * The doc-bridge engine's revision in a tree: "reference-" and the first 12 hex of the sha256 of the
+ * server file that builds the indexes (REFERENCE_ENGINE_REVISION in src/mcp/reference-server.ts;
+ * the index records it and the engine answers with the index's), the file `referenceIndexCommand()` names.
+ */
+function engineRevisionOf(tree) {
+  if (!existsSync(join(tree, "src", "mcp", "preflight.ts"))) return null;
+  const code =
+    'const { referenceIndexCommand } = await import("./src/mcp/preflight.ts"); const { readFileSync } = await import("node:fs"); const { createHash } = await import("node:crypto");' +
+    'const c = referenceIndexCommand(); process.stdout.write("reference-" + createHash("sha256").update(readFileSync(c[c.length - 2])).digest("hex").slice(0, 12));';
+  const r = spawnSync("node", ["--import", "tsx", "--input-type=module", "-e", code], { cwd: tree, encoding: "utf8" });
+  return r.status === 0 ? r.stdout : null;
+}
+
+/**
+ * The doc-bridge engine's revision (`docBridge.engineRevision` and `engineRevisions`, quoted in every
+ * doc-bridge tool result the Inspect logs hold) is a digest of code, like the bundle hash: the
+ * server file that built the indexes. When each side's ledger
+ * records the revision its own tree derives, and the two differ, both are replaced
+ * wherever they are quoted; anything else is left to differ.
+ */
+function engineRevisions(base, current) {
+  const recorded = [base, current].map((side) => {
+    try {
+      const docBridge = JSON.parse(readFileSync(side.ledger, "utf8")).docBridge;
+      const all = new Set([docBridge?.engineRevision, ...Object.values(docBridge?.engineRevisions ?? {})]);
+      return all.size === 1 && typeof docBridge?.engineRevision === "string" ? docBridge.engineRevision : null;
+    } catch {
+      return null;
+    }
+  });
+  if (recorded.includes(null) || recorded[0] === recorded[1]) return null;
+  const derived = [base.tree, current.tree].map(engineRevisionOf);
+  if (derived[0] !== recorded[0] || derived[1] !== recorded[1]) return null;
+  return {
+    base: recorded[0],
+    current: recorded[1],
+    why: `the doc-bridge engine's revision, base ${recorded[0]}, current ${recorded[1]}: each side's is the one its own tree derives (a digest of the engine's server file), replaced wherever a file quotes it`,
+  };
 }
 
 // ---- comparing ------------------------------------------------------------------------------------
@@ -420,6 +480,12 @@ function compare(base, current) {
   const rebased = base.reportedByCurrent ? { ...base, report: base.reportedByCurrent.report, inspect: base.reportedByCurrent.inspect } : null;
   const sides = { base, current, ...(rebased ? { rebased } : {}) };
   const files = Object.fromEntries(Object.entries(sides).map(([k, side]) => [k, filesOf(side)]));
+  const revisions = engineRevisions(base, current);
+  if (revisions) {
+    process.stdout.write(`  (explained) ${revisions.why}\n`);
+    // The rebased side is the current report code over the base's ledger: it quotes the base's revision.
+    for (const [k, side] of Object.entries(sides)) side.codeValues = [[k === "current" ? revisions.current : revisions.base, "<doc-bridge engine revision>"]];
+  }
   const norm = Object.fromEntries(Object.entries(sides).map(([k, side]) => [k, normalizer(side)]));
   const names = [...new Set([...Object.keys(files.base), ...Object.keys(files.current)])];
   const read = (path) => (isJson(path) ? JSON.parse(readFileSync(path, "utf8")) : readFileSync(path, "utf8"));

@@ -34,6 +34,7 @@ async function tree(name: string, lock: string, deps: Record<string, string> = {
 }
 
 describe("compare-demo's base tree and its dependencies", () => {
+  // contract: R287
   it("links this tree's node_modules in when the two lock files are the same bytes", async () => {
     const lock = lockOf({ "": {} });
     const here = await tree("same-here", lock);
@@ -44,6 +45,7 @@ describe("compare-demo's base tree and its dependencies", () => {
     expect(await realpath(join(base, "node_modules"))).toBe(await realpath(join(here, "node_modules")));
   });
 
+  // contract: R287
   it("installs the base's own dependencies from npm's cache when its lock file differs, never this tree's", async () => {
     // A package this project's own install put in npm's cache, as its lock file pins it.
     const projectLock = JSON.parse(await readFile(join(PROJECT_ROOT, "package-lock.json"), "utf8")) as { packages: Record<string, { version: string }> };
@@ -58,6 +60,7 @@ describe("compare-demo's base tree and its dependencies", () => {
     expect(JSON.parse(await readFile(join(base, "node_modules", "commander", "package.json"), "utf8")).version).toBe(commander.version);
   }, 60_000);
 
+  // contract: R287
   it("fails naming npm ci --offline and the fix when a package of the base is not in npm's cache", async () => {
     const here = await tree("uncached-here", lockOf({ "": {} }));
     const missing = "study-runner-never-published-package";

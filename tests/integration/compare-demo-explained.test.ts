@@ -1,4 +1,5 @@
 import { spawnSync } from "node:child_process";
+import { createHash } from "node:crypto";
 import { cp, mkdir, mkdtemp, readdir, readFile, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, join } from "node:path";
@@ -278,4 +279,52 @@ describe("compare-demo when the fake model's arm guess changed since the base", 
     expect(counted.stdout).toContain('$.items[0].armGuess.guess: base "files-and-docs-server", current "files-only"');
     expect(counted.stdout).not.toContain("the fake model's guess changed");
   }, 180_000);
+});
+
+/** A tree whose doc-bridge index command runs a server file of `server`'s bytes; its revision as the engine derives it (src/mcp/reference-server.ts). */
+async function engineTree(server: string): Promise<{ tree: string; revision: string }> {
+  const tree = await mkdtemp(join(work, "engine-tree-"));
+  await mkdir(join(tree, "src", "mcp"), { recursive: true });
+  // The derivation runs in the tree through tsx, as it runs in a worktree of the base.
+  await symlink(join(PROJECT_ROOT, "node_modules"), join(tree, "node_modules"), "dir");
+  await writeFile(join(tree, "package.json"), JSON.stringify({ type: "module" }));
+  await writeFile(join(tree, "src/mcp/reference-server.ts"), server);
+  await writeFile(join(tree, "src/mcp/preflight.ts"), 'export const referenceIndexCommand = () => [process.execPath, new URL("./reference-server.ts", import.meta.url).pathname, "index"];\n');
+  return { tree, revision: `reference-${createHash("sha256").update(server).digest("hex").slice(0, 12)}` };
+}
+
+/** A side's ledger recording `revision` as its doc-bridge engine's, and an Inspect log whose tool result quotes it in an attachment. */
+async function withRevision(name: string, tree: string, revision: string, recorded: string): Promise<void> {
+  await side(name, tree, (f) => {
+    f.ledger = f.ledger!.split(recorded).join(revision);
+  });
+  const result = JSON.stringify({ pin: "e2ff563dc35b3da1d8b11ab55f4447489db3f3e5", engineRevision: revision, matches: [] });
+  const key = createHash("md5").update(result).digest("hex");
+  const log = { samples: [{ id: 1, messages: [{ role: "tool", content: result }], events: [{ event: "tool", result: `attachment://${key}` }], attachments: { [key]: result } }] };
+  await writeFile(join(work, name, "inspect", "0001.json"), JSON.stringify(log));
+}
+
+describe("compare-demo and the doc-bridge engine's revision", () => {
+  // contract: R287
+  // The revision is a digest of the engine's server file: a base from before the engine changed records another one.
+  it("explains each side's revision that its own tree derives, wherever a file quotes it (an Inspect attachment's name too), and counts one its tree does not derive", async () => {
+    const recorded = (JSON.parse(await readFile(demo.ledger, "utf8")) as { docBridge: { engineRevision: string } }).docBridge.engineRevision;
+    expect(recorded).toMatch(/^reference-[0-9a-f]{12}$/);
+    const base = await engineTree("// the base's engine\n");
+    const current = await engineTree("// the current engine\n");
+    await withRevision("current", current.tree, current.revision, recorded);
+    await withRevision("base", base.tree, base.revision, recorded);
+    const explained = compareDemo();
+    expect(explained.status, explained.stdout + explained.stderr).toBe(0);
+    expect(explained.stdout).toContain(`(explained) the doc-bridge engine's revision, base ${base.revision}, current ${current.revision}: each side's is the one its own tree derives`);
+    expect(explained.stdout).toMatch(/inspect log #1: same/);
+
+    // A revision the base's tree does not derive is a difference, in the ledger and in every quote.
+    await withRevision("base", base.tree, "reference-000000000000", recorded);
+    const counted = compareDemo();
+    expect(counted.status).toBe(1);
+    expect(counted.stdout).not.toContain("(explained) the doc-bridge engine's revision");
+    expect(counted.stdout).toContain(`$.docBridge.engineRevision: base "reference-000000000000", current "${current.revision}"`);
+    expect(counted.stdout).toMatch(/inspect log #1: \d+ difference\(s\)/);
+  }, 120_000);
 });
