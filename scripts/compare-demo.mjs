@@ -15,7 +15,7 @@
 // message, Inspect event), absolute temporary paths, durations (wall-time fields, a report metric of
 // wall time, the Markdown and HTML rows, columns and charts labelled with it), and the digests that
 // cover those (transcript hashes, the report's evidence digest, the runner's own source hash); a digest of
-// code (the fake claude's binary, the doc-bridge bundle) is explained when the trees account for it. An id
+// code (the fake claude's binary, the doc-bridge bundle and engine revision) is explained when the trees account for it. An id
 // or digest found in those fields is replaced where another string quotes it, so an outcome, a cost,
 // a count or a text that changed still shows.
 //
