@@ -17,7 +17,7 @@ export default defineConfig({
     // Docker engine; `conformance` runs the real pinned Claude Code CLI. `npm test` runs all four, as CI does.
     projects: [
       // The unit files share their workers (no new process and module graph per file): the tier took
-      // 80 → 51 s of CPU (docs/performance.md, "The test suite"). The host tier stays isolated: its
+      // 80 → 50 s of CPU (docs/performance.md, "The test suite"). The host tier stays isolated: its
       // files start processes, and a worker grown by many files made each start cost more.
       { extends: true, test: { name: "unit", include: ["tests/unit/**/*.test.ts"], isolate: false } },
       // No engine in reach: a host test that starts needing Docker fails here instead of passing by chance.

@@ -90,7 +90,7 @@ const DURATION = "<duration>";
  * string (a verdict reason naming its item id); `text` does the same for Markdown and HTML, where
  * durations are found by the table row, column or chart that shows them.
  */
-function normalizer(side) {
+function normalizer(side, codeValues = []) {
   const seen = new Map();
   const counts = {};
   const placeholder = (kind, value) => {
@@ -117,7 +117,7 @@ function normalizer(side) {
       .filter(([v]) => v.length >= 8)
       .sort((a, b) => b[0].length - a[0].length);
   // Digests of code each tree accounts for (the doc-bridge engine's revision, see engineRevisions), where any string quotes them.
-  prefixes.push(...(side.codeValues ?? []));
+  prefixes.push(...codeValues);
   let values = [];
   const quoted = (t) => [...prefixes, ...values].reduce((acc, [v, name]) => acc.split(v).join(name), t);
   // An Inspect log's attachments are named by a hash of their content: named again by a hash of
@@ -243,11 +243,12 @@ function fakeClaudeChanged(trees, recorded) {
  */
 function engineChanged(trees, recorded) {
   const derive = (tree) => {
-    const code =
+    const out = inTree(
+      tree,
       'const { referenceEngineCommand } = await import("./src/mcp/preflight.ts"); const { engineBundle } = await import("./src/mcp/bundle-hash.ts");' +
-      "const b = await engineBundle(referenceEngineCommand(), process.cwd()); process.stdout.write(JSON.stringify({ hash: b.bundleHash, files: b.files.map((f) => [f.label, f.sha256]) }));";
-    const r = spawnSync("node", ["--import", "tsx", "--input-type=module", "-e", code], { cwd: tree, encoding: "utf8" });
-    return r.status === 0 ? JSON.parse(r.stdout) : null;
+        "const b = await engineBundle(referenceEngineCommand(), process.cwd()); process.stdout.write(JSON.stringify({ hash: b.bundleHash, files: b.files.map((f) => [f.label, f.sha256]) }));",
+    );
+    return out === null ? null : JSON.parse(out);
   };
   if (!trees.every((t) => existsSync(join(t, "src", "mcp", "bundle-hash.ts")))) return null;
   const [a, b] = trees.map(derive);
@@ -264,9 +265,15 @@ function engineChanged(trees, recorded) {
  */
 function engineRevisionOf(tree) {
   if (!existsSync(join(tree, "src", "mcp", "preflight.ts"))) return null;
-  const code =
+  return inTree(
+    tree,
     'const { referenceIndexCommand } = await import("./src/mcp/preflight.ts"); const { readFileSync } = await import("node:fs"); const { createHash } = await import("node:crypto");' +
-    'const c = referenceIndexCommand(); process.stdout.write("reference-" + createHash("sha256").update(readFileSync(c[c.length - 2])).digest("hex").slice(0, 12));';
+      'const c = referenceIndexCommand(); process.stdout.write("reference-" + createHash("sha256").update(readFileSync(c[c.length - 2])).digest("hex").slice(0, 12));',
+  );
+}
+
+/** What `code` (an ES module run through tsx in `tree`, importing that tree's sources) prints, or null when it fails. */
+function inTree(tree, code) {
   const r = spawnSync("node", ["--import", "tsx", "--input-type=module", "-e", code], { cwd: tree, encoding: "utf8" });
   return r.status === 0 ? r.stdout : null;
 }
@@ -274,22 +281,17 @@ function engineRevisionOf(tree) {
 /**
  * The doc-bridge engine's revision (`docBridge.engineRevision` and `engineRevisions`, quoted in every
  * doc-bridge tool result the Inspect logs hold) is a digest of code, like the bundle hash: the
- * server file that built the indexes. When each side's ledger
- * records the revision its own tree derives, and the two differ, both are replaced
- * wherever they are quoted; anything else is left to differ.
+ * server file that built the indexes. When each side's ledger records the revision its own tree
+ * derives, and the two differ, both are replaced wherever they are quoted; anything else is left to differ.
  */
-function engineRevisions(base, current) {
-  const recorded = [base, current].map((side) => {
-    try {
-      const docBridge = JSON.parse(readFileSync(side.ledger, "utf8")).docBridge;
-      const all = new Set([docBridge?.engineRevision, ...Object.values(docBridge?.engineRevisions ?? {})]);
-      return all.size === 1 && typeof docBridge?.engineRevision === "string" ? docBridge.engineRevision : null;
-    } catch {
-      return null;
-    }
+function engineRevisions(trees, ledgers) {
+  const recorded = ledgers.map((ledger) => {
+    const docBridge = ledger?.docBridge;
+    const all = new Set([docBridge?.engineRevision, ...Object.values(docBridge?.engineRevisions ?? {})]);
+    return all.size === 1 && typeof docBridge?.engineRevision === "string" ? docBridge.engineRevision : null;
   });
   if (recorded.includes(null) || recorded[0] === recorded[1]) return null;
-  const derived = [base.tree, current.tree].map(engineRevisionOf);
+  const derived = trees.map(engineRevisionOf);
   if (derived[0] !== recorded[0] || derived[1] !== recorded[1]) return null;
   return {
     base: recorded[0],
@@ -480,22 +482,20 @@ function compare(base, current) {
   const rebased = base.reportedByCurrent ? { ...base, report: base.reportedByCurrent.report, inspect: base.reportedByCurrent.inspect } : null;
   const sides = { base, current, ...(rebased ? { rebased } : {}) };
   const files = Object.fromEntries(Object.entries(sides).map(([k, side]) => [k, filesOf(side)]));
-  const revisions = engineRevisions(base, current);
-  if (revisions) {
-    process.stdout.write(`  (explained) ${revisions.why}\n`);
-    // The rebased side is the current report code over the base's ledger: it quotes the base's revision.
-    for (const [k, side] of Object.entries(sides)) side.codeValues = [[k === "current" ? revisions.current : revisions.base, "<doc-bridge engine revision>"]];
-  }
-  const norm = Object.fromEntries(Object.entries(sides).map(([k, side]) => [k, normalizer(side)]));
   const names = [...new Set([...Object.keys(files.base), ...Object.keys(files.current)])];
   const read = (path) => (isJson(path) ? JSON.parse(readFileSync(path, "utf8")) : readFileSync(path, "utf8"));
   const content = {};
   for (const side of Object.keys(sides)) {
     content[side] = {};
     for (const name of names) if (files[side][name]) content[side][name] = read(files[side][name]);
-    // Every volatile value of the side is known before any file is normalized.
-    for (const name of names) if (isJson(files[side][name] ?? "")) norm[side].collect(content[side][name]);
   }
+  const revisions = engineRevisions([base.tree, current.tree], [content.base.ledger, content.current.ledger]);
+  if (revisions) process.stdout.write(`  (explained) ${revisions.why}\n`);
+  // The rebased side is the current report code over the base's ledger: it quotes the base's revision.
+  const codeValues = (k) => (revisions ? [[k === "current" ? revisions.current : revisions.base, "<doc-bridge engine revision>"]] : []);
+  const norm = Object.fromEntries(Object.keys(sides).map((k) => [k, normalizer(sides[k], codeValues(k))]));
+  // Every volatile value of a side is known before any file is normalized.
+  for (const side of Object.keys(sides)) for (const name of names) if (isJson(files[side][name] ?? "")) norm[side].collect(content[side][name]);
   let guessed;
   const guesses = () => (guessed ??= explainedGuesses(sides, content));
   /** Side `x`'s report money amounts that differ from the current side's only in floating-point noise, for the lines that print them; once per side. */

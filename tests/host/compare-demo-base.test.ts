@@ -21,10 +21,11 @@ beforeAll(async () => {
 });
 afterAll(() => rm(work, { recursive: true, force: true }));
 
-const lockOf = (packages: Record<string, unknown>) =>
-  `${JSON.stringify({ name: "t", version: "1.0.0", lockfileVersion: 3, requires: true, packages: { "": { name: "t", version: "1.0.0", ...(packages[""] as object) }, ...Object.fromEntries(Object.entries(packages).filter(([k]) => k !== "")) } }, null, 2)}\n`;
+/** A lock file whose root package has `root`'s fields (its dependencies), and the entries of `packages` beside it. */
+const lockOf = (root: object = {}, packages: Record<string, unknown> = {}) =>
+  `${JSON.stringify({ name: "t", version: "1.0.0", lockfileVersion: 3, requires: true, packages: { "": { name: "t", version: "1.0.0", ...root }, ...packages } }, null, 2)}\n`;
 
-/** A tree with a package.json and lock file; `here` also gets a node_modules folder of its own. */
+/** A tree with a package.json of `deps` and the lock file `lock`. */
 async function tree(name: string, lock: string, deps: Record<string, string> = {}): Promise<string> {
   const dir = join(work, name);
   await mkdir(dir, { recursive: true });
@@ -36,7 +37,7 @@ async function tree(name: string, lock: string, deps: Record<string, string> = {
 describe("compare-demo's base tree and its dependencies", () => {
   // contract: R287
   it("links this tree's node_modules in when the two lock files are the same bytes", async () => {
-    const lock = lockOf({ "": {} });
+    const lock = lockOf();
     const here = await tree("same-here", lock);
     await mkdir(join(here, "node_modules", "marker"), { recursive: true });
     const base = await tree("same-base", lock);
@@ -50,9 +51,9 @@ describe("compare-demo's base tree and its dependencies", () => {
     // A package this project's own install put in npm's cache, as its lock file pins it.
     const projectLock = JSON.parse(await readFile(join(PROJECT_ROOT, "package-lock.json"), "utf8")) as { packages: Record<string, { version: string }> };
     const commander = projectLock.packages["node_modules/commander"]!;
-    const here = await tree("differs-here", lockOf({ "": { dependencies: { "only-here": "1.0.0" } } }));
+    const here = await tree("differs-here", lockOf({ dependencies: { "only-here": "1.0.0" } }));
     await mkdir(join(here, "node_modules", "only-here"), { recursive: true });
-    const base = await tree("differs-base", lockOf({ "": { dependencies: { commander: commander.version } }, "node_modules/commander": commander }), { commander: commander.version });
+    const base = await tree("differs-base", lockOf({ dependencies: { commander: commander.version } }, { "node_modules/commander": commander }), { commander: commander.version });
     expect(resolve(here, base)).toBe("installed");
     const modules = await lstat(join(base, "node_modules"));
     expect([modules.isDirectory(), modules.isSymbolicLink()]).toEqual([true, false]);
@@ -62,14 +63,14 @@ describe("compare-demo's base tree and its dependencies", () => {
 
   // contract: R287
   it("fails naming npm ci --offline and the fix when a package of the base is not in npm's cache", async () => {
-    const here = await tree("uncached-here", lockOf({ "": {} }));
+    const here = await tree("uncached-here", lockOf());
     const missing = "study-runner-never-published-package";
     const base = await tree(
       "uncached-base",
-      lockOf({
-        "": { dependencies: { [missing]: "1.0.0" } },
-        [`node_modules/${missing}`]: { version: "1.0.0", resolved: `https://registry.npmjs.org/${missing}/-/${missing}-1.0.0.tgz`, integrity: `sha512-${"A".repeat(86)}==` },
-      }),
+      lockOf(
+        { dependencies: { [missing]: "1.0.0" } },
+        { [`node_modules/${missing}`]: { version: "1.0.0", resolved: `https://registry.npmjs.org/${missing}/-/${missing}-1.0.0.tgz`, integrity: `sha512-${"A".repeat(86)}==` } },
+      ),
       { [missing]: "1.0.0" },
     );
     expect(() => resolve(here, base)).toThrow(/`npm ci --offline` in .*uncached-base failed \(exit \d+\)[\s\S]*run `npm ci` once in a checkout of the base revision/);
