@@ -367,7 +367,7 @@ async function runUnit(a: Adjudication, u: Unit, ctx: Parameters<RunKind<Unit, A
     a.deps,
     cliRunInput(
       config,
-      { run: a.adjudicationId, unit, attemptIndex: p.position, imageId: a.record.adjudicator.image.id, runtimeName: a.ociRuntime },
+      { run: a.adjudicationId, unit, attemptIndex: p.position, imageId: a.record.adjudicator.image.id, runtimeName: a.ociRuntime, last: ctx.last },
       {
         // The grader's working folder holds no instruction file the CLI would load (contract: the corpus may not steer the grader).
         export: adjudicatorFilterOptions({

@@ -78,6 +78,8 @@ export interface UnitContext<E extends Entry> {
    * gateway checks each request against it.
    */
   remainingUsd(): number;
+  /** No unit of the run starts after this one: the last of its units (what a provider makes ahead for a next is wasted). */
+  last: boolean;
 }
 
 /** Named points between writes where a test may stop the process (see docs/reliability.md). */
@@ -461,6 +463,7 @@ class Bookkeeper<U, E extends Entry, S extends string> {
         this.governor.backOff(unit, httpStatus);
       },
       remainingUsd: () => this.remainingBeside(state),
+      last: this.o.units.at(-1) === unit,
     };
     try {
       return await this.kind.runOne(unit, ctx);

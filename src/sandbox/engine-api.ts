@@ -470,7 +470,7 @@ export class EngineApiChannel {
         sockets.length > 0 ? this.listen(relay, spec, sockets, entries) : Promise.resolve(undefined),
       ]);
       mark("engine-api:ready");
-      const refill = ahead ? () => this.makeSpare(key, kind) : undefined;
+      const refill = ahead && spec.last !== true ? () => this.makeSpare(key, kind) : undefined;
       return new PreparedOverApi(this.runtime, id, made, content, { mux, stdin: relay.stdio.stdin }, this.after(refill));
     } catch (err) {
       relay.stdio.stdin.end();

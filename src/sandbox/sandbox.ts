@@ -87,6 +87,11 @@ export interface SandboxSpec extends ProgramSpec {
    * the provider binds the socket folders.
    */
   streamRelay?: string[];
+  /**
+   * No sandbox of the run is prepared after this one: a provider that makes the next sandbox's
+   * parts ahead while this one runs makes none for it (contract R257).
+   */
+  last?: boolean;
 }
 
 /**

@@ -603,7 +603,7 @@ async function runCallContainer(pass: SessionPass, route: CallRoute, s: Session,
     cliDeps,
     cliRunInput(
       config,
-      { run: ledger.runId, unit: `session-${s.id}-${call.index}`, attemptIndex: ledger.sessions.indexOf(s), imageId: ledger.image, runtimeName: ledger.runtime },
+      { run: ledger.runId, unit: `session-${s.id}-${call.index}`, attemptIndex: ledger.sessions.indexOf(s), imageId: ledger.image, runtimeName: ledger.runtime, last: ctx.last },
       {
         export: { repoDir: config.roots.get(s.repository)!, pin: pass.manifest.repositories[s.repository]!, labels: { run: ledger.runId, attempt: s.id } },
         login: pass.login,

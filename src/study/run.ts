@@ -333,7 +333,7 @@ async function runAttempt(config: StudyConfig, deps: StudyDeps, ctx: AttemptCont
     deps,
     cliRunInput(
       config,
-      { run: ctx.runId, unit: String(attempt.index), attemptIndex: attempt.index, imageId: ctx.imageId, runtimeName: ctx.ociRuntime },
+      { run: ctx.runId, unit: String(attempt.index), attemptIndex: attempt.index, imageId: ctx.imageId, runtimeName: ctx.ociRuntime, last: later.length === 0 },
       {
         export: exportOptions,
         exported,

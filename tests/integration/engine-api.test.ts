@@ -200,8 +200,11 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
       // no hosts file); the attempt's container keeps the engine's network none.
       const relayInfo = await docker.getContainer(ahead).inspect();
       expect([relayInfo.HostConfig.NetworkMode, (relayInfo.Config as { NetworkDisabled?: boolean }).NetworkDisabled]).toEqual(["none", true]);
-      const second = await runBounded(sandbox, spec(script("b.sock", "a.sock"), { labels: { [LABELS.run]: run, [LABELS.attempt]: "a2" }, endpoints: [{ name: "model-api", socket: b.socket }] }), (l) =>
-        lines[1]!.push(l),
+      // The run's last sandbox: nothing is made ahead while it runs, as no sandbox would take it.
+      const second = await runBounded(
+        sandbox,
+        spec(script("b.sock", "a.sock"), { labels: { [LABELS.run]: run, [LABELS.attempt]: "a2" }, endpoints: [{ name: "model-api", socket: b.socket }], last: true }),
+        (l) => lines[1]!.push(l),
       );
       expect(second.exitCode).toBe(0);
       expect(lines).toEqual([
@@ -216,6 +219,7 @@ describe("the engine-api channel's relay, made ahead and bounded", () => {
       ]);
       expect(created[3]).toEqual({ relay: false, attempt: "a2" });
       await sandbox.settle();
+      expect(created).toHaveLength(4);
       expect((await docker.listContainers({ all: true, filters: { id: [ahead] } })).length).toBe(0);
       expect(await leftOnEngine()).toEqual({ containers: 0, volumes: 0 });
     } finally {

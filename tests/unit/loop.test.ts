@@ -254,6 +254,16 @@ describe("the bookkeeping loop", () => {
     expect(h.book.budget.spentUsd).toBe(0.01);
   });
 
+  // contract: R257
+  it("tells each unit whether it is the run's last, one at a time and with units in flight", async () => {
+    for (const concurrency of [1, 2]) {
+      const seen: boolean[] = [];
+      const h = harness([0, 1, 2].map((u) => (ctx) => ((seen[u] = ctx.last), ok(0.01))));
+      await h.run({ concurrency });
+      expect(seen).toEqual([false, false, true]);
+    }
+  });
+
   describe("per-call reservations (a kind without an up-front limit)", () => {
     it("the unit is charged what its calls were charged; while it runs, its settled calls count as held by it", async () => {
       const h = harness(

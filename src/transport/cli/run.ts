@@ -113,6 +113,8 @@ export interface CliRunInput {
   runtimeName?: string;
   labels: Record<string, string>;
   attemptIndex: number;
+  /** No unit of the run starts after this one: its sandbox makes nothing ahead (contract R257). */
+  last?: boolean;
   fake?: { behaviourFile?: string; recordsDir?: string };
   memoryBytes?: number;
   /** CPUs of the container (the spec's default otherwise). */
@@ -133,7 +135,7 @@ export interface CliRunInput {
 }
 
 /** The fields `cliRunInput` fills from the run kind's config and the unit's place. */
-type CommonInput = "image" | "model" | "expectedCliVersion" | "modelApiSocket" | "fake" | "timeoutMs" | "stdoutLimitBytes" | "labels" | "attemptIndex" | "runtimeName";
+type CommonInput = "image" | "model" | "expectedCliVersion" | "modelApiSocket" | "fake" | "timeoutMs" | "stdoutLimitBytes" | "labels" | "attemptIndex" | "runtimeName" | "last";
 
 /** What every run kind's config (a study, an adjudication, sessions) gives each of its CLI units alike. */
 export interface CliUnitConfig {
@@ -158,6 +160,8 @@ export interface CliUnitPlace {
   unit: string;
   attemptIndex: number;
   runtimeName?: string;
+  /** No unit of the run starts after this one (a study's plan says it, or the loop's `UnitContext.last`). */
+  last?: boolean;
 }
 
 /**
@@ -178,6 +182,7 @@ export function cliRunInput(config: CliUnitConfig, place: CliUnitPlace, own: Omi
     labels: runnerLabels(place.run, place.unit),
     attemptIndex: place.attemptIndex,
     runtimeName: place.runtimeName,
+    last: place.last,
   };
 }
 
@@ -367,6 +372,7 @@ function attemptInput(input: CliRunInput, workDir: string, home: StagedHome, ser
     runtime: input.runtimeName,
     labels: input.labels,
     attemptIndex: input.attemptIndex,
+    last: input.last,
     fake: input.fake,
     memoryBytes: input.memoryBytes,
     cpus: input.cpus,

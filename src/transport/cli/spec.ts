@@ -95,6 +95,8 @@ export interface AttemptContainerInput {
   network: NetworkSetting;
   labels: Record<string, string>;
   attemptIndex: number;
+  /** No unit of the run starts after this one: the sandbox makes nothing ahead (contract R257). */
+  last?: boolean;
   /**
    * Host path of a unix socket where a Messages API listens (the scripted API of the
    * conformance tests and the demo). Its folder is bind-mounted read-only, the entrypoint
@@ -250,6 +252,7 @@ export function attemptSandboxSpec(input: AttemptContainerInput, reach: (endpoin
     labels: input.labels,
     ...(input.runtime ? { ociRuntime: input.runtime } : {}),
     streamRelay: [IMAGE_LAYOUT.node, CONTAINER.streamRelay],
+    ...(input.last ? { last: true } : {}),
   };
 }
 
