@@ -9,6 +9,20 @@ export function inferShape(values: readonly JsonValue[], opaque: Readonly<Record
   return node;
 }
 
+/**
+ * A measured key may be any string, "__proto__" and "constructor" too: only own members are read,
+ * and a new one is defined, never assigned, so no key reaches a prototype (here or the process's).
+ */
+function define<T>(record: Record<string, T>, key: string, value: T): T {
+  Object.defineProperty(record, key, { value, enumerable: true, writable: true, configurable: true });
+  return value;
+}
+
+/** `record`'s own member `key`, defined as `make()` when it has none. */
+function own<T>(record: Record<string, T>, key: string, make: () => T): T {
+  return Object.hasOwn(record, key) ? record[key]! : define(record, key, make());
+}
+
 function addToShape(node: ShapeNode, v: JsonValue, opaque: Readonly<Record<string, string>>): void {
   if (v === null) node.null = true;
   else if (typeof v === "boolean") node.boolean = true;
@@ -20,15 +34,16 @@ function addToShape(node: ShapeNode, v: JsonValue, opaque: Readonly<Record<strin
   } else {
     node.object ??= {};
     const variant = variantOf(v);
-    const members = (node.object[variant] ??= {});
+    const members = own<Record<string, ShapeNode>>(node.object, variant, () => ({}));
     for (const [k, m] of Object.entries(v)) {
       if (k === "type" && variant !== "") continue;
-      if (Object.hasOwn(opaque, k)) {
-        members[k] = { any: opaque[k]! };
-        continue;
-      }
-      members[k] ??= {};
-      addToShape(members[k]!, m, opaque);
+      if (Object.hasOwn(opaque, k)) define(members, k, { any: opaque[k]! });
+      else
+        addToShape(
+          own<ShapeNode>(members, k, () => ({})),
+          m,
+          opaque,
+        );
     }
   }
 }

@@ -44,7 +44,8 @@ export function shapeProblem(node: ShapeNode, value: JsonValue, path = ""): stri
   const o = value as { [key: string]: JsonValue };
   if (!node.object) return `${where} is an object, which the pinned CLI never sends there`;
   const variant = variantOf(o);
-  const members = node.object[variant];
+  // Own members only: a `type` or a member named "constructor" or "__proto__" is never measured by inheritance.
+  const members = Object.hasOwn(node.object, variant) ? node.object[variant] : undefined;
   if (!members) {
     const kinds = Object.keys(node.object);
     return variant === ""
@@ -53,7 +54,7 @@ export function shapeProblem(node: ShapeNode, value: JsonValue, path = ""): stri
   }
   for (const [k, m] of Object.entries(o)) {
     if (k === "type" && variant !== "") continue;
-    const shape = members[k];
+    const shape = Object.hasOwn(members, k) ? members[k] : undefined;
     if (!shape) return `${where} has the member ${JSON.stringify(k.slice(0, 100))}, which the pinned CLI never sends there${variant ? ` (in a "${variant}")` : ""}`;
     const p = shapeProblem(shape, m, jsonPath(path, k));
     if (p) return p;

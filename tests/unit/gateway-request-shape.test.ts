@@ -55,6 +55,29 @@ describe("the request shape", () => {
     );
   });
 
+  // contract: R135
+  it("a measured member named __proto__ or constructor is the node's own, and no measurement reaches a prototype", () => {
+    const measured = parseStrictJson('{"type":"message","__proto__":{"boolean":true,"array":[1]},"constructor":1}');
+    const shape = inferShape([measured]);
+    const inherited: string[] = [];
+    for (const k in {}) inherited.push(k);
+    expect(inherited).toEqual([]);
+    expect(Object.keys(shape.object!.message!).sort()).toEqual(["__proto__", "constructor"]);
+    expect(shapeProblem(shape, measured)).toBeNull();
+    // The same names with what was never measured in them.
+    expect(shapeProblem(shape, parseStrictJson('{"type":"message","__proto__":{"boolean":"s"}}'))).toMatch(/__proto__/);
+    expect(shapeProblem(shape, parseStrictJson('{"type":"message","constructor":"s"}'))).toMatch(/constructor/);
+  });
+
+  // contract: R135
+  it("an object type or a member the CLI never sent is refused when it names a member every object inherits", () => {
+    const shape = inferShape([{ type: "message", content: "a" }]);
+    for (const type of ["constructor", "__proto__", "toString", "hasOwnProperty"]) {
+      expect(shapeProblem(shape, parseStrictJson(`{"type":${JSON.stringify(type)}}`)), type).toMatch(/never sends there/);
+      expect(shapeProblem(shape, parseStrictJson(`{"type":"message",${JSON.stringify(type)}:{}}`)), type).toMatch(/never sends there/);
+    }
+  });
+
   it("reads the target with a URL parser and admits only the measured one, as the parser serializes it", () => {
     expect(targetProblem(CLI_REQUEST_SHAPES, "POST", "/v1/messages?beta=true")).toBeNull();
     expect(parseTarget("/v1/messages?beta=true?&foo=bar")).toEqual({ path: "/v1/messages", search: "?beta=true?&foo=bar" });
