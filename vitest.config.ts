@@ -3,7 +3,9 @@ import { defineConfig } from "vitest/config";
 export default defineConfig({
   test: {
     reporters: ["default", "./tests/support/summary-reporter.ts"],
-    setupFiles: ["./tests/support/fast-check-seed.ts"],
+    // The seed of property tests (fixed in CI); after each file, a check that it left no inherited
+    // key on the prototypes, which the unit tier's shared workers would hand to the files after it.
+    setupFiles: ["./tests/support/fast-check-seed.ts", "./tests/support/prototype-guard.ts"],
     // Docker-backed tests share one engine on a 2-core machine. Three files at once: with two the
     // cores stood idle a third of the time in places (tests that wait on time limits, signals and
     // sleeps in the engine), and a third worker took the whole suite from 1,108 s to 918 s on a

@@ -96,7 +96,15 @@ const BREAKERS: Record<string, Breaker> = {
   "reported cost too high": (e, _a, _p, _s, n) => void (e[8]!.total_cost_usd = 0.000602 * 2 + 1e-9 + n),
   "reported cost too low": (e, _a, _p, _s, n) => void (e[8]!.total_cost_usd = (0.000602 / 2) * Math.min(0.999, n)),
   "reported cost missing": (e) => void delete e[8]!.total_cost_usd,
-  "foreign model": (e, _a, _p, s) => void (e[8]!.modelUsage[notIn([MODEL], s)] = { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costBasis: "list" }),
+  // Defined, not assigned: a drawn name "__proto__" assigned would set the object's prototype and
+  // leave no key in the JSON, where a transcript carries it as a key like any other.
+  "foreign model": (e, _a, _p, s) =>
+    void Object.defineProperty(e[8]!.modelUsage, notIn([MODEL], s), {
+      value: { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costBasis: "list" },
+      enumerable: true,
+      writable: true,
+      configurable: true,
+    }),
   "costBasis not list": (e, _a, _p, s) => void (e[8]!.modelUsage[MODEL].costBasis = s === "list" ? "unknown" : s),
   "per-message sum off": (e, _a, p) => void (e[7]!.message.usage.input_tokens += 1 + p),
   "not JSON": (e, _a, p) => {
