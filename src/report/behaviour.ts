@@ -21,6 +21,9 @@ export interface BehaviourAttempt {
   toolCallsByName: Record<string, number> | null;
 }
 
+/** The calls of `tool` in an arm's tool mix: its own entry, 0 without one (never an inherited member). */
+export const callsOf = (b: ArmBehaviour, tool: string): number => (Object.hasOwn(b.toolMix, tool) ? b.toolMix[tool]! : 0);
+
 export interface ArmBehaviour {
   /** Settled attempts of the arm (every figure below is over these). */
   attempts: number;
@@ -53,8 +56,11 @@ export function behaviourOf(attempts: readonly BehaviourAttempt[]): Behaviour {
   const arms = {} as Record<Arm, ArmBehaviour>;
   for (const arm of ["repository", "mcp"] as const) {
     const settled = attempts.filter((a) => a.arm === arm && a.status !== "not run" && a.status !== "unsettled");
-    const toolMix: Record<string, number> = {};
-    for (const a of settled) for (const [name, n] of Object.entries(a.toolCallsByName ?? {})) toolMix[name] = (toolMix[name] ?? 0) + n;
+    // Counted in a Map and made an object with own keys only: a tool is named by the transcript, and
+    // a name such as "constructor" or "__proto__" is counted like any other, never read from a prototype.
+    const counts = new Map<string, number>();
+    for (const a of settled) for (const [name, n] of Object.entries(a.toolCallsByName ?? {})) counts.set(name, (counts.get(name) ?? 0) + n);
+    const toolMix = Object.fromEntries(counts);
     const docBridge = settled.map((a) => Object.entries(a.toolCallsByName ?? {}).reduce((s, [name, n]) => s + (name.startsWith(prefix) ? n : 0), 0));
     let read = 0;
     let prompt = 0;

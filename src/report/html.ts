@@ -23,7 +23,7 @@ import {
   totalsCells,
 } from "./markdown.ts";
 import { analysisBlocks, behaviourBlock, num, type Block } from "./sections.ts";
-import type { ArmBehaviour } from "./behaviour.ts";
+import { callsOf, type ArmBehaviour } from "./behaviour.ts";
 
 /**
  * One self-contained HTML page: inline CSS and inline SVG, no script, no external resource,
@@ -177,7 +177,7 @@ export function behaviourCharts(r: ReportData): string {
     r,
     "toolmix",
     "tool mix (calls per tool name)",
-    b.tools.map((t) => ({ label: t, values: pair((x) => x.toolMix[t] ?? 0), text: pair((x) => String(x.toolMix[t] ?? 0)) })),
+    b.tools.map((t) => ({ label: t, values: pair((x) => callsOf(x, t)), text: pair((x) => String(callsOf(x, t))) })),
   );
   const scalar = (label: string, f: (x: ArmBehaviour) => number | null, unit?: string) => armBars(r, "behaviour", label, [{ label, values: pair(f), text: pair((x) => num(f(x), unit)) }]);
   return [

@@ -20,6 +20,7 @@ export interface Block {
 
 export { num } from "./numbers.ts";
 import { num } from "./numbers.ts";
+import { callsOf } from "./behaviour.ts";
 
 const interval = (i: { lower: number; upper: number } | null, unit: string) => (i ? `${num(i.lower, unit)} to ${num(i.upper, unit)}` : "—");
 
@@ -145,7 +146,7 @@ export function behaviourBlock(r: ReportData): Block {
       row("mean wall time ms", (x) => num(x.meanWallTimeMs)),
       row("charged USD", (x) => num(x.chargedUsd, "USD")),
       row("cost per correct answer USD", (x) => num(x.costPerCorrectUsd, "USD")),
-      ...b.tools.map((t) => row(`calls to ${t}`, (x) => String(x.toolMix[t] ?? 0))),
+      ...b.tools.map((t) => row(`calls to ${t}`, (x) => String(callsOf(x, t)))),
     ],
   };
 }

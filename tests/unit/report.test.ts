@@ -171,6 +171,28 @@ describe("behaviour side by side", () => {
     }
   });
 
+  it("a tool named like what every object inherits is counted like any other, in the mix and in both renderings", () => {
+    // A transcript names its tools: "constructor" and "__proto__" are names like "Read".
+    const odd = syntheticLedger({ mode: "full" });
+    for (const o of odd.observations.filter((x) => x.arm === "repository")) o.toolCallsByName = JSON.parse('{"constructor":2,"__proto__":1,"Read":1}') as Record<string, number>;
+    const report = buildReport({ ledger: odd, ledgerSha256: SHA, record: syntheticRecord(odd, SHA), manifest: DEMO });
+    const n = odd.observations.filter((x) => x.arm === "repository").length;
+    const repository = report.behaviour.arms.repository;
+    expect(Object.entries(repository.toolMix).sort()).toEqual(
+      [
+        ["Read", n],
+        ["__proto__", n],
+        ["constructor", 2 * n],
+      ].sort(),
+    );
+    expect(repository.toolCalls).toBe(4 * n);
+    // The other arm called none of them: 0, not what every object inherits.
+    const md = renderMarkdown(report);
+    expect(md).toMatch(new RegExp(`calls to constructor \\| ${2 * n} \\| 0 \\|`));
+    expect(md).toMatch(new RegExp(`calls to __proto__ \\| ${n} \\| 0 \\|`));
+    expect(renderHtml(report)).not.toContain("native code");
+  });
+
   it("is in the Markdown and the HTML, with a tool-mix chart, and names the unit of analysis and the tests", () => {
     const md = renderMarkdown(r);
     const html = renderHtml(r);
