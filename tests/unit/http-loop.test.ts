@@ -287,6 +287,19 @@ describe("the agent loop", () => {
     expect(unknown.executed).toEqual([]);
   });
 
+  // contract: R35
+  it("counts a tool the model named like what every object inherits as that name, once per call", async () => {
+    const odd = harness([reply([toolUse("a", "constructor", {}), toolUse("b", "__proto__", {}), toolUse("c", "constructor", {})], "tool_use"), answer()]);
+    const r = await runAgentLoop(odd.options);
+    expect(r.status).toBe("invalid-setup");
+    expect(r.toolCalls).toBe(3);
+    expect(Object.entries(r.toolCallsByName).sort()).toEqual([
+      ["__proto__", 1],
+      ["constructor", 2],
+    ]);
+    expect(r.setupProblems.filter((p) => /was not offered/.test(p))).toHaveLength(3);
+  });
+
   it("is invalid-setup when every doc-bridge call returned an error, and records partial errors otherwise", async () => {
     const all = harness([reply([toolUse("d1", "mcp__doc-bridge__doc_search", { query: "x" })], "tool_use"), answer()]);
     const r = await runAgentLoop(all.options);

@@ -161,6 +161,15 @@ function echoed(message: AssistantMessage): ApiContent {
 }
 
 /** The calls of the named tools in `byName`. */
+/**
+ * One more call of `name` in `byName`. The model names its tools, "constructor" and "__proto__" too:
+ * the count is the member's own (never an inherited one) and a new member is defined, not assigned.
+ */
+function countCall(byName: Record<string, number>, name: string): void {
+  const n = Object.hasOwn(byName, name) ? byName[name]! : 0;
+  Object.defineProperty(byName, name, { value: n + 1, enumerable: true, writable: true, configurable: true });
+}
+
 function countOf(byName: Record<string, number>, names: ReadonlySet<string>): number {
   return Object.entries(byName)
     .filter(([n]) => names.has(n))
@@ -330,7 +339,7 @@ class AgentLoop {
       this.seenIds.add(use.id);
       // Every tool_use counts once by id, refused ones included (contract R35).
       r.toolCalls++;
-      r.toolCallsByName[use.name] = (r.toolCallsByName[use.name] ?? 0) + 1;
+      countCall(r.toolCallsByName, use.name);
       if (!this.offered.has(use.name)) r.setupProblems.push(`turn ${turn}: the model called ${use.name}, which was not offered`);
     }
     return uses;
@@ -378,7 +387,7 @@ class AgentLoop {
       if (stop) return this.finish("failed", stop);
       if (this.elapsed() >= limits.deadlineMs) return this.finish("timed-out", this.deadlineReason(`before a tool call of turn ${turn}`));
       const result = await callBounded(this.o.tools, use.name, use.input, limits.toolTimeoutMs);
-      if (result.isError) r.toolErrorsByName[use.name] = (r.toolErrorsByName[use.name] ?? 0) + 1;
+      if (result.isError) countCall(r.toolErrorsByName, use.name);
       results.push({ type: "tool_result", tool_use_id: use.id, content: result.content, ...(result.isError ? { is_error: true as const } : {}) });
     }
     return results;
