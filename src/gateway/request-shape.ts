@@ -1,4 +1,5 @@
 import type { RequestShapes, ShapeNode } from "../profile/schema.ts";
+import { ownValue } from "../util/own-keys.ts";
 import { jsonPath, type JsonValue } from "../util/strict-json.ts";
 
 /**
@@ -45,7 +46,7 @@ export function shapeProblem(node: ShapeNode, value: JsonValue, path = ""): stri
   if (!node.object) return `${where} is an object, which the pinned CLI never sends there`;
   const variant = variantOf(o);
   // Own members only: a `type` or a member named "constructor" or "__proto__" is never measured by inheritance.
-  const members = Object.hasOwn(node.object, variant) ? node.object[variant] : undefined;
+  const members = ownValue(node.object, variant);
   if (!members) {
     const kinds = Object.keys(node.object);
     return variant === ""
@@ -54,7 +55,7 @@ export function shapeProblem(node: ShapeNode, value: JsonValue, path = ""): stri
   }
   for (const [k, m] of Object.entries(o)) {
     if (k === "type" && variant !== "") continue;
-    const shape = Object.hasOwn(members, k) ? members[k] : undefined;
+    const shape = ownValue(members, k);
     if (!shape) return `${where} has the member ${JSON.stringify(k.slice(0, 100))}, which the pinned CLI never sends there${variant ? ` (in a "${variant}")` : ""}`;
     const p = shapeProblem(shape, m, jsonPath(path, k));
     if (p) return p;

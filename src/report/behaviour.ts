@@ -1,6 +1,7 @@
 import { picoToUsd, roundedUsd, sumPico } from "../cost/money.ts";
 import type { Arm } from "../terms/terms.ts";
 import { DEFAULT_MCP_SERVER } from "../transcript/reader.ts";
+import { ownValue } from "../util/own-keys.ts";
 
 /**
  * How the two arms behaved, side by side (pure): the tool mix, doc-bridge calls, turns, cache
@@ -22,7 +23,7 @@ export interface BehaviourAttempt {
 }
 
 /** The calls of `tool` in an arm's tool mix: its own entry, 0 without one (never an inherited member). */
-export const callsOf = (b: ArmBehaviour, tool: string): number => (Object.hasOwn(b.toolMix, tool) ? b.toolMix[tool]! : 0);
+export const callsOf = (b: ArmBehaviour, tool: string): number => ownValue(b.toolMix, tool) ?? 0;
 
 export interface ArmBehaviour {
   /** Settled attempts of the arm (every figure below is over these). */

@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { DOC_TOOLS, MODEL, REPO_TOOLS, baseEvents, evaluate, toText, type Arm, type Event } from "./transcript-fixtures.ts";
+import { setOwn } from "../../src/util/own-keys.ts";
 
 /**
  * Random corruptions of a valid transcript. Line-level corruptions are checked against an
@@ -98,13 +99,7 @@ const BREAKERS: Record<string, Breaker> = {
   "reported cost missing": (e) => void delete e[8]!.total_cost_usd,
   // Defined, not assigned: a drawn name "__proto__" assigned would set the object's prototype and
   // leave no key in the JSON, where a transcript carries it as a key like any other.
-  "foreign model": (e, _a, _p, s) =>
-    void Object.defineProperty(e[8]!.modelUsage, notIn([MODEL], s), {
-      value: { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costBasis: "list" },
-      enumerable: true,
-      writable: true,
-      configurable: true,
-    }),
+  "foreign model": (e, _a, _p, s) => void setOwn(e[8]!.modelUsage, notIn([MODEL], s), { inputTokens: 1, outputTokens: 1, cacheReadInputTokens: 0, cacheCreationInputTokens: 0, costBasis: "list" }),
   "costBasis not list": (e, _a, _p, s) => void (e[8]!.modelUsage[MODEL].costBasis = s === "list" ? "unknown" : s),
   "per-message sum off": (e, _a, p) => void (e[7]!.message.usage.input_tokens += 1 + p),
   "not JSON": (e, _a, p) => {

@@ -4,6 +4,7 @@ import { cacheWriteTokens, promptTokens } from "../../cost/usage.ts";
 import { ATTEMPT_TIMEOUT_MS } from "../../terms/limits.ts";
 import { MAX_OUTPUT_TOKENS } from "./pricing.ts";
 import type { ToolResult, ToolSet } from "./tools.ts";
+import { ownValue, setOwn } from "../../util/own-keys.ts";
 
 /**
  * The agent loop of the Messages API transport (contract R50): the runner is the agent. One request
@@ -161,14 +162,8 @@ function echoed(message: AssistantMessage): ApiContent {
 }
 
 /** The calls of the named tools in `byName`. */
-/**
- * One more call of `name` in `byName`. The model names its tools, "constructor" and "__proto__" too:
- * the count is the member's own (never an inherited one) and a new member is defined, not assigned.
- */
-function countCall(byName: Record<string, number>, name: string): void {
-  const n = Object.hasOwn(byName, name) ? byName[name]! : 0;
-  Object.defineProperty(byName, name, { value: n + 1, enumerable: true, writable: true, configurable: true });
-}
+/** One more call of `name` in `byName`: the model names its tools, so own members only (src/util/own-keys.ts). */
+const countCall = (byName: Record<string, number>, name: string): number => setOwn(byName, name, (ownValue(byName, name) ?? 0) + 1);
 
 function countOf(byName: Record<string, number>, names: ReadonlySet<string>): number {
   return Object.entries(byName)
