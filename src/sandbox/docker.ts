@@ -2,8 +2,9 @@ import { accessSync, constants } from "node:fs";
 import { join } from "node:path";
 import { PassThrough } from "node:stream";
 import { setTimeout as sleep } from "node:timers/promises";
-import Docker from "dockerode";
+import type Docker from "dockerode";
 import { RefusalError } from "../util/errors.ts";
+import { loadDockerode } from "./dockerode-load.ts";
 import { printable } from "../util/printable.ts";
 import {
   ContainerRuntimeError,
@@ -121,7 +122,7 @@ function wrap(err: unknown, what: string): ContainerRuntimeError {
 /** How often `wait` checks that the engine is still there. */
 const WAIT_HEARTBEAT_MS = 2_000;
 
-/** The dockerode adapter; the only module that imports dockerode. */
+/** The dockerode adapter: with its loader (dockerode-load.ts), the only module that imports dockerode. */
 export class DockerRuntime implements ContainerRuntime, EngineStorage {
   private readonly docker: Docker;
 
@@ -129,7 +130,8 @@ export class DockerRuntime implements ContainerRuntime, EngineStorage {
   constructor(options: DockerConnectionOptions = {}) {
     const tls = options.socketPath === undefined && options.host === undefined ? engineTlsProblem(process.env) : undefined;
     if (tls !== undefined) throw new RefusalError(`the Docker engine cannot be reached: ${tls}; nothing was charged`);
-    this.docker = new Docker(options);
+    const Dockerode = loadDockerode();
+    this.docker = new Dockerode(options);
   }
 
   private get modem(): ModemLike {
