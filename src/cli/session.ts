@@ -1,13 +1,19 @@
 import { Option } from "commander";
 import { CLAUDE_CODE_VERSION } from "../claude/version.ts";
 import { requireProfileFor } from "../profile/load.ts";
-import { resumeSessions, retrySession, startSessions } from "../session/run.ts";
 import { parseSessionRuntimeFlags, parseSessionStartFlags, type SessionRuntimeFlags, type SessionStartFlags } from "./config/commands.ts";
 import { parseRoots } from "./config/fields.ts";
 import { commandEnvironment, type EnvOf } from "./config/flags.ts";
 import { valueOrRefuse } from "./config/environment.ts";
 import type { SessionLedger } from "../session/schema.ts";
 import { sessionSummary } from "./session-summary.ts";
+
+/**
+ * The session machinery, loaded by the commands that run sessions: this module is part of every
+ * command's start (src/cli/main.ts registers its commands), and importing the machinery statically
+ * loaded the runner's whole graph for `--version`, `ledger verify` or `report` too.
+ */
+const sessionRun = () => import("../session/run.ts");
 
 const say = (quiet: boolean | undefined) => (line: string) => {
   if (!quiet) process.stderr.write(`study-runner sessions: ${line}\n`);
@@ -18,6 +24,7 @@ export async function sessionsStartCommand(flags: SessionStartFlags): Promise<nu
   const values = parseSessionStartFlags(flags, env);
   // The version's calibration profile, before anything is probed or reserved (contract R221), showing a resume sessions can use (contract R265).
   requireProfileFor(flags.cliVersion ?? CLAUDE_CODE_VERSION, "sessions");
+  const { startSessions } = await sessionRun();
   const started = await startSessions(
     {
       ...parseSessionRuntimeFlags(flags),
@@ -39,6 +46,7 @@ export async function sessionsStartCommand(flags: SessionStartFlags): Promise<nu
 }
 
 export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
+  const { resumeSessions } = await sessionRun();
   const resumed = await resumeSessions(
     ledgerPath,
     { ...parseSessionRuntimeFlags(flags), manifestPath: flags.manifest },
@@ -49,6 +57,7 @@ export async function resumeCommand(ledgerPath: string, flags: SessionRuntimeFla
 }
 
 export async function retryCommand(ledgerPath: string, task: string, flags: SessionRuntimeFlags & { manifest?: string }): Promise<number> {
+  const { retrySession } = await sessionRun();
   const retried = await retrySession(ledgerPath, task, { ...parseSessionRuntimeFlags(flags), manifestPath: flags.manifest }, { runtime: await dockerRuntime(), say: say(flags.quiet) });
   process.stdout.write(
     `${JSON.stringify({ ...sessionSummary(ledgerPath, retried.ledger), retry: { session: retried.session.id, attempt: retried.session.attempt, retryOf: retried.session.retryOf } }, null, 2)}\n`,
