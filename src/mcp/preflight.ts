@@ -4,7 +4,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { RefusalError, errorMessage } from "../util/errors.ts";
 import { RUNNER_EXT } from "../util/paths.ts";
 import { REFERENCE_SERVER } from "./bundle-hash.ts";
-import { ensureReferenceBundle } from "./reference-bundle.ts";
+import { ensureReferenceBundle, PACKAGED_ENGINE } from "./reference-bundle.ts";
 import { loadPublicFilter, type PublicPathOptions } from "../corpus/filter.ts";
 import { lsTree, readBlobs } from "../corpus/git.ts";
 import { exportSourceFor } from "../export/options.ts";
@@ -18,12 +18,12 @@ export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 
 /**
  * The bundled reference engine as a command: from the installed package, this Node and the
- * compiled reference server; from a clone, this Node and the server bundled from today's sources
+ * bundle its build made of the compiled reference server (PACKAGED_ENGINE); from a clone, this Node and the server bundled from today's sources
  * into one file (src/mcp/reference-bundle.ts, made here when the sources changed), so that no
  * engine pays tsx's start.
  */
 export function referenceEngineCommand(): string[] {
-  if (RUNNER_EXT !== ".ts") return [process.execPath, REFERENCE_SERVER];
+  if (RUNNER_EXT !== ".ts") return [process.execPath, PACKAGED_ENGINE];
   return [process.execPath, ensureReferenceBundle()];
 }
 

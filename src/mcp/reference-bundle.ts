@@ -4,7 +4,8 @@
  * start (its loader thread, esbuild, the transforms) before the server's: measured 0.57 s to
  * import the server that way against 0.19 s for the same code as one esbuild bundle
  * (docs/performance.md, "doc-bridge"). Every doc-bridge attempt starts a fresh engine, so the
- * clone runs the bundle; the installed package runs its compiled dist/ as before.
+ * clone runs the bundle; the installed package runs the bundle its build made of its compiled
+ * dist/ (PACKAGED_ENGINE, below).
  *
  * The bundle is derived from the bytes it is made of, never trusted from an earlier run: its
  * folder is named by the sha256 of every project file the server reaches through relative
@@ -101,6 +102,48 @@ function bundleKey(target: BundleTarget, esbuildVersion: string): string {
 }
 
 /**
+ * The server at `source` and everything it imports as one ES module at `outfile`, made by esbuild
+ * with the project's packages resolved from `root`. `sourceFromBundle` is the source's place
+ * relative to the bundle, as a URL path: the server inside names itself by it.
+ */
+function writeBundle(esbuild: Esbuild, o: { source: string; root: string; outfile: string; sourceFromBundle: string }): void {
+  const result = esbuild.buildSync({
+    // The bundle's own entry: run the server's main() with this process's arguments and exit
+    // with its code (the server's "am I the entry point" check compares with its source path).
+    stdin: {
+      contents: `import { main } from ${JSON.stringify(`./${basename(o.source)}`)};\nconst code = await main();\nif (code !== 0) process.exit(code);\n`,
+      resolveDir: dirname(o.source),
+      sourcefile: "reference-engine-entry.ts",
+      loader: "ts",
+    },
+    outfile: o.outfile,
+    absWorkingDir: o.root,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    // Comments and whitespace out (they carry paths), names kept for the engine's stack traces.
+    minifyWhitespace: true,
+    minifySyntax: true,
+    logLevel: "silent",
+    // The server names itself by its source (its revision is the sha256 of that file), so the
+    // bundle is the same engine revision as the source the runner imports (and builds the
+    // demo's indexes with). Every bundled module that reads import.meta.url gets that URL,
+    // found relative to the bundle at run time, so the bundle's bytes name no folder.
+    define: { "import.meta.url": "__referenceSourceUrl" },
+    // The banner is not bundled code (its import.meta.url is the bundle's own). The packages'
+    // CommonJS code calls require(), which an ES module bundle does not have.
+    banner: {
+      js: [
+        'import { createRequire as __bundleRequire } from "node:module";',
+        "const require = __bundleRequire(import.meta.url);",
+        `const __referenceSourceUrl = new URL(${JSON.stringify(o.sourceFromBundle)}, import.meta.url).href;`,
+      ].join(" "),
+    },
+  });
+  if (result.errors.length > 0) throw new Error(result.errors.map((e) => e.text).join("; "));
+}
+
+/**
  * The bundle of today's sources, made if it does not exist yet (into a fresh folder renamed into
  * place, so a reader never sees half a bundle and two runners making it at once both end with
  * one). Readable by everyone: the engine may run under another uid (src/mcp/engine-sandbox.ts).
@@ -115,40 +158,7 @@ export function ensureReferenceBundle(target: BundleTarget = REFERENCE_TARGET): 
   mkdirSync(temp, { mode: 0o755 });
   chmodSync(temp, 0o755);
   try {
-    const result = esbuild.buildSync({
-      // The bundle's own entry: run the server's main() with this process's arguments and exit
-      // with its code (the server's "am I the entry point" check compares with its source path).
-      stdin: {
-        contents: `import { main } from ${JSON.stringify(`./${basename(target.source)}`)};\nconst code = await main();\nif (code !== 0) process.exit(code);\n`,
-        resolveDir: dirname(target.source),
-        sourcefile: "reference-engine-entry.ts",
-        loader: "ts",
-      },
-      outfile: join(temp, REFERENCE_BUNDLE_NAME),
-      absWorkingDir: target.root,
-      bundle: true,
-      platform: "node",
-      format: "esm",
-      // Comments and whitespace out (they carry paths), names kept for the engine's stack traces.
-      minifyWhitespace: true,
-      minifySyntax: true,
-      logLevel: "silent",
-      // The server names itself by its source (its revision is the sha256 of that file), so the
-      // bundle is the same engine revision as the source the runner imports (and builds the
-      // demo's indexes with). Every bundled module that reads import.meta.url gets that URL,
-      // found relative to the bundle at run time, so the bundle's bytes name no folder.
-      define: { "import.meta.url": "__referenceSourceUrl" },
-      // The banner is not bundled code (its import.meta.url is the bundle's own). The packages'
-      // CommonJS code calls require(), which an ES module bundle does not have.
-      banner: {
-        js: [
-          'import { createRequire as __bundleRequire } from "node:module";',
-          "const require = __bundleRequire(import.meta.url);",
-          `const __referenceSourceUrl = new URL(${JSON.stringify(sourceFromBundle(target))}, import.meta.url).href;`,
-        ].join(" "),
-      },
-    });
-    if (result.errors.length > 0) throw new Error(result.errors.map((e) => e.text).join("; "));
+    writeBundle(esbuild, { source: target.source, root: target.root, outfile: join(temp, REFERENCE_BUNDLE_NAME), sourceFromBundle: sourceFromBundle(target) });
     chmodSync(join(temp, REFERENCE_BUNDLE_NAME), 0o644);
     try {
       renameSync(temp, dir);
@@ -164,10 +174,36 @@ export function ensureReferenceBundle(target: BundleTarget = REFERENCE_TARGET): 
   return file;
 }
 
-/** True for a bundle this module made (bundle-hash.ts then hashes the sources it was made from). */
-export function isReferenceBundle(path: string): boolean {
-  if (basename(path) !== REFERENCE_BUNDLE_NAME) return false;
+/**
+ * The installed package's engine: its compiled server bundled into one file beside it
+ * (`dist/mcp/reference-engine.mjs`) by the package's build, so that every doc-bridge attempt's
+ * engine starts from one module, as a clone's does, and not from the compiled tree's many
+ * (0.19-0.21 s of CPU to import against 0.10-0.11 s, docs/performance.md, "The test suite").
+ */
+export const PACKAGED_ENGINE = fileURLToPath(new URL("./reference-engine.mjs", import.meta.url));
+
+/**
+ * Bundles a compiled tree's reference server (`<mcpDir>/reference-server.js`) into
+ * `<mcpDir>/reference-engine.mjs`, its PACKAGED_ENGINE, with the packages resolved from `root`:
+ * what the package's build (scripts/package.mjs) and the tests' compiled runner do after tsc.
+ * The server inside names itself by the compiled file beside it, so its revision is that file's.
+ */
+export function bundleCompiledServer(mcpDir: string, root: string): string {
+  const outfile = join(mcpDir, basename(PACKAGED_ENGINE));
   try {
+    writeBundle(loadEsbuild(), { source: join(mcpDir, "reference-server.js"), root, outfile, sourceFromBundle: "./reference-server.js" });
+  } catch (err) {
+    throw new Error(`the reference doc-bridge engine could not be bundled in ${mcpDir}: ${(err as Error).message}`);
+  }
+  chmodSync(outfile, 0o644);
+  return outfile;
+}
+
+/** True for a bundle this module made, or the package's (bundle-hash.ts then hashes the sources it was made from). */
+export function isReferenceBundle(path: string): boolean {
+  try {
+    if (basename(path) === basename(PACKAGED_ENGINE)) return realpathSync(path) === realpathSync(PACKAGED_ENGINE);
+    if (basename(path) !== REFERENCE_BUNDLE_NAME) return false;
     return realpathSync(dirname(dirname(path))) === realpathSync(REFERENCE_BUNDLE_CACHE);
   } catch {
     return false;

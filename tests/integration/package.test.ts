@@ -120,9 +120,21 @@ describe("the installed package", () => {
     // The run's and the adjudication's summaries come first; the last JSON object names the files.
     const { demo } = JSON.parse(r.stdout.slice(r.stdout.lastIndexOf('{\n  "demo"'))) as { demo: { ledger: string; adjudication: string; report: Record<string, string> } };
     expect(relative(workdir, demo.ledger).startsWith("..")).toBe(false);
-    const ledger = JSON.parse(await readFile(demo.ledger, "utf8")) as { runnerHash: string; observations: Array<{ status: string }> };
+    const ledger = JSON.parse(await readFile(demo.ledger, "utf8")) as { runnerHash: string; docBridge: { bundleHash: string }; observations: Array<{ status: string }> };
     expect(ledger.runnerHash).toBe(await computeRunnerHash(PROJECT_ROOT));
     expect(ledger.observations.map((o) => o.status)).toEqual(Array(36).fill("completed"));
+    // Its doc-bridge arm ran the package's bundle of its compiled server (one module to load, as a
+    // clone's engine is), hashed with the server's files and the lock file it shipped with.
+    const url = (file: string) => JSON.stringify(new URL(`file://${join(pkg.root, "dist", "mcp", file)}`).href);
+    const script = `const { referenceEngineCommand } = await import(${url("preflight.js")}); const { engineBundle } = await import(${url("bundle-hash.js")});
+const command = referenceEngineCommand(); const b = await engineBundle(command, process.cwd());
+process.stdout.write(JSON.stringify({ command, bundleHash: b.bundleHash, labels: b.files.map((f) => f.label) }));`;
+    const e = await run(process.execPath, ["--input-type=module", "-e", script], { cwd: pkg.prefix, env: cleanEnv() });
+    expect(e.code, e.stderr).toBe(0);
+    const engine = JSON.parse(e.stdout) as { command: string[]; bundleHash: string; labels: string[] };
+    expect(engine.command[1]).toMatch(/\/dist\/mcp\/reference-engine\.mjs$/);
+    expect(engine.labels).toEqual(expect.arrayContaining(["argv[1] reference-engine.mjs", "dist/mcp/reference-server.js", "npm-shrinkwrap.json"]));
+    expect(ledger.docBridge.bundleHash).toBe(engine.bundleHash);
     expect((await readFile(demo.adjudication)).length).toBeGreaterThan(0);
     const reportFiles = Object.values(demo.report);
     expect(reportFiles.length).toBeGreaterThan(0);

@@ -17,11 +17,12 @@
  * (the project root, the demo manifest, docker/, the lock file and the sources the runner hash
  * covers, so a ledger records the clone's `runnerHash`) is the clone's. It is not dist/ itself,
  * which the package test's `npm pack` deletes and rebuilds while other files run. The key hashes
- * every source, the tsconfigs and the compiler's version, so an edited source gets a new build
+ * every source, the tsconfigs and the compiler's and bundler's versions, so an edited source gets a new build
  * before its next test; the first file that asks builds it under a lock, the others wait and find
  * it made. What differs is what the installed package differs in: the doc-bridge reference engine
- * is the compiled server (its bundle hash and engine revision are the build's, not the clone's
- * esbuild bundle's), so `compiledRunner` also files the demo corpus's indexes for it.
+ * is the package's bundle of the compiled server (its bundle hash and engine revision are the
+ * build's, not the clone's esbuild bundle's), so `compiledRunner` also files the demo corpus's
+ * indexes for it.
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -33,6 +34,7 @@ import { dirname, join } from "node:path";
 import { lock } from "proper-lockfile";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { defaultIndexRoot } from "../../src/mcp/index-store.ts";
+import { bundleCompiledServer } from "../../src/mcp/reference-bundle.ts";
 import { DEMO_MANIFEST, PROJECT_ROOT } from "../../src/util/paths.ts";
 
 /** Build folders are named `<prefix><key>`, directly in the project root (.gitignore). */
@@ -46,6 +48,8 @@ async function sourceKey(): Promise<string> {
   const hash = createHash("sha256");
   const tsc = createRequire(import.meta.url)("typescript/package.json") as { version: string };
   hash.update(`typescript ${tsc.version}\n`);
+  // The bundler of the package's engine (bundleCompiledServer).
+  hash.update(`esbuild ${(createRequire(import.meta.url)("esbuild/package.json") as { version: string }).version}\n`);
   for (const name of ["tsconfig.json", "tsconfig.build.json"]) hash.update(`${name}\0${await readFile(join(PROJECT_ROOT, name))}\0`);
   const files = (await readdir(join(PROJECT_ROOT, "src"), { recursive: true })).filter((f) => f.endsWith(".ts")).sort();
   for (const file of files) hash.update(`${file}\0${await readFile(join(PROJECT_ROOT, "src", file))}\0`);
@@ -95,6 +99,8 @@ export function compiledCli(): Promise<string> {
       const temp = `${dir}.${process.pid}.tmp`;
       await rm(temp, { recursive: true, force: true });
       await tscBuild(temp);
+      // The package's engine beside its compiled server, as the package's build makes it.
+      bundleCompiledServer(join(temp, "mcp"), PROJECT_ROOT);
       await rename(temp, dir);
       await pruneStale(name);
       return bin;
