@@ -15,10 +15,10 @@ import { isReferenceBundle, projectLockFile, relativeImportClosure } from "./ref
  *   runner's PATH, a path against the checkout the engine runs in), symlinks followed;
  * - every later argument that names an existing regular file (a path, absolute or relative to the
  *   checkout, or a file: URL), in argument order: the engine's script, a loader;
- * - when one of those is the bundled reference server (the package's bundle of its compiled server, or the
- *   clone's bundle of the sources, src/mcp/reference-bundle.ts), every project file the server
- *   reaches through relative imports, and the lock file, which pins the packages it imports
- *   (package-lock.json; npm-shrinkwrap.json in the installed package).
+ * - when one of those is the bundled reference server (the package's bundle of its compiled
+ *   server, or the clone's bundle of the sources, src/mcp/reference-bundle.ts), every project
+ *   file the server reaches through relative imports, and the lock file, which pins the packages
+ *   it imports (package-lock.json; npm-shrinkwrap.json in the installed package).
  *
  * Each file contributes the line `<sha256 of its bytes>  <label>\n`, where the label is the
  * argument position and file name (`argv[0] node`), or the project-relative path of a reference

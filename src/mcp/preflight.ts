@@ -18,9 +18,10 @@ export { resolveConfigAtPin, type ConfigResolution } from "./config.ts";
 
 /**
  * The bundled reference engine as a command: from the installed package, this Node and the
- * bundle its build made of the compiled reference server (PACKAGED_ENGINE); from a clone, this Node and the server bundled from today's sources
- * into one file (src/mcp/reference-bundle.ts, made here when the sources changed), so that no
- * engine pays tsx's start.
+ * bundle its build made of the compiled reference server (PACKAGED_ENGINE); from a clone, this
+ * Node and the server bundled from today's sources into one file (src/mcp/reference-bundle.ts,
+ * made here when the sources changed), so that no engine pays tsx's start or loads a compiled
+ * tree module by module.
  */
 export function referenceEngineCommand(): string[] {
   if (RUNNER_EXT !== ".ts") return [process.execPath, PACKAGED_ENGINE];

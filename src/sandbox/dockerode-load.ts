@@ -18,7 +18,7 @@ import type Docker from "dockerode";
 const require = createRequire(import.meta.url);
 
 /** The modules deferred, resolved as dockerode and docker-modem require them. */
-export function deferredModulePaths(): string[] {
+function deferredModulePaths(): string[] {
   const paths: string[] = [];
   const tryResolve = (from: NodeRequire, request: string): void => {
     try {
