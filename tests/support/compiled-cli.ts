@@ -18,8 +18,8 @@
  * covers, so a ledger records the clone's `runnerHash`) is the clone's. It is not dist/ itself,
  * which the package test's `npm pack` deletes and rebuilds while other files run. The key hashes
  * every source, the tsconfigs and the compiler's and bundler's versions, so an edited source gets
- * a new build before its next test; the first file that asks builds it under a lock, the others wait and find
- * it made. What differs is what the installed package differs in: the doc-bridge reference engine
+ * a new build before its next test; the first file that asks builds it under a lock, the others
+ * wait and find it made. What differs is what the installed package differs in: the doc-bridge reference engine
  * is the package's bundle of the compiled server (its bundle hash and engine revision are the
  * build's, not the clone's esbuild bundle's), so `compiledRunner` also files the demo corpus's
  * indexes for it.
@@ -46,10 +46,9 @@ const LOCK_RETRIES = { retries: 600, minTimeout: 200, maxTimeout: 500 };
 
 async function sourceKey(): Promise<string> {
   const hash = createHash("sha256");
-  const tsc = createRequire(import.meta.url)("typescript/package.json") as { version: string };
-  hash.update(`typescript ${tsc.version}\n`);
-  // The bundler of the package's engine (bundleCompiledServer).
-  hash.update(`esbuild ${(createRequire(import.meta.url)("esbuild/package.json") as { version: string }).version}\n`);
+  // The compiler, and the bundler of the package's engine (bundleCompiledServer).
+  const version = (name: string) => (createRequire(import.meta.url)(`${name}/package.json`) as { version: string }).version;
+  hash.update(`typescript ${version("typescript")}\nesbuild ${version("esbuild")}\n`);
   for (const name of ["tsconfig.json", "tsconfig.build.json"]) hash.update(`${name}\0${await readFile(join(PROJECT_ROOT, name))}\0`);
   const files = (await readdir(join(PROJECT_ROOT, "src"), { recursive: true })).filter((f) => f.endsWith(".ts")).sort();
   for (const file of files) hash.update(`${file}\0${await readFile(join(PROJECT_ROOT, "src", file))}\0`);
