@@ -1,5 +1,5 @@
 /**
- * The compiled runner the integration and conformance tiers start instead of the launcher
+ * The compiled runner the host, integration and conformance tiers start instead of the launcher
  * (tests/support/compiled-cli.ts) must be the same program: what it prints for the read-only
  * commands is what a person's `node bin/study-runner.mjs` prints.
  */
@@ -8,8 +8,8 @@ import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { runCompiledCli, runLauncher } from "../support/cli.ts";
-import { BUILD_PREFIX, compiledCli } from "../support/compiled-cli.ts";
+import { LAUNCHER, runCompiledCli, runLauncher, runnerEntry } from "../support/cli.ts";
+import { BUILD_PREFIX, compiledCli, compiledRunner } from "../support/compiled-cli.ts";
 import { completedObservation, sampleLedger } from "../support/ledger-sample.ts";
 
 let dir: string;
@@ -32,6 +32,11 @@ describe("the tests' compiled runner", () => {
     const bin = await compiledCli();
     expect(basename(dirname(dirname(bin)))).toMatch(new RegExp(`^\\${BUILD_PREFIX}[0-9a-f]{16}$`));
     expect(dirname(dirname(dirname(bin)))).toBe(PROJECT_ROOT);
+  });
+
+  it("is what this tier's runner starts run (`runCli`), not the launcher", async () => {
+    expect(await runnerEntry()).toBe(await compiledRunner());
+    expect(await runnerEntry()).not.toBe(LAUNCHER);
   });
 
   it("prints what the launcher prints for ledger check, ledger verify and report, with the same exit codes", async () => {

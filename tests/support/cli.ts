@@ -30,8 +30,8 @@ export interface CliOptions {
 
 /**
  * The script this tier's runner starts run: the compiled build of today's sources in the tiers
- * whose globalSetup builds it (integration, conformance: tests/support/compiled-cli.ts), the
- * launcher elsewhere (the host tier).
+ * whose globalSetup builds it (host, integration, conformance: tests/support/compiled-cli.ts), the
+ * launcher elsewhere (the unit tier starts no runner).
  */
 export async function runnerEntry(): Promise<string> {
   return inject("compiledRunner") ? compiledRunner() : LAUNCHER;

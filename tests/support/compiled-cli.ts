@@ -1,14 +1,14 @@
 /**
- * The runner compiled once per state of its sources, which the integration and conformance tiers
- * start instead of the launcher. The clone's launcher (bin/study-runner.mjs) runs the sources
+ * The runner compiled once per state of its sources, which the host, integration and conformance
+ * tiers start instead of the launcher. The clone's launcher (bin/study-runner.mjs) runs the sources
  * through tsx, which costs about twice the CPU of the compiled code at every start
  * (docs/performance.md, "The test suite"), and those tiers start the runner some hundreds of times
  * (runs, demos, sessions, adjudications, `ledger verify`). Their globalSetup
  * (tests/support/compiled-cli-setup.ts) builds it and tells `runCli` and the pipeline helpers
- * (tests/support/cli.ts, pipeline.ts) to start it; the host tier starts the launcher. The launcher
- * stays covered: `runLauncher` and `{ launcher: true }` start it where a test is about what a person
- * running a clone gets (a whole pilot in pipeline-pilot.test.ts, `--help` against the package's,
- * the doctor's index command, the doc-bridge index of the sources' engine), and
+ * (tests/support/cli.ts, pipeline.ts) to start it. The launcher stays covered: `runLauncher` and
+ * `{ launcher: true }` start it where a test is about what a person running a clone gets (a whole
+ * pilot in pipeline-pilot.test.ts, `--help` against the package's, the doctor's index command, the
+ * doc-bridge index of the sources' engine; tests/host/compiled-cli.test.ts compares the two), and
  * tests/integration/package.test.ts runs the installed package's compiled command.
  *
  * The build is the package's (`npm pack`'s prepack: tsconfig.build.json, relative `.ts` imports
