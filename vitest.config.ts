@@ -30,7 +30,7 @@ export default defineConfig({
         test: {
           name: "host",
           include: ["tests/host/**/*.test.ts"],
-          globalSetup: ["./tests/support/compiled-cli-setup.ts"],
+          globalSetup: ["./tests/support/compiled-cli-setup.ts", "./tests/support/run-folder-setup.ts"],
           env: { DOCKER_HOST: "unix:///nonexistent/host-tier-has-no-docker-engine.sock" },
         },
       },

@@ -5,11 +5,12 @@
  * stand-in MCP server whose tool list shows what it was started with.
  */
 import { execFile } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdtempSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { promisify } from "node:util";
+import { inject } from "vitest";
 import { referenceEngineCommand } from "../../src/mcp/preflight.ts";
 import { INDEX_DIR_ENV } from "../../src/mcp/index-store.ts";
 import { FIXTURE_ENV } from "../support/git-fixture.ts";
@@ -35,11 +36,11 @@ export async function git(dir: string, args: readonly string[], env: Record<stri
 
 /**
  * The runner-owned index folder of this test process: indexes never land in the user's cache,
- * and the engines the tests start (runIndex, the preflight, the bridge) all look there.
+ * and the engines the tests start (runIndex, the preflight, the bridge) all look there. It is made
+ * in the tier's run folder (tests/support/run-folder-setup.ts), which the run's end removes.
  */
-export const INDEX_ROOT = mkdtempSync(join(tmpdir(), "mcp-index-"));
+export const INDEX_ROOT = mkdtempSync(join(inject("runFolder"), "mcp-index-"));
 process.env[INDEX_DIR_ENV] = INDEX_ROOT;
-process.once("exit", () => rmSync(INDEX_ROOT, { recursive: true, force: true }));
 
 let repoSerial = 0;
 

@@ -1,10 +1,10 @@
 import { existsSync } from "node:fs";
 import { mkdtemp, readdir, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, inject, it } from "vitest";
 import { chmod } from "node:fs/promises";
 import { deflateSync } from "node:zlib";
 import { loadReferenceConfig, resolveConfigAtPin } from "../../src/mcp/config.ts";
@@ -56,6 +56,9 @@ describe("reference doc-bridge server", () => {
     // The index lives in the runner's folder, keyed by repository (root commit) and pin; nothing is written into the checkout.
     const indexPath = /into (\S+)\n/.exec(stderr)![1]!;
     expect(indexPath.startsWith(`${INDEX_ROOT}/`)).toBe(true);
+    // And that folder is in the run's folder, which the end of the run removes: this file's worker
+    // is stopped with SIGTERM, which runs no exit handler of its own (tests/support/run-folder-setup.ts).
+    expect(dirname(INDEX_ROOT)).toBe(inject("runFolder"));
     expect(indexPath).toContain(`/${r.commit}/reference-`);
     expect(existsSync(join(r.dir, ".doc-bridge"))).toBe(false);
     const index = JSON.parse(await readFile(indexPath, "utf8"));

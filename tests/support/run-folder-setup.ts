@@ -1,0 +1,23 @@
+/**
+ * globalSetup of the host tier: one folder per `vitest run` for what its files keep until they end
+ * (tests/host/mcp-fixtures.ts's index folders), removed at the end of the run by vitest's own
+ * process. A file's own `exit` handler cannot do it: vitest stops each worker with SIGTERM, which
+ * runs no `exit` handler, and every run left the index folders of its mcp files in the temp folder.
+ */
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { TestProject } from "vitest/node";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    /** The folder of this `vitest run` that the tier's teardown removes. */
+    runFolder: string;
+  }
+}
+
+export default async function setup(project: TestProject): Promise<() => Promise<void>> {
+  const root = await mkdtemp(join(tmpdir(), "sr-host-run-"));
+  project.provide("runFolder", root);
+  return () => rm(root, { recursive: true, force: true });
+}
