@@ -37,15 +37,18 @@ function isRegularFile(path: string): boolean {
   }
 }
 
-/** `from` and every project file it reaches through relative imports, sorted. */
-export function relativeImportClosure(from: string): string[] {
+/**
+ * `from` and every project file it reaches through relative imports, sorted. `imports` finds them
+ * (its first group the relative path, flag `g`): by default every `from "./x"` and `import("./x")`.
+ */
+export function relativeImportClosure(from: string, imports: RegExp = RELATIVE_IMPORT): string[] {
   const seen = new Set<string>();
   const queue = [from];
   while (queue.length) {
     const file = queue.pop()!;
     if (seen.has(file)) continue;
     seen.add(file);
-    for (const m of readFileSync(file, "utf8").matchAll(RELATIVE_IMPORT)) {
+    for (const m of readFileSync(file, "utf8").matchAll(imports)) {
       const target = resolve(dirname(file), m[1]!);
       if (isRegularFile(target)) queue.push(target);
     }

@@ -1,24 +1,13 @@
-import { readFileSync } from "node:fs";
-import { dirname, join, relative, resolve } from "node:path";
+import { join, relative } from "node:path";
 import { describe, expect, it } from "vitest";
+import { relativeImportClosure } from "../../src/mcp/reference-bundle.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 
-/** `import … from "./x.ts"` and `export … from "./x.ts"`, not `import type` and not `import()`: what loading a module loads at once. */
-const STATIC_IMPORT = /^(?:import|export)\s+(?!type\b)[^;]*?\bfrom\s+["'](\.{1,2}\/[^"']+)["']/gm;
+/** `import … from "./x.ts"`, `import "./x.ts"` and `export … from "./x.ts"`, not `import type` and not `import()`: what loading a module loads at once. */
+const STATIC_IMPORT = /^(?:import|export)\s+(?!type\b)(?:[^;]*?\bfrom\s+)?["'](\.{1,2}\/[^"']+)["']/gm;
 
 /** The project modules that loading `entry` loads, as paths relative to the project root. */
-function staticClosure(entry: string): Set<string> {
-  const seen = new Set<string>();
-  const queue = [join(PROJECT_ROOT, entry)];
-  while (queue.length > 0) {
-    const file = queue.pop()!;
-    const rel = relative(PROJECT_ROOT, file);
-    if (seen.has(rel)) continue;
-    seen.add(rel);
-    for (const m of readFileSync(file, "utf8").matchAll(STATIC_IMPORT)) queue.push(resolve(dirname(file), m[1]!));
-  }
-  return seen;
-}
+const staticClosure = (entry: string) => relativeImportClosure(join(PROJECT_ROOT, entry), STATIC_IMPORT).map((f) => relative(PROJECT_ROOT, f));
 
 describe("what every runner command loads before its action (src/cli/main.ts)", () => {
   it("is the command line and its config, not the machinery that runs studies, sessions or containers", () => {
