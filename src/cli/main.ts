@@ -12,7 +12,7 @@ import { formatByteBound, STDOUT_LIMIT_BYTES } from "../terms/limits.ts";
 import { exitCodeHelp } from "./exit-codes.ts";
 import { printable } from "../util/printable.ts";
 import { addSessionCommands } from "./session.ts";
-import { keepFileSizeLimitAWriteError } from "./signals.ts";
+import { dropOutputNobodyReads, keepFileSizeLimitAWriteError } from "./signals.ts";
 
 /**
  * Writes to stderr; the one place the CLI reports problems to a person. A message may echo input
@@ -522,6 +522,7 @@ export function buildProgram(setExit: SetExit): Command {
 /** Runs the CLI; returns the process exit code. Errors are caught once, here. */
 export async function main(argv: readonly string[]): Promise<number> {
   keepFileSizeLimitAWriteError();
+  dropOutputNobodyReads();
   let code: number = ExitCode.ok;
   const program = buildProgram((c) => (code = c));
   try {

@@ -35,3 +35,22 @@ const ignoreSignal = () => undefined;
 export function keepFileSizeLimitAWriteError(): void {
   if (process.platform !== "win32" && !process.listeners("SIGXFSZ").includes(ignoreSignal)) process.on("SIGXFSZ", ignoreSignal);
 }
+
+const CLOSED_READER = new Set(["EPIPE", "ERR_STREAM_DESTROYED"]);
+
+function ignoreClosedReader(err: NodeJS.ErrnoException): void {
+  if (!CLOSED_READER.has(err.code ?? "")) throw err;
+}
+
+/**
+ * Output piped into a reader that has gone (`study-runner --help | head -3`): the next write fails
+ * with EPIPE, which Node raises as an unhandled 'error' event, ending the runner with a stack trace
+ * and exit 1. What the reader no longer wants is dropped instead, and the command ends as it would
+ * have, with its own exit code: what a run keeps (ledger, records, reports) is in files, and its
+ * summary on stdout is printed again from the ledger by `study-runner report`.
+ */
+export function dropOutputNobodyReads(): void {
+  for (const stream of [process.stdout, process.stderr]) {
+    if (!stream.listeners("error").includes(ignoreClosedReader)) stream.on("error", ignoreClosedReader);
+  }
+}

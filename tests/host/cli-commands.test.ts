@@ -2,7 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { runCli } from "../support/cli.ts";
+import { spawn } from "node:child_process";
+import { runCli, runnerEntry } from "../support/cli.ts";
 import { ANSWER, baseEvents, toText } from "../unit/transcript-fixtures.ts";
 
 let work: string;
@@ -58,5 +59,21 @@ describe("study-runner image build", () => {
     const r = await runCli(["image", "build", "--version", "2.1.300"], { env: { STUDY_RUNNER_CACHE: cache } });
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(/no Claude Code 2\.1\.300 binary found; run `study-runner image build --install --version 2\.1\.300`/);
+  });
+});
+
+describe("study-runner with its output piped into a reader that has gone", () => {
+  // `study-runner --help | head -3`: head exits after three lines and the pipe's read end closes.
+  // The runner's write then fails with EPIPE, which ended it with a stack trace and exit 1.
+  it.each(["--help", "run --help", "ledger verify --help"])("study-runner %s: no crash and no trace, exit 0", async (line) => {
+    const entry = await runnerEntry();
+    const child = spawn(process.execPath, [entry, ...line.split(" ")], { stdio: ["ignore", "pipe", "pipe"], env: { PATH: process.env.PATH, HOME: process.env.HOME } });
+    // The read end is closed before the runner has started, so its first write meets no reader.
+    child.stdout.destroy();
+    let stderr = "";
+    child.stderr.on("data", (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on("close", (c) => resolve(c)));
+    expect(stderr).toBe("");
+    expect(code).toBe(0);
   });
 });
