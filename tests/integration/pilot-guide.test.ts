@@ -55,7 +55,7 @@ function testVariables(): Record<string, string> {
   };
 }
 // The doc-bridge engine is the guide's own: the bundled reference server and its index command, run as written.
-const KEPT = ["STUDY_HOME", "study-runner", "DOC_BRIDGE_ENGINE", "DOC_BRIDGE_COMMAND", "doc_bridge_index"];
+const KEPT = ["STUDY_HOME", "study-runner", "doc_bridge_index"];
 
 function substituteVariables(block: string, values: Record<string, string>, kept: readonly string[] = KEPT): string {
   const seen = new Set<string>();
@@ -168,6 +168,8 @@ describe("docs/pilot.md, run in order on the demo corpus", () => {
     expect(lines.at(-1)).toBe("the pilot (--transport cli) could start with these flags and this environment");
     expect(lines.slice(0, -1).filter((l) => !l.startsWith("ok "))).toEqual([]);
     expect(stdout).toMatch(/^ok\s+login\s+.*\/home\/\.claude\/\.credentials\.json \(from ~\/\.claude\)/m);
+    // The guide names no engine command, so the engine checked (and each attempt's) is the runner's bundle, not the sources through tsx.
+    expect(stdout).toMatch(/^ok\s+doc-bridge\s+the bundled reference engine answers doc\.search/m);
     expect(stdout).not.toContain("test-access-token");
   });
 
