@@ -36,8 +36,15 @@ export default defineConfig({
       },
       // One demo per run, shared by the tests that only read a demo's outputs (tests/support/shared-demo.ts);
       // the compiled runner that these two tiers' CLI starts use, as the host tier's, built before the tests (tests/support/compiled-cli.ts).
-      { extends: true, test: { name: "integration", include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts", "./tests/support/compiled-cli-setup.ts"] } },
-      { extends: true, test: { name: "conformance", include: ["tests/conformance/**/*.test.ts"], globalSetup: ["./tests/support/compiled-cli-setup.ts"] } },
+      // Their files share their workers as the unit tier's do: a new worker per file cost about 0.4 s of CPU to
+      // start and load its modules again, and the integration tier alone took 513 → 502 s, 559 → 541 s of CPU
+      // (docs/performance.md, "Workers shared by the integration and conformance files"). The host tier, tried
+      // again the same way, still got slower (44-63 → 82 s, most of it system time).
+      {
+        extends: true,
+        test: { name: "integration", isolate: false, include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts", "./tests/support/compiled-cli-setup.ts"] },
+      },
+      { extends: true, test: { name: "conformance", isolate: false, include: ["tests/conformance/**/*.test.ts"], globalSetup: ["./tests/support/compiled-cli-setup.ts"] } },
     ],
   },
 });
