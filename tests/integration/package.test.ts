@@ -6,11 +6,12 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { chmod, mkdtemp, readdir, readFile, realpath, rm, stat } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join, relative, sep } from "node:path";
+import { dirname, join, relative, sep } from "node:path";
 import { CLAUDE_CODE_VERSION } from "../../src/claude/version.ts";
 import { computeRunnerHash } from "../../src/ledger/runner-hash.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { runLauncher } from "../support/cli.ts";
+import { compiledCli } from "../support/compiled-cli.ts";
 import { cleanEnv, packAndInstall, run, type InstalledPackage } from "../support/package.ts";
 
 let work: string;
@@ -61,6 +62,17 @@ describe("the installed package", () => {
     expect(r).toMatchObject({ code: 0, stdout: String(modules.length) });
     const tsx = await run(process.execPath, ["--input-type=module", "-e", "import.meta.resolve('tsx')"], { cwd: pkg.root, env: cleanEnv() });
     expect(tsx.code).not.toBe(0);
+  });
+
+  it("is what the other tiers' runner starts run: the compiled build of the tests is the package's dist/, module for module, byte for byte", async () => {
+    // The tests' build compiles each file alone (tests/support/compiled-cli.ts); the package's prepack runs tsc on the whole program.
+    const built = dirname(dirname(await compiledCli()));
+    const dist = join(pkg.root, "dist");
+    const modules = async (root: string) => (await readdir(root, { recursive: true })).filter((f) => f.endsWith(".js")).sort();
+    const shipped = await modules(dist);
+    expect(shipped.length).toBeGreaterThan(100);
+    expect(await modules(built)).toEqual(shipped);
+    for (const f of shipped) expect((await readFile(join(built, f))).equals(await readFile(join(dist, f))), f).toBe(true);
   });
 
   // contract: R163
