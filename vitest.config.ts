@@ -38,8 +38,9 @@ export default defineConfig({
       // the compiled runner that these two tiers' CLI starts use, as the host tier's, built before the tests (tests/support/compiled-cli.ts).
       // Their files share their workers as the unit tier's do: a new worker per file cost about 0.4 s of CPU to
       // start and load its modules again, and the integration tier alone took 513 → 502 s, 559 → 541 s of CPU
-      // (docs/performance.md, "Workers shared by the integration and conformance files"). The host tier, tried
-      // again the same way, still got slower (44-63 → 82 s, most of it system time).
+      // (docs/performance.md, "Shared workers, the guide's engine and a per-file build"). The host tier, tried
+      // again the same way, showed no gain beyond the machine's drift from run to run (shared 41.7 and 47.8 s,
+      // isolated 43.7-46.5 s, the page cache dropped before each) and stays isolated.
       {
         extends: true,
         test: { name: "integration", isolate: false, include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts", "./tests/support/compiled-cli-setup.ts"] },
