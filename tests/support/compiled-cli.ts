@@ -18,8 +18,8 @@
  * code resolves from its own location (the project root, the demo manifest, docker/, the lock file
  * and the sources the runner hash covers, so a ledger records the clone's `runnerHash`) is the
  * clone's. It is not dist/ itself, which the package test's `npm pack` deletes and rebuilds while
- * other files run. The key hashes every source, the tsconfigs and the compiler's and bundler's
- * versions, so an edited source gets a new build before its next test; the first file that asks
+ * other files run. The key hashes every source, the tsconfigs, the compiler's and bundler's
+ * versions and this file, so an edited source gets a new build before its next test; the first file that asks
  * builds it under a lock, the others wait and find it made. What differs is what the installed
  * package differs in: the doc-bridge reference engine is the package's bundle of the compiled
  * server (its bundle hash and engine revision are the build's, not the clone's esbuild bundle's),
@@ -32,6 +32,7 @@ import { mkdir, mkdtemp, readdir, readFile, rename, rm, stat, writeFile } from "
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { dirname, join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
 import { lock } from "proper-lockfile";
 import ts from "typescript";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
@@ -52,6 +53,8 @@ async function sourceKey(): Promise<string> {
   const version = (name: string) => (createRequire(import.meta.url)(`${name}/package.json`) as { version: string }).version;
   hash.update(`typescript ${version("typescript")}\nesbuild ${version("esbuild")}\n`);
   for (const name of ["tsconfig.json", "tsconfig.build.json"]) hash.update(`${name}\0${await readFile(join(PROJECT_ROOT, name))}\0`);
+  // How it builds (this file): a change to the build is a new build, as a change to a source is.
+  hash.update(`build\0${await readFile(fileURLToPath(import.meta.url))}\0`);
   const files = (await readdir(join(PROJECT_ROOT, "src"), { recursive: true })).filter((f) => f.endsWith(".ts")).sort();
   for (const file of files) hash.update(`${file}\0${await readFile(join(PROJECT_ROOT, "src", file))}\0`);
   return hash.digest("hex").slice(0, 16);
@@ -88,6 +91,7 @@ async function transpileBuild(outDir: string): Promise<void> {
       },
     },
   );
+  if (config?.errors.length) throw new Error(`${configFile}: ${config.errors.map((d) => ts.flattenDiagnosticMessageText(d.messageText, " ")).join("; ")}`);
   if (!config?.options.rootDir) throw new Error(`${configFile}: no rootDir to compile from`);
   if (!config.options.isolatedModules) throw new Error(`${configFile}: isolatedModules is off, so files cannot be compiled one at a time`);
   // Every file is an ES module ("type": "module"), which transpileModule cannot tell from NodeNext alone.
