@@ -34,7 +34,7 @@ export default defineConfig({
           env: { DOCKER_HOST: "unix:///nonexistent/host-tier-has-no-docker-engine.sock" },
         },
       },
-      // One demo per run, shared by the tests that only read a demo's outputs (tests/support/shared-demo.ts);
+      // One demo per run, made in the tier's run folder and shared by the tests that only read a demo's outputs (tests/support/shared-demo.ts);
       // the compiled runner that these two tiers' CLI starts use, as the host tier's, built before the tests (tests/support/compiled-cli.ts).
       // Their files share their workers as the unit tier's do: a new worker per file cost about 0.4 s of CPU to
       // start and load its modules again, and the integration tier alone took 513 → 502 s, 559 → 541 s of CPU
@@ -43,7 +43,7 @@ export default defineConfig({
       // isolated 43.7-46.5 s, the page cache dropped before each) and stays isolated.
       {
         extends: true,
-        test: { name: "integration", isolate: false, include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/shared-demo-setup.ts", "./tests/support/compiled-cli-setup.ts"] },
+        test: { name: "integration", isolate: false, include: ["tests/integration/**/*.test.ts"], globalSetup: ["./tests/support/run-folder-setup.ts", "./tests/support/compiled-cli-setup.ts"] },
       },
       { extends: true, test: { name: "conformance", isolate: false, include: ["tests/conformance/**/*.test.ts"], globalSetup: ["./tests/support/compiled-cli-setup.ts"] } },
     ],

@@ -36,10 +36,8 @@ export function keepFileSizeLimitAWriteError(): void {
   if (process.platform !== "win32" && !process.listeners("SIGXFSZ").includes(ignoreSignal)) process.on("SIGXFSZ", ignoreSignal);
 }
 
-const CLOSED_READER = new Set(["EPIPE", "ERR_STREAM_DESTROYED"]);
-
 function ignoreClosedReader(err: NodeJS.ErrnoException): void {
-  if (!CLOSED_READER.has(err.code ?? "")) throw err;
+  if (err.code !== "EPIPE") throw err;
 }
 
 /**

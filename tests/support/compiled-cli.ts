@@ -19,11 +19,11 @@
  * and the sources the runner hash covers, so a ledger records the clone's `runnerHash`) is the
  * clone's. It is not dist/ itself, which the package test's `npm pack` deletes and rebuilds while
  * other files run. The key hashes every source, the tsconfigs, the compiler's and bundler's
- * versions and this file, so an edited source gets a new build before its next test; the first file that asks
- * builds it under a lock, the others wait and find it made. What differs is what the installed
- * package differs in: the doc-bridge reference engine is the package's bundle of the compiled
- * server (its bundle hash and engine revision are the build's, not the clone's esbuild bundle's),
- * so `compiledRunner` also files the demo corpus's indexes for it.
+ * versions and this file, so an edited source gets a new build before its next test; the first
+ * file that asks builds it under a lock, the others wait and find it made. What differs is what
+ * the installed package differs in: the doc-bridge reference engine is the package's bundle of the
+ * compiled server (its bundle hash and engine revision are the build's, not the clone's esbuild
+ * bundle's), so `compiledRunner` also files the demo corpus's indexes for it.
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";

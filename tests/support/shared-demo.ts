@@ -2,8 +2,8 @@
  * The suite's one demo: `study-runner demo --quiet` (the fake model's full study of 36 attempts, its
  * blind adjudication and its reports, one attempt at a time as the demo defaults to: the setting its
  * strictest reader, tests/integration/ledger-verify.test.ts, was written for), made once per
- * `vitest run` for every test that only needs a demo's outputs. tests/support/shared-demo-setup.ts
- * (the integration tier's globalSetup) gives each run an empty folder; the first test file that asks
+ * `vitest run` for every test that only needs a demo's outputs. tests/support/run-folder-setup.ts
+ * (a globalSetup of the integration tier) gives each run an empty folder; the first test file that asks
  * makes the demo there, under a lock, while the other parallel workers wait for it and then find it
  * made. It is made lazily: a run of files that never ask does not pay for it.
  *
@@ -40,12 +40,6 @@ interface Made {
   digest: string;
 }
 
-declare module "vitest" {
-  export interface ProvidedContext {
-    sharedDemoRoot: string;
-  }
-}
-
 /** Every file, folder and link under `dir`: its path, mode and bytes (or target). */
 export async function folderDigest(dir: string): Promise<string> {
   const hash = createHash("sha256");
@@ -79,8 +73,8 @@ let made: Promise<Made> | undefined;
 
 function sharedDemo(): Promise<Made> {
   made ??= (async () => {
-    const root = inject("sharedDemoRoot");
-    if (!root) throw new Error("no shared demo folder: tests/support/shared-demo-setup.ts must be the project's globalSetup (vitest.config.ts)");
+    const root = inject("runFolder");
+    if (!root) throw new Error("no run folder for the shared demo: tests/support/run-folder-setup.ts must be a globalSetup of the project (vitest.config.ts)");
     const release = await lock(root, { realpath: false, stale: 60_000, retries: { retries: 1_200, minTimeout: 500, maxTimeout: 1_000 } });
     try {
       const record = join(root, "made.json");
