@@ -102,6 +102,17 @@ async function copyTree(from: string, to: string): Promise<void> {
   }
 }
 
+/**
+ * Whether `git clone --local` can hard-link the checkout's objects into `folder`: only within one
+ * file system. A checkout elsewhere (a tmpfs /tmp, a separate /home, a worktree's .git file) has
+ * its objects copied instead; git 2.39 does not fall back by itself ("Invalid cross-device link";
+ * contract R75).
+ */
+async function canHardLink(checkout: string, folder: string): Promise<boolean> {
+  const objects = await stat(join(checkout, ".git", "objects")).catch(() => null);
+  return objects?.isDirectory() === true && objects.dev === (await stat(folder)).dev;
+}
+
 /** Runs `fn` with umask 022, so what git writes is readable by the engine's uid. */
 async function readableByAll<T>(fn: () => Promise<T>): Promise<T> {
   const old = process.umask(0o022);
@@ -135,7 +146,8 @@ export async function prepareEngineSandbox(o: {
     await readableByAll(async () => {
       // A clone, not the checkout: the engine never sees the user's folder or its .git/config, and
       // a symlink committed in the corpus becomes a plain file instead of a way out.
-      await git(folder, ["clone", "--quiet", "--local", "--no-checkout", "--", o.checkout, view]);
+      const links = (await canHardLink(o.checkout, folder)) ? [] : ["--no-hardlinks"];
+      await git(folder, ["clone", "--quiet", "--local", ...links, "--no-checkout", "--", o.checkout, view]);
       // Above every .gitattributes of the tree: the checkout writes the committed bytes (contract R117).
       await mkdir(join(view, ".git", "info"), { recursive: true, mode: 0o755 });
       await writeFile(join(view, ".git", "info", "attributes"), NO_ATTRIBUTES, { mode: 0o644 });

@@ -5,7 +5,7 @@
  * in its own clone of the checkout at the pin. The machine runs the tests as root, which is the
  * case where the runner can drop the uid.
  */
-import { chmod, mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, rm, stat, writeFile } from "node:fs/promises";
 import { homedir, tmpdir } from "node:os";
 import { join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -111,5 +111,29 @@ describe("the doc-bridge engine runs unprivileged", () => {
     const result = await preflightDocBridge({ command: ENGINE, checkouts: [{ repository: "demo", dir: repo.dir, pin: repo.commit }] });
     expect(result.privileges).toMatchObject({ uid: ENGINE_UID, dropped: true });
     expect(result.privileges.summary).toMatch(/runs as uid 65534 .*no capabilities.*empty HOME/);
+  });
+
+  // contract: R75
+  it("starts on a checkout kept on another file system than its own folder (a tmpfs /tmp, a separate /home)", async () => {
+    // git's `clone --local` hard-links the objects, which cannot cross file systems: the engine's
+    // clone of such a checkout failed ("Invalid cross-device link") and every doc-bridge arm was refused.
+    const [shm, disk] = await Promise.all([stat("/dev/shm"), stat("/tmp")]);
+    expect(shm.dev, "this test needs /dev/shm (a tmpfs on Linux) and /tmp on two file systems").not.toBe(disk.dev);
+    const engineTmp = await mkdtemp(join("/tmp", "mcp-engine-tmp-"));
+    cleanup.push(() => rm(engineTmp, { recursive: true, force: true }));
+    await chmod(engineTmp, 0o755);
+    const repo = await makeRepo(docFiles(), cleanup, "/dev/shm");
+    await runIndex(repo.dir);
+    const { ENGINE } = await import("./mcp-fixtures.ts");
+    const before = process.env.TMPDIR;
+    process.env.TMPDIR = engineTmp;
+    try {
+      const result = await preflightDocBridge({ command: ENGINE, checkouts: [{ repository: "demo", dir: repo.dir, pin: repo.commit }] });
+      expect(result.checkouts.map((c) => c.repository)).toEqual(["demo"]);
+      expect(result.privileges.dropped).toBe(true);
+    } finally {
+      if (before === undefined) delete process.env.TMPDIR;
+      else process.env.TMPDIR = before;
+    }
   });
 });

@@ -44,9 +44,9 @@ process.env[INDEX_DIR_ENV] = INDEX_ROOT;
 
 let repoSerial = 0;
 
-/** A fresh repository with `files` committed; `cleanup` receives its removal. */
-export async function makeRepo(files: readonly RepoFile[], cleanup: Array<() => Promise<unknown>>): Promise<Repo> {
-  const dir = await mkdtemp(join(tmpdir(), "mcp-repo-"));
+/** A fresh repository with `files` committed, in `parent` (the temporary folder by default); `cleanup` receives its removal. */
+export async function makeRepo(files: readonly RepoFile[], cleanup: Array<() => Promise<unknown>>, parent = tmpdir()): Promise<Repo> {
+  const dir = await mkdtemp(join(parent, "mcp-repo-"));
   cleanup.push(() => rm(dir, { recursive: true, force: true }));
   await git(dir, ["init", "-q"]);
   // A date of its own gives each repository its own root commit, so its own index key: two
