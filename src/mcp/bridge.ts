@@ -476,7 +476,16 @@ export async function startMcpBridge(opts: McpBridgeOptions): Promise<McpBridge>
   const gate = new ToolCallGate(new Set(opts.allowedTools ?? ALLOWED_DOC_BRIDGE_TOOLS));
   const state: BridgeState = { connections: 0, refusedConnections: 0, refusedToolCalls: [] };
   const server: Server = createServer({ allowHalfOpen: true }, serveOneConnection(engine.server, state, recorder, gate));
-  const socketPath = await listenForContainer(server, socketDir, SOCKET_NAME, opts);
+  let socketPath: string;
+  try {
+    socketPath = await listenForContainer(server, socketDir, SOCKET_NAME, opts);
+  } catch (err) {
+    // The engine started above would otherwise outlive the attempt and keep the runner from exiting.
+    await stopEngine(engine.server.child);
+    await rm(socketDir, { recursive: true, force: true });
+    await engine.remove();
+    throw err;
+  }
 
   const snapshot = (): McpBridgeRecord =>
     structuredClone({

@@ -192,7 +192,7 @@ export async function startSessions(config: StartConfig, deps: SessionDeps): Pro
  */
 async function sessionChannel(runtime: ContainerRuntime, engine: EngineInfo, imageId: string, o: SessionRuntimeOptions, runId: string) {
   const gateway = o.credentials === "gateway";
-  const route = { isolation: o.isolation, gateway, modelApiSocket: o.modelApi !== undefined };
+  const route = { isolation: o.isolation, gateway, modelApiSocket: o.modelApi !== undefined, session: true };
   const channel = await chooseSandboxChannel(runtime, imageId, { runId, route, ...(o.sandboxChannel !== undefined ? { channel: o.sandboxChannel } : {}) });
   return { header: sandboxHeader(engine, channel), sandbox: dockerSandbox(runtime, channel) };
 }

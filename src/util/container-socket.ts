@@ -36,9 +36,25 @@ export async function makeSocketDir(socketDir: string | undefined, fallbackPrefi
   return dir;
 }
 
-/** Listens on `<socketDir>/<name>` and hands the socket and its folder to the container user. */
+/** The longest path a unix socket may have, its terminating NUL left out: 107 bytes on Linux, 103 on macOS and the BSDs. */
+export const MAX_SOCKET_PATH_BYTES = process.platform === "linux" ? 107 : 103;
+
+/** Why `path` cannot be a unix socket's path, or null. */
+export function socketPathProblem(path: string): string | null {
+  const bytes = Buffer.byteLength(path);
+  if (bytes <= MAX_SOCKET_PATH_BYTES) return null;
+  return `the socket path ${path} is ${bytes} bytes, over the ${MAX_SOCKET_PATH_BYTES} bytes a unix socket's path may have; set TMPDIR to a shorter folder (the runner makes its sockets' folders there)`;
+}
+
+/**
+ * Listens on `<socketDir>/<name>` and hands the socket and its folder to the container user. A path
+ * too long for a unix socket is refused before listening: Node would bind a truncated path instead.
+ * On any failure the server is closed again.
+ */
 export async function listenForContainer(server: Server, socketDir: string, name: string, opts: ContainerSocketOptions = {}): Promise<string> {
   const socketPath = join(socketDir, name);
+  const tooLong = socketPathProblem(socketPath);
+  if (tooLong) throw new Error(tooLong);
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(socketPath, () => {
@@ -46,12 +62,17 @@ export async function listenForContainer(server: Server, socketDir: string, name
       resolve();
     });
   });
-  await chmod(socketPath, 0o600);
-  if (process.getuid?.() === 0) {
-    const uid = opts.containerUid ?? CONTAINER_UID;
-    const gid = opts.containerGid ?? CONTAINER_GID;
-    await chown(socketPath, uid, gid);
-    await chown(socketDir, uid, gid);
+  try {
+    await chmod(socketPath, 0o600);
+    if (process.getuid?.() === 0) {
+      const uid = opts.containerUid ?? CONTAINER_UID;
+      const gid = opts.containerGid ?? CONTAINER_GID;
+      await chown(socketPath, uid, gid);
+      await chown(socketDir, uid, gid);
+    }
+  } catch (err) {
+    server.close();
+    throw err;
   }
   return socketPath;
 }

@@ -134,6 +134,29 @@ describe("MCP bridge", () => {
     expect(out.trim()).toBe("MCP bridge: the runner must run as root or as uid 1000 (the container user) to share the socket; it runs as uid 1001");
   });
 
+  // contract: R288
+  it("refuses a socket path too long for a unix socket, and stops the engine it started: the process can exit", async () => {
+    const repo = await makeRepo(docFiles(), cleanup);
+    const parent = await mkdtemp(join(tmpdir(), "mcp-deep-"));
+    cleanup.push(() => rm(parent, { recursive: true, force: true }));
+    const socketDir = join(parent, "d".repeat(Math.max(1, 110 - parent.length)));
+    // A child of its own: a started engine left behind keeps its event loop, and so the runner, alive.
+    const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href;
+    const script =
+      `import { startMcpBridge } from ${JSON.stringify(new URL("../../src/mcp/bridge.ts", import.meta.url).href)};` +
+      `startMcpBridge({ command: ${JSON.stringify(NODE_ECHO)}, cwd: ${JSON.stringify(repo.dir)}, socketDir: ${JSON.stringify(socketDir)} }).then(() => console.log("started"), (e) => console.log(e.message));`;
+    const child = spawn(process.execPath, ["--import", tsxLoader, "--input-type=module", "-e", script], {
+      cwd: "/",
+      env: { PATH: process.env.PATH ?? "", HOME: "/tmp", TMPDIR: tmpdir() },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
+    let out = "";
+    child.stdout.on("data", (d: Buffer) => (out += d.toString()));
+    child.stderr.on("data", (d: Buffer) => (out += d.toString()));
+    await within(new Promise((resolve) => child.on("close", resolve)), 20_000, "the runner's exit after the refusal");
+    expect(out.trim()).toMatch(new RegExp(`^the socket path ${socketDir}/mcp\\.sock is \\d+ bytes, over the 107 bytes a unix socket's path may have; set TMPDIR to a shorter folder`));
+  });
+
   it("relays checked JSON-RPC to the server, bytes unchanged back, drops what it cannot check, and exits when its stdin closes", async () => {
     const repo = await makeRepo(docFiles(), cleanup);
     const bridge = await bridgeFor(NODE_ECHO, repo.dir);

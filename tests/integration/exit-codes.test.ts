@@ -13,7 +13,7 @@ import { EXIT_CODES } from "../../src/cli/exit-codes.ts";
 import { ExitCode } from "../../src/util/errors.ts";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
 import { runCli } from "../support/cli.ts";
-import { freshLogin, ledgerOf, prepareRun, preparePipeline, runPipeline, startPipeline, summaryOf, waitForAttemptContainer, type Pipeline } from "../support/pipeline.ts";
+import { freshLogin, ledgerOf, leftovers, prepareRun, preparePipeline, runPipeline, startPipeline, summaryOf, waitForAttemptContainer, type Pipeline } from "../support/pipeline.ts";
 
 const execFileP = promisify(execFile);
 
@@ -76,6 +76,19 @@ describe("a run that ends with each documented code", () => {
     expect(r.code, r.stderr).toBe(2);
     expect(r.stdout).toBe("");
     await expect(readFile(r.run.output)).rejects.toThrow(/ENOENT/);
+  }, 180_000);
+
+  // contract: R288
+  it("2 also for a TMPDIR too deep for the runner's sockets: refused before anything is reserved, naming TMPDIR and the limit", async () => {
+    // Before, the doc-bridge attempt failed on its truncated socket and the runner never exited.
+    const tmp = join(p.work, `deep-${"d".repeat(Math.max(1, 64 - p.work.length))}`);
+    await mkdir(tmp, { recursive: true });
+    const r = await runPipeline(p, { loginDir: await freshLogin(p), tmp, timeoutMs: 120_000 });
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toContain(`TMPDIR ${tmp} is too deep for the runner's sockets`);
+    expect(r.stderr).toMatch(/over the 107 bytes a unix socket's path may have; set TMPDIR to a shorter folder/);
+    await expect(readFile(r.run.output)).rejects.toThrow(/ENOENT/);
+    expect(await leftovers(tmp)).toEqual([]);
   }, 180_000);
 
   it("3: the runner's own fault (the ledger's file system is full)", async () => {

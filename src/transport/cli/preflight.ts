@@ -1,3 +1,5 @@
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { probeVersion, runnerFilesProblem, useRunProfile, type ProbedVersion } from "../../image/build.ts";
 import { assertRuntimeOffered, resolveOciRuntime, runtimeNeeds } from "../../isolation/oci-runtime.ts";
 import type { IsolationProfile } from "../../isolation/profile.ts";
@@ -5,6 +7,12 @@ import { runnerLabels } from "../../sandbox/reaper.ts";
 import { hasEngineStorage, type ContainerRuntime, type EngineInfo } from "../../sandbox/port.ts";
 import type { SandboxChannel } from "../../sandbox/docker-sandbox.ts";
 import { errorMessage, RefusalError } from "../../util/errors.ts";
+import { GATEWAY_SOCKET_NAME } from "../../gateway/gateway.ts";
+import { EGRESS_SOCKET_NAME } from "../../isolation/proxy.ts";
+import { SOCKET_NAME as MCP_SOCKET_NAME } from "../../mcp/bridge.ts";
+import { socketPathProblem } from "../../util/container-socket.ts";
+import { folderPrefix, type FolderKind } from "../../util/orphans.ts";
+import { SESSION_CHANNEL_SOCKET, sessionChannelPaths } from "./session-channel.ts";
 
 /**
  * The container half of the preflight of a kind that runs the CLI in containers (the study and
@@ -42,6 +50,8 @@ export interface UnitRoute {
   modelApiSocket: boolean;
   /** The study's mcp arm: the doc-bridge server's socket. */
   docBridge?: boolean;
+  /** Session calls: the session files' channel socket. */
+  session?: boolean;
 }
 
 /** The image's CLI version (refused unless it is `expectedCliVersion`) and the OCI runtime every unit's container is created with. */
@@ -83,6 +93,7 @@ export async function probeCliImage(
  * folder) and a model API socket the runner does not meter.
  */
 export async function chooseSandboxChannel(runtime: ContainerRuntime, imageId: string, o: { runId: string; route: UnitRoute; channel?: SandboxChannel }): Promise<SandboxChannel> {
+  assertSocketRoom(o.route);
   const filesProblem = o.channel === "engine-api" ? null : await runnerFilesProblem(runtime, imageId, runnerLabels(o.runId, "probe"));
   const channel = o.channel ?? (filesProblem ? "engine-api" : "host-paths");
   if (channel === "host-paths") {
@@ -97,4 +108,24 @@ export async function chooseSandboxChannel(runtime: ContainerRuntime, imageId: s
     );
   }
   return channel;
+}
+
+/**
+ * The units' sockets the route makes (the gateway's, the doc-bridge's, the egress proxy's, a session's
+ * channel) are made in folders of the temporary folder on either channel, and a unix socket's path has
+ * at most 107 bytes: a TMPDIR too deep for the longest of them is refused here, before anything is
+ * reserved, instead of failing the first attempt that makes one (contract R288).
+ */
+export function assertSocketRoom(route: UnitRoute, tmp: string = tmpdir()): void {
+  // makeRunnerFolder's names: the kind's prefix, this process's pid and mkdtemp's six characters.
+  const folder = (kind: FolderKind) => join(tmp, `${folderPrefix(kind)}${process.pid}-XXXXXX`);
+  const paths = [
+    route.gateway ? join(folder("gateway"), "socket", GATEWAY_SOCKET_NAME) : "",
+    route.docBridge ? join(folder("mcp"), "socket", MCP_SOCKET_NAME) : "",
+    route.isolation === "strict" && !route.gateway ? join(folder("egress"), "socket", EGRESS_SOCKET_NAME) : "",
+    route.session ? join(sessionChannelPaths(folder("home")).socketDir, SESSION_CHANNEL_SOCKET) : "",
+  ];
+  const longest = paths.reduce((a, b) => (Buffer.byteLength(b) > Buffer.byteLength(a) ? b : a));
+  const problem = longest === "" ? null : socketPathProblem(longest);
+  if (problem) throw new RefusalError(`TMPDIR ${tmp} is too deep for the runner's sockets: ${problem}; nothing was charged`);
 }
