@@ -1,4 +1,10 @@
 import { defineConfig } from "vitest/config";
+import { suiteTmpdir } from "./tests/support/suite-tmpdir.ts";
+
+// The suite's temporary files on a tmpfs where the machine has one with room, for vitest, its
+// workers and every process they start (tests/support/suite-tmpdir.ts says why).
+const tmp = suiteTmpdir();
+if (tmp) process.env.TMPDIR = tmp;
 
 export default defineConfig({
   test: {

@@ -71,7 +71,7 @@ export interface Pipeline {
 
 /** The demo corpus, doc-bridge indexes, fake image and test login in a new temp folder. */
 export async function preparePipeline(name: string): Promise<Pipeline> {
-  const work = await mkdtemp(join(tmpdir(), `sr-pipe-${name}-`));
+  const work = await mkdtemp(join(tmpdir(), `sr-${name}-`));
   const runtime = new DockerRuntime();
   const demo = await prepareDemo(join(work, "demo"), runtime);
   // By id, not by tag: every checkout on this engine builds the same tag from its own helpers and
