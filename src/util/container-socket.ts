@@ -28,6 +28,9 @@ export function assertSocketOwner(what: string, opts: ContainerSocketOptions = {
   }
 }
 
+/** Where a unit's service (the gateway, the doc-bridge, the egress proxy) makes its socket folder inside the folder it was given. */
+export const serviceSocketDir = (parent: string): string => join(parent, "socket");
+
 /** Creates `socketDir` (it must not exist), or a fresh folder `<tmp>/<fallbackPrefix>XXXXXX`; mode 0700. */
 export async function makeSocketDir(socketDir: string | undefined, fallbackPrefix: string): Promise<string> {
   const dir = socketDir ?? (await mkdtemp(join(tmpdir(), fallbackPrefix)));

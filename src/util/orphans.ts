@@ -12,9 +12,16 @@ export type FolderKind = "export" | "home" | "mcp" | "egress" | "gateway" | "eng
 
 export const folderPrefix = (kind: FolderKind) => `study-runner-${kind}-`;
 
+const runnerFolderStem = (kind: FolderKind, parentDir: string) => join(parentDir, `${folderPrefix(kind)}${process.pid}-`);
+
 /** A fresh, private (0700) folder of this runner process. */
 export function makeRunnerFolder(kind: FolderKind, parentDir: string = tmpdir()): Promise<string> {
-  return mkdtemp(join(parentDir, `${folderPrefix(kind)}${process.pid}-`));
+  return mkdtemp(runnerFolderStem(kind, parentDir));
+}
+
+/** The path of a folder makeRunnerFolder would make, mkdtemp's six characters as X: its length is every such folder's. */
+export function runnerFolderShape(kind: FolderKind, parentDir: string = tmpdir()): string {
+  return `${runnerFolderStem(kind, parentDir)}XXXXXX`;
 }
 
 const warnOnStderr = (line: string) => void process.stderr.write(`study-runner: warning: ${line}\n`);

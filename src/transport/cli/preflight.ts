@@ -10,8 +10,8 @@ import { errorMessage, RefusalError } from "../../util/errors.ts";
 import { GATEWAY_SOCKET_NAME } from "../../gateway/gateway.ts";
 import { EGRESS_SOCKET_NAME } from "../../isolation/proxy.ts";
 import { SOCKET_NAME as MCP_SOCKET_NAME } from "../../mcp/bridge.ts";
-import { socketPathProblem } from "../../util/container-socket.ts";
-import { folderPrefix, type FolderKind } from "../../util/orphans.ts";
+import { serviceSocketDir, socketPathProblem } from "../../util/container-socket.ts";
+import { runnerFolderShape, type FolderKind } from "../../util/orphans.ts";
 import { SESSION_CHANNEL_SOCKET, sessionChannelPaths } from "./session-channel.ts";
 
 /**
@@ -117,13 +117,12 @@ export async function chooseSandboxChannel(runtime: ContainerRuntime, imageId: s
  * reserved, instead of failing the first attempt that makes one (contract R288).
  */
 export function assertSocketRoom(route: UnitRoute, tmp: string = tmpdir()): void {
-  // makeRunnerFolder's names: the kind's prefix, this process's pid and mkdtemp's six characters.
-  const folder = (kind: FolderKind) => join(tmp, `${folderPrefix(kind)}${process.pid}-XXXXXX`);
+  const service = (kind: FolderKind, name: string) => join(serviceSocketDir(runnerFolderShape(kind, tmp)), name);
   const paths = [
-    route.gateway ? join(folder("gateway"), "socket", GATEWAY_SOCKET_NAME) : "",
-    route.docBridge ? join(folder("mcp"), "socket", MCP_SOCKET_NAME) : "",
-    route.isolation === "strict" && !route.gateway ? join(folder("egress"), "socket", EGRESS_SOCKET_NAME) : "",
-    route.session ? join(sessionChannelPaths(folder("home")).socketDir, SESSION_CHANNEL_SOCKET) : "",
+    route.gateway ? service("gateway", GATEWAY_SOCKET_NAME) : "",
+    route.docBridge ? service("mcp", MCP_SOCKET_NAME) : "",
+    route.isolation === "strict" && !route.gateway ? service("egress", EGRESS_SOCKET_NAME) : "",
+    route.session ? join(sessionChannelPaths(runnerFolderShape("home", tmp)).socketDir, SESSION_CHANNEL_SOCKET) : "",
   ];
   const longest = paths.reduce((a, b) => (Buffer.byteLength(b) > Buffer.byteLength(a) ? b : a));
   const problem = longest === "" ? null : socketPathProblem(longest);

@@ -17,6 +17,7 @@ import type { AttemptStatus } from "../../terms/terms.ts";
 import type { CostResult } from "../../cost/compute.ts";
 import type { EgressRecord, RunFacts } from "../../ledger/schema.ts";
 import { makeRunnerFolder, type FolderKind } from "../../util/orphans.ts";
+import { serviceSocketDir } from "../../util/container-socket.ts";
 import type { Checkpoint } from "../../loop/loop.ts";
 import { gatewayBudgetRefusal, interpretRun, runReader } from "./interpret.ts";
 import type { MessagePromptUsage } from "../../cost/compute.ts";
@@ -307,7 +308,7 @@ async function stageHome({ input, makeFolder, cleanups }: Stage): Promise<Staged
   const gatewayParent = await makeFolder("gateway");
   cleanups.push(() => removeTree(gatewayParent));
   const attemptGateway = await input.gateway.gateway.openAttempt({
-    socketDir: join(gatewayParent, "socket"),
+    socketDir: serviceSocketDir(gatewayParent),
     credential: input.gateway.credential,
     limitUsd: input.gateway.limitUsd,
     runRemainingUsd: input.gateway.runRemainingUsd,
@@ -333,7 +334,7 @@ async function startServices({ input, makeFolder, cleanups }: Stage, home: Stage
   if (input.docBridge) {
     const mcpParent = await makeFolder("mcp");
     cleanups.push(() => removeTree(mcpParent));
-    const bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, sandbox: input.docBridge.sandbox, socketDir: join(mcpParent, "socket") });
+    const bridge = await startMcpBridge({ command: input.docBridge.command, cwd: input.docBridge.cwd, sandbox: input.docBridge.sandbox, socketDir: serviceSocketDir(mcpParent) });
     services.bridge = bridge;
     cleanups.push(() => bridge.stop());
     mark("cli:bridge-ready");
@@ -342,7 +343,7 @@ async function startServices({ input, makeFolder, cleanups }: Stage, home: Stage
   if (input.egress && !input.gateway) {
     const egressParent = await makeFolder("egress");
     cleanups.push(() => removeTree(egressParent));
-    const egress = await startEgressProxy({ ...input.egress, socketDir: join(egressParent, "socket") });
+    const egress = await startEgressProxy({ ...input.egress, socketDir: serviceSocketDir(egressParent) });
     services.egress = egress;
     cleanups.push(() => egress.stop());
   }
