@@ -124,6 +124,9 @@ describe("report --format inspect on a fresh demo study", () => {
     expect(v.stdout + v.stderr).toMatch(/observations\[3\] \(.*\)\.answer: the ledger.s value differs/);
   }, 300_000);
 
+  /** What Inspect's viewer throws when it syncs its log database before it has opened it (seen once in about twenty runs). */
+  const VIEWER_START_RACE = "Error: No database available for replication.";
+
   // contract: R168
   it("Inspect's log viewer in Chromium shows both arms with their scores, every sample with its score, and a sample's transcript", async () => {
     const viewer = join(work, "viewer");
@@ -133,12 +136,24 @@ describe("report --format inspect on a fresh demo study", () => {
     const report = JSON.parse(await readFile(demo.report.json, "utf8")) as ReportData;
     const errors: string[] = [];
     browser = await launchChromium();
-    const open = async (hash: string, wait: (page: Page) => Promise<unknown>, shot: string) => {
+    const open = async (hash: string, wait: (page: Page) => Promise<unknown>, shot: string, again = true): Promise<Page> => {
       const page = await browser!.newPage();
-      page.on("pageerror", (e) => errors.push(String(e)));
+      const own: string[] = [];
+      page.on("pageerror", (e) => {
+        own.push(String(e));
+        errors.push(String(e));
+      });
       await page.setViewport({ width: 1400, height: 2400 });
       await page.goto(`${server.url}#${hash}`, { waitUntil: "networkidle0", timeout: 120_000 });
       await wait(page);
+      // The viewer's own start-up race, whatever the logs: two of its syncLogs calls at once, the
+      // second syncing before the first has started replication. A page that met only that is
+      // loaded once more, and must then load without any error.
+      if (again && own.length > 0 && own.every((e) => e === VIEWER_START_RACE)) {
+        await page.close();
+        for (const e of own) errors.splice(errors.indexOf(e), 1);
+        return open(hash, wait, shot, false);
+      }
       const png = join(ARTEFACTS, `inspect-viewer-${shot}.png`);
       await rm(png, { force: true });
       await page.screenshot({ path: png });
