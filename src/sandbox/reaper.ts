@@ -1,6 +1,6 @@
 import { hostname } from "node:os";
 import { isProcessAlive } from "../util/process.ts";
-import { hasEngineStorage, type ContainerRuntime } from "./port.ts";
+import { ContainerRuntimeError, hasEngineStorage, type ContainerRuntime, type EngineStorage } from "./port.ts";
 
 export { isProcessAlive };
 
@@ -43,7 +43,8 @@ export interface ReapResult {
  * cannot prove is ours and orphaned. A recycled pid keeps an orphan alive until the pid
  * dies too, which errs on the side of not touching another process's container.
  * Then the same for the labelled volumes of the engine-api channel (contract R243), once the
- * containers that used them are gone. Export folders are reaped by the export stage, not here.
+ * containers that used them are gone; a volume a container still mounts is kept for a later reap.
+ * Export folders are reaped by the export stage, not here.
  */
 export async function reapOrphans(runtime: ContainerRuntime, opts: ReapOptions = {}): Promise<ReapResult> {
   const host = opts.host ?? hostname();
@@ -60,13 +61,26 @@ export async function reapOrphans(runtime: ContainerRuntime, opts: ReapOptions =
   if (hasEngineStorage(runtime)) {
     for (const v of await runtime.listVolumesByLabel({ [LABELS.host]: host })) {
       if (ownerAlive(v.labels, isAlive)) result.kept.push(v.name);
-      else {
-        await runtime.removeVolume(v.name);
-        result.removed.push(v.name);
-      }
+      else if (await removedUnlessInUse(runtime, v.name)) result.removed.push(v.name);
+      else result.kept.push(v.name);
     }
   }
   return result;
+}
+
+/**
+ * Removes a volume unless a container still mounts it: the container's owner was alive when the
+ * containers were listed and gone when the volumes were (a runner killed between the two), or the
+ * container is another owner's. The engine refuses with a conflict then; a later reap removes it.
+ */
+async function removedUnlessInUse(runtime: ContainerRuntime & EngineStorage, name: string): Promise<boolean> {
+  try {
+    await runtime.removeVolume(name);
+    return true;
+  } catch (err) {
+    if (err instanceof ContainerRuntimeError && err.code === "conflict") return false;
+    throw err;
+  }
 }
 
 /** Whether the owner named by the labels may still be alive: an unreadable pid label counts as alive (fail closed). */

@@ -52,4 +52,23 @@ describe("reapOrphans on the real engine", () => {
     expect((await runtime.inspect(ours))?.running).toBe(true);
     expect((await runtime.listByLabel({ [LABELS.run]: run })).map((c) => c.id)).toEqual([ours]);
   });
+
+  it("keeps a dead runner's volume that a container still mounts, and removes it once that container is gone", async () => {
+    // The race a parallel run met: a runner alive when the containers were listed and killed before
+    // the volumes were; its volume's removal is refused while its container mounts it.
+    const dead = Number(spawnSync(process.execPath, ["-e", "process.stdout.write(String(process.pid))"], { encoding: "utf8" }).stdout);
+    const run = `reaper-volume-${process.pid}-${Date.now()}`;
+    const volume = `study-runner-${run}-staged`;
+    await runtime.createVolume(volume, { ...runnerLabels(run, "1"), [LABELS.pid]: String(dead) });
+    const holder = await runtime.create({ ...sleeper(runnerLabels(run, "1")), mounts: [{ source: volume, volume: true, target: "/held", readOnly: true }] });
+    made.push(holder);
+
+    const first = await reapOrphans(runtime);
+    expect(first.kept).toContain(volume);
+    expect((await runtime.listVolumesByLabel({ [LABELS.run]: run })).map((v) => v.name)).toEqual([volume]);
+
+    await runtime.remove(holder);
+    await reapOrphans(runtime);
+    expect(await runtime.listVolumesByLabel({ [LABELS.run]: run })).toEqual([]);
+  });
 });
