@@ -4,7 +4,9 @@
 //   build     dist/ afresh: the sources compiled by the pinned TypeScript (tsconfig.build.json),
 //             relative `.ts` imports rewritten to `.js`, so the installed package runs on Node alone;
 //             then the compiled reference doc-bridge server bundled into one file beside it
-//             (dist/mcp/reference-engine.mjs), which the package starts for every doc-bridge attempt
+//             (dist/mcp/reference-engine.mjs), which the package starts for every doc-bridge attempt;
+//             and the command, dist/cli/bin.js with all it imports, as one module
+//             (dist/cli/study-runner.mjs, package.json "bin")
 //   prepack   build, then copy package-lock.json to npm-shrinkwrap.json, the only name under which
 //             npm ships a lock file: installing the package then resolves the exact dependency tree
 //             the clone was tested with, and records the same runner hash (src/ledger/runner-hash.ts)
@@ -29,6 +31,9 @@ async function build() {
   // The compiled bundler, so the package's engine is made exactly as the runner describes it (src/mcp/reference-bundle.ts).
   const { bundleCompiledServer } = await import(pathToFileURL(join(ROOT, "dist", "mcp", "reference-bundle.js")).href);
   bundleCompiledServer(join(ROOT, "dist", "mcp"), ROOT);
+  // The command itself as one module (package.json "bin"), made the same way (src/cli/runner-bundle.ts).
+  const { bundleCompiledRunner } = await import(pathToFileURL(join(ROOT, "dist", "cli", "runner-bundle.js")).href);
+  await bundleCompiledRunner(join(ROOT, "dist"));
 }
 
 const step = process.argv[2];

@@ -64,17 +64,26 @@ export function projectLockFile(root: string = PROJECT_ROOT): string {
 
 const sha256 = (bytes: Buffer | string) => createHash("sha256").update(bytes).digest("hex");
 
-interface Esbuild {
+/** The part of esbuild's API the bundlers use (esbuild's own types are those of a development dependency). */
+export interface Esbuild {
   version: string;
   buildSync(options: Record<string, unknown>): { errors: Array<{ text: string }> };
+  build(options: Record<string, unknown> & { plugins?: EsbuildPlugin[] }): Promise<{ errors: Array<{ text: string }> }>;
+  transform(code: string, options: Record<string, unknown>): Promise<{ code: string }>;
 }
 
-/** esbuild, a development dependency of a clone (tsx runs on it); absent from the installed package. */
-function loadEsbuild(): Esbuild {
+/** An esbuild plugin that supplies some modules' contents. */
+export interface EsbuildPlugin {
+  name: string;
+  setup(build: { onLoad(options: { filter: RegExp }, callback: (args: { path: string }) => Promise<{ contents: string; loader: "js" } | undefined>): void }): void;
+}
+
+/** esbuild, a development dependency of a clone (tsx runs on it); absent from the installed package, whose build made its bundles. */
+export function loadEsbuild(): Esbuild {
   try {
     return createRequire(import.meta.url)("esbuild") as Esbuild;
   } catch (err) {
-    throw new Error(`the reference doc-bridge engine is bundled with esbuild, which cannot be loaded (${(err as Error).message}); run \`npm ci\` in ${PROJECT_ROOT}`);
+    throw new Error(`bundling needs esbuild, which cannot be loaded (${(err as Error).message}); run \`npm ci\` in ${PROJECT_ROOT}`);
   }
 }
 

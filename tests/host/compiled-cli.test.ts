@@ -3,12 +3,13 @@
  * (tests/support/compiled-cli.ts) must be the same program: what it prints for the read-only
  * commands is what a person's `node bin/study-runner.mjs` prints.
  */
-import { mkdtemp, rm, writeFile } from "node:fs/promises";
+import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { PROJECT_ROOT } from "../../src/util/paths.ts";
-import { LAUNCHER, runCompiledCli, runLauncher, runnerEntry } from "../support/cli.ts";
+import { LAUNCHER, runCompiledCli, runEntry, runLauncher, runnerEntry } from "../support/cli.ts";
 import { BUILD_PREFIX, compiledCli, compiledRunner } from "../support/compiled-cli.ts";
 import { completedObservation, sampleLedger } from "../support/ledger-sample.ts";
 
@@ -47,5 +48,25 @@ describe("the tests' compiled runner", () => {
     // Not two empty answers: the check read the ledger.
     const check = JSON.parse((await runCompiledCli(["ledger", "check", ledger, "--json"])).stdout) as { state: string };
     expect(check.state).toBeTypeOf("string");
+  }, 120_000);
+
+  // contract: R163
+  it("starts from one module, as the package's command does: ledger verify loads no other file of the compiled tree", async () => {
+    const bin = await compiledCli();
+    const tree = dirname(dirname(bin));
+    // Every module Node's ES loader loads, named in a file (the hook runs on the loader's own thread).
+    const loaded = join(dir, "loaded.txt");
+    const hook = join(dir, "hook.mjs");
+    await writeFile(
+      hook,
+      `import { appendFileSync } from "node:fs";\nexport async function load(url, context, next) { appendFileSync(${JSON.stringify(loaded)}, url + "\\n"); return next(url, context); }\n`,
+    );
+    const register = join(dir, "register.mjs");
+    await writeFile(register, `import { register } from "node:module";\nregister(${JSON.stringify(pathToFileURL(hook).href)});\n`);
+    const r = await runEntry(bin, ["ledger", "verify", ledger], { env: { NODE_OPTIONS: `--import=${pathToFileURL(register).href}` } });
+    expect(r, r.stderr).toEqual(await runLauncher(["ledger", "verify", ledger]));
+    const urls = (await readFile(loaded, "utf8")).split("\n").filter((u) => u.startsWith("file:"));
+    expect(urls.length).toBeGreaterThan(0);
+    expect(urls.filter((u) => fileURLToPath(u).startsWith(`${tree}/`))).toEqual([pathToFileURL(bin).href]);
   }, 120_000);
 });

@@ -36,7 +36,8 @@ describe("the installed package", () => {
     const deps = await readdir(join(pkg.root, "node_modules"));
     expect(deps).toEqual(expect.arrayContaining(["commander", "dockerode", "zod"]));
     for (const toolchain of ["tsx", "typescript", "esbuild", "vitest"]) expect(deps, toolchain).not.toContain(toolchain);
-    expect(await realpath(pkg.bin)).toBe(join(await realpath(pkg.root), "dist", "cli", "bin.js"));
+    // The command is the compiled tree's cli/bin.js as one module (src/cli/runner-bundle.ts).
+    expect(await realpath(pkg.bin)).toBe(join(await realpath(pkg.root), "dist", "cli", "study-runner.mjs"));
   });
 
   it("--version prints the package's version and the pinned Claude Code version; --help is the clone's", async () => {
@@ -64,11 +65,13 @@ describe("the installed package", () => {
     expect(tsx.code).not.toBe(0);
   });
 
+  // contract: R163
   it("is what the other tiers' runner starts run: the compiled build of the tests is the package's dist/, module for module, byte for byte", async () => {
     // The tests' build compiles each file alone (tests/support/compiled-cli.ts); the package's prepack runs tsc on the whole program.
     const built = dirname(dirname(await compiledCli()));
     const dist = join(pkg.root, "dist");
-    const modules = async (root: string) => (await readdir(root, { recursive: true })).filter((f) => f.endsWith(".js")).sort();
+    // The bundles too: the command (cli/study-runner.mjs) and the doc-bridge engine (mcp/reference-engine.mjs).
+    const modules = async (root: string) => (await readdir(root, { recursive: true })).filter((f) => f.endsWith(".js") || f.endsWith(".mjs")).sort();
     const shipped = await modules(dist);
     expect(shipped.length).toBeGreaterThan(100);
     expect(await modules(built)).toEqual(shipped);
@@ -96,6 +99,7 @@ describe("the installed package", () => {
     const files = (await readdir(pkg.root, { recursive: true })).map((f) => f.split(sep).join("/")).filter((f) => !f.startsWith("node_modules/"));
     for (const f of [
       "dist/cli/bin.js",
+      "dist/cli/study-runner.mjs",
       "src/stand-ins/fake-claude/claude.mjs",
       "docker/claude-code/Dockerfile",
       "docker/helpers/with-relay.cjs",

@@ -23,7 +23,9 @@
  * file that asks builds it under a lock, the others wait and find it made. What differs is what
  * the installed package differs in: the doc-bridge reference engine is the package's bundle of the
  * compiled server (its bundle hash and engine revision are the build's, not the clone's esbuild
- * bundle's), so `compiledRunner` also files the demo corpus's indexes for it.
+ * bundle's), so `compiledRunner` also files the demo corpus's indexes for it. The command started
+ * is the package's too: the tree's cli/bin.js and all it imports as one module
+ * (src/cli/runner-bundle.ts), each module in it resolving paths from its own place in the tree.
  */
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
@@ -35,6 +37,7 @@ import { dirname, join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 import { lock } from "proper-lockfile";
 import ts from "typescript";
+import { bundleCompiledRunner, RUNNER_BUNDLE_NAME } from "../../src/cli/runner-bundle.ts";
 import { makeDemoCorpus } from "../../src/demo/corpus.ts";
 import { defaultIndexRoot } from "../../src/mcp/index-store.ts";
 import { bundleCompiledServer } from "../../src/mcp/reference-bundle.ts";
@@ -118,12 +121,12 @@ async function pruneStale(keep: string): Promise<void> {
 
 let built: Promise<string> | undefined;
 
-/** The compiled command of today's sources (`<root>/.test-dist-<key>/cli/bin.js`), built if need be. */
+/** The compiled command of today's sources (`<root>/.test-dist-<key>/cli/study-runner.mjs`, the package's "bin"), built if need be. */
 export function compiledCli(): Promise<string> {
   built ??= (async () => {
     const name = `${BUILD_PREFIX}${await sourceKey()}`;
     const dir = join(PROJECT_ROOT, name);
-    const bin = join(dir, "cli", "bin.js");
+    const bin = join(dir, "cli", RUNNER_BUNDLE_NAME);
     if (existsSync(bin)) return bin;
     const release = await lock(PROJECT_ROOT, { lockfilePath: `${dir}.lock`, realpath: false, stale: 60_000, retries: LOCK_RETRIES });
     try {
@@ -134,6 +137,8 @@ export function compiledCli(): Promise<string> {
       await transpileBuild(temp);
       // The package's engine beside its compiled server, as the package's build makes it.
       bundleCompiledServer(join(temp, "mcp"), PROJECT_ROOT);
+      // And the command as one module, as the package's build makes it.
+      await bundleCompiledRunner(temp);
       await rename(temp, dir);
       await pruneStale(name);
       return bin;

@@ -26,7 +26,7 @@ describe("package.json of the installable package", () => {
       expect(Object.keys(pkg.dependencies), tool).not.toContain(tool);
       expect(Object.keys(pkg.devDependencies), tool).toContain(tool);
     }
-    expect(pkg.bin).toEqual({ "study-runner": "dist/cli/bin.js" });
+    expect(pkg.bin).toEqual({ "study-runner": "dist/cli/study-runner.mjs" });
     expect(readFileSync(join(PROJECT_ROOT, "src", "cli", "bin.ts"), "utf8").startsWith("#!/usr/bin/env node\n")).toBe(true);
     expect(pkg.files).toEqual(expect.arrayContaining(["dist/", "docker/", "study/demo/"]));
   });
