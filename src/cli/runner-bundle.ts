@@ -16,7 +16,7 @@
  */
 import { readFile } from "node:fs/promises";
 import { dirname, join, relative, sep } from "node:path";
-import { loadEsbuild } from "../mcp/reference-bundle.ts";
+import { BUNDLE_REQUIRE_BANNER, loadEsbuild } from "../mcp/reference-bundle.ts";
 
 /** The bundle's name in the compiled tree's cli/ folder: package.json's "bin". */
 export const RUNNER_BUNDLE_NAME = "study-runner.mjs";
@@ -46,9 +46,7 @@ export async function bundleCompiledRunner(distDir: string): Promise<string> {
     minifyWhitespace: true,
     minifySyntax: true,
     logLevel: "silent",
-    // The banner is not bundled code: its import.meta.url is the bundle's own. The packages'
-    // CommonJS code calls require(), which an ES module has not.
-    banner: { js: 'import { createRequire as __bundleRequire } from "node:module"; const require = __bundleRequire(import.meta.url);' },
+    banner: { js: BUNDLE_REQUIRE_BANNER },
     plugins: [
       {
         name: "own-module-url",
@@ -56,7 +54,8 @@ export async function bundleCompiledRunner(distDir: string): Promise<string> {
           build.onLoad({ filter: /\.js$/ }, async (args) => {
             if (!args.path.startsWith(tree)) return undefined;
             const text = await readFile(args.path, "utf8");
-            if (!text.includes("import.meta.url")) return undefined;
+            // Read once: a module that does not read its URL goes in as it is.
+            if (!text.includes("import.meta.url")) return { contents: text, loader: "js" };
             // Replaced in the syntax tree, not in the text: a string that spells it stays as it is.
             const own = await esbuild.transform(text, { loader: "js", format: "esm", target: "node20", define: { "import.meta.url": "__ownModuleUrl" } });
             const fromBundle = relative(dirname(outfile), args.path).split(sep).join("/");

@@ -73,10 +73,16 @@ export interface Esbuild {
 }
 
 /** An esbuild plugin that supplies some modules' contents. */
-export interface EsbuildPlugin {
+interface EsbuildPlugin {
   name: string;
   setup(build: { onLoad(options: { filter: RegExp }, callback: (args: { path: string }) => Promise<{ contents: string; loader: "js" } | undefined>): void }): void;
 }
+
+/**
+ * The first line of an ES module bundle of CommonJS packages: their code calls require(), which an
+ * ES module has not. Not bundled code: its import.meta.url is the bundle's own.
+ */
+export const BUNDLE_REQUIRE_BANNER = 'import { createRequire as __bundleRequire } from "node:module"; const require = __bundleRequire(import.meta.url);';
 
 /** esbuild, a development dependency of a clone (tsx runs on it); absent from the installed package, whose build made its bundles. */
 export function loadEsbuild(): Esbuild {
@@ -145,11 +151,7 @@ function writeBundle(esbuild: Esbuild, o: { source: string; root: string; outfil
     // The banner is not bundled code (its import.meta.url is the bundle's own). The packages'
     // CommonJS code calls require(), which an ES module bundle does not have.
     banner: {
-      js: [
-        'import { createRequire as __bundleRequire } from "node:module";',
-        "const require = __bundleRequire(import.meta.url);",
-        `const __referenceSourceUrl = new URL(${JSON.stringify(o.sourceFromBundle)}, import.meta.url).href;`,
-      ].join(" "),
+      js: `${BUNDLE_REQUIRE_BANNER} const __referenceSourceUrl = new URL(${JSON.stringify(o.sourceFromBundle)}, import.meta.url).href;`,
     },
   });
   if (result.errors.length > 0) throw new Error(result.errors.map((e) => e.text).join("; "));
