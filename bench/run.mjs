@@ -24,6 +24,7 @@ const BENCHMARKS = [
   { name: "network-setup", timeoutMs: 300_000 },
   { name: "wrapper", timeoutMs: 240_000 },
   { name: "doc-bridge", timeoutMs: 300_000 },
+  { name: "provenance", timeoutMs: 120_000 },
   { name: "real-cli", timeoutMs: 180_000 },
   { name: "demo", timeoutMs: 240_000 },
   { name: "startup", timeoutMs: 900_000 },

@@ -41,10 +41,26 @@ export interface EngineBundle {
   files: BundleFile[];
 }
 
+/**
+ * Read in 1 MiB chunks: the executable is usually node itself (about 100 MB), and with the
+ * stream's default 64 KiB chunks one checkout's bundle took 124 ms of CPU against 103 ms
+ * (`npm run bench -- provenance`; docs/performance.md, "Hashes read in larger chunks").
+ */
+const HASH_CHUNK_BYTES = 1 << 20;
+
 async function sha256File(path: string): Promise<string> {
   const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  for await (const chunk of createReadStream(path, { highWaterMark: HASH_CHUNK_BYTES })) hash.update(chunk as Buffer);
   return hash.digest("hex");
+}
+
+/** The sha256 of each resolved file, read once however many checkouts' commands name it. */
+type FileHashes = Map<string, Promise<string>>;
+
+function hashOnce(hashes: FileHashes, path: string): Promise<string> {
+  let sha256 = hashes.get(path);
+  if (!sha256) hashes.set(path, (sha256 = sha256File(path)));
+  return sha256;
 }
 
 async function isRegularFile(path: string): Promise<boolean> {
@@ -86,24 +102,27 @@ async function argumentFile(arg: string, cwd: string): Promise<string | undefine
   return (await isRegularFile(path)) ? realpath(path) : undefined;
 }
 
-/** The bundle of `command` as run with `cwd`; refuses an executable that cannot be found. */
-export async function engineBundle(command: readonly string[], cwd: string, env: NodeJS.ProcessEnv = process.env): Promise<EngineBundle> {
+/**
+ * The bundle of `command` as run with `cwd`; refuses an executable that cannot be found. `hashes`
+ * carries the files already hashed for another checkout of the same preflight.
+ */
+export async function engineBundle(command: readonly string[], cwd: string, env: NodeJS.ProcessEnv = process.env, hashes: FileHashes = new Map()): Promise<EngineBundle> {
   const [exe, ...args] = command;
   if (!exe) throw new RefusalError('the doc-bridge engine command is empty; pass --doc-bridge-command as a JSON array such as ["node","/opt/doc-bridge/dist/cli.js","mcp"]');
   const exePath = await resolveExecutable(exe, cwd, env);
   if (!exePath) throw new RefusalError(`the doc-bridge engine executable ${JSON.stringify(exe)} is not a file${exe.includes("/") ? "" : " on PATH"}; give its absolute path in --doc-bridge-command`);
-  const files: BundleFile[] = [{ label: `argv[0] ${basename(exePath)}`, path: exePath, sha256: await sha256File(exePath) }];
+  const files: BundleFile[] = [{ label: `argv[0] ${basename(exePath)}`, path: exePath, sha256: await hashOnce(hashes, exePath) }];
   let reference = false;
   for (const [i, arg] of args.entries()) {
     const path = await argumentFile(arg, cwd);
     if (!path) continue;
-    files.push({ label: `argv[${i + 1}] ${basename(path)}`, path, sha256: await sha256File(path) });
+    files.push({ label: `argv[${i + 1}] ${basename(path)}`, path, sha256: await hashOnce(hashes, path) });
     if (path === (await realpath(REFERENCE_SERVER)) || isReferenceBundle(path)) reference = true;
   }
   if (reference) {
     // The server as the runner runs it and every project file it reaches through relative imports.
     for (const path of [...relativeImportClosure(REFERENCE_SERVER), projectLockFile()]) {
-      files.push({ label: relative(PROJECT_ROOT, path), path, sha256: await sha256File(path) });
+      files.push({ label: relative(PROJECT_ROOT, path), path, sha256: await hashOnce(hashes, path) });
     }
   }
   const bundleHash = createHash("sha256")
@@ -123,8 +142,11 @@ export async function engineProvenance(
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<{ bundleHash: string; engineRevision: string | null; engineRevisions: Record<string, string | null> }> {
   let first: { repository: string; bundle: EngineBundle } | undefined;
+  // Each checkout resolves the command on its own (a relative path names another file in each);
+  // a file that resolves to the same path in several is read and hashed once.
+  const hashes: FileHashes = new Map();
   for (const c of checkouts) {
-    const bundle = await engineBundle(command, c.dir, env);
+    const bundle = await engineBundle(command, c.dir, env, hashes);
     if (!first) first = { repository: c.repository, bundle };
     else if (bundle.bundleHash !== first.bundle.bundleHash) {
       throw new RefusalError(
