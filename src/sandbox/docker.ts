@@ -250,6 +250,10 @@ export class DockerRuntime implements ContainerRuntime, EngineStorage {
           ...(spec.nanoCpus !== undefined ? { NanoCpus: spec.nanoCpus } : {}),
           ...(spec.runtime !== undefined ? { Runtime: spec.runtime } : {}),
           ...(spec.init !== undefined ? { Init: spec.init } : {}),
+          // The output reaches the runner through the attach alone: the engine keeps no copy of
+          // a transcript (answers included) in a log file, or in whatever log service its
+          // default driver ships container output to (contract R67).
+          LogConfig: { Type: "none", Config: {} },
         },
       });
       return container.id;

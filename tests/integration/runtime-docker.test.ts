@@ -1,3 +1,4 @@
+import Docker from "dockerode";
 import { describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { buildImage } from "../../src/image/build.ts";
@@ -34,5 +35,45 @@ describe("DockerRuntime connection", () => {
     expect(info.endpoint).toMatch(/^unix:\/\/.*docker\.sock$/);
     expect(info.runtimes).toContain("runc");
     await expect(new DockerRuntime({ socketPath: "/nonexistent/docker.sock" }).ping()).rejects.toMatchObject({ code: "unavailable" });
+  });
+});
+
+describe("DockerRuntime output", () => {
+  // contract: R67
+  it("carries a container's output through the attach alone: the engine keeps no log of it", async () => {
+    const runtime = new DockerRuntime();
+    const image = await buildImage(runtime, await fakeClaudeImageSpec());
+    const id = await runtime.create({
+      image: image.id,
+      entrypoint: [IMAGE_LAYOUT.node, "-e", PROGRAM_SCRIPTS.echo],
+      cmd: [],
+      env: { GREETING: "an answer the engine must not keep" },
+      mounts: [],
+      tmpfs: {},
+      readOnlyRootfs: true,
+      networkMode: "none",
+      capDrop: ["ALL"],
+      securityOpt: ["no-new-privileges"],
+      labels: {},
+    });
+    try {
+      const { stdout, stderr } = await runtime.attach(id);
+      const read = (s: NodeJS.ReadableStream) =>
+        new Promise<string>((resolve) => {
+          let text = "";
+          s.on("data", (b: Buffer) => (text += b.toString()));
+          s.on("end", () => resolve(text));
+        });
+      const output = Promise.all([read(stdout), read(stderr)]);
+      await runtime.start(id);
+      expect((await runtime.wait(id)).exitCode).toBe(0);
+      expect(await output).toEqual(["out:an answer the engine must not keep\n", "err\n"]);
+      const container = new Docker().getContainer(id);
+      expect((await container.inspect()).HostConfig.LogConfig).toMatchObject({ Type: "none" });
+      // Nothing to read back from the engine: `docker logs` has no copy.
+      await expect(container.logs({ stdout: true, stderr: true, follow: false })).rejects.toThrow(/logging driver|does not support reading/i);
+    } finally {
+      await runtime.remove(id);
+    }
   });
 });
