@@ -214,8 +214,8 @@ function durationsInText(t) {
  * (`docBridge.bundleHash`, over the reference server and every module it imports). Such a digest
  * differs exactly when that code does. A difference there is explained, and not counted, only when it
  * is derived again from the two trees: the fake's recorded digest must be the sha256 of its own
- * tree's fake claude script (`src/stand-ins/fake-claude/claude.mjs`, or
- * `docker/fake-claude/claude.mjs` in a tree from before the stand-ins moved), and the engine's must be the bundle hash each tree
+ * tree's fake claude script (`src/stand-ins/fake-claude/claude.cjs`; `claude.mjs` there in a tree
+ * from before it was CommonJS, or `docker/fake-claude/claude.mjs` in one from before the stand-ins moved), and the engine's must be the bundle hash each tree
  * computes for its own engine command. Anything else is a difference.
  */
 const CODE_DIGESTS = [
@@ -225,8 +225,9 @@ const CODE_DIGESTS = [
 
 const sha256Of = (path) => createHash("sha256").update(readFileSync(path)).digest("hex");
 
-/** Where a tree keeps the fake claude script: src/stand-ins/ now, docker/fake-claude/ in trees from before the move; "" when neither. */
-const fakeClaudeFile = (tree) => [join(tree, "src", "stand-ins", "fake-claude", "claude.mjs"), join(tree, "docker", "fake-claude", "claude.mjs")].find((f) => existsSync(f)) ?? "";
+/** Where a tree keeps the fake claude script: src/stand-ins/ now (claude.mjs before it was CommonJS), docker/fake-claude/ in trees from before the move; "" when none. */
+const fakeClaudeFile = (tree) =>
+  [join(tree, "src", "stand-ins", "fake-claude", "claude.cjs"), join(tree, "src", "stand-ins", "fake-claude", "claude.mjs"), join(tree, "docker", "fake-claude", "claude.mjs")].find((f) => existsSync(f)) ?? "";
 
 /** Each side's recorded digest is its own tree's fake claude, and the two files differ. */
 function fakeClaudeChanged(trees, recorded) {

@@ -240,7 +240,7 @@ async function fakeTree(reader: string): Promise<string> {
   await mkdir(join(tree, "study", "demo"), { recursive: true });
   await cp(join(PROJECT_ROOT, "study", "demo", "manifest.json"), join(tree, "study", "demo", "manifest.json"));
   await symlink(join(PROJECT_ROOT, "node_modules"), join(tree, "node_modules"), "dir");
-  const fake = join(tree, "src", "stand-ins", "fake-claude", "claude.mjs");
+  const fake = join(tree, "src", "stand-ins", "fake-claude", "claude.cjs");
   const text = await readFile(fake, "utf8");
   expect(text).toContain(LINE_READER);
   await writeFile(fake, text.replace(LINE_READER, reader));

@@ -85,7 +85,7 @@ async function loopbackServer(): Promise<{ port: number; connections: () => numb
   return { port, connections: () => connections, close: () => new Promise<void>((r) => server.close(() => r())) };
 }
 
-/** One line of the fake's records/connect-<attempt>-*.jsonl (src/stand-ins/fake-claude/claude.mjs). */
+/** One line of the fake's records/connect-<attempt>-*.jsonl (src/stand-ins/fake-claude/claude.cjs). */
 interface ConnectOutcome {
   host: string;
   port: number;

@@ -26,7 +26,7 @@ export const MODEL = "claude-haiku-5-5";
 /** The one name the test resolver knows; it maps to the loopback echo server. */
 export const ALLOWED = "allowed.example";
 
-/** One entry of the fake's `connect` behaviour (src/stand-ins/fake-claude/claude.mjs). */
+/** One entry of the fake's `connect` behaviour (src/stand-ins/fake-claude/claude.cjs). */
 export interface ConnectSpec {
   host: string;
   port: number;

@@ -100,7 +100,7 @@ describe("the installed package", () => {
     for (const f of [
       "dist/cli/bin.js",
       "dist/cli/study-runner.mjs",
-      "src/stand-ins/fake-claude/claude.mjs",
+      "src/stand-ins/fake-claude/claude.cjs",
       "docker/claude-code/Dockerfile",
       "docker/helpers/with-relay.cjs",
       "study/demo/manifest.json",

@@ -11,7 +11,7 @@ import { activeProfile } from "../../src/profile/load.ts";
 const GENERATED_INIT_EVENTS = activeProfile().initEvents;
 const GENERATED_PRICE_TABLE = activeProfile().prices;
 
-/** Helpers to drive src/stand-ins/fake-claude/claude.mjs: its behaviour file, its records. */
+/** Helpers to drive src/stand-ins/fake-claude/claude.cjs: its behaviour file, its records. */
 
 export interface ToolCall {
   name: string;
@@ -49,7 +49,7 @@ export type FakeBehaviour =
       guesses?: Record<string, "files-only" | "files-and-docs-server">;
       /** A pause before the arm-guess call (its --json-schema asks for armGuess alone) answers. */
       guessDelayMs?: number;
-      /** Connections opened before the transcript, to host:port or a unix socket `path` (claude.mjs, attemptConnections). */
+      /** Connections opened before the transcript, to host:port or a unix socket `path` (claude.cjs, attemptConnections). */
       connect?: Array<{ host?: string; port?: number; path?: string; count?: number; concurrency?: number; direct?: boolean; send?: string; holdMs?: number; timeoutMs?: number }>;
     }
   | { kind: "events"; events: unknown[]; malformedFirst?: boolean; exitCode?: number; version?: string }

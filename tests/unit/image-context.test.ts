@@ -218,7 +218,7 @@ describe("the two image specs", () => {
     expect(byName.get("Dockerfile")?.body.toString()).toContain("COPY --chown=1000:1000 owned/home/agent/ /home/agent/");
   });
 
-  it("builds the fake image from the stand-in src/stand-ins/fake-claude/claude.mjs under the same layout", async () => {
+  it("builds the fake image from the stand-in src/stand-ins/fake-claude/claude.cjs under the same layout", async () => {
     const s = await fakeClaudeImageSpec({ helpersDir: join(dir, "no-helpers") });
     expect(s.tag).toBe("study-runner/fake-claude:2.1.296");
     const claude = s.files.find((f) => f.path === "/usr/local/bin/claude");

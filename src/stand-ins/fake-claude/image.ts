@@ -1,6 +1,6 @@
 /**
  * The fake claude image, `study-runner/fake-claude:<version>`: the real image's layout with the
- * scripted stand-in claude.mjs (beside this file) as `claude`. A stand-in for the CLI, for the
+ * scripted stand-in claude.cjs (beside this file) as `claude`. A stand-in for the CLI, for the
  * demo, CI's offline replay, benches and tests; never what a study of the real CLI runs.
  */
 import { resolve } from "node:path";
@@ -15,17 +15,17 @@ import { PROJECT_ROOT } from "../../util/paths.ts";
  * tests). Named from the project root, not from this module: tsc compiles this file into dist/ but
  * copies no .mjs there, and the installed package ships the script where the clone has it, in src/.
  */
-export const FAKE_CLAUDE_SCRIPT = resolve(PROJECT_ROOT, "src", "stand-ins", "fake-claude", "claude.mjs");
+export const FAKE_CLAUDE_SCRIPT = resolve(PROJECT_ROOT, "src", "stand-ins", "fake-claude", "claude.cjs");
 
-/** Where the fake image holds the measured price table (read by claude.mjs). */
+/** Where the fake image holds the measured price table (read by claude.cjs). */
 export const FAKE_PRICES_PATH = "/opt/study-runner/cli-prices.json";
-/** Where the fake image holds the measured init events (read by claude.mjs). */
+/** Where the fake image holds the measured init events (read by claude.cjs). */
 export const FAKE_INIT_PATH = "/opt/study-runner/cli-init.json";
 
 export interface FakeImageInput extends BaseImageInput {
   /** The version the fake reports by default; also the tag. */
   version?: string;
-  /** Default: claude.mjs beside this file. */
+  /** Default: claude.cjs beside this file. */
   script?: string;
 }
 
