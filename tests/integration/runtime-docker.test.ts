@@ -1,7 +1,8 @@
 import Docker from "dockerode";
 import { describe, expect, it } from "vitest";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
-import { buildImage } from "../../src/image/build.ts";
+import { buildImage, probeSpec } from "../../src/image/build.ts";
+import { readBoundedText } from "../../src/sandbox/output.ts";
 import { IMAGE_LAYOUT } from "../../src/image/specs.ts";
 import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { DockerSandbox } from "../../src/sandbox/docker-sandbox.ts";
@@ -43,28 +44,11 @@ describe("DockerRuntime output", () => {
   it("carries a container's output through the attach alone: the engine keeps no log of it", async () => {
     const runtime = new DockerRuntime();
     const image = await buildImage(runtime, await fakeClaudeImageSpec());
-    const id = await runtime.create({
-      image: image.id,
-      entrypoint: [IMAGE_LAYOUT.node, "-e", PROGRAM_SCRIPTS.echo],
-      cmd: [],
-      env: { GREETING: "an answer the engine must not keep" },
-      mounts: [],
-      tmpfs: {},
-      readOnlyRootfs: true,
-      networkMode: "none",
-      capDrop: ["ALL"],
-      securityOpt: ["no-new-privileges"],
-      labels: {},
-    });
+    // The hardening every container of the runner gets (the probe's spec), running a program that prints to both streams.
+    const id = await runtime.create({ ...probeSpec(image.id, {}), entrypoint: [IMAGE_LAYOUT.node, "-e", PROGRAM_SCRIPTS.echo], cmd: [], env: { GREETING: "an answer the engine must not keep" } });
     try {
       const { stdout, stderr } = await runtime.attach(id);
-      const read = (s: NodeJS.ReadableStream) =>
-        new Promise<string>((resolve) => {
-          let text = "";
-          s.on("data", (b: Buffer) => (text += b.toString()));
-          s.on("end", () => resolve(text));
-        });
-      const output = Promise.all([read(stdout), read(stderr)]);
+      const output = Promise.all([readBoundedText(stdout, 4096), readBoundedText(stderr, 4096)]);
       await runtime.start(id);
       expect((await runtime.wait(id)).exitCode).toBe(0);
       expect(await output).toEqual(["out:an answer the engine must not keep\n", "err\n"]);
