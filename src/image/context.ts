@@ -127,7 +127,7 @@ function contextEntries(spec: ImageSpec): Entry[] {
 /**
  * Host files (node, about 100 MB; a Claude Code binary, about 250 MB) are read in 1 MiB chunks, not
  * the stream's default 64 KiB: the fake image's context digest took 256-358 ms of CPU against
- * 178-220 ms (docs/performance.md, "Hashes read in larger chunks").
+ * 148-260 ms (docs/performance.md, "Hashes read in larger chunks").
  */
 const HOST_FILE_CHUNK_BYTES = 1 << 20;
 
