@@ -19,6 +19,8 @@ export interface DemoSetup {
   roots: Record<string, string>;
   /** The fake claude image's tag. */
   image: string;
+  /** The id of the image that tag named when it was built here (another checkout may retag it later). */
+  imageId: string;
   /** Folder holding the test login `.credentials.json` (pass as --claude-config-dir). */
   loginDir: string;
 }
@@ -47,5 +49,5 @@ export async function prepareDemo(workdir: string, runtime: ContainerRuntime): P
   const image = await buildImage(runtime, await fakeImageSpec());
   const loginDir = join(workdir, "login");
   await writeTestLogin(loginDir);
-  return { roots: Object.fromEntries(Object.entries(corpus).map(([name, { dir }]) => [name, dir])), image: image.tag, loginDir };
+  return { roots: Object.fromEntries(Object.entries(corpus).map(([name, { dir }]) => [name, dir])), image: image.tag, imageId: image.id, loginDir };
 }

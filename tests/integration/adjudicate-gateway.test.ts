@@ -9,8 +9,6 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import Docker from "dockerode";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
@@ -30,7 +28,7 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-adjudicate-gateway-"));
   demo = await prepareDemo(join(work, "demo"), runtime);
   // By id: other checkouts on this engine retag the same name.
-  demo.image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
+  demo.image = demo.imageId;
   await writeTestLogin(demo.loginDir, TOKEN);
 }, 300_000);
 afterAll(async () => {

@@ -1,7 +1,5 @@
 import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises";
 import { activeProfile, cachedProfilePath, profileText, sealProfile } from "../../src/profile/load.ts";
-import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { GUESSED_ARM } from "../../src/adjudicate/schema.ts";
 import { clopperPearson } from "../../src/adjudicate/blinding.ts";
 import { tmpdir } from "node:os";
@@ -38,7 +36,7 @@ beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), "sr-adjudicate-"));
   demo = await prepareDemo(join(work, "demo"), new DockerRuntime());
   // By id: other checkouts on this engine retag the same name.
-  demo.image = (await buildImage(new DockerRuntime(), await fakeClaudeImageSpec())).id;
+  demo.image = demo.imageId;
 }, 300_000);
 afterAll(async () => {
   for (const f of fakes) await f.cleanup();

@@ -15,8 +15,6 @@ import { tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { prepareDemo, writeTestLogin, type DemoSetup } from "../../src/demo/setup.ts";
 import { DockerRuntime } from "../../src/sandbox/docker.ts";
-import { buildImage } from "../../src/image/build.ts";
-import { fakeClaudeImageSpec } from "../../src/stand-ins/fake-claude/image.ts";
 import { LABELS } from "../../src/sandbox/reaper.ts";
 import { readLedger } from "../../src/ledger/store.ts";
 import type { Ledger } from "../../src/ledger/schema.ts";
@@ -76,7 +74,7 @@ export async function preparePipeline(name: string): Promise<Pipeline> {
   const demo = await prepareDemo(join(work, "demo"), runtime);
   // By id, not by tag: every checkout on this engine builds the same tag from its own helpers and
   // retags it, so a tag can name another checkout's image by the time a run starts.
-  demo.image = (await buildImage(runtime, await fakeClaudeImageSpec())).id;
+  demo.image = demo.imageId;
   return {
     work,
     demo,
