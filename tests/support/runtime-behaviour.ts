@@ -19,7 +19,7 @@ import type { FakeProgram } from "./fake-runtime.ts";
  * Node script for a real container and as a JS function for the fake; the suite asserts
  * only what a caller of the port can observe, so both must behave alike.
  */
-export type ProgramName = "echo" | "sleep" | "big" | "oom" | "term" | "workspace" | "endpoint" | "content";
+export type ProgramName = "echo" | "sleep" | "stubborn" | "big" | "oom" | "term" | "workspace" | "endpoint" | "content";
 
 export const BIG_BYTES = 1 << 20;
 
@@ -27,6 +27,8 @@ export const BIG_BYTES = 1 << 20;
 export const PROGRAM_SCRIPTS: Record<ProgramName, string> = {
   echo: `process.stdout.write("out:" + process.env.GREETING + "\\n"); process.stderr.write("err\\n"); process.exitCode = Number(process.env.EXIT_CODE ?? 0);`,
   sleep: `setTimeout(() => {}, 3600e3);`,
+  // No SIGTERM handler: as the container's first process it is not ended by one. It says when it runs.
+  stubborn: `process.stdout.write("ready\\n"); setTimeout(() => {}, 3600e3);`,
   big: `let s = ""; for (let i = 0; i < ${BIG_BYTES / 8}; i++) s += String(i % 10000000).padStart(8, "0"); process.stdout.write(s);`,
   oom: `const keep = []; for (;;) keep.push(Buffer.alloc(16 << 20, 1));`,
   term: `process.on("SIGTERM", () => { process.stdout.write("term\\n"); process.exit(0); }); process.stdout.write("ready\\n"); setTimeout(() => {}, 3600e3);`,
@@ -44,6 +46,10 @@ export const fakePrograms: FakeProgram = async (proc) => {
       stderr.write("err\n");
       return Number(spec.env.EXIT_CODE ?? 0);
     case "sleep":
+      await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
+      return 0;
+    case "stubborn":
+      stdout.write("ready\n");
       await new Promise<void>((resolve) => signal.addEventListener("abort", () => resolve()));
       return 0;
     case "big": {
@@ -441,8 +447,11 @@ export function sandboxBehaviourSuite(name: string, setup: () => Promise<Sandbox
       expect(Date.now() - t0).toBeLessThan(10_000);
       expect(await out).toBe("term\n");
 
-      const stubborn = await prepare(await spec("sleep"));
-      await stubborn.run();
+      // Stopped once it runs, as the graceful one is. Under a full suite's load one run saw this
+      // container end 192 ms after the SIGTERM: most likely sent between the engine's start and the
+      // program's exec, while runc's own init (which a SIGTERM ends) was still the first process.
+      const stubborn = await prepare(await spec("stubborn"));
+      await until((await stubborn.run()).stdout, "ready\n");
       const t1 = Date.now();
       await stubborn.stop(400);
       expect(Date.now() - t1).toBeGreaterThanOrEqual(350);
