@@ -1,8 +1,8 @@
 import { createHash } from "node:crypto";
-import { createReadStream } from "node:fs";
 import { access, constants, realpath, stat } from "node:fs/promises";
 import { basename, delimiter, isAbsolute, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { fileSha256 } from "../image/context.ts";
 import { RefusalError } from "../util/errors.ts";
 import { PROJECT_ROOT, RUNNER_EXT } from "../util/paths.ts";
 import { isReferenceBundle, projectLockFile, relativeImportClosure } from "./reference-bundle.ts";
@@ -41,25 +41,12 @@ export interface EngineBundle {
   files: BundleFile[];
 }
 
-/**
- * Read in 1 MiB chunks: the executable is usually node itself (about 100 MB), and with the
- * stream's default 64 KiB chunks one checkout's bundle took 124 ms of CPU against 103 ms
- * (`npm run bench -- provenance`; docs/performance.md, "Hashes read in larger chunks").
- */
-const HASH_CHUNK_BYTES = 1 << 20;
-
-async function sha256File(path: string): Promise<string> {
-  const hash = createHash("sha256");
-  for await (const chunk of createReadStream(path, { highWaterMark: HASH_CHUNK_BYTES })) hash.update(chunk as Buffer);
-  return hash.digest("hex");
-}
-
 /** The sha256 of each resolved file, read once however many checkouts' commands name it. */
 type FileHashes = Map<string, Promise<string>>;
 
 function hashOnce(hashes: FileHashes, path: string): Promise<string> {
   let sha256 = hashes.get(path);
-  if (!sha256) hashes.set(path, (sha256 = sha256File(path)));
+  if (!sha256) hashes.set(path, (sha256 = fileSha256(path)));
   return sha256;
 }
 
