@@ -1038,17 +1038,15 @@ async function main() {
   }
 }
 
-if (require.main === module) {
-  main().then(
-    (code) => {
-      process.exitCode = code;
-    },
-    (err) => {
-      process.stderr.write(`fake-claude: ${err.stack ?? err}\n`);
-      process.exitCode = 70;
-    },
-  );
-}
+main().then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err) => {
+    process.stderr.write(`fake-claude: ${err.stack ?? err}\n`);
+    process.exitCode = 70;
+  },
+);
 
 function longestWord(text) {
   return (
